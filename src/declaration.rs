@@ -1,0 +1,554 @@
+//! A declaration: the desired state of a node, version 1. Parsing is in two stages: the JSON text
+//! becomes a tree of values (duplicate keys rejected), then each resource is validated by its kind
+//! into the typed model the rest of the host uses. Every problem is collected, each naming where it
+//! is, so a person sees them all at once; one problem means nothing is applied.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::codec;
+use crate::config::{Identity, Limits};
+use crate::kinds::{containers, files, packages, units, Kind};
+
+pub const SCHEMA: u64 = 1;
+
+/// One thing wrong with a declaration, and where (`files["/etc/x"].mode`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub location: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.location.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.location, self.message)
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Problems(pub Vec<Problem>);
+
+impl Problems {
+    pub fn push(&mut self, location: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            location: location.into(),
+            message: message.into(),
+        });
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The validated desired state. Maps are keyed by each resource's identity.
+#[derive(Debug, Clone)]
+pub struct Declaration {
+    pub revision: Option<u64>,
+    /// Install packages through a full `pacman -Syu` instead of `-S` (never a partial upgrade).
+    pub packages_upgrade: bool,
+    pub packages: BTreeMap<String, packages::Spec>,
+    pub files: BTreeMap<String, files::Spec>,
+    pub units: BTreeMap<String, units::Spec>,
+    pub containers: BTreeMap<String, containers::Spec>,
+    /// sha256 of the declaration's bytes, as received.
+    pub digest: String,
+}
+
+/// What validation needs to know about the host that will apply the declaration.
+pub struct Context<'a> {
+    pub limits: &'a Limits,
+    pub identity: &'a Identity,
+}
+
+/// Parses and validates a declaration. Either the whole thing is valid, or every problem is listed.
+pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
+    let mut problems = Problems::default();
+    if bytes.len() as u64 > cx.limits.max_declaration_bytes {
+        problems.push(
+            "",
+            format!(
+                "declaration is {} bytes, more than the limit of {} bytes",
+                bytes.len(),
+                cx.limits.max_declaration_bytes
+            ),
+        );
+        return Err(problems);
+    }
+    let value = match serde_json::from_slice::<StrictValue>(bytes) {
+        Ok(StrictValue(v)) => v,
+        Err(e) => {
+            problems.push("", format!("not valid JSON: {e}"));
+            return Err(problems);
+        }
+    };
+    let Value::Object(top) = value else {
+        problems.push("", "a declaration must be a JSON object");
+        return Err(problems);
+    };
+    let mut fields = Fields::new(&top, String::new(), &mut problems);
+    let schema = fields.u64("schema");
+    let revision = fields.u64("revision");
+    let packages_upgrade = fields.bool("packages_upgrade").unwrap_or(false);
+    let packages_map = fields.object("packages");
+    let files_map = fields.object("files");
+    let units_map = fields.object("units");
+    let containers_map = fields.object("containers");
+    fields.finish();
+    match schema {
+        Some(SCHEMA) => {}
+        Some(other) => problems.push(
+            "schema",
+            format!("{other} is not a supported schema (this host reads {SCHEMA})"),
+        ),
+        None if !top.contains_key("schema") => {
+            problems.push("schema", "missing (this host reads schema 1)")
+        }
+        None => {}
+    }
+    let declaration = Declaration {
+        revision,
+        packages_upgrade,
+        packages: parse_kind::<packages::Packages>(packages_map, cx, &mut problems),
+        files: parse_kind::<files::Files>(files_map, cx, &mut problems),
+        units: parse_kind::<units::Units>(units_map, cx, &mut problems),
+        containers: parse_kind::<containers::Containers>(containers_map, cx, &mut problems),
+        digest: codec::sha256_hex(bytes),
+    };
+    check_references(&declaration, &mut problems);
+    if problems.is_empty() {
+        Ok(declaration)
+    } else {
+        Err(problems)
+    }
+}
+
+fn parse_kind<K: Kind>(
+    map: Option<&Map<String, Value>>,
+    cx: &Context,
+    problems: &mut Problems,
+) -> BTreeMap<String, K::Spec> {
+    let mut out = BTreeMap::new();
+    for (key, value) in map.into_iter().flatten() {
+        let location = format!("{}[{}]", K::NAME, Value::String(key.clone()));
+        let before = problems.0.len();
+        if let Err(message) = K::check_key(key) {
+            problems.push(location.clone(), message);
+        }
+        let Value::Object(object) = value else {
+            problems.push(
+                location,
+                format!("must be an object, not {}", type_name(value)),
+            );
+            continue;
+        };
+        let mut fields = Fields::new(object, location.clone(), problems);
+        let spec = K::parse(key, &mut fields, cx.limits);
+        fields.finish();
+        if let Some(spec) = spec {
+            if let Some(refusal) = K::refuse_self(key, &spec, cx.identity) {
+                problems.push(
+                    location,
+                    format!("refused: {refusal}; mesh-host never manages itself"),
+                );
+            }
+            if problems.0.len() == before {
+                out.insert(key.clone(), spec);
+            }
+        }
+    }
+    out
+}
+
+/// Checks between resources: a unit may name the package that provides it and the files it
+/// restarts or reloads on, which must be ones this declaration writes.
+fn check_references(d: &Declaration, problems: &mut Problems) {
+    for (name, spec) in &d.units {
+        for path in units::watched_files(spec) {
+            if !matches!(d.files.get(path), Some(files::Spec::Present(_))) {
+                problems.push(
+                    format!("units[{}]", Value::String(name.clone())),
+                    format!("restarts or reloads on {path}, which is not a file this declaration writes"),
+                );
+            }
+        }
+    }
+    let present: BTreeSet<&str> = d
+        .packages
+        .iter()
+        .filter(|(_, spec)| spec.present)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    for (name, spec) in &d.units {
+        if let Some(package) = &spec.package {
+            if !present.contains(package.as_str()) {
+                problems.push(
+                    format!("units[{}].package", Value::String(name.clone())),
+                    format!("{package:?} is not a package this declaration installs"),
+                );
+            }
+        }
+    }
+}
+
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Reads the fields of one JSON object, reporting wrong types and, at `finish`, unknown fields
+/// (a typo such as `"enabeld"` must never be silently ignored).
+pub struct Fields<'a, 'p> {
+    object: &'a Map<String, Value>,
+    location: String,
+    known: Vec<&'static str>,
+    pub problems: &'p mut Problems,
+}
+
+impl<'a, 'p> Fields<'a, 'p> {
+    pub fn new(
+        object: &'a Map<String, Value>,
+        location: String,
+        problems: &'p mut Problems,
+    ) -> Self {
+        Fields {
+            object,
+            location,
+            known: Vec::new(),
+            problems,
+        }
+    }
+
+    /// The location of field `name`, for messages.
+    pub fn at(&self, name: &str) -> String {
+        if self.location.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{name}", self.location)
+        }
+    }
+
+    pub fn problem(&mut self, name: &str, message: impl Into<String>) {
+        let at = self.at(name);
+        self.problems.push(at, message);
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.object.contains_key(name)
+    }
+
+    fn get(&mut self, name: &'static str) -> Option<&'a Value> {
+        self.known.push(name);
+        self.object.get(name)
+    }
+
+    fn typed<T>(
+        &mut self,
+        name: &'static str,
+        want: &str,
+        pick: impl Fn(&'a Value) -> Option<T>,
+    ) -> Option<T> {
+        let value = self.get(name)?;
+        let picked = pick(value);
+        if picked.is_none() {
+            let message = format!("must be {want}, not {}", type_name(value));
+            self.problem(name, message);
+        }
+        picked
+    }
+
+    pub fn str(&mut self, name: &'static str) -> Option<&'a str> {
+        self.typed(name, "a string", Value::as_str)
+    }
+
+    pub fn bool(&mut self, name: &'static str) -> Option<bool> {
+        self.typed(name, "true or false", Value::as_bool)
+    }
+
+    pub fn u64(&mut self, name: &'static str) -> Option<u64> {
+        self.typed(name, "a non-negative integer", Value::as_u64)
+    }
+
+    pub fn object(&mut self, name: &'static str) -> Option<&'a Map<String, Value>> {
+        self.typed(name, "an object", Value::as_object)
+    }
+
+    /// An array of strings; each wrong element is reported with its index.
+    pub fn strings(&mut self, name: &'static str) -> Option<Vec<&'a str>> {
+        let items = self.typed(name, "an array of strings", Value::as_array)?;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            match item.as_str() {
+                Some(s) => out.push(s),
+                None => {
+                    let at = format!("{}[{i}]", self.at(name));
+                    self.problems
+                        .push(at, format!("must be a string, not {}", type_name(item)));
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// An object whose values are all strings (environment variables, labels).
+    pub fn string_map(&mut self, name: &'static str) -> Option<BTreeMap<String, String>> {
+        let map = self.object(name)?;
+        let mut out = BTreeMap::new();
+        for (k, v) in map {
+            match v.as_str() {
+                Some(s) => {
+                    out.insert(k.clone(), s.to_string());
+                }
+                None => {
+                    let at = format!("{}[{}]", self.at(name), Value::String(k.clone()));
+                    self.problems
+                        .push(at, format!("must be a string, not {}", type_name(v)));
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// `state`: `present` (the default) or `absent`.
+    pub fn present(&mut self) -> bool {
+        match self.str("state") {
+            None | Some("present") => true,
+            Some("absent") => false,
+            Some(other) => {
+                self.problem(
+                    "state",
+                    format!("{other:?} is not a state (present or absent)"),
+                );
+                true
+            }
+        }
+    }
+
+    /// Reports every field that was never asked for.
+    pub fn finish(self) {
+        for key in self.object.keys() {
+            if !self.known.contains(&key.as_str()) {
+                let at = self.location.clone();
+                let mut known = self.known.clone();
+                known.sort_unstable();
+                known.dedup();
+                self.problems.push(
+                    at,
+                    format!("unknown field {key:?} (known fields: {})", known.join(", ")),
+                );
+            }
+        }
+    }
+}
+
+/// A JSON value parsed with duplicate object keys rejected: `{"a": 1, "a": 2}` is ambiguous, and
+/// serde_json's own `Value` silently keeps the last one.
+struct StrictValue(Value);
+
+impl<'de> Deserialize<'de> for StrictValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StrictVisitor;
+        impl<'de> Visitor<'de> for StrictVisitor {
+            type Value = StrictValue;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<StrictValue, E> {
+                Ok(StrictValue(Value::Bool(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<StrictValue, E> {
+                Ok(StrictValue(Value::from(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<StrictValue, E> {
+                Ok(StrictValue(Value::from(v)))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<StrictValue, E> {
+                Ok(StrictValue(Value::from(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<StrictValue, E> {
+                Ok(StrictValue(Value::String(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<StrictValue, E> {
+                Ok(StrictValue(Value::String(v)))
+            }
+            fn visit_unit<E>(self) -> Result<StrictValue, E> {
+                Ok(StrictValue(Value::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<StrictValue, A::Error> {
+                let mut items = Vec::new();
+                while let Some(StrictValue(v)) = seq.next_element()? {
+                    items.push(v);
+                }
+                Ok(StrictValue(Value::Array(items)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StrictValue, A::Error> {
+                let mut object = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if object.contains_key(&key) {
+                        return Err(de::Error::custom(format!("duplicate key {key:?}")));
+                    }
+                    let StrictValue(v) = map.next_value()?;
+                    object.insert(key, v);
+                }
+                Ok(StrictValue(Value::Object(object)))
+            }
+        }
+        deserializer.deserialize_any(StrictVisitor)
+    }
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// Validates `json` with a default config and returns the problems, one string each.
+    pub fn problems(json: &str) -> Vec<String> {
+        match parse_with_defaults(json) {
+            Ok(_) => Vec::new(),
+            Err(p) => p.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    pub fn parse_with_defaults(json: &str) -> Result<Declaration, Problems> {
+        let config = test_config();
+        parse(
+            json.as_bytes(),
+            &Context {
+                limits: &config.limits,
+                identity: &config.identity,
+            },
+        )
+    }
+
+    pub fn test_config() -> Config {
+        Config::parse(
+            r#"{"unit_name": "agent.service", "state_dir": "/srv/mesh-store"}"#,
+            None,
+        )
+        .expect("test config is valid")
+    }
+
+    /// Asserts that `json` is refused with exactly one problem containing each of `needles`.
+    pub fn check_refused(json: &str, needles: &[&str]) {
+        let found = problems(json);
+        assert_eq!(
+            found.len(),
+            1,
+            "expected one problem for {json}, got {found:#?}"
+        );
+        for needle in needles {
+            assert!(
+                found[0].contains(needle),
+                "{:?} does not mention {needle:?}",
+                found[0]
+            );
+        }
+    }
+
+    #[test]
+    fn minimal_and_empty_declarations() {
+        assert!(problems(r#"{"schema": 1}"#).is_empty());
+        let d = parse_with_defaults(r#"{"schema": 1, "revision": 42}"#).unwrap();
+        assert_eq!(d.revision, Some(42));
+        assert_eq!(d.digest.len(), 64);
+    }
+
+    #[test]
+    fn top_level_problems() {
+        check_refused(r#"{}"#, &["schema: missing"]);
+        check_refused(r#"{"schema": 2}"#, &["schema: 2 is not a supported schema"]);
+        check_refused(
+            r#"{"schema": 1, "revison": 3}"#,
+            &["unknown field \"revison\""],
+        );
+        check_refused(
+            r#"{"schema": 1, "revision": -1}"#,
+            &["revision: must be a non-negative integer"],
+        );
+        check_refused(
+            r#"{"schema": 1, "files": []}"#,
+            &["files: must be an object, not an array"],
+        );
+        check_refused(r#"[1]"#, &["must be a JSON object"]);
+        check_refused(r#"{"schema": 1"#, &["not valid JSON", "line 1"]);
+        check_refused(
+            r#"{"schema": 1, "schema": 1}"#,
+            &["duplicate key \"schema\""],
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let found = problems(
+            r#"{"schema": 1,
+                "files": {"etc/x": {"content": "a"}, "/etc/y": {"mode": "0999", "content": "b"}},
+                "units": {"nginx": {"enabeld": true}},
+                "packages": {"-Syu": {}}}"#,
+        );
+        assert_eq!(found.len(), 5, "{found:#?}");
+        let all = found.join("\n");
+        assert!(
+            all.contains(r#"files["/etc/y"].mode: "0999" is not an octal mode"#),
+            "{all}"
+        );
+        assert!(
+            all.contains(r#"units["nginx"]: unknown field "enabeld""#),
+            "{all}"
+        );
+    }
+
+    #[test]
+    fn declaration_size_limit() {
+        let mut config = test_config();
+        config.limits.max_declaration_bytes = 10;
+        let err = parse(
+            br#"{"schema": 1, "revision": 1}"#,
+            &Context {
+                limits: &config.limits,
+                identity: &config.identity,
+            },
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("more than the limit of 10 bytes"));
+    }
+
+    #[test]
+    fn unit_package_must_be_declared() {
+        check_refused(
+            r#"{"schema": 1, "units": {"nginx.service": {"package": "nginx"}}}"#,
+            &[
+                r#"units["nginx.service"].package: "nginx" is not a package this declaration installs"#,
+            ],
+        );
+        assert!(problems(
+            r#"{"schema": 1, "packages": {"nginx": {}}, "units": {"nginx.service": {"package": "nginx"}}}"#
+        )
+        .is_empty());
+    }
+}

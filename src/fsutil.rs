@@ -1,0 +1,445 @@
+//! File operations relative to an open directory, for the files kind and the store alike. Paths are
+//! walked one component at a time with `O_NOFOLLOW`, so a symlink anywhere below the starting
+//! directory is refused rather than followed, and every replacement is atomic and durable: a temp
+//! file beside the target, fsync, rename over it, fsync the directory.
+
+use std::ffi::{CString, OsStr};
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// What a name in a directory is, without following it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileType {
+    Regular,
+    Directory,
+    Symlink,
+    Other,
+}
+
+impl FileType {
+    pub fn describe(self) -> &'static str {
+        match self {
+            FileType::Regular => "a regular file",
+            FileType::Directory => "a directory",
+            FileType::Symlink => "a symlink",
+            FileType::Other => "a special file",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    pub file_type: FileType,
+    /// Permission bits, including setuid/setgid/sticky (`0o7777`).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+}
+
+/// Why a path could not be walked: names the offending component.
+#[derive(Debug)]
+pub enum WalkError {
+    /// A component is a symlink or not a directory; mesh-host never follows symlinks.
+    NotADirectory {
+        path: PathBuf,
+        found: FileType,
+    },
+    Io {
+        path: PathBuf,
+        error: io::Error,
+    },
+}
+
+impl fmt::Display for WalkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WalkError::NotADirectory {
+                path,
+                found: FileType::Symlink,
+            } => write!(
+                f,
+                "{} is a symlink; mesh-host never follows symlinks",
+                path.display()
+            ),
+            WalkError::NotADirectory { path, found } => {
+                write!(
+                    f,
+                    "{} is {}, not a directory",
+                    path.display(),
+                    found.describe()
+                )
+            }
+            WalkError::Io { path, error } => write!(f, "{}: {error}", path.display()),
+        }
+    }
+}
+
+/// An open directory; the anchor of every operation here.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+}
+
+fn cstring(name: &OsStr) -> io::Result<CString> {
+    CString::new(name.as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Retries a system call interrupted by a signal.
+fn retry(mut f: impl FnMut() -> libc::c_int) -> io::Result<libc::c_int> {
+    loop {
+        match check(f()) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+impl Dir {
+    /// Opens a directory the caller names (a root, the store); symlinks in it are the caller's choice.
+    pub fn open(path: &Path) -> io::Result<Dir> {
+        let c = cstring(path.as_os_str())?;
+        let fd = retry(|| unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        })?;
+        Ok(Dir {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn raw(&self) -> libc::c_int {
+        self.fd.as_raw_fd()
+    }
+
+    /// Opens child directory `name` without following a symlink.
+    pub fn child(&self, name: &OsStr) -> io::Result<Dir> {
+        let c = cstring(name)?;
+        let fd = retry(|| unsafe {
+            libc::openat(
+                self.raw(),
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        })?;
+        Ok(Dir {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// `None` when `name` does not exist.
+    pub fn stat(&self, name: &OsStr) -> io::Result<Option<Stat>> {
+        let c = cstring(name)?;
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        match retry(|| unsafe {
+            libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+        }) {
+            Ok(_) => Ok(Some(stat_of(&st))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads regular file `name` (never through a symlink) with its metadata, refusing files larger
+    /// than `max` bytes. `None` when it does not exist.
+    pub fn read(&self, name: &OsStr, max: u64) -> io::Result<Option<(Stat, Vec<u8>)>> {
+        let c = cstring(name)?;
+        let fd = match retry(|| unsafe {
+            libc::openat(
+                self.raw(),
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            )
+        }) {
+            Ok(fd) => unsafe { OwnedFd::from_raw_fd(fd) },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+        let stat = stat_of(&st);
+        if stat.file_type != FileType::Regular {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("is {}", stat.file_type.describe()),
+            ));
+        }
+        if stat.size > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("is {} bytes, more than the limit of {max}", stat.size),
+            ));
+        }
+        let mut file = std::fs::File::from(fd);
+        let mut bytes = Vec::with_capacity(stat.size as usize);
+        io::Read::read_to_end(&mut io::Read::take(&mut file, max + 1), &mut bytes)?;
+        Ok(Some((stat, bytes)))
+    }
+
+    /// Creates child directory `name` with `mode`; `Ok(false)` when it already existed.
+    pub fn mkdir(&self, name: &OsStr, mode: u32) -> io::Result<bool> {
+        let c = cstring(name)?;
+        match retry(|| unsafe { libc::mkdirat(self.raw(), c.as_ptr(), mode as libc::mode_t) }) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replaces `name` atomically and durably with `bytes`, `mode` and, if given, `owner` (uid, gid),
+    /// all set on the temp file before the rename so the target never has the wrong attributes.
+    pub fn write_atomic(
+        &self,
+        name: &OsStr,
+        bytes: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<()> {
+        let mut tmp_name = Vec::from(b".".as_slice());
+        tmp_name.extend_from_slice(name.as_bytes());
+        tmp_name.extend_from_slice(b".mesh-host.tmp");
+        let tmp = CString::new(tmp_name)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
+        // A temp file left by a crash is ours: remove it so O_EXCL can create a fresh one.
+        let _ = retry(|| unsafe { libc::unlinkat(self.raw(), tmp.as_ptr(), 0) });
+        let fd = retry(|| unsafe {
+            libc::openat(
+                self.raw(),
+                tmp.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        })?;
+        let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let result = (|| {
+            io::Write::write_all(&mut &file, bytes)?;
+            if let Some((uid, gid)) = owner {
+                check(unsafe { libc::fchown(file.as_raw_fd(), uid, gid) })?;
+            }
+            // After fchown, which clears setuid/setgid bits.
+            check(unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) })?;
+            file.sync_all()?;
+            let target = cstring(name)?;
+            retry(|| unsafe {
+                libc::renameat(self.raw(), tmp.as_ptr(), self.raw(), target.as_ptr())
+            })?;
+            self.sync()
+        })();
+        if result.is_err() {
+            let _ = unsafe { libc::unlinkat(self.raw(), tmp.as_ptr(), 0) };
+        }
+        result
+    }
+
+    /// Sets mode and owner of an existing regular file in place, without following a symlink.
+    pub fn set_attributes(
+        &self,
+        name: &OsStr,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<()> {
+        let c = cstring(name)?;
+        let fd = retry(|| unsafe {
+            libc::openat(
+                self.raw(),
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            )
+        })?;
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        if let Some((uid, gid)) = owner {
+            check(unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) })?;
+        }
+        check(unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) })?;
+        check(unsafe { libc::fsync(fd.as_raw_fd()) })?;
+        Ok(())
+    }
+
+    /// Removes non-directory `name` (a symlink itself, never its target); `Ok(false)` if absent.
+    pub fn remove(&self, name: &OsStr) -> io::Result<bool> {
+        self.unlink(name, 0)
+    }
+
+    /// Removes empty directory `name`; `Ok(false)` if absent.
+    pub fn rmdir(&self, name: &OsStr) -> io::Result<bool> {
+        self.unlink(name, libc::AT_REMOVEDIR)
+    }
+
+    fn unlink(&self, name: &OsStr, flags: libc::c_int) -> io::Result<bool> {
+        let c = cstring(name)?;
+        match retry(|| unsafe { libc::unlinkat(self.raw(), c.as_ptr(), flags) }) {
+            Ok(_) => {
+                self.sync()?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes renames and removals in this directory durable.
+    pub fn sync(&self) -> io::Result<()> {
+        check(unsafe { libc::fsync(self.raw()) }).map(drop)
+    }
+}
+
+fn stat_of(st: &libc::stat) -> Stat {
+    let file_type = match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => FileType::Regular,
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        _ => FileType::Other,
+    };
+    Stat {
+        file_type,
+        mode: st.st_mode & 0o7777,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        size: st.st_size as u64,
+    }
+}
+
+/// The parent directory of an absolute, normalised `path` below `root`, and the final name.
+/// With `create`, missing directories are made (mode 0755) and returned, outermost first, as
+/// absolute paths; otherwise a missing directory gives `Ok(None)`.
+pub struct Parent {
+    pub dir: Dir,
+    pub name: std::ffi::OsString,
+    pub created: Vec<PathBuf>,
+}
+
+pub fn walk_to_parent(root: &Dir, path: &Path, create: bool) -> Result<Option<Parent>, WalkError> {
+    let names: Vec<&OsStr> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    let Some((last, dirs)) = names.split_last() else {
+        return Err(WalkError::Io {
+            path: path.to_path_buf(),
+            error: io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"),
+        });
+    };
+    let mut current = PathBuf::from("/");
+    let mut created = Vec::new();
+    let mut dir = root.child(OsStr::new(".")).map_err(|error| WalkError::Io {
+        path: current.clone(),
+        error,
+    });
+    for name in dirs {
+        let parent = dir?;
+        current.push(name);
+        let io_error = |error| WalkError::Io {
+            path: current.clone(),
+            error,
+        };
+        match parent.stat(name).map_err(io_error)? {
+            Some(st) if st.file_type == FileType::Directory => {}
+            Some(st) => {
+                return Err(WalkError::NotADirectory {
+                    path: current,
+                    found: st.file_type,
+                })
+            }
+            None if !create => return Ok(None),
+            None => {
+                if parent.mkdir(name, 0o755).map_err(io_error)? {
+                    parent.sync().map_err(io_error)?;
+                    created.push(current.clone());
+                }
+            }
+        }
+        dir = parent
+            .child(name)
+            .map_err(|error| match error.raw_os_error() {
+                // Replaced by a symlink between the stat and the open: still never followed.
+                Some(libc::ELOOP) | Some(libc::ENOTDIR) => WalkError::NotADirectory {
+                    path: current.clone(),
+                    found: FileType::Symlink,
+                },
+                _ => WalkError::Io {
+                    path: current.clone(),
+                    error,
+                },
+            });
+    }
+    let dir = dir?;
+    Ok(Some(Parent {
+        dir,
+        name: last.to_os_string(),
+        created,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    #[test]
+    fn write_read_and_replace() {
+        let tmp = TempDir::new("fsutil-write");
+        let dir = Dir::open(tmp.path()).unwrap();
+        dir.write_atomic(OsStr::new("a"), b"one", 0o640, None)
+            .unwrap();
+        let (st, bytes) = dir.read(OsStr::new("a"), 100).unwrap().unwrap();
+        assert_eq!((st.mode, bytes.as_slice()), (0o640, b"one".as_slice()));
+        dir.write_atomic(OsStr::new("a"), b"two", 0o600, None)
+            .unwrap();
+        assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"two");
+        assert!(dir.read(OsStr::new("a"), 2).is_err());
+        assert!(dir.read(OsStr::new("missing"), 2).unwrap().is_none());
+    }
+
+    #[test]
+    fn walk_creates_and_refuses_symlinks() {
+        let tmp = TempDir::new("fsutil-walk");
+        let root = Dir::open(tmp.path()).unwrap();
+        let parent = walk_to_parent(&root, Path::new("/etc/app/sub/conf"), true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            parent.created,
+            vec![
+                PathBuf::from("/etc"),
+                PathBuf::from("/etc/app"),
+                PathBuf::from("/etc/app/sub")
+            ]
+        );
+        assert_eq!(parent.name, "conf");
+        std::os::unix::fs::symlink("/root", tmp.path().join("etc/link")).unwrap();
+        let err = walk_to_parent(&root, Path::new("/etc/link/conf"), true)
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "/etc/link is a symlink; mesh-host never follows symlinks"
+        );
+        assert!(walk_to_parent(&root, Path::new("/etc/none/x"), false)
+            .unwrap()
+            .is_none());
+        std::fs::write(tmp.path().join("etc/file"), "").unwrap();
+        let err = walk_to_parent(&root, Path::new("/etc/file/x"), false)
+            .err()
+            .unwrap();
+        assert!(err
+            .to_string()
+            .contains("is a regular file, not a directory"));
+    }
+}

@@ -1,0 +1,674 @@
+//! podman containers. One `podman ps -a --format json` observes them all. Containers the host
+//! creates carry labels marking them as owned and holding a digest of their spec, so ownership and
+//! a changed spec are visible from podman itself; a container without the label is never touched
+//! by pruning. Missing -> create and start; spec changed -> recreate; stopped -> start.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{
+    batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, Outcome, RunContext,
+    Step,
+};
+use crate::codec;
+use crate::config::{Identity, Limits};
+use crate::declaration::{Declaration, Fields};
+use crate::store::{Entry, Ledger, Origin};
+
+pub struct Containers;
+
+/// Label marking a container as created by mesh-host.
+pub const OWNED_LABEL: &str = "mesh-host.owned";
+/// Label holding the digest of the spec a container was created from.
+pub const SPEC_LABEL: &str = "mesh-host.spec";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    pub present: bool,
+    pub image: String,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub ports: Vec<String>,
+    pub volumes: Vec<String>,
+    pub network: Option<String>,
+    /// Run an init process as PID 1 that forwards signals and reaps children (`podman --init`).
+    pub init: bool,
+    /// Whether it should be running (default) or only exist.
+    pub running: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub exists: bool,
+    pub running: bool,
+    /// Created by mesh-host (it carries the owned label).
+    pub ours: bool,
+    pub spec_digest: Option<String>,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum Op {
+    /// Create (removing an older one of ours first) and, if it should run, start.
+    Create {
+        remove_first: bool,
+        start: bool,
+        args: Vec<String>,
+    },
+    Start,
+    Stop,
+    Remove,
+    Forget,
+}
+
+impl Kind for Containers {
+    const NAME: &'static str = "containers";
+    type Spec = Spec;
+    type Observed = Observed;
+    type Op = Op;
+
+    fn check_key(key: &str) -> Result<(), String> {
+        check_argument("container", key)?;
+        let mut chars = key.chars();
+        let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+        if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
+            return Err(format!(
+                "container name {key:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]*"
+            ));
+        }
+        Ok(())
+    }
+
+    fn parse(_key: &str, fields: &mut Fields, _limits: &Limits) -> Option<Spec> {
+        let present = fields.present();
+        let image = fields.str("image");
+        let command = fields.strings("command").unwrap_or_default();
+        let env = fields.string_map("env").unwrap_or_default();
+        let ports = fields.strings("ports").unwrap_or_default();
+        let volumes = fields.strings("volumes").unwrap_or_default();
+        let network = fields.str("network");
+        let init = fields.bool("init").unwrap_or(false);
+        let running = fields.bool("running").unwrap_or(true);
+        if !present {
+            return Some(Spec {
+                present,
+                image: String::new(),
+                command: Vec::new(),
+                env,
+                ports: Vec::new(),
+                volumes: Vec::new(),
+                network: None,
+                init,
+                running: false,
+            });
+        }
+        match image {
+            None if !fields.has("image") => fields.problem("image", "missing"),
+            Some(i) => {
+                if let Err(e) = check_argument("image", i) {
+                    fields.problem("image", e);
+                }
+            }
+            None => {}
+        }
+        for name in env.keys() {
+            let valid = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                let at = format!("{}[{}]", fields.at("env"), Value::String(name.clone()));
+                fields
+                    .problems
+                    .push(at, "is not a valid environment variable name");
+            }
+        }
+        let mut list = |name: &'static str, items: &[&str], valid: fn(&str) -> bool, what: &str| {
+            for (i, item) in items.iter().enumerate() {
+                if !valid(item) {
+                    let at = format!("{}[{i}]", fields.at(name));
+                    fields.problems.push(at, format!("{item:?} is not {what}"));
+                }
+            }
+        };
+        list(
+            "ports",
+            &ports,
+            valid_port,
+            "a port mapping such as \"8080:80\" or \"127.0.0.1:8080:80/tcp\"",
+        );
+        list(
+            "volumes",
+            &volumes,
+            valid_volume,
+            "a volume such as \"/srv/data:/data:ro\" or \"name:/data\"",
+        );
+        if let Some(n) = network {
+            if let Err(e) = check_argument("network", n) {
+                fields.problem("network", e);
+            }
+        }
+        Some(Spec {
+            present,
+            image: image?.to_string(),
+            command: command.iter().map(|s| s.to_string()).collect(),
+            env,
+            ports: ports.iter().map(|s| s.to_string()).collect(),
+            volumes: volumes.iter().map(|s| s.to_string()).collect(),
+            network: network.map(str::to_string),
+            init,
+            running,
+        })
+    }
+
+    fn refuse_self(_key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
+        spec.volumes.iter().find_map(|volume| {
+            let source = std::path::Path::new(volume.split(':').next().unwrap_or(""));
+            if source.starts_with(&identity.config_dir) {
+                return Some(format!(
+                    "volume {volume:?} mounts the host's own configuration"
+                ));
+            }
+            identity
+                .state_dirs
+                .iter()
+                .find(|d| source.starts_with(d))
+                .map(|d| {
+                    format!(
+                        "volume {volume:?} mounts the host's own store {}",
+                        d.display()
+                    )
+                })
+        })
+    }
+
+    fn desired(declaration: &Declaration) -> &BTreeMap<String, Spec> {
+        &declaration.containers
+    }
+
+    fn digest(spec: &Spec) -> String {
+        digest(spec)
+    }
+
+    fn observe(
+        env: &Env,
+        _cx: &RunContext,
+        keys: &[String],
+    ) -> Result<BTreeMap<String, Observed>, String> {
+        if keys.is_empty() || env.offline {
+            // Offline, podman's store is not ours to read: every container change is deferred.
+            return Ok(keys.iter().map(|k| (k.clone(), absent())).collect());
+        }
+        let output = env
+            .runner
+            .run(&env.config.podman, &["ps", "-a", "--format", "json"], &[])
+            .map_err(|e| e.to_string())?;
+        let all = parse_ps(&output.stdout)
+            .map_err(|e| format!("`podman ps` printed something unexpected: {e}"))?;
+        Ok(keys
+            .iter()
+            .map(|k| (k.clone(), all.get(k).cloned().unwrap_or_else(absent)))
+            .collect())
+    }
+
+    fn plan(
+        cx: &RunContext,
+        key: &str,
+        desired: Option<&Spec>,
+        observed: Option<&Observed>,
+        owned: Option<&Entry>,
+    ) -> Step<Op> {
+        let Some(obs) = observed else {
+            return Step::Fail(format!("container {key} was not observed"));
+        };
+        let change = |action, details: Vec<String>, intent, after, op| {
+            Step::Change(Change {
+                key: key.to_string(),
+                action,
+                details,
+                intent,
+                backup: None,
+                after,
+                op,
+            })
+        };
+        let created = || Entry::new(Origin::Created, Value::Null);
+        match desired {
+            Some(spec) if spec.present => {
+                let spec_digest = digest(spec);
+                let after = LedgerAfter::Applied(spec_digest.clone());
+                let create = |remove_first| Op::Create {
+                    remove_first,
+                    start: spec.running,
+                    args: create_args(key, spec, &spec_digest),
+                };
+                if cx.offline {
+                    return change(
+                        Action::Update,
+                        vec!["needs the running system".into()],
+                        None,
+                        after,
+                        Op::Forget,
+                    );
+                }
+                if !obs.exists {
+                    return change(
+                        Action::Create,
+                        vec![format!("create from {}", spec.image)],
+                        owned.is_none().then(created),
+                        after,
+                        create(false),
+                    );
+                }
+                if !obs.ours {
+                    return Step::Fail(format!(
+                        "a container named {key} exists and was not created by mesh-host; remove or rename it to let mesh-host manage it"
+                    ));
+                }
+                if obs.spec_digest.as_deref() != Some(spec_digest.as_str()) {
+                    return change(
+                        Action::Update,
+                        vec!["spec changed: recreate".into()],
+                        owned.is_none().then(created),
+                        after,
+                        create(true),
+                    );
+                }
+                let intent = owned.is_none().then(created);
+                match (spec.running, obs.running) {
+                    (true, false) => change(
+                        Action::Update,
+                        vec!["start".into()],
+                        intent,
+                        after,
+                        Op::Start,
+                    ),
+                    (false, true) => {
+                        change(Action::Update, vec!["stop".into()], intent, after, Op::Stop)
+                    }
+                    _ => match intent {
+                        Some(intent) => Step::Adopt {
+                            intent,
+                            backup: None,
+                        },
+                        None => Step::InSync,
+                    },
+                }
+            }
+            Some(_) if obs.exists => change(
+                Action::Remove,
+                vec!["declared absent".into()],
+                None,
+                LedgerAfter::Disown,
+                Op::Remove,
+            ),
+            Some(_) => match owned {
+                Some(_) => change(
+                    Action::Remove,
+                    vec!["already absent".into()],
+                    None,
+                    LedgerAfter::Disown,
+                    Op::Forget,
+                ),
+                None => Step::InSync,
+            },
+            None => match (owned, obs.exists && obs.ours) {
+                (None, _) => Step::InSync,
+                (Some(_), true) => change(
+                    Action::Remove,
+                    vec!["released; mesh-host created it".into()],
+                    None,
+                    LedgerAfter::Disown,
+                    Op::Remove,
+                ),
+                (Some(_), false) => {
+                    let why = if obs.exists {
+                        "released; not created by mesh-host, left alone"
+                    } else {
+                        "released; already gone"
+                    };
+                    change(
+                        Action::Remove,
+                        vec![why.into()],
+                        None,
+                        LedgerAfter::Disown,
+                        Op::Forget,
+                    )
+                }
+            },
+        }
+    }
+
+    fn apply(
+        env: &Env,
+        _cx: &RunContext,
+        _ledger: &mut Ledger,
+        changes: &[Change<Op>],
+    ) -> Vec<Outcome> {
+        if env.offline {
+            return changes
+                .iter()
+                .map(|c| match c.op {
+                    Op::Forget if c.action == Action::Remove => Outcome::Done,
+                    _ => Outcome::Deferred("containers need the running system".into()),
+                })
+                .collect();
+        }
+        let podman = &env.config.podman;
+        let mut errors: BTreeMap<&str, String> = BTreeMap::new();
+        let names = |pick: fn(&Op) -> bool| -> Vec<&str> {
+            changes
+                .iter()
+                .filter(|c| pick(&c.op))
+                .map(|c| c.key.as_str())
+                .collect()
+        };
+        let remove = names(|op| {
+            matches!(
+                op,
+                Op::Remove
+                    | Op::Create {
+                        remove_first: true,
+                        ..
+                    }
+            )
+        });
+        let results = batch_then_each(&remove, |batch| {
+            env.runner
+                .run(podman, &["rm", "-f", "-t", "10"], batch)
+                .map(drop)
+        });
+        record_errors(&mut errors, &remove, results);
+        let stop = names(|op| matches!(op, Op::Stop));
+        let results = batch_then_each(&stop, |batch| {
+            env.runner
+                .run(podman, &["stop", "-t", "10"], batch)
+                .map(drop)
+        });
+        record_errors(&mut errors, &stop, results);
+        for change in changes {
+            if let Op::Create { args, .. } = &change.op {
+                if errors.contains_key(change.key.as_str()) {
+                    continue;
+                }
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let (options, positional) =
+                    args.split_at(args.iter().position(|a| *a == "--").unwrap_or(args.len()));
+                let positional: Vec<&str> = positional.iter().skip(1).copied().collect();
+                if let Err(e) = env.runner.run(podman, options, &positional) {
+                    errors.insert(&change.key, e.to_string());
+                }
+            }
+        }
+        let start: Vec<&str> = changes
+            .iter()
+            .filter(|c| {
+                matches!(c.op, Op::Start | Op::Create { start: true, .. })
+                    && !errors.contains_key(c.key.as_str())
+            })
+            .map(|c| c.key.as_str())
+            .collect();
+        let results = batch_then_each(&start, |batch| {
+            env.runner.run(podman, &["start"], batch).map(drop)
+        });
+        record_errors(&mut errors, &start, results);
+        changes
+            .iter()
+            .map(|c| match errors.get(c.key.as_str()) {
+                Some(e) => Outcome::Failed(e.clone()),
+                None => Outcome::Done,
+            })
+            .collect()
+    }
+}
+
+/// Keeps the first error of each resource.
+fn record_errors<'a>(
+    errors: &mut BTreeMap<&'a str, String>,
+    names: &[&'a str],
+    results: Vec<Result<(), String>>,
+) {
+    for (name, result) in names.iter().zip(results) {
+        if let Err(e) = result {
+            errors.entry(*name).or_insert(e);
+        }
+    }
+}
+
+fn absent() -> Observed {
+    Observed {
+        exists: false,
+        running: false,
+        ours: false,
+        spec_digest: None,
+    }
+}
+
+pub fn digest(spec: &Spec) -> String {
+    let text = format!(
+        "{}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{}",
+        spec.image,
+        spec.command,
+        spec.env,
+        spec.ports,
+        spec.volumes,
+        spec.network,
+        spec.init,
+        spec.present
+    );
+    codec::sha256_hex(text.as_bytes())[..32].to_string()
+}
+
+/// `podman create` arguments: every value is bound to its option (`--env=K=V`), and the image and
+/// command come after `--`, so no declared value can become an option.
+fn create_args(name: &str, spec: &Spec, spec_digest: &str) -> Vec<String> {
+    let mut args = vec![
+        "create".to_string(),
+        format!("--name={name}"),
+        format!("--label={OWNED_LABEL}=1"),
+        format!("--label={SPEC_LABEL}={spec_digest}"),
+    ];
+    args.extend(spec.env.iter().map(|(k, v)| format!("--env={k}={v}")));
+    args.extend(spec.ports.iter().map(|p| format!("--publish={p}")));
+    args.extend(spec.volumes.iter().map(|v| format!("--volume={v}")));
+    if let Some(n) = &spec.network {
+        args.push(format!("--network={n}"));
+    }
+    if spec.init {
+        args.push("--init".into());
+    }
+    args.push("--".into());
+    args.push(spec.image.clone());
+    args.extend(spec.command.iter().cloned());
+    args
+}
+
+fn valid_port(p: &str) -> bool {
+    !p.is_empty()
+        && !p.starts_with('-')
+        && p.chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".:/[]-".contains(c))
+}
+
+fn valid_volume(v: &str) -> bool {
+    let source = v.split(':').next().unwrap_or("");
+    let named = source
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric());
+    v.contains(':')
+        && (source.starts_with('/') || named)
+        && !v.chars().any(|c| c.is_control() || c == ',')
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct PsEntry {
+    names: Vec<String>,
+    state: String,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+}
+
+/// `podman ps -a --format json`, by name.
+pub fn parse_ps(stdout: &[u8]) -> Result<BTreeMap<String, Observed>, serde_json::Error> {
+    let entries: Vec<PsEntry> = serde_json::from_slice(stdout)?;
+    let mut out = BTreeMap::new();
+    for entry in entries {
+        let labels = entry.labels.unwrap_or_default();
+        let observed = Observed {
+            exists: true,
+            running: entry.state == "running",
+            ours: labels.get(OWNED_LABEL).map(String::as_str) == Some("1"),
+            spec_digest: labels.get(SPEC_LABEL).cloned(),
+        };
+        for name in entry.names {
+            out.insert(name, observed.clone());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::declaration::tests::{check_refused, parse_with_defaults, problems};
+
+    #[test]
+    fn validation() {
+        check_refused(
+            r#"{"schema": 1, "containers": {"-web": {"image": "x"}}}"#,
+            &["starts with '-'"],
+        );
+        check_refused(
+            r#"{"schema": 1, "containers": {"we b": {"image": "x"}}}"#,
+            &["whitespace"],
+        );
+        check_refused(
+            r#"{"schema": 1, "containers": {"web": {}}}"#,
+            &["image: missing"],
+        );
+        check_refused(
+            r#"{"schema": 1, "containers": {"web": {"image": "--privileged"}}}"#,
+            &["image: image name \"--privileged\" starts with '-'"],
+        );
+        check_refused(
+            r#"{"schema": 1, "containers": {"web": {"image": "x", "ports": ["--net=host"]}}}"#,
+            &["ports[0]"],
+        );
+        check_refused(
+            r#"{"schema": 1, "containers": {"web": {"image": "x", "env": {"A B": "1"}}}}"#,
+            &["env[\"A B\"]"],
+        );
+        check_refused(
+            r#"{"schema": 1, "containers": {"web": {"image": "x", "volumes": ["/var/lib/mesh-host:/x"]}}}"#,
+            &["refused", "own store"],
+        );
+        check_refused(
+            r#"{"schema": 1, "containers": {"web": {"image": "x", "volumes": ["/etc/mesh-host:/x:ro"]}}}"#,
+            &["refused", "own configuration"],
+        );
+        check_refused(
+            r#"{"schema": 1, "containers": {"web": {"image": "x", "imgae": "y"}}}"#,
+            &["unknown field \"imgae\""],
+        );
+        assert!(problems(r#"{"schema": 1, "containers": {"web": {"image": "localhost/web:1", "command": ["--flag"], "env": {"A": "--x"}, "ports": ["127.0.0.1:8080:80/tcp"], "volumes": ["/srv/data:/data:ro", "cache:/c"], "network": "host"}}}"#).is_empty());
+    }
+
+    #[test]
+    fn create_args_bind_values_to_options() {
+        let d = parse_with_defaults(r#"{"schema": 1, "containers": {"web": {"image": "img", "command": ["--rm"], "env": {"A": "--privileged"}}}}"#).unwrap();
+        let args = create_args("web", &d.containers["web"], "abc");
+        assert_eq!(
+            args,
+            vec![
+                "create",
+                "--name=web",
+                "--label=mesh-host.owned=1",
+                "--label=mesh-host.spec=abc",
+                "--env=A=--privileged",
+                "--",
+                "img",
+                "--rm"
+            ]
+        );
+    }
+
+    #[test]
+    fn parses_ps_json() {
+        let json = br#"[{"Names": ["web"], "State": "running", "Labels": {"mesh-host.owned": "1", "mesh-host.spec": "abc"}},
+                        {"Names": ["other"], "State": "exited", "Labels": null}]"#;
+        let all = parse_ps(json).unwrap();
+        assert_eq!(
+            all["web"],
+            Observed {
+                exists: true,
+                running: true,
+                ours: true,
+                spec_digest: Some("abc".into())
+            }
+        );
+        assert!(!all["other"].ours && !all["other"].running);
+        assert!(parse_ps(b"garbage").is_err());
+    }
+
+    #[test]
+    fn planner_cases() {
+        let d = parse_with_defaults(r#"{"schema": 1, "containers": {"web": {"image": "img"}}}"#)
+            .unwrap();
+        let cx = RunContext {
+            declaration: &d,
+            changed_files: Default::default(),
+            failed_packages: Default::default(),
+            offline: false,
+        };
+        let spec = &d.containers["web"];
+        let ours = |running, digest_ok: bool| Observed {
+            exists: true,
+            running,
+            ours: true,
+            spec_digest: Some(if digest_ok {
+                digest(spec)
+            } else {
+                "old".into()
+            }),
+        };
+        let owned = Entry::new(Origin::Created, Value::Null);
+        let show = |s: Step<Op>| match s {
+            Step::InSync => "in sync".to_string(),
+            Step::Adopt { .. } => "adopt".into(),
+            Step::Change(c) => format!("{} {}", c.action.symbol(), c.details.join(", ")),
+            Step::Fail(e) | Step::Skip(e) => format!("fail: {e}"),
+        };
+        let plan =
+            |d: Option<&Spec>, o: &Observed, e| show(Containers::plan(&cx, "web", d, Some(o), e));
+        assert_eq!(plan(Some(spec), &absent(), None), "+ create from img");
+        assert_eq!(plan(Some(spec), &ours(true, true), Some(&owned)), "in sync");
+        assert_eq!(
+            plan(Some(spec), &ours(false, true), Some(&owned)),
+            "~ start"
+        );
+        assert_eq!(
+            plan(Some(spec), &ours(true, false), Some(&owned)),
+            "~ spec changed: recreate"
+        );
+        let foreign = Observed {
+            exists: true,
+            running: true,
+            ours: false,
+            spec_digest: None,
+        };
+        assert!(plan(Some(spec), &foreign, None).contains("was not created by mesh-host"));
+        assert_eq!(
+            plan(None, &foreign, Some(&owned)),
+            "- released; not created by mesh-host, left alone"
+        );
+        assert_eq!(
+            plan(None, &ours(true, true), Some(&owned)),
+            "- released; mesh-host created it"
+        );
+        assert_eq!(plan(None, &foreign, None), "in sync");
+    }
+}

@@ -1,0 +1,984 @@
+//! Files under /etc: content, mode, owner and group. Written atomically beside the target, never
+//! through a symlink; an adopted file's original is kept in the store and put back on release;
+//! directories the host had to create are removed again once empty.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::{Action, Change, Env, Kind, LedgerAfter, Outcome, RunContext, Step};
+use crate::accounts::{Account, Accounts};
+use crate::codec;
+use crate::config::{Identity, Limits};
+use crate::declaration::{Declaration, Fields};
+use crate::fsutil::{self, Dir, FileType, Stat, WalkError};
+use crate::store::{Entry, Ledger, Origin};
+
+pub struct Files;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Spec {
+    Present(Content),
+    Absent,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Content {
+    pub bytes: Vec<u8>,
+    /// Unmanaged when not declared; a new file then gets 0644.
+    pub mode: Option<u32>,
+    pub owner: Option<Account>,
+    pub group: Option<Account>,
+}
+
+const DEFAULT_MODE: u32 = 0o644;
+
+#[derive(Debug)]
+pub struct Observed {
+    state: State,
+    /// Declared owner and group resolved against the target's own tables.
+    uid: Result<Option<u32>, String>,
+    gid: Result<Option<u32>, String>,
+}
+
+#[derive(Debug)]
+enum State {
+    Missing,
+    Regular {
+        stat: Stat,
+        bytes: Vec<u8>,
+    },
+    /// A directory, symlink or special file where a file is declared.
+    Other(FileType),
+    /// The path cannot be reached: a symlinked or non-directory parent, or an I/O error.
+    Blocked(String),
+}
+
+/// The original of an adopted file, as the ledger keeps it.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Original {
+    backup: String,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+}
+
+#[derive(Debug)]
+pub enum Op {
+    Write {
+        bytes: Vec<u8>,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    },
+    SetAttributes {
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    },
+    Remove,
+    Restore(Original),
+    /// Already as wanted; only the ledger changes.
+    Forget,
+}
+
+impl Kind for Files {
+    const NAME: &'static str = "files";
+    type Spec = Spec;
+    type Observed = Observed;
+    type Op = Op;
+
+    fn check_key(key: &str) -> Result<(), String> {
+        check_path(key)
+    }
+
+    fn parse(_key: &str, fields: &mut Fields, limits: &Limits) -> Option<Spec> {
+        let present = fields.present();
+        let text = fields.str("content");
+        let base64 = fields.str("content_base64");
+        let mode = fields.str("mode");
+        let owner = fields.str("owner");
+        let group = fields.str("group");
+        if !present {
+            for (name, given) in [
+                ("content", text.is_some()),
+                ("content_base64", base64.is_some()),
+                ("mode", mode.is_some()),
+                ("owner", owner.is_some()),
+                ("group", group.is_some()),
+            ] {
+                if given {
+                    fields.problem(name, "makes no sense for a file declared absent");
+                }
+            }
+            return Some(Spec::Absent);
+        }
+        let bytes = match (text, base64) {
+            (Some(t), None) => Some(t.as_bytes().to_vec()),
+            (None, Some(b)) => match codec::base64_decode(b) {
+                Ok(bytes) => Some(bytes),
+                Err(e) => {
+                    fields.problem("content_base64", format!("is not valid base64: {e}"));
+                    None
+                }
+            },
+            (Some(_), Some(_)) => {
+                fields.problem("content", "give either content or content_base64, not both");
+                None
+            }
+            (None, None) => {
+                if !fields.has("content") && !fields.has("content_base64") {
+                    fields.problem("content", "missing (give content or content_base64)");
+                }
+                None
+            }
+        };
+        if let Some(b) = &bytes {
+            if b.len() as u64 > limits.max_file_bytes {
+                let name = if text.is_some() {
+                    "content"
+                } else {
+                    "content_base64"
+                };
+                fields.problem(
+                    name,
+                    format!(
+                        "is {} bytes, more than the limit of {} bytes",
+                        b.len(),
+                        limits.max_file_bytes
+                    ),
+                );
+            }
+        }
+        let mode = mode.and_then(|m| match parse_mode(m) {
+            Some(mode) => Some(mode),
+            None => {
+                fields.problem(
+                    "mode",
+                    format!("{m:?} is not an octal mode (such as \"0644\")"),
+                );
+                None
+            }
+        });
+        let mut account = |name: &'static str, text: Option<&str>| {
+            text.and_then(|t| match Account::parse(t) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    fields.problem(name, e);
+                    None
+                }
+            })
+        };
+        let owner = account("owner", owner);
+        let group = account("group", group);
+        Some(Spec::Present(Content {
+            bytes: bytes?,
+            mode,
+            owner,
+            group,
+        }))
+    }
+
+    fn refuse_self(key: &str, _spec: &Spec, identity: &Identity) -> Option<String> {
+        let path = Path::new(key);
+        if path.starts_with(&identity.config_dir) {
+            return Some(format!(
+                "{} is the host's own configuration",
+                identity.config_dir.display()
+            ));
+        }
+        if let Some(store) = identity.state_dirs.iter().find(|d| path.starts_with(d)) {
+            return Some(format!("{} is the host's own store", store.display()));
+        }
+        for dir in &identity.unit_dirs {
+            let Ok(rest) = path.strip_prefix(dir) else {
+                continue;
+            };
+            for component in rest.components() {
+                let name = component.as_os_str().to_string_lossy();
+                if let Some(unit) = identity
+                    .unit_names
+                    .iter()
+                    .find(|u| *name == ***u || name.starts_with(&format!("{u}.")))
+                {
+                    return Some(format!(
+                        "{key} is the host's own unit {unit} (its file, a drop-in or a link to it)"
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    fn desired(declaration: &Declaration) -> &BTreeMap<String, Spec> {
+        &declaration.files
+    }
+
+    fn digest(spec: &Spec) -> String {
+        digest(spec)
+    }
+
+    fn observe(
+        env: &Env,
+        cx: &RunContext,
+        keys: &[String],
+    ) -> Result<BTreeMap<String, Observed>, String> {
+        let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
+        let mut accounts: Option<Accounts> = None;
+        let mut out = BTreeMap::new();
+        for key in keys {
+            let spec = cx.declaration.files.get(key);
+            let (owner, group) = match spec {
+                Some(Spec::Present(c)) => (c.owner.as_ref(), c.group.as_ref()),
+                _ => (None, None),
+            };
+            let mut resolve =
+                |account: Option<&Account>, user: bool| -> Result<Option<u32>, String> {
+                    let Some(account) = account else {
+                        return Ok(None);
+                    };
+                    let table = accounts.get_or_insert_with(|| Accounts::read(env.root));
+                    if user {
+                        table.uid(account)
+                    } else {
+                        table.gid(account)
+                    }
+                    .map(Some)
+                };
+            let uid = resolve(owner, true);
+            let gid = resolve(group, false);
+            let state = observe_one(&root, key, env.config.limits.max_file_bytes);
+            out.insert(key.clone(), Observed { state, uid, gid });
+        }
+        Ok(out)
+    }
+
+    fn plan(
+        _cx: &RunContext,
+        key: &str,
+        desired: Option<&Spec>,
+        observed: Option<&Observed>,
+        owned: Option<&Entry>,
+    ) -> Step<Op> {
+        let Some(observed) = observed else {
+            return Step::Fail(format!("{key} was not observed"));
+        };
+        match desired {
+            Some(Spec::Present(content)) => plan_present(key, content, observed, owned),
+            Some(Spec::Absent) => plan_absent(key, observed, owned),
+            None => plan_release(key, observed, owned),
+        }
+    }
+
+    fn apply(
+        env: &Env,
+        cx: &RunContext,
+        ledger: &mut Ledger,
+        changes: &[Change<Op>],
+    ) -> Vec<Outcome> {
+        let root = match Dir::open(env.root) {
+            Ok(root) => root,
+            Err(e) => {
+                let message = format!("root {}: {e}", env.root.display());
+                return changes
+                    .iter()
+                    .map(|_| Outcome::Failed(message.clone()))
+                    .collect();
+            }
+        };
+        let outcomes = changes
+            .iter()
+            .map(
+                |change| match apply_one(env, &root, ledger, &change.key, &change.op) {
+                    Ok(()) => Outcome::Done,
+                    Err(e) => Outcome::Failed(e),
+                },
+            )
+            .collect();
+        remove_unneeded_directories(&root, cx, ledger);
+        outcomes
+    }
+
+    fn note(cx: &mut RunContext, change: &Change<Op>, outcome: &Outcome) {
+        if *outcome == Outcome::Done && !matches!(change.op, Op::Forget) {
+            cx.changed_files.insert(change.key.clone());
+        }
+    }
+}
+
+/// The digest the ledger keeps of an applied spec.
+pub fn digest(spec: &Spec) -> String {
+    match spec {
+        Spec::Absent => codec::sha256_hex(b"absent"),
+        Spec::Present(c) => {
+            let text = format!(
+                "present\n{}\n{:?}\n{:?}\n{:?}",
+                codec::sha256_hex(&c.bytes),
+                c.mode,
+                c.owner.as_ref().map(Account::display),
+                c.group.as_ref().map(Account::display)
+            );
+            codec::sha256_hex(text.as_bytes())
+        }
+    }
+}
+
+/// Absolute, normalised, under /etc, and not /etc itself.
+pub fn check_path(key: &str) -> Result<(), String> {
+    if key.contains('\0') {
+        return Err("path contains a NUL byte".into());
+    }
+    if !key.starts_with('/') {
+        return Err("path is not absolute".into());
+    }
+    if key.len() > 4096 {
+        return Err("path is longer than 4096 bytes".into());
+    }
+    if key.len() > 1 && key.ends_with('/') {
+        return Err("path ends with '/'".into());
+    }
+    for part in key[1..].split('/') {
+        match part {
+            "" => return Err("path has an empty component ('//')".into()),
+            "." | ".." => return Err(format!("path has a {part:?} component; give it normalised")),
+            p if p.len() > 255 => return Err("path has a component longer than 255 bytes".into()),
+            _ => {}
+        }
+    }
+    if !key.starts_with("/etc/") {
+        return Err("path is not under /etc".into());
+    }
+    Ok(())
+}
+
+fn parse_mode(text: &str) -> Option<u32> {
+    let valid = (3..=4).contains(&text.len()) && text.bytes().all(|b| (b'0'..=b'7').contains(&b));
+    valid.then(|| u32::from_str_radix(text, 8).ok()).flatten()
+}
+
+fn observe_one(root: &Dir, key: &str, max: u64) -> State {
+    let parent = match fsutil::walk_to_parent(root, Path::new(key), false) {
+        Ok(Some(parent)) => parent,
+        Ok(None) => return State::Missing,
+        Err(e) => return State::Blocked(e.to_string()),
+    };
+    match parent.dir.stat(&parent.name) {
+        Ok(None) => State::Missing,
+        Ok(Some(st)) if st.file_type != FileType::Regular => State::Other(st.file_type),
+        Ok(Some(_)) => match parent.dir.read(&parent.name, max) {
+            Ok(Some((stat, bytes))) => State::Regular { stat, bytes },
+            Ok(None) => State::Missing,
+            Err(e) => State::Blocked(format!("{key}: {e}")),
+        },
+        Err(e) => State::Blocked(format!("{key}: {e}")),
+    }
+}
+
+fn plan_present(
+    key: &str,
+    content: &Content,
+    observed: &Observed,
+    owned: Option<&Entry>,
+) -> Step<Op> {
+    let (uid, gid) = match (&observed.uid, &observed.gid) {
+        (Ok(u), Ok(g)) => (*u, *g),
+        (Err(e), _) => return Step::Fail(format!("owner: {e}")),
+        (_, Err(e)) => return Step::Fail(format!("group: {e}")),
+    };
+    let after = LedgerAfter::Applied(digest(&Spec::Present(content.clone())));
+    match &observed.state {
+        State::Blocked(e) => Step::Fail(e.clone()),
+        State::Other(t) => Step::Fail(format!(
+            "{key} is {}; mesh-host does not replace it",
+            t.describe()
+        )),
+        State::Missing => {
+            let mode = content.mode.unwrap_or(DEFAULT_MODE);
+            let owner =
+                (uid.is_some() || gid.is_some()).then(|| (uid.unwrap_or(0), gid.unwrap_or(0)));
+            Step::Change(Change {
+                key: key.to_string(),
+                action: Action::Create,
+                details: vec![format!("{} bytes, mode {mode:04o}", content.bytes.len())],
+                intent: owned
+                    .is_none()
+                    .then(|| Entry::new(Origin::Created, Value::Null)),
+                backup: None,
+                after,
+                op: Op::Write {
+                    bytes: content.bytes.clone(),
+                    mode,
+                    owner,
+                },
+            })
+        }
+        State::Regular { stat, bytes } => {
+            let mut details = Vec::new();
+            let content_differs = *bytes != content.bytes;
+            if content_differs {
+                details.push(format!(
+                    "content ({} -> {} bytes)",
+                    bytes.len(),
+                    content.bytes.len()
+                ));
+            }
+            let mode = content.mode.unwrap_or(stat.mode);
+            if mode != stat.mode {
+                details.push(format!("mode {:04o} -> {mode:04o}", stat.mode));
+            }
+            let (new_uid, new_gid) = (uid.unwrap_or(stat.uid), gid.unwrap_or(stat.gid));
+            if new_uid != stat.uid {
+                details.push(format!("owner {} -> {new_uid}", stat.uid));
+            }
+            if new_gid != stat.gid {
+                details.push(format!("group {} -> {new_gid}", stat.gid));
+            }
+            let (intent, backup) = match owned {
+                Some(_) => (None, None),
+                None => (Some(adopted_entry(key, stat)), Some(bytes.clone())),
+            };
+            if details.is_empty() {
+                return match (intent, backup) {
+                    (Some(intent), backup) => Step::Adopt { intent, backup },
+                    _ => Step::InSync,
+                };
+            }
+            let owner = Some((new_uid, new_gid));
+            let op = if content_differs {
+                Op::Write {
+                    bytes: content.bytes.clone(),
+                    mode,
+                    owner,
+                }
+            } else {
+                Op::SetAttributes { mode, owner }
+            };
+            Step::Change(Change {
+                key: key.to_string(),
+                action: Action::Update,
+                details,
+                intent,
+                backup,
+                after,
+                op,
+            })
+        }
+    }
+}
+
+fn adopted_entry(key: &str, stat: &Stat) -> Entry {
+    let original = Original {
+        backup: super::backup_key(Files::NAME, key),
+        mode: stat.mode,
+        uid: stat.uid,
+        gid: stat.gid,
+    };
+    Entry::new(Origin::Adopted, json!(original))
+}
+
+fn plan_absent(key: &str, observed: &Observed, owned: Option<&Entry>) -> Step<Op> {
+    let (op, detail) = match &observed.state {
+        State::Missing if owned.is_none() => return Step::InSync,
+        State::Missing => (Op::Forget, "already absent"),
+        State::Regular { .. } | State::Other(FileType::Symlink) => (Op::Remove, "declared absent"),
+        State::Other(t) => {
+            return Step::Fail(format!(
+                "{key} is {}; mesh-host does not remove it",
+                t.describe()
+            ))
+        }
+        State::Blocked(e) => return Step::Fail(e.clone()),
+    };
+    Step::Change(Change {
+        key: key.to_string(),
+        action: Action::Remove,
+        details: vec![detail.to_string()],
+        intent: None,
+        backup: None,
+        after: LedgerAfter::Disown,
+        op,
+    })
+}
+
+fn plan_release(key: &str, observed: &Observed, owned: Option<&Entry>) -> Step<Op> {
+    let Some(entry) = owned else {
+        return Step::InSync;
+    };
+    let (action, op, detail) = match (entry.origin, &observed.state) {
+        (_, State::Blocked(e)) => return Step::Fail(e.clone()),
+        (Origin::Created, State::Missing) => (
+            Action::Remove,
+            Op::Forget,
+            "released; already gone".to_string(),
+        ),
+        (Origin::Created, State::Regular { .. } | State::Other(FileType::Symlink)) => (
+            Action::Remove,
+            Op::Remove,
+            "released; mesh-host created it".to_string(),
+        ),
+        (Origin::Created, State::Other(t)) => {
+            return Step::Fail(format!(
+                "{key} is now {}; mesh-host does not remove it",
+                t.describe()
+            ))
+        }
+        (Origin::Adopted, _) => match serde_json::from_value::<Original>(entry.original.clone()) {
+            Ok(original) => (
+                Action::Update,
+                Op::Restore(original),
+                "released; original restored".to_string(),
+            ),
+            Err(e) => {
+                return Step::Fail(format!(
+                    "the ledger's record of the original is unreadable: {e}"
+                ))
+            }
+        },
+    };
+    Step::Change(Change {
+        key: key.to_string(),
+        action,
+        details: vec![detail],
+        intent: None,
+        backup: None,
+        after: LedgerAfter::Disown,
+        op,
+    })
+}
+
+fn apply_one(env: &Env, root: &Dir, ledger: &mut Ledger, key: &str, op: &Op) -> Result<(), String> {
+    let path = Path::new(key);
+    let create = matches!(op, Op::Write { .. } | Op::Restore(_));
+    let parent = match fsutil::walk_to_parent(root, path, create) {
+        Ok(Some(parent)) => parent,
+        Ok(None) => return Ok(()), // removing: a missing parent means nothing to remove
+        Err(e) => return Err(e.to_string()),
+    };
+    ledger.directories.extend(parent.created.iter().cloned());
+    let io = |what: &str, e: std::io::Error| format!("{key}: cannot {what}: {e}");
+    match op {
+        Op::Write { bytes, mode, owner } => refuse_non_file(&parent, key).and_then(|()| {
+            parent
+                .dir
+                .write_atomic(&parent.name, bytes, *mode, *owner)
+                .map_err(|e| io("write", e))
+        }),
+        Op::SetAttributes { mode, owner } => refuse_non_file(&parent, key).and_then(|()| {
+            parent
+                .dir
+                .set_attributes(&parent.name, *mode, *owner)
+                .map_err(|e| io("set mode and owner", e))
+        }),
+        Op::Remove => parent
+            .dir
+            .remove(&parent.name)
+            .map(drop)
+            .map_err(|e| io("remove", e)),
+        Op::Restore(original) => {
+            let store = env.store.ok_or("no store to restore the original from")?;
+            let bytes = store
+                .read_backup(&original.backup)
+                .map_err(|e| e.to_string())?;
+            refuse_non_file(&parent, key)?;
+            parent
+                .dir
+                .write_atomic(
+                    &parent.name,
+                    &bytes,
+                    original.mode,
+                    Some((original.uid, original.gid)),
+                )
+                .map_err(|e| io("restore the original", e))
+        }
+        Op::Forget => Ok(()),
+    }
+}
+
+/// A directory or symlink where a file goes is an error, never overwritten.
+fn refuse_non_file(parent: &fsutil::Parent, key: &str) -> Result<(), String> {
+    match parent.dir.stat(&parent.name) {
+        Ok(Some(st)) if st.file_type != FileType::Regular => Err(format!(
+            "{key} is {}; mesh-host does not replace it",
+            st.file_type.describe()
+        )),
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("{key}: {e}")),
+    }
+}
+
+/// Removes directories the host created that are empty and hold no declared file, deepest first.
+fn remove_unneeded_directories(root: &Dir, cx: &RunContext, ledger: &mut Ledger) {
+    let mut dirs: Vec<PathBuf> = ledger.directories.iter().cloned().collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for dir in dirs {
+        let needed = cx.declaration.files.iter().any(|(path, spec)| {
+            matches!(spec, Spec::Present(_)) && Path::new(path).starts_with(&dir)
+        });
+        if needed {
+            continue;
+        }
+        let removed = match fsutil::walk_to_parent(root, &dir, false) {
+            Ok(Some(parent)) => match parent.dir.rmdir(&parent.name) {
+                Ok(_) => true,
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOTEMPTY)
+                        || e.raw_os_error() == Some(libc::EEXIST) =>
+                {
+                    false
+                }
+                Err(e) => {
+                    log::warn!("cannot remove directory {}: {e}", dir.display());
+                    false
+                }
+            },
+            Ok(None) => true,
+            Err(WalkError::NotADirectory { .. }) => true,
+            Err(e) => {
+                log::warn!("cannot remove directory {}: {e}", dir.display());
+                false
+            }
+        };
+        if removed {
+            ledger.directories.remove(&dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::declaration::tests::{check_refused, parse_with_defaults, problems};
+
+    #[test]
+    fn path_rules() {
+        for (path, message) in [
+            ("etc/x", "not absolute"),
+            ("/etc/x/", "ends with '/'"),
+            ("/etc//x", "empty component"),
+            ("/etc/./x", "\".\" component"),
+            ("/etc/../root/x", "\"..\" component"),
+            ("/root/x", "not under /etc"),
+            ("/etc", "not under /etc"),
+            ("/etc\u{0}x", "NUL"),
+        ] {
+            let json = format!(
+                r#"{{"schema": 1, "files": {{{}: {{"content": ""}}}}}}"#,
+                Value::String(path.into())
+            );
+            check_refused(&json, &[message]);
+        }
+    }
+
+    #[test]
+    fn field_rules() {
+        let cases = [
+            (
+                r#"{"content": "x", "mode": "0999"}"#,
+                r#"files["/etc/x"].mode: "0999" is not an octal mode"#,
+            ),
+            (
+                r#"{"content": "x", "mode": "644x"}"#,
+                "is not an octal mode",
+            ),
+            (
+                r#"{"content": "x", "mode": 644}"#,
+                "mode: must be a string, not a number",
+            ),
+            (r#"{"content": "x", "content_base64": "eA=="}"#, "not both"),
+            (r#"{"mode": "0644"}"#, "content: missing"),
+            (
+                r#"{"content_base64": "e!=="}"#,
+                "content_base64: is not valid base64",
+            ),
+            (
+                r#"{"content": "x", "owner": "-r"}"#,
+                "owner: \"-r\" is not a valid user or group name",
+            ),
+            (
+                r#"{"state": "absent", "content": "x"}"#,
+                "content: makes no sense for a file declared absent",
+            ),
+            (
+                r#"{"state": "gone", "content": ""}"#,
+                "state: \"gone\" is not a state",
+            ),
+            (
+                r#"{"content": "x", "contnet": "y"}"#,
+                "unknown field \"contnet\"",
+            ),
+        ];
+        for (body, message) in cases {
+            check_refused(
+                &format!(r#"{{"schema": 1, "files": {{"/etc/x": {body}}}}}"#),
+                &[message],
+            );
+        }
+    }
+
+    #[test]
+    fn content_limit() {
+        let mut config = crate::declaration::tests::test_config();
+        config.limits.max_file_bytes = 4;
+        let json = r#"{"schema": 1, "files": {"/etc/x": {"content": "12345"}}}"#;
+        let err = crate::declaration::parse(
+            json.as_bytes(),
+            &crate::declaration::Context {
+                limits: &config.limits,
+                identity: &config.identity,
+            },
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("content: is 5 bytes, more than the limit of 4 bytes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn refuses_the_hosts_own_config_directory() {
+        check_refused(
+            r#"{"schema": 1, "files": {"/etc/mesh-host/config.json": {"content": "{}"}}}"#,
+            &["refused", "/etc/mesh-host is the host's own configuration"],
+        );
+    }
+
+    #[test]
+    fn refuses_the_hosts_own_unit_file() {
+        check_refused(
+            r#"{"schema": 1, "files": {"/etc/systemd/system/mesh-host.service": {"content": ""}}}"#,
+            &["refused", "own unit mesh-host.service"],
+        );
+    }
+
+    #[test]
+    fn refuses_the_hosts_own_drop_ins_and_links() {
+        for path in [
+            "/etc/systemd/system/mesh-host.service.d/override.conf",
+            "/etc/systemd/system/multi-user.target.wants/mesh-host.service",
+            "/etc/systemd/system/agent.service",
+        ] {
+            let json = format!(r#"{{"schema": 1, "files": {{"{path}": {{"content": ""}}}}}}"#);
+            check_refused(&json, &["refused", "the host's own unit"]);
+        }
+    }
+
+    #[test]
+    fn refuses_the_hosts_own_store() {
+        // The test config puts the store at /srv/mesh-store; files must be under /etc, so use a
+        // store under /etc to show the refusal names the store.
+        let mut config = crate::declaration::tests::test_config();
+        config
+            .identity
+            .state_dirs
+            .push(PathBuf::from("/etc/mesh-store"));
+        let json = r#"{"schema": 1, "files": {"/etc/mesh-store/ledger.json": {"content": "{}"}}}"#;
+        let err = crate::declaration::parse(
+            json.as_bytes(),
+            &crate::declaration::Context {
+                limits: &config.limits,
+                identity: &config.identity,
+            },
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("/etc/mesh-store is the host's own store"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn other_units_files_are_fine() {
+        assert!(problems(r#"{"schema": 1, "files": {"/etc/systemd/system/mesh-hostile.service": {"content": ""}}}"#).is_empty());
+    }
+
+    fn observed(state: State) -> Observed {
+        Observed {
+            state,
+            uid: Ok(None),
+            gid: Ok(None),
+        }
+    }
+
+    fn regular(bytes: &[u8], mode: u32) -> State {
+        State::Regular {
+            stat: Stat {
+                file_type: FileType::Regular,
+                mode,
+                uid: 0,
+                gid: 0,
+                size: bytes.len() as u64,
+            },
+            bytes: bytes.to_vec(),
+        }
+    }
+
+    fn plan_for(json_spec: &str, state: State, owned: Option<&Entry>) -> Step<Op> {
+        let d = parse_with_defaults(&format!(
+            r#"{{"schema": 1, "files": {{"/etc/x": {json_spec}}}}}"#
+        ))
+        .unwrap();
+        let cx = RunContext {
+            declaration: &d,
+            changed_files: Default::default(),
+            failed_packages: Default::default(),
+            offline: false,
+        };
+        Files::plan(
+            &cx,
+            "/etc/x",
+            d.files.get("/etc/x"),
+            Some(&observed(state)),
+            owned,
+        )
+    }
+
+    fn summary(step: Step<Op>) -> String {
+        match step {
+            Step::InSync => "in sync".into(),
+            Step::Adopt { intent, .. } => format!("adopt {:?}", intent.origin),
+            Step::Fail(e) | Step::Skip(e) => format!("fail: {e}"),
+            Step::Change(c) => format!(
+                "{} {} intent={:?} backup={} {:?}",
+                c.action.symbol(),
+                c.details.join(", "),
+                c.intent.map(|e| e.origin),
+                c.backup.is_some(),
+                c.op
+            )
+            .split(" {")
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        }
+    }
+
+    #[test]
+    fn planner_cases() {
+        let created = Entry::new(Origin::Created, Value::Null);
+        let adopted = adopted_entry(
+            "/etc/x",
+            &Stat {
+                file_type: FileType::Regular,
+                mode: 0o600,
+                uid: 0,
+                gid: 0,
+                size: 3,
+            },
+        );
+        let cases: Vec<(&str, State, Option<&Entry>, &str)> = vec![
+            (
+                r#"{"content": "hi"}"#,
+                State::Missing,
+                None,
+                "+ 2 bytes, mode 0644 intent=Some(Created) backup=false Write",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                regular(b"hi", 0o600),
+                None,
+                "adopt Adopted",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                regular(b"hi", 0o600),
+                Some(&created),
+                "in sync",
+            ),
+            (
+                r#"{"content": "hi", "mode": "0644"}"#,
+                regular(b"hi", 0o600),
+                Some(&created),
+                "~ mode 0600 -> 0644 intent=None backup=false SetAttributes",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                regular(b"old", 0o600),
+                None,
+                "~ content (3 -> 2 bytes) intent=Some(Adopted) backup=true Write",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                State::Other(FileType::Directory),
+                None,
+                "fail: /etc/x is a directory; mesh-host does not replace it",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                State::Other(FileType::Symlink),
+                None,
+                "fail: /etc/x is a symlink; mesh-host does not replace it",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                State::Blocked("/etc is a symlink".into()),
+                None,
+                "fail: /etc is a symlink",
+            ),
+            (r#"{"state": "absent"}"#, State::Missing, None, "in sync"),
+            (
+                r#"{"state": "absent"}"#,
+                regular(b"x", 0o644),
+                None,
+                "- declared absent intent=None backup=false Remove",
+            ),
+            (
+                r#"{"state": "absent"}"#,
+                State::Missing,
+                Some(&created),
+                "- already absent intent=None backup=false Forget",
+            ),
+        ];
+        for (spec, state, owned, want) in cases {
+            assert_eq!(summary(plan_for(spec, state, owned)), want, "{spec}");
+        }
+        let d = parse_with_defaults(r#"{"schema": 1}"#).unwrap();
+        let cx = RunContext {
+            declaration: &d,
+            changed_files: Default::default(),
+            failed_packages: Default::default(),
+            offline: false,
+        };
+        let release = |state, owned| {
+            summary(Files::plan(
+                &cx,
+                "/etc/x",
+                None,
+                Some(&observed(state)),
+                owned,
+            ))
+        };
+        assert_eq!(release(regular(b"x", 0o644), None), "in sync");
+        assert_eq!(
+            release(regular(b"x", 0o644), Some(&created)),
+            "- released; mesh-host created it intent=None backup=false Remove"
+        );
+        assert_eq!(
+            release(State::Missing, Some(&created)),
+            "- released; already gone intent=None backup=false Forget"
+        );
+        assert!(release(regular(b"x", 0o644), Some(&adopted))
+            .starts_with("~ released; original restored"));
+    }
+
+    #[test]
+    fn unknown_owner_fails_that_file_only() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "files": {"/etc/x": {"content": "a", "owner": "www"}}}"#,
+        )
+        .unwrap();
+        let cx = RunContext {
+            declaration: &d,
+            changed_files: Default::default(),
+            failed_packages: Default::default(),
+            offline: false,
+        };
+        let obs = Observed {
+            state: State::Missing,
+            uid: Err("user \"www\" does not exist".into()),
+            gid: Ok(None),
+        };
+        let step = Files::plan(&cx, "/etc/x", d.files.get("/etc/x"), Some(&obs), None);
+        assert_eq!(summary(step), "fail: owner: user \"www\" does not exist");
+    }
+}

@@ -1,0 +1,286 @@
+//! The reconciler: for each kind in order, observe (one batched query) -> plan (pure) -> apply ->
+//! record. It owns the ledger's write-ahead discipline: originals are backed up and new ownership
+//! is recorded durably *before* anything is touched, and outcomes are recorded after, so the
+//! ledger never lies about what the host owns. A failing resource never stops the others.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::declaration::Declaration;
+use crate::kinds::{
+    backup_key, containers::Containers, files::Files, packages::Packages, units::Units, Action,
+    Env, Kind, LedgerAfter, Outcome, RunContext, Step,
+};
+use crate::store::{Ledger, Origin, ResourceResult, StoreError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Observe and plan only; nothing changes.
+    Plan,
+    Apply,
+}
+
+/// What a run did or (in plan mode) would do.
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub changes: Vec<Planned>,
+    pub failures: Vec<ResourceResult>,
+    pub deferred: Vec<ResourceResult>,
+    /// Resources found as declared and taken over (originals kept).
+    pub adopted: Vec<ResourceResult>,
+    pub in_sync: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Planned {
+    pub kind: String,
+    pub key: String,
+    /// `+`, `~` or `-`.
+    pub symbol: char,
+    pub action: String,
+    pub details: Vec<String>,
+}
+
+impl Planned {
+    pub fn as_result(&self) -> ResourceResult {
+        ResourceResult {
+            kind: self.kind.clone(),
+            key: self.key.clone(),
+            action: self.action.clone(),
+            detail: self.details.join(", "),
+        }
+    }
+}
+
+fn result(kind: &str, key: &str, action: &str, detail: impl Into<String>) -> ResourceResult {
+    ResourceResult {
+        kind: kind.to_string(),
+        key: key.to_string(),
+        action: action.to_string(),
+        detail: detail.into(),
+    }
+}
+
+/// Converges (or plans) every kind. Errors are the store's only: a resource's failure is reported
+/// in the `Report`, while a store that cannot record ownership must stop the run.
+pub fn run(
+    env: &Env,
+    declaration: &Declaration,
+    ledger: &mut Ledger,
+    mode: Mode,
+) -> Result<Report, StoreError> {
+    let mut cx = RunContext {
+        declaration,
+        changed_files: BTreeSet::new(),
+        failed_packages: BTreeSet::new(),
+        offline: env.offline,
+    };
+    let mut report = Report::default();
+    converge::<Packages>(env, &mut cx, ledger, mode, &mut report)?;
+    converge::<Files>(env, &mut cx, ledger, mode, &mut report)?;
+    converge::<Units>(env, &mut cx, ledger, mode, &mut report)?;
+    converge::<Containers>(env, &mut cx, ledger, mode, &mut report)?;
+    Ok(report)
+}
+
+fn converge<K: Kind>(
+    env: &Env,
+    cx: &mut RunContext,
+    ledger: &mut Ledger,
+    mode: Mode,
+    report: &mut Report,
+) -> Result<(), StoreError> {
+    let desired = K::desired(cx.declaration);
+    let keys: BTreeSet<String> = desired
+        .keys()
+        .cloned()
+        .chain(ledger.keys(K::NAME))
+        .collect();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<String> = keys.into_iter().collect();
+    let observed = match K::observe(env, cx, &keys) {
+        Ok(observed) => observed,
+        Err(e) => {
+            for key in &keys {
+                report
+                    .failures
+                    .push(result(K::NAME, key, "observe", e.clone()));
+            }
+            return Ok(());
+        }
+    };
+    let mut changes = Vec::new();
+    let mut ledger_dirty = false;
+    for key in &keys {
+        let spec = desired.get(key);
+        match K::plan(cx, key, spec, observed.get(key), ledger.get(K::NAME, key)) {
+            Step::InSync => {
+                report.in_sync += 1;
+                // Owned and as declared: make the ledger's digest say so (after a crash mid-apply,
+                // or when an equivalent spec was declared).
+                if let (Mode::Apply, Some(spec), Some(entry)) =
+                    (mode, spec, ledger.get(K::NAME, key))
+                {
+                    let digest = K::digest(spec);
+                    if entry.applied.as_deref() != Some(digest.as_str()) {
+                        ledger.set_applied(K::NAME, key, digest);
+                        ledger_dirty = true;
+                    }
+                }
+            }
+            Step::Adopt { mut intent, backup } => {
+                report
+                    .adopted
+                    .push(result(K::NAME, key, "adopt", "already as declared"));
+                if mode == Mode::Apply {
+                    if let (Some(bytes), Some(store)) = (&backup, env.store) {
+                        store.save_backup(&backup_key(K::NAME, key), bytes)?;
+                    }
+                    intent.applied = spec.map(K::digest);
+                    ledger.insert(K::NAME, key, intent);
+                    ledger_dirty = true;
+                }
+            }
+            Step::Change(change) => changes.push(change),
+            Step::Fail(e) => report.failures.push(result(K::NAME, key, "plan", e)),
+            Step::Skip(e) => report.failures.push(result(K::NAME, key, "skipped", e)),
+        }
+    }
+    let planned: Vec<Planned> = changes
+        .iter()
+        .map(|c| Planned {
+            kind: K::NAME.to_string(),
+            key: c.key.clone(),
+            symbol: c.action.symbol(),
+            action: c.action.word().to_string(),
+            details: c.details.clone(),
+        })
+        .collect();
+    if mode == Mode::Plan {
+        for change in &changes {
+            K::note(cx, change, &Outcome::Done);
+        }
+        report.changes.extend(planned);
+        return Ok(());
+    }
+    // Write-ahead: originals and new ownership are durable before anything is touched.
+    for change in &changes {
+        if let (Some(bytes), Some(store)) = (&change.backup, env.store) {
+            store.save_backup(&backup_key(K::NAME, &change.key), bytes)?;
+        }
+        if let Some(intent) = &change.intent {
+            ledger.insert(K::NAME, &change.key, intent.clone());
+            ledger_dirty = true;
+        }
+    }
+    save(env, ledger, ledger_dirty)?;
+    let outcomes = K::apply(env, cx, ledger, &changes);
+    for ((change, planned), outcome) in changes.iter().zip(planned).zip(&outcomes) {
+        K::note(cx, change, outcome);
+        match outcome {
+            Outcome::Done => {
+                match &change.after {
+                    LedgerAfter::Applied(digest) => {
+                        ledger.set_applied(K::NAME, &change.key, digest.clone())
+                    }
+                    LedgerAfter::Disown => {
+                        if let Some(entry) = ledger.remove(K::NAME, &change.key) {
+                            if entry.origin == Origin::Adopted {
+                                if let Some(store) = env.store {
+                                    store.remove_backup(&backup_key(K::NAME, &change.key))?;
+                                }
+                            }
+                        }
+                    }
+                }
+                report.changes.push(planned);
+            }
+            Outcome::Deferred(why) => report.deferred.push(result(
+                K::NAME,
+                &change.key,
+                change.action.word(),
+                why.clone(),
+            )),
+            Outcome::Failed(e) => report.failures.push(result(
+                K::NAME,
+                &change.key,
+                change.action.word(),
+                e.clone(),
+            )),
+        }
+    }
+    // The kind may have changed its own bookkeeping (directories it created) even when nothing
+    // else changed, so the ledger is written whenever there were changes.
+    save(env, ledger, !changes.is_empty())
+}
+
+fn save(env: &Env, ledger: &Ledger, dirty: bool) -> Result<(), StoreError> {
+    match (dirty, env.store) {
+        (true, Some(store)) => store.save_ledger(ledger),
+        _ => Ok(()),
+    }
+}
+
+/// One owned resource as observed now.
+#[derive(Debug, Serialize)]
+pub struct OwnedRow {
+    pub kind: String,
+    pub key: String,
+    pub origin: Origin,
+    /// `in sync`, `drifted`, `missing`, `pending release` or `error`.
+    pub state: String,
+    pub detail: String,
+}
+
+/// Observes every owned resource and compares it with the declaration in force.
+pub fn owned(env: &Env, declaration: &Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
+    let cx = RunContext {
+        declaration,
+        changed_files: BTreeSet::new(),
+        failed_packages: BTreeSet::new(),
+        offline: env.offline,
+    };
+    let mut rows = Vec::new();
+    inspect::<Packages>(env, &cx, ledger, &mut rows);
+    inspect::<Files>(env, &cx, ledger, &mut rows);
+    inspect::<Units>(env, &cx, ledger, &mut rows);
+    inspect::<Containers>(env, &cx, ledger, &mut rows);
+    rows
+}
+
+fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<OwnedRow>) {
+    let keys = ledger.keys(K::NAME);
+    if keys.is_empty() {
+        return;
+    }
+    let observed = K::observe(env, cx, &keys);
+    for key in keys {
+        let Some(entry) = ledger.get(K::NAME, &key) else {
+            continue;
+        };
+        let spec = K::desired(cx.declaration).get(&key);
+        let (state, detail) = match &observed {
+            Err(e) => ("error", e.clone()),
+            Ok(observed) => match K::plan(cx, &key, spec, observed.get(&key), Some(entry)) {
+                _ if spec.is_none() => (
+                    "pending release",
+                    "no longer declared; the next reconcile releases it".into(),
+                ),
+                Step::InSync | Step::Adopt { .. } => ("in sync", String::new()),
+                Step::Change(c) if c.action == Action::Create => ("missing", c.details.join(", ")),
+                Step::Change(c) => ("drifted", c.details.join(", ")),
+                Step::Fail(e) | Step::Skip(e) => ("error", e),
+            },
+        };
+        rows.push(OwnedRow {
+            kind: K::NAME.to_string(),
+            key,
+            origin: entry.origin,
+            state: state.to_string(),
+            detail,
+        });
+    }
+}

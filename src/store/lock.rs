@@ -1,0 +1,94 @@
+//! Serialises reconciles with `flock` on the store's lock file: the kernel drops it when the holder
+//! dies, so it can never go stale. The holder writes who it is, so a refused caller can say.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Held while it lives.
+pub struct Lock {
+    _file: File,
+}
+
+#[derive(Debug)]
+pub enum LockError {
+    /// Someone else holds it; what they wrote about themselves.
+    Held(String),
+    Io(PathBuf, io::Error),
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockError::Held(holder) => write!(f, "another reconcile holds the lock ({holder})"),
+            LockError::Io(path, e) => write!(f, "lock {}: {e}", path.display()),
+        }
+    }
+}
+
+impl Lock {
+    pub fn acquire(path: &Path, wait: bool, holder: &str) -> Result<Lock, LockError> {
+        let io_error = |e| LockError::Io(path.to_path_buf(), e);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(io_error)?;
+        let operation = if wait {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_EX | libc::LOCK_NB
+        };
+        loop {
+            if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => {
+                    let mut text = String::new();
+                    let _ = file.read_to_string(&mut text);
+                    let text = text.trim();
+                    let who = if text.is_empty() {
+                        "holder unknown".to_string()
+                    } else {
+                        text.to_string()
+                    };
+                    return Err(LockError::Held(who));
+                }
+                _ => return Err(io_error(e)),
+            }
+        }
+        file.set_len(0).map_err(io_error)?;
+        file.rewind().map_err(io_error)?;
+        file.write_all(holder.as_bytes()).map_err(io_error)?;
+        Ok(Lock { _file: file })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    #[test]
+    fn second_holder_is_refused_with_who_holds_it() {
+        let tmp = TempDir::new("lock");
+        let path = tmp.path().join("lock");
+        let held = Lock::acquire(&path, false, "pid 1 (apply) since 5").unwrap();
+        match Lock::acquire(&path, false, "pid 2") {
+            Err(LockError::Held(who)) => assert_eq!(who, "pid 1 (apply) since 5"),
+            _ => panic!("second lock must be refused"),
+        }
+        drop(held);
+        Lock::acquire(&path, false, "pid 2").unwrap();
+    }
+}
