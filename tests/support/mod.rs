@@ -1,0 +1,201 @@
+//! Test support: run the real `mesh-host` binary against a scratch directory holding a target
+//! root, a store and a config; and, for the driver tests, the sandbox of real tools that
+//! `tests/run.sh` sets up (tests/sandbox/setup.sh).
+#![allow(dead_code)] // each test binary uses part of this module
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+impl Output {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
+    }
+}
+
+/// A scratch directory: `root/` (the target), `state/` (the store), `config.json`.
+pub struct Scratch {
+    pub dir: PathBuf,
+    /// Extra config fields (JSON object members) for this host.
+    config: String,
+    /// Pass `--root root/`: files go into the scratch root and runtime operations are deferred.
+    pub offline_root: bool,
+}
+
+impl Scratch {
+    pub fn new(label: &str) -> Scratch {
+        Scratch::with_config(label, "{}")
+    }
+
+    pub fn with_config(label: &str, config: &str) -> Scratch {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "mesh-host-it-{label}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("root/etc")).expect("scratch dir");
+        std::fs::write(dir.join("config.json"), config).expect("config");
+        Scratch {
+            dir,
+            config: config.to_string(),
+            offline_root: true,
+        }
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    /// A path inside the target root: `target("/etc/x")`.
+    pub fn target(&self, path: &str) -> PathBuf {
+        self.root().join(path.trim_start_matches('/'))
+    }
+
+    /// Writes a declaration file and returns its path.
+    pub fn declaration(&self, name: &str, json: &str) -> PathBuf {
+        let path = self.dir.join(name);
+        std::fs::write(&path, json).expect("declaration");
+        path
+    }
+
+    /// Runs `mesh-host` with this scratch's store, config and (if set) root.
+    pub fn run(&self, args: &[&str]) -> Output {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
+        command
+            .arg("--state-dir")
+            .arg(self.state())
+            .arg("--config")
+            .arg(self.dir.join("config.json"));
+        if self.offline_root {
+            command.arg("--root").arg(self.root());
+        }
+        let out = command.args(args).output().expect("run mesh-host");
+        Output {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// `apply FILE` and assert the exit code.
+    pub fn apply(&self, file: &Path, want: i32) -> Output {
+        let out = self.run(&["apply", file.to_str().expect("utf-8 path")]);
+        assert_eq!(out.code, want, "{out:?}");
+        out
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Every file under `dir` with its content and mode, for "nothing changed" comparisons.
+pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).expect("metadata");
+            if meta.is_dir() {
+                stack.push(path.clone());
+                out.push((path, Vec::new(), meta.permissions().mode()));
+            } else {
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                out.push((path, bytes, meta.permissions().mode()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The sandbox of real tools, from the environment `tests/run.sh` exports. `None` (and a note)
+/// when there is none, unless `MESH_REQUIRE_SANDBOX=1`, where a missing sandbox fails the test.
+pub struct Sandbox {
+    pub pacman_conf: String,
+    pub pacman_root: PathBuf,
+    pub pacman_repo: PathBuf,
+    pub unit_dir: PathBuf,
+    pub offline_root: PathBuf,
+    pub image: String,
+}
+
+pub fn sandbox() -> Option<Sandbox> {
+    let var = |name: &str| std::env::var(name).ok();
+    match (var("MESH_SANDBOX"), var("MESH_PACMAN_CONF"), var("MESH_UNIT_DIR"), var("MESH_TEST_IMAGE")) {
+        (Some(_), Some(pacman_conf), Some(unit_dir), Some(image)) => Some(Sandbox {
+            pacman_conf,
+            pacman_root: PathBuf::from(var("MESH_PACMAN_ROOT").unwrap_or_default()),
+            pacman_repo: PathBuf::from(var("MESH_PACMAN_REPO").unwrap_or_default()),
+            unit_dir: PathBuf::from(unit_dir),
+            offline_root: PathBuf::from(var("MESH_SYSTEMD_OFFLINE_ROOT").unwrap_or_default()),
+            image,
+        }),
+        _ if var("MESH_REQUIRE_SANDBOX").as_deref() == Some("1") => {
+            panic!("MESH_REQUIRE_SANDBOX=1 but the sandbox environment is missing; run ./tests/run.sh")
+        }
+        _ => {
+            eprintln!("note: no sandbox (run ./tests/run.sh as root); this test checks nothing here");
+            None
+        }
+    }
+}
+
+impl Sandbox {
+    /// Config JSON that drives the sandbox's tools, with `extra` members appended.
+    pub fn config(&self, extra: &str) -> String {
+        let extra = if extra.is_empty() { String::new() } else { format!(", {extra}") };
+        format!(
+            r#"{{"pacman": {{"command": ["pacman", "--config", "{}"]}},
+                "systemctl": {{"command": ["systemctl", "--user"]}},
+                "podman": {{"command": ["podman"]}},
+                "unit_dir": "{}"{extra}}}"#,
+            self.pacman_conf,
+            self.unit_dir.display()
+        )
+    }
+
+    /// A scratch host driving the sandbox's tools (no `--root`: units and containers are live).
+    pub fn host(&self, label: &str, extra_config: &str) -> Scratch {
+        let mut scratch = Scratch::with_config(label, &self.config(extra_config));
+        scratch.offline_root = false;
+        scratch
+    }
+}
+
+/// Runs a command and returns stdout, panicking with its stderr on failure.
+pub fn sh(script: &str) -> String {
+    let out = Command::new("sh").arg("-c").arg(script).output().expect("sh");
+    assert!(out.status.success(), "`{script}` failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Exit status of a command (for checks such as `systemctl is-active`).
+pub fn status(script: &str) -> i32 {
+    Command::new("sh").arg("-c").arg(script).status().expect("sh").code().unwrap_or(-1)
+}
