@@ -174,18 +174,16 @@ impl Store {
             .map_err(|e| self.error(BACKUPS, format!("cannot be opened: {e}")))
     }
 
-    /// Keeps an adopted resource's original bytes; returns the name to find them by.
-    pub fn save_backup(&self, key: &str, bytes: &[u8]) -> Result<String, StoreError> {
-        let name = crate::codec::sha256_hex(key.as_bytes());
+    /// Keeps an adopted resource's original bytes under `name` (see `kinds::backup_key`).
+    pub fn save_backup(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
         self.backups()?
-            .write_atomic(OsStr::new(&name), bytes, 0o600, None)
+            .write_atomic(OsStr::new(name), bytes, 0o600, None)
             .map_err(|e| {
                 self.error(
                     &format!("{BACKUPS}/{name}"),
                     format!("cannot be written: {e}"),
                 )
-            })?;
-        Ok(name)
+            })
     }
 
     pub fn read_backup(&self, name: &str) -> Result<Vec<u8>, StoreError> {
@@ -263,9 +261,10 @@ mod tests {
     fn backups_round_trip() {
         let tmp = TempDir::new("store-backup");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
-        let name = store.save_backup("files:/etc/x", b"original").unwrap();
-        assert_eq!(store.read_backup(&name).unwrap(), b"original");
-        store.remove_backup(&name).unwrap();
+        let name = "0123abcd";
+        store.save_backup(name, b"original").unwrap();
+        assert_eq!(store.read_backup(name).unwrap(), b"original");
+        store.remove_backup(name).unwrap();
         assert!(store
             .read_backup(&name)
             .unwrap_err()

@@ -1,0 +1,399 @@
+//! The core end to end with files: the real binary against scratch roots (`--root`), no sandbox
+//! needed. Each test is one behaviour a person relies on.
+
+mod support;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+use support::{snapshot, Scratch};
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .expect("exists")
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn apply_creates_then_changes_nothing_and_says_so() {
+    let host = Scratch::new("create");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "revision": 7, "files": {
+            "/etc/app/app.conf": {"content": "port = 80\n", "mode": "0640"},
+            "/etc/blob.bin": {"content_base64": "AAEC/w=="}}}"#,
+    );
+    let out = host.apply(&file, 0);
+    assert!(out.stdout.contains("+ files /etc/app/app.conf"), "{out:?}");
+    assert_eq!(
+        std::fs::read(host.target("/etc/app/app.conf")).unwrap(),
+        b"port = 80\n"
+    );
+    assert_eq!(mode(&host.target("/etc/app/app.conf")), 0o640);
+    assert_eq!(
+        std::fs::read(host.target("/etc/blob.bin")).unwrap(),
+        [0, 1, 2, 255]
+    );
+    assert_eq!(mode(&host.target("/etc/blob.bin")), 0o644);
+
+    let again = host.apply(&file, 0);
+    assert!(again.stdout.contains("0 changed, 2 in sync"), "{again:?}");
+    let status = host.run(&["status"]);
+    assert!(
+        status.stdout.contains("revision 7, from local file"),
+        "{status:?}"
+    );
+    assert!(
+        status.stdout.contains("apply converged (0 changed"),
+        "{status:?}"
+    );
+    let owned = host.run(&["owned", "--json"]).json();
+    let states: Vec<&str> = owned["owned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["in sync", "in sync"]);
+}
+
+#[test]
+fn drift_is_seen_by_owned_and_repaired() {
+    let host = Scratch::new("drift");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/motd": {"content": "hello\n", "mode": "0644"}}}"#,
+    );
+    host.apply(&file, 0);
+    let target = host.target("/etc/motd");
+    std::fs::write(&target, "edited by hand\n").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let owned = host.run(&["owned"]);
+    assert!(
+        owned
+            .stdout
+            .contains("drifted: content (15 -> 6 bytes), mode 0600 -> 0644"),
+        "{owned:?}"
+    );
+    let out = host.run(&["reconcile"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("~ files /etc/motd"), "{out:?}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"hello\n");
+    assert_eq!(mode(&target), 0o644);
+    // chmod alone is drift too, repaired without rewriting the content.
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = host.apply(&file, 0);
+    assert!(out.stdout.contains("mode 0666 -> 0644"), "{out:?}");
+    assert_eq!(mode(&target), 0o644);
+}
+
+#[test]
+fn release_removes_created_files_and_restores_adopted_ones_byte_for_byte() {
+    let host = Scratch::new("release");
+    let adopted = host.target("/etc/hosts.allow");
+    let original: Vec<u8> = (0..=255u8).chain(b"original\n".iter().copied()).collect();
+    std::fs::write(&adopted, &original).unwrap();
+    std::fs::set_permissions(&adopted, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let declared = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {
+            "/etc/hosts.allow": {"content": "ALL: LOCAL\n", "mode": "0644"},
+            "/etc/new/deep/app.conf": {"content": "x\n"}}}"#,
+    );
+    host.apply(&declared, 0);
+    assert_eq!(std::fs::read(&adopted).unwrap(), b"ALL: LOCAL\n");
+    let owned = host.run(&["owned"]);
+    assert!(owned.stdout.contains("adopted"), "{owned:?}");
+
+    let empty = host.declaration("empty.json", r#"{"schema": 1}"#);
+    let out = host.apply(&empty, 0);
+    assert!(
+        out.stdout
+            .contains("- files /etc/new/deep/app.conf: released; mesh-host created it"),
+        "{out:?}"
+    );
+    assert!(
+        out.stdout
+            .contains("~ files /etc/hosts.allow: released; original restored"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read(&adopted).unwrap(), original);
+    assert_eq!(mode(&adopted), 0o600);
+    assert!(
+        !host.target("/etc/new").exists(),
+        "directories the host created are removed once empty"
+    );
+    assert!(
+        host.target("/etc").exists(),
+        "directories the host did not create stay"
+    );
+    assert_eq!(host.run(&["owned"]).stdout.trim(), "mesh-host owns nothing");
+    let backups = std::fs::read_dir(host.state().join("backups"))
+        .unwrap()
+        .count();
+    assert_eq!(backups, 0, "the original's backup is dropped once restored");
+}
+
+#[test]
+fn pruning_never_touches_what_the_ledger_does_not_list() {
+    let host = Scratch::new("prune");
+    std::fs::create_dir_all(host.target("/etc/app")).unwrap();
+    std::fs::write(host.target("/etc/app/mine.conf"), "hand made").unwrap();
+    let one = host.declaration(
+        "one.json",
+        r#"{"schema": 1, "files": {"/etc/app/a.conf": {"content": "a"}}}"#,
+    );
+    host.apply(&one, 0);
+    let empty = host.declaration("empty.json", r#"{"schema": 1}"#);
+    host.apply(&empty, 0);
+    assert_eq!(
+        std::fs::read(host.target("/etc/app/mine.conf")).unwrap(),
+        b"hand made"
+    );
+    assert!(!host.target("/etc/app/a.conf").exists());
+    assert!(host.target("/etc/app").is_dir());
+}
+
+#[test]
+fn absent_removes_a_file_the_host_does_not_own() {
+    let host = Scratch::new("absent");
+    std::fs::write(host.target("/etc/old.conf"), "old").unwrap();
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/old.conf": {"state": "absent"}}}"#,
+    );
+    let out = host.apply(&file, 0);
+    assert!(
+        out.stdout
+            .contains("- files /etc/old.conf: declared absent"),
+        "{out:?}"
+    );
+    assert!(!host.target("/etc/old.conf").exists());
+    let status = host.run(&["status", "--json"]).json();
+    let run = &status["runs"][0];
+    assert_eq!(run["changes"][0]["key"], "/etc/old.conf");
+    assert_eq!(run["changes"][0]["action"], "remove");
+}
+
+#[test]
+fn an_invalid_declaration_changes_nothing_at_all() {
+    let host = Scratch::new("invalid");
+    let good = host.declaration(
+        "good.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+    );
+    host.apply(&good, 0);
+    let before = (snapshot(&host.root()), snapshot(&host.state()));
+    let bad = host.declaration(
+        "bad.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "changed"}, "/etc/b": {"content": "b", "mode": "0999"},
+            "/etc/c": {"content": "c", "ownr": "root"}}}"#,
+    );
+    let out = host.apply(&bad, 2);
+    assert!(
+        out.stderr.contains("2 problems; nothing was applied"),
+        "{out:?}"
+    );
+    assert!(
+        out.stderr
+            .contains(r#"files["/etc/b"].mode: "0999" is not an octal mode"#),
+        "{out:?}"
+    );
+    assert!(
+        out.stderr
+            .contains(r#"files["/etc/c"]: unknown field "ownr""#),
+        "{out:?}"
+    );
+    assert_eq!((snapshot(&host.root()), snapshot(&host.state())), before);
+    // Not JSON at all, and over the size limit: the same.
+    let garbage = host.declaration("garbage.json", "{\"schema\": 1,");
+    assert!(host.apply(&garbage, 2).stderr.contains("not valid JSON"));
+    assert_eq!((snapshot(&host.root()), snapshot(&host.state())), before);
+}
+
+#[test]
+fn the_hosts_own_files_are_refused_and_nothing_is_applied() {
+    let host = Scratch::new("self");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/ok.conf": {"content": "fine"},
+            "/etc/mesh-host/config.json": {"content": "{}"}}}"#,
+    );
+    let out = host.apply(&file, 2);
+    assert!(
+        out.stderr
+            .contains("refused: /etc/mesh-host is the host's own configuration"),
+        "{out:?}"
+    );
+    assert!(!host.target("/etc/ok.conf").exists());
+    assert!(
+        !host.state().exists(),
+        "a refused declaration does not even create the store"
+    );
+}
+
+#[test]
+fn a_symlinked_parent_is_refused_and_never_followed() {
+    let host = Scratch::new("symlink");
+    let outside = host.dir.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, host.target("/etc/app")).unwrap();
+    std::os::unix::fs::symlink(&outside, host.target("/etc/link.conf")).unwrap();
+    std::fs::create_dir_all(host.target("/etc/dir.conf")).unwrap();
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/app/conf": {"content": "x"}, "/etc/link.conf": {"content": "x"},
+            "/etc/dir.conf": {"content": "x"}, "/etc/fine.conf": {"content": "x"}}}"#,
+    );
+    let out = host.apply(&file, 1);
+    assert!(
+        out.stdout
+            .contains("/etc/app is a symlink; mesh-host never follows symlinks"),
+        "{out:?}"
+    );
+    assert!(
+        out.stdout
+            .contains("/etc/link.conf is a symlink; mesh-host does not replace it"),
+        "{out:?}"
+    );
+    assert!(
+        out.stdout
+            .contains("/etc/dir.conf is a directory; mesh-host does not replace it"),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing written through the symlink"
+    );
+    assert!(host.target("/etc/dir.conf").is_dir());
+    assert_eq!(
+        std::fs::read(host.target("/etc/fine.conf")).unwrap(),
+        b"x",
+        "the others still converge"
+    );
+}
+
+#[test]
+fn owners_resolve_against_the_target_roots_own_accounts() {
+    let host = Scratch::new("owners");
+    std::fs::write(
+        host.target("/etc/passwd"),
+        "root:x:0:0::/root:/bin/sh\nweb:x:4321:4321::/srv:/usr/bin/nologin\n",
+    )
+    .unwrap();
+    std::fs::write(host.target("/etc/group"), "root:x:0:\nweb:x:4322:\n").unwrap();
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/web.conf": {"content": "w", "owner": "web", "group": "web"},
+            "/etc/num.conf": {"content": "n", "owner": "77", "group": "78"},
+            "/etc/bad.conf": {"content": "b", "owner": "nobody-here"}}}"#,
+    );
+    let out = host.apply(&file, 1);
+    assert!(
+        out.stdout
+            .contains(r#"owner: user "nobody-here" does not exist in the target's /etc/passwd"#),
+        "{out:?}"
+    );
+    let meta = std::fs::metadata(host.target("/etc/web.conf")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (4321, 4322));
+    let meta = std::fs::metadata(host.target("/etc/num.conf")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (77, 78));
+    assert!(!host.target("/etc/bad.conf").exists());
+}
+
+#[test]
+fn a_second_apply_while_the_lock_is_held_exits_3_at_once() {
+    use std::os::fd::AsRawFd;
+    let host = Scratch::new("lock");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+    );
+    host.apply(&file, 0);
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(host.state().join("lock"))
+        .unwrap();
+    std::fs::write(host.state().join("lock"), "pid 1 (test) since unix time 0").unwrap();
+    assert_eq!(
+        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    let out = host.apply(&file, 3);
+    assert!(
+        out.stderr
+            .contains("another reconcile holds the lock (pid 1 (test) since unix time 0)"),
+        "{out:?}"
+    );
+    drop(lock);
+    host.apply(&file, 0);
+}
+
+#[test]
+fn check_and_plan_change_nothing() {
+    let host = Scratch::new("plan");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+    );
+    let out = host.run(&["check", file.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("valid (1 resources"), "{out:?}");
+    let out = host.run(&["plan", file.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains("+ files /etc/a: 1 bytes, mode 0644"),
+        "{out:?}"
+    );
+    assert!(out.stdout.contains("1 would change"), "{out:?}");
+    assert!(!host.target("/etc/a").exists());
+    assert!(!host.state().exists());
+    let bad = host.declaration(
+        "bad.json",
+        r#"{"schema": 1, "files": {"/root/x": {"content": "a"}}}"#,
+    );
+    let out = host.run(&["check", bad.to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains(r#"files["/root/x"]: path is not under /etc"#),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn an_unreadable_store_is_reported_and_left_alone() {
+    let host = Scratch::new("corrupt");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+    );
+    host.apply(&file, 0);
+    std::fs::write(host.state().join("ledger.json"), "{ torn").unwrap();
+    let out = host.apply(&file, 4);
+    assert!(
+        out.stderr.contains("ledger.json: cannot be read"),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read(host.state().join("ledger.json")).unwrap(),
+        b"{ torn"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2_with_help_pointer() {
+    let host = Scratch::new("usage");
+    let out = host.run(&["frobnicate"]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.contains("unknown command \"frobnicate\""),
+        "{out:?}"
+    );
+    let out = host.run(&["--help"]);
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.contains("Exit codes"), "{out:?}");
+}
