@@ -15,7 +15,11 @@ pub struct Output {
 
 impl std::fmt::Debug for Output {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
     }
 }
 
@@ -117,7 +121,9 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             let meta = std::fs::symlink_metadata(&path).expect("metadata");
@@ -147,7 +153,12 @@ pub struct Sandbox {
 
 pub fn sandbox() -> Option<Sandbox> {
     let var = |name: &str| std::env::var(name).ok();
-    match (var("MESH_SANDBOX"), var("MESH_PACMAN_CONF"), var("MESH_UNIT_DIR"), var("MESH_TEST_IMAGE")) {
+    match (
+        var("MESH_SANDBOX"),
+        var("MESH_PACMAN_CONF"),
+        var("MESH_UNIT_DIR"),
+        var("MESH_TEST_IMAGE"),
+    ) {
         (Some(_), Some(pacman_conf), Some(unit_dir), Some(image)) => Some(Sandbox {
             pacman_conf,
             pacman_root: PathBuf::from(var("MESH_PACMAN_ROOT").unwrap_or_default()),
@@ -157,10 +168,14 @@ pub fn sandbox() -> Option<Sandbox> {
             image,
         }),
         _ if var("MESH_REQUIRE_SANDBOX").as_deref() == Some("1") => {
-            panic!("MESH_REQUIRE_SANDBOX=1 but the sandbox environment is missing; run ./tests/run.sh")
+            panic!(
+                "MESH_REQUIRE_SANDBOX=1 but the sandbox environment is missing; run ./tests/run.sh"
+            )
         }
         _ => {
-            eprintln!("note: no sandbox (run ./tests/run.sh as root); this test checks nothing here");
+            eprintln!(
+                "note: no sandbox (run ./tests/run.sh as root); this test checks nothing here"
+            );
             None
         }
     }
@@ -169,7 +184,11 @@ pub fn sandbox() -> Option<Sandbox> {
 impl Sandbox {
     /// Config JSON that drives the sandbox's tools, with `extra` members appended.
     pub fn config(&self, extra: &str) -> String {
-        let extra = if extra.is_empty() { String::new() } else { format!(", {extra}") };
+        let extra = if extra.is_empty() {
+            String::new()
+        } else {
+            format!(", {extra}")
+        };
         format!(
             r#"{{"pacman": {{"command": ["pacman", "--config", "{}"]}},
                 "systemctl": {{"command": ["systemctl", "--user"]}},
@@ -190,12 +209,26 @@ impl Sandbox {
 
 /// Runs a command and returns stdout, panicking with its stderr on failure.
 pub fn sh(script: &str) -> String {
-    let out = Command::new("sh").arg("-c").arg(script).output().expect("sh");
-    assert!(out.status.success(), "`{script}` failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .expect("sh");
+    assert!(
+        out.status.success(),
+        "`{script}` failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Exit status of a command (for checks such as `systemctl is-active`).
 pub fn status(script: &str) -> i32 {
-    Command::new("sh").arg("-c").arg(script).status().expect("sh").code().unwrap_or(-1)
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .status()
+        .expect("sh")
+        .code()
+        .unwrap_or(-1)
 }
