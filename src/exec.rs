@@ -1,7 +1,8 @@
 //! The one place that spawns external commands. Every call has a timeout (the tool's, from the
 //! config), runs with `LC_ALL=C` so output parses the same everywhere, captures stderr into the
 //! error, and puts the names it acts on after `--` so no value from a declaration can become an
-//! option. Each call is counted, so a run can show that a no-op costs one query per tool.
+//! option. Each call is counted, so a run can show that a no-op costs a fixed number of queries
+//! per tool, however many resources there are.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;

@@ -43,6 +43,8 @@ pub struct Spec {
 pub struct Observed {
     pub exists: bool,
     pub running: bool,
+    /// Paused by someone (`podman pause`): neither `start` nor `stop` accepts it until unpaused.
+    pub paused: bool,
     /// Created by mesh-host (it carries the owned label).
     pub ours: bool,
     pub spec_digest: Option<String>,
@@ -58,6 +60,10 @@ pub enum Op {
     },
     Start,
     Stop,
+    /// Unpause a paused container, then stop it if it should not run.
+    Unpause {
+        stop: bool,
+    },
     Remove,
     Forget,
 }
@@ -91,6 +97,13 @@ impl Kind for Containers {
         let init = fields.bool("init").unwrap_or(false);
         let running = fields.bool("running").unwrap_or(true);
         if !present {
+            for name in [
+                "image", "command", "env", "ports", "volumes", "network", "init", "running",
+            ] {
+                if fields.has(name) {
+                    fields.problem(name, "makes no sense for a container declared absent");
+                }
+            }
             return Some(Spec {
                 present,
                 image: String::new(),
@@ -235,6 +248,29 @@ impl Kind for Containers {
             })
         };
         let created = || Entry::new(Origin::Created, Value::Null);
+        if cx.offline {
+            // Podman was not asked, so nothing is known about the container: whatever the
+            // declaration wants waits for the running system, and the ledger keeps what it owns
+            // (forgetting an owned container here would leave it running and never released).
+            let needs_system = || vec!["needs the running system".to_string()];
+            return match (desired, owned) {
+                (Some(spec), _) if spec.present => change(
+                    Action::Update,
+                    needs_system(),
+                    None,
+                    LedgerAfter::Applied(digest(spec)),
+                    Op::Forget,
+                ),
+                (_, Some(_)) => change(
+                    Action::Remove,
+                    needs_system(),
+                    None,
+                    LedgerAfter::Disown,
+                    Op::Forget,
+                ),
+                (_, None) => Step::InSync,
+            };
+        }
         match desired {
             Some(spec) if spec.present => {
                 let spec_digest = digest(spec);
@@ -244,15 +280,6 @@ impl Kind for Containers {
                     start: spec.running,
                     args: create_args(key, spec, &spec_digest),
                 };
-                if cx.offline {
-                    return change(
-                        Action::Update,
-                        vec!["needs the running system".into()],
-                        None,
-                        after,
-                        Op::Forget,
-                    );
-                }
                 if !obs.exists {
                     return change(
                         Action::Create,
@@ -277,6 +304,13 @@ impl Kind for Containers {
                     );
                 }
                 let intent = owned.is_none().then(created);
+                if obs.paused {
+                    let (details, stop) = match spec.running {
+                        true => (vec!["unpause".into()], false),
+                        false => (vec!["unpause".into(), "stop".into()], true),
+                    };
+                    return change(Action::Update, details, intent, after, Op::Unpause { stop });
+                }
                 match (spec.running, obs.running) {
                     (true, false) => change(
                         Action::Update,
@@ -350,10 +384,7 @@ impl Kind for Containers {
         if env.offline {
             return changes
                 .iter()
-                .map(|c| match c.op {
-                    Op::Forget if c.action == Action::Remove => Outcome::Done,
-                    _ => Outcome::Deferred("containers need the running system".into()),
-                })
+                .map(|_| Outcome::Deferred("containers need the running system".into()))
                 .collect();
         }
         let podman = &env.config.podman;
@@ -381,7 +412,15 @@ impl Kind for Containers {
                 .map(drop)
         });
         record_errors(&mut errors, &remove, results);
-        let stop = names(|op| matches!(op, Op::Stop));
+        let unpause = names(|op| matches!(op, Op::Unpause { .. }));
+        let results = batch_then_each(&unpause, |batch| {
+            env.runner.run(podman, &["unpause"], batch).map(drop)
+        });
+        record_errors(&mut errors, &unpause, results);
+        let stop: Vec<&str> = names(|op| matches!(op, Op::Stop | Op::Unpause { stop: true }))
+            .into_iter()
+            .filter(|name| !errors.contains_key(name))
+            .collect();
         let results = batch_then_each(&stop, |batch| {
             env.runner
                 .run(podman, &["stop", "-t", "10"], batch)
@@ -441,6 +480,7 @@ fn absent() -> Observed {
     Observed {
         exists: false,
         running: false,
+        paused: false,
         ours: false,
         spec_digest: None,
     }
@@ -521,6 +561,7 @@ pub fn parse_ps(stdout: &[u8]) -> Result<BTreeMap<String, Observed>, serde_json:
         let observed = Observed {
             exists: true,
             running: entry.state == "running",
+            paused: entry.state == "paused",
             ours: labels.get(OWNED_LABEL).map(String::as_str) == Some("1"),
             spec_digest: labels.get(SPEC_LABEL).cloned(),
         };
@@ -606,12 +647,89 @@ mod tests {
             Observed {
                 exists: true,
                 running: true,
+                paused: false,
                 ours: true,
                 spec_digest: Some("abc".into())
             }
         );
         assert!(!all["other"].ours && !all["other"].running);
         assert!(parse_ps(b"garbage").is_err());
+    }
+
+    #[test]
+    fn parses_saved_podman_ps() {
+        let all = parse_ps(include_bytes!("../../tests/fixtures/podman-ps.json")).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(
+            all["mesh-fix-running"],
+            Observed {
+                exists: true,
+                running: true,
+                paused: false,
+                ours: true,
+                spec_digest: Some("abc123".into())
+            }
+        );
+        // `Labels: null`, `State: exited` (status 3): someone else's, stopped.
+        assert_eq!(
+            all["mesh-fix-exited"],
+            Observed {
+                exists: true,
+                running: false,
+                paused: false,
+                ours: false,
+                spec_digest: None
+            }
+        );
+        let empty = parse_ps(include_bytes!("../../tests/fixtures/podman-ps-empty.json")).unwrap();
+        assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn offline_defers_and_never_forgets_an_owned_container() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "containers": {"web": {"image": "img"}, "gone": {"state": "absent"}}}"#,
+        )
+        .unwrap();
+        let cx = RunContext {
+            declaration: &d,
+            changed_files: Default::default(),
+            failed_packages: Default::default(),
+            offline: true,
+        };
+        let owned = Entry::new(Origin::Created, Value::Null);
+        let plan = |key: &str, spec: Option<&Spec>, owned: Option<&Entry>| match Containers::plan(
+            &cx,
+            key,
+            spec,
+            Some(&absent()),
+            owned,
+        ) {
+            Step::InSync => "in sync".to_string(),
+            Step::Change(c) => format!(
+                "{} {} {:?} {:?}",
+                c.action.symbol(),
+                c.details.join(", "),
+                c.after,
+                c.op
+            ),
+            _ => "other".into(),
+        };
+        let web = &d.containers["web"];
+        assert_eq!(
+            plan("web", Some(web), None),
+            format!(
+                "~ needs the running system Applied({:?}) Forget",
+                digest(web)
+            )
+        );
+        for spec in [None, Some(&d.containers["gone"])] {
+            assert_eq!(
+                plan("x", spec, Some(&owned)),
+                "- needs the running system Disown Forget"
+            );
+            assert_eq!(plan("x", spec, None), "in sync");
+        }
     }
 
     #[test]
@@ -628,6 +746,7 @@ mod tests {
         let ours = |running, digest_ok: bool| Observed {
             exists: true,
             running,
+            paused: false,
             ours: true,
             spec_digest: Some(if digest_ok {
                 digest(spec)
@@ -654,9 +773,24 @@ mod tests {
             plan(Some(spec), &ours(true, false), Some(&owned)),
             "~ spec changed: recreate"
         );
+        let paused = Observed {
+            running: false,
+            paused: true,
+            ..ours(false, true)
+        };
+        assert_eq!(plan(Some(spec), &paused, Some(&owned)), "~ unpause");
+        let stopped = parse_with_defaults(
+            r#"{"schema": 1, "containers": {"web": {"image": "img", "running": false}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            plan(Some(&stopped.containers["web"]), &paused, Some(&owned)),
+            "~ unpause, stop"
+        );
         let foreign = Observed {
             exists: true,
             running: true,
+            paused: false,
             ours: false,
             spec_digest: None,
         };

@@ -156,9 +156,28 @@ pub trait Kind {
     fn note(_cx: &mut RunContext, _change: &Change<Self::Op>, _outcome: &Outcome) {}
 }
 
-/// Runs `batch` over all `names` at once; if that fails, over each name alone, so one bad name
-/// fails only its own resource. Returns one result per name, in order.
-pub fn batch_then_each<E: std::fmt::Display>(
+/// A batch's failure: does it blame the names (so each alone may succeed), or the tool itself?
+pub trait BatchFailure: std::fmt::Display {
+    fn blames_names(&self) -> bool;
+}
+
+impl BatchFailure for String {
+    fn blames_names(&self) -> bool {
+        true
+    }
+}
+
+impl BatchFailure for crate::exec::CommandError {
+    /// A tool that exited non-zero refused something; one that hung or could not start would do
+    /// the same again for each name, multiplying its timeout.
+    fn blames_names(&self) -> bool {
+        matches!(self.failure, crate::exec::Failure::Exit(..))
+    }
+}
+
+/// Runs `batch` over all `names` at once; if that fails because of the names, over each name
+/// alone, so one bad name fails only its own resource. Returns one result per name, in order.
+pub fn batch_then_each<E: BatchFailure>(
     names: &[&str],
     mut batch: impl FnMut(&[&str]) -> Result<(), E>,
 ) -> Vec<Result<(), String>> {
@@ -167,7 +186,10 @@ pub fn batch_then_each<E: std::fmt::Display>(
     }
     match batch(names) {
         Ok(()) => names.iter().map(|_| Ok(())).collect(),
-        Err(e) if names.len() == 1 => vec![Err(e.to_string())],
+        Err(e) if names.len() == 1 || !e.blames_names() => {
+            let message = e.to_string();
+            names.iter().map(|_| Err(message.clone())).collect()
+        }
         Err(_) => names
             .iter()
             .map(|name| batch(std::slice::from_ref(name)).map_err(|e| e.to_string()))

@@ -1,11 +1,13 @@
-//! pacman packages. One `pacman -Q` observes them all; missing ones install in one
+//! pacman packages. One `pacman -Qi` observes them all; missing ones install in one
 //! `pacman -S --needed` (or a full `-Syu` when the declaration asks: never a partial upgrade), and
 //! removals go in one `pacman -Rs`. Only packages the host installed are removed on release.
+//! Declared packages are kept explicitly installed, so no `-Rs` (the host's or a person's) takes
+//! one away as a dependency nobody needs any more.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::{
     batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, Outcome, RunContext,
@@ -25,16 +27,27 @@ pub struct Spec {
 
 #[derive(Debug, PartialEq)]
 pub enum Observed {
-    Installed { version: String },
+    Installed {
+        version: String,
+        /// pacman's install reason: explicitly installed, or only as a dependency.
+        explicit: bool,
+    },
     Missing,
 }
 
 #[derive(Debug, PartialEq)]
 pub enum Op {
     Install,
+    /// `pacman -D --asexplicit`: a declared package installed as a dependency.
+    MarkExplicit,
     Remove,
+    /// `pacman -D --asdeps`: an adopted package goes back to being a dependency on release.
+    MarkDependency,
     Forget,
 }
+
+/// What the ledger keeps of an adopted package that was installed as a dependency.
+const WAS_DEPENDENCY: &str = "dependency";
 
 impl Kind for Packages {
     const NAME: &'static str = "packages";
@@ -93,7 +106,7 @@ impl Kind for Packages {
             return Ok(BTreeMap::new());
         }
         let names: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let args = with_root(env, &["-Q"]);
+        let args = with_root(env, &["-Qi"])?;
         let output = env
             .runner
             .query(&env.config.pacman, &args, &names)
@@ -101,22 +114,17 @@ impl Kind for Packages {
         // Exit 1 only means "some were not found"; anything else is a real failure.
         if !matches!(output.code, Some(0) | Some(1)) {
             return Err(format!(
-                "`pacman -Q` exited with status {:?}: {}",
+                "`pacman -Qi` exited with status {:?}: {}",
                 output.code,
                 output.stderr.trim()
             ));
         }
         let stdout = output.stdout_text();
-        let installed = parse_query(&stdout);
+        let mut installed = parse_info(&stdout);
         Ok(keys
             .iter()
             .map(|k| {
-                let observed = match installed.get(k.as_str()) {
-                    Some(version) => Observed::Installed {
-                        version: version.to_string(),
-                    },
-                    None => Observed::Missing,
-                };
+                let observed = installed.remove(k.as_str()).unwrap_or(Observed::Missing);
                 (k.clone(), observed)
             })
             .collect())
@@ -133,6 +141,13 @@ impl Kind for Packages {
             return Step::Fail(format!("package {key} was not observed"));
         };
         let installed = matches!(observed, Observed::Installed { .. });
+        let dependency = matches!(
+            observed,
+            Observed::Installed {
+                explicit: false,
+                ..
+            }
+        );
         let change = |action, detail: &str, intent, after, op| {
             Step::Change(Change {
                 key: key.to_string(),
@@ -146,6 +161,16 @@ impl Kind for Packages {
         };
         let applied = LedgerAfter::Applied(digest(&Spec { present: true }));
         match (desired, installed, owned) {
+            // Else a `-Rs` of what needed it would remove it with it.
+            (Some(Spec { present: true }), true, owned) if dependency => change(
+                Action::Update,
+                "installed as a dependency; mark explicitly installed",
+                owned
+                    .is_none()
+                    .then(|| Entry::new(Origin::Adopted, json!(WAS_DEPENDENCY))),
+                applied,
+                Op::MarkExplicit,
+            ),
             (Some(Spec { present: true }), true, Some(_)) => Step::InSync,
             (Some(Spec { present: true }), true, None) => Step::Adopt {
                 intent: Entry::new(Origin::Adopted, Value::Null),
@@ -183,6 +208,13 @@ impl Kind for Packages {
                 LedgerAfter::Disown,
                 Op::Remove,
             ),
+            (None, true, Some(e)) if e.original == json!(WAS_DEPENDENCY) => change(
+                Action::Update,
+                "released; was installed as a dependency before mesh-host, marked so again",
+                None,
+                LedgerAfter::Disown,
+                Op::MarkDependency,
+            ),
             (None, true, Some(_)) => change(
                 Action::Update,
                 "released; was installed before mesh-host, left installed",
@@ -218,11 +250,18 @@ impl Kind for Packages {
         } else {
             &["-S", "--needed", "--noconfirm"]
         };
-        let install = pick(Op::Install);
-        let remove = pick(Op::Remove);
-        let transaction = |args: &[&str], names: &[&str]| -> Vec<Result<(), String>> {
-            let args = with_root(env, args);
+        // Once pacman itself fails (lock held past the wait, timeout, not startable), every later
+        // transaction of this run fails the same way without running: retrying would only wait again.
+        let mut pacman_failure: Option<String> = None;
+        let mut transaction = |args: &[&str], names: &[&str]| -> Vec<Result<(), String>> {
+            let args = match with_root(env, args) {
+                Ok(args) => args,
+                Err(e) => return names.iter().map(|_| Err(e.clone())).collect(),
+            };
             batch_then_each(names, |batch| {
+                if let Some(e) = &pacman_failure {
+                    return Err(e.clone());
+                }
                 run_waiting_for_lock(
                     env.runner,
                     &env.config.pacman,
@@ -230,21 +269,25 @@ impl Kind for Packages {
                     batch,
                     env.config.pacman_lock_wait,
                 )
+                .map_err(|e| match e {
+                    TransactionError::Packages(e) => e,
+                    TransactionError::Pacman(e) => pacman_failure.insert(e).clone(),
+                })
             })
         };
+        // Marked explicit before any removal, so the `-Rs` cannot take a declared package along.
+        let steps: [(Op, &[&str]); 4] = [
+            (Op::MarkExplicit, &["-D", "--asexplicit"]),
+            (Op::Install, install_args),
+            (Op::Remove, &["-Rs", "--noconfirm"]),
+            (Op::MarkDependency, &["-D", "--asdeps"]),
+        ];
         let mut results: BTreeMap<&str, Result<(), String>> = BTreeMap::new();
-        results.extend(
-            install
-                .iter()
-                .copied()
-                .zip(transaction(install_args, &install)),
-        );
-        results.extend(
-            remove
-                .iter()
-                .copied()
-                .zip(transaction(&["-Rs", "--noconfirm"], &remove)),
-        );
+        for (op, args) in steps {
+            let names = pick(op);
+            let outcomes = transaction(args, &names);
+            results.extend(names.into_iter().zip(outcomes));
+        }
         changes
             .iter()
             .map(|c| match results.get(c.key.as_str()) {
@@ -265,15 +308,30 @@ pub fn digest(spec: &Spec) -> String {
     crate::codec::sha256_hex(if spec.present { b"present" } else { b"absent" })
 }
 
-/// Under `--root`, pacman works on the mounted system with its own configuration.
-fn with_root<'a>(env: &'a Env, args: &[&'a str]) -> Vec<&'a str> {
+/// Under `--root`, pacman works on the mounted system with its own configuration. A root that is
+/// not UTF-8 is refused: falling back to `/` would change the running system instead.
+fn with_root<'a>(env: &'a Env, args: &[&'a str]) -> Result<Vec<&'a str>, String> {
     let mut out = Vec::with_capacity(args.len() + 2);
     if env.offline {
+        let root = env.root.to_str().ok_or_else(|| {
+            format!(
+                "root {} is not UTF-8; pacman's --sysroot cannot be given it",
+                env.root.display()
+            )
+        })?;
         out.push("--sysroot");
-        out.push(env.root.to_str().unwrap_or("/"));
+        out.push(root);
     }
     out.extend_from_slice(args);
-    out
+    Ok(out)
+}
+
+/// Why a pacman transaction failed.
+enum TransactionError {
+    /// pacman refused the packages (one not found, a dependency broken): each alone may succeed.
+    Packages(String),
+    /// pacman could not run at all (lock held past the wait, timeout, not startable).
+    Pacman(String),
 }
 
 /// Runs a transaction, waiting (bounded) while someone else holds pacman's database lock. The lock
@@ -284,7 +342,7 @@ fn run_waiting_for_lock(
     args: &[&str],
     names: &[&str],
     wait: Duration,
-) -> Result<(), String> {
+) -> Result<(), TransactionError> {
     let deadline = Instant::now() + wait;
     loop {
         match runner.run(tool, args, names) {
@@ -294,12 +352,17 @@ fn run_waiting_for_lock(
                     log::info!("pacman's database is locked ({lock}); waiting");
                     std::thread::sleep(Duration::from_millis(500));
                 }
-                Some(lock) => return Err(format!(
-                    "pacman's database lock {lock} was held by someone else for more than {} s; \
-                         it was left alone (remove it only if no package manager is running)",
-                    wait.as_secs()
-                )),
-                None => return Err(e.to_string()),
+                Some(lock) => {
+                    return Err(TransactionError::Pacman(format!(
+                        "pacman's database lock {lock} was held by someone else for more than {} \
+                         s; it was left alone (remove it only if no package manager is running)",
+                        wait.as_secs()
+                    )))
+                }
+                None if matches!(e.failure, Failure::Exit(Some(_), _)) => {
+                    return Err(TransactionError::Packages(e.to_string()))
+                }
+                None => return Err(TransactionError::Pacman(e.to_string())),
             },
         }
     }
@@ -320,13 +383,27 @@ fn locked_by(error: &CommandError) -> Option<String> {
     Some(path.to_string())
 }
 
-/// `pacman -Q` output: `name version` per line.
-pub fn parse_query(stdout: &str) -> BTreeMap<&str, &str> {
-    stdout
-        .lines()
-        .filter_map(|line| line.split_once(' '))
-        .map(|(name, version)| (name, version.trim()))
-        .collect()
+/// `pacman -Qi` output: one block of padded `Field : value` lines per installed package, blank-line
+/// separated. Blocks without a name are skipped.
+pub fn parse_info(stdout: &str) -> BTreeMap<&str, Observed> {
+    let mut packages = BTreeMap::new();
+    for block in stdout.split("\n\n") {
+        let field = |name: &str| {
+            block.lines().find_map(|line| {
+                let (key, value) = line.split_once(" : ")?;
+                (key.trim_end() == name).then(|| value.trim())
+            })
+        };
+        let Some(name) = field("Name") else { continue };
+        packages.insert(
+            name,
+            Observed::Installed {
+                version: field("Version").unwrap_or_default().to_string(),
+                explicit: field("Install Reason") == Some("Explicitly installed"),
+            },
+        );
+    }
+    packages
 }
 
 #[cfg(test)]
@@ -364,26 +441,60 @@ mod tests {
         );
     }
 
-    #[test]
-    fn parses_query_output() {
-        let out = parse_query("mesh-a 1.0-1\nmesh-b 2:1.0-3\n");
-        assert_eq!(out.get("mesh-b"), Some(&"2:1.0-3"));
-        assert_eq!(out.len(), 2);
+    fn installed(version: &str, explicit: bool) -> Observed {
+        Observed::Installed {
+            version: version.into(),
+            explicit,
+        }
     }
 
     #[test]
-    fn recognises_the_lock_error() {
+    fn parses_info_output_with_install_reasons() {
+        let out = parse_info(include_str!("../../tests/fixtures/pacman-Qi.txt"));
+        assert_eq!(
+            out.into_iter().collect::<Vec<_>>(),
+            vec![
+                ("mesh-a", installed("1.0-1", false)),
+                ("mesh-b", installed("1.0-1", true)),
+                ("mesh-e", installed("1.0-1", true)),
+            ]
+        );
+    }
+
+    #[test]
+    fn parses_info_output_when_some_are_missing() {
+        // Exit 1, the missing one named on stderr only.
+        let out = parse_info(include_str!(
+            "../../tests/fixtures/pacman-Qi-missing.stdout"
+        ));
+        assert_eq!(
+            out.into_iter().collect::<Vec<_>>(),
+            vec![("mesh-a", installed("1.0-1", false))]
+        );
+        assert!(parse_info("").is_empty());
+    }
+
+    #[test]
+    fn recognises_the_lock_error_in_real_output() {
         let e = CommandError {
             command: "pacman -S".into(),
             failure: Failure::Exit(
                 Some(1),
-                "error: failed to init transaction (unable to lock database)\nerror: could not lock database: File exists\n  if you're sure a package manager is not already running, you can remove /tmp/r/var/lib/pacman/db.lck\n".into(),
+                include_str!("../../tests/fixtures/pacman-S-dblck.stderr").into(),
             ),
         };
         assert_eq!(
             locked_by(&e).as_deref(),
-            Some("/tmp/r/var/lib/pacman/db.lck")
+            Some("/tmp/mesh-sandbox/pacman/root/var/lib/pacman/db.lck")
         );
+        let not_found = CommandError {
+            command: "pacman -S".into(),
+            failure: Failure::Exit(
+                Some(1),
+                include_str!("../../tests/fixtures/pacman-S-notfound.stderr").into(),
+            ),
+        };
+        assert_eq!(locked_by(&not_found), None);
     }
 
     #[test]
@@ -397,9 +508,9 @@ mod tests {
         };
         let created = Entry::new(Origin::Created, Value::Null);
         let adopted = Entry::new(Origin::Adopted, Value::Null);
-        let installed = Observed::Installed {
-            version: "1".into(),
-        };
+        let was_dependency = Entry::new(Origin::Adopted, json!(WAS_DEPENDENCY));
+        let dependency = installed("1", false);
+        let installed = installed("1", true);
         let present = Spec { present: true };
         let absent = Spec { present: false };
         let op = |s: Step<Op>| match s {
@@ -428,5 +539,21 @@ mod tests {
             "Forget released; was installed before mesh-host, left installed"
         );
         assert_eq!(plan(None, &installed, None), "in sync");
+        assert_eq!(
+            plan(Some(&present), &dependency, None),
+            "MarkExplicit installed as a dependency; mark explicitly installed"
+        );
+        assert_eq!(
+            plan(Some(&present), &dependency, Some(&created)),
+            "MarkExplicit installed as a dependency; mark explicitly installed"
+        );
+        assert_eq!(
+            plan(None, &installed, Some(&was_dependency)),
+            "MarkDependency released; was installed as a dependency before mesh-host, marked so again"
+        );
+        assert_eq!(
+            plan(None, &Observed::Missing, Some(&was_dependency)),
+            "Forget released; already gone"
+        );
     }
 }

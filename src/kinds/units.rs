@@ -1,8 +1,9 @@
-//! systemd units. One `systemctl show` observes them all; unit files the declaration carries are
-//! written atomically to the unit directory with one `daemon-reload` when any changed; enable,
-//! disable, start, stop, restart and reload each go in one batched call. A unit the host found
-//! enabled or running gets that state back when it is released; a unit file the host wrote is
-//! removed. Under `--root`, only enable/disable (offline) and unit files are done; the rest is deferred.
+//! systemd units. One `systemctl show` and one `is-enabled` (of the loaded ones) observe them all;
+//! unit files the declaration carries are written atomically to the unit directory with one
+//! `daemon-reload` when any changed; enable, disable, start, stop, restart and reload each go in
+//! one batched call. A unit the host found enabled or running gets that state back when it is
+//! released; a unit file the host wrote is removed. Under `--root`, only enable/disable (offline)
+//! and unit files are done; the rest is deferred.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -203,12 +204,23 @@ impl Kind for Units {
                     names.len()
                 ));
             }
-            blocks
-                .into_iter()
-                .map(|b| Observed {
+            let loaded: Vec<&str> = names
+                .iter()
+                .zip(&blocks)
+                .filter(|(_, b)| b.get("LoadState").map(String::as_str) == Some("loaded"))
+                .map(|(name, _)| *name)
+                .collect();
+            let mut enablement = query_enablement(env, &loaded);
+            names
+                .iter()
+                .zip(blocks)
+                .map(|(name, b)| Observed {
                     load: b.get("LoadState").cloned().unwrap_or_default(),
                     active: b.get("ActiveState").cloned().unwrap_or_default(),
-                    enablement: b.get("UnitFileState").cloned().unwrap_or_default(),
+                    enablement: enablement
+                        .remove(*name)
+                        .or_else(|| b.get("UnitFileState").cloned())
+                        .unwrap_or_default(),
                     file: None,
                 })
                 .collect()
@@ -387,6 +399,36 @@ pub fn digest(spec: &Spec) -> String {
         spec.reload_on
     );
     crate::codec::sha256_hex(text.as_bytes())
+}
+
+/// `is-enabled` of loaded units, by name. `show`'s `UnitFileState` is the manager's cached view
+/// and can lag an enable or disable (systemd 252 still said `enabled` after `systemctl disable`);
+/// `is-enabled` reads the unit files. It stops at the first unit without a file, so when the
+/// batch answers short each unit is asked alone; a unit whose file is gone gets `""`.
+fn query_enablement(env: &Env, names: &[&str]) -> BTreeMap<String, String> {
+    let ask = |batch: &[&str]| -> Option<Vec<String>> {
+        let output = env
+            .runner
+            .query(&env.config.systemctl, &["is-enabled"], batch)
+            .ok()?;
+        let states: Vec<String> = output.stdout_text().lines().map(str::to_string).collect();
+        (states.len() == batch.len()).then_some(states)
+    };
+    if names.is_empty() {
+        return BTreeMap::new();
+    }
+    if let Some(states) = ask(names) {
+        return names.iter().map(|n| n.to_string()).zip(states).collect();
+    }
+    names
+        .iter()
+        .map(|name| {
+            let state = ask(&[name])
+                .and_then(|states| states.into_iter().next())
+                .unwrap_or_default();
+            (name.to_string(), state)
+        })
+        .collect()
 }
 
 /// systemd's rules: a name prefix of letters, digits and `:-_.\@`, a known suffix, at most 255 bytes.
@@ -576,6 +618,10 @@ fn plan_present(
             let list: Vec<&str> = reload_touched.iter().map(|s| s.as_str()).collect();
             details.push(format!("reload ({} changed)", list.join(", ")));
         }
+    } else if spec.active == Some(true) {
+        // A mounted root runs nothing: the start is planned so that it is reported as deferred.
+        op.start = true;
+        details.push("start".into());
     }
     let (intent, backup) = match owned {
         Some(_) => (None, None),
@@ -774,6 +820,55 @@ mod tests {
         assert_eq!(blocks[0]["ActiveState"], "active");
         assert_eq!(blocks[1]["LoadState"], "not-found");
         assert_eq!(blocks[1]["UnitFileState"], "");
+    }
+
+    #[test]
+    fn parses_saved_show_output() {
+        let blocks = parse_show(include_str!("../../tests/fixtures/systemctl-show.txt"));
+        let summary: Vec<[&str; 4]> = blocks
+            .iter()
+            .map(|b| ["Id", "LoadState", "ActiveState", "UnitFileState"].map(|k| b[k].as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ["a.service", "loaded", "active", "enabled"],
+                ["b.service", "loaded", "inactive", "disabled"],
+                ["nonexistent.service", "not-found", "inactive", ""],
+            ]
+        );
+        assert_eq!(blocks[2]["FragmentPath"], "");
+        // A name without a suffix comes back mangled, exit 0: why names are checked first.
+        let mangled = parse_show(include_str!(
+            "../../tests/fixtures/systemctl-show-nosuffix.txt"
+        ));
+        assert_eq!(mangled.len(), 1);
+        assert_eq!(mangled[0]["Id"], "foo.service");
+    }
+
+    #[test]
+    fn offline_plans_start_so_that_it_is_deferred() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "units": {"a.service": {"content": "x", "enabled": true, "active": true}}}"#,
+        )
+        .unwrap();
+        let cx = RunContext {
+            declaration: &d,
+            changed_files: Default::default(),
+            failed_packages: Default::default(),
+            offline: true,
+        };
+        let Step::Change(c) = Units::plan(
+            &cx,
+            "a.service",
+            d.units.get("a.service"),
+            Some(&Observed::default()),
+            None,
+        ) else {
+            panic!("expected a change");
+        };
+        assert_eq!(c.details, ["unit file written", "enable", "start"]);
+        assert!(c.op.start && !c.op.restart);
     }
 
     fn plan(spec_json: &str, obs: Observed, owned: Option<&Entry>, changed: &[&str]) -> String {

@@ -266,7 +266,7 @@ mod tests {
         assert_eq!(store.read_backup(name).unwrap(), b"original");
         store.remove_backup(name).unwrap();
         assert!(store
-            .read_backup(&name)
+            .read_backup(name)
             .unwrap_err()
             .to_string()
             .contains("is missing"));

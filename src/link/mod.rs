@@ -1,0 +1,345 @@
+//! The link protocol as a state machine with no sockets in it: bytes and the time come in
+//! (`handle_input`, `handle_timeout`), events and bytes go out (`poll_event`, `pending_output`),
+//! and it says when it next needs the clock (`poll_timeout`). The event loop only moves bytes.
+//! Time is milliseconds on a monotonic clock the caller owns.
+
+pub mod frame;
+pub mod messages;
+
+use std::collections::VecDeque;
+use std::fmt;
+
+pub use messages::{Message, Report};
+
+/// What the link tells the host.
+#[derive(Debug, PartialEq)]
+pub enum Event {
+    /// The control plane accepted the hello.
+    Welcome,
+    Declare { revision: u64, text: String },
+    Ack { id: u64 },
+}
+
+/// Why the link must be dropped (and retried).
+#[derive(Debug, PartialEq)]
+pub enum LinkError {
+    Frame(frame::FrameError),
+    /// Bytes that are not a message, or a message out of place.
+    Protocol(String),
+    /// No bytes for three heartbeats.
+    Dead { silent_ms: u64 },
+    /// The control plane said why it closes.
+    Refused(String),
+}
+
+impl fmt::Display for LinkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LinkError::Frame(e) => write!(f, "{e}"),
+            LinkError::Protocol(e) => write!(f, "protocol error: {e}"),
+            LinkError::Dead { silent_ms } => write!(f, "no bytes from the control plane for {} s", silent_ms / 1000),
+            LinkError::Refused(e) => write!(f, "the control plane closed the link: {e}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    AwaitingWelcome,
+    Up,
+}
+
+pub struct Link {
+    state: State,
+    inbound: Vec<u8>,
+    outbound: Vec<u8>,
+    events: VecDeque<Event>,
+    heartbeat_ms: u64,
+    last_received: u64,
+    last_sent: u64,
+    max_frame: usize,
+}
+
+impl Link {
+    /// A new link that has just connected at `now`; the hello is queued.
+    pub fn new(now: u64, hello: Message, heartbeat_ms: u64, max_frame: usize) -> Link {
+        let mut link = Link {
+            state: State::AwaitingWelcome,
+            inbound: Vec::new(),
+            outbound: Vec::new(),
+            events: VecDeque::new(),
+            heartbeat_ms: heartbeat_ms.max(1),
+            last_received: now,
+            last_sent: now,
+            max_frame,
+        };
+        link.send(now, &hello);
+        link
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.state == State::Up
+    }
+
+    fn send(&mut self, now: u64, message: &Message) {
+        // Serialising our own message types cannot fail; an empty body would be a bug, not input.
+        let body = serde_json::to_vec(message).unwrap_or_default();
+        frame::encode(&body, &mut self.outbound);
+        self.last_sent = now;
+    }
+
+    /// Queues a report; sent once the link is up (the outbox keeps it until acknowledged).
+    pub fn send_report(&mut self, now: u64, report: &Report) {
+        self.send(now, &Message::Report(report.clone()));
+    }
+
+    /// Says why the host closes, as its last frame.
+    pub fn send_error(&mut self, now: u64, message: &str) {
+        self.send(
+            now,
+            &Message::Error {
+                message: message.to_string(),
+            },
+        );
+    }
+
+    /// Bytes waiting to be written.
+    pub fn pending_output(&self) -> &[u8] {
+        &self.outbound
+    }
+
+    /// `n` bytes of `pending_output` were written.
+    pub fn consume_output(&mut self, n: usize) {
+        self.outbound.drain(..n.min(self.outbound.len()));
+    }
+
+    /// Bytes read from the control plane.
+    pub fn handle_input(&mut self, now: u64, bytes: &[u8]) -> Result<(), LinkError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.last_received = now;
+        self.inbound.extend_from_slice(bytes);
+        let mut start = 0;
+        let result = loop {
+            match frame::decode(&self.inbound[start..], self.max_frame) {
+                Ok(Some((used, body))) => {
+                    let message = serde_json::from_slice::<Message>(body)
+                        .map_err(|e| LinkError::Protocol(format!("a frame that is not a message: {e}")));
+                    start += used;
+                    if let Err(e) = message.and_then(|m| self.handle_message(now, m)) {
+                        break Err(e);
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(LinkError::Frame(e)),
+            }
+        };
+        self.inbound.drain(..start);
+        if self.inbound.capacity() > 64 * 1024 && self.inbound.len() < 16 * 1024 {
+            // Give back the memory a large declaration took.
+            self.inbound.shrink_to(16 * 1024);
+        }
+        result
+    }
+
+    fn handle_message(&mut self, now: u64, message: Message) -> Result<(), LinkError> {
+        match (self.state, message) {
+            (_, Message::Error { message }) => Err(LinkError::Refused(message)),
+            (_, Message::Ping {}) => {
+                self.send(now, &Message::Pong {});
+                Ok(())
+            }
+            (_, Message::Pong {}) => Ok(()),
+            (State::AwaitingWelcome, Message::Welcome {}) => {
+                self.state = State::Up;
+                self.events.push_back(Event::Welcome);
+                Ok(())
+            }
+            (State::Up, Message::Declare { revision, declaration }) => {
+                self.events.push_back(Event::Declare {
+                    revision,
+                    text: declaration,
+                });
+                Ok(())
+            }
+            (State::Up, Message::Ack { id }) => {
+                self.events.push_back(Event::Ack { id });
+                Ok(())
+            }
+            (state, other) => Err(LinkError::Protocol(format!(
+                "unexpected {} message while {}",
+                kind(&other),
+                if state == State::Up { "up" } else { "waiting for welcome" }
+            ))),
+        }
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Sends a ping after a heartbeat of silence from us; declares the link dead after three
+    /// heartbeats without a byte from the control plane.
+    pub fn handle_timeout(&mut self, now: u64) -> Result<(), LinkError> {
+        let silent = now.saturating_sub(self.last_received);
+        if silent >= 3 * self.heartbeat_ms {
+            return Err(LinkError::Dead { silent_ms: silent });
+        }
+        if now.saturating_sub(self.last_sent) >= self.heartbeat_ms {
+            self.send(now, &Message::Ping {});
+        }
+        Ok(())
+    }
+
+    /// When `handle_timeout` next has something to do.
+    pub fn poll_timeout(&self) -> u64 {
+        (self.last_sent + self.heartbeat_ms).min(self.last_received + 3 * self.heartbeat_ms)
+    }
+}
+
+fn kind(message: &Message) -> &'static str {
+    match message {
+        Message::Hello { .. } => "hello",
+        Message::Welcome {} => "welcome",
+        Message::Declare { .. } => "declare",
+        Message::Report(_) => "report",
+        Message::Ack { .. } => "ack",
+        Message::Ping {} => "ping",
+        Message::Pong {} => "pong",
+        Message::Error { .. } => "error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEARTBEAT: u64 = 30_000;
+
+    fn hello() -> Message {
+        Message::Hello {
+            protocol: messages::PROTOCOL,
+            node: "n1".into(),
+            secret: "s".into(),
+            version: "0.1.0".into(),
+            revision: Some(3),
+            digest: None,
+        }
+    }
+
+    /// The control plane's side, as far as tests need it: frames in, messages out.
+    struct Peer {
+        inbound: Vec<u8>,
+    }
+
+    impl Peer {
+        fn new() -> Peer {
+            Peer { inbound: Vec::new() }
+        }
+        fn frame(message: &Message) -> Vec<u8> {
+            let mut out = Vec::new();
+            frame::encode(&serde_json::to_vec(message).unwrap(), &mut out);
+            out
+        }
+        /// Takes everything the link has to send and decodes it.
+        fn receive(&mut self, link: &mut Link) -> Vec<Message> {
+            self.inbound.extend_from_slice(link.pending_output());
+            let n = link.pending_output().len();
+            link.consume_output(n);
+            let mut out = Vec::new();
+            while let Some((used, body)) = frame::decode(&self.inbound, 1 << 20).unwrap() {
+                out.push(serde_json::from_slice(body).unwrap());
+                self.inbound.drain(..used);
+            }
+            out
+        }
+    }
+
+    fn up_link() -> (Link, Peer) {
+        let mut link = Link::new(0, hello(), HEARTBEAT, 1 << 20);
+        let mut peer = Peer::new();
+        assert_eq!(peer.receive(&mut link), vec![hello()]);
+        link.handle_input(10, &Peer::frame(&Message::Welcome {})).unwrap();
+        assert_eq!(link.poll_event(), Some(Event::Welcome));
+        (link, peer)
+    }
+
+    #[test]
+    fn hello_welcome_declare_ack() {
+        let (mut link, mut peer) = up_link();
+        assert!(link.is_up());
+        let declare = Peer::frame(&Message::Declare {
+            revision: 4,
+            declaration: "{\"schema\": 1}".into(),
+        });
+        // Byte by byte: incomplete frames are a normal outcome.
+        for (i, b) in declare.iter().enumerate() {
+            link.handle_input(20 + i as u64, &[*b]).unwrap();
+        }
+        assert_eq!(
+            link.poll_event(),
+            Some(Event::Declare {
+                revision: 4,
+                text: "{\"schema\": 1}".into()
+            })
+        );
+        let report = Report {
+            id: 1,
+            revision: Some(4),
+            digest: None,
+            trigger: vec!["declaration".into()],
+            outcome: "converged".into(),
+            started: 1,
+            ended: 2,
+            changes: vec![],
+            failures: vec![],
+            deferred: vec![],
+            drift: vec![],
+            message: String::new(),
+        };
+        link.send_report(100, &report);
+        assert_eq!(peer.receive(&mut link), vec![Message::Report(report)]);
+        link.handle_input(200, &Peer::frame(&Message::Ack { id: 1 })).unwrap();
+        assert_eq!(link.poll_event(), Some(Event::Ack { id: 1 }));
+    }
+
+    #[test]
+    fn pings_when_idle_and_dies_after_three_silent_heartbeats() {
+        let (mut link, mut peer) = up_link();
+        assert_eq!(link.poll_timeout(), HEARTBEAT);
+        link.handle_timeout(HEARTBEAT).unwrap();
+        assert_eq!(peer.receive(&mut link), vec![Message::Ping {}]);
+        link.handle_input(HEARTBEAT + 5, &Peer::frame(&Message::Ping {})).unwrap();
+        assert_eq!(peer.receive(&mut link), vec![Message::Pong {}], "a ping is answered");
+        let silent_until = HEARTBEAT + 5 + 3 * HEARTBEAT;
+        assert!(link.poll_timeout() <= silent_until);
+        link.handle_timeout(silent_until - 1).unwrap();
+        assert_eq!(
+            link.handle_timeout(silent_until),
+            Err(LinkError::Dead { silent_ms: 3 * HEARTBEAT })
+        );
+    }
+
+    #[test]
+    fn hostile_input_drops_the_link() {
+        let (mut link, _) = up_link();
+        assert!(matches!(link.handle_input(1, b"\x00\x00\x00\x03abc"), Err(LinkError::Protocol(_))));
+        let (mut link, _) = up_link();
+        assert!(matches!(link.handle_input(1, &[0xff, 0xff, 0xff, 0xff]), Err(LinkError::Frame(_))));
+        let mut fresh = Link::new(0, hello(), HEARTBEAT, 1 << 20);
+        let early = Peer::frame(&Message::Declare { revision: 1, declaration: String::new() });
+        assert!(matches!(fresh.handle_input(1, &early), Err(LinkError::Protocol(e)) if e.contains("waiting for welcome")));
+        let (mut link, _) = up_link();
+        let refused = Peer::frame(&Message::Error { message: "bad secret".into() });
+        assert_eq!(link.handle_input(1, &refused), Err(LinkError::Refused("bad secret".into())));
+    }
+
+    #[test]
+    fn a_half_frame_then_silence_is_dead_after_three_heartbeats() {
+        let (mut link, _) = up_link();
+        link.handle_input(100, &[0, 0, 0, 50, b'{']).unwrap();
+        assert!(link.poll_event().is_none());
+        assert!(matches!(link.handle_timeout(100 + 3 * HEARTBEAT), Err(LinkError::Dead { .. })));
+    }
+}

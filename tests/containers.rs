@@ -1,0 +1,355 @@
+//! The podman containers driver against real rootful podman in the sandbox (tests/sandbox): create
+//! and start with ownership labels, drift repair, recreate on a changed spec, release that never
+//! touches containers the host did not create, explicit removal, stopped containers, rescue mode.
+
+mod support;
+
+use std::process::Command;
+
+use support::{sandbox, Sandbox, Scratch};
+
+/// A container name unique to this test process and test.
+fn unique(test: &str) -> String {
+    format!("mesh-it-ct-{test}-{}", std::process::id())
+}
+
+/// Removes the named containers when the test ends, passed or not.
+struct Cleanup(Vec<String>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let mut command = Command::new("podman");
+        command.args(["rm", "-f", "-i", "-t", "0"]).args(&self.0);
+        let _ = command.output();
+    }
+}
+
+/// Runs podman and returns (exit code, stdout).
+fn podman(args: &[&str]) -> (i32, String) {
+    let out = Command::new("podman")
+        .args(args)
+        .output()
+        .expect("run podman");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    )
+}
+
+/// One field of `podman inspect` (a Go template), or `None` when there is no such container.
+fn inspect(name: &str, template: &str) -> Option<String> {
+    match podman(&["container", "inspect", "--format", template, name]) {
+        (0, value) => Some(value),
+        _ => None,
+    }
+}
+
+fn state(name: &str) -> Option<String> {
+    inspect(name, "{{.State.Status}}")
+}
+
+fn label(name: &str, label: &str) -> Option<String> {
+    inspect(name, &format!("{{{{index .Config.Labels \"{label}\"}}}}"))
+}
+
+fn id(name: &str) -> String {
+    inspect(name, "{{.Id}}").unwrap_or_else(|| panic!("container {name} does not exist"))
+}
+
+/// A container spec of the sandbox image: `sleep 1000` under an init process (stops fast).
+fn spec(sb: &Sandbox, extra: &str) -> String {
+    let extra = if extra.is_empty() {
+        String::new()
+    } else {
+        format!(", {extra}")
+    };
+    format!(
+        r#"{{"image": "{}", "command": ["sleep", "1000"], "init": true{extra}}}"#,
+        sb.image
+    )
+}
+
+/// A declaration holding only these containers (name, spec JSON).
+fn declaration(containers: &[(&str, String)]) -> String {
+    let members: Vec<String> = containers
+        .iter()
+        .map(|(name, spec)| format!("\"{name}\": {spec}"))
+        .collect();
+    format!(
+        r#"{{"schema": 1, "containers": {{{}}}}}"#,
+        members.join(", ")
+    )
+}
+
+fn apply(host: &Scratch, json: &str, want: i32) -> support::Output {
+    let file = host.declaration("declaration.json", json);
+    host.apply(&file, want)
+}
+
+fn assert_no_op(host: &Scratch, json: &str) {
+    let out = apply(host, json, 0);
+    assert!(out.stdout.contains("0 changed"), "{out:?}");
+}
+
+/// Creates a container by hand, as someone other than mesh-host would.
+fn create_by_hand(sb: &Sandbox, name: &str) {
+    let (code, _) = podman(&[
+        "run", "-d", "--init", "--name", name, &sb.image, "sleep", "1000",
+    ]);
+    assert_eq!(code, 0, "podman run {name}");
+}
+
+#[test]
+fn creates_starts_and_labels_then_second_apply_is_a_no_op() {
+    let Some(sb) = sandbox() else { return };
+    let name = unique("create");
+    let _cleanup = Cleanup(vec![name.clone()]);
+    let host = sb.host("ct-create", "");
+    let json = declaration(&[(&name, spec(&sb, ""))]);
+
+    let out = apply(&host, &json, 0);
+    assert!(
+        out.stdout.contains(&format!("+ containers {name}")),
+        "{out:?}"
+    );
+    assert_eq!(state(&name).as_deref(), Some("running"));
+    assert_eq!(label(&name, "mesh-host.owned").as_deref(), Some("1"));
+    let digest = label(&name, "mesh-host.spec").expect("spec label");
+    assert_eq!(digest.len(), 32, "{digest:?}");
+    let ledger = std::fs::read_to_string(host.state().join("ledger.json")).expect("ledger");
+    assert!(
+        ledger.contains(&digest),
+        "the ledger records the applied digest {digest}: {ledger}"
+    );
+
+    let before = id(&name);
+    assert_no_op(&host, &json);
+    assert_eq!(id(&name), before, "a no-op keeps the container");
+}
+
+#[test]
+fn drift_is_repaired_removed_recreated_stopped_started() {
+    let Some(sb) = sandbox() else { return };
+    let name = unique("drift");
+    let _cleanup = Cleanup(vec![name.clone()]);
+    let host = sb.host("ct-drift", "");
+    let json = declaration(&[(&name, spec(&sb, ""))]);
+    apply(&host, &json, 0);
+
+    assert_eq!(podman(&["rm", "-f", "-t", "0", &name]).0, 0);
+    let out = apply(&host, &json, 0);
+    assert!(
+        out.stdout.contains(&format!("+ containers {name}: create")),
+        "{out:?}"
+    );
+    assert_eq!(state(&name).as_deref(), Some("running"));
+
+    assert_eq!(podman(&["stop", "-t", "5", &name]).0, 0);
+    assert_eq!(state(&name).as_deref(), Some("exited"));
+    let before = id(&name);
+    let out = apply(&host, &json, 0);
+    assert!(
+        out.stdout.contains(&format!("~ containers {name}: start")),
+        "{out:?}"
+    );
+    assert_eq!(state(&name).as_deref(), Some("running"));
+    assert_eq!(id(&name), before, "starting keeps the container");
+    assert_no_op(&host, &json);
+
+    // Regression: a paused container was planned `start`, which podman refuses, on every run.
+    assert_eq!(podman(&["pause", &name]).0, 0);
+    let out = apply(&host, &json, 0);
+    assert!(
+        out.stdout
+            .contains(&format!("~ containers {name}: unpause")),
+        "{out:?}"
+    );
+    assert_eq!(state(&name).as_deref(), Some("running"));
+    assert_eq!(id(&name), before);
+    assert_no_op(&host, &json);
+}
+
+#[test]
+fn changed_spec_recreates_with_the_new_spec_label() {
+    let Some(sb) = sandbox() else { return };
+    let name = unique("respec");
+    let _cleanup = Cleanup(vec![name.clone()]);
+    let host = sb.host("ct-respec", "");
+    apply(&host, &declaration(&[(&name, spec(&sb, ""))]), 0);
+    let (old_id, old_digest) = (id(&name), label(&name, "mesh-host.spec"));
+
+    let changed = declaration(&[(&name, spec(&sb, r#""env": {"MESH_GREETING": "hello"}"#))]);
+    let out = apply(&host, &changed, 0);
+    assert!(
+        out.stdout
+            .contains(&format!("~ containers {name}: spec changed: recreate")),
+        "{out:?}"
+    );
+    assert_ne!(id(&name), old_id, "a changed spec makes a new container");
+    let new_digest = label(&name, "mesh-host.spec");
+    assert!(new_digest.is_some() && new_digest != old_digest);
+    assert_eq!(state(&name).as_deref(), Some("running"));
+    let env = inspect(&name, "{{.Config.Env}}").unwrap_or_default();
+    assert!(env.contains("MESH_GREETING=hello"), "{env}");
+    assert_no_op(&host, &changed);
+}
+
+#[test]
+fn release_removes_only_what_the_host_created() {
+    let Some(sb) = sandbox() else { return };
+    let ours = unique("release-ours");
+    let bystander = unique("release-bystander");
+    let squatter = unique("release-squatter");
+    let _cleanup = Cleanup(vec![ours.clone(), bystander.clone(), squatter.clone()]);
+    let host = sb.host("ct-release", "");
+    create_by_hand(&sb, &bystander);
+    create_by_hand(&sb, &squatter);
+    let (bystander_id, squatter_id) = (id(&bystander), id(&squatter));
+
+    // A declared name held by a container someone else made: refused, left alone; the rest go on.
+    let out = apply(
+        &host,
+        &declaration(&[(&ours, spec(&sb, "")), (&squatter, spec(&sb, ""))]),
+        1,
+    );
+    assert!(
+        out.stdout.contains(&format!(
+            "! containers {squatter}: plan failed: a container named {squatter} exists and was not created by mesh-host"
+        )),
+        "{out:?}"
+    );
+    assert_eq!(id(&squatter), squatter_id);
+    assert_eq!(state(&squatter).as_deref(), Some("running"));
+    assert_eq!(label(&squatter, "mesh-host.owned").as_deref(), Some(""));
+    assert_eq!(state(&ours).as_deref(), Some("running"));
+
+    // Dropped from the declaration: ours is stopped and removed; the others are untouched.
+    let out = apply(&host, &declaration(&[]), 0);
+    assert!(
+        out.stdout
+            .contains(&format!("- containers {ours}: released")),
+        "{out:?}"
+    );
+    assert_eq!(state(&ours), None, "released container is removed");
+    for (name, before) in [(&bystander, bystander_id), (&squatter, squatter_id)] {
+        assert_eq!(id(name), before, "{name} is not the host's");
+        assert_eq!(state(name).as_deref(), Some("running"));
+    }
+    assert_no_op(&host, &declaration(&[]));
+}
+
+#[test]
+fn state_absent_removes_the_container() {
+    let Some(sb) = sandbox() else { return };
+    let name = unique("absent");
+    let _cleanup = Cleanup(vec![name.clone()]);
+    let host = sb.host("ct-absent", "");
+    apply(&host, &declaration(&[(&name, spec(&sb, ""))]), 0);
+    assert_eq!(state(&name).as_deref(), Some("running"));
+
+    let absent = declaration(&[(&name, r#"{"state": "absent"}"#.to_string())]);
+    let out = apply(&host, &absent, 0);
+    assert!(
+        out.stdout
+            .contains(&format!("- containers {name}: declared absent")),
+        "{out:?}"
+    );
+    assert_eq!(state(&name), None);
+    assert_no_op(&host, &absent);
+}
+
+#[test]
+fn not_running_is_created_but_stopped() {
+    let Some(sb) = sandbox() else { return };
+    let name = unique("stopped");
+    let _cleanup = Cleanup(vec![name.clone()]);
+    let host = sb.host("ct-stopped", "");
+    let stopped = declaration(&[(&name, spec(&sb, r#""running": false"#))]);
+    apply(&host, &stopped, 0);
+    assert_eq!(state(&name).as_deref(), Some("created"));
+    assert_eq!(label(&name, "mesh-host.owned").as_deref(), Some("1"));
+    assert_no_op(&host, &stopped);
+
+    // Started by hand: stopped again, the same container.
+    assert_eq!(podman(&["start", &name]).0, 0);
+    let before = id(&name);
+    let out = apply(&host, &stopped, 0);
+    assert!(
+        out.stdout.contains(&format!("~ containers {name}: stop")),
+        "{out:?}"
+    );
+    assert_eq!(state(&name).as_deref(), Some("exited"));
+    assert_eq!(id(&name), before);
+    assert_no_op(&host, &stopped);
+
+    // Started and paused by hand: podman stops only an unpaused container.
+    assert_eq!(podman(&["start", &name]).0, 0);
+    assert_eq!(podman(&["pause", &name]).0, 0);
+    let out = apply(&host, &stopped, 0);
+    assert!(
+        out.stdout
+            .contains(&format!("~ containers {name}: unpause, stop")),
+        "{out:?}"
+    );
+    assert_eq!(state(&name).as_deref(), Some("exited"));
+    assert_no_op(&host, &stopped);
+
+    // Declared running again: started without being recreated.
+    apply(&host, &declaration(&[(&name, spec(&sb, ""))]), 0);
+    assert_eq!(state(&name).as_deref(), Some("running"));
+    assert_eq!(id(&name), before);
+}
+
+#[test]
+fn rescue_mode_defers_containers_and_leaves_podman_alone() {
+    let Some(sb) = sandbox() else { return };
+    let name = unique("rescue");
+    let _cleanup = Cleanup(vec![name.clone()]);
+    let mut host = sb.host("ct-rescue", "");
+    host.offline_root = true;
+    let out = host.run(&[
+        "apply",
+        "--trace-commands",
+        host.declaration("d.json", &declaration(&[(&name, spec(&sb, ""))]))
+            .to_str()
+            .expect("utf-8 path"),
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout
+            .contains(&format!("> containers {name}: deferred")),
+        "{out:?}"
+    );
+    assert!(!out.stderr.contains("command: podman"), "{out:?}");
+    assert_eq!(state(&name), None, "podman untouched");
+}
+
+/// Regression: a rescue apply that dropped an owned container reported it "released; already gone"
+/// and forgot it (podman was never asked), so it kept running and no later apply removed it.
+#[test]
+fn rescue_mode_release_is_deferred_not_forgotten() {
+    let Some(sb) = sandbox() else { return };
+    let name = unique("rescue-release");
+    let _cleanup = Cleanup(vec![name.clone()]);
+    let mut host = sb.host("ct-rescue-release", "");
+    apply(&host, &declaration(&[(&name, spec(&sb, ""))]), 0);
+    let before = id(&name);
+
+    host.offline_root = true;
+    let out = apply(&host, &declaration(&[]), 0);
+    assert!(
+        out.stdout
+            .contains(&format!("> containers {name}: deferred")),
+        "{out:?}"
+    );
+    assert_eq!(id(&name), before, "podman untouched");
+
+    host.offline_root = false;
+    let out = apply(&host, &declaration(&[]), 0);
+    assert!(
+        out.stdout
+            .contains(&format!("- containers {name}: released")),
+        "{out:?}"
+    );
+    assert_eq!(state(&name), None);
+}

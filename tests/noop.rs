@@ -1,0 +1,115 @@
+//! A no-op reconcile costs one batched query per tool, however many resources are declared: the
+//! command count of a second apply is the same for a few resources of every kind as for many.
+
+mod support;
+
+use serde_json::{json, Map, Value};
+
+use support::{sandbox, Sandbox, Scratch};
+
+/// The sandbox repo's packages; the package part of a declaration never exceeds them.
+const PACKAGES: [&str; 5] = ["mesh-a", "mesh-b", "mesh-c", "mesh-d", "mesh-e"];
+
+/// `per_kind` resources of each kind (packages capped at the repo's five): files in a directory
+/// of the real /etc unique to this test process, units with content, containers.
+fn declaration(sb: &Sandbox, per_kind: usize) -> Value {
+    let pid = std::process::id();
+    let mut packages = Map::new();
+    for name in PACKAGES.iter().take(per_kind) {
+        packages.insert(name.to_string(), json!({}));
+    }
+    let (mut files, mut units, mut containers) = (Map::new(), Map::new(), Map::new());
+    for i in 0..per_kind {
+        files.insert(
+            format!("/etc/mesh-it-{pid}/f{i}.conf"),
+            json!({"content": format!("setting = {i}\n")}),
+        );
+        units.insert(
+            format!("mesh-it-noop-{pid}-{i}.service"),
+            json!({
+                "content": format!("[Service]\nExecStart=/bin/sleep infinity\n# {i}\n"),
+                "active": true
+            }),
+        );
+        containers.insert(
+            format!("mesh-it-noop-{pid}-{i}"),
+            json!({"image": sb.image, "command": ["sleep", "1000"], "init": true}),
+        );
+    }
+    json!({
+        "schema": 1,
+        "packages": packages,
+        "files": files,
+        "units": units,
+        "containers": containers,
+    })
+}
+
+fn apply_json(host: &Scratch, declaration: &Value) -> (i32, Value) {
+    let file = host.declaration("declaration.json", &declaration.to_string());
+    let out = host.run(&[
+        "apply",
+        "--json",
+        "--trace-commands",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    (out.code, out.json())
+}
+
+/// Applies `per_kind` resources of each kind, then returns the second (no-op) apply's commands.
+fn no_op_commands(sb: &Sandbox, host: &Scratch, per_kind: usize) -> Vec<String> {
+    let declaration = declaration(sb, per_kind);
+    let (code, first) = apply_json(host, &declaration);
+    assert_eq!(code, 0, "first apply of {per_kind} per kind: {first:#}");
+    let (code, second) = apply_json(host, &declaration);
+    assert_eq!(code, 0, "no-op apply: {second:#}");
+    for list in ["changes", "failures", "deferred", "adopted"] {
+        assert_eq!(second[list], json!([]), "{list} of a no-op: {second:#}");
+    }
+    let resources = ["packages", "files", "units", "containers"]
+        .iter()
+        .map(|kind| declaration[kind].as_object().map_or(0, Map::len))
+        .sum::<usize>();
+    assert_eq!(second["in_sync"], json!(resources), "{second:#}");
+    let commands: Vec<String> = second["commands"]
+        .as_array()
+        .expect("commands")
+        .iter()
+        .map(|c| c.as_str().expect("command line").to_string())
+        .collect();
+    assert_eq!(second["command_count"], json!(commands.len()));
+    println!(
+        "{per_kind} per kind ({resources} resources): no-op ran {} commands: {commands:?}",
+        commands.len()
+    );
+    commands
+}
+
+#[test]
+fn no_op_command_count_does_not_grow_with_resources() {
+    let Some(sb) = sandbox() else { return };
+    let host = sb.host("noop", "");
+    let few = no_op_commands(&sb, &host, 2);
+    let many = no_op_commands(&sb, &host, 20);
+
+    // Release everything (packages, /etc files, units, containers) before judging.
+    let (code, released) = apply_json(&host, &json!({"schema": 1}));
+    let dir = format!("/etc/mesh-it-{}", std::process::id());
+    let left = std::path::Path::new(&dir).exists();
+
+    assert_eq!(few.len(), many.len(), "few: {few:?}\nmany: {many:?}");
+    for tool in ["pacman", "systemctl", "podman"] {
+        let calls = |commands: &[String]| {
+            commands
+                .iter()
+                .filter(|c| c.split_whitespace().next() == Some(tool))
+                .count()
+        };
+        println!("{tool}: {} then {} calls", calls(&few), calls(&many));
+        assert!(calls(&many) >= 1, "{tool} observed nothing: {many:?}");
+        assert_eq!(calls(&few), calls(&many), "{tool}: {few:?}\n{many:?}");
+    }
+    assert_eq!(code, 0, "release: {released:#}");
+    assert_eq!(released["failures"], json!([]), "{released:#}");
+    assert!(!left, "{dir} is left behind after releasing its files");
+}

@@ -1,0 +1,493 @@
+//! The pacman packages driver against the real pacman of the sandbox. Each test has a pacman root,
+//! database and conf of its own (syncing from the sandbox repo, or from a private copy of it), so
+//! the tests run in parallel without meeting on one `db.lck`, and none sees another's packages.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{sandbox, sh, status, Sandbox, Scratch};
+
+/// A pacman root with its own database and conf, removed when dropped.
+struct PacmanRoot {
+    dir: PathBuf,
+    conf: PathBuf,
+}
+
+impl PacmanRoot {
+    /// A fresh, synced root whose repo is `repo`.
+    fn new(label: &str, repo: &Path) -> PacmanRoot {
+        let sandbox_dir = std::env::var("MESH_SANDBOX").expect("MESH_SANDBOX");
+        let dir = PathBuf::from(sandbox_dir)
+            .join("tmp")
+            .join(format!("packages-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = dir.join("root");
+        for sub in [
+            "var/lib/pacman",
+            "var/cache/pacman/pkg",
+            "var/log",
+            "etc/pacman.d/hooks",
+        ] {
+            std::fs::create_dir_all(root.join(sub)).expect("pacman root");
+        }
+        let conf = dir.join("pacman.conf");
+        let r = root.display();
+        std::fs::write(
+            &conf,
+            format!(
+                "[options]\nRootDir = {r}\nDBPath = {r}/var/lib/pacman/\n\
+                 CacheDir = {r}/var/cache/pacman/pkg/\nLogFile = {r}/var/log/pacman.log\n\
+                 HookDir = {r}/etc/pacman.d/hooks/\nArchitecture = x86_64\nSigLevel = Never\n\n\
+                 [meshtest]\nServer = file://{}\n",
+                repo.display()
+            ),
+        )
+        .expect("pacman.conf");
+        let pacman = PacmanRoot { dir, conf };
+        pacman.pacman("-Sy --noconfirm");
+        pacman
+    }
+
+    /// `pacman --config CONF ARGS`, which must succeed.
+    fn pacman(&self, args: &str) -> String {
+        sh(&format!(
+            "LC_ALL=C pacman --config {} {args}",
+            self.conf.display()
+        ))
+    }
+
+    /// The installed version of `name`, if it is installed.
+    fn version(&self, name: &str) -> Option<String> {
+        let out = Command::new("pacman")
+            .args([
+                "--config",
+                self.conf.to_str().expect("utf-8"),
+                "-Q",
+                "--",
+                name,
+            ])
+            .env("LC_ALL", "C")
+            .output()
+            .expect("pacman -Q");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        out.status.success().then(|| {
+            stdout
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or_default()
+                .to_string()
+        })
+    }
+
+    /// pacman's install reason for an installed `name`.
+    fn reason(&self, name: &str) -> String {
+        let info = self.pacman(&format!("-Qi -- {name}"));
+        info.lines()
+            .find_map(|line| line.strip_prefix("Install Reason  : "))
+            .expect("Install Reason")
+            .to_string()
+    }
+
+    fn lock_file(&self) -> PathBuf {
+        self.dir.join("root/var/lib/pacman/db.lck")
+    }
+
+    /// A host whose pacman is this root (the sandbox's systemctl and unit dir for the rest).
+    fn host(&self, sandbox: &Sandbox, label: &str, extra_config: &str) -> Scratch {
+        Sandbox {
+            pacman_conf: self.conf.display().to_string(),
+            pacman_root: self.dir.join("root"),
+            pacman_repo: sandbox.pacman_repo.clone(),
+            unit_dir: sandbox.unit_dir.clone(),
+            offline_root: sandbox.offline_root.clone(),
+            image: sandbox.image.clone(),
+        }
+        .host(label, extra_config)
+    }
+}
+
+impl Drop for PacmanRoot {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// `apply --json --trace-commands` of `json`, asserting the exit code.
+fn apply(host: &Scratch, json: &str, want: i32) -> Value {
+    let file = host.declaration("declaration.json", json);
+    let out = host.run(&[
+        "--json",
+        "--trace-commands",
+        "apply",
+        file.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.code, want, "{out:?}");
+    out.json()
+}
+
+/// The command lines of a `--trace-commands` report.
+fn commands(report: &Value) -> Vec<String> {
+    report["commands"]
+        .as_array()
+        .expect("commands")
+        .iter()
+        .map(|c| c.as_str().expect("string").to_string())
+        .collect()
+}
+
+/// The `failures` entry for `key`, as its detail.
+fn failure(report: &Value, key: &str) -> String {
+    report["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .find(|f| f["key"] == key)
+        .unwrap_or_else(|| panic!("no failure for {key}: {report:#}"))["detail"]
+        .as_str()
+        .expect("detail")
+        .to_string()
+}
+
+/// `owned --json`: package name -> (origin, state).
+fn owned(host: &Scratch) -> Vec<(String, String, String)> {
+    let out = host.run(&["--json", "owned"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    out.json()["owned"]
+        .as_array()
+        .expect("owned")
+        .iter()
+        .filter(|row| row["kind"] == "packages")
+        .map(|row| {
+            let field = |name: &str| row[name].as_str().expect("string").to_string();
+            (field("key"), field("origin"), field("state"))
+        })
+        .collect()
+}
+
+fn row(key: &str, origin: &str, state: &str) -> (String, String, String) {
+    (key.into(), origin.into(), state.into())
+}
+
+#[test]
+fn install_pulls_dependencies_and_a_second_apply_changes_nothing() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("install", &sb.pacman_repo);
+    let host = pacman.host(&sb, "pkg-install", "");
+    let declaration = r#"{"schema": 1, "packages": {"mesh-b": {}}}"#;
+
+    let first = apply(&host, declaration, 0);
+    assert_eq!(first["changes"][0]["key"], "mesh-b", "{first:#}");
+    assert_eq!(pacman.version("mesh-b").as_deref(), Some("1.0-1"));
+    assert_eq!(pacman.version("mesh-a").as_deref(), Some("1.0-1"));
+
+    let second = apply(&host, declaration, 0);
+    assert_eq!(second["changes"], Value::Array(vec![]), "{second:#}");
+    assert_eq!(second["in_sync"], 1);
+    let commands = commands(&second);
+    assert!(commands.iter().all(|c| !c.contains(" -S")), "{commands:?}");
+    let text = host.run(&[
+        "apply",
+        host.dir.join("declaration.json").to_str().expect("utf-8"),
+    ]);
+    assert!(text.stdout.contains("0 changed"), "{text:?}");
+    assert_eq!(owned(&host), vec![row("mesh-b", "created", "in sync")]);
+}
+
+#[test]
+fn drift_is_seen_and_repaired() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("drift", &sb.pacman_repo);
+    let host = pacman.host(&sb, "pkg-drift", "");
+    let declaration = r#"{"schema": 1, "packages": {"mesh-e": {}}}"#;
+    apply(&host, declaration, 0);
+
+    pacman.pacman("-R --noconfirm mesh-e");
+    assert_eq!(owned(&host), vec![row("mesh-e", "created", "missing")]);
+
+    let report = apply(&host, declaration, 0);
+    assert_eq!(report["changes"][0]["key"], "mesh-e", "{report:#}");
+    assert!(pacman.version("mesh-e").is_some());
+    assert_eq!(owned(&host), vec![row("mesh-e", "created", "in sync")]);
+}
+
+#[test]
+fn release_removes_only_what_the_host_installed() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("release", &sb.pacman_repo);
+    let host = pacman.host(&sb, "pkg-release", "");
+    // Installed by hand: mesh-e is then declared (adopted), mesh-d (pulling mesh-c) never is.
+    pacman.pacman("-S --noconfirm mesh-e mesh-d");
+    let report = apply(
+        &host,
+        r#"{"schema": 1, "packages": {"mesh-b": {}, "mesh-e": {}}}"#,
+        0,
+    );
+    assert_eq!(report["adopted"][0]["key"], "mesh-e", "{report:#}");
+    assert_eq!(
+        owned(&host),
+        vec![
+            row("mesh-b", "created", "in sync"),
+            row("mesh-e", "adopted", "in sync")
+        ]
+    );
+
+    let report = apply(&host, r#"{"schema": 1}"#, 0);
+    let commands = commands(&report);
+    assert!(
+        commands
+            .iter()
+            .any(|c| c.ends_with("-Rs --noconfirm -- mesh-b")),
+        "{commands:?}"
+    );
+    assert!(
+        commands
+            .iter()
+            .all(|c| !(c.contains(" -R") && c.contains("mesh-e"))),
+        "{commands:?}"
+    );
+    assert_eq!(pacman.version("mesh-b"), None);
+    assert_eq!(
+        pacman.version("mesh-a"),
+        None,
+        "the dependency it pulled in"
+    );
+    assert!(
+        pacman.version("mesh-e").is_some(),
+        "adopted: left installed"
+    );
+    assert!(pacman.version("mesh-d").is_some(), "never declared");
+    assert!(pacman.version("mesh-c").is_some(), "never declared");
+    assert_eq!(owned(&host), vec![]);
+}
+
+#[test]
+fn a_declared_dependency_survives_the_release_of_what_pulled_it_in() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("dependency", &sb.pacman_repo);
+    let host = pacman.host(&sb, "pkg-dependency", "");
+    apply(&host, r#"{"schema": 1, "packages": {"mesh-b": {}}}"#, 0);
+    assert_eq!(
+        pacman.reason("mesh-a"),
+        "Installed as a dependency for another package"
+    );
+
+    // mesh-b goes (`-Rs`) while mesh-a, its dependency, is now declared: mesh-a stays.
+    let report = apply(&host, r#"{"schema": 1, "packages": {"mesh-a": {}}}"#, 0);
+    assert_eq!(pacman.version("mesh-b"), None, "{report:#}");
+    assert!(pacman.version("mesh-a").is_some(), "{report:#}");
+    assert_eq!(pacman.reason("mesh-a"), "Explicitly installed");
+    let again = apply(&host, r#"{"schema": 1, "packages": {"mesh-a": {}}}"#, 0);
+    assert_eq!(again["changes"], Value::Array(vec![]), "{again:#}");
+}
+
+#[test]
+fn an_adopted_dependency_is_left_a_dependency_on_release() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("adopted-dependency", &sb.pacman_repo);
+    let host = pacman.host(&sb, "pkg-adopted-dependency", "");
+    pacman.pacman("-S --asdeps --noconfirm mesh-e");
+    let report = apply(&host, r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 0);
+    assert_eq!(report["changes"][0]["action"], "update", "{report:#}");
+    assert_eq!(pacman.reason("mesh-e"), "Explicitly installed");
+    assert_eq!(owned(&host), vec![row("mesh-e", "adopted", "in sync")]);
+
+    apply(&host, r#"{"schema": 1}"#, 0);
+    assert!(pacman.version("mesh-e").is_some());
+    assert_eq!(
+        pacman.reason("mesh-e"),
+        "Installed as a dependency for another package"
+    );
+    assert_eq!(owned(&host), vec![]);
+}
+
+#[test]
+fn declared_absent_removes_a_package_the_host_does_not_own() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("absent", &sb.pacman_repo);
+    let host = pacman.host(&sb, "pkg-absent", "");
+    pacman.pacman("-S --noconfirm mesh-e");
+    let declaration = r#"{"schema": 1, "packages": {"mesh-e": {"state": "absent"}}}"#;
+    let report = apply(&host, declaration, 0);
+    assert_eq!(report["changes"][0]["action"], "remove", "{report:#}");
+    assert_eq!(pacman.version("mesh-e"), None);
+    assert_eq!(owned(&host), vec![]);
+    let again = apply(&host, declaration, 0);
+    assert_eq!(again["changes"], Value::Array(vec![]), "{again:#}");
+}
+
+#[test]
+fn a_held_database_lock_fails_the_packages_cleanly_and_the_rest_converges() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("lock", &sb.pacman_repo);
+    let host = pacman.host(&sb, "pkg-lock", r#""pacman_lock_wait_secs": 1"#);
+    let unit = format!("mesh-pkgtest-lock-{}.service", std::process::id());
+    std::fs::write(pacman.lock_file(), "").expect("db.lck");
+    let started = Instant::now();
+    let report = apply(
+        &host,
+        &format!(
+            r#"{{"schema": 1, "packages": {{"mesh-e": {{}}, "mesh-b": {{}}}},
+                "units": {{"{unit}": {{"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}}}}}}"#
+        ),
+        1,
+    );
+    let unit_active = status(&format!("systemctl --user is-active --quiet {unit}"));
+    let _ = status(&format!("systemctl --user stop {unit}"));
+    let lock_left = pacman.lock_file().exists();
+    let _ = std::fs::remove_file(pacman.lock_file());
+
+    let lock = pacman.lock_file().display().to_string();
+    for name in ["mesh-b", "mesh-e"] {
+        let detail = failure(&report, name);
+        assert!(detail.contains(&lock), "{detail}");
+    }
+    assert!(lock_left, "the lock file was deleted");
+    assert_eq!(unit_active, 0, "{report:#}");
+    // A lock fails the whole transaction: no retry of each package, each waiting again.
+    let installs: Vec<String> = commands(&report)
+        .into_iter()
+        .filter(|c| c.contains(" -S"))
+        .collect();
+    assert!(
+        installs.iter().all(|c| c.ends_with("-- mesh-b mesh-e")),
+        "{installs:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(pacman.version("mesh-e"), None);
+}
+
+#[test]
+fn a_hung_pacman_is_killed_at_its_timeout() {
+    let Some(_sb) = sandbox() else { return };
+    let mut host = Scratch::with_config(
+        "pkg-hung",
+        r#"{"pacman": {"command": ["sh", "-c", "sleep 30", "sh"], "timeout_secs": 1}}"#,
+    );
+    host.offline_root = false;
+    let started = Instant::now();
+    let report = apply(&host, r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 1);
+    let detail = failure(&report, "mesh-e");
+    assert!(
+        detail.contains("killed after its timeout of 1 s"),
+        "{detail}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(25));
+}
+
+#[test]
+fn an_unknown_package_fails_only_itself() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("unknown", &sb.pacman_repo);
+    let host = pacman.host(&sb, "pkg-unknown", "");
+    let report = apply(
+        &host,
+        r#"{"schema": 1, "packages": {"mesh-nope": {}, "mesh-e": {}}}"#,
+        1,
+    );
+    assert!(pacman.version("mesh-e").is_some(), "{report:#}");
+    let detail = failure(&report, "mesh-nope");
+    assert!(detail.contains("target not found: mesh-nope"), "{detail}");
+    assert_eq!(report["failures"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn packages_upgrade_installs_through_a_full_upgrade() {
+    let Some(sb) = sandbox() else { return };
+    // A private copy of the repo, and a sandbox dir for bump-package.sh that names it.
+    let sandbox_dir = PathBuf::from(std::env::var("MESH_SANDBOX").expect("MESH_SANDBOX"));
+    let private = sandbox_dir
+        .join("tmp")
+        .join(format!("packages-upgrade-repo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&private);
+    let repo = private.join("repo");
+    std::fs::create_dir_all(private.join("tmp")).expect("private sandbox");
+    std::fs::write(private.join(".mesh-sandbox"), "").expect("marker");
+    sh(&format!(
+        "cp -r {} {repo} && echo 'export MESH_PACMAN_REPO={repo}' > {env}",
+        sb.pacman_repo.display(),
+        repo = repo.display(),
+        env = private.join("env").display()
+    ));
+    let pacman = PacmanRoot::new("upgrade", &repo);
+    let host = pacman.host(&sb, "pkg-upgrade", "");
+    apply(&host, r#"{"schema": 1, "packages": {"mesh-b": {}}}"#, 0);
+    let bump = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/bump-package.sh");
+    for (name, version) in [("mesh-a", "1.1"), ("mesh-e", "2.0")] {
+        sh(&format!(
+            "MESH_SANDBOX={} {} {name} {version}",
+            private.display(),
+            bump.display()
+        ));
+    }
+    // pacman's `-Sy` sees a new database by its mtime, in whole seconds: make it newer than the
+    // copy synced in this same second.
+    sh(&format!(
+        "touch -d '+2 seconds' {}/meshtest.db*",
+        repo.display()
+    ));
+
+    let report = apply(
+        &host,
+        r#"{"schema": 1, "packages_upgrade": true, "packages": {"mesh-b": {}, "mesh-e": {}}}"#,
+        0,
+    );
+    let commands = commands(&report);
+    assert!(
+        commands
+            .iter()
+            .any(|c| c.ends_with("-Syu --needed --noconfirm -- mesh-e")),
+        "{commands:?}"
+    );
+    assert_eq!(pacman.version("mesh-e").as_deref(), Some("2.0-1"));
+    assert_eq!(
+        pacman.version("mesh-a").as_deref(),
+        Some("1.1-1"),
+        "upgraded"
+    );
+    drop(pacman);
+    let _ = std::fs::remove_dir_all(&private);
+}
+
+#[test]
+fn rescue_mode_installs_into_the_mounted_root_through_sysroot() {
+    let Some(sb) = sandbox() else { return };
+    // `--sysroot` chroots before reading the conf: the root holds its conf, database and repo.
+    let mut host = Scratch::with_config("pkg-rescue", r#"{"pacman": {"command": ["pacman"]}}"#);
+    host.offline_root = true;
+    let root = host.root();
+    for sub in ["var/lib/pacman", "var/cache/pacman/pkg", "var/log", "repo"] {
+        std::fs::create_dir_all(root.join(sub)).expect("rescue root");
+    }
+    sh(&format!(
+        "cp {}/* {}",
+        sb.pacman_repo.display(),
+        root.join("repo").display()
+    ));
+    std::fs::write(
+        root.join("etc/pacman.conf"),
+        "[options]\nArchitecture = x86_64\nSigLevel = Never\n\n[meshtest]\nServer = file:///repo\n",
+    )
+    .expect("pacman.conf");
+    sh(&format!(
+        "LC_ALL=C pacman --sysroot {} -Sy --noconfirm",
+        root.display()
+    ));
+
+    let report = apply(&host, r#"{"schema": 1, "packages": {"mesh-b": {}}}"#, 0);
+    let commands = commands(&report);
+    let sysroot = format!("pacman --sysroot {} -S", root.display());
+    assert!(
+        commands.iter().any(|c| c.starts_with(&sysroot)),
+        "{commands:?}"
+    );
+    assert!(root.join("usr/share/mesh-b/marker").exists());
+    assert!(root.join("usr/share/mesh-a/marker").exists());
+    let again = apply(&host, r#"{"schema": 1, "packages": {"mesh-b": {}}}"#, 0);
+    assert_eq!(again["changes"], Value::Array(vec![]), "{again:#}");
+}

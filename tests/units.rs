@@ -1,0 +1,544 @@
+//! The systemd units driver against real systemctl: the sandbox's `systemd --user` manager
+//! (tests/sandbox/setup.sh). Each test uses its own unit names and removes its units at the end,
+//! since the tests of this file run in parallel against one manager.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use serde_json::{json, Value};
+use support::{sandbox, sh, snapshot, Sandbox, Scratch};
+
+/// pacman fails on a locked database: tests of this file that install packages take turns.
+static PACMAN: Mutex<()> = Mutex::new(());
+
+/// A unit name no other test (or concurrent test run) uses.
+fn unit_name(test: &str) -> String {
+    format!("mesh-it-{}-{test}.service", std::process::id())
+}
+
+/// A long-running service, enabled into default.target.
+fn service(description: &str) -> String {
+    format!(
+        "[Unit]\nDescription={description}\n\n[Service]\nExecStart=/bin/sleep infinity\n\n\
+         [Install]\nWantedBy=default.target\n"
+    )
+}
+
+/// `systemctl --user ARGS`'s trimmed stdout, whatever its exit code (`is-active` exits 3).
+fn systemctl(args: &[&str]) -> String {
+    let out = Command::new("systemctl")
+        .arg("--user")
+        .args(args)
+        .env("LC_ALL", "C")
+        .output()
+        .expect("run systemctl");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn property(unit: &str, name: &str) -> String {
+    systemctl(&["show", "-p", name, "--value", "--", unit])
+}
+
+fn main_pid(unit: &str) -> String {
+    let pid = property(unit, "MainPID");
+    assert_ne!(pid, "0", "{unit} has no main process");
+    pid
+}
+
+/// Writes a declaration of `units` (and other top-level members) and returns its path.
+fn declare(host: &Scratch, name: &str, members: Value) -> PathBuf {
+    let mut declaration = json!({"schema": 1});
+    if let (Some(all), Some(extra)) = (declaration.as_object_mut(), members.as_object()) {
+        all.extend(extra.clone());
+    }
+    host.declaration(name, &declaration.to_string())
+}
+
+/// `apply --trace-commands`, asserting the exit code.
+fn apply_traced(host: &Scratch, file: &Path, want: i32) -> support::Output {
+    let out = host.run(&[
+        "--trace-commands",
+        "apply",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(out.code, want, "{out:?}");
+    out
+}
+
+/// The traced commands that are `systemctl --user VERB ...`.
+fn traced_verbs(out: &support::Output, verb: &str) -> usize {
+    let prefix = format!("command: systemctl --user {verb}");
+    out.stderr
+        .lines()
+        .filter(|l| *l == prefix || l.starts_with(&format!("{prefix} ")))
+        .count()
+}
+
+/// Puts a unit file into the manager's unit directory by hand, as an admin would.
+fn install_by_hand(sb: &Sandbox, unit: &str, content: &str) {
+    std::fs::write(sb.unit_dir.join(unit), content).expect("write unit file");
+    sh("systemctl --user daemon-reload");
+}
+
+/// Stops, disables and removes test units however a test ends, so the shared manager stays clean.
+struct Cleanup<'a> {
+    sandbox: &'a Sandbox,
+    units: Vec<String>,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        for unit in &self.units {
+            systemctl(&["disable", "--now", "--", unit]);
+            let _ = std::fs::remove_file(self.sandbox.unit_dir.join(unit));
+        }
+        systemctl(&["daemon-reload"]);
+        for unit in &self.units {
+            systemctl(&["reset-failed", "--", unit]);
+        }
+    }
+}
+
+fn cleanup<'a>(sandbox: &'a Sandbox, units: &[&str]) -> Cleanup<'a> {
+    Cleanup {
+        sandbox,
+        units: units.iter().map(|u| u.to_string()).collect(),
+    }
+}
+
+#[test]
+fn unit_with_content_is_written_enabled_started_then_left_alone() {
+    let Some(sb) = sandbox() else { return };
+    let unit = unit_name("create");
+    let _cleanup = cleanup(&sb, &[&unit]);
+    let host = sb.host("units-create", "");
+    let content = service("create");
+    let file = declare(
+        &host,
+        "d.json",
+        json!({"units": {&unit: {"content": content, "enabled": true, "active": true}}}),
+    );
+
+    let out = apply_traced(&host, &file, 0);
+    assert!(
+        out.stdout
+            .contains(&format!("+ units {unit}: unit file written, enable, start")),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.unit_dir.join(&unit)).expect("unit file"),
+        content
+    );
+    assert_eq!(traced_verbs(&out, "daemon-reload"), 1, "{out:?}");
+    assert_eq!(traced_verbs(&out, "enable"), 1, "{out:?}");
+    assert_eq!(traced_verbs(&out, "start"), 1, "{out:?}");
+    assert_eq!(systemctl(&["is-active", "--", &unit]), "active");
+    assert_eq!(systemctl(&["is-enabled", "--", &unit]), "enabled");
+
+    let again = apply_traced(&host, &file, 0);
+    assert!(again.stdout.contains("0 changed, 1 in sync"), "{again:?}");
+    // A no-op only observes: one `show`, one `is-enabled` (`show`'s UnitFileState lags).
+    assert!(again.stdout.contains("(2 commands run)"), "{again:?}");
+    assert_eq!(traced_verbs(&again, "show"), 1, "{again:?}");
+    assert_eq!(traced_verbs(&again, "is-enabled"), 1, "{again:?}");
+}
+
+#[test]
+fn drift_is_reported_and_repaired() {
+    let Some(sb) = sandbox() else { return };
+    let unit = unit_name("drift");
+    let _cleanup = cleanup(&sb, &[&unit]);
+    let host = sb.host("units-drift", "");
+    let file = declare(
+        &host,
+        "d.json",
+        json!({"units": {&unit: {"content": service("drift"), "enabled": true, "active": true}}}),
+    );
+    host.apply(&file, 0);
+
+    sh(&format!("systemctl --user stop -- {unit}"));
+    let owned = host.run(&["owned"]);
+    assert!(owned.stdout.contains("drifted: start"), "{owned:?}");
+    let out = host.apply(&file, 0);
+    assert!(
+        out.stdout.contains(&format!("~ units {unit}: start")),
+        "{out:?}"
+    );
+    assert_eq!(systemctl(&["is-active", "--", &unit]), "active");
+
+    sh(&format!("systemctl --user disable -- {unit}"));
+    let owned = host.run(&["owned"]);
+    assert!(owned.stdout.contains("drifted: enable"), "{owned:?}");
+    let out = host.apply(&file, 0);
+    assert!(
+        out.stdout.contains(&format!("~ units {unit}: enable")),
+        "{out:?}"
+    );
+    assert_eq!(systemctl(&["is-enabled", "--", &unit]), "enabled");
+    let again = host.apply(&file, 0);
+    assert!(again.stdout.contains("0 changed"), "{again:?}");
+}
+
+#[test]
+fn changed_content_rewrites_reloads_and_restarts() {
+    let Some(sb) = sandbox() else { return };
+    let unit = unit_name("change");
+    let _cleanup = cleanup(&sb, &[&unit]);
+    let host = sb.host("units-change", "");
+    let declaration = |content: String| {
+        declare(
+            &host,
+            "d.json",
+            json!({"units": {&unit: {"content": content, "enabled": true, "active": true}}}),
+        )
+    };
+    host.apply(&declaration(service("first")), 0);
+    let pid_before = main_pid(&unit);
+
+    let changed = service("second");
+    let out = apply_traced(&host, &declaration(changed.clone()), 0);
+    assert!(
+        out.stdout.contains(&format!(
+            "~ units {unit}: unit file changed, restart (its unit file changed)"
+        )),
+        "{out:?}"
+    );
+    assert_eq!(traced_verbs(&out, "daemon-reload"), 1, "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(sb.unit_dir.join(&unit)).expect("unit file"),
+        changed
+    );
+    assert_eq!(property(&unit, "Description"), "second");
+    assert_eq!(property(&unit, "NeedDaemonReload"), "no");
+    assert_ne!(main_pid(&unit), pid_before);
+}
+
+#[test]
+fn released_unit_file_the_host_wrote_is_stopped_disabled_and_removed() {
+    let Some(sb) = sandbox() else { return };
+    let unit = unit_name("release-created");
+    let _cleanup = cleanup(&sb, &[&unit]);
+    let host = sb.host("units-release-created", "");
+    let file = declare(
+        &host,
+        "d.json",
+        json!({"units": {&unit: {"content": service("release"), "enabled": true, "active": true}}}),
+    );
+    host.apply(&file, 0);
+
+    let out = apply_traced(&host, &declare(&host, "empty.json", json!({})), 0);
+    assert!(
+        out.stdout.contains(&format!(
+            "- units {unit}: released; mesh-host wrote it, stop, disable, remove unit file"
+        )),
+        "{out:?}"
+    );
+    let verbs: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("command: systemctl --user "))
+        .map(|l| l.split(' ').next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        verbs,
+        ["show", "is-enabled", "stop", "disable", "daemon-reload"]
+    );
+    assert!(!sb.unit_dir.join(&unit).exists());
+    assert_eq!(property(&unit, "LoadState"), "not-found");
+    assert!(host.run(&["owned"]).stdout.contains("owns nothing"));
+}
+
+#[test]
+fn released_adopted_unit_gets_its_state_back_and_keeps_its_file() {
+    let Some(sb) = sandbox() else { return };
+    let unit = unit_name("release-adopted");
+    let _cleanup = cleanup(&sb, &[&unit]);
+    let content = service("placed by hand");
+    install_by_hand(&sb, &unit, &content);
+    sh(&format!("systemctl --user enable --now -- {unit}"));
+    let host = sb.host("units-release-adopted", "");
+
+    let adopt = declare(
+        &host,
+        "adopt.json",
+        json!({"units": {&unit: {"enabled": true, "active": true}}}),
+    );
+    let out = host.apply(&adopt, 0);
+    assert!(
+        out.stdout
+            .contains(&format!("= units {unit}: adopted, already as declared")),
+        "{out:?}"
+    );
+    let stop = declare(
+        &host,
+        "stop.json",
+        json!({"units": {&unit: {"active": false}}}),
+    );
+    let out = host.apply(&stop, 0);
+    assert!(
+        out.stdout.contains(&format!("~ units {unit}: stop")),
+        "{out:?}"
+    );
+    assert_eq!(systemctl(&["is-active", "--", &unit]), "inactive");
+
+    let out = host.apply(&declare(&host, "empty.json", json!({})), 0);
+    assert!(
+        out.stdout.contains(&format!(
+            "~ units {unit}: released; original state restored, start"
+        )),
+        "{out:?}"
+    );
+    assert_eq!(systemctl(&["is-active", "--", &unit]), "active");
+    assert_eq!(systemctl(&["is-enabled", "--", &unit]), "enabled");
+    assert_eq!(
+        std::fs::read_to_string(sb.unit_dir.join(&unit)).expect("unit file kept"),
+        content
+    );
+    assert!(host.run(&["owned"]).stdout.contains("owns nothing"));
+}
+
+/// A directory of the real /etc for one test (the driver tests run without `--root`).
+fn etc_dir(test: &str) -> String {
+    format!("/etc/mesh-it-{}-{test}", std::process::id())
+}
+
+/// Removes a test's /etc directory should the test fail before the host released it.
+struct RemoveDir(String);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn restart_on_restarts_only_when_the_file_changes() {
+    let Some(sb) = sandbox() else { return };
+    let unit = unit_name("restart-on");
+    let dir = etc_dir("restart-on");
+    let _remove_dir = RemoveDir(dir.clone());
+    let _cleanup = cleanup(&sb, &[&unit]);
+    let conf = format!("{dir}/app.conf");
+    let host = sb.host("units-restart-on", "");
+    let declaration = |name: &str, conf_content: &str| {
+        declare(
+            &host,
+            name,
+            json!({
+                "files": {&conf: {"content": conf_content}},
+                "units": {&unit: {"content": service("restart-on"), "active": true, "restart_on": [&conf]}},
+            }),
+        )
+    };
+    let first = host.apply(&declaration("v1.json", "v1\n"), 0);
+    assert!(
+        first
+            .stdout
+            .contains(&format!("+ units {unit}: unit file written, start")),
+        "{first:?}"
+    );
+    let pid = main_pid(&unit);
+
+    let v2 = declaration("v2.json", "v2\n");
+    let out = host.apply(&v2, 0);
+    assert!(
+        out.stdout
+            .contains(&format!("~ units {unit}: restart ({conf} changed)")),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&conf).expect("conf"), "v2\n");
+    let restarted_pid = main_pid(&unit);
+    assert_ne!(restarted_pid, pid);
+
+    let out = host.apply(&v2, 0);
+    assert!(out.stdout.contains("0 changed"), "{out:?}");
+    assert_eq!(main_pid(&unit), restarted_pid);
+
+    let out = host.apply(&declare(&host, "empty.json", json!({})), 0);
+    assert!(out.stdout.contains("2 changed"), "{out:?}");
+    assert!(!Path::new(&dir).exists(), "{dir} was left behind");
+    assert!(!sb.unit_dir.join(&unit).exists());
+}
+
+#[test]
+fn reload_on_reloads_without_restarting() {
+    let Some(sb) = sandbox() else { return };
+    let unit = unit_name("reload-on");
+    let dir = etc_dir("reload-on");
+    let _remove_dir = RemoveDir(dir.clone());
+    let _cleanup = cleanup(&sb, &[&unit]);
+    let conf = format!("{dir}/app.conf");
+    let host = sb.host("units-reload-on", "");
+    let reloads = host.dir.join("reloads");
+    let content = format!(
+        "[Service]\nExecStart=/bin/sleep infinity\nExecReload=/bin/sh -c 'echo reload >> {}'\n",
+        reloads.display()
+    );
+    let declaration = |name: &str, conf_content: &str| {
+        declare(
+            &host,
+            name,
+            json!({
+                "files": {&conf: {"content": conf_content}},
+                "units": {&unit: {"content": &content, "active": true, "reload_on": [&conf]}},
+            }),
+        )
+    };
+    host.apply(&declaration("v1.json", "v1\n"), 0);
+    let pid = main_pid(&unit);
+    assert!(!reloads.exists());
+
+    let v2 = declaration("v2.json", "v2\n");
+    let out = host.apply(&v2, 0);
+    assert!(
+        out.stdout
+            .contains(&format!("~ units {unit}: reload ({conf} changed)")),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&reloads).expect("reloaded"),
+        "reload\n"
+    );
+    assert_eq!(main_pid(&unit), pid);
+
+    assert!(host.apply(&v2, 0).stdout.contains("0 changed"));
+    assert_eq!(
+        std::fs::read_to_string(&reloads).expect("reloaded"),
+        "reload\n"
+    );
+
+    host.apply(&declare(&host, "empty.json", json!({})), 0);
+    assert!(!Path::new(&dir).exists(), "{dir} was left behind");
+}
+
+#[test]
+fn unit_of_a_package_that_failed_to_install_is_skipped() {
+    let Some(sb) = sandbox() else { return };
+    let _pacman = PACMAN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let unit = unit_name("package-failed");
+    let _cleanup = cleanup(&sb, &[&unit]);
+    let host = sb.host("units-package-failed", "");
+    let file = declare(
+        &host,
+        "d.json",
+        json!({
+            "packages": {"mesh-nope": {}},
+            "units": {&unit: {"content": service("package"), "active": true, "package": "mesh-nope"}},
+        }),
+    );
+    let out = host.apply(&file, 1);
+    assert!(
+        out.stdout.contains(&format!(
+            "! units {unit}: skipped failed: its package mesh-nope failed to install in this run"
+        )),
+        "{out:?}"
+    );
+    assert!(!sb.unit_dir.join(&unit).exists());
+    assert_eq!(property(&unit, "LoadState"), "not-found");
+}
+
+#[test]
+fn declared_absent_unit_not_owned_is_stopped_disabled_and_removed() {
+    let Some(sb) = sandbox() else { return };
+    let unit = unit_name("absent");
+    let _cleanup = cleanup(&sb, &[&unit]);
+    install_by_hand(&sb, &unit, &service("absent"));
+    sh(&format!("systemctl --user enable --now -- {unit}"));
+    let host = sb.host("units-absent", "");
+    let file = declare(
+        &host,
+        "d.json",
+        json!({"units": {&unit: {"state": "absent"}}}),
+    );
+
+    let out = host.apply(&file, 0);
+    assert!(
+        out.stdout.contains(&format!(
+            "- units {unit}: declared absent, stop, disable, remove unit file"
+        )),
+        "{out:?}"
+    );
+    assert!(!sb.unit_dir.join(&unit).exists());
+    assert_eq!(property(&unit, "LoadState"), "not-found");
+    assert!(host.apply(&file, 0).stdout.contains("0 changed, 1 in sync"));
+    assert!(host.run(&["owned"]).stdout.contains("owns nothing"));
+}
+
+#[test]
+fn rescue_mode_writes_and_enables_offline_and_defers_start() {
+    let Some(sb) = sandbox() else { return };
+    let unit = unit_name("rescue");
+    let host = Scratch::with_config(
+        "units-rescue",
+        &sb.config("")
+            .replace(
+                r#""systemctl": {"command": ["systemctl", "--user"]}"#,
+                r#""systemctl": {"command": ["systemctl"]}"#,
+            )
+            .replace(
+                &format!(r#""unit_dir": "{}""#, sb.unit_dir.display()),
+                r#""unit_dir": "/etc/systemd/system""#,
+            ),
+    );
+    assert!(host.offline_root);
+    let unit_dir = host.target("/etc/systemd/system");
+    std::fs::create_dir_all(&unit_dir).expect("unit dir");
+    let content = service("rescue");
+    let file = declare(
+        &host,
+        "d.json",
+        json!({"units": {&unit: {"content": content, "enabled": true, "active": true}}}),
+    );
+
+    let out = host.apply(&file, 0);
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with(&format!("> units {unit}: deferred: start"))),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(unit_dir.join(&unit)).expect("unit file"),
+        content
+    );
+    let root = host.root();
+    let enabled = sh(&format!(
+        "systemctl --root={} is-enabled -- {unit}",
+        root.display()
+    ));
+    assert_eq!(enabled.trim(), "enabled");
+    assert!(
+        !sb.unit_dir.join(&unit).exists(),
+        "the live manager was touched"
+    );
+    assert_eq!(property(&unit, "LoadState"), "not-found");
+}
+
+#[test]
+fn the_hosts_own_unit_is_refused_and_nothing_changes() {
+    let Some(sb) = sandbox() else { return };
+    let unit = unit_name("refused");
+    let _cleanup = cleanup(&sb, &[&unit]);
+    let host = sb.host("units-refused", "");
+    let file = declare(
+        &host,
+        "d.json",
+        json!({"units": {
+            "mesh-host.service": {"enabled": true, "active": true},
+            &unit: {"content": service("refused"), "active": true},
+        }}),
+    );
+
+    let out = host.apply(&file, 2);
+    assert!(out.stderr.contains("mesh-host.service"), "{out:?}");
+    assert!(out.stderr.contains("own unit"), "{out:?}");
+    assert!(!sb.unit_dir.join(&unit).exists());
+    assert!(!sb.unit_dir.join("mesh-host.service").exists());
+    assert_eq!(property(&unit, "LoadState"), "not-found");
+    assert!(snapshot(&host.state()).is_empty(), "the store was touched");
+}
