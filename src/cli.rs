@@ -14,7 +14,10 @@ Commands:
   apply FILE        validate, lock, converge, record; FILE becomes the declaration in force
   reconcile         converge again to the declaration in force in the store
   owned             every resource the host owns, as observed now
-  status            the declaration in force and the recent runs
+  status            the service and its link, the declaration in force, the recent runs
+  run               the service: hold the link to the control plane and reconcile on start,
+                    on each declaration, on the drift timer and on reconnect (SIGHUP reloads
+                    the config, SIGUSR1 reconciles now, SIGTERM stops after the current resource)
 
 Options:
   --state-dir DIR       the store (default /var/lib/mesh-host, or the config's state_dir)
@@ -38,6 +41,7 @@ pub enum Command {
     Reconcile,
     Owned,
     Status,
+    Run,
     Help,
     Version,
 }
@@ -109,6 +113,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             "reconcile" => Command::Reconcile,
             "owned" => Command::Owned,
             "status" => Command::Status,
+            "run" => Command::Run,
             "help" => Command::Help,
             other => return Err(format!("unknown command {other:?}")),
         };

@@ -1,5 +1,6 @@
 //! The commands behind the command line. Each returns an exit code or a `Fatal` that `main` prints
-//! once; every command that changes the machine goes through `reconcile::run` under the store lock.
+//! once. Everything that changes the machine goes through `Host::converge`, the one path `apply`,
+//! `reconcile` and the service share: one lock, one ledger, one run record, one report.
 
 use std::path::{Path, PathBuf};
 
@@ -10,6 +11,7 @@ use crate::config::Config;
 use crate::declaration::{self, Declaration, Problems};
 use crate::exec::Runner;
 use crate::kinds::Env;
+use crate::link;
 use crate::reconcile::{self, Mode, Report};
 use crate::store::{self, InForce, Ledger, LockError, RunRecord, Source, Store, StoreError};
 
@@ -49,7 +51,7 @@ impl From<StoreError> for Fatal {
     }
 }
 
-fn invalid(file: &Path, problems: &Problems) -> Fatal {
+pub fn invalid(file: &Path, problems: &Problems) -> Fatal {
     let count = problems.0.len();
     Fatal::Invalid(format!(
         "{}: {count} problem{}; nothing was applied:\n{problems}",
@@ -58,39 +60,68 @@ fn invalid(file: &Path, problems: &Problems) -> Fatal {
     ))
 }
 
+/// What one converging run did.
+pub struct RunResult {
+    pub report: Report,
+    pub record: RunRecord,
+    pub traced: Vec<String>,
+}
+
+impl RunResult {
+    pub fn exit_code(&self) -> i32 {
+        if self.report.failures.is_empty() {
+            EXIT_OK
+        } else {
+            EXIT_FAILED
+        }
+    }
+}
+
+/// Never interrupted: the command line has no signal handling of its own (Ctrl-C ends it).
+fn never() -> bool {
+    false
+}
+
 pub struct Host {
     pub args: Args,
     pub config: Config,
-    pub runner: Runner,
 }
 
 impl Host {
     pub fn new(args: Args) -> Result<Host, Fatal> {
         let config = Config::load(args.config.as_deref(), args.state_dir.as_deref())
             .map_err(Fatal::Invalid)?;
-        let runner = Runner::new(args.trace_commands);
-        Ok(Host {
-            args,
-            config,
-            runner,
-        })
+        Ok(Host { args, config })
+    }
+
+    /// Reads the config again (SIGHUP); on error the old one stays.
+    pub fn reload_config(&mut self) -> Result<(), Fatal> {
+        self.config = Config::load(self.args.config.as_deref(), self.args.state_dir.as_deref())
+            .map_err(Fatal::Invalid)?;
+        Ok(())
     }
 
     fn root(&self) -> &Path {
         self.args.root.as_deref().unwrap_or(Path::new("/"))
     }
 
-    fn env<'a>(&'a self, store: Option<&'a Store>) -> Env<'a> {
+    fn env<'a>(
+        &'a self,
+        store: Option<&'a Store>,
+        runner: &'a Runner,
+        interrupted: &'a dyn Fn() -> bool,
+    ) -> Env<'a> {
         Env {
             root: self.root(),
             offline: self.args.root.is_some(),
             config: &self.config,
-            runner: &self.runner,
+            runner,
             store,
+            interrupted,
         }
     }
 
-    fn validate(&self, bytes: &[u8]) -> Result<Declaration, Problems> {
+    pub fn validate(&self, bytes: &[u8]) -> Result<Declaration, Problems> {
         declaration::parse(
             bytes,
             &declaration::Context {
@@ -115,6 +146,12 @@ impl Host {
         let bytes = std::fs::read(file).map_err(cannot)?;
         let declaration = self.validate(&bytes).map_err(|p| invalid(file, &p))?;
         Ok((bytes, declaration))
+    }
+
+    /// The store, created if missing (mode 0700).
+    pub fn store(&self) -> Result<Store, Fatal> {
+        Store::open(&self.config.state_dir, true)?
+            .ok_or_else(|| Fatal::Error("the store vanished".into()))
     }
 
     fn print_json(&self, value: serde_json::Value) {
@@ -146,8 +183,14 @@ impl Host {
             Some(s) => s.ledger()?,
             None => Ledger::default(),
         };
-        let report = reconcile::run(&self.env(store.as_ref()), &d, &mut ledger, Mode::Plan)?;
-        self.print_report(&report, true);
+        let runner = Runner::new(self.args.trace_commands);
+        let report = reconcile::run(
+            &self.env(store.as_ref(), &runner, &never),
+            &d,
+            &mut ledger,
+            Mode::Plan,
+        )?;
+        self.print_report(&report, true, runner.count(), &runner.traced());
         Ok(if report.failures.is_empty() {
             EXIT_OK
         } else {
@@ -168,91 +211,135 @@ impl Host {
             digest: d.digest.clone(),
             since: store::unix_now(),
             text,
+            control_plane_revision: None,
         };
-        self.converge("apply", &d, Some(&in_force))
+        let result = self.converge(&["apply"], &d, Some(in_force), self.args.wait, &never)?;
+        self.print_run(&result);
+        Ok(result.exit_code())
     }
 
     pub fn reconcile(&self) -> Result<i32, Fatal> {
-        let store = Store::open(&self.config.state_dir, false)?.ok_or_else(|| {
-            Fatal::Invalid(format!(
+        if Store::open(&self.config.state_dir, false)?.is_none() {
+            return Err(Fatal::Invalid(format!(
                 "no store at {}: nothing was ever applied here",
                 self.config.state_dir.display()
-            ))
-        })?;
-        let in_force = store.in_force()?.ok_or_else(|| {
-            Fatal::Invalid(format!(
+            )));
+        }
+        match self.converge_in_force(&["reconcile"], self.args.wait, &never)? {
+            Some(result) => {
+                self.print_run(&result);
+                Ok(result.exit_code())
+            }
+            None => Err(Fatal::Invalid(format!(
                 "store {}: no declaration in force",
                 self.config.state_dir.display()
-            ))
-        })?;
+            ))),
+        }
+    }
+
+    /// Converges to the declaration in force in the store; `None` when there is none yet.
+    pub fn converge_in_force(
+        &self,
+        triggers: &[&str],
+        wait: bool,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<RunResult>, Fatal> {
+        let store = self.store()?;
+        let Some(in_force) = store.in_force()? else {
+            return Ok(None);
+        };
         let d = self
             .validate(in_force.text.as_bytes())
             .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
         drop(store);
-        self.converge("reconcile", &d, None)
+        self.converge(triggers, &d, None, wait, interrupted)
+            .map(Some)
     }
 
-    /// Locks the store, makes `in_force` the declaration in force (if given), converges, records.
-    fn converge(
+    /// Locks the store, makes `in_force` the declaration in force (if given), converges, records
+    /// the run, and queues its report for the control plane.
+    pub fn converge(
         &self,
-        trigger: &str,
+        triggers: &[&str],
         d: &Declaration,
-        in_force: Option<&InForce>,
-    ) -> Result<i32, Fatal> {
-        let store = Store::open(&self.config.state_dir, true)?
-            .ok_or_else(|| Fatal::Error("store vanished".into()))?;
+        in_force: Option<InForce>,
+        wait: bool,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<RunResult, Fatal> {
+        let store = self.store()?;
         let started = store::unix_now();
         let holder = format!(
-            "pid {} ({trigger}) since unix time {started}",
-            std::process::id()
+            "pid {} ({}) since unix time {started}",
+            std::process::id(),
+            triggers.join(", ")
         );
-        let _lock = store.lock(self.args.wait, &holder).map_err(|e| match e {
+        let _lock = store.lock(wait, &holder).map_err(|e| match e {
             LockError::Held(_) => Fatal::Locked(e.to_string()),
             LockError::Io(..) => Fatal::Error(e.to_string()),
         })?;
         let mut ledger = store.ledger()?;
-        if let Some(in_force) = in_force {
-            store.set_in_force(in_force)?;
+        if let Some(mut in_force) = in_force {
+            // A local override keeps the control plane's revision, so only a newer one replaces it.
+            in_force.control_plane_revision =
+                store.in_force()?.and_then(|f| f.control_plane_revision);
+            store.set_in_force(&in_force)?;
         }
-        let env = self.env(Some(&store));
-        let outcome = reconcile::run(&env, d, &mut ledger, Mode::Apply);
-        let report = match outcome {
-            Ok(report) => report,
+        let runner = Runner::new(self.args.trace_commands);
+        let outcome = reconcile::run(
+            &self.env(Some(&store), &runner, interrupted),
+            d,
+            &mut ledger,
+            Mode::Apply,
+        );
+        let (report, outcome_name) = match outcome {
+            Ok(report) if report.interrupted => (report, "interrupted"),
+            Ok(report) if report.failures.is_empty() => (report, "converged"),
+            Ok(report) => (report, "failed"),
             Err(e) => {
-                let _ = store.record_run(&record(
-                    trigger,
+                let record = record(
+                    triggers,
                     started,
                     "error",
                     d,
                     &Report::default(),
-                    self.runner.count(),
-                ));
+                    runner.count(),
+                );
+                let _ = store.record_run(&record);
+                self.queue_report(&store, &record, &e.to_string());
                 return Err(e.into());
             }
         };
-        let outcome = if report.failures.is_empty() {
-            "converged"
-        } else {
-            "failed"
-        };
-        store.record_run(&record(
-            trigger,
-            started,
-            outcome,
-            d,
-            &report,
-            self.runner.count(),
-        ))?;
-        self.print_report(&report, false);
-        Ok(if report.failures.is_empty() {
-            EXIT_OK
-        } else {
-            EXIT_FAILED
+        let record = record(triggers, started, outcome_name, d, &report, runner.count());
+        store.record_run(&record)?;
+        self.queue_report(&store, &record, "");
+        Ok(RunResult {
+            report,
+            record,
+            traced: runner.traced(),
         })
     }
 
-    fn print_report(&self, report: &Report, planning: bool) {
-        let traced = self.runner.traced();
+    /// Puts a run's report in the outbox, for the control plane, when there is one.
+    fn queue_report(&self, store: &Store, record: &RunRecord, message: &str) {
+        if self.config.control_plane.is_none() {
+            return;
+        }
+        let mut report = report_of(record, message);
+        if let Err(e) = store.outbox_push(&mut report, self.config.outbox_max) {
+            log::error!("the run's report could not be queued for the control plane: {e}");
+        }
+    }
+
+    fn print_run(&self, result: &RunResult) {
+        self.print_report(
+            &result.report,
+            false,
+            result.record.commands,
+            &result.traced,
+        );
+    }
+
+    fn print_report(&self, report: &Report, planning: bool, commands: usize, traced: &[String]) {
         if self.args.json {
             let mut value = json!({
                 "changes": report.changes,
@@ -260,7 +347,7 @@ impl Host {
                 "deferred": report.deferred,
                 "adopted": report.adopted,
                 "in_sync": report.in_sync,
-                "command_count": self.runner.count(),
+                "command_count": commands,
             });
             if self.args.trace_commands {
                 value["commands"] = json!(traced);
@@ -288,13 +375,12 @@ impl Host {
         }
         let verb = if planning { "would change" } else { "changed" };
         println!(
-            "{} {verb}, {} in sync, {} adopted, {} deferred, {} failed ({} commands run)",
+            "{} {verb}, {} in sync, {} adopted, {} deferred, {} failed ({commands} commands run)",
             report.changes.len(),
             report.in_sync,
             report.adopted.len(),
             report.deferred.len(),
             report.failures.len(),
-            self.runner.count()
         );
         for command in traced {
             eprintln!("command: {command}");
@@ -312,9 +398,14 @@ impl Host {
                 .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?,
             None => self
                 .validate(br#"{"schema": 1}"#)
-                .map_err(|_| Fatal::Error("empty declaration refused".into()))?,
+                .map_err(|_| Fatal::Error("the empty declaration was refused".into()))?,
         };
-        let rows = reconcile::owned(&self.env(Some(&store)), &declaration, &ledger);
+        let runner = Runner::new(self.args.trace_commands);
+        let rows = reconcile::owned(
+            &self.env(Some(&store), &runner, &never),
+            &declaration,
+            &ledger,
+        );
         self.print_owned(&rows)
     }
 
@@ -342,25 +433,51 @@ impl Host {
 
     pub fn status(&self) -> Result<i32, Fatal> {
         let store = Store::open(&self.config.state_dir, false)?;
-        let in_force = match &store {
-            Some(s) => s.in_force()?,
-            None => None,
+        let (in_force, runs, service) = match &store {
+            Some(s) => (s.in_force()?, s.runs()?, s.service_state()?),
+            None => (None, Vec::new(), None),
         };
-        let runs = match &store {
-            Some(s) => s.runs()?,
-            None => Vec::new(),
-        };
+        let service = service.map(|mut s| {
+            if s.state == "running" && !process_alive(s.pid) {
+                s.state = "not running (it did not stop cleanly)".into();
+            }
+            s
+        });
         let now = store::unix_now();
         if self.args.json {
             let in_force = in_force.as_ref().map(|f| {
-                json!({"source": f.source, "revision": f.revision, "digest": f.digest, "since": f.since})
+                json!({"source": f.source, "revision": f.revision, "digest": f.digest, "since": f.since,
+                       "control_plane_revision": f.control_plane_revision})
             });
-            self.print_json(
-                json!({"state_dir": self.config.state_dir, "in_force": in_force, "runs": runs}),
-            );
+            self.print_json(json!({"state_dir": self.config.state_dir, "in_force": in_force, "service": service, "runs": runs}));
             return Ok(EXIT_OK);
         }
         println!("store: {}", self.config.state_dir.display());
+        match &service {
+            None => println!("service: never ran"),
+            Some(s) if s.state != "running" => println!("service: {}", s.state),
+            Some(s) => {
+                let link = match (s.link.as_str(), s.link_at) {
+                    ("connected", Some(at)) => {
+                        format!("connected since {} ago", age(now.saturating_sub(at)))
+                    }
+                    ("retrying", Some(at)) => {
+                        format!("retrying in {}", age(at.saturating_sub(now)))
+                    }
+                    (other, _) => other.to_string(),
+                };
+                let error = s
+                    .last_error
+                    .as_ref()
+                    .map(|e| format!(" (last error: {e})"))
+                    .unwrap_or_default();
+                println!(
+                    "service: running (pid {}), link {link}{error}, next timer run in {}",
+                    s.pid,
+                    age(s.next_timer.saturating_sub(now))
+                );
+            }
+        }
         match &in_force {
             None => println!("declaration in force: none"),
             Some(f) => {
@@ -384,7 +501,7 @@ impl Host {
         }
         for run in runs.iter().rev().take(10) {
             println!(
-                "{} ago: {} {} ({} changed, {} failed, {} deferred, {} in sync, {} s)",
+                "{} ago: {} {} ({} changed, {} failed, {} deferred, {} in sync, {} commands)",
                 age(now.saturating_sub(run.ended)),
                 run.trigger,
                 run.outcome,
@@ -392,7 +509,7 @@ impl Host {
                 run.failures.len(),
                 run.deferred.len(),
                 run.in_sync,
-                run.ended.saturating_sub(run.started)
+                run.commands
             );
             for f in &run.failures {
                 println!("    ! {} {}: {}", f.kind, f.key, f.detail);
@@ -402,12 +519,16 @@ impl Host {
     }
 }
 
+fn process_alive(pid: u32) -> bool {
+    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+}
+
 fn count(d: &Declaration) -> usize {
     d.packages.len() + d.files.len() + d.units.len() + d.containers.len()
 }
 
 fn record(
-    trigger: &str,
+    triggers: &[&str],
     started: u64,
     outcome: &str,
     d: &Declaration,
@@ -415,7 +536,7 @@ fn record(
     commands: usize,
 ) -> RunRecord {
     RunRecord {
-        trigger: trigger.to_string(),
+        trigger: triggers.join(", "),
         started,
         ended: store::unix_now(),
         outcome: outcome.to_string(),
@@ -426,6 +547,30 @@ fn record(
         deferred: report.deferred.clone(),
         in_sync: report.in_sync,
         commands,
+    }
+}
+
+/// The control plane's view of a run. Changes in a run no new declaration caused repair drift.
+pub fn report_of(record: &RunRecord, message: &str) -> link::Report {
+    let trigger: Vec<String> = record.trigger.split(", ").map(str::to_string).collect();
+    let new_declaration = trigger.iter().any(|t| t == "declaration" || t == "apply");
+    link::Report {
+        id: 0,
+        revision: record.revision,
+        digest: record.digest.clone(),
+        trigger,
+        outcome: record.outcome.clone(),
+        started: record.started,
+        ended: record.ended,
+        changes: record.changes.clone(),
+        failures: record.failures.clone(),
+        deferred: record.deferred.clone(),
+        drift: if new_declaration {
+            Vec::new()
+        } else {
+            record.changes.clone()
+        },
+        message: message.to_string(),
     }
 }
 

@@ -60,6 +60,29 @@ pub struct Config {
     pub podman: Tool,
     /// How long to wait for someone else's pacman `db.lck` before failing the package resources.
     pub pacman_lock_wait: Duration,
+    /// The service: how often the drift timer reconciles (each wait randomised within ±10%).
+    pub interval: Duration,
+    /// The link: a ping after this long without sending; dead after three of these without a byte.
+    pub heartbeat: Duration,
+    pub max_frame_bytes: usize,
+    /// Reports kept while the link is down; the oldest are dropped past this.
+    pub outbox_max: usize,
+    /// `None`: no mesh yet; the service holds the declaration in force on its timer alone.
+    pub control_plane: Option<ControlPlane>,
+}
+
+/// Where the control plane is and how the host proves itself and checks the control plane.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControlPlane {
+    /// `host:port`.
+    pub address: String,
+    /// The name the control plane's certificate must carry (default: the host part of `address`).
+    pub server_name: String,
+    /// The pinned CA (PEM) the control plane's certificate must chain to; never the system roots.
+    pub ca_file: PathBuf,
+    pub node: String,
+    /// A file holding the node's secret (kept out of the config so the config can be read by all).
+    pub secret_file: PathBuf,
 }
 
 #[derive(Deserialize, Default)]
@@ -74,6 +97,21 @@ struct RawConfig {
     systemctl: Option<RawTool>,
     podman: Option<RawTool>,
     pacman_lock_wait_secs: Option<u64>,
+    interval_secs: Option<u64>,
+    heartbeat_secs: Option<u64>,
+    max_frame_bytes: Option<usize>,
+    outbox_max: Option<usize>,
+    control_plane: Option<RawControlPlane>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawControlPlane {
+    address: String,
+    server_name: Option<String>,
+    ca_file: PathBuf,
+    node: String,
+    secret_file: PathBuf,
 }
 
 #[derive(Deserialize)]
@@ -157,8 +195,58 @@ impl Config {
             systemctl: tool("systemctl", raw.systemctl, 120)?,
             podman: tool("podman", raw.podman, 300)?,
             pacman_lock_wait: Duration::from_secs(raw.pacman_lock_wait_secs.unwrap_or(120)),
+            interval: Duration::from_secs(at_least_one("interval_secs", raw.interval_secs, 600)?),
+            heartbeat: Duration::from_secs(at_least_one("heartbeat_secs", raw.heartbeat_secs, 30)?),
+            max_frame_bytes: raw.max_frame_bytes.unwrap_or(128 << 20),
+            outbox_max: raw.outbox_max.unwrap_or(500).max(1),
+            control_plane: raw.control_plane.map(control_plane).transpose()?,
         })
     }
+}
+
+fn at_least_one(name: &str, value: Option<u64>, default: u64) -> Result<u64, String> {
+    match value.unwrap_or(default) {
+        0 => Err(format!("{name}: must be at least 1")),
+        v => Ok(v),
+    }
+}
+
+fn control_plane(raw: RawControlPlane) -> Result<ControlPlane, String> {
+    let Some((host, port)) = raw.address.rsplit_once(':') else {
+        return Err(format!(
+            "control_plane.address: {:?} is not host:port",
+            raw.address
+        ));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!(
+            "control_plane.address: {:?} is not host:port",
+            raw.address
+        ));
+    }
+    let server_name = raw.server_name.unwrap_or_else(|| {
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string()
+    });
+    for (what, p) in [("ca_file", &raw.ca_file), ("secret_file", &raw.secret_file)] {
+        if !p.is_absolute() {
+            return Err(format!(
+                "control_plane.{what}: {} is not an absolute path",
+                p.display()
+            ));
+        }
+    }
+    if raw.node.is_empty() {
+        return Err("control_plane.node: must not be empty".into());
+    }
+    Ok(ControlPlane {
+        address: raw.address,
+        server_name,
+        ca_file: raw.ca_file,
+        node: raw.node,
+        secret_file: raw.secret_file,
+    })
 }
 
 fn tool(name: &'static str, raw: Option<RawTool>, default_timeout: u64) -> Result<Tool, String> {
@@ -199,6 +287,21 @@ mod tests {
             vec!["mesh-host.service", "agent.service"]
         );
         assert_eq!(c.pacman.timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn control_plane_section() {
+        let c = parse(r#"{"control_plane": {"address": "cp.example:7443", "ca_file": "/etc/mesh-host/ca.pem", "node": "n1", "secret_file": "/etc/mesh-host/secret"}}"#).unwrap();
+        let cp = c.control_plane.unwrap();
+        assert_eq!(cp.server_name, "cp.example");
+        assert_eq!(c.interval, Duration::from_secs(600));
+        let bad = parse(
+            r#"{"control_plane": {"address": "cp.example", "ca_file": "/x", "node": "n", "secret_file": "/s"}}"#,
+        );
+        assert!(bad.unwrap_err().contains("is not host:port"));
+        assert!(parse(r#"{"interval_secs": 0}"#)
+            .unwrap_err()
+            .contains("interval_secs: must be at least 1"));
     }
 
     #[test]

@@ -10,7 +10,9 @@ mod declaration;
 mod exec;
 mod fsutil;
 mod kinds;
+mod link;
 mod reconcile;
+mod service;
 mod store;
 #[cfg(test)]
 mod testutil;
@@ -51,7 +53,7 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
         _ => {}
     }
     let command = args.command.clone();
-    let host = Host::new(args)?;
+    let mut host = Host::new(args)?;
     match command {
         Command::Check(file) => host.check(&file),
         Command::Plan(file) => host.plan(&file),
@@ -59,6 +61,7 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
         Command::Reconcile => host.reconcile(),
         Command::Owned => host.owned(),
         Command::Status => host.status(),
+        Command::Run => service::run(&mut host),
         Command::Help | Command::Version => Ok(commands::EXIT_OK),
     }
 }

@@ -30,6 +30,8 @@ pub struct Report {
     /// Resources found as declared and taken over (originals kept).
     pub adopted: Vec<ResourceResult>,
     pub in_sync: usize,
+    /// The host was being stopped: kinds after the one being applied were left for the next run.
+    pub interrupted: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -77,12 +79,23 @@ pub fn run(
         offline: env.offline,
     };
     let mut report = Report::default();
-    converge::<Packages>(env, &mut cx, ledger, mode, &mut report)?;
-    converge::<Files>(env, &mut cx, ledger, mode, &mut report)?;
-    converge::<Units>(env, &mut cx, ledger, mode, &mut report)?;
-    converge::<Containers>(env, &mut cx, ledger, mode, &mut report)?;
+    let kinds: [Converge; 4] = [
+        converge::<Packages>,
+        converge::<Files>,
+        converge::<Units>,
+        converge::<Containers>,
+    ];
+    for kind in kinds {
+        if mode == Mode::Apply && (env.interrupted)() {
+            report.interrupted = true;
+            break;
+        }
+        kind(env, &mut cx, ledger, mode, &mut report)?;
+    }
     Ok(report)
 }
+
+type Converge = fn(&Env, &mut RunContext, &mut Ledger, Mode, &mut Report) -> Result<(), StoreError>;
 
 fn converge<K: Kind>(
     env: &Env,

@@ -287,12 +287,15 @@ impl Kind for Files {
         };
         let outcomes = changes
             .iter()
-            .map(
-                |change| match apply_one(env, &root, ledger, &change.key, &change.op) {
+            .map(|change| {
+                if (env.interrupted)() {
+                    return Outcome::Deferred("not applied: the host was stopping".into());
+                }
+                match apply_one(env, &root, ledger, &change.key, &change.op) {
                     Ok(()) => Outcome::Done,
                     Err(e) => Outcome::Failed(e),
-                },
-            )
+                }
+            })
             .collect();
         remove_unneeded_directories(&root, cx, ledger);
         outcomes

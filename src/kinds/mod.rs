@@ -27,6 +27,9 @@ pub struct Env<'a> {
     pub runner: &'a Runner,
     /// Absent when planning against a store that does not exist yet.
     pub store: Option<&'a Store>,
+    /// Whether the host is being stopped: checked between resources, so the one being applied
+    /// finishes (a pacman transaction is never cut short) and the rest wait for the next run.
+    pub interrupted: &'a dyn Fn() -> bool,
 }
 
 /// What earlier kinds did in this run, for later ones to act on.

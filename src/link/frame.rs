@@ -14,7 +14,10 @@ impl fmt::Display for FrameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FrameError::TooLarge { length, max } => {
-                write!(f, "frame of {length} bytes announced, more than the limit of {max}")
+                write!(
+                    f,
+                    "frame of {length} bytes announced, more than the limit of {max}"
+                )
             }
         }
     }
@@ -59,6 +62,12 @@ mod tests {
     #[test]
     fn oversized_length_is_rejected_before_the_body() {
         let buf = [0x7f, 0xff, 0xff, 0xff];
-        assert_eq!(decode(&buf, 1024), Err(FrameError::TooLarge { length: 0x7fff_ffff, max: 1024 }));
+        assert_eq!(
+            decode(&buf, 1024),
+            Err(FrameError::TooLarge {
+                length: 0x7fff_ffff,
+                max: 1024
+            })
+        );
     }
 }

@@ -23,15 +23,22 @@ pub enum Message {
     /// Control plane -> host: the hello was accepted.
     Welcome {},
     /// Control plane -> host: a declaration (its JSON text, verbatim, so digests hold).
-    Declare { revision: u64, declaration: String },
+    Declare {
+        revision: u64,
+        declaration: String,
+    },
     /// Host -> control plane: one per run, or for a declaration ignored or rejected.
     Report(Report),
     /// Control plane -> host: reports up to `id` are stored; the host drops them from its outbox.
-    Ack { id: u64 },
+    Ack {
+        id: u64,
+    },
     Ping {},
     Pong {},
     /// Either side, before closing: why.
-    Error { message: String },
+    Error {
+        message: String,
+    },
 }
 
 /// One run (or one refused declaration), as the control plane receives it.

@@ -16,8 +16,13 @@ pub use messages::{Message, Report};
 pub enum Event {
     /// The control plane accepted the hello.
     Welcome,
-    Declare { revision: u64, text: String },
-    Ack { id: u64 },
+    Declare {
+        revision: u64,
+        text: String,
+    },
+    Ack {
+        id: u64,
+    },
 }
 
 /// Why the link must be dropped (and retried).
@@ -27,7 +32,9 @@ pub enum LinkError {
     /// Bytes that are not a message, or a message out of place.
     Protocol(String),
     /// No bytes for three heartbeats.
-    Dead { silent_ms: u64 },
+    Dead {
+        silent_ms: u64,
+    },
     /// The control plane said why it closes.
     Refused(String),
 }
@@ -37,7 +44,11 @@ impl fmt::Display for LinkError {
         match self {
             LinkError::Frame(e) => write!(f, "{e}"),
             LinkError::Protocol(e) => write!(f, "protocol error: {e}"),
-            LinkError::Dead { silent_ms } => write!(f, "no bytes from the control plane for {} s", silent_ms / 1000),
+            LinkError::Dead { silent_ms } => write!(
+                f,
+                "no bytes from the control plane for {} s",
+                silent_ms / 1000
+            ),
             LinkError::Refused(e) => write!(f, "the control plane closed the link: {e}"),
         }
     }
@@ -75,10 +86,6 @@ impl Link {
         };
         link.send(now, &hello);
         link
-    }
-
-    pub fn is_up(&self) -> bool {
-        self.state == State::Up
     }
 
     fn send(&mut self, now: u64, message: &Message) {
@@ -124,8 +131,9 @@ impl Link {
         let result = loop {
             match frame::decode(&self.inbound[start..], self.max_frame) {
                 Ok(Some((used, body))) => {
-                    let message = serde_json::from_slice::<Message>(body)
-                        .map_err(|e| LinkError::Protocol(format!("a frame that is not a message: {e}")));
+                    let message = serde_json::from_slice::<Message>(body).map_err(|e| {
+                        LinkError::Protocol(format!("a frame that is not a message: {e}"))
+                    });
                     start += used;
                     if let Err(e) = message.and_then(|m| self.handle_message(now, m)) {
                         break Err(e);
@@ -156,7 +164,13 @@ impl Link {
                 self.events.push_back(Event::Welcome);
                 Ok(())
             }
-            (State::Up, Message::Declare { revision, declaration }) => {
+            (
+                State::Up,
+                Message::Declare {
+                    revision,
+                    declaration,
+                },
+            ) => {
                 self.events.push_back(Event::Declare {
                     revision,
                     text: declaration,
@@ -170,7 +184,11 @@ impl Link {
             (state, other) => Err(LinkError::Protocol(format!(
                 "unexpected {} message while {}",
                 kind(&other),
-                if state == State::Up { "up" } else { "waiting for welcome" }
+                if state == State::Up {
+                    "up"
+                } else {
+                    "waiting for welcome"
+                }
             ))),
         }
     }
@@ -235,7 +253,9 @@ mod tests {
 
     impl Peer {
         fn new() -> Peer {
-            Peer { inbound: Vec::new() }
+            Peer {
+                inbound: Vec::new(),
+            }
         }
         fn frame(message: &Message) -> Vec<u8> {
             let mut out = Vec::new();
@@ -260,7 +280,8 @@ mod tests {
         let mut link = Link::new(0, hello(), HEARTBEAT, 1 << 20);
         let mut peer = Peer::new();
         assert_eq!(peer.receive(&mut link), vec![hello()]);
-        link.handle_input(10, &Peer::frame(&Message::Welcome {})).unwrap();
+        link.handle_input(10, &Peer::frame(&Message::Welcome {}))
+            .unwrap();
         assert_eq!(link.poll_event(), Some(Event::Welcome));
         (link, peer)
     }
@@ -268,7 +289,6 @@ mod tests {
     #[test]
     fn hello_welcome_declare_ack() {
         let (mut link, mut peer) = up_link();
-        assert!(link.is_up());
         let declare = Peer::frame(&Message::Declare {
             revision: 4,
             declaration: "{\"schema\": 1}".into(),
@@ -300,7 +320,8 @@ mod tests {
         };
         link.send_report(100, &report);
         assert_eq!(peer.receive(&mut link), vec![Message::Report(report)]);
-        link.handle_input(200, &Peer::frame(&Message::Ack { id: 1 })).unwrap();
+        link.handle_input(200, &Peer::frame(&Message::Ack { id: 1 }))
+            .unwrap();
         assert_eq!(link.poll_event(), Some(Event::Ack { id: 1 }));
     }
 
@@ -310,29 +331,52 @@ mod tests {
         assert_eq!(link.poll_timeout(), HEARTBEAT);
         link.handle_timeout(HEARTBEAT).unwrap();
         assert_eq!(peer.receive(&mut link), vec![Message::Ping {}]);
-        link.handle_input(HEARTBEAT + 5, &Peer::frame(&Message::Ping {})).unwrap();
-        assert_eq!(peer.receive(&mut link), vec![Message::Pong {}], "a ping is answered");
+        link.handle_input(HEARTBEAT + 5, &Peer::frame(&Message::Ping {}))
+            .unwrap();
+        assert_eq!(
+            peer.receive(&mut link),
+            vec![Message::Pong {}],
+            "a ping is answered"
+        );
         let silent_until = HEARTBEAT + 5 + 3 * HEARTBEAT;
         assert!(link.poll_timeout() <= silent_until);
         link.handle_timeout(silent_until - 1).unwrap();
         assert_eq!(
             link.handle_timeout(silent_until),
-            Err(LinkError::Dead { silent_ms: 3 * HEARTBEAT })
+            Err(LinkError::Dead {
+                silent_ms: 3 * HEARTBEAT
+            })
         );
     }
 
     #[test]
     fn hostile_input_drops_the_link() {
         let (mut link, _) = up_link();
-        assert!(matches!(link.handle_input(1, b"\x00\x00\x00\x03abc"), Err(LinkError::Protocol(_))));
+        assert!(matches!(
+            link.handle_input(1, b"\x00\x00\x00\x03abc"),
+            Err(LinkError::Protocol(_))
+        ));
         let (mut link, _) = up_link();
-        assert!(matches!(link.handle_input(1, &[0xff, 0xff, 0xff, 0xff]), Err(LinkError::Frame(_))));
+        assert!(matches!(
+            link.handle_input(1, &[0xff, 0xff, 0xff, 0xff]),
+            Err(LinkError::Frame(_))
+        ));
         let mut fresh = Link::new(0, hello(), HEARTBEAT, 1 << 20);
-        let early = Peer::frame(&Message::Declare { revision: 1, declaration: String::new() });
-        assert!(matches!(fresh.handle_input(1, &early), Err(LinkError::Protocol(e)) if e.contains("waiting for welcome")));
+        let early = Peer::frame(&Message::Declare {
+            revision: 1,
+            declaration: String::new(),
+        });
+        assert!(
+            matches!(fresh.handle_input(1, &early), Err(LinkError::Protocol(e)) if e.contains("waiting for welcome"))
+        );
         let (mut link, _) = up_link();
-        let refused = Peer::frame(&Message::Error { message: "bad secret".into() });
-        assert_eq!(link.handle_input(1, &refused), Err(LinkError::Refused("bad secret".into())));
+        let refused = Peer::frame(&Message::Error {
+            message: "bad secret".into(),
+        });
+        assert_eq!(
+            link.handle_input(1, &refused),
+            Err(LinkError::Refused("bad secret".into()))
+        );
     }
 
     #[test]
@@ -340,6 +384,9 @@ mod tests {
         let (mut link, _) = up_link();
         link.handle_input(100, &[0, 0, 0, 50, b'{']).unwrap();
         assert!(link.poll_event().is_none());
-        assert!(matches!(link.handle_timeout(100 + 3 * HEARTBEAT), Err(LinkError::Dead { .. })));
+        assert!(matches!(
+            link.handle_timeout(100 + 3 * HEARTBEAT),
+            Err(LinkError::Dead { .. })
+        ));
     }
 }

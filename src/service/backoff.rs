@@ -15,7 +15,9 @@ pub struct Backoff {
 impl Backoff {
     /// The wait before the next attempt, for `random` in [0, 1).
     pub fn next_delay(&mut self, random: f64) -> u64 {
-        let ceiling = BASE_MS.saturating_mul(1u64 << self.attempts.min(20)).min(CAP_MS);
+        let ceiling = BASE_MS
+            .saturating_mul(1u64 << self.attempts.min(20))
+            .min(CAP_MS);
         self.attempts = self.attempts.saturating_add(1);
         (ceiling as f64 * random.clamp(0.0, 1.0)) as u64
     }

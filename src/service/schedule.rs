@@ -109,7 +109,10 @@ mod tests {
         s.add(Trigger::Signal);
         s.add(Trigger::Declaration);
         assert_eq!(s.deadline(5), 5);
-        assert_eq!(s.take_due(5), Some(vec![Trigger::Declaration, Trigger::Signal]));
+        assert_eq!(
+            s.take_due(5),
+            Some(vec![Trigger::Declaration, Trigger::Signal])
+        );
         assert_eq!(s.take_due(6), None);
     }
 }

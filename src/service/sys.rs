@@ -15,7 +15,10 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 
 /// Milliseconds on the monotonic clock: the only clock the loop and its state machines use.
 pub fn now_ms() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
@@ -37,7 +40,10 @@ pub struct TimerFd(OwnedFd);
 impl TimerFd {
     pub fn new() -> io::Result<TimerFd> {
         let fd = check(unsafe {
-            libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
         })?;
         Ok(TimerFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
@@ -46,13 +52,17 @@ impl TimerFd {
     pub fn arm(&self, delay_ms: u64) -> io::Result<()> {
         let delay_ms = delay_ms.max(1);
         let spec = libc::itimerspec {
-            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
             it_value: libc::timespec {
                 tv_sec: (delay_ms / 1000) as libc::time_t,
                 tv_nsec: ((delay_ms % 1000) * 1_000_000) as libc::c_long,
             },
         };
-        check(unsafe { libc::timerfd_settime(self.0.as_raw_fd(), 0, &spec, std::ptr::null_mut()) }).map(drop)
+        check(unsafe { libc::timerfd_settime(self.0.as_raw_fd(), 0, &spec, std::ptr::null_mut()) })
+            .map(drop)
     }
 
     /// Clears the expiry so the fd stops being readable.
@@ -81,7 +91,8 @@ impl SignalFd {
             unsafe { libc::sigaddset(&mut set, signal) };
         }
         check(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) })?;
-        let fd = check(unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) })?;
+        let fd =
+            check(unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) })?;
         Ok(SignalFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
@@ -89,7 +100,13 @@ impl SignalFd {
     pub fn read(&self) -> Option<libc::c_int> {
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        let n = unsafe { libc::read(self.0.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
+        let n = unsafe {
+            libc::read(
+                self.0.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        };
         (n == size as isize).then_some(info.ssi_signo as libc::c_int)
     }
 
@@ -101,7 +118,9 @@ impl SignalFd {
 /// Tells systemd about the service's state when it runs us with `Type=notify`. Failures are only
 /// logged: a missing notify socket must never stop the host.
 pub fn sd_notify(state: &str) {
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
     let result = (|| -> io::Result<()> {
         let socket = std::os::unix::net::UnixDatagram::unbound()?;
         let bytes = path.as_encoded_bytes();
@@ -127,7 +146,11 @@ mod tests {
     fn timer_fires_and_drains() {
         let timer = TimerFd::new().unwrap();
         timer.arm(1).unwrap();
-        let mut fds = [libc::pollfd { fd: timer.raw(), events: libc::POLLIN, revents: 0 }];
+        let mut fds = [libc::pollfd {
+            fd: timer.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
         assert_eq!(unsafe { libc::poll(fds.as_mut_ptr(), 1, 2000) }, 1);
         timer.drain();
         assert_eq!(unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) }, 0);

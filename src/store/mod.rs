@@ -5,6 +5,7 @@
 
 mod ledger;
 mod lock;
+mod outbox;
 mod runs;
 
 use std::ffi::OsStr;
@@ -22,6 +23,7 @@ pub use lock::{Lock, LockError};
 pub use runs::{ResourceResult, RunRecord};
 
 const IN_FORCE: &str = "declaration.json";
+const SERVICE: &str = "service.json";
 const LEDGER: &str = "ledger.json";
 const RUNS: &str = "runs.json";
 const BACKUPS: &str = "backups";
@@ -60,6 +62,27 @@ pub struct InForce {
     /// Unix seconds when it became the declaration in force.
     pub since: u64,
     pub text: String,
+    /// The newest revision accepted from the control plane, kept across local overrides: a
+    /// `declare` must be newer than this to be applied.
+    #[serde(default)]
+    pub control_plane_revision: Option<u64>,
+}
+
+/// What the running service last said about itself, for `mesh-host status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServiceState {
+    pub pid: u32,
+    /// Unix seconds.
+    pub started: u64,
+    /// `none` (no control plane configured), `connecting`, `connected` or `retrying`.
+    pub link: String,
+    /// Unix seconds: connected since, or the next attempt.
+    pub link_at: Option<u64>,
+    pub last_error: Option<String>,
+    /// Unix seconds of the next drift-timer run.
+    pub next_timer: u64,
+    /// `running`, or `stopped` once it exited cleanly.
+    pub state: String,
 }
 
 pub struct Store {
@@ -143,6 +166,14 @@ impl Store {
 
     pub fn set_in_force(&self, in_force: &InForce) -> Result<(), StoreError> {
         self.write_json(IN_FORCE, in_force)
+    }
+
+    pub fn service_state(&self) -> Result<Option<ServiceState>, StoreError> {
+        self.read_json(SERVICE)
+    }
+
+    pub fn set_service_state(&self, state: &ServiceState) -> Result<(), StoreError> {
+        self.write_json(SERVICE, state)
     }
 
     pub fn ledger(&self) -> Result<Ledger, StoreError> {

@@ -1,0 +1,135 @@
+//! One connection to the control plane: the mio socket, the rustls client session over it, and
+//! the link state machine over that. This file only moves bytes between the three.
+
+use std::io::{self, Read, Write};
+use std::net::ToSocketAddrs;
+use std::sync::Arc;
+
+use mio::net::TcpStream;
+use mio::Interest;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore};
+
+use crate::config::ControlPlane;
+use crate::link::Link;
+
+/// TLS settings trusting only the pinned CA (never the system's roots).
+pub fn tls_config(cp: &ControlPlane) -> Result<Arc<ClientConfig>, String> {
+    let ca = |e: &dyn std::fmt::Display| format!("control plane CA {}: {e}", cp.ca_file.display());
+    let mut roots = RootCertStore::empty();
+    let certs: Vec<CertificateDer> = CertificateDer::pem_file_iter(&cp.ca_file)
+        .map_err(|e| ca(&e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| ca(&e))?;
+    if certs.is_empty() {
+        return Err(ca(&"no certificate in the file"));
+    }
+    for cert in certs {
+        roots.add(cert).map_err(|e| ca(&e))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| ca(&e))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+pub struct Connection {
+    pub stream: TcpStream,
+    tls: ClientConnection,
+    pub link: Link,
+}
+
+impl Connection {
+    /// Starts a non-blocking connect; the TLS handshake and the hello follow as the socket allows.
+    pub fn open(
+        cp: &ControlPlane,
+        tls: Arc<ClientConfig>,
+        link: Link,
+    ) -> Result<Connection, String> {
+        let addr = cp
+            .address
+            .to_socket_addrs()
+            .map_err(|e| format!("{}: {e}", cp.address))?
+            .next()
+            .ok_or_else(|| format!("{}: no address", cp.address))?;
+        let stream = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+        let name = ServerName::try_from(cp.server_name.clone())
+            .map_err(|e| format!("server name {:?}: {e}", cp.server_name))?;
+        let mut tls = ClientConnection::new(tls, name).map_err(|e| format!("TLS: {e}"))?;
+        // The link has its own frame limit; rustls need not cap what is queued before the handshake.
+        tls.set_buffer_limit(None);
+        Ok(Connection { stream, tls, link })
+    }
+
+    /// Reads all that is available and feeds it to the link. `Err` ends the connection.
+    pub fn read(&mut self, now: u64) -> Result<(), String> {
+        loop {
+            match self.tls.read_tls(&mut self.stream) {
+                Ok(0) => return Err("the control plane closed the connection".into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("read: {e}")),
+            }
+            let state = self
+                .tls
+                .process_new_packets()
+                .map_err(|e| format!("TLS: {e}"))?;
+            let available = state.plaintext_bytes_to_read();
+            if available > 0 {
+                let mut buf = vec![0u8; available];
+                self.tls
+                    .reader()
+                    .read_exact(&mut buf)
+                    .map_err(|e| format!("TLS read: {e}"))?;
+                self.link
+                    .handle_input(now, &buf)
+                    .map_err(|e| e.to_string())?;
+            }
+            if state.peer_has_closed() {
+                return Err("the control plane closed the connection".into());
+            }
+        }
+    }
+
+    /// Moves what the link has to say into TLS and TLS records onto the socket, until it would block.
+    pub fn write(&mut self) -> Result<(), String> {
+        let pending = self.link.pending_output().len();
+        if pending > 0 {
+            self.tls
+                .writer()
+                .write_all(self.link.pending_output())
+                .map_err(|e| format!("TLS write: {e}"))?;
+            self.link.consume_output(pending);
+        }
+        while self.tls.wants_write() {
+            match self.tls.write_tls(&mut self.stream) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("write: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// What to wait for: always readable; writable while TLS has records queued.
+    pub fn interest(&self) -> Interest {
+        if self.tls.wants_write() {
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        }
+    }
+
+    /// Says goodbye (an `error` frame, then TLS close_notify) as far as the socket takes it now.
+    pub fn close(&mut self, now: u64, why: &str) {
+        self.link.send_error(now, why);
+        self.tls.send_close_notify();
+        let _ = self.write();
+    }
+}

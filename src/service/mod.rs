@@ -1,0 +1,541 @@
+//! `mesh-host run`: the service. One thread; a mio `Poll` multiplexes the control-plane
+//! connection, a timerfd (drift timer, heartbeats, reconnect backoff: whichever is next) and a
+//! signalfd. When a run is due, the loop calls the same blocking reconciler `apply` uses
+//! (`Host::converge`: one lock, one ledger), checking for SIGTERM between resources.
+
+mod backoff;
+mod connection;
+mod schedule;
+mod sys;
+
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+use mio::unix::SourceFd;
+use mio::{Events, Poll, Token};
+
+use crate::commands::{invalid, Fatal, Host, EXIT_OK};
+use crate::link::{messages, Event, Link, Message, Report};
+use crate::store::{self, InForce, ServiceState, Source, Store};
+use backoff::Backoff;
+use connection::Connection;
+use schedule::{Schedule, Trigger};
+
+const SIGNALS: Token = Token(0);
+const TIMER: Token = Token(1);
+const LINK: Token = Token(2);
+
+/// What the loop knows about the link, for `status` and for the backoff.
+enum LinkState {
+    /// No control plane configured: the host holds the declaration in force on its timer alone.
+    None,
+    Connecting {
+        conn: Box<Connection>,
+    },
+    Up {
+        conn: Box<Connection>,
+        since: u64,
+        sent_through: u64,
+    },
+    Retrying {
+        at: u64,
+    },
+}
+
+struct Service<'h> {
+    host: &'h mut Host,
+    schedule: Schedule,
+    backoff: Backoff,
+    link: LinkState,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    last_error: Option<String>,
+    /// Every link so far; the first success is not a *re*-connection.
+    connected_before: bool,
+    started_unix: u64,
+    stopping: Cell<bool>,
+    reload: Cell<bool>,
+    /// SIGUSR1 seen while a run was in progress.
+    signal_run: Cell<bool>,
+    signals: sys::SignalFd,
+    status: RefCell<Option<ServiceState>>,
+}
+
+pub fn run(host: &mut Host) -> Result<i32, Fatal> {
+    let io = |what: &str, e: std::io::Error| Fatal::Error(format!("{what}: {e}"));
+    let signals = sys::SignalFd::new().map_err(|e| io("signalfd", e))?;
+    let timer = sys::TimerFd::new().map_err(|e| io("timerfd", e))?;
+    let mut poll = Poll::new().map_err(|e| io("epoll", e))?;
+    poll.registry()
+        .register(
+            &mut SourceFd(&signals.raw()),
+            SIGNALS,
+            mio::Interest::READABLE,
+        )
+        .map_err(|e| io("epoll", e))?;
+    poll.registry()
+        .register(&mut SourceFd(&timer.raw()), TIMER, mio::Interest::READABLE)
+        .map_err(|e| io("epoll", e))?;
+    let now = sys::now_ms();
+    let interval = host.config.interval.as_millis() as u64;
+    let mut service = Service {
+        host,
+        schedule: Schedule::new(now, interval, sys::random()),
+        backoff: Backoff::default(),
+        link: LinkState::None,
+        tls: None,
+        last_error: None,
+        connected_before: false,
+        started_unix: store::unix_now(),
+        stopping: Cell::new(false),
+        reload: Cell::new(false),
+        signal_run: Cell::new(false),
+        signals,
+        status: RefCell::new(None),
+    };
+    service.configure_link(now);
+    let mut events = Events::with_capacity(16);
+    let mut ready = false;
+    loop {
+        service.drain_signals();
+        if service.reload.take() {
+            service.reload_config();
+        }
+        if service.signal_run.take() {
+            service.schedule.add(Trigger::Signal);
+        }
+        if service.stopping.get() {
+            break;
+        }
+        if let Some(triggers) = service.schedule.take_due(sys::now_ms()) {
+            service.reconcile(&triggers);
+            if !ready {
+                ready = true;
+                sys::sd_notify("READY=1");
+            }
+            continue; // signals may have come in during the run
+        }
+        let now = sys::now_ms();
+        service.maintain_link(now, &poll);
+        service.publish_status(now);
+        let deadline = service.deadline(now);
+        timer
+            .arm(deadline.saturating_sub(now))
+            .map_err(|e| io("timerfd", e))?;
+        if let Err(e) = poll.poll(&mut events, None) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(io("epoll", e));
+            }
+        }
+        let now = sys::now_ms();
+        for event in events.iter() {
+            match event.token() {
+                TIMER => timer.drain(),
+                SIGNALS => {} // drained at the top of the loop
+                LINK => service.on_socket(
+                    now,
+                    event.is_readable() || event.is_read_closed() || event.is_error(),
+                ),
+                _ => {}
+            }
+        }
+        service.handle_link_events(now);
+    }
+    sys::sd_notify("STOPPING=1");
+    let now = sys::now_ms();
+    if let LinkState::Up { conn, .. } | LinkState::Connecting { conn } = &mut service.link {
+        conn.close(now, "the host is stopping");
+    }
+    service.publish_status(now);
+    if let Ok(store) = service.host.store() {
+        if let Some(mut state) = service.status.borrow().clone() {
+            state.state = "stopped".into();
+            let _ = store.set_service_state(&state);
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+impl Service<'_> {
+    /// Reads pending signals: TERM/INT stop, HUP reloads the config, USR1 asks for a run.
+    /// Returns whether the host is stopping, so the reconciler can check between resources.
+    fn drain_signals(&self) -> bool {
+        while let Some(signal) = self.signals.read() {
+            match signal {
+                libc::SIGTERM | libc::SIGINT => {
+                    log::info!("signal {signal}: stopping after the resource being applied");
+                    self.stopping.set(true);
+                }
+                libc::SIGHUP => self.reload.set(true),
+                libc::SIGUSR1 => self.signal_run.set(true),
+                _ => {}
+            }
+        }
+        self.stopping.get()
+    }
+
+    fn reload_config(&mut self) {
+        match self.host.reload_config() {
+            Ok(()) => {
+                log::info!("configuration reloaded");
+                self.schedule
+                    .set_interval(self.host.config.interval.as_millis() as u64);
+                self.drop_link(
+                    sys::now_ms(),
+                    "the configuration was reloaded".into(),
+                    false,
+                );
+                self.configure_link(sys::now_ms());
+            }
+            Err(e) => log::error!(
+                "configuration not reloaded, the previous one stays: {}",
+                e.message()
+            ),
+        }
+    }
+
+    /// Sets up TLS for the configured control plane and schedules the first connection.
+    fn configure_link(&mut self, now: u64) {
+        self.tls = None;
+        self.link = LinkState::None;
+        let Some(cp) = &self.host.config.control_plane else {
+            return;
+        };
+        match connection::tls_config(cp) {
+            Ok(tls) => {
+                self.tls = Some(tls);
+                self.link = LinkState::Retrying { at: now };
+            }
+            Err(e) => {
+                log::error!("no link: {e}");
+                self.last_error = Some(e);
+            }
+        }
+    }
+
+    fn reconcile(&mut self, triggers: &[Trigger]) {
+        let names: Vec<&str> = triggers.iter().map(|t| t.name()).collect();
+        log::info!("reconciling ({})", names.join(", "));
+        let stopping = || self.drain_signals();
+        match self.host.converge_in_force(&names, true, &stopping) {
+            Ok(Some(result)) => log::info!(
+                "run {}: {} changed, {} failed",
+                result.record.outcome,
+                result.report.changes.len(),
+                result.report.failures.len()
+            ),
+            Ok(None) => log::info!("no declaration in force yet; nothing to hold"),
+            Err(e) => log::error!("run failed: {}", e.message()),
+        }
+        self.schedule.rearm(sys::now_ms(), sys::random());
+        self.send_outbox();
+    }
+
+    fn hello(&self) -> Result<Message, String> {
+        let cp = self
+            .host
+            .config
+            .control_plane
+            .as_ref()
+            .ok_or("no control plane")?;
+        let secret = std::fs::read_to_string(&cp.secret_file)
+            .map_err(|e| format!("secret {}: {e}", cp.secret_file.display()))?;
+        let in_force = self
+            .host
+            .store()
+            .ok()
+            .and_then(|s| s.in_force().ok().flatten());
+        Ok(Message::Hello {
+            protocol: messages::PROTOCOL,
+            node: cp.node.clone(),
+            secret: secret.trim().to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            revision: in_force.as_ref().and_then(|f| f.control_plane_revision),
+            digest: in_force.map(|f| f.digest),
+        })
+    }
+
+    fn maintain_link(&mut self, now: u64, poll: &Poll) {
+        if let LinkState::Retrying { at } = self.link {
+            if now >= at {
+                self.connect(now, poll);
+            }
+        }
+        let result = match &mut self.link {
+            LinkState::Up { conn, .. } | LinkState::Connecting { conn } => conn
+                .link
+                .handle_timeout(now)
+                .map_err(|e| e.to_string())
+                .and_then(|()| conn.write()),
+            _ => Ok(()),
+        };
+        if let Err(e) = result {
+            self.drop_link(now, e, true);
+            return;
+        }
+        if let LinkState::Up { conn, .. } | LinkState::Connecting { conn } = &mut self.link {
+            let interest = conn.interest();
+            if let Err(e) = poll.registry().reregister(&mut conn.stream, LINK, interest) {
+                self.drop_link(now, format!("epoll: {e}"), true);
+            }
+        }
+    }
+
+    fn connect(&mut self, now: u64, poll: &Poll) {
+        let (Some(cp), Some(tls)) = (&self.host.config.control_plane, &self.tls) else {
+            return;
+        };
+        let opened = self.hello().and_then(|hello| {
+            let link = Link::new(
+                now,
+                hello,
+                self.host.config.heartbeat.as_millis() as u64,
+                self.host.config.max_frame_bytes,
+            );
+            Connection::open(cp, tls.clone(), link)
+        });
+        let registered = opened.and_then(|mut conn| {
+            let interest = conn.interest();
+            match poll.registry().register(&mut conn.stream, LINK, interest) {
+                Ok(()) => Ok(conn),
+                Err(e) => Err(format!("epoll: {e}")),
+            }
+        });
+        match registered {
+            Ok(conn) => {
+                log::info!("connecting to {}", cp.address);
+                self.link = LinkState::Connecting {
+                    conn: Box::new(conn),
+                };
+            }
+            Err(e) => self.drop_link(now, e, true),
+        }
+    }
+
+    /// Ends the link; with `retry`, the next attempt comes after a backoff.
+    fn drop_link(&mut self, now: u64, why: String, retry: bool) {
+        let up_for = match &self.link {
+            LinkState::Up { since, .. } => now.saturating_sub(*since),
+            _ => 0,
+        };
+        if matches!(
+            self.link,
+            LinkState::Up { .. } | LinkState::Connecting { .. }
+        ) {
+            log::warn!("link ended: {why}");
+        }
+        self.backoff.link_ended(up_for);
+        self.last_error = Some(why);
+        self.link = match (retry, &self.host.config.control_plane) {
+            (true, Some(_)) => LinkState::Retrying {
+                at: now + self.backoff.next_delay(sys::random()),
+            },
+            _ => LinkState::None,
+        };
+    }
+
+    fn on_socket(&mut self, now: u64, readable: bool) {
+        let result = match &mut self.link {
+            LinkState::Up { conn, .. } | LinkState::Connecting { conn } => {
+                let read = if readable { conn.read(now) } else { Ok(()) };
+                read.and_then(|()| conn.write())
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = result {
+            self.drop_link(now, e, true);
+        }
+    }
+
+    fn handle_link_events(&mut self, now: u64) {
+        loop {
+            let event = match &mut self.link {
+                LinkState::Up { conn, .. } | LinkState::Connecting { conn } => {
+                    conn.link.poll_event()
+                }
+                _ => None,
+            };
+            let Some(event) = event else { break };
+            match event {
+                Event::Welcome => {
+                    if let LinkState::Connecting { conn } =
+                        std::mem::replace(&mut self.link, LinkState::None)
+                    {
+                        log::info!("link up");
+                        self.link = LinkState::Up {
+                            conn,
+                            since: now,
+                            sent_through: 0,
+                        };
+                        self.last_error = None;
+                        if self.connected_before {
+                            self.schedule.add(Trigger::Reconnect);
+                        }
+                        self.connected_before = true;
+                        self.send_outbox();
+                    }
+                }
+                Event::Declare { revision, text } => self.on_declare(revision, text),
+                Event::Ack { id } => {
+                    if let Err(e) = self
+                        .host
+                        .store()
+                        .and_then(|s| s.outbox_ack(id).map_err(Fatal::from))
+                    {
+                        log::error!("acknowledged reports could not be dropped: {}", e.message());
+                    }
+                }
+            }
+        }
+    }
+
+    /// A declaration from the control plane: stored durably before it is applied, unless it is
+    /// stale or invalid (then reported, and the previous one stays in force).
+    fn on_declare(&mut self, revision: u64, text: String) {
+        let digest = crate::codec::sha256_hex(text.as_bytes());
+        let verdict = (|| -> Result<Option<String>, Fatal> {
+            let store = self.host.store()?;
+            let holder = format!(
+                "pid {} (declaration) since unix time {}",
+                std::process::id(),
+                store::unix_now()
+            );
+            let _lock = store
+                .lock(true, &holder)
+                .map_err(|e| Fatal::Error(e.to_string()))?;
+            let current = store.in_force()?;
+            let newest = current.as_ref().and_then(|f| f.control_plane_revision);
+            if let Some(newest) = newest.filter(|n| revision <= *n) {
+                return Ok(Some(format!(
+                    "ignored: revision {revision} is not newer than {newest}, the newest accepted"
+                )));
+            }
+            let d = match self.host.validate(text.as_bytes()) {
+                Ok(d) => d,
+                Err(problems) => {
+                    let message = invalid(
+                        std::path::Path::new(&format!("revision {revision}")),
+                        &problems,
+                    );
+                    return Err(Fatal::Invalid(message.message().to_string()));
+                }
+            };
+            store.set_in_force(&InForce {
+                source: Source::ControlPlane,
+                revision: Some(revision),
+                digest: d.digest,
+                since: store::unix_now(),
+                text,
+                control_plane_revision: Some(revision),
+            })?;
+            Ok(None)
+        })();
+        let (outcome, message) = match verdict {
+            Ok(None) => {
+                log::info!("declaration revision {revision} accepted");
+                self.schedule.add(Trigger::Declaration);
+                return;
+            }
+            Ok(Some(message)) => ("ignored", message),
+            Err(Fatal::Invalid(message)) => ("rejected", message),
+            Err(e) => ("error", e.message().to_string()),
+        };
+        log::warn!("declaration revision {revision} {outcome}: {message}");
+        let now = store::unix_now();
+        let mut report = Report {
+            id: 0,
+            revision: Some(revision),
+            digest: Some(digest),
+            trigger: vec!["declaration".into()],
+            outcome: outcome.into(),
+            started: now,
+            ended: now,
+            changes: Vec::new(),
+            failures: Vec::new(),
+            deferred: Vec::new(),
+            drift: Vec::new(),
+            message,
+        };
+        if let Ok(store) = self.host.store() {
+            if let Err(e) = store.outbox_push(&mut report, self.host.config.outbox_max) {
+                log::error!("report not queued: {e}");
+            }
+        }
+        self.send_outbox();
+    }
+
+    /// Sends every queued report the link has not carried yet, oldest first.
+    fn send_outbox(&mut self) {
+        let LinkState::Up {
+            conn, sent_through, ..
+        } = &mut self.link
+        else {
+            return;
+        };
+        let pending = match Store::open(&self.host.config.state_dir, false) {
+            Ok(Some(store)) => store.outbox_pending().unwrap_or_else(|e| {
+                log::error!("{e}");
+                Vec::new()
+            }),
+            _ => Vec::new(),
+        };
+        let now = sys::now_ms();
+        let already = *sent_through;
+        for report in pending.iter().filter(|r| r.id > already) {
+            conn.link.send_report(now, report);
+            *sent_through = report.id;
+        }
+        if let Err(e) = conn.write() {
+            self.drop_link(now, e, true);
+        }
+    }
+
+    fn deadline(&self, now: u64) -> u64 {
+        let link = match &self.link {
+            LinkState::Up { conn, .. } | LinkState::Connecting { conn } => conn.link.poll_timeout(),
+            LinkState::Retrying { at } => *at,
+            LinkState::None => u64::MAX,
+        };
+        // Reports a person's `apply` queued are picked up at least every heartbeat.
+        self.schedule.deadline(now).min(link)
+    }
+
+    /// Writes what `status` shows, when it changed.
+    fn publish_status(&self, now: u64) {
+        let unix_ms = |mono: u64| {
+            let delta = mono as i64 - now as i64;
+            ((store::unix_now() as i64 * 1000 + delta) / 1000).max(0) as u64
+        };
+        let (link, link_at) = match &self.link {
+            LinkState::None => ("none", None),
+            LinkState::Connecting { .. } => ("connecting", None),
+            LinkState::Up { since, .. } => ("connected", Some(unix_ms(*since))),
+            LinkState::Retrying { at } => ("retrying", Some(unix_ms(*at))),
+        };
+        let state = ServiceState {
+            pid: std::process::id(),
+            started: self.started_unix,
+            link: link.into(),
+            link_at,
+            last_error: self.last_error.clone(),
+            next_timer: unix_ms(self.schedule.next_timer()),
+            state: "running".into(),
+        };
+        let changed = match &*self.status.borrow() {
+            // Rounding of the converted times must not rewrite the file on every wake.
+            Some(old) => {
+                old.link != state.link
+                    || old.last_error != state.last_error
+                    || old.next_timer.abs_diff(state.next_timer) > 1
+            }
+            None => true,
+        };
+        if changed {
+            if let Ok(store) = self.host.store() {
+                if let Err(e) = store.set_service_state(&state) {
+                    log::error!("{e}");
+                }
+            }
+            *self.status.borrow_mut() = Some(state);
+        }
+    }
+}
