@@ -232,3 +232,6 @@ pub fn status(script: &str) -> i32 {
         .code()
         .unwrap_or(-1)
 }
+
+pub mod control_plane;
+pub mod pki;

@@ -1,0 +1,448 @@
+//! A reference control plane for the link protocol (docs/protocol.md): std threads and blocking
+//! rustls, one thread per connection. It checks the hello, pushes declarations, acks and keeps
+//! reports; or, for hostile-peer tests, misbehaves in one of the ways `Behaviour` names. Messages
+//! are plain `serde_json::Value`s so that it shares no code with the host it tests.
+#![allow(dead_code)] // each test binary (and the example) uses part of this module
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rustls::{ServerConnection, StreamOwned};
+use serde_json::{json, Value};
+
+use super::pki::Pki;
+
+/// The largest frame the control plane reads; a longer one drops the link.
+pub const MAX_FRAME: usize = 16 << 20;
+/// How often a connection thread looks for declarations to push and for `stop`.
+const POLL: Duration = Duration::from_millis(20);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Behaviour {
+    Normal,
+    /// After the hello: a frame header for 64 bytes, then 64 bytes that are not JSON.
+    Garbage,
+    /// After the hello: a length prefix of 0xFFFFFFF0, then nothing.
+    OversizedFrame,
+    /// After the hello: a length of 100 and 10 bytes of body, then silence (connection open).
+    HalfFrameThenSilence,
+    /// Reads the hello, then never writes nor reads (no welcome, no pong).
+    Silent,
+}
+
+#[derive(Debug, Clone)]
+pub struct CpConfig {
+    /// `None`: 127.0.0.1 on a free port. A stopped control plane's `addr()` brings it back there.
+    pub bind: Option<SocketAddr>,
+    pub node: String,
+    pub secret: String,
+    pub behaviour: Behaviour,
+    /// Print each report as one JSON line to stdout, and connections and hellos to stderr.
+    pub verbose: bool,
+}
+
+impl CpConfig {
+    pub fn new(node: &str, secret: &str) -> CpConfig {
+        CpConfig {
+            bind: None,
+            node: node.into(),
+            secret: secret.into(),
+            behaviour: Behaviour::Normal,
+            verbose: false,
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    stopped: bool,
+    /// The declaration in force: pushed to every host that holds an older revision.
+    declaration: Option<(u64, String)>,
+    /// Declarations sent once to every welcomed host whatever its revision (`send_declare`).
+    forced: Vec<(u64, String)>,
+    reports: Vec<Value>,
+    hellos: Vec<Value>,
+    connection_times: Vec<Instant>,
+    /// Clones of the open connections' sockets, by connection number, shut down by `stop`.
+    sockets: Vec<(usize, TcpStream)>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct Shared {
+    config: CpConfig,
+    state: Mutex<State>,
+    /// Notified on every change of `state`.
+    changed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn update<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let out = f(&mut self.lock());
+        self.changed.notify_all();
+        out
+    }
+}
+
+pub struct ControlPlane {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl ControlPlane {
+    pub fn start(pki: &Pki, config: CpConfig) -> ControlPlane {
+        let bind = config.bind.unwrap_or_else(|| ([127, 0, 0, 1], 0).into());
+        // std sets SO_REUSEADDR on Unix: a restart can bind a port left in TIME_WAIT.
+        let listener = TcpListener::bind(bind).unwrap_or_else(|e| panic!("bind {bind}: {e}"));
+        let addr = listener.local_addr().expect("local address");
+        let shared = Arc::new(Shared {
+            config,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        });
+        let tls = pki.server_config();
+        let acceptor = {
+            let shared = shared.clone();
+            std::thread::spawn(move || accept(listener, tls, shared))
+        };
+        ControlPlane {
+            addr,
+            shared,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Makes `revision` the declaration in force and pushes it to every host holding an older one
+    /// (and, later, to every host whose hello names an older one).
+    pub fn declare(&self, revision: u64, text: &str) {
+        self.shared
+            .update(|s| s.declaration = Some((revision, text.to_string())));
+    }
+
+    /// Sends a `declare` once to every host connected now or later, whatever its revision (to
+    /// make a host ignore or reject one); the declaration in force does not change.
+    pub fn send_declare(&self, revision: u64, text: &str) {
+        self.shared
+            .update(|s| s.forced.push((revision, text.to_string())));
+    }
+
+    /// Every report received, in order of arrival, one per `id`.
+    pub fn reports(&self) -> Vec<Value> {
+        self.shared.lock().reports.clone()
+    }
+
+    /// Every hello received, accepted or not.
+    pub fn hellos(&self) -> Vec<Value> {
+        self.shared.lock().hellos.clone()
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.shared.lock().connection_times.len()
+    }
+
+    pub fn connection_times(&self) -> Vec<Instant> {
+        self.shared.lock().connection_times.clone()
+    }
+
+    /// Waits until `done(reports)` holds; false if it still does not after `timeout`.
+    pub fn wait_for(&self, done: impl Fn(&[Value]) -> bool, timeout: Duration) -> bool {
+        self.wait_state(timeout, |s| done(&s.reports))
+    }
+
+    /// Waits until at least `n` TCP connections have been accepted.
+    pub fn wait_for_connections(&self, n: usize, timeout: Duration) -> bool {
+        self.wait_state(timeout, |s| s.connection_times.len() >= n)
+    }
+
+    fn wait_state(&self, timeout: Duration, done: impl Fn(&State) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.shared.lock();
+        while !done(&state) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self
+                .shared
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+
+    /// Closes the listener and every connection at once, like a crash (no TLS close_notify).
+    /// When it returns the port is free to bind again.
+    pub fn stop(&mut self) {
+        let Some(acceptor) = self.acceptor.take() else {
+            return;
+        };
+        self.shared.update(|s| s.stopped = true);
+        // Wake the acceptor blocked in accept(); it sees `stopped` and drops the listener.
+        let _ = TcpStream::connect(self.addr);
+        let _ = acceptor.join();
+        let threads = self.shared.update(|s| {
+            for (_, socket) in s.sockets.drain(..) {
+                let _ = socket.shutdown(Shutdown::Both);
+            }
+            std::mem::take(&mut s.threads)
+        });
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept(listener: TcpListener, tls: Arc<rustls::ServerConfig>, shared: Arc<Shared>) {
+    for tcp in listener.incoming() {
+        let Ok(tcp) = tcp else { continue };
+        let mut state = shared.lock();
+        if state.stopped {
+            return;
+        }
+        let (Ok(clone), Ok(())) = (tcp.try_clone(), tcp.set_read_timeout(Some(POLL))) else {
+            continue;
+        };
+        let Ok(tls) = ServerConnection::new(tls.clone()) else {
+            continue;
+        };
+        let id = state.connection_times.len();
+        state.sockets.push((id, clone));
+        state.connection_times.push(Instant::now());
+        if shared.config.verbose {
+            eprintln!(
+                "connection from {}",
+                tcp.peer_addr().map_or("?".into(), |a| a.to_string())
+            );
+        }
+        let conn = Conn {
+            id,
+            tls: StreamOwned::new(tls, tcp),
+            inbound: Vec::new(),
+            shared: shared.clone(),
+        };
+        state.threads.push(std::thread::spawn(move || conn.serve()));
+        shared.changed.notify_all();
+    }
+}
+
+/// Why a connection ends (only reported on stderr, when verbose).
+type End = String;
+const STOPPED: &str = "stopped";
+
+struct Conn {
+    id: usize,
+    tls: StreamOwned<ServerConnection, TcpStream>,
+    inbound: Vec<u8>,
+    shared: Arc<Shared>,
+}
+
+impl Conn {
+    fn serve(mut self) {
+        let result = self
+            .hello()
+            .and_then(|hello| match self.shared.config.behaviour {
+                Behaviour::Normal => self.normal(hello),
+                Behaviour::Garbage => {
+                    let mut bytes = vec![0, 0, 0, 64];
+                    let mut x: u32 = 0x9e37_79b9;
+                    for _ in 0..64 {
+                        x ^= x << 13;
+                        x ^= x >> 17;
+                        x ^= x << 5;
+                        bytes.push(0x80 | x as u8); // never a byte JSON can start with
+                    }
+                    self.write_raw(&bytes)?;
+                    self.idle()
+                }
+                Behaviour::OversizedFrame => {
+                    self.write_raw(&0xFFFF_FFF0u32.to_be_bytes())?;
+                    self.idle()
+                }
+                Behaviour::HalfFrameThenSilence => {
+                    self.write_raw(&[
+                        0, 0, 0, 100, b'{', b'"', b't', b'y', b'p', b'e', b'"', b':', b' ', b'"',
+                    ])?;
+                    self.idle()
+                }
+                Behaviour::Silent => self.idle(),
+            });
+        let why = result.err().unwrap_or_default();
+        if why != STOPPED {
+            self.linger_close();
+        }
+        if self.shared.config.verbose {
+            eprintln!("connection {} closed: {why}", self.id);
+        }
+        self.shared
+            .update(|s| s.sockets.retain(|(id, _)| *id != self.id));
+    }
+
+    /// Waits for the first frame, which must be a hello, and records it.
+    fn hello(&mut self) -> Result<Value, End> {
+        let hello = loop {
+            if let Some(message) = self.poll()? {
+                break message;
+            }
+        };
+        if hello["type"] != "hello" {
+            return self.refuse(&format!("expected hello, got {}", hello["type"]));
+        }
+        if self.shared.config.verbose {
+            eprintln!("hello: {hello}");
+        }
+        self.shared.update(|s| s.hellos.push(hello.clone()));
+        Ok(hello)
+    }
+
+    fn normal(&mut self, hello: Value) -> Result<(), End> {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        if hello["node"] != config.node.as_str() || hello["secret"] != config.secret.as_str() {
+            return self.refuse("bad credentials");
+        }
+        self.send(&json!({"type": "welcome"}))?;
+        let mut known = hello["revision"].as_u64();
+        let mut forced_sent = 0;
+        loop {
+            let (newer, forced) = {
+                let s = shared.lock();
+                let newer = s.declaration.clone().filter(|(r, _)| known < Some(*r));
+                (newer, s.forced[forced_sent..].to_vec())
+            };
+            forced_sent += forced.len();
+            for (revision, text) in newer.into_iter().chain(forced) {
+                self.send(&json!({"type": "declare", "revision": revision, "declaration": text}))?;
+                known = known.max(Some(revision));
+            }
+            let Some(message) = self.poll()? else {
+                continue;
+            };
+            match message["type"].as_str() {
+                Some("ping") => self.send(&json!({"type": "pong"}))?,
+                Some("pong") => {}
+                Some("report") => {
+                    let Some(id) = message["id"].as_u64() else {
+                        return self.refuse("a report without an id");
+                    };
+                    if config.verbose {
+                        println!("{message}");
+                    }
+                    shared.update(|s| {
+                        if !s.reports.iter().any(|r| r["id"] == id) {
+                            s.reports.push(message.clone());
+                        }
+                    });
+                    self.send(&json!({"type": "ack", "id": id}))?;
+                }
+                Some("error") => return Err(format!("the host closes: {}", message["message"])),
+                _ => return self.refuse(&format!("unexpected message {}", message["type"])),
+            }
+        }
+    }
+
+    /// Holds the connection open, reading and writing nothing, until `stop`.
+    fn idle(&mut self) -> Result<(), End> {
+        let mut state = self.shared.lock();
+        while !state.stopped {
+            state = self
+                .shared
+                .changed
+                .wait(state)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        Err(STOPPED.into())
+    }
+
+    /// The next message, `Ok(None)` if none came within `POLL`, `Err` when the link is over.
+    fn poll(&mut self) -> Result<Option<Value>, End> {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            if self.shared.lock().stopped {
+                return Err(STOPPED.into());
+            }
+            if let Some(header) = self.inbound.get(..4) {
+                let length = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+                let length = length as usize;
+                if length > MAX_FRAME {
+                    return self.refuse(&format!("frame of {length} bytes, over {MAX_FRAME}"));
+                }
+                if self.inbound.len() >= 4 + length {
+                    let frame: Vec<u8> = self.inbound.drain(..4 + length).collect();
+                    return match serde_json::from_slice::<Value>(&frame[4..]) {
+                        Ok(message) if message.is_object() => Ok(Some(message)),
+                        _ => self.refuse("a frame that is not a JSON object"),
+                    };
+                }
+            }
+            match self.tls.read(&mut buf) {
+                Ok(0) => return Err("end of stream".into()),
+                Ok(n) => self.inbound.extend_from_slice(&buf[..n]),
+                Err(e) if is_timeout(&e) => return Ok(None),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    /// Ends the link gracefully for the peer: our last bytes, then FIN, and what the peer still
+    /// sends is read (for up to 2 s) so that closing does not reset the connection under them.
+    fn linger_close(&mut self) {
+        let _ = self.tls.sock.shutdown(Shutdown::Write);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut buf = [0u8; 4096];
+        while Instant::now() < deadline {
+            match self.tls.sock.read(&mut buf) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) if is_timeout(&e) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn send(&mut self, message: &Value) -> Result<(), End> {
+        let body = message.to_string();
+        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(body.as_bytes());
+        self.write_raw(&frame)
+    }
+
+    fn write_raw(&mut self, bytes: &[u8]) -> Result<(), End> {
+        self.tls
+            .write_all(bytes)
+            .and_then(|()| self.tls.flush())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Sends `error` with `why` and ends the connection.
+    fn refuse<T>(&mut self, why: &str) -> Result<T, End> {
+        self.send(&json!({"type": "error", "message": why}))?;
+        Err(why.to_string())
+    }
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+    )
+}
