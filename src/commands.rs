@@ -213,7 +213,14 @@ impl Host {
             text,
             control_plane_revision: None,
         };
-        let result = self.converge(&["apply"], &d, Some(in_force), self.args.wait, &never)?;
+        let result = self.converge(
+            &["apply"],
+            &d,
+            d.revision,
+            Some(in_force),
+            self.args.wait,
+            &never,
+        )?;
         self.print_run(&result);
         Ok(result.exit_code())
     }
@@ -252,16 +259,17 @@ impl Host {
             .validate(in_force.text.as_bytes())
             .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
         drop(store);
-        self.converge(triggers, &d, None, wait, interrupted)
+        self.converge(triggers, &d, in_force.revision, None, wait, interrupted)
             .map(Some)
     }
 
     /// Locks the store, makes `in_force` the declaration in force (if given), converges, records
-    /// the run, and queues its report for the control plane.
+    /// the run (under `revision`: the control plane's, or the file's own), and queues its report.
     pub fn converge(
         &self,
         triggers: &[&str],
         d: &Declaration,
+        revision: Option<u64>,
         in_force: Option<InForce>,
         wait: bool,
         interrupted: &dyn Fn() -> bool,
@@ -300,6 +308,7 @@ impl Host {
                     triggers,
                     started,
                     "error",
+                    revision,
                     d,
                     &Report::default(),
                     runner.count(),
@@ -309,7 +318,15 @@ impl Host {
                 return Err(e.into());
             }
         };
-        let record = record(triggers, started, outcome_name, d, &report, runner.count());
+        let record = record(
+            triggers,
+            started,
+            outcome_name,
+            revision,
+            d,
+            &report,
+            runner.count(),
+        );
         store.record_run(&record)?;
         self.queue_report(&store, &record, "");
         Ok(RunResult {
@@ -531,6 +548,7 @@ fn record(
     triggers: &[&str],
     started: u64,
     outcome: &str,
+    revision: Option<u64>,
     d: &Declaration,
     report: &Report,
     commands: usize,
@@ -540,7 +558,7 @@ fn record(
         started,
         ended: store::unix_now(),
         outcome: outcome.to_string(),
-        revision: d.revision,
+        revision,
         digest: Some(d.digest.clone()),
         changes: report.changes.iter().map(|c| c.as_result()).collect(),
         failures: report.failures.clone(),

@@ -272,6 +272,8 @@ impl Service<'_> {
             self.drop_link(now, e, true);
             return;
         }
+        // Reports a person's `apply` queued meanwhile go out at the latest on the next heartbeat.
+        self.send_outbox();
         if let LinkState::Up { conn, .. } | LinkState::Connecting { conn } = &mut self.link {
             let interest = conn.interest();
             if let Err(e) = poll.registry().reregister(&mut conn.stream, LINK, interest) {
@@ -472,15 +474,14 @@ impl Service<'_> {
             return;
         };
         let pending = match Store::open(&self.host.config.state_dir, false) {
-            Ok(Some(store)) => store.outbox_pending().unwrap_or_else(|e| {
+            Ok(Some(store)) => store.outbox_pending(*sent_through).unwrap_or_else(|e| {
                 log::error!("{e}");
                 Vec::new()
             }),
             _ => Vec::new(),
         };
         let now = sys::now_ms();
-        let already = *sent_through;
-        for report in pending.iter().filter(|r| r.id > already) {
+        for report in &pending {
             conn.link.send_report(now, report);
             *sent_through = report.id;
         }

@@ -44,12 +44,12 @@ impl Store {
         Ok(report.id)
     }
 
-    /// Unacknowledged reports, oldest first.
-    pub fn outbox_pending(&self) -> Result<Vec<Report>, StoreError> {
+    /// Unacknowledged reports with ids after `after`, oldest first.
+    pub fn outbox_pending(&self, after: u64) -> Result<Vec<Report>, StoreError> {
         let dir = self.outbox_dir()?;
         let fd = self.open_outbox(&dir)?;
         let mut out = Vec::new();
-        for id in self.outbox_ids(&dir)? {
+        for id in self.outbox_ids(&dir)?.into_iter().filter(|id| *id > after) {
             let name = format!("{id:020}.json");
             let at = format!("{DIR}/{name}");
             let bytes = match fd.read(OsStr::new(&name), MAX_STORE_FILE) {

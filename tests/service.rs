@@ -1,0 +1,453 @@
+//! `mesh-host run` end to end: the real binary as a service against the reference control plane
+//! (TLS with a test CA), files in a scratch root. Timers and heartbeats are set to a second so
+//! the tests wait on conditions, not on fixed sleeps.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::control_plane::{Behaviour, ControlPlane, CpConfig};
+use support::pki::Pki;
+use support::Scratch;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Polls `done` until it holds or `timeout` passes.
+fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    done()
+}
+
+/// A node: a scratch host running `mesh-host run`, killed on drop.
+struct Node {
+    host: Scratch,
+    child: Child,
+}
+
+impl Node {
+    /// Starts a node trusting `pki`'s CA and connecting to `cp` (if any), with `extra` config members.
+    fn start(label: &str, pki: &Pki, cp: Option<&ControlPlane>, extra: &str) -> Node {
+        let host = Scratch::new(label);
+        pki.write(&host.dir).expect("pki");
+        std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+        let link = match cp {
+            Some(cp) => format!(
+                r#""control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}},"#,
+                cp.addr(),
+                host.dir.join("ca.pem").display(),
+                host.dir.join("secret").display()
+            ),
+            None => String::new(),
+        };
+        // A one-second drift timer unless the test sets its own.
+        let interval = if extra.contains("interval_secs") {
+            ""
+        } else {
+            r#""interval_secs": 1,"#
+        };
+        let extra = if extra.is_empty() {
+            String::new()
+        } else {
+            format!(", {extra}")
+        };
+        let config = format!(r#"{{{link} {interval} "heartbeat_secs": 1{extra}}}"#);
+        std::fs::write(host.dir.join("config.json"), config).expect("config");
+        let child = Node::spawn(&host);
+        Node { host, child }
+    }
+
+    fn spawn(host: &Scratch) -> Child {
+        let log = std::fs::File::create(host.dir.join("service.log")).expect("log");
+        Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+            .arg("--state-dir")
+            .arg(host.state())
+            .arg("--config")
+            .arg(host.dir.join("config.json"))
+            .arg("--root")
+            .arg(host.root())
+            .arg("run")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn mesh-host run")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.host.dir.join("service.log")).unwrap_or_default()
+    }
+
+    fn read(&self, path: &str) -> Option<String> {
+        std::fs::read_to_string(self.host.target(path)).ok()
+    }
+
+    fn status(&self) -> Value {
+        self.host.run(&["status", "--json"]).json()
+    }
+
+    fn runs(&self) -> Vec<Value> {
+        self.status()["runs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn signal(&self, signal: i32) {
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends SIGTERM and returns the exit code.
+    fn stop(&mut self) -> Option<i32> {
+        self.signal(libc::SIGTERM);
+        let end = Instant::now() + WAIT;
+        while Instant::now() < end {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- service log of {}\n{}",
+                self.host.dir.display(),
+                self.log()
+            );
+        }
+    }
+}
+
+fn motd(text: &str) -> String {
+    format!(
+        r#"{{"schema": 1, "files": {{"/etc/motd": {{"content": "{text}\n", "mode": "0644"}}}}}}"#
+    )
+}
+
+fn control_plane(pki: &Pki, behaviour: Behaviour) -> ControlPlane {
+    let mut config = CpConfig::new("n1", "s3cret");
+    config.behaviour = behaviour;
+    ControlPlane::start(pki, config)
+}
+
+fn has_report(reports: &[Value], pred: impl Fn(&Value) -> bool) -> bool {
+    reports.iter().any(pred)
+}
+
+fn triggers(report: &Value) -> Vec<String> {
+    report["trigger"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+fn a_pushed_declaration_is_applied_and_reported() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    cp.declare(1, &motd("one"));
+    let node = Node::start("push", &pki, Some(&cp), r#""interval_secs": 600"#);
+    assert!(
+        wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("one\n")),
+        "{}",
+        node.log()
+    );
+    assert!(
+        cp.wait_for(
+            |r| has_report(r, |r| r["revision"] == 1
+                && r["outcome"] == "converged"
+                && triggers(r).contains(&"declaration".into())
+                && r["changes"][0]["key"] == "/etc/motd"),
+            WAIT
+        ),
+        "{:#?}",
+        cp.reports()
+    );
+    assert_eq!(cp.hellos()[0]["node"], "n1");
+    let status = node.status();
+    assert_eq!(status["service"]["link"], "connected");
+    assert_eq!(status["in_force"]["source"]["kind"], "control-plane");
+    cp.declare(2, &motd("two"));
+    assert!(
+        wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("two\n")),
+        "{}",
+        node.log()
+    );
+}
+
+#[test]
+fn the_timer_repairs_drift_with_the_link_up_and_with_the_control_plane_gone() {
+    let pki = Pki::new();
+    let mut cp = control_plane(&pki, Behaviour::Normal);
+    cp.declare(1, &motd("held"));
+    let node = Node::start("drift", &pki, Some(&cp), "");
+    assert!(
+        wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")),
+        "{}",
+        node.log()
+    );
+    std::fs::write(node.host.target("/etc/motd"), "edited\n").unwrap();
+    assert!(
+        wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")),
+        "{}",
+        node.log()
+    );
+    assert!(cp.wait_for(
+        |r| has_report(r, |r| triggers(r).contains(&"timer".into())
+            && r["drift"][0]["key"] == "/etc/motd"),
+        WAIT
+    ));
+
+    cp.stop();
+    std::fs::write(
+        node.host.target("/etc/motd"),
+        "edited while the mesh is down\n",
+    )
+    .unwrap();
+    assert!(
+        wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")),
+        "{}",
+        node.log()
+    );
+    assert!(wait_until(WAIT, || node.status()["service"]["link"] == "retrying"));
+}
+
+#[test]
+fn after_a_control_plane_restart_the_host_reconnects_and_reports_from_its_outbox() {
+    let pki = Pki::new();
+    let mut cp = control_plane(&pki, Behaviour::Normal);
+    let addr = cp.addr();
+    cp.declare(1, &motd("held"));
+    let node = Node::start("outbox", &pki, Some(&cp), "");
+    assert!(wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")));
+    cp.stop();
+    // A run the control plane cannot hear about yet: drift repaired while it is down.
+    std::fs::write(node.host.target("/etc/motd"), "edited\n").unwrap();
+    assert!(wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")));
+    let repaired_while_down = node
+        .runs()
+        .iter()
+        .filter(|r| r["changes"].as_array().is_some_and(|c| !c.is_empty()))
+        .count();
+    assert!(repaired_while_down >= 2);
+
+    let mut config = CpConfig::new("n1", "s3cret");
+    config.bind = Some(addr);
+    let cp = ControlPlane::start(&pki, config);
+    cp.declare(1, &motd("held"));
+    assert!(
+        cp.wait_for(
+            |r| has_report(r, |r| triggers(r).contains(&"timer".into())
+                && r["drift"][0]["key"] == "/etc/motd"),
+            Duration::from_secs(30)
+        ),
+        "the run made while the control plane was down is reported after the reconnect: {:#?}\n{}",
+        cp.reports(),
+        node.log()
+    );
+    assert!(cp.wait_for(
+        |r| has_report(r, |r| triggers(r).contains(&"reconnect".into())),
+        WAIT
+    ));
+    // Reports come oldest first.
+    let ids: Vec<u64> = cp
+        .reports()
+        .iter()
+        .filter_map(|r| r["id"].as_u64())
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+}
+
+#[test]
+fn a_stale_revision_is_ignored_and_an_invalid_declaration_rejected() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    cp.declare(5, &motd("five"));
+    let node = Node::start("stale", &pki, Some(&cp), r#""interval_secs": 600"#);
+    assert!(wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("five\n")));
+    cp.send_declare(3, &motd("three"));
+    assert!(
+        cp.wait_for(
+            |r| has_report(r, |r| r["revision"] == 3 && r["outcome"] == "ignored"),
+            WAIT
+        ),
+        "{:#?}",
+        cp.reports()
+    );
+    cp.send_declare(
+        6,
+        r#"{"schema": 1, "files": {"/etc/motd": {"content": "x", "mode": "0999"}}}"#,
+    );
+    assert!(
+        cp.wait_for(
+            |r| has_report(r, |r| r["revision"] == 6
+                && r["outcome"] == "rejected"
+                && r["message"].as_str().unwrap_or("").contains(
+                    r#"files["/etc/motd"].mode: "0999" is not an octal mode"#
+                )),
+            WAIT
+        ),
+        "{:#?}",
+        cp.reports()
+    );
+    assert_eq!(node.read("/etc/motd").as_deref(), Some("five\n"));
+    assert_eq!(node.status()["in_force"]["revision"], 5);
+}
+
+#[test]
+fn a_control_plane_not_signed_by_the_pinned_ca_is_refused() {
+    let pinned = Pki::new();
+    let rogue = Pki::rogue();
+    let cp = control_plane(&rogue, Behaviour::Normal);
+    cp.declare(1, &motd("impostor"));
+    let node = Node::start("rogue", &pinned, Some(&cp), "");
+    assert!(cp.wait_for_connections(2, WAIT), "the host keeps retrying");
+    assert!(
+        cp.hellos().is_empty(),
+        "no credentials are ever sent to an impostor"
+    );
+    assert!(node.read("/etc/motd").is_none());
+    let error = node.status()["service"]["last_error"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        error.contains("TLS") || error.contains("certificate"),
+        "{error}"
+    );
+}
+
+#[test]
+fn hostile_control_planes_drop_the_link_and_the_host_reconnects() {
+    let pki = Pki::new();
+    for behaviour in [
+        Behaviour::Garbage,
+        Behaviour::OversizedFrame,
+        Behaviour::HalfFrameThenSilence,
+        Behaviour::Silent,
+    ] {
+        let cp = control_plane(&pki, behaviour);
+        let mut node = Node::start("hostile", &pki, Some(&cp), "");
+        assert!(
+            cp.wait_for_connections(2, Duration::from_secs(30)),
+            "{behaviour:?}: no reconnect\n{}",
+            node.log()
+        );
+        assert!(node.alive(), "{behaviour:?}: the host died");
+        let error = node.status()["service"]["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(!error.is_empty(), "{behaviour:?}: no error recorded");
+        assert_eq!(node.stop(), Some(0));
+    }
+}
+
+#[test]
+fn sigterm_during_a_run_ends_cleanly_and_records_it_interrupted() {
+    let pki = Pki::new();
+    // A package manager that takes its time: the run is still in its first kind when SIGTERM comes.
+    let slow = r#""pacman": {"command": ["sh", "-c", "sleep 1", "sh"]}"#;
+    let mut node = Node::start("sigterm", &pki, None, slow);
+    let declaration = node.host.declaration(
+        "d.json",
+        r#"{"schema": 1, "packages": {"slowpkg": {}}, "files": {"/etc/motd": {"content": "x"}}}"#,
+    );
+    // The store's declaration in force is what the start run applies.
+    let _ = node.stop();
+    let out = node.host.run(&["apply", declaration.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    std::fs::remove_file(node.host.target("/etc/motd")).unwrap();
+    node.child = Node::spawn(&node.host);
+    assert!(
+        wait_until(WAIT, || node.log().contains("reconciling (start")),
+        "{}",
+        node.log()
+    );
+    assert_eq!(node.stop(), Some(0), "{}", node.log());
+    let last = node.runs().last().cloned().unwrap_or_default();
+    assert_eq!(last["outcome"], "interrupted", "{last:#}");
+    assert!(
+        node.read("/etc/motd").is_none(),
+        "the kinds after the interrupted one waited"
+    );
+    assert_eq!(node.status()["service"]["state"], "stopped");
+}
+
+#[test]
+fn sigusr1_reconciles_now() {
+    let pki = Pki::new();
+    let node = Node::start("usr1", &pki, None, r#""interval_secs": 600"#);
+    let declaration = node.host.declaration("d.json", &motd("hello"));
+    assert_eq!(
+        node.host
+            .run(&["apply", declaration.to_str().unwrap()])
+            .code,
+        0
+    );
+    assert!(wait_until(WAIT, || node
+        .log()
+        .contains("reconciling (start)")));
+    std::fs::write(node.host.target("/etc/motd"), "edited\n").unwrap();
+    node.signal(libc::SIGUSR1);
+    assert!(
+        wait_until(WAIT, || node.read("/etc/motd").as_deref()
+            == Some("hello\n")),
+        "{}",
+        node.log()
+    );
+    assert!(node.runs().iter().any(|r| r["trigger"] == "signal"));
+}
+
+#[test]
+fn a_local_apply_is_reported_and_replaced_by_the_next_declaration() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    cp.declare(1, &motd("from the mesh"));
+    let node = Node::start("local", &pki, Some(&cp), r#""interval_secs": 600"#);
+    assert!(wait_until(WAIT, || node.read("/etc/motd").as_deref()
+        == Some("from the mesh\n")));
+    let local: PathBuf = node
+        .host
+        .declaration("local.json", &motd("rescued by hand"));
+    let out = node.host.run(&["apply", "--wait", local.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(node.read("/etc/motd").as_deref(), Some("rescued by hand\n"));
+    assert!(
+        cp.wait_for(
+            |r| has_report(r, |r| triggers(r).contains(&"apply".into())),
+            WAIT
+        ),
+        "{:#?}",
+        cp.reports()
+    );
+    assert_eq!(node.status()["in_force"]["source"]["kind"], "local");
+    cp.declare(2, &motd("from the mesh again"));
+    assert!(
+        wait_until(WAIT, || node.read("/etc/motd").as_deref()
+            == Some("from the mesh again\n")),
+        "{}",
+        node.log()
+    );
+}
