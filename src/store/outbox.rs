@@ -139,7 +139,7 @@ mod tests {
             assert_eq!(store.outbox_push(&mut report(), 3).unwrap(), expected);
         }
         let ids: Vec<u64> = store
-            .outbox_pending()
+            .outbox_pending(0)
             .unwrap()
             .iter()
             .map(|r| r.id)
@@ -147,7 +147,7 @@ mod tests {
         assert_eq!(ids, vec![3, 4, 5], "the oldest are dropped past the bound");
         store.outbox_ack(4).unwrap();
         let ids: Vec<u64> = store
-            .outbox_pending()
+            .outbox_pending(0)
             .unwrap()
             .iter()
             .map(|r| r.id)
