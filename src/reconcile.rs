@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::declaration::Declaration;
 use crate::kinds::{
     backup_key, containers::Containers, files::Files, packages::Packages, units::Units, Action,
-    Env, Kind, LedgerAfter, Outcome, RunContext, Step,
+    Change, Env, Kind, LedgerAfter, Outcome, RunContext, Step,
 };
 use crate::store::{Ledger, Origin, ResourceResult, StoreError};
 
@@ -190,7 +190,8 @@ fn converge<K: Kind>(
         }
     }
     save(env, ledger, ledger_dirty)?;
-    let outcomes = K::apply(env, cx, ledger, &changes);
+    let mut outcomes = K::apply(env, cx, ledger, &changes);
+    verify::<K>(env, cx, ledger, &changes, &mut outcomes);
     for ((change, planned), outcome) in changes.iter().zip(planned).zip(&outcomes) {
         K::note(cx, change, outcome);
         match outcome {
@@ -228,6 +229,62 @@ fn converge<K: Kind>(
     // The kind may have changed its own bookkeeping (directories it created) even when nothing
     // else changed, so the ledger is written whenever there were changes.
     save(env, ledger, !changes.is_empty())
+}
+
+/// A tool that exits 0 having done nothing must not pass for success: resources whose change
+/// reported done are observed again (one more batched query, only in runs that changed
+/// something), and any that still differ from the declaration fail, saying what differs.
+fn verify<K: Kind>(
+    env: &Env,
+    cx: &RunContext,
+    ledger: &Ledger,
+    changes: &[Change<K::Op>],
+    outcomes: &mut [Outcome],
+) {
+    let done = |change: &Change<K::Op>, outcome: &Outcome| {
+        *outcome == Outcome::Done && matches!(change.after, LedgerAfter::Applied(_))
+    };
+    let keys: Vec<String> = changes
+        .iter()
+        .zip(outcomes.iter())
+        .filter(|(c, o)| done(c, o))
+        .map(|(c, _)| c.key.clone())
+        .collect();
+    if keys.is_empty() {
+        return;
+    }
+    // What this run changed must not count again: a restart on a changed file is done.
+    let fresh = RunContext {
+        declaration: cx.declaration,
+        changed_files: BTreeSet::new(),
+        failed_packages: BTreeSet::new(),
+        offline: cx.offline,
+    };
+    let observed = K::observe(env, &fresh, &keys);
+    for (change, outcome) in changes.iter().zip(outcomes.iter_mut()) {
+        if !done(change, outcome) {
+            continue;
+        }
+        let observed = match &observed {
+            Ok(observed) => observed.get(&change.key),
+            Err(e) => {
+                *outcome = Outcome::Failed(format!("could not be checked after the change: {e}"));
+                continue;
+            }
+        };
+        let desired = K::desired(cx.declaration).get(&change.key);
+        let owned = ledger.get(K::NAME, &change.key);
+        match K::plan(&fresh, &change.key, desired, observed, owned) {
+            Step::Change(still) => {
+                *outcome = Outcome::Failed(format!(
+                    "the tool reported success, but it still differs from the declaration: {}",
+                    still.details.join(", ")
+                ))
+            }
+            Step::Fail(e) | Step::Skip(e) => *outcome = Outcome::Failed(e),
+            Step::InSync | Step::Adopt { .. } => {}
+        }
+    }
 }
 
 fn save(env: &Env, ledger: &Ledger, dirty: bool) -> Result<(), StoreError> {

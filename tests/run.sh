@@ -18,5 +18,5 @@ tests/sandbox/setup.sh
 source "$MESH_SANDBOX/env"
 export MESH_REQUIRE_SANDBOX=1
 status=0
-cargo test --all-targets "$@" || status=$?
+cargo test --all-targets --no-fail-fast "$@" || status=$?
 exit "$status"
