@@ -466,3 +466,86 @@ fn a_local_apply_is_reported_and_replaced_by_the_next_declaration() {
         node.log()
     );
 }
+
+#[test]
+fn sighup_reloads_the_config_and_a_bad_one_keeps_the_old() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    cp.declare(1, &motd("joined later"));
+    let mut node = Node::start("sighup", &pki, None, r#""interval_secs": 600"#);
+    assert!(wait_until(WAIT, || node
+        .log()
+        .contains("reconciling (start)")));
+    // A config the host cannot read: the old one stays and the service lives.
+    std::fs::write(
+        node.host.dir.join("config.json"),
+        r#"{"interval_secs": "often"}"#,
+    )
+    .unwrap();
+    node.signal(libc::SIGHUP);
+    assert!(
+        wait_until(WAIT, || node.log().contains("configuration not reloaded")),
+        "{}",
+        node.log()
+    );
+    assert!(node.alive());
+    let config = format!(
+        r#"{{"control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}}, "heartbeat_secs": 1}}"#,
+        cp.addr(),
+        node.host.dir.join("ca.pem").display(),
+        node.host.dir.join("secret").display()
+    );
+    std::fs::write(node.host.dir.join("config.json"), config).unwrap();
+    node.signal(libc::SIGHUP);
+    assert!(
+        wait_until(WAIT, || node.read("/etc/motd").as_deref()
+            == Some("joined later\n")),
+        "{}",
+        node.log()
+    );
+    assert_eq!(cp.hellos().len(), 1);
+}
+
+#[test]
+fn systemd_is_told_ready_after_the_start_run_and_stopping_at_the_end() {
+    use std::os::unix::net::UnixDatagram;
+    let pki = Pki::new();
+    let mut node = Node::start("notify", &pki, None, r#""interval_secs": 600"#);
+    let _ = node.stop();
+    let socket_path = node.host.dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_read_timeout(Some(WAIT)).unwrap();
+    let declaration = node.host.declaration("d.json", &motd("ready"));
+    assert_eq!(
+        node.host
+            .run(&["apply", declaration.to_str().unwrap()])
+            .code,
+        0
+    );
+    std::fs::remove_file(node.host.target("/etc/motd")).unwrap();
+    let log = std::fs::File::create(node.host.dir.join("service.log")).unwrap();
+    node.child = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+        .arg("--state-dir")
+        .arg(node.host.state())
+        .arg("--config")
+        .arg(node.host.dir.join("config.json"))
+        .arg("--root")
+        .arg(node.host.root())
+        .arg("run")
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("RUST_LOG", "info")
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = socket.recv(&mut buf).expect("READY=1 within the wait");
+    assert_eq!(&buf[..n], b"READY=1");
+    assert_eq!(
+        node.read("/etc/motd").as_deref(),
+        Some("ready\n"),
+        "READY comes after the start run"
+    );
+    assert_eq!(node.stop(), Some(0));
+    let n = socket.recv(&mut buf).expect("STOPPING=1");
+    assert_eq!(&buf[..n], b"STOPPING=1");
+}
