@@ -106,6 +106,8 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         if service.stopping.get() {
             break;
         }
+        // Before a run too: a run may take minutes, and `status` should show the link as it is.
+        service.publish_status(sys::now_ms());
         if let Some(triggers) = service.schedule.take_due(sys::now_ms()) {
             service.reconcile(&triggers);
             if !ready {
