@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build.sh - build the static release binary (x86_64 musl) and pack it for installation:
 #   dist/mesh-host-VERSION-x86_64.tar.gz  (dir mesh-host-VERSION-x86_64/: mesh-host, README.md,
-#   and mesh-host.service, INSTALL when present)  +  .sha256 beside it.
+#   and mesh-host.service, INSTALL, LICENSE when present)  +  .sha256 beside it.
+# The PKGBUILD packages that tarball, so its pkgver must be Cargo.toml's version (checked here).
 # Installs musl-tools (apt-get) and the rustup target when missing, and says so.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -9,6 +10,10 @@ target=x86_64-unknown-linux-musl
 version=$(awk '/^\[/ {pkg = ($0 == "[package]")} pkg && /^version *=/ {gsub(/.*= *"|".*/, ""); print; exit}' Cargo.toml)
 [ -n "$version" ] || { echo "build.sh: no version in [package] of Cargo.toml" >&2; exit 1; }
 [ -f README.md ] || { echo "build.sh: README.md is missing" >&2; exit 1; }
+if [ -f PKGBUILD ]; then
+  pkgver=$(sed -n 's/^pkgver=//p' PKGBUILD)
+  [ "$pkgver" = "$version" ] || { echo "build.sh: PKGBUILD pkgver=$pkgver but Cargo.toml says $version" >&2; exit 1; }
+fi
 
 if ! command -v x86_64-linux-musl-gcc >/dev/null || ! command -v file >/dev/null; then
   echo "build.sh: installing musl-tools and file (apt-get)"
@@ -33,7 +38,7 @@ name=mesh-host-$version-x86_64
 stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
 mkdir "$stage/$name"
 cp "$bin" README.md "$stage/$name/"
-for f in mesh-host.service INSTALL; do if [ -f "$f" ]; then cp "$f" "$stage/$name/"; fi; done
+for f in mesh-host.service INSTALL LICENSE; do if [ -f "$f" ]; then cp "$f" "$stage/$name/"; fi; done
 mkdir -p dist
 tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner \
     --mtime="@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}" -cf - "$name" \

@@ -1,0 +1,582 @@
+//! Packaging, end to end: the release tarball `build.sh` makes (its binary runs in an empty
+//! chroot), `mesh-host.service` (systemd parses it as meant), and the `nox-mesh-host` package that
+//! makepkg builds from the tarball, installed, upgraded and removed by the real pacman in the
+//! sandbox. Build directories stay under the sandbox's tmp/ (teardown removes them).
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+const UNIT: &str = "mesh-host.service";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `command`, asserts it exits 0 and returns its stdout (stderr is in the panic message).
+fn run(command: &mut Command) -> String {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(
+        out.status.success(),
+        "{command:?}: {}\n--- stdout\n{stdout}--- stderr\n{stderr}",
+        out.status
+    );
+    stdout
+}
+
+/// A directory for one test under the sandbox (teardown removes it if a test panics first).
+fn scratch(label: &str) -> PathBuf {
+    let base = std::env::var("MESH_SANDBOX").expect("MESH_SANDBOX");
+    let dir = Path::new(&base)
+        .join("tmp")
+        .join(format!("packaging-{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+}
+
+/// The release tarball, unpacked: `dist/` as `build.sh` left it. `build.sh` runs (once) only when
+/// the binary or the tarball is missing or the tarball no longer holds the tree's files.
+struct Dist {
+    tarball: PathBuf,
+    /// The tarball's `mesh-host-VERSION-x86_64/`, unpacked.
+    unpacked: PathBuf,
+}
+
+fn dist() -> &'static Dist {
+    static DIST: OnceLock<Dist> = OnceLock::new();
+    DIST.get_or_init(|| {
+        let name = format!("mesh-host-{VERSION}-x86_64");
+        let tarball = repo().join("dist").join(format!("{name}.tar.gz"));
+        let binary = repo().join("target/x86_64-unknown-linux-musl/release/mesh-host");
+        let into = scratch("dist");
+        let unpack = || {
+            let _ = std::fs::remove_dir_all(into.join(&name));
+            run(Command::new("tar")
+                .arg("-xzf")
+                .arg(&tarball)
+                .arg("-C")
+                .arg(&into));
+        };
+        let current = || {
+            ["mesh-host.service", "INSTALL", "LICENSE", "README.md"]
+                .iter()
+                .all(|f| {
+                    std::fs::read(repo().join(f)).ok()
+                        == std::fs::read(into.join(&name).join(f)).ok()
+                })
+                && std::fs::read(&binary).ok()
+                    == std::fs::read(into.join(&name).join("mesh-host")).ok()
+        };
+        let fresh = binary.exists() && tarball.exists() && {
+            unpack();
+            current()
+        };
+        if !fresh {
+            eprintln!("packaging: dist/ is missing or stale: running ./build.sh");
+            run(Command::new("./build.sh").current_dir(repo()));
+            unpack();
+            assert!(
+                current(),
+                "build.sh made a tarball that does not hold the tree's files"
+            );
+        }
+        run(Command::new("sha256sum")
+            .args(["-c", &format!("{name}.tar.gz.sha256")])
+            .current_dir(repo().join("dist")));
+        Dist {
+            tarball,
+            unpacked: into.join(name),
+        }
+    })
+}
+
+#[test]
+fn the_tarball_holds_the_binary_the_unit_and_the_install_text() {
+    if support::sandbox().is_none() {
+        return;
+    }
+    let dist = dist();
+    let listing = run(Command::new("tar").arg("-tzf").arg(&dist.tarball));
+    let mut entries: Vec<&str> = listing.lines().collect();
+    entries.sort();
+    let d = format!("mesh-host-{VERSION}-x86_64/");
+    let want: Vec<String> = ["", "INSTALL", "LICENSE", "README.md", "mesh-host", UNIT]
+        .iter()
+        .map(|f| format!("{d}{f}"))
+        .collect();
+    assert_eq!(entries, want);
+    let kind = run(Command::new("file")
+        .arg("-b")
+        .arg(dist.unpacked.join("mesh-host")));
+    assert!(kind.contains("static"), "not static: {kind}");
+    assert!(
+        kind.contains("stripped") && !kind.contains("not stripped"),
+        "{kind}"
+    );
+    let install = std::fs::read_to_string(dist.unpacked.join("INSTALL")).expect("INSTALL");
+    for step in [
+        "| tar -xz",
+        "systemctl daemon-reload",
+        "systemctl enable --now mesh-host.service",
+        "mesh-host join --control-plane https://HOST:PORT --token TOKEN --ca-hash sha256:HEX",
+        "mesh-host apply --root /mnt FILE",
+        "mesh-host reconcile --root /mnt --state-dir /mnt/var/lib/mesh-host",
+    ] {
+        assert!(install.contains(step), "INSTALL lacks `{step}`");
+    }
+}
+
+/// The floor: the tarball's binary, alone in a chroot (no /etc, /dev, /proc, libraries), does
+/// `--version`, `check`, `plan` and `apply --root` (and a second apply finds it in sync).
+#[test]
+fn the_tarball_binary_works_in_an_empty_chroot() {
+    if support::sandbox().is_none() {
+        return;
+    }
+    let root = scratch("chroot");
+    std::fs::copy(dist().unpacked.join("mesh-host"), root.join("mesh-host")).expect("copy");
+    std::fs::create_dir(root.join("target")).expect("target dir");
+    // Numeric owners: the empty target has no /etc/passwd to look names up in.
+    std::fs::write(
+        root.join("decl.json"),
+        r#"{"schema": 1, "revision": 7, "files": {
+             "/etc/motd": {"content": "held by the mesh\n", "mode": "0640",
+                           "owner": "0", "group": "0"},
+             "/etc/mesh-demo/app.conf": {"content": "x = 1\n", "mode": "0600"}}}"#,
+    )
+    .expect("declaration");
+    let host = |args: &[&str]| -> support::Output {
+        let out = Command::new("chroot")
+            .arg(&root)
+            .arg("/mesh-host")
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin") // to find chroot; nothing inside
+            .output()
+            .expect("chroot");
+        support::Output {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    };
+    let out = host(&["--version"]);
+    assert_eq!(
+        (out.code, out.stdout.trim()),
+        (0, &*format!("mesh-host {VERSION}")),
+        "{out:?}"
+    );
+    let out = host(&["check", "/decl.json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = host(&["plan", "--root", "/target", "/decl.json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("+ files /etc/motd"), "{out:?}");
+    assert!(!root.join("target/etc").exists(), "plan changed the target");
+    let out = host(&["apply", "--root", "/target", "/decl.json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("2 changed"), "{out:?}");
+    let motd = root.join("target/etc/motd");
+    assert_eq!(
+        std::fs::read_to_string(&motd).unwrap(),
+        "held by the mesh\n"
+    );
+    assert_eq!(mode(&motd) & 0o7777, 0o640);
+    assert_eq!(
+        mode(&root.join("target/etc/mesh-demo/app.conf")) & 0o7777,
+        0o600
+    );
+    let out = host(&["apply", "--root", "/target", "/decl.json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("0 changed, 2 in sync"), "{out:?}");
+    let out = host(&["status"]);
+    assert!(
+        out.code == 0 && out.stdout.contains("revision 7"),
+        "{out:?}"
+    );
+    // Nothing appeared but the store (the default, /var/lib/mesh-host) and the target.
+    let mut top: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    top.sort();
+    assert_eq!(top, ["decl.json", "mesh-host", "target", "var"]);
+    assert_eq!(mode(&root.join("var/lib/mesh-host")) & 0o7777, 0o700);
+    std::fs::remove_dir_all(&root).expect("cleanup");
+}
+
+/// `systemd-analyze verify` in a root holding the unit, its commands and systemd's targets (it
+/// checks that ExecStart's binary exists, so the host's own / will not do): no warning at all.
+/// Then the sandbox's manager loads it, to show the values systemd took from it.
+#[test]
+fn the_unit_verifies_and_systemd_reads_it_as_meant() {
+    let Some(sandbox) = support::sandbox() else {
+        return;
+    };
+    let root = scratch("verify");
+    let units = root.join("usr/lib/systemd/system");
+    std::fs::create_dir_all(&units).expect("unit dir");
+    std::fs::create_dir_all(root.join("usr/bin")).expect("bin dir");
+    std::fs::copy(
+        dist().unpacked.join("mesh-host"),
+        root.join("usr/bin/mesh-host"),
+    )
+    .unwrap();
+    std::fs::copy("/usr/bin/kill", root.join("usr/bin/kill")).expect("ExecReload's kill");
+    std::fs::copy(dist().unpacked.join(UNIT), units.join(UNIT)).unwrap();
+    for entry in std::fs::read_dir("/usr/lib/systemd/system").expect("systemd's units") {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "target") && path.is_file() {
+            std::fs::copy(&path, units.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let out = Command::new("systemd-analyze")
+        .arg(format!("--root={}", root.display()))
+        .args(["verify", UNIT])
+        .output()
+        .expect("systemd-analyze");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.is_empty(),
+        "systemd-analyze verify: {said}"
+    );
+
+    // Under another name: the sandbox's user manager is shared with the other tests.
+    let probe = format!("mesh-host-probe-{}.service", std::process::id());
+    std::fs::copy(units.join(UNIT), sandbox.unit_dir.join(&probe)).expect("probe unit");
+    run(Command::new("systemctl").args(["--user", "daemon-reload"]));
+    let shown = run(Command::new("systemctl").args([
+        "--user",
+        "show",
+        "-p",
+        "LoadState,Type,NotifyAccess,Restart,RestartUSec,StartLimitIntervalUSec,KillMode",
+        "-p",
+        "KillSignal,SendSIGHUP,SendSIGKILL,TimeoutStopUSec,TimeoutStartUSec,StateDirectoryMode",
+        "-p",
+        "ExecStart",
+        &probe,
+    ]));
+    std::fs::remove_file(sandbox.unit_dir.join(&probe)).expect("remove probe");
+    run(Command::new("systemctl").args(["--user", "daemon-reload"]));
+    for want in [
+        "LoadState=loaded",
+        "Type=notify",
+        "NotifyAccess=main",
+        "Restart=always",
+        "RestartUSec=15s",
+        "StartLimitIntervalUSec=0",
+        "KillMode=mixed",
+        "KillSignal=15",
+        "SendSIGHUP=no",
+        "SendSIGKILL=yes",
+        "TimeoutStopUSec=30min",
+        "TimeoutStartUSec=30min",
+        "StateDirectoryMode=0700",
+        "ExecStart={ path=/usr/bin/mesh-host ; argv[]=/usr/bin/mesh-host run ;",
+    ] {
+        assert!(
+            shown.lines().any(|l| l.starts_with(want)),
+            "no `{want}` in\n{shown}"
+        );
+    }
+    std::fs::remove_dir_all(&root).expect("cleanup");
+}
+
+/// nox-mesh-host at pkgrel 1 and (the same PKGBUILD bumped) pkgrel 2, built once per test binary.
+struct Packages {
+    rel1: PathBuf,
+    rel2: PathBuf,
+}
+
+/// Runs makepkg (Debian's, which refuses root) as a throwaway system user made for this process.
+fn packages() -> &'static Packages {
+    static PACKAGES: OnceLock<Packages> = OnceLock::new();
+    PACKAGES.get_or_init(|| {
+        let dist = dist();
+        let dir = scratch("makepkg");
+        let user = format!("mesh-pkg-{}", std::process::id());
+        run(Command::new("useradd").args([
+            "--system",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            &user,
+        ]));
+        struct DropUser<'a>(&'a str);
+        impl Drop for DropUser<'_> {
+            fn drop(&mut self) {
+                if let Err(e) = Command::new("userdel").arg(self.0).status() {
+                    eprintln!("packaging: userdel {}: {e}", self.0);
+                }
+            }
+        }
+        let _user = DropUser(&user);
+        let build = |rel: u32| -> PathBuf {
+            let d = dir.join(format!("rel{rel}"));
+            std::fs::create_dir(&d).expect("build dir");
+            let pkgbuild = std::fs::read_to_string(repo().join("PKGBUILD")).expect("PKGBUILD");
+            assert!(pkgbuild.contains("\npkgrel=1\n"), "PKGBUILD: want pkgrel=1");
+            assert!(
+                pkgbuild.contains(&format!("\npkgver={VERSION}\n")),
+                "PKGBUILD's pkgver is not Cargo.toml's {VERSION}"
+            );
+            let pkgbuild = pkgbuild.replace("\npkgrel=1\n", &format!("\npkgrel={rel}\n"));
+            std::fs::write(d.join("PKGBUILD"), pkgbuild).unwrap();
+            std::fs::copy(
+                repo().join("nox-mesh-host.install"),
+                d.join("nox-mesh-host.install"),
+            )
+            .unwrap();
+            for f in [".tar.gz", ".tar.gz.sha256"] {
+                let name = format!("mesh-host-{VERSION}-x86_64{f}");
+                let from = if f == ".tar.gz" {
+                    dist.tarball.clone()
+                } else {
+                    repo().join("dist").join(&name)
+                };
+                std::fs::copy(from, d.join(&name)).unwrap();
+            }
+            run(Command::new("chown")
+                .arg("-R")
+                .arg(format!("{user}:"))
+                .arg(&d));
+            run(Command::new("runuser")
+                .args(["-u", &user, "--", "env", "-i"])
+                .args(["PATH=/usr/bin:/bin", "HOME=/nonexistent", "LC_ALL=C"])
+                .args([
+                    "PKGEXT=.pkg.tar.zst",
+                    "makepkg",
+                    "--nodeps",
+                    "--noconfirm",
+                    "-f",
+                ])
+                .current_dir(&d));
+            let pkg = d.join(format!("nox-mesh-host-{VERSION}-{rel}-x86_64.pkg.tar.zst"));
+            assert!(pkg.is_file(), "makepkg made no {}", pkg.display());
+            pkg
+        };
+        Packages {
+            rel1: build(1),
+            rel2: build(2),
+        }
+    })
+}
+
+#[test]
+fn pacman_installs_upgrades_and_removes_the_package_in_the_sandbox() {
+    let Some(sandbox) = support::sandbox() else {
+        return;
+    };
+    let packages = packages();
+    let pacman = |args: &[&str]| {
+        run(Command::new("pacman")
+            .arg("--config")
+            .arg(&sandbox.pacman_conf)
+            .arg("--noconfirm")
+            .args(args))
+    };
+    // The sandbox root has no /bin/sh, so pacman skips the scriptlets here, as it does in any root
+    // without a shell; the next test runs them.
+    let root = &sandbox.pacman_root;
+    let at = |p: &str| root.join(p);
+    let _ = Command::new("pacman")
+        .args([
+            "--config",
+            &sandbox.pacman_conf,
+            "--noconfirm",
+            "-Rn",
+            "nox-mesh-host",
+        ])
+        .output(); // a previous run's leftovers
+
+    pacman(&["-U", packages.rel1.to_str().unwrap()]);
+    assert_eq!(
+        pacman(&["-Q", "nox-mesh-host"]).trim(),
+        format!("nox-mesh-host {VERSION}-1")
+    );
+    let bin = at("usr/bin/mesh-host");
+    assert_eq!(mode(&bin) & 0o7777, 0o755);
+    assert_eq!(
+        run(Command::new(&bin).arg("--version")).trim(),
+        format!("mesh-host {VERSION}")
+    );
+    assert_eq!(
+        std::fs::read(at("usr/lib/systemd/system/mesh-host.service")).unwrap(),
+        std::fs::read(repo().join(UNIT)).unwrap()
+    );
+    assert_eq!(
+        std::fs::read_to_string(at("etc/mesh-host/config.json")).unwrap(),
+        "{}\n"
+    );
+    let state = at("var/lib/mesh-host");
+    assert!(
+        state.is_dir() && mode(&state) & 0o7777 == 0o700,
+        "{:o}",
+        mode(&state)
+    );
+    assert!(at("usr/share/licenses/nox-mesh-host/LICENSE").is_file());
+    for doc in ["README.md", "INSTALL"] {
+        assert!(
+            at(&format!("usr/share/doc/mesh-host/{doc}")).is_file(),
+            "{doc}"
+        );
+    }
+    let info = pacman(&["-Qii", "nox-mesh-host"]);
+    assert!(
+        info.contains("/etc/mesh-host/config.json"),
+        "config not in backup=:\n{info}"
+    );
+    // The default config is one the host accepts.
+    run(Command::new(&bin)
+        .arg("--config")
+        .arg(at("etc/mesh-host/config.json"))
+        .args(["--state-dir", state.to_str().unwrap(), "status"]));
+
+    // Upgrade to a bumped pkgrel: a config the admin changed is kept as is (backup=).
+    let changed = "{\"pacman_lock_wait_secs\": 60}\n";
+    std::fs::write(at("etc/mesh-host/config.json"), changed).unwrap();
+    pacman(&["-U", packages.rel2.to_str().unwrap()]);
+    assert_eq!(
+        pacman(&["-Q", "nox-mesh-host"]).trim(),
+        format!("nox-mesh-host {VERSION}-2")
+    );
+    assert_eq!(
+        std::fs::read_to_string(at("etc/mesh-host/config.json")).unwrap(),
+        changed
+    );
+    assert!(!at("etc/mesh-host/config.json.pacnew").exists());
+    assert!(bin.is_file() && mode(&state) & 0o7777 == 0o700);
+
+    // Remove: the package's files go; a store the host wrote and the changed config stay.
+    std::fs::write(state.join("ledger.json"), "{}").unwrap();
+    pacman(&["-R", "nox-mesh-host"]);
+    assert!(Command::new("pacman")
+        .args(["--config", &sandbox.pacman_conf, "-Q", "nox-mesh-host"])
+        .output()
+        .is_ok_and(|o| o.status.code() == Some(1)));
+    for gone in [
+        "usr/bin/mesh-host",
+        "usr/lib/systemd/system/mesh-host.service",
+    ] {
+        assert!(!at(gone).exists(), "{gone} left behind");
+    }
+    assert!(!at("usr/share/doc/mesh-host").exists());
+    assert_eq!(
+        std::fs::read_to_string(at("etc/mesh-host/config.json.pacsave")).unwrap(),
+        changed
+    );
+    assert!(state.join("ledger.json").is_file(), "the store was removed");
+    std::fs::remove_dir_all(at("etc/mesh-host")).unwrap();
+    std::fs::remove_dir_all(&state).unwrap();
+}
+
+/// The install scriptlets, run by pacman in a root of its own that has a shell (busybox) and a
+/// fake systemctl logging its arguments: nothing without systemd as PID 1 (/run/systemd/system),
+/// else `try-restart --no-block` on upgrade and `disable --now` on removal.
+#[test]
+fn the_scriptlets_restart_without_blocking_and_only_under_systemd() {
+    if support::sandbox().is_none() {
+        return;
+    }
+    let packages = packages();
+    let dir = scratch("scriptlets");
+    let root = dir.join("root");
+    for d in [
+        "usr/bin",
+        "tmp",
+        "var/lib/pacman",
+        "var/cache/pacman/pkg",
+        "var/log",
+    ] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::os::unix::fs::symlink("usr/bin", root.join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", root.join("usr/bin/busybox")).expect("busybox-static");
+    for applet in ["sh", "cat"] {
+        std::os::unix::fs::symlink("busybox", root.join("usr/bin").join(applet)).unwrap();
+    }
+    std::fs::write(
+        root.join("usr/bin/systemctl"),
+        "#!/bin/sh\necho \"systemctl $*\" >> /systemctl.log\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        root.join("usr/bin/systemctl"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let conf = dir.join("pacman.conf");
+    let r = root.display();
+    std::fs::write(
+        &conf,
+        format!(
+            "[options]\nRootDir = {r}\nDBPath = {r}/var/lib/pacman/\n\
+             CacheDir = {r}/var/cache/pacman/pkg/\nLogFile = {r}/var/log/pacman.log\n\
+             GPGDir = {r}/etc/pacman.d/gnupg/\nHookDir = {r}/etc/pacman.d/hooks/\n\
+             Architecture = x86_64\nSigLevel = Never\n"
+        ),
+    )
+    .unwrap();
+    let pacman = |args: &[&str]| {
+        run(Command::new("pacman")
+            .arg("--config")
+            .arg(&conf)
+            .arg("--noconfirm")
+            .args(args))
+    };
+    let log = || std::fs::read_to_string(root.join("systemctl.log")).unwrap_or_default();
+    let (rel1, rel2) = (
+        packages.rel1.to_str().unwrap(),
+        packages.rel2.to_str().unwrap(),
+    );
+
+    let out = pacman(&["-U", rel1]);
+    assert!(
+        out.contains("systemctl enable --now mesh-host.service")
+            && out.contains("mesh-host join --control-plane"),
+        "post_install does not give the two steps:\n{out}"
+    );
+    pacman(&["-U", rel2]);
+    assert_eq!(log(), "", "systemctl ran without systemd as PID 1");
+
+    std::fs::create_dir_all(root.join("run/systemd/system")).unwrap();
+    pacman(&["-U", rel1]); // a downgrade runs post_upgrade too
+    assert_eq!(
+        log(),
+        "systemctl try-restart --no-block mesh-host.service\n"
+    );
+    let out = pacman(&["-R", "nox-mesh-host"]);
+    assert_eq!(
+        log(),
+        "systemctl try-restart --no-block mesh-host.service\n\
+         systemctl disable --now mesh-host.service\n"
+    );
+    assert!(
+        out.contains("/var/lib/mesh-host"),
+        "post_remove says nothing:\n{out}"
+    );
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
