@@ -1,6 +1,7 @@
-//! The reference control plane that the integration tests use, for a person: serves one node,
-//! pushes a declaration file (again, under the next revision, whenever the file changes) and
-//! prints every report as one JSON line on stdout. See `usage()`.
+//! The reference control plane that the integration tests use, for a person: serves the nodes
+//! that join it (and one configured node, if given), pushes a declaration file (again, under the
+//! next revision, whenever the file changes) and prints every report as one JSON line on stdout.
+//! See `usage()`.
 
 #[path = "../tests/support/control_plane.rs"]
 mod control_plane;
@@ -16,45 +17,88 @@ use pki::Pki;
 
 fn usage() -> &'static str {
     "usage: cargo run --example control-plane -- --listen ADDR --declaration FILE [--revision N]
-       --node NODE --secret-file FILE --pki-dir DIR
+       --pki-dir DIR [--join-listen ADDR] [--token-ttl SECS] [--node NODE --secret-file FILE]
+       [--quiet] [--push-count N [--push-delay SECS] [--hosts H]] [--accept-log FILE]
 
 Creates a CA and a server certificate (for `localhost` and 127.0.0.1) in DIR if it holds none,
-serves NODE on ADDR, declares FILE under revision N (default 1) and under N+1, N+2, ... each time
-FILE changes (checked every second), and prints each report on stdout."
+serves the link on ADDR and the join exchange on --join-listen ADDR (default: ADDR's address, a
+free port), prints a `mesh-host join` command with a fresh one-time token (good for one join
+within --token-ttl SECS, default 3600) and the CA's hash, declares FILE under revision N
+(default 1) and under N+1, N+2, ... each time FILE changes (checked every second), and prints
+each report on stdout. NODE, with the secret in FILE, is served too: a host configured by hand.
+
+For benchmarks (bench/): --quiet prints no reports nor connections; --push-count N waits
+--push-delay seconds (default 0) and for H hosts (default 1) to report the first revision, then
+declares N more revisions one after another, each once H reports of the previous one arrived,
+with `@PUSH@` in FILE replaced by the push number (0 for the first revision); --accept-log FILE
+appends the Unix time in milliseconds of every accepted connection to FILE, once a second."
 }
 
 struct Args {
     listen: SocketAddr,
     declaration: PathBuf,
     revision: u64,
-    node: String,
-    secret_file: PathBuf,
+    node: Option<String>,
+    secret_file: Option<PathBuf>,
     pki_dir: PathBuf,
+    join_listen: Option<SocketAddr>,
+    token_ttl: u64,
+    quiet: bool,
+    push_count: u64,
+    push_delay: u64,
+    hosts: usize,
+    accept_log: Option<PathBuf>,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut listen, mut declaration, mut revision, mut node, mut secret_file, mut pki_dir) =
         (None, None, 1, None, None, None);
+    let (mut quiet, mut push_count, mut push_delay, mut hosts, mut accept_log) =
+        (false, 0, 0, 1, None);
+    let (mut join_listen, mut token_ttl) = (None, 3600);
+    let number = |flag: &str, value: &str| value.parse().map_err(|e| format!("{flag}: {e}"));
     while let Some(flag) = args.next() {
+        if flag == "--quiet" {
+            quiet = true;
+            continue;
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--listen" => listen = Some(value.parse().map_err(|e| format!("--listen: {e}"))?),
+            "--join-listen" => {
+                join_listen = Some(value.parse().map_err(|e| format!("--join-listen: {e}"))?)
+            }
+            "--token-ttl" => token_ttl = number(&flag, &value)?,
             "--declaration" => declaration = Some(value.into()),
             "--revision" => revision = value.parse().map_err(|e| format!("--revision: {e}"))?,
             "--node" => node = Some(value),
             "--secret-file" => secret_file = Some(value.into()),
             "--pki-dir" => pki_dir = Some(value.into()),
+            "--push-count" => push_count = number(&flag, &value)?,
+            "--push-delay" => push_delay = number(&flag, &value)?,
+            "--hosts" => hosts = number(&flag, &value)? as usize,
+            "--accept-log" => accept_log = Some(value.into()),
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
     let missing = |name: &str| format!("{name} is required");
+    if node.is_some() != secret_file.is_some() {
+        return Err("--node and --secret-file go together".into());
+    }
     Ok(Args {
         listen: listen.ok_or_else(|| missing("--listen"))?,
         declaration: declaration.ok_or_else(|| missing("--declaration"))?,
         revision,
-        node: node.ok_or_else(|| missing("--node"))?,
-        secret_file: secret_file.ok_or_else(|| missing("--secret-file"))?,
+        node,
+        secret_file,
         pki_dir: pki_dir.ok_or_else(|| missing("--pki-dir"))?,
+        join_listen,
+        token_ttl,
+        quiet,
+        push_count,
+        push_delay,
+        hosts,
+        accept_log,
     })
 }
 
@@ -73,8 +117,13 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<(), String> {
-    let secret = std::fs::read_to_string(&args.secret_file)
-        .map_err(|e| format!("{}: {e}", args.secret_file.display()))?;
+    let secret = match &args.secret_file {
+        Some(file) => std::fs::read_to_string(file)
+            .map_err(|e| format!("{}: {e}", file.display()))?
+            .trim_end()
+            .to_string(),
+        None => String::new(),
+    };
     let pki = match Pki::read(&args.pki_dir) {
         Ok(pki) => pki,
         Err(_) => {
@@ -88,27 +137,45 @@ fn run(args: Args) -> Result<(), String> {
             pki
         }
     };
-    let ca_file = std::fs::canonicalize(args.pki_dir.join("ca.pem")).map_err(|e| e.to_string())?;
-    let digest = ring::digest::digest(&ring::digest::SHA256, pki.ca_pem.as_bytes());
-    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    eprintln!("ca.pem sha256: {hex}");
-    let secret_file = std::fs::canonicalize(&args.secret_file).map_err(|e| e.to_string())?;
-    let snippet = serde_json::json!({"control_plane": {
-        "address": args.listen.to_string(), "server_name": pki::SERVER_NAME,
-        "ca_file": ca_file, "node": &args.node, "secret_file": secret_file}});
-    eprintln!("for the host's config: {snippet}");
+    if let (Some(node), Some(secret_file)) = (&args.node, &args.secret_file) {
+        let ca_file =
+            std::fs::canonicalize(args.pki_dir.join("ca.pem")).map_err(|e| e.to_string())?;
+        let secret_file = std::fs::canonicalize(secret_file).map_err(|e| e.to_string())?;
+        let snippet = serde_json::json!({"control_plane": {
+            "address": args.listen.to_string(), "server_name": pki::SERVER_NAME,
+            "ca_file": ca_file, "node": node, "secret_file": secret_file}});
+        eprintln!("for the host's config (node {node}): {snippet}");
+    }
 
     let cp = ControlPlane::start(
         &pki,
         CpConfig {
             bind: Some(args.listen),
-            node: args.node,
-            secret: secret.trim_end().to_string(),
+            node: args.node.clone().unwrap_or_default(),
+            secret,
             behaviour: Behaviour::Normal,
-            verbose: true,
+            verbose: !args.quiet,
+            join_bind: Some(
+                args.join_listen
+                    .unwrap_or_else(|| SocketAddr::new(args.listen.ip(), 0)),
+            ),
         },
     );
     eprintln!("listening on {}", cp.addr());
+    let token = control_plane::random_hex(16);
+    cp.add_token(&token, Duration::from_secs(args.token_ttl));
+    // The server certificate names `localhost` and 127.0.0.1: join through one of them.
+    let join_host = match cp.join_addr().ip() {
+        ip if ip.is_unspecified() || ip.is_loopback() => "localhost".to_string(),
+        ip => ip.to_string(),
+    };
+    eprintln!(
+        "to join a node (as root; the token is good for one join within {} s):\n  \
+         mesh-host join --control-plane https://{join_host}:{} --token {token} --ca-hash {}",
+        args.token_ttl,
+        cp.join_addr().port(),
+        cp.ca_hash()
+    );
 
     let read = || -> Result<(Option<SystemTime>, String), String> {
         let text = std::fs::read_to_string(&args.declaration)
@@ -118,9 +185,31 @@ fn run(args: Args) -> Result<(), String> {
     };
     let (mut modified, mut text) = read()?;
     let mut revision = args.revision;
-    cp.declare(revision, &text);
+    cp.declare(revision, &text.replace("@PUSH@", "0"));
     eprintln!("declared revision {revision}");
+    let mut accepted = 0;
+    if args.push_count > 0 {
+        std::thread::sleep(Duration::from_secs(args.push_delay));
+        let started = std::time::Instant::now();
+        for push in 0..=args.push_count {
+            if push > 0 {
+                revision += 1;
+                cp.declare(revision, &text.replace("@PUSH@", &push.to_string()));
+            }
+            let reported = |r: &[serde_json::Value]| {
+                r.iter().filter(|r| r["revision"] == revision).count() >= args.hosts
+            };
+            if !cp.wait_for(reported, Duration::from_secs(120)) {
+                return Err(format!("no {} reports of revision {revision}", args.hosts));
+            }
+        }
+        let secs = started.elapsed().as_secs_f64();
+        eprintln!("pushed {} declarations in {secs:.1} s", args.push_count);
+    }
     loop {
+        if let Some(log) = &args.accept_log {
+            accepted = log_accepts(&cp, log, accepted)?;
+        }
         std::thread::sleep(Duration::from_secs(1));
         match read() {
             Ok((now, new)) if now != modified => {
@@ -136,4 +225,26 @@ fn run(args: Args) -> Result<(), String> {
             Err(e) => eprintln!("{e} (keeping revision {revision})"),
         }
     }
+}
+
+/// Appends the Unix time in milliseconds of the connections accepted since the first `done`.
+fn log_accepts(cp: &ControlPlane, log: &std::path::Path, done: usize) -> Result<usize, String> {
+    use std::io::Write;
+    let times = cp.connection_times();
+    let (now, wall) = (std::time::Instant::now(), SystemTime::now());
+    let mut lines = String::new();
+    for t in &times[done.min(times.len())..] {
+        let at = wall - now.duration_since(*t);
+        let ms = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        lines.push_str(&format!("{ms}\n"));
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .and_then(|mut f| f.write_all(lines.as_bytes()))
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    Ok(times.len())
 }

@@ -18,6 +18,10 @@ Commands:
   run               the service: hold the link to the control plane and reconcile on start,
                     on each declaration, on the drift timer and on reconnect (SIGHUP reloads
                     the config, SIGUSR1 reconciles now, SIGTERM stops after the current resource)
+  join --control-plane https://HOST:PORT --token TOKEN --ca-hash sha256:HEX [--force]
+                    trade a one-time token for this node's identity: write the config's
+                    control_plane section, ca.pem and secret beside the config (as root), and
+                    make a running service reconnect (SIGHUP); --force replaces an earlier join
 
 Options:
   --state-dir DIR       the store (default /var/lib/mesh-host, or the config's state_dir)
@@ -29,8 +33,9 @@ Options:
   -h, --help            this text
   -V, --version         the version
 
-Exit codes: 0 converged/valid, 1 some resources failed (the rest applied), 2 invalid or refused
-(nothing changed), 3 another reconcile holds the lock, 4 the host could not run (store, I/O).
+Exit codes: 0 converged/valid/joined, 1 some resources failed (the rest applied), 2 invalid or
+refused (nothing changed), 3 another reconcile holds the lock, 4 the host could not run (store,
+I/O) or could not complete the join (control plane unreachable, files not written).
 Logs go to stderr; set RUST_LOG=debug for more.";
 
 #[derive(Debug, Clone, PartialEq)]
@@ -42,8 +47,20 @@ pub enum Command {
     Owned,
     Status,
     Run,
+    Join(Join),
     Help,
     Version,
+}
+
+/// `join`'s arguments, checked for form here; what they lead to is checked in `join.rs`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Join {
+    /// `host:port` (port 443 when the URL gives none), from `https://HOST[:PORT][/]`.
+    pub authority: String,
+    pub token: String,
+    /// The CA's SHA-256 (of its DER encoding), lower-case hex.
+    pub ca_hash: String,
+    pub force: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -64,6 +81,10 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut wait = false;
     let mut json = false;
     let mut trace_commands = false;
+    let mut control_plane = None;
+    let mut token = None;
+    let mut ca_hash = None;
+    let mut force = false;
     let mut help = false;
     let mut version = false;
     let mut words = Vec::new();
@@ -73,16 +94,20 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
             _ => (arg.clone(), None),
         };
-        let mut value = |name: &str| -> Result<PathBuf, String> {
+        let mut value = |name: &str| -> Result<String, String> {
             match inline.clone().or_else(|| args.next()) {
-                Some(v) if !v.is_empty() => Ok(PathBuf::from(v)),
+                Some(v) if !v.is_empty() => Ok(v),
                 _ => Err(format!("{name} needs a value")),
             }
         };
         match name.as_str() {
-            "--state-dir" => state_dir = Some(value("--state-dir")?),
-            "--config" => config = Some(value("--config")?),
-            "--root" => root = Some(value("--root")?),
+            "--state-dir" => state_dir = Some(PathBuf::from(value("--state-dir")?)),
+            "--config" => config = Some(PathBuf::from(value("--config")?)),
+            "--root" => root = Some(PathBuf::from(value("--root")?)),
+            "--control-plane" => control_plane = Some(value("--control-plane")?),
+            "--token" => token = Some(value("--token")?),
+            "--ca-hash" => ca_hash = Some(value("--ca-hash")?),
+            "--force" => force = true,
             "--wait" => wait = true,
             "--json" => json = true,
             "--trace-commands" => trace_commands = true,
@@ -114,11 +139,26 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             "owned" => Command::Owned,
             "status" => Command::Status,
             "run" => Command::Run,
+            "join" => Command::Join(join(
+                control_plane.take(),
+                token.take(),
+                ca_hash.take(),
+                force,
+            )?),
             "help" => Command::Help,
             other => return Err(format!("unknown command {other:?}")),
         };
         if let Some(extra) = words.next() {
             return Err(format!("unexpected argument {extra:?}"));
+        }
+        let join_only = [
+            ("--control-plane", control_plane.is_some()),
+            ("--token", token.is_some()),
+            ("--ca-hash", ca_hash.is_some()),
+            ("--force", force && !matches!(command, Command::Join(_))),
+        ];
+        if let Some((option, _)) = join_only.iter().find(|(_, given)| *given) {
+            return Err(format!("{option} is only for join"));
         }
         command
     };
@@ -131,6 +171,77 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
         json,
         trace_commands,
     })
+}
+
+fn join(
+    control_plane: Option<String>,
+    token: Option<String>,
+    ca_hash: Option<String>,
+    force: bool,
+) -> Result<Join, String> {
+    let need = |v: Option<String>, option: &str, what: &str| {
+        v.ok_or_else(|| format!("join needs {option} {what}"))
+    };
+    let url = need(control_plane, "--control-plane", "https://HOST:PORT")?;
+    let token = need(
+        token,
+        "--token",
+        "TOKEN (the one-time token the control plane issued)",
+    )?;
+    let ca_hash = need(
+        ca_hash,
+        "--ca-hash",
+        "sha256:HEX (the control plane's CA hash)",
+    )?;
+    let authority = https_authority(&url)?;
+    if token.chars().any(|c| !c.is_ascii_graphic()) {
+        return Err("--token: only printable ASCII without spaces".into());
+    }
+    let hex = ca_hash
+        .strip_prefix("sha256:")
+        .ok_or_else(|| format!("--ca-hash: {ca_hash:?} does not start with sha256:"))?;
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "--ca-hash: {ca_hash:?} is not sha256: and 64 hex digits"
+        ));
+    }
+    Ok(Join {
+        authority,
+        token,
+        ca_hash: hex.to_ascii_lowercase(),
+        force,
+    })
+}
+
+/// `host:port` of `https://HOST[:PORT][/]`; nothing else (no path, user or query) is accepted.
+fn https_authority(url: &str) -> Result<String, String> {
+    let bad = |why: &str| format!("--control-plane: {url:?} {why}; give https://HOST:PORT");
+    let rest = url
+        .strip_prefix("https://")
+        .ok_or_else(|| bad("is not an https:// URL"))?;
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() || authority.contains(['/', '?', '#', '@']) {
+        return Err(bad("has a path, query or user, or no host"));
+    }
+    if authority
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(bad("has spaces"));
+    }
+    // An IPv6 literal is bracketed, so its port follows "]:".
+    let (host, port) = match authority.rfind(':') {
+        Some(i) if !authority[i..].contains(']') => (&authority[..i], Some(&authority[i + 1..])),
+        _ => (authority, None),
+    };
+    if host.is_empty() || host == "[]" {
+        return Err(bad("has no host"));
+    }
+    match port {
+        None => Ok(format!("{host}:443")),
+        Some(p) if p.parse::<u16>().is_ok_and(|p| p > 0) => Ok(authority.to_string()),
+        Some(p) => Err(bad(&format!("has port {p:?}, not 1-65535"))),
+    }
 }
 
 #[cfg(test)]
@@ -175,6 +286,57 @@ mod tests {
         assert_eq!(
             parse_str("plan f --root").unwrap_err(),
             "--root needs a value"
+        );
+        assert_eq!(
+            parse_str("status --token t").unwrap_err(),
+            "--token is only for join"
+        );
+    }
+
+    #[test]
+    fn join_arguments() {
+        let hash = format!("sha256:{}", "AB".repeat(32));
+        let a = parse_str(&format!(
+            "join --control-plane https://cp.example:8443/ --token t0k --ca-hash {hash} --force"
+        ))
+        .unwrap();
+        assert_eq!(
+            a.command,
+            Command::Join(Join {
+                authority: "cp.example:8443".into(),
+                token: "t0k".into(),
+                ca_hash: "ab".repeat(32),
+                force: true,
+            })
+        );
+        let join = |url: &str, hash: &str| {
+            parse_str(&format!(
+                "join --control-plane {url} --token t --ca-hash {hash}"
+            ))
+            .map(|a| match a.command {
+                Command::Join(j) => j.authority,
+                other => panic!("{other:?}"),
+            })
+        };
+        let good = format!("sha256:{}", "0".repeat(64));
+        assert_eq!(join("https://cp", &good).unwrap(), "cp:443");
+        assert_eq!(join("https://[::1]:9", &good).unwrap(), "[::1]:9");
+        assert_eq!(join("https://[::1]", &good).unwrap(), "[::1]:443");
+        for (url, hash, want) in [
+            ("http://cp:1", good.as_str(), "is not an https:// URL"),
+            ("https://cp:1/v1", &good, "has a path"),
+            ("https://cp:0", &good, "not 1-65535"),
+            ("https://cp:x", &good, "not 1-65535"),
+            ("https://:1", &good, "has no host"),
+            ("https://cp:1", "0000", "does not start with sha256:"),
+            ("https://cp:1", "sha256:00", "64 hex digits"),
+        ] {
+            let err = join(url, hash).unwrap_err();
+            assert!(err.contains(want), "{url} {hash}: {err}");
+        }
+        assert_eq!(
+            parse_str("join --token t").unwrap_err(),
+            "join needs --control-plane https://HOST:PORT"
         );
     }
 }

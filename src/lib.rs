@@ -10,6 +10,7 @@ mod config;
 mod declaration;
 mod exec;
 mod fsutil;
+mod join;
 mod kinds;
 mod link;
 mod reconcile;
@@ -39,7 +40,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = String>) -> i32 {
 }
 
 fn run(args: cli::Args) -> Result<i32, Fatal> {
-    match args.command {
+    match &args.command {
         Command::Help => {
             println!("{}", cli::USAGE);
             return Ok(commands::EXIT_OK);
@@ -48,6 +49,8 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
             println!("mesh-host {}", env!("CARGO_PKG_VERSION"));
             return Ok(commands::EXIT_OK);
         }
+        // Before the config is loaded: join may be what creates it.
+        Command::Join(join) => return join::run(&args, join),
         _ => {}
     }
     let command = args.command.clone();
@@ -60,7 +63,7 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
         Command::Owned => host.owned(),
         Command::Status => host.status(),
         Command::Run => service::run(&mut host),
-        Command::Help | Command::Version => Ok(commands::EXIT_OK),
+        Command::Join(_) | Command::Help | Command::Version => Ok(commands::EXIT_OK),
     }
 }
 

@@ -1,7 +1,9 @@
 //! A reference control plane for the link protocol (docs/protocol.md): std threads and blocking
 //! rustls, one thread per connection. It checks the hello, pushes declarations, acks and keeps
 //! reports; or, for hostile-peer tests, misbehaves in one of the ways `Behaviour` names. Messages
-//! are plain `serde_json::Value`s so that it shares no code with the host it tests.
+//! are plain `serde_json::Value`s so that it shares no code with the host it tests. A second
+//! listener serves the join exchange (HTTPS, minimal HTTP/1.1 by hand): one-time tokens for node
+//! identities, which the link then accepts alongside the configured node.
 #![allow(dead_code)] // each test binary (and the example) uses part of this module
 
 use std::io::{ErrorKind, Read, Write};
@@ -42,6 +44,8 @@ pub struct CpConfig {
     pub behaviour: Behaviour,
     /// Print each report as one JSON line to stdout, and connections and hellos to stderr.
     pub verbose: bool,
+    /// Where the join endpoint listens; `None`: 127.0.0.1 on a free port.
+    pub join_bind: Option<SocketAddr>,
 }
 
 impl CpConfig {
@@ -52,6 +56,7 @@ impl CpConfig {
             secret: secret.into(),
             behaviour: Behaviour::Normal,
             verbose: false,
+            join_bind: None,
         }
     }
 }
@@ -66,6 +71,12 @@ struct State {
     reports: Vec<Value>,
     hellos: Vec<Value>,
     connection_times: Vec<Instant>,
+    /// One-time join tokens: token, expiry, used.
+    tokens: Vec<(String, Instant, bool)>,
+    /// Identities handed out by joins: (node, secret); the link accepts them.
+    joined: Vec<(String, String)>,
+    /// Every join request's body, answered or not.
+    join_requests: Vec<Value>,
     /// Clones of the open connections' sockets, by connection number, shut down by `stop`.
     sockets: Vec<(usize, TcpStream)>,
     threads: Vec<JoinHandle<()>>,
@@ -94,6 +105,9 @@ pub struct ControlPlane {
     addr: SocketAddr,
     shared: Arc<Shared>,
     acceptor: Option<JoinHandle<()>>,
+    join_addr: SocketAddr,
+    join_acceptor: Option<JoinHandle<()>>,
+    ca_pem: String,
 }
 
 impl ControlPlane {
@@ -108,6 +122,17 @@ impl ControlPlane {
             changed: Condvar::new(),
         });
         let tls = pki.server_config();
+        let join_bind = shared
+            .config
+            .join_bind
+            .unwrap_or_else(|| ([127, 0, 0, 1], 0).into());
+        let join_listener =
+            TcpListener::bind(join_bind).unwrap_or_else(|e| panic!("bind {join_bind}: {e}"));
+        let join_addr = join_listener.local_addr().expect("local address");
+        let join_acceptor = {
+            let (shared, tls, ca_pem) = (shared.clone(), tls.clone(), pki.ca_pem.clone());
+            std::thread::spawn(move || accept_joins(join_listener, tls, shared, addr, ca_pem))
+        };
         let acceptor = {
             let shared = shared.clone();
             std::thread::spawn(move || accept(listener, tls, shared))
@@ -116,7 +141,43 @@ impl ControlPlane {
             addr,
             shared,
             acceptor: Some(acceptor),
+            join_addr,
+            join_acceptor: Some(join_acceptor),
+            ca_pem: pki.ca_pem.clone(),
         }
+    }
+
+    /// Where the join endpoint listens: `https://{join_addr}` is `join --control-plane`.
+    pub fn join_addr(&self) -> SocketAddr {
+        self.join_addr
+    }
+
+    /// `sha256:HEX` of the CA's DER encoding: what `join --ca-hash` takes.
+    pub fn ca_hash(&self) -> String {
+        ca_hash(&self.ca_pem)
+    }
+
+    /// Issues `token`, good for one join within `ttl`.
+    pub fn add_token(&self, token: &str, ttl: Duration) {
+        self.shared.update(|s| {
+            s.tokens
+                .push((token.to_string(), Instant::now() + ttl, false))
+        });
+    }
+
+    /// The identities handed out by joins, in order: (node, secret).
+    pub fn joined(&self) -> Vec<(String, String)> {
+        self.shared.lock().joined.clone()
+    }
+
+    /// Every join request's JSON body (answered or refused).
+    pub fn join_requests(&self) -> Vec<Value> {
+        self.shared.lock().join_requests.clone()
+    }
+
+    /// Waits until a hello from `node` has arrived.
+    pub fn wait_for_hello(&self, node: &str, timeout: Duration) -> bool {
+        self.wait_state(timeout, |s| s.hellos.iter().any(|h| h["node"] == node))
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -194,6 +255,10 @@ impl ControlPlane {
         // Wake the acceptor blocked in accept(); it sees `stopped` and drops the listener.
         let _ = TcpStream::connect(self.addr);
         let _ = acceptor.join();
+        if let Some(join_acceptor) = self.join_acceptor.take() {
+            let _ = TcpStream::connect(self.join_addr);
+            let _ = join_acceptor.join();
+        }
         let threads = self.shared.update(|s| {
             for (_, socket) in s.sockets.drain(..) {
                 let _ = socket.shutdown(Shutdown::Both);
@@ -317,7 +382,12 @@ impl Conn {
     fn normal(&mut self, hello: Value) -> Result<(), End> {
         let shared = self.shared.clone();
         let config = &shared.config;
-        if hello["node"] != config.node.as_str() || hello["secret"] != config.secret.as_str() {
+        let is = |node: &str, secret: &str| {
+            !node.is_empty() && hello["node"] == node && hello["secret"] == secret
+        };
+        let known_node =
+            is(&config.node, &config.secret) || shared.lock().joined.iter().any(|(n, s)| is(n, s));
+        if !known_node {
             return self.refuse("bad credentials");
         }
         self.send(&json!({"type": "welcome"}))?;
@@ -445,4 +515,176 @@ fn is_timeout(e: &std::io::Error) -> bool {
         e.kind(),
         ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
     )
+}
+
+/// `sha256:HEX` of the first certificate's DER encoding in `ca_pem`.
+pub fn ca_hash(ca_pem: &str) -> String {
+    use rustls::pki_types::pem::PemObject;
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).expect("CA PEM");
+    let digest = ring::digest::digest(&ring::digest::SHA256, der.as_ref());
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// Random lower-case hex, `bytes` bytes of it.
+pub fn random_hex(bytes: usize) -> String {
+    use ring::rand::SecureRandom;
+    let mut buf = vec![0u8; bytes];
+    ring::rand::SystemRandom::new()
+        .fill(&mut buf)
+        .expect("randomness");
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The join endpoint: one thread per connection, one request per connection.
+fn accept_joins(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    shared: Arc<Shared>,
+    link: SocketAddr,
+    ca_pem: String,
+) {
+    for tcp in listener.incoming() {
+        let Ok(tcp) = tcp else { continue };
+        if shared.lock().stopped {
+            return;
+        }
+        let Ok(conn) = ServerConnection::new(tls.clone()) else {
+            continue;
+        };
+        let _ = tcp.set_read_timeout(Some(Duration::from_secs(5)));
+        let (shared, ca_pem) = (shared.clone(), ca_pem.clone());
+        std::thread::spawn(move || {
+            let mut stream = StreamOwned::new(conn, tcp);
+            let (status, body) = match read_request(&mut stream) {
+                Ok((method, path, body)) => answer(&shared, link, &ca_pem, &method, &path, &body),
+                Err(why) => (400, json!({"error": why})),
+            };
+            let body = body.to_string();
+            let reason = match status {
+                200 => "OK",
+                400 => "Bad Request",
+                401 => "Unauthorized",
+                403 => "Forbidden",
+                404 => "Not Found",
+                _ => "Error",
+            };
+            let response = format!(
+                "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes());
+            let _ = stream.flush();
+            stream.conn.send_close_notify();
+            let _ = stream.flush();
+        });
+    }
+}
+
+/// Method, path and body of one HTTP/1.1 request (`Content-Length` bodies only).
+fn read_request(stream: &mut impl Read) -> Result<(String, String, Vec<u8>), String> {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if data.len() > 64 * 1024 {
+            return Err("request head too large".into());
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return Err("end of stream in the request head".into()),
+            Ok(n) => data.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let head = String::from_utf8_lossy(&data[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut request_line = lines.next().unwrap_or_default().split(' ');
+    let method = request_line.next().unwrap_or_default().to_string();
+    let path = request_line.next().unwrap_or_default().to_string();
+    let length = lines
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case("content-length"))
+        .map(|(_, v)| v.trim().parse::<usize>().map_err(|e| e.to_string()))
+        .transpose()?
+        .unwrap_or(0);
+    if length > 1 << 20 {
+        return Err("body too large".into());
+    }
+    let mut body = data[head_end..].to_vec();
+    while body.len() < length {
+        match stream.read(&mut buf) {
+            Ok(0) => return Err("end of stream in the body".into()),
+            Ok(n) => body.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    body.truncate(length);
+    Ok((method, path, body))
+}
+
+/// The join exchange (docs/protocol.md, "Joining").
+fn answer(
+    shared: &Shared,
+    link: SocketAddr,
+    ca_pem: &str,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> (u16, Value) {
+    match (method, path) {
+        ("GET", "/v1/ca") => (200, json!({"ca_pem": ca_pem})),
+        ("POST", "/v1/join") => {
+            let Ok(request) = serde_json::from_slice::<Value>(body) else {
+                return (400, json!({"error": "the body is not JSON"}));
+            };
+            shared.update(|s| s.join_requests.push(request.clone()));
+            let (Some(token), hostname) = (request["token"].as_str(), request["hostname"].as_str())
+            else {
+                return (400, json!({"error": "no token"}));
+            };
+            let now = Instant::now();
+            let outcome = shared.update(|s| {
+                let Some(entry) = s.tokens.iter_mut().find(|(t, _, _)| t == token) else {
+                    return Err((401, "unknown token"));
+                };
+                if entry.2 {
+                    return Err((403, "token already used"));
+                }
+                if now >= entry.1 {
+                    return Err((403, "token expired"));
+                }
+                entry.2 = true;
+                let name: String = hostname
+                    .unwrap_or_default()
+                    .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    .take(32)
+                    .collect();
+                let node = format!(
+                    "{}-{}",
+                    if name.is_empty() { "node" } else { &name },
+                    s.joined.len() + 1
+                );
+                let secret = random_hex(16);
+                s.joined.push((node.clone(), secret.clone()));
+                Ok((node, secret))
+            });
+            match outcome {
+                Ok((node, secret)) => {
+                    if shared.config.verbose {
+                        eprintln!("joined: node {node} ({request})");
+                    }
+                    (
+                        200,
+                        json!({"node": node, "secret": secret, "address": link.to_string(),
+                               "server_name": super::pki::SERVER_NAME, "ca_pem": ca_pem}),
+                    )
+                }
+                Err((status, why)) => (status, json!({"error": why})),
+            }
+        }
+        _ => (404, json!({"error": format!("no {method} {path}")})),
+    }
 }

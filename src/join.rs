@@ -1,0 +1,489 @@
+//! `mesh-host join`: trades a one-time token for the node's identity in one HTTPS exchange with the
+//! control plane (docs/protocol.md, "Joining"), trusting the control plane's CA only if its hash is
+//! the one the operator gave, then writes the config's `control_plane` section, `ca.pem` and
+//! `secret`, and makes a running service pick them up (SIGHUP).
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
+
+use crate::cli::{Args, Join};
+use crate::codec;
+use crate::commands::{Fatal, EXIT_OK};
+use crate::config::{Config, DEFAULT_CONFIG_PATH};
+use crate::fsutil::Dir;
+use crate::store::Store;
+
+/// The most the host reads of any response body.
+const MAX_BODY: u64 = 1 << 20;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `GET /v1/ca`.
+#[derive(Deserialize)]
+struct RawCa {
+    ca_pem: String,
+}
+
+/// `POST /v1/join`'s answer.
+#[derive(Deserialize)]
+struct RawIdentity {
+    node: String,
+    secret: String,
+    address: String,
+    server_name: String,
+    ca_pem: String,
+}
+
+/// `{"error": "..."}`, the body of every refusal.
+#[derive(Deserialize)]
+struct RawError {
+    error: String,
+}
+
+pub fn run(args: &Args, join: &Join) -> Result<i32, Fatal> {
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(Fatal::Invalid(
+            "join must run as root: it writes the node's secret (mode 0600, owned by root) \
+             beside the config and signals the service; run it again with sudo"
+                .into(),
+        ));
+    }
+    let config_path = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+    let target = Target::prepare(&config_path, args.state_dir.as_deref(), join.force)?;
+    let url = format!("https://{}", join.authority);
+
+    let ca = fetch_ca(&url, &join.ca_hash)?;
+    let identity = exchange(&url, &ca, &join.token, &hostname())?;
+
+    let (config_text, cp) = target.config_with(&identity)?;
+    target.write(&identity, &ca, &config_text)?;
+    let signalled = signal_service(&target.state_dir);
+
+    if args.json {
+        let out = json!({"joined": true, "node": identity.node, "address": identity.address,
+            "server_name": identity.server_name, "config": config_path,
+            "ca_file": cp.0, "secret_file": cp.1, "service_pid": signalled});
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    } else {
+        println!(
+            "joined the control plane at {} as node {:?}; its link is {} ({})",
+            url, identity.node, identity.address, identity.server_name
+        );
+        println!(
+            "wrote {} (control_plane), {} and {} (0600)",
+            config_path.display(),
+            cp.0.display(),
+            cp.1.display()
+        );
+        match signalled {
+            Some(pid) => println!("the service (pid {pid}) reloads its config and connects"),
+            None => println!(
+                "the service is not running; start it to connect: systemctl enable --now mesh-host"
+            ),
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// Where the join writes, checked before the token is spent.
+struct Target {
+    /// The config file's directory, absolute.
+    dir: PathBuf,
+    config_name: std::ffi::OsString,
+    /// The config as it is (a JSON object), `None` when there is no file yet.
+    existing: Option<(serde_json::Map<String, Value>, u32)>,
+    state_dir: PathBuf,
+}
+
+impl Target {
+    fn prepare(config_path: &Path, state_dir: Option<&Path>, force: bool) -> Result<Target, Fatal> {
+        let shown = config_path.display();
+        let name = config_path
+            .file_name()
+            .ok_or_else(|| Fatal::Invalid(format!("--config {shown}: names no file")))?;
+        let parent = match config_path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        // The directory first: a join that cannot write should fail before it spends the token.
+        std::fs::create_dir_all(parent)
+            .map_err(|e| Fatal::Error(format!("cannot create {}: {e}", parent.display())))?;
+        let dir = std::fs::canonicalize(parent)
+            .map_err(|e| Fatal::Error(format!("{}: {e}", parent.display())))?;
+        let c_dir = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
+            .map_err(|_| Fatal::Invalid(format!("{}: NUL in path", dir.display())))?;
+        if unsafe { libc::access(c_dir.as_ptr(), libc::W_OK) } != 0 {
+            return Err(Fatal::Error(format!(
+                "{} is not writable ({}); nothing was changed",
+                dir.display(),
+                io::Error::last_os_error()
+            )));
+        }
+        let existing = match std::fs::read_to_string(config_path) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Fatal::Error(format!("config {shown}: {e}"))),
+        };
+        let (existing, config) = match existing {
+            None => (
+                None,
+                Config::parse("{}", state_dir).map_err(Fatal::Invalid)?,
+            ),
+            Some(text) => {
+                let fix = |e: String| {
+                    Fatal::Invalid(format!(
+                        "config {shown}: {e}; fix it before joining (nothing was changed)"
+                    ))
+                };
+                let config = Config::parse(&text, state_dir).map_err(fix)?;
+                let Ok(Value::Object(map)) = serde_json::from_str::<Value>(&text) else {
+                    return Err(fix("not a JSON object".into()));
+                };
+                let mode = std::fs::metadata(config_path)
+                    .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
+                    .unwrap_or(0o644);
+                (Some((map, mode)), config)
+            }
+        };
+        if let Some(cp) = &config.control_plane {
+            if !force {
+                return Err(Fatal::Invalid(format!(
+                    "this node already joined: {shown} has a control_plane section (node {:?} at \
+                     {}); to join again, with a new token, add --force (the new identity \
+                     replaces the old one)",
+                    cp.node, cp.address
+                )));
+            }
+        }
+        Ok(Target {
+            dir,
+            config_name: name.to_os_string(),
+            existing,
+            state_dir: config.state_dir,
+        })
+    }
+
+    fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    fn secret_file(&self) -> PathBuf {
+        self.dir.join("secret")
+    }
+
+    /// The new config text (the old one with `control_plane` set), checked as the service will
+    /// check it, and the paths of the CA and secret files it names.
+    fn config_with(&self, identity: &Identity) -> Result<(String, (PathBuf, PathBuf)), Fatal> {
+        let (ca_file, secret_file) = (self.ca_file(), self.secret_file());
+        let mut map = self
+            .existing
+            .as_ref()
+            .map(|(m, _)| m.clone())
+            .unwrap_or_default();
+        map.insert(
+            "control_plane".into(),
+            json!({"address": identity.address, "server_name": identity.server_name,
+                   "ca_file": ca_file, "node": identity.node, "secret_file": secret_file}),
+        );
+        let text = serde_json::to_string_pretty(&Value::Object(map))
+            .map_err(|e| Fatal::Error(format!("config: {e}")))?
+            + "\n";
+        Config::parse(&text, None).map_err(|e| {
+            Fatal::Error(format!(
+                "the control plane's answer does not make a valid config ({e}); nothing was \
+                 written: tell the control plane's operator"
+            ))
+        })?;
+        Ok((text, (ca_file, secret_file)))
+    }
+
+    /// The CA, the secret, then the config that names them: a crash leaves the old config.
+    fn write(&self, identity: &Identity, ca: &Ca, config: &str) -> Result<(), Fatal> {
+        let cannot = |path: PathBuf, e: io::Error| {
+            Fatal::Error(format!(
+                "cannot write {}: {e}; the token is spent: ask for a new one, then join again \
+                 with --force",
+                path.display()
+            ))
+        };
+        let dir = Dir::open(&self.dir).map_err(|e| cannot(self.dir.clone(), e))?;
+        let root = Some((0, 0));
+        let mode = self.existing.as_ref().map_or(0o644, |(_, mode)| *mode);
+        dir.write_atomic(OsStr::new("ca.pem"), ca.pem.as_bytes(), 0o644, root)
+            .map_err(|e| cannot(self.ca_file(), e))?;
+        let secret = format!("{}\n", identity.secret);
+        dir.write_atomic(OsStr::new("secret"), secret.as_bytes(), 0o600, root)
+            .map_err(|e| cannot(self.secret_file(), e))?;
+        dir.write_atomic(&self.config_name, config.as_bytes(), mode, root)
+            .map_err(|e| cannot(self.dir.join(&self.config_name), e))
+    }
+}
+
+/// The control plane's CA, as received and checked against the pinned hash.
+struct Ca {
+    pem: String,
+    der: CertificateDer<'static>,
+}
+
+/// The one certificate in `pem` (anything else is refused).
+fn parse_ca(pem: &str) -> Result<CertificateDer<'static>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("not PEM: {e}"))?;
+    match <[_; 1]>::try_from(certs) {
+        Ok([cert]) => Ok(cert),
+        Err(certs) => Err(format!(
+            "{} certificates where one was expected",
+            certs.len()
+        )),
+    }
+}
+
+/// Step 1: the CA, over TLS that checks nothing; its authenticity is the hash alone.
+fn fetch_ca(url: &str, ca_hash: &str) -> Result<Ca, Fatal> {
+    let agent = agent(None);
+    let body = get(
+        &agent,
+        &format!("{url}/v1/ca"),
+        "fetching the control plane's CA",
+    )?;
+    let raw: RawCa = serde_json::from_str(&body).map_err(|e| {
+        Fatal::Error(format!(
+            "{url}/v1/ca: not the CA answer ({e}); is {url} a mesh control plane?"
+        ))
+    })?;
+    let der = parse_ca(&raw.ca_pem).map_err(|e| {
+        Fatal::Error(format!(
+            "{url}/v1/ca: the CA is unusable ({e}); tell the control plane's operator"
+        ))
+    })?;
+    let actual = codec::sha256_hex(der.as_ref());
+    if actual != ca_hash {
+        return Err(Fatal::Invalid(format!(
+            "the control plane's CA has sha256:{actual}, not the sha256:{ca_hash} you gave: \
+             check --ca-hash with the control plane's operator (someone may be impersonating \
+             the control plane); nothing was sent and nothing was changed"
+        )));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(der.clone()).map_err(|e| {
+        Fatal::Error(format!(
+            "{url}/v1/ca: the CA matches the hash but cannot be a root ({e}); tell the control \
+             plane's operator"
+        ))
+    })?;
+    Ok(Ca {
+        pem: raw.ca_pem,
+        der,
+    })
+}
+
+/// What the host keeps of the control plane's answer.
+struct Identity {
+    node: String,
+    secret: String,
+    address: String,
+    server_name: String,
+}
+
+/// Step 2: the token for the identity, over TLS verified against the pinned CA alone.
+fn exchange(url: &str, ca: &Ca, token: &str, hostname: &str) -> Result<Identity, Fatal> {
+    let agent = agent(Some(&ca.der));
+    let endpoint = format!("{url}/v1/join");
+    let request = json!({"token": token, "hostname": hostname}).to_string();
+    let body = match agent
+        .post(&endpoint)
+        .header("Content-Type", "application/json")
+        .send(&request)
+    {
+        Ok(response) => read_body(response, &endpoint)?,
+        Err(e) => return Err(unreachable(&endpoint, "joining", e)),
+    };
+    let bad = |why: String| {
+        Fatal::Error(format!(
+            "{endpoint}: {why}; nothing was written: tell the control plane's operator (the \
+             token may be spent)"
+        ))
+    };
+    let raw: RawIdentity =
+        serde_json::from_str(&body).map_err(|e| bad(format!("not a join answer ({e})")))?;
+    match parse_ca(&raw.ca_pem) {
+        Ok(der) if der == ca.der => {}
+        _ => return Err(bad("its answer names another CA than /v1/ca served".into())),
+    }
+    let line = |what: &str, v: &str| {
+        if v.is_empty() || v.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            Err(bad(format!("{what} {v:?} is empty or has spaces")))
+        } else {
+            Ok(())
+        }
+    };
+    line("node", &raw.node)?;
+    line("secret", &raw.secret)?;
+    line("address", &raw.address)?;
+    line("server_name", &raw.server_name)?;
+    Ok(Identity {
+        node: raw.node,
+        secret: raw.secret,
+        address: raw.address,
+        server_name: raw.server_name,
+    })
+}
+
+/// An agent trusting `root` alone, or (`None`) verifying nothing. No proxy (as the link), no
+/// redirects, TLS through the link's rustls with ring.
+fn agent(root: Option<&CertificateDer<'static>>) -> ureq::Agent {
+    let tls = TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()));
+    let tls = match root {
+        Some(der) => tls.root_certs(RootCerts::new_with_certs(&[Certificate::from_der(
+            der.as_ref(),
+        )
+        .to_owned()])),
+        None => tls.disable_verification(true),
+    };
+    ureq::Agent::config_builder()
+        .tls_config(tls.build())
+        .https_only(true)
+        .proxy(None)
+        .max_redirects(0)
+        .http_status_as_error(false)
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .timeout_global(Some(TIMEOUT))
+        .build()
+        .into()
+}
+
+fn get(agent: &ureq::Agent, endpoint: &str, doing: &str) -> Result<String, Fatal> {
+    match agent.get(endpoint).call() {
+        Ok(response) => read_body(response, endpoint),
+        Err(e) => Err(unreachable(endpoint, doing, e)),
+    }
+}
+
+/// The body of a 200; a refusal's `error`, with what to do, otherwise.
+fn read_body(
+    mut response: ureq::http::Response<ureq::Body>,
+    endpoint: &str,
+) -> Result<String, Fatal> {
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_BODY)
+        .read_to_string()
+        .map_err(|e| Fatal::Error(format!("{endpoint}: reading the answer: {e}")))?;
+    if status == 200 {
+        return Ok(body);
+    }
+    let why = serde_json::from_str::<RawError>(&body)
+        .map(|e| e.error)
+        .unwrap_or_else(|_| body.chars().take(200).collect());
+    Err(match status {
+        401 | 403 => Fatal::Invalid(format!(
+            "the control plane refused the token (HTTP {status}: {why}): tokens are good for one \
+             join and expire; ask the control plane's operator for a new one; nothing was changed"
+        )),
+        400..=499 => Fatal::Invalid(format!(
+            "{endpoint}: HTTP {status}: {why}; nothing was changed (is the URL the control \
+             plane's join address?)"
+        )),
+        _ => Fatal::Error(format!(
+            "{endpoint}: HTTP {status}: {why}; nothing was changed: try again later or tell the \
+             control plane's operator"
+        )),
+    })
+}
+
+fn unreachable(endpoint: &str, doing: &str, e: ureq::Error) -> Fatal {
+    // rustls errors reach us directly or inside an I/O error, depending on where they happen.
+    let tls = match &e {
+        ureq::Error::Rustls(_) | ureq::Error::Tls(_) => true,
+        ureq::Error::Io(io) => io
+            .get_ref()
+            .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()),
+        _ => false,
+    };
+    if tls {
+        return Fatal::Error(format!(
+            "TLS with the control plane failed ({doing}, {endpoint}): {e}: the TLS handshake \
+             failed; if the CA's hash matched, the server's certificate does not chain to that \
+             CA for this host name: use the exact address the control plane's operator gave \
+             (someone may be impersonating the control plane); the token was not sent and \
+             nothing was changed"
+        ));
+    }
+    let hint = match &e {
+        ureq::Error::HostNotFound => "the name does not resolve: check the host in --control-plane",
+        ureq::Error::Timeout(_) => {
+            "no answer in time: check the address, and that a firewall lets this host reach it"
+        }
+        _ => {
+            "check the address and port in --control-plane, that the control plane is up, and \
+              that this host can reach it"
+        }
+    };
+    Fatal::Error(format!(
+        "could not reach the control plane ({doing}, {endpoint}): {e}: {hint}; nothing was changed"
+    ))
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Sends SIGHUP to the running service, if the store names one that is alive and is mesh-host;
+/// returns its pid. A stale pid (reused by another program) is never signalled.
+fn signal_service(state_dir: &Path) -> Option<u32> {
+    let store = Store::open(state_dir, false).ok().flatten()?;
+    let state = store.service_state().ok().flatten()?;
+    if state.state != "running" || state.pid == 0 || !is_mesh_host(state.pid) {
+        return None;
+    }
+    let pid = libc::pid_t::try_from(state.pid).ok()?;
+    if unsafe { libc::kill(pid, libc::SIGHUP) } == 0 {
+        Some(state.pid)
+    } else {
+        log::warn!(
+            "could not signal the service (pid {pid}): {}; restart it to connect",
+            io::Error::last_os_error()
+        );
+        None
+    }
+}
+
+/// Whether process `pid` runs a program of the same name as this one (after an upgrade its
+/// executable reads "mesh-host (deleted)").
+fn is_mesh_host(pid: u32) -> bool {
+    let name = |link: &str| {
+        std::fs::read_link(link).ok().and_then(|p| {
+            p.file_name().map(|n| {
+                n.to_string_lossy()
+                    .trim_end_matches(" (deleted)")
+                    .to_string()
+            })
+        })
+    };
+    match (name(&format!("/proc/{pid}/exe")), name("/proc/self/exe")) {
+        (Some(theirs), Some(ours)) => theirs == ours,
+        _ => false,
+    }
+}

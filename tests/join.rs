@@ -1,0 +1,410 @@
+//! `mesh-host join` end to end: the real binary against the reference control plane's join
+//! endpoint (HTTPS with a test CA), writing into scratch config directories; then `mesh-host run`
+//! with what it wrote, to see the joined node's hello arrive.
+
+mod support;
+
+use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::control_plane::{ControlPlane, CpConfig};
+use support::pki::Pki;
+use support::{snapshot, Output, Scratch};
+
+const WAIT: Duration = Duration::from_secs(20);
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A control plane that serves no node until one joins.
+fn control_plane(pki: &Pki) -> ControlPlane {
+    ControlPlane::start(pki, CpConfig::new("", ""))
+}
+
+/// A scratch host whose config holds `config`; `join` and `run` are not given `--root`.
+fn host(label: &str, config: &str) -> Scratch {
+    let mut host = Scratch::with_config(label, config);
+    host.offline_root = false;
+    host
+}
+
+fn join(host: &Scratch, cp: &ControlPlane, token: &str, extra: &[&str]) -> Output {
+    let url = format!("https://{}", cp.join_addr());
+    let hash = cp.ca_hash();
+    let mut args = vec![
+        "join",
+        "--control-plane",
+        &url,
+        "--token",
+        token,
+        "--ca-hash",
+        &hash,
+    ];
+    args.extend_from_slice(extra);
+    host.run(&args)
+}
+
+fn config(host: &Scratch) -> Value {
+    let text = std::fs::read_to_string(host.dir.join("config.json")).expect("config");
+    serde_json::from_str(&text).expect("config JSON")
+}
+
+/// Mode (permission bits) and owner of a file in the scratch dir.
+fn mode_owner(host: &Scratch, name: &str) -> (u32, u32) {
+    let meta = std::fs::metadata(host.dir.join(name)).expect(name);
+    (meta.mode() & 0o7777, meta.uid())
+}
+
+/// `mesh-host run` on a scratch host (files into its root), killed on drop.
+struct Service {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Service {
+    fn start(host: &Scratch) -> Service {
+        let log = host.dir.join("service.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+            .arg("--state-dir")
+            .arg(host.state())
+            .arg("--config")
+            .arg(host.dir.join("config.json"))
+            .arg("--root")
+            .arg(host.root())
+            .arg("run")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("spawn mesh-host run");
+        Service { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- service log\n{}", self.log());
+        }
+    }
+}
+
+fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    done()
+}
+
+#[test]
+fn a_join_writes_the_identity_and_the_service_then_connects() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki);
+    cp.add_token("tok-1", HOUR);
+    let host = host(
+        "ok",
+        r#"{"interval_secs": 600, "heartbeat_secs": 1, "max_file_bytes": 1000}"#,
+    );
+    std::fs::set_permissions(
+        host.dir.join("config.json"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .expect("chmod");
+    let out = join(&host, &cp, "tok-1", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let joined = cp.joined();
+    assert_eq!(joined.len(), 1);
+    let (node, secret) = &joined[0];
+    assert!(out.stdout.contains(&format!("as node {node:?}")), "{out:?}");
+    assert!(out.stdout.contains("the service is not running"), "{out:?}");
+
+    // The config keeps its other fields and its mode, and gains the control plane.
+    let c = config(&host);
+    assert_eq!(c["interval_secs"], 600);
+    assert_eq!(c["heartbeat_secs"], 1);
+    assert_eq!(c["max_file_bytes"], 1000);
+    let dir = std::fs::canonicalize(&host.dir).expect("dir");
+    assert_eq!(
+        c["control_plane"],
+        serde_json::json!({"address": cp.addr().to_string(), "server_name": "localhost",
+            "ca_file": dir.join("ca.pem"), "node": node, "secret_file": dir.join("secret")})
+    );
+    assert_eq!(mode_owner(&host, "config.json"), (0o640, 0));
+    assert_eq!(
+        std::fs::read_to_string(host.dir.join("ca.pem")).expect("ca.pem"),
+        pki.ca_pem
+    );
+    assert_eq!(mode_owner(&host, "ca.pem"), (0o644, 0));
+    assert_eq!(
+        std::fs::read_to_string(host.dir.join("secret")).expect("secret"),
+        format!("{secret}\n")
+    );
+    assert_eq!(mode_owner(&host, "secret"), (0o600, 0));
+    // The request named this machine; the join made no store.
+    assert!(cp.join_requests()[0]["hostname"].is_string());
+    assert!(!host.state().exists());
+
+    // What it wrote is enough for the service to connect as the joined node.
+    let service = Service::start(&host);
+    assert!(cp.wait_for_hello(node, WAIT), "{}", service.log());
+    assert_eq!(
+        cp.hellos().last().expect("hello")["secret"],
+        secret.as_str()
+    );
+}
+
+#[test]
+fn a_running_service_is_signalled_and_connects() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki);
+    cp.add_token("tok-hup", HOUR);
+    let host = host("hup", r#"{"interval_secs": 600, "heartbeat_secs": 1}"#);
+    let service = Service::start(&host);
+    assert!(
+        wait_until(WAIT, || {
+            let status = host.run(&["status", "--json"]);
+            status.code == 0 && status.json()["service"]["state"] == "running"
+        }),
+        "{}",
+        service.log()
+    );
+    let out = join(&host, &cp, "tok-hup", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout
+            .contains(&format!("the service (pid {}) reloads", service.child.id())),
+        "{out:?}"
+    );
+    let node = cp.joined()[0].0.clone();
+    assert!(cp.wait_for_hello(&node, WAIT), "{}", service.log());
+    assert!(service.log().contains("configuration reloaded"));
+}
+
+#[test]
+fn a_wrong_ca_hash_writes_nothing_and_spends_no_token() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki);
+    cp.add_token("tok-2", HOUR);
+    let host = host("hash", r#"{"interval_secs": 600}"#);
+    let before = snapshot(&host.dir);
+    let wrong = format!("sha256:{}", "ab".repeat(32));
+    let url = format!("https://{}", cp.join_addr());
+    let out = host.run(&[
+        "join",
+        "--control-plane",
+        &url,
+        "--token",
+        "tok-2",
+        "--ca-hash",
+        &wrong,
+    ]);
+    assert_eq!(out.code, 2, "{out:?}");
+    let actual = cp.ca_hash();
+    assert!(
+        out.stderr.contains(&format!(
+            "the control plane's CA has {actual}, not the {wrong} you gave: check --ca-hash with \
+             the control plane's operator"
+        )),
+        "{out:?}"
+    );
+    assert_eq!(snapshot(&host.dir), before);
+    assert!(cp.join_requests().is_empty(), "the token was sent");
+    // The same token still works with the right hash.
+    assert_eq!(join(&host, &cp, "tok-2", &[]).code, 0);
+}
+
+#[test]
+fn a_reused_expired_or_unknown_token_is_refused_with_what_to_do() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki);
+    cp.add_token("once", HOUR);
+    cp.add_token("stale", Duration::ZERO);
+    let first = host("first", "{}");
+    assert_eq!(join(&first, &cp, "once", &[]).code, 0);
+
+    let host = host("refused", r#"{"interval_secs": 600}"#);
+    let before = snapshot(&host.dir);
+    for (token, why, status) in [
+        ("once", "token already used", 403),
+        ("stale", "token expired", 403),
+        ("never-issued", "unknown token", 401),
+    ] {
+        let out = join(&host, &cp, token, &[]);
+        assert_eq!(out.code, 2, "{token}: {out:?}");
+        assert!(
+            out.stderr.contains(&format!(
+                "the control plane refused the token (HTTP {status}: {why})"
+            )) && out
+                .stderr
+                .contains("ask the control plane's operator for a new one"),
+            "{token}: {out:?}"
+        );
+        assert_eq!(snapshot(&host.dir), before, "{token}");
+    }
+    assert_eq!(cp.joined().len(), 1);
+}
+
+#[test]
+fn an_unreachable_control_plane_is_reported() {
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let host = host("unreachable", "{}");
+    let before = snapshot(&host.dir);
+    let url = format!("https://127.0.0.1:{port}");
+    let hash = format!("sha256:{}", "00".repeat(32));
+    let out = host.run(&[
+        "join",
+        "--control-plane",
+        &url,
+        "--token",
+        "t",
+        "--ca-hash",
+        &hash,
+    ]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(
+        out.stderr.contains("could not reach the control plane")
+            && out.stderr.contains("that the control plane is up"),
+        "{out:?}"
+    );
+    assert_eq!(snapshot(&host.dir), before);
+}
+
+#[test]
+fn joining_twice_is_refused_unless_forced() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki);
+    for token in ["a", "b"] {
+        cp.add_token(token, HOUR);
+    }
+    let host = host("twice", r#"{"heartbeat_secs": 5}"#);
+    assert_eq!(join(&host, &cp, "a", &[]).code, 0);
+    let before = snapshot(&host.dir);
+    let out = join(&host, &cp, "b", &[]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr.contains("this node already joined") && out.stderr.contains("--force"),
+        "{out:?}"
+    );
+    assert_eq!(snapshot(&host.dir), before);
+    assert_eq!(cp.join_requests().len(), 1, "the token was spent");
+
+    let out = join(&host, &cp, "b", &["--force"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (node, secret) = cp.joined()[1].clone();
+    let c = config(&host);
+    assert_eq!(c["control_plane"]["node"], node.as_str());
+    assert_eq!(c["heartbeat_secs"], 5);
+    assert_eq!(
+        std::fs::read_to_string(host.dir.join("secret")).expect("secret"),
+        format!("{secret}\n")
+    );
+}
+
+#[test]
+fn a_missing_config_is_created() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki);
+    cp.add_token("fresh", HOUR);
+    let host = host("fresh", "{}");
+    std::fs::remove_file(host.dir.join("config.json")).expect("rm");
+    let out = join(&host, &cp, "fresh", &[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(mode_owner(&host, "config.json"), (0o644, 0));
+    let c = config(&host);
+    assert_eq!(c.as_object().map(|m| m.len()), Some(1), "{c}");
+}
+
+#[test]
+fn not_root_and_bad_arguments_are_refused() {
+    let host = host("args", "{}");
+    let before = snapshot(&host.dir);
+    let hash = format!("sha256:{}", "00".repeat(32));
+    // As nobody: refused before anything is read or sent.
+    let out = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+        .args(["--config", "/nonexistent/config.json", "join"])
+        .args(["--control-plane", "https://127.0.0.1:1", "--token", "t"])
+        .args(["--ca-hash", &hash])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run as nobody");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("join must run as root"), "{stderr}");
+
+    for (args, want) in [
+        (
+            vec!["join", "--token", "t", "--ca-hash", &hash],
+            "join needs --control-plane",
+        ),
+        (
+            vec![
+                "join",
+                "--control-plane",
+                "http://cp:1",
+                "--token",
+                "t",
+                "--ca-hash",
+                &hash,
+            ],
+            "is not an https:// URL",
+        ),
+        (
+            vec![
+                "join",
+                "--control-plane",
+                "https://cp:1",
+                "--token",
+                "t",
+                "--ca-hash",
+                "md5:00",
+            ],
+            "does not start with sha256:",
+        ),
+    ] {
+        let out = host.run(&args);
+        assert_eq!(out.code, 2, "{args:?}: {out:?}");
+        assert!(out.stderr.contains(want), "{args:?}: {out:?}");
+    }
+    assert_eq!(snapshot(&host.dir), before);
+}
+
+#[test]
+fn a_server_whose_certificate_does_not_chain_to_the_pinned_ca_gets_no_token() {
+    // Serves the real CA on /v1/ca (so the hash matches) but presents another CA's certificate.
+    let real = Pki::new();
+    let rogue = Pki::rogue();
+    let impostor = Pki {
+        ca_pem: real.ca_pem.clone(),
+        server_pem: rogue.server_pem.clone(),
+        key_pem: rogue.key_pem.clone(),
+    };
+    let cp = control_plane(&impostor);
+    cp.add_token("stolen", HOUR);
+    assert_eq!(cp.ca_hash(), support::control_plane::ca_hash(&real.ca_pem));
+    let host = host("impostor", "{}");
+    let before = snapshot(&host.dir);
+    let out = join(&host, &cp, "stolen", &[]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("TLS handshake failed"), "{out:?}");
+    assert!(
+        cp.join_requests().is_empty(),
+        "the token reached the impostor"
+    );
+    assert_eq!(snapshot(&host.dir), before);
+}
