@@ -77,6 +77,17 @@ impl RunResult {
     }
 }
 
+/// What a run converges to.
+pub enum Target<'a> {
+    /// A declaration a person gave, which becomes the one in force.
+    New {
+        declaration: &'a Declaration,
+        in_force: InForce,
+    },
+    /// Whatever is in force in the store once the lock is held.
+    InForce,
+}
+
 /// Never interrupted: the command line has no signal handling of its own (Ctrl-C ends it).
 fn never() -> bool {
     false
@@ -213,16 +224,17 @@ impl Host {
             text,
             control_plane_revision: None,
         };
-        let result = self.converge(
-            &["apply"],
-            &d,
-            d.revision,
-            Some(in_force),
-            self.args.wait,
-            &never,
-        )?;
-        self.print_run(&result);
-        Ok(result.exit_code())
+        let target = Target::New {
+            declaration: &d,
+            in_force,
+        };
+        match self.converge(&["apply"], target, self.args.wait, &never)? {
+            Some(result) => {
+                self.print_run(&result);
+                Ok(result.exit_code())
+            }
+            None => Err(Fatal::Error("the declaration was not put in force".into())),
+        }
     }
 
     pub fn reconcile(&self) -> Result<i32, Fatal> {
@@ -251,29 +263,18 @@ impl Host {
         wait: bool,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<RunResult>, Fatal> {
-        let store = self.store()?;
-        let Some(in_force) = store.in_force()? else {
-            return Ok(None);
-        };
-        let d = self
-            .validate(in_force.text.as_bytes())
-            .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
-        drop(store);
-        self.converge(triggers, &d, in_force.revision, None, wait, interrupted)
-            .map(Some)
+        self.converge(triggers, Target::InForce, wait, interrupted)
     }
 
-    /// Locks the store, makes `in_force` the declaration in force (if given), converges, records
-    /// the run (under `revision`: the control plane's, or the file's own), and queues its report.
+    /// Locks the store, settles what to converge to (under the lock, so a declaration put in
+    /// force meanwhile is the one applied), converges, records the run, and queues its report.
     pub fn converge(
         &self,
         triggers: &[&str],
-        d: &Declaration,
-        revision: Option<u64>,
-        in_force: Option<InForce>,
+        target: Target,
         wait: bool,
         interrupted: &dyn Fn() -> bool,
-    ) -> Result<RunResult, Fatal> {
+    ) -> Result<Option<RunResult>, Fatal> {
         let store = self.store()?;
         let started = store::unix_now();
         let holder = format!(
@@ -286,12 +287,28 @@ impl Host {
             LockError::Io(..) => Fatal::Error(e.to_string()),
         })?;
         let mut ledger = store.ledger()?;
-        if let Some(mut in_force) = in_force {
-            // A local override keeps the control plane's revision, so only a newer one replaces it.
-            in_force.control_plane_revision =
-                store.in_force()?.and_then(|f| f.control_plane_revision);
-            store.set_in_force(&in_force)?;
-        }
+        let from_store;
+        let (d, revision) = match target {
+            Target::New {
+                declaration,
+                mut in_force,
+            } => {
+                // A local override keeps the control plane's revision: only a newer one replaces it.
+                in_force.control_plane_revision =
+                    store.in_force()?.and_then(|f| f.control_plane_revision);
+                store.set_in_force(&in_force)?;
+                (declaration, declaration.revision)
+            }
+            Target::InForce => {
+                let Some(in_force) = store.in_force()? else {
+                    return Ok(None);
+                };
+                from_store = self
+                    .validate(in_force.text.as_bytes())
+                    .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+                (&from_store, in_force.revision)
+            }
+        };
         let runner = Runner::new(self.args.trace_commands);
         let outcome = reconcile::run(
             &self.env(Some(&store), &runner, interrupted),
@@ -329,11 +346,11 @@ impl Host {
         );
         store.record_run(&record)?;
         self.queue_report(&store, &record, "");
-        Ok(RunResult {
+        Ok(Some(RunResult {
             report,
             record,
             traced: runner.traced(),
-        })
+        }))
     }
 
     /// Puts a run's report in the outbox, for the control plane, when there is one.

@@ -275,16 +275,32 @@ impl Kind for Files {
         ledger: &mut Ledger,
         changes: &[Change<Op>],
     ) -> Vec<Outcome> {
+        let fail_all = |message: String| -> Vec<Outcome> {
+            changes
+                .iter()
+                .map(|_| Outcome::Failed(message.clone()))
+                .collect()
+        };
         let root = match Dir::open(env.root) {
             Ok(root) => root,
-            Err(e) => {
-                let message = format!("root {}: {e}", env.root.display());
-                return changes
-                    .iter()
-                    .map(|_| Outcome::Failed(message.clone()))
-                    .collect();
-            }
+            Err(e) => return fail_all(format!("root {}: {e}", env.root.display())),
         };
+        // Write-ahead for directories too: the ledger lists every directory this run will create
+        // before it exists, so a crash cannot leave one the host would never remove.
+        let upcoming: Vec<PathBuf> = changes
+            .iter()
+            .filter(|c| matches!(c.op, Op::Write { .. } | Op::Restore(_)))
+            .flat_map(|c| missing_directories(&root, Path::new(&c.key)))
+            .filter(|d| !ledger.directories.contains(d))
+            .collect();
+        if !upcoming.is_empty() {
+            ledger.directories.extend(upcoming);
+            if let Some(store) = env.store {
+                if let Err(e) = store.save_ledger(ledger) {
+                    return fail_all(e.to_string());
+                }
+            }
+        }
         let outcomes = changes
             .iter()
             .map(|change| {
@@ -594,6 +610,32 @@ fn apply_one(env: &Env, root: &Dir, ledger: &mut Ledger, key: &str, op: &Op) -> 
         }
         Op::Forget => Ok(()),
     }
+}
+
+/// The directories above `path` that do not exist yet, outermost first. An unreachable path
+/// gives what was found so far; applying it reports the problem.
+fn missing_directories(root: &Dir, path: &Path) -> Vec<PathBuf> {
+    let mut ancestors: Vec<&Path> = path
+        .ancestors()
+        .skip(1)
+        .filter(|a| a.parent().is_some())
+        .collect();
+    ancestors.reverse();
+    let mut missing = Vec::new();
+    for dir in ancestors {
+        if missing.is_empty() {
+            let exists = match fsutil::walk_to_parent(root, dir, false) {
+                Ok(Some(parent)) => !matches!(parent.dir.stat(&parent.name), Ok(None)),
+                Ok(None) => false,
+                Err(_) => return missing,
+            };
+            if exists {
+                continue;
+            }
+        }
+        missing.push(dir.to_path_buf());
+    }
+    missing
 }
 
 /// A directory or symlink where a file goes is an error, never overwritten.
@@ -962,6 +1004,18 @@ mod tests {
         );
         assert!(release(regular(b"x", 0o644), Some(&adopted))
             .starts_with("~ released; original restored"));
+    }
+
+    #[test]
+    fn missing_directories_are_found_outermost_first() {
+        let tmp = crate::testutil::TempDir::new("missing-dirs");
+        std::fs::create_dir_all(tmp.path().join("etc/app")).unwrap();
+        let root = Dir::open(tmp.path()).unwrap();
+        assert_eq!(
+            missing_directories(&root, Path::new("/etc/app/a/b/conf")),
+            vec![PathBuf::from("/etc/app/a"), PathBuf::from("/etc/app/a/b")]
+        );
+        assert!(missing_directories(&root, Path::new("/etc/app/conf")).is_empty());
     }
 
     #[test]

@@ -69,7 +69,13 @@ pub struct Link {
     last_received: u64,
     last_sent: u64,
     max_frame: usize,
+    /// Pings received in the current heartbeat window, to refuse a flood.
+    pings: u32,
+    ping_window_start: u64,
 }
+
+/// More pings than this within one heartbeat is a peer trying to make the host queue pongs.
+const MAX_PINGS_PER_HEARTBEAT: u32 = 64;
 
 impl Link {
     /// A new link that has just connected at `now`; the hello is queued.
@@ -83,6 +89,8 @@ impl Link {
             last_received: now,
             last_sent: now,
             max_frame,
+            pings: 0,
+            ping_window_start: now,
         };
         link.send(now, &hello);
         link
@@ -155,6 +163,16 @@ impl Link {
         match (self.state, message) {
             (_, Message::Error { message }) => Err(LinkError::Refused(message)),
             (_, Message::Ping {}) => {
+                if now.saturating_sub(self.ping_window_start) >= self.heartbeat_ms {
+                    self.ping_window_start = now;
+                    self.pings = 0;
+                }
+                self.pings += 1;
+                if self.pings > MAX_PINGS_PER_HEARTBEAT {
+                    return Err(LinkError::Protocol(format!(
+                        "a flood of pings (more than {MAX_PINGS_PER_HEARTBEAT} within a heartbeat)"
+                    )));
+                }
                 self.send(now, &Message::Pong {});
                 Ok(())
             }
@@ -377,6 +395,23 @@ mod tests {
             link.handle_input(1, &refused),
             Err(LinkError::Refused("bad secret".into()))
         );
+    }
+
+    #[test]
+    fn a_ping_flood_drops_the_link() {
+        let (mut link, _) = up_link();
+        let ping = Peer::frame(&Message::Ping {});
+        for i in 0..MAX_PINGS_PER_HEARTBEAT {
+            link.handle_input(100 + i as u64, &ping).unwrap();
+        }
+        assert!(
+            matches!(link.handle_input(200, &ping), Err(LinkError::Protocol(e)) if e.contains("flood"))
+        );
+        // The same number spread over heartbeats is fine.
+        let (mut link, _) = up_link();
+        for i in 0..3 * MAX_PINGS_PER_HEARTBEAT as u64 {
+            link.handle_input(i * HEARTBEAT / 60, &ping).unwrap();
+        }
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub fn tls_config(cp: &ControlPlane) -> Result<Arc<ClientConfig>, String> {
     Ok(Arc::new(config))
 }
 
+/// How much of the link's output is handed to TLS at a time.
+const WRITE_CHUNK: usize = 64 * 1024;
+
 pub struct Connection {
     pub stream: TcpStream,
     tls: ClientConnection,
@@ -96,25 +99,30 @@ impl Connection {
         }
     }
 
-    /// Moves what the link has to say into TLS and TLS records onto the socket, until it would block.
+    /// Moves what the link has to say into TLS and TLS records onto the socket, until it would
+    /// block. TLS holds at most one chunk that the socket has not taken: a peer that stops
+    /// reading leaves the rest queued in the link, never growing the host without bound.
     pub fn write(&mut self) -> Result<(), String> {
-        let pending = self.link.pending_output().len();
-        if pending > 0 {
+        loop {
+            while self.tls.wants_write() {
+                match self.tls.write_tls(&mut self.stream) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(format!("write: {e}")),
+                }
+            }
+            // Before the handshake is done, plaintext would only pile up inside rustls.
+            let pending = self.link.pending_output().len().min(WRITE_CHUNK);
+            if pending == 0 || self.tls.is_handshaking() {
+                return Ok(());
+            }
             self.tls
                 .writer()
-                .write_all(self.link.pending_output())
+                .write_all(&self.link.pending_output()[..pending])
                 .map_err(|e| format!("TLS write: {e}"))?;
             self.link.consume_output(pending);
         }
-        while self.tls.wants_write() {
-            match self.tls.write_tls(&mut self.stream) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(format!("write: {e}")),
-            }
-        }
-        Ok(())
     }
 
     /// What to wait for: always readable; writable while TLS has records queued.
