@@ -235,3 +235,55 @@ pub fn status(script: &str) -> i32 {
 
 pub mod control_plane;
 pub mod pki;
+
+/// A small seeded PRNG (xorshift64*) for the fault tests: the same seed, the same choices.
+pub struct XorShift(u64);
+
+impl XorShift {
+    pub fn new(seed: u64) -> XorShift {
+        XorShift(seed.max(1))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+/// The seed for a fault test: `MESH_FAULT_SEED` when set (to replay a failure), else `default`.
+pub fn fault_seed(default: u64) -> u64 {
+    std::env::var("MESH_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// Resident memory of a process in KiB (`VmRSS` in /proc/PID/status).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Polls `done` every 20 ms until it holds or `timeout` passes; its last answer.
+pub fn wait_until(timeout: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < end {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    done()
+}

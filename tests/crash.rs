@@ -1,0 +1,385 @@
+//! Crash anywhere: `kill -9` the host at seeded random points of applies (a first apply, a change,
+//! a release) of a declaration of many files into a scratch root, then check what a crash must
+//! never break: the store loads, the ledger covers every file the host changed (write-ahead), no
+//! file is torn, the next run converges and a release gives back the root byte for byte.
+//! `MESH_FAULT_SEED=N` replays a run with the seed it printed.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{fault_seed, snapshot, Scratch, XorShift};
+
+const FILES: usize = 200;
+const ITERATIONS: usize = 50;
+/// Files `i` with `i.is_multiple_of(ADOPT_EVERY)` exist before the first apply (adopted); the rest are
+/// created in directories that do not exist yet.
+const ADOPT_EVERY: usize = 4;
+const TMP_SUFFIX: &str = ".mesh-host.tmp";
+
+fn path(i: usize) -> String {
+    if i.is_multiple_of(ADOPT_EVERY) {
+        format!("/etc/crash/adopted-{i}.conf")
+    } else {
+        format!("/etc/crash/new/d{}/f{i}.conf", i % 10)
+    }
+}
+
+fn original(i: usize) -> Vec<u8> {
+    format!("original {i}\n").repeat(1 + i % 5).into_bytes()
+}
+
+/// Declaration A: every file, contents of varied sizes.
+fn content_a(i: usize) -> String {
+    format!("declared A {i} ").repeat(1 + (i * 37) % 300) + "\n"
+}
+
+/// Declaration B (a change): a fifth of A's files released, the rest rewritten, 20 new ones.
+fn files_b() -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for i in (0..FILES).filter(|i| !i.is_multiple_of(5)) {
+        out.insert(path(i), format!("declared B {i}\n"));
+    }
+    for i in 0..20 {
+        out.insert(
+            format!("/etc/crash/new/b/g{i}.conf"),
+            format!("new in B {i}\n"),
+        );
+    }
+    out
+}
+
+fn files_a() -> BTreeMap<String, String> {
+    (0..FILES).map(|i| (path(i), content_a(i))).collect()
+}
+
+fn declaration(files: &BTreeMap<String, String>) -> String {
+    let files: serde_json::Map<String, Value> = files
+        .iter()
+        .map(|(p, c)| (p.clone(), serde_json::json!({"content": c, "mode": "0644"})))
+        .collect();
+    serde_json::json!({"schema": 1, "files": files}).to_string()
+}
+
+/// A fresh scratch host with the adopted files' originals in place (mode 0600).
+fn prepared() -> Scratch {
+    use std::os::unix::fs::PermissionsExt;
+    let host = Scratch::new("crash");
+    std::fs::create_dir_all(host.target("/etc/crash")).expect("dir");
+    for i in (0..FILES).filter(|i| i.is_multiple_of(ADOPT_EVERY)) {
+        let target = host.target(&path(i));
+        std::fs::write(&target, original(i)).expect("original");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
+    host
+}
+
+fn command(host: &Scratch, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
+    command
+        .arg("--state-dir")
+        .arg(host.state())
+        .arg("--config")
+        .arg(host.dir.join("config.json"))
+        .arg("--root")
+        .arg(host.root())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    command
+}
+
+/// Starts `apply FILE` and SIGKILLs it after `delay`; true if it was killed before it ended.
+fn apply_killed(host: &Scratch, file: &Path, delay: Duration) -> bool {
+    let mut child = command(host, &["apply", file.to_str().expect("utf-8")])
+        .spawn()
+        .expect("spawn mesh-host");
+    std::thread::sleep(delay);
+    let finished = matches!(child.try_wait(), Ok(Some(_)));
+    let _ = child.kill(); // SIGKILL
+    let _ = child.wait();
+    !finished
+}
+
+/// Wall time of one complete apply of `json` on a fresh host.
+fn time_apply(json: &str) -> Duration {
+    let host = prepared();
+    let file = host.declaration("a.json", json);
+    let started = Instant::now();
+    host.apply(&file, 0);
+    started.elapsed()
+}
+
+/// Every regular file and directory under `dir`, relative to the root as target paths.
+fn tree(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+    snapshot(root)
+        .into_iter()
+        .map(|(p, bytes, mode)| {
+            let rel = format!("/{}", p.strip_prefix(root).expect("under root").display());
+            let is_dir = mode & 0o170000 == 0o040000;
+            (rel, (!is_dir).then_some(bytes))
+        })
+        .collect()
+}
+
+fn temp_files(dir: &Path) -> Vec<PathBuf> {
+    snapshot(dir)
+        .into_iter()
+        .map(|(p, _, _)| p)
+        .filter(|p| p.to_string_lossy().ends_with(TMP_SUFFIX))
+        .collect()
+}
+
+/// What one iteration found wrong, each line naming the iteration.
+struct Findings {
+    iteration: usize,
+    phase: &'static str,
+    problems: Vec<String>,
+}
+
+impl Findings {
+    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok {
+            self.problems.push(format!(
+                "iteration {} ({}): {}",
+                self.iteration,
+                self.phase,
+                what()
+            ));
+        }
+    }
+}
+
+/// The owned rows as `key -> (origin, state)`, or `None` (and a problem) if `owned` failed.
+fn owned(host: &Scratch, f: &mut Findings) -> Option<BTreeMap<String, (String, String)>> {
+    let out = host.run(&["owned", "--json"]);
+    f.check(out.code == 0, || format!("owned --json failed: {out:?}"));
+    if out.code != 0 {
+        return None;
+    }
+    let value: Value = serde_json::from_str(&out.stdout).ok()?;
+    Some(
+        value["owned"]
+            .as_array()?
+            .iter()
+            .map(|r| {
+                let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+                (s("key"), (s("origin"), s("state")))
+            })
+            .collect(),
+    )
+}
+
+/// The invariants that must hold right after a crash.
+fn check_after_crash(
+    host: &Scratch,
+    initial: &BTreeMap<String, Option<Vec<u8>>>,
+    declared: &[&BTreeMap<String, String>],
+    f: &mut Findings,
+) {
+    let status = host.run(&["status", "--json"]);
+    f.check(status.code == 0, || {
+        format!("status --json failed: {status:?}")
+    });
+    let Some(owned) = owned(host, f) else { return };
+    let now = tree(&host.root());
+    for (path, bytes) in &now {
+        if path.ends_with(TMP_SUFFIX) {
+            continue; // judged after the next run
+        }
+        let Some(bytes) = bytes else { continue };
+        let before = initial.get(path).cloned().flatten();
+        // No torn file: the original, or one of the declared contents, whole.
+        let whole = before.as_deref() == Some(bytes.as_slice())
+            || declared
+                .iter()
+                .any(|d| d.get(path).map(String::as_bytes) == Some(bytes.as_slice()));
+        f.check(whole, || {
+            format!("{path} is torn: {} bytes matching nothing", bytes.len())
+        });
+        // Write-ahead: a file whose content the host changed is in the ledger.
+        if before.as_deref() != Some(bytes.as_slice()) {
+            f.check(owned.contains_key(path), || {
+                format!("{path} was changed by the host but the ledger does not list it")
+            });
+        }
+    }
+    for (key, (origin, state)) in &owned {
+        let existed = initial.get(key).is_some_and(Option::is_some);
+        let want = if existed { "adopted" } else { "created" };
+        f.check(origin == want, || {
+            format!("{key}: the ledger says {origin}, but it is {want}")
+        });
+        let exists = now.get(key).is_some_and(Option::is_some);
+        f.check(
+            exists || state == "missing" || state == "pending release",
+            || format!("{key}: does not exist, yet the ledger's view says {state:?}"),
+        );
+    }
+}
+
+/// The next run converges `file` (the declaration that was being applied).
+fn converge(
+    host: &Scratch,
+    file: &Path,
+    want: &BTreeMap<String, String>,
+    initial: &BTreeMap<String, Option<Vec<u8>>>,
+    f: &mut Findings,
+) {
+    let status = host.run(&["status", "--json"]);
+    if status.code == 0 && status.json()["in_force"].is_object() {
+        let out = host.run(&["reconcile"]);
+        f.check(out.code == 0, || {
+            format!("the reconcile after the crash failed: {out:?}")
+        });
+    }
+    let out = host.run(&["apply", file.to_str().expect("utf-8")]);
+    f.check(out.code == 0, || {
+        format!("the apply after the crash failed: {out:?}")
+    });
+    for (path, content) in want {
+        let got = std::fs::read(host.target(path)).ok();
+        f.check(got.as_deref() == Some(content.as_bytes()), || {
+            format!("{path} is not as declared after the next run")
+        });
+    }
+    // What `want` no longer declares is back as it was.
+    for (path, bytes) in tree(&host.root()) {
+        if bytes.is_some() && !want.contains_key(&path) {
+            f.check(initial.get(&path) == Some(&bytes), || {
+                format!("{path} exists after the next run but is neither declared nor original")
+            });
+        }
+    }
+    if let Some(owned) = owned(host, f) {
+        let wrong: Vec<_> = owned
+            .iter()
+            .filter(|(_, (_, state))| state != "in sync")
+            .collect();
+        f.check(wrong.is_empty(), || {
+            format!("not in sync after the next run: {wrong:?}")
+        });
+    }
+    for dir in [host.root(), host.state()] {
+        let left = temp_files(&dir);
+        f.check(left.is_empty(), || {
+            format!("temp files survive the next run: {left:?}")
+        });
+    }
+}
+
+/// A release (an empty declaration) gives the root back byte for byte, modes and directories too.
+fn release(host: &Scratch, initial_snapshot: &[(PathBuf, Vec<u8>, u32)], f: &mut Findings) {
+    let empty = host.declaration("empty.json", r#"{"schema": 1}"#);
+    let out = host.run(&["apply", empty.to_str().expect("utf-8")]);
+    f.check(out.code == 0, || format!("the release failed: {out:?}"));
+    let now = snapshot(&host.root());
+    if now != initial_snapshot {
+        let before: BTreeSet<_> = initial_snapshot.iter().collect();
+        let after: BTreeSet<_> = now.iter().collect();
+        let show = |set: Vec<&&(PathBuf, Vec<u8>, u32)>| -> Vec<String> {
+            set.iter()
+                .take(8)
+                .map(|(p, b, m)| format!("{} ({} bytes, mode {m:o})", p.display(), b.len()))
+                .collect()
+        };
+        let gone = show(before.difference(&after).collect());
+        let extra = show(after.difference(&before).collect());
+        f.check(false, || {
+            format!(
+                "the release did not give the root back: missing or different {gone:?}; left over {extra:?}"
+            )
+        });
+    }
+    let owned = host.run(&["owned"]);
+    f.check(owned.stdout.trim() == "mesh-host owns nothing", || {
+        format!("the host still owns something after the release: {owned:?}")
+    });
+    let backups = std::fs::read_dir(host.state().join("backups"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    f.check(backups == 0, || {
+        format!("{backups} entries left in backups/ after the release")
+    });
+    let left = temp_files(&host.state());
+    f.check(left.is_empty(), || {
+        format!("temp files left in the store: {left:?}")
+    });
+}
+
+#[test]
+fn kill_9_anywhere_during_applies_loses_nothing() {
+    let started = Instant::now();
+    let seed = fault_seed(0x6d65_7368_2d63_7261);
+    eprintln!("crash: seed {seed} (replay with MESH_FAULT_SEED={seed})");
+    let mut rng = XorShift::new(seed);
+    let a = files_a();
+    let b = files_b();
+    let none = BTreeMap::new();
+    let json_a = declaration(&a);
+    let json_b = declaration(&b);
+    let mut times: Vec<Duration> = (0..3).map(|_| time_apply(&json_a)).collect();
+    times.sort();
+    let budget = times[1];
+    eprintln!("crash: a complete apply of {FILES} files takes {budget:?}; kills fall in 0..that");
+
+    let mut problems = Vec::new();
+    let mut killed = 0;
+    for iteration in 0..ITERATIONS {
+        let phase = ["first apply", "change", "release"][rng.below(3) as usize];
+        let delay = Duration::from_micros(rng.below(budget.as_micros() as u64 + 1));
+        let host = prepared();
+        let initial_snapshot = snapshot(&host.root());
+        let initial = tree(&host.root());
+        let file_a = host.declaration("a.json", &json_a);
+        let file_b = host.declaration("b.json", &json_b);
+        let file_empty = host.declaration("empty.json", r#"{"schema": 1}"#);
+        let mut f = Findings {
+            iteration,
+            phase,
+            problems: Vec::new(),
+        };
+        let (target, want, declared): (&Path, &BTreeMap<_, _>, Vec<&BTreeMap<_, _>>) = match phase {
+            "first apply" => (&file_a, &a, vec![&a]),
+            "change" => (&file_b, &b, vec![&a, &b]),
+            _ => (&file_empty, &none, vec![&a]),
+        };
+        if phase != "first apply" {
+            host.apply(&file_a, 0);
+        }
+        if apply_killed(&host, target, delay) {
+            killed += 1;
+        }
+        check_after_crash(&host, &initial, &declared, &mut f);
+        converge(&host, target, want, &initial, &mut f);
+        release(&host, &initial_snapshot, &mut f);
+        if !f.problems.is_empty() {
+            eprintln!(
+                "crash: iteration {iteration} ({phase}, killed after {delay:?}) kept at {}",
+                host.dir.display()
+            );
+            problems.append(&mut f.problems);
+            std::mem::forget(host); // keep the scratch for inspection
+        }
+    }
+    eprintln!(
+        "crash: {ITERATIONS} iterations, {killed} killed mid-apply, {} problems, {:?}",
+        problems.len(),
+        started.elapsed()
+    );
+    assert!(
+        killed >= ITERATIONS / 4,
+        "only {killed} of {ITERATIONS} applies were killed mid-run: the delays miss the applies"
+    );
+    assert!(
+        problems.is_empty(),
+        "seed {seed}: {} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}

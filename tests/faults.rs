@@ -1,0 +1,723 @@
+//! The fault suite beyond crashes (tests/crash.rs): a full disk under the store, hostile tools
+//! (garbage output, success with nothing done) with the service loop living through them,
+//! hostile control planes with the host's memory watched, and `apply` racing the service's runs.
+//! Randomness is seeded (`MESH_FAULT_SEED` replays); every wait is bounded.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::control_plane::{Behaviour, ControlPlane, CpConfig};
+use support::pki::Pki;
+use support::{fault_seed, rss_kib, sandbox, snapshot, status, wait_until, Scratch, XorShift};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// `mesh-host run` on a scratch host, killed on drop (its log printed if the test failed).
+struct Service {
+    host: Scratch,
+    child: Child,
+}
+
+impl Service {
+    fn start(host: Scratch) -> Service {
+        let log = std::fs::File::create(host.dir.join("service.log")).expect("log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
+        command
+            .arg("--state-dir")
+            .arg(host.state())
+            .arg("--config")
+            .arg(host.dir.join("config.json"));
+        if host.offline_root {
+            command.arg("--root").arg(host.root());
+        }
+        let child = command
+            .arg("run")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn mesh-host run");
+        Service { host, child }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.host.dir.join("service.log")).unwrap_or_default()
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn runs(&self) -> Vec<Value> {
+        let out = self.host.run(&["status", "--json"]);
+        assert_eq!(out.code, 0, "{out:?}");
+        out.json()["runs"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn signal(&self, signal: i32) {
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+    }
+
+    /// SIGTERM, and its exit code.
+    fn stop(&mut self) -> Option<i32> {
+        self.signal(libc::SIGTERM);
+        let end = Instant::now() + WAIT;
+        while Instant::now() < end {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- service log of {}\n{}",
+                self.host.dir.display(),
+                self.log()
+            );
+        }
+    }
+}
+
+/// `{"command": ["sh", "-c", SCRIPT, "sh"]}`: a stub tool; the host's arguments are `$@`.
+fn stub(script: &str) -> String {
+    serde_json::json!({"command": ["sh", "-c", script, "sh"], "timeout_secs": 10}).to_string()
+}
+
+/// Seeded garbage (no valid UTF-8 guaranteed, NULs included) in a file a stub can `cat`.
+fn garbage_file(dir: &Path, seed: u64) -> PathBuf {
+    let mut rng = XorShift::new(seed);
+    let bytes: Vec<u8> = (0..8192).map(|_| rng.next_u64() as u8).collect();
+    let path = dir.join("garbage.bin");
+    std::fs::write(&path, bytes).expect("garbage");
+    path
+}
+
+fn apply_json(host: &Scratch, json: &str, want: i32) -> Value {
+    let file = host.declaration("declaration.json", json);
+    let out = host.run(&["--json", "apply", file.to_str().expect("utf-8")]);
+    assert_eq!(out.code, want, "{out:?}");
+    out.json()
+}
+
+/// The failure detail for `key` in a `--json` report.
+fn failure(report: &Value, key: &str) -> String {
+    report["failures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| f["key"] == key)
+        .map(|f| format!("{}: {}", f["action"], f["detail"]))
+        .unwrap_or_else(|| panic!("no failure for {key}: {report:#}"))
+}
+
+// ------------------------------------------------------------------------------- full disk
+
+/// A tmpfs mounted for the test, unmounted when dropped (also when the test fails).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).expect("mount point");
+        support::sh(&format!(
+            "mount -t tmpfs -o size={size},mode=0700 mesh-host-faults {}",
+            at.display()
+        ));
+        Tmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        if status(&format!("umount {}", self.0.display())) != 0 {
+            let _ = status(&format!("umount -l {}", self.0.display()));
+        }
+    }
+}
+
+/// Writes zeros to `dir/filler` until the file system is full.
+fn fill(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).expect("filler");
+    let block = vec![0u8; 4096];
+    loop {
+        if file.write_all(&block).is_err() {
+            break;
+        }
+    }
+    let _ = file.sync_all();
+    path
+}
+
+#[test]
+fn a_full_store_disk_fails_clearly_and_keeps_the_previous_store() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("note: not root; the full-disk test needs to mount a tmpfs and checks nothing");
+        return;
+    }
+    let host = Scratch::new("fulldisk");
+    let _tmpfs = Tmpfs::mount(&host.state(), "64k");
+    let first = host.declaration(
+        "first.json",
+        r#"{"schema": 1, "revision": 1, "files": {"/etc/motd": {"content": "first\n"}}}"#,
+    );
+    host.apply(&first, 0);
+    let digest = host.run(&["status", "--json"]).json()["in_force"]["digest"].clone();
+    let root_before = snapshot(&host.root());
+
+    // 1. Full before anything is written: the new declaration does not even become in force.
+    let filler = fill(&host.state());
+    let second = host.declaration(
+        "second.json",
+        r#"{"schema": 1, "revision": 2, "files": {"/etc/motd": {"content": "second\n"}, "/etc/new.conf": {"content": "x\n"}}}"#,
+    );
+    let out = host.run(&["apply", second.to_str().expect("utf-8")]);
+    eprintln!("full disk: {}", out.stderr.trim());
+    assert_eq!(out.code, 4, "{out:?}");
+    let store = host.state().display().to_string();
+    assert!(
+        out.stderr.contains(&store) && out.stderr.contains(".json"),
+        "the message names the store file: {out:?}"
+    );
+    assert!(
+        out.stderr.contains("No space left on device"),
+        "the message names ENOSPC: {out:?}"
+    );
+    let status_out = host.run(&["status", "--json"]);
+    assert_eq!(status_out.code, 0, "{status_out:?}");
+    let status_json = status_out.json();
+    assert_eq!(status_json["in_force"]["digest"], digest, "{status_json:#}");
+    assert_eq!(status_json["in_force"]["revision"], 1, "{status_json:#}");
+    let owned = host.run(&["owned", "--json"]);
+    assert_eq!(owned.code, 0, "{owned:?}");
+    assert_eq!(owned.json()["owned"][0]["state"], "in sync", "{owned:?}");
+    assert_eq!(
+        snapshot(&host.root()),
+        root_before,
+        "nothing was applied from a declaration the store could not take"
+    );
+
+    // 2. Room for the declaration but not for an adopted file's original: the file is untouched
+    // and the ledger does not claim it.
+    std::fs::remove_file(&filler).expect("unfill");
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(host.target("/etc/big.conf"), &big).expect("big original");
+    let third = host.declaration(
+        "third.json",
+        r#"{"schema": 1, "revision": 3, "files": {"/etc/motd": {"content": "first\n"}, "/etc/big.conf": {"content": "small now\n"}}}"#,
+    );
+    let out = host.run(&["apply", third.to_str().expect("utf-8")]);
+    eprintln!("full disk (backup): {}", out.stderr.trim());
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(
+        out.stderr.contains("backups/") && out.stderr.contains("No space left on device"),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read(host.target("/etc/big.conf")).expect("big"),
+        big,
+        "an original that could not be backed up is never touched"
+    );
+    let owned = host.run(&["owned", "--json"]);
+    assert_eq!(owned.code, 0, "{owned:?}");
+    let keys: Vec<Value> = owned.json()["owned"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| r["key"].clone())
+        .collect();
+    assert_eq!(keys, vec![Value::from("/etc/motd")], "{owned:?}");
+    let left = snapshot(&host.state())
+        .into_iter()
+        .filter(|(p, _, _)| p.to_string_lossy().ends_with(".mesh-host.tmp"))
+        .count();
+    assert_eq!(left, 0, "a failed store write leaves no temp file");
+}
+
+// ------------------------------------------------------------------------------- hostile tools
+
+#[test]
+fn tools_printing_garbage_or_doing_nothing_fail_their_resources_and_the_rest_converges() {
+    let Some(sb) = sandbox() else { return };
+    let seed = fault_seed(0x0067_6172_6261_6765);
+    eprintln!("hostile tools: seed {seed}");
+    let probe = Scratch::new("garbage-probe");
+    let garbage = garbage_file(&probe.dir, seed);
+    let cat = format!("cat {}; exit 0", garbage.display());
+    let unit = format!("mesh-faults-{}.service", std::process::id());
+    let unit_json = format!(
+        r#""{unit}": {{"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}}"#
+    );
+    let declaration = format!(
+        r#"{{"schema": 1, "packages": {{"mesh-e": {{}}}}, "units": {{{unit_json}}},
+            "containers": {{"faultweb": {{"image": "{}", "command": ["sleep", "infinity"]}}}}}}"#,
+        sb.image
+    );
+
+    // The sandbox's systemctl and unit dir; pacman and podman as given.
+    let live = |label: &str, pacman: &str, podman: &str| {
+        let mut host = Scratch::with_config(
+            label,
+            &format!(
+                r#"{{"systemctl": {{"command": ["systemctl", "--user"]}}, "unit_dir": "{}",
+                    "pacman": {pacman}, "podman": {podman}}}"#,
+                sb.unit_dir.display()
+            ),
+        );
+        host.offline_root = false;
+        host
+    };
+    // pacman and podman print garbage; the real systemctl converges the unit.
+    let host = live("garbage", &stub(&cat), &stub(&cat));
+    let started = Instant::now();
+    let report = apply_json(&host, &declaration, 1);
+    let unit_active = status(&format!("systemctl --user is-active --quiet {unit}"));
+    let podman = failure(&report, "faultweb");
+    let pacman = failure(&report, "mesh-e");
+    eprintln!("garbage podman: {podman}\ngarbage pacman: {pacman}");
+    assert!(
+        podman.contains("podman ps") && podman.contains("unexpected"),
+        "{podman}"
+    );
+    assert!(
+        pacman.contains("the tool reported success, but it still differs"),
+        "{pacman}"
+    );
+    assert_eq!(unit_active, 0, "the unit converged beside them: {report:#}");
+    assert!(started.elapsed() < WAIT);
+
+    // pacman and podman exit 0 having done nothing: caught by the check after the apply.
+    let lazy_podman = stub(r#"case "$1" in ps) echo '[]';; esac; exit 0"#);
+    let host = live("lazy", &stub("exit 0"), &lazy_podman);
+    let report = apply_json(&host, &declaration, 1);
+    for key in ["mesh-e", "faultweb"] {
+        let detail = failure(&report, key);
+        eprintln!("did nothing, {key}: {detail}");
+        assert!(
+            detail.contains("the tool reported success, but it still differs"),
+            "{detail}"
+        );
+    }
+    assert_eq!(
+        status(&format!("systemctl --user is-active --quiet {unit}")),
+        0,
+        "{report:#}"
+    );
+
+    // systemctl prints garbage: the units fail naming it; the files converge (offline root).
+    let mut offline = Scratch::with_config(
+        "garbage-systemctl",
+        &format!(r#"{{"systemctl": {}}}"#, stub(&cat)),
+    );
+    offline.offline_root = true;
+    let report = apply_json(
+        &offline,
+        &format!(
+            r#"{{"schema": 1, "units": {{"{unit}": {{"enabled": true}}}},
+                "files": {{"/etc/motd": {{"content": "still here\n"}}}}}}"#
+        ),
+        1,
+    );
+    let detail = failure(&report, &unit);
+    eprintln!("garbage systemctl: {detail}");
+    assert_eq!(
+        std::fs::read_to_string(offline.target("/etc/motd"))
+            .ok()
+            .as_deref(),
+        Some("still here\n")
+    );
+
+    // Release the unit the real systemctl started.
+    let _ = host.run(&[
+        "apply",
+        host.declaration("e.json", r#"{"schema": 1}"#)
+            .to_str()
+            .unwrap(),
+    ]);
+    let _ = status(&format!("systemctl --user stop {unit} 2>/dev/null"));
+    let _ = std::fs::remove_file(sb.unit_dir.join(&unit));
+    let _ = status("systemctl --user daemon-reload");
+}
+
+#[test]
+fn the_service_loop_lives_through_a_tool_printing_garbage() {
+    let seed = fault_seed(0x6c6f_6f70);
+    let probe = Scratch::new("loop-garbage");
+    let garbage = garbage_file(&probe.dir, seed);
+    let cat = stub(&format!("cat {}; exit 0", garbage.display()));
+    let mut host = Scratch::with_config(
+        "loop",
+        &format!(r#"{{"interval_secs": 1, "pacman": {cat}, "systemctl": {cat}, "podman": {cat}}}"#),
+    );
+    // No --root: every tool is a stub, and nothing declared touches this machine's files.
+    host.offline_root = false;
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "packages": {"mesh-e": {}}, "units": {"mesh-faults-loop.service": {"enabled": true}},
+            "containers": {"loopweb": {"image": "localhost/none:1"}}}"#,
+    );
+    host.apply(&file, 1);
+    let mut service = Service::start(host);
+    let failed_runs = |s: &Service| {
+        s.runs()
+            .iter()
+            .filter(|r| r["trigger"] != "apply" && r["outcome"] == "failed")
+            .count()
+    };
+    assert!(
+        wait_until(WAIT, || failed_runs(&service) >= 3),
+        "{}",
+        service.log()
+    );
+    assert!(service.alive(), "{}", service.log());
+    let last = service.runs().last().cloned().unwrap_or_default();
+    eprintln!(
+        "loop: {} failed runs recorded; last: {}",
+        failed_runs(&service),
+        last["failures"]
+    );
+    assert_eq!(
+        last["failures"].as_array().map(Vec::len),
+        Some(3),
+        "{last:#}"
+    );
+    assert_eq!(service.stop(), Some(0), "{}", service.log());
+}
+
+// ------------------------------------------------------------------------------- hostile link
+
+/// A service connected to `cp` with a one-second heartbeat and a long drift timer.
+fn linked_service(label: &str, pki: &Pki, address: SocketAddr) -> Service {
+    let host = Scratch::new(label);
+    pki.write(&host.dir).expect("pki");
+    std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+    let config = format!(
+        r#"{{"control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}},
+            "interval_secs": 600, "heartbeat_secs": 1}}"#,
+        address,
+        host.dir.join("ca.pem").display(),
+        host.dir.join("secret").display()
+    );
+    std::fs::write(host.dir.join("config.json"), config).expect("config");
+    Service::start(host)
+}
+
+#[test]
+fn hostile_control_planes_leave_the_host_memory_flat() {
+    let pki = Pki::new();
+    let behaviours = [
+        None, // the ping flood below
+        Some(Behaviour::Silent),
+        Some(Behaviour::Garbage),
+        Some(Behaviour::OversizedFrame),
+        Some(Behaviour::HalfFrameThenSilence),
+    ];
+    let results: Vec<(Option<Behaviour>, Result<String, String>)> = std::thread::scope(|scope| {
+        let pki = &pki;
+        let handles: Vec<_> = behaviours
+            .iter()
+            .map(|&behaviour| scope.spawn(move || (behaviour, watch_memory(pki, behaviour))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    let mut failed = Vec::new();
+    for (behaviour, result) in results {
+        let behaviour = behaviour.map_or("PingFlood".to_string(), |b| format!("{b:?}"));
+        match result {
+            Ok(line) => eprintln!("hostile link {behaviour}: {line}"),
+            Err(e) => {
+                eprintln!("hostile link {behaviour}: FAILED {e}");
+                failed.push(format!("{behaviour}: {e}"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Runs a host against a control plane behaving as `behaviour` (`None`: a ping flood) for a
+/// while: its RSS must stay flat, the link must be dropped and retried, and the host must live.
+fn watch_memory(pki: &Pki, behaviour: Option<Behaviour>) -> Result<String, String> {
+    let cp: Box<dyn Peer> = match behaviour {
+        Some(behaviour) => {
+            let mut config = CpConfig::new("n1", "s3cret");
+            config.behaviour = behaviour;
+            Box::new(ControlPlane::start(pki, config))
+        }
+        None => Box::new(PingFlood::start(pki)),
+    };
+    let mut service = linked_service("hostile-rss", pki, cp.addr());
+    if !wait_until(WAIT, || cp.connections() >= 1) {
+        return Err(format!("never connected\n{}", service.log()));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = rss_kib(service.pid()).unwrap_or(0);
+    let mut peak = before;
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end && service.alive() {
+        peak = peak.max(rss_kib(service.pid()).unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = rss_kib(service.pid()).unwrap_or(0);
+    let connections = cp.connections();
+    let line =
+        format!("RSS {before} KiB -> {after} KiB (peak {peak} KiB), {connections} connections");
+    if !service.alive() {
+        return Err(format!("the host died; {line}\n{}", service.log()));
+    }
+    // Allowed slack: 2 MiB or a quarter, whichever is larger (allocator noise, TLS sessions).
+    let slack = (before / 4).max(2048);
+    if peak > before + slack {
+        return Err(format!("memory grew: {line}"));
+    }
+    if connections < 2 {
+        return Err(format!("the link was never dropped and retried: {line}"));
+    }
+    match service.stop() {
+        Some(0) => Ok(line),
+        code => Err(format!("SIGTERM ended it with {code:?}; {line}")),
+    }
+}
+
+/// What the memory watch needs of a hostile control plane.
+trait Peer: Send {
+    fn addr(&self) -> SocketAddr;
+    fn connections(&self) -> usize;
+}
+
+impl Peer for ControlPlane {
+    fn addr(&self) -> SocketAddr {
+        ControlPlane::addr(self)
+    }
+    fn connections(&self) -> usize {
+        ControlPlane::connections(self)
+    }
+}
+
+/// A control plane that reads the hello, welcomes the host, then sends pings as fast as the
+/// socket takes them and never reads: the pongs pile up on the host's side unless it bounds what
+/// it queues. (Beside the reference control plane rather than one of its `Behaviour`s, whose
+/// tests match every behaviour.)
+struct PingFlood {
+    addr: SocketAddr,
+    stopped: Arc<AtomicBool>,
+    connections: Arc<AtomicUsize>,
+    acceptor: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PingFlood {
+    fn start(pki: &Pki) -> PingFlood {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let tls = pki.server_config();
+        let stopped = Arc::new(AtomicBool::new(false));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let acceptor = {
+            let (stopped, connections) = (stopped.clone(), connections.clone());
+            std::thread::spawn(move || {
+                for tcp in listener.incoming() {
+                    if stopped.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(tcp) = tcp else { continue };
+                    connections.fetch_add(1, Ordering::SeqCst);
+                    let (tls, stopped) = (tls.clone(), stopped.clone());
+                    std::thread::spawn(move || flood(tcp, tls, &stopped));
+                }
+            })
+        };
+        PingFlood {
+            addr,
+            stopped,
+            connections,
+            acceptor: Some(acceptor),
+        }
+    }
+}
+
+impl Peer for PingFlood {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for PingFlood {
+    fn drop(&mut self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr); // wakes the acceptor
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+    }
+}
+
+/// One flooded connection: until the host goes away or the flood is stopped.
+fn flood(tcp: TcpStream, tls: Arc<rustls::ServerConfig>, stopped: &AtomicBool) {
+    let _ = tcp.set_write_timeout(Some(Duration::from_millis(500)));
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(5)));
+    let Ok(server) = rustls::ServerConnection::new(tls) else {
+        return;
+    };
+    let mut stream = rustls::StreamOwned::new(server, tcp);
+    // The hello: one frame, read whole (its content does not matter here).
+    let mut inbound = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(h) = inbound.get(..4) {
+            let length = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize;
+            if inbound.len() >= 4 + length {
+                break;
+            }
+        }
+        match stream.read(&mut buf) {
+            Ok(n) if n > 0 => inbound.extend_from_slice(&buf[..n]),
+            _ => return,
+        }
+    }
+    let frame = |body: &[u8]| {
+        let mut out = (body.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(body);
+        out
+    };
+    let mut batch = frame(br#"{"type": "welcome"}"#);
+    if stream.write_all(&batch).is_err() {
+        return;
+    }
+    batch = frame(br#"{"type": "ping"}"#).repeat(1024);
+    while !stopped.load(Ordering::SeqCst) {
+        match stream.write_all(&batch) {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------- concurrency
+
+fn motd_files(tag: &str) -> String {
+    let files: Vec<String> = (0..20)
+        .map(|i| format!(r#""/etc/race/f{i}.conf": {{"content": "{tag} {i}\n"}}"#))
+        .collect();
+    format!(r#"{{"schema": 1, "files": {{{}}}}}"#, files.join(", "))
+}
+
+#[test]
+fn apply_and_the_service_timer_at_the_same_instant_never_both_write() {
+    let seed = fault_seed(0x7261_6365);
+    eprintln!("concurrency: seed {seed}");
+    let mut rng = XorShift::new(seed);
+    let host = Scratch::with_config("race", r#"{"interval_secs": 1}"#);
+    let a = host.declaration("a.json", &motd_files("A"));
+    let b = host.declaration("b.json", &motd_files("B"));
+    host.apply(&a, 0);
+    let digest = |file: &Path| -> String {
+        let out = host.run(&["--json", "check", file.to_str().expect("utf-8")]);
+        out.json()["digest"].as_str().expect("digest").to_string()
+    };
+    let (digest_a, digest_b) = (digest(&a), digest(&b));
+    let service = Service::start(host);
+    let host = &service.host;
+    assert!(wait_until(WAIT, || service
+        .log()
+        .contains("reconciling (start")));
+    let (mut ok, mut locked) = (0, 0);
+    let mut problems = BTreeSet::new();
+    for i in 0..50u32 {
+        let file = if i.is_multiple_of(2) { &b } else { &a };
+        let wait = rng.below(2) == 0;
+        // A run of the service now (SIGUSR1), beside the drift timer, and the apply at once.
+        service.signal(libc::SIGUSR1);
+        std::thread::sleep(Duration::from_micros(rng.below(3000)));
+        let mut args = vec!["apply"];
+        if wait {
+            args.push("--wait");
+        }
+        args.push(file.to_str().expect("utf-8"));
+        let out = host.run(&args);
+        match out.code {
+            0 => ok += 1,
+            3 if !wait => {
+                locked += 1;
+                if !out.stderr.contains("another reconcile holds the lock") {
+                    problems.insert(format!(
+                        "apply {i}: exit 3 without naming the lock: {out:?}"
+                    ));
+                }
+            }
+            _ => {
+                problems.insert(format!("apply {i} (wait: {wait}): {out:?}"));
+            }
+        }
+        if i % 10 == 9 {
+            check_runs(&service.runs(), &digest_a, &digest_b, &mut problems);
+        }
+    }
+    check_runs(&service.runs(), &digest_a, &digest_b, &mut problems);
+    eprintln!("concurrency: 50 applies, {ok} exited 0, {locked} exited 3 (lock held)");
+    // Quiet again: the store is whole and the last declaration in force holds everywhere.
+    let out = host.run(&["reconcile", "--wait"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let owned = host.run(&["owned", "--json"]).json();
+    let rows = owned["owned"].as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 20, "{owned:#}");
+    assert!(rows.iter().all(|r| r["state"] == "in sync"), "{owned:#}");
+    let problems: Vec<String> = problems.into_iter().collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Run records are whole and serial: each complete, and every run that is not an `apply` holds
+/// the declaration the latest `apply` before it made the one in force.
+fn check_runs(runs: &[Value], digest_a: &str, digest_b: &str, problems: &mut BTreeSet<String>) {
+    let mut in_force: Option<&str> = None;
+    for run in runs {
+        let trigger = run["trigger"].as_str().unwrap_or_default();
+        let digest = run["digest"].as_str().unwrap_or_default();
+        let whole = run["started"].as_u64() <= run["ended"].as_u64()
+            && run["outcome"] == "converged"
+            && (digest == digest_a || digest == digest_b)
+            && run["changes"].is_array();
+        if !whole {
+            problems.insert(format!("a run that is not whole and converged: {run}"));
+        }
+        if trigger.contains("apply") {
+            in_force = Some(digest);
+        } else if let Some(expected) = in_force {
+            if digest != expected {
+                problems.insert(format!(
+                    "the run started at {} ({trigger}) applied {} after an apply made {} the declaration in force: a stale declaration was applied over it",
+                    run["started"],
+                    &digest[..12.min(digest.len())],
+                    &expected[..12.min(expected.len())]
+                ));
+            }
+        }
+    }
+}
