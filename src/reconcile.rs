@@ -12,7 +12,7 @@ use crate::kinds::{
     backup_key, containers::Containers, files::Files, packages::Packages, units::Units, Action,
     Change, Env, Kind, LedgerAfter, Outcome, RunContext, Step,
 };
-use crate::store::{Ledger, Origin, ResourceResult, StoreError};
+use crate::store::{Ledger, Origin, ResourceResult, Store, StoreError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -92,7 +92,26 @@ pub fn run(
         }
         kind(env, &mut cx, ledger, mode, &mut report)?;
     }
+    if let (Mode::Apply, Some(store)) = (mode, env.store) {
+        remove_unreferenced_backups(store, ledger)?;
+    }
     Ok(report)
+}
+
+/// Originals are dropped only after the ledger stops pointing at them, so a crash in between
+/// leaves one behind; this clears such leftovers (and only those: every adopted resource the
+/// ledger lists keeps its original).
+fn remove_unreferenced_backups(store: &Store, ledger: &Ledger) -> Result<(), StoreError> {
+    let referenced: BTreeSet<String> = ledger
+        .adopted()
+        .map(|(kind, key)| backup_key(kind, key))
+        .collect();
+    for name in store.backup_names()? {
+        if !referenced.contains(&name) {
+            store.remove_backup(&name)?;
+        }
+    }
+    Ok(())
 }
 
 type Converge = fn(&Env, &mut RunContext, &mut Ledger, Mode, &mut Report) -> Result<(), StoreError>;
@@ -191,6 +210,7 @@ fn converge<K: Kind>(
     }
     save(env, ledger, ledger_dirty)?;
     let mut outcomes = K::apply(env, cx, ledger, &changes);
+    let mut released_backups = Vec::new();
     verify::<K>(env, cx, ledger, &changes, &mut outcomes);
     for ((change, planned), outcome) in changes.iter().zip(planned).zip(&outcomes) {
         K::note(cx, change, outcome);
@@ -203,9 +223,7 @@ fn converge<K: Kind>(
                     LedgerAfter::Disown => {
                         if let Some(entry) = ledger.remove(K::NAME, &change.key) {
                             if entry.origin == Origin::Adopted {
-                                if let Some(store) = env.store {
-                                    store.remove_backup(&backup_key(K::NAME, &change.key))?;
-                                }
+                                released_backups.push(backup_key(K::NAME, &change.key));
                             }
                         }
                     }
@@ -228,7 +246,15 @@ fn converge<K: Kind>(
     }
     // The kind may have changed its own bookkeeping (directories it created) even when nothing
     // else changed, so the ledger is written whenever there were changes.
-    save(env, ledger, !changes.is_empty())
+    save(env, ledger, !changes.is_empty())?;
+    // Only once the ledger no longer points at them: a crash before this leaves an unused
+    // backup, never an adopted resource whose original is gone.
+    if let Some(store) = env.store {
+        for name in released_backups {
+            store.remove_backup(&name)?;
+        }
+    }
+    Ok(())
 }
 
 /// A tool that exits 0 having done nothing must not pass for success: resources whose change

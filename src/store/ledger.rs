@@ -91,6 +91,16 @@ impl Ledger {
             .unwrap_or_default()
     }
 
+    /// Every adopted resource as (kind, key): the ones whose originals the store keeps.
+    pub fn adopted(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.resources.iter().flat_map(|(kind, entries)| {
+            entries
+                .iter()
+                .filter(|(_, e)| e.origin == Origin::Adopted)
+                .map(move |(key, _)| (kind.as_str(), key.as_str()))
+        })
+    }
+
     pub fn insert(&mut self, kind: &str, key: &str, entry: Entry) {
         self.resources
             .entry(kind.to_string())

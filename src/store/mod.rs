@@ -226,6 +226,17 @@ impl Store {
         }
     }
 
+    /// The names of every backup kept.
+    pub fn backup_names(&self) -> Result<Vec<String>, StoreError> {
+        let entries = std::fs::read_dir(self.path.join(BACKUPS))
+            .map_err(|e| self.error(BACKUPS, format!("cannot be listed: {e}")))?;
+        Ok(entries
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|name| !name.starts_with('.'))
+            .collect())
+    }
+
     pub fn remove_backup(&self, name: &str) -> Result<(), StoreError> {
         self.backups()?
             .remove(OsStr::new(name))
