@@ -224,6 +224,7 @@ impl Kind for Files {
     ) -> Result<BTreeMap<String, Observed>, String> {
         let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
         let mut accounts: Option<Accounts> = None;
+        let mut parents = ParentCache::default();
         let mut out = BTreeMap::new();
         for key in keys {
             let spec = cx.declaration.files.get(key);
@@ -246,7 +247,7 @@ impl Kind for Files {
                 };
             let uid = resolve(owner, true);
             let gid = resolve(group, false);
-            let state = observe_one(&root, key, env.config.limits.max_file_bytes);
+            let state = observe_one(&root, &mut parents, key, env.config.limits.max_file_bytes);
             out.insert(key.clone(), Observed { state, uid, gid });
         }
         Ok(out)
@@ -374,16 +375,34 @@ fn parse_mode(text: &str) -> Option<u32> {
     valid.then(|| u32::from_str_radix(text, 8).ok()).flatten()
 }
 
-fn observe_one(root: &Dir, key: &str, max: u64) -> State {
-    let parent = match fsutil::walk_to_parent(root, Path::new(key), false) {
-        Ok(Some(parent)) => parent,
-        Ok(None) => return State::Missing,
-        Err(e) => return State::Blocked(e.to_string()),
+/// Parent directories opened during one observation, so many files in one directory cost one
+/// walk from the root (each still opened one component at a time, never through a symlink).
+#[derive(Default)]
+struct ParentCache {
+    dirs: BTreeMap<PathBuf, Result<Option<Dir>, String>>,
+}
+
+fn observe_one(root: &Dir, parents: &mut ParentCache, key: &str, max: u64) -> State {
+    let path = Path::new(key);
+    let (Some(parent_path), Some(name)) = (path.parent(), path.file_name()) else {
+        return State::Blocked(format!("{key}: not a file path"));
     };
-    match parent.dir.stat(&parent.name) {
+    let parent = parents
+        .dirs
+        .entry(parent_path.to_path_buf())
+        .or_insert_with(|| match fsutil::walk_to_parent(root, path, false) {
+            Ok(found) => Ok(found.map(|p| p.dir)),
+            Err(e) => Err(e.to_string()),
+        });
+    let dir = match parent {
+        Ok(Some(dir)) => dir,
+        Ok(None) => return State::Missing,
+        Err(e) => return State::Blocked(e.clone()),
+    };
+    match dir.stat(name) {
         Ok(None) => State::Missing,
         Ok(Some(st)) if st.file_type != FileType::Regular => State::Other(st.file_type),
-        Ok(Some(_)) => match parent.dir.read(&parent.name, max) {
+        Ok(Some(_)) => match dir.read(name, max) {
             Ok(Some((stat, bytes))) => State::Regular { stat, bytes },
             Ok(None) => State::Missing,
             Err(e) => State::Blocked(format!("{key}: {e}")),
