@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# bench/run.sh - mesh-host's benchmarks (issue 6): prints each figure with medians over several
+# runs and asserts nothing; a run without QUICK=1 rewrites the sections of docs/performance.md of
+# the figures it ran. As root: it sets up the sandbox of real tools (tests/sandbox/setup.sh) in a
+# temp MESH_SANDBOX when `noop` runs and tears it down on exit; it builds the static binary
+# (./build.sh) when it is missing or older than src/, and the control-plane example.
+#
+#   sudo bench/run.sh                      every figure (about 5 minutes)
+#   sudo bench/run.sh QUICK=1              every figure, fewer runs, shorter waits; writes nothing
+#   sudo bench/run.sh size noop fleet      a subset: size idle noop files latency fleet
+# Knob: SKIP_APT=1 as for tests/run.sh.
+set -euo pipefail
+if [ "$(id -u)" != 0 ]; then echo "bench/run.sh: run as root (the sandbox needs it)" >&2; exit 2; fi
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bin=target/x86_64-unknown-linux-musl/release/mesh-host
+if [ ! -x "$bin" ] || [ -n "$(find src Cargo.toml Cargo.lock -newer "$bin" | head -1)" ]; then ./build.sh; fi
+cargo build --quiet --release --example control-plane
+
+figures=("$@")
+needs_sandbox=0
+if [ ${#figures[@]} = 0 ] || [ "${figures[*]}" = QUICK=1 ]; then needs_sandbox=1; fi
+for f in "${figures[@]}"; do [ "$f" = noop ] && needs_sandbox=1; done
+if [ "$needs_sandbox" = 1 ]; then
+  export MESH_SANDBOX=${TMPDIR:-/tmp}/mesh-bench-sandbox-$$
+  trap 'tests/sandbox/teardown.sh >/dev/null' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  tests/sandbox/setup.sh >/dev/null
+  source "$MESH_SANDBOX/env"
+fi
+ulimit -n 20000 2>/dev/null || true
+PYTHONDONTWRITEBYTECODE=1 python3 bench/bench.py --write docs/performance.md "$@"
