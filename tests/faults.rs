@@ -9,7 +9,6 @@ use std::collections::BTreeSet;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,88 +16,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::control_plane::{Behaviour, ControlPlane, CpConfig};
 use support::pki::Pki;
+use support::service::Service;
 use support::{fault_seed, rss_kib, sandbox, snapshot, status, wait_until, Scratch, XorShift};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// `mesh-host run` on a scratch host, killed on drop (its log printed if the test failed).
-struct Service {
-    host: Scratch,
-    child: Child,
-}
-
-impl Service {
-    fn start(host: Scratch) -> Service {
-        let log = std::fs::File::create(host.dir.join("service.log")).expect("log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
-        command
-            .arg("--state-dir")
-            .arg(host.state())
-            .arg("--config")
-            .arg(host.dir.join("config.json"));
-        if host.offline_root {
-            command.arg("--root").arg(host.root());
-        }
-        let child = command
-            .arg("run")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn mesh-host run");
-        Service { host, child }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.host.dir.join("service.log")).unwrap_or_default()
-    }
-
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    fn runs(&self) -> Vec<Value> {
-        let out = self.host.run(&["status", "--json"]);
-        assert_eq!(out.code, 0, "{out:?}");
-        out.json()["runs"].as_array().cloned().unwrap_or_default()
-    }
-
-    fn signal(&self, signal: i32) {
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
-    }
-
-    /// SIGTERM, and its exit code.
-    fn stop(&mut self) -> Option<i32> {
-        self.signal(libc::SIGTERM);
-        let end = Instant::now() + WAIT;
-        while Instant::now() < end {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!(
-                "--- service log of {}\n{}",
-                self.host.dir.display(),
-                self.log()
-            );
-        }
-    }
-}
 
 /// `{"command": ["sh", "-c", SCRIPT, "sh"]}`: a stub tool; the host's arguments are `$@`.
 fn stub(script: &str) -> String {

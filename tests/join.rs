@@ -7,13 +7,14 @@ mod support;
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 use support::control_plane::{ControlPlane, CpConfig};
 use support::pki::Pki;
-use support::{snapshot, Output, Scratch};
+use support::service::Service;
+use support::{snapshot, wait_until, Output, Scratch};
 
 const WAIT: Duration = Duration::from_secs(20);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -55,57 +56,6 @@ fn config(host: &Scratch) -> Value {
 fn mode_owner(host: &Scratch, name: &str) -> (u32, u32) {
     let meta = std::fs::metadata(host.dir.join(name)).expect(name);
     (meta.mode() & 0o7777, meta.uid())
-}
-
-/// `mesh-host run` on a scratch host (files into its root), killed on drop.
-struct Service {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Service {
-    fn start(host: &Scratch) -> Service {
-        let log = host.dir.join("service.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
-            .arg("--state-dir")
-            .arg(host.state())
-            .arg("--config")
-            .arg(host.dir.join("config.json"))
-            .arg("--root")
-            .arg(host.root())
-            .arg("run")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("spawn mesh-host run");
-        Service { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- service log\n{}", self.log());
-        }
-    }
-}
-
-fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + timeout;
-    while Instant::now() < end {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    done()
 }
 
 #[test]
@@ -157,7 +107,7 @@ fn a_join_writes_the_identity_and_the_service_then_connects() {
     assert!(!host.state().exists());
 
     // What it wrote is enough for the service to connect as the joined node.
-    let service = Service::start(&host);
+    let service = Service::start(host);
     assert!(cp.wait_for_hello(node, WAIT), "{}", service.log());
     assert_eq!(
         cp.hellos().last().expect("hello")["secret"],
@@ -171,7 +121,8 @@ fn a_running_service_is_signalled_and_connects() {
     let cp = control_plane(&pki);
     cp.add_token("tok-hup", HOUR);
     let host = host("hup", r#"{"interval_secs": 600, "heartbeat_secs": 1}"#);
-    let service = Service::start(&host);
+    let service = Service::start(host);
+    let host = &service.host;
     assert!(
         wait_until(WAIT, || {
             let status = host.run(&["status", "--json"]);
@@ -180,11 +131,11 @@ fn a_running_service_is_signalled_and_connects() {
         "{}",
         service.log()
     );
-    let out = join(&host, &cp, "tok-hup", &[]);
+    let out = join(host, &cp, "tok-hup", &[]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
         out.stdout
-            .contains(&format!("the service (pid {}) reloads", service.child.id())),
+            .contains(&format!("the service (pid {}) reloads", service.pid())),
         "{out:?}"
     );
     let node = cp.joined()[0].0.clone();

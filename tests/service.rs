@@ -5,136 +5,45 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use support::control_plane::{Behaviour, ControlPlane, CpConfig};
 use support::pki::Pki;
-use support::Scratch;
+use support::service::Service;
+use support::{wait_until, Scratch};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Polls `done` until it holds or `timeout` passes.
-fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + timeout;
-    while Instant::now() < end {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    done()
-}
-
-/// A node: a scratch host running `mesh-host run`, killed on drop.
-struct Node {
-    host: Scratch,
-    child: Child,
-}
-
-impl Node {
-    /// Starts a node trusting `pki`'s CA and connecting to `cp` (if any), with `extra` config members.
-    fn start(label: &str, pki: &Pki, cp: Option<&ControlPlane>, extra: &str) -> Node {
-        let host = Scratch::new(label);
-        pki.write(&host.dir).expect("pki");
-        std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
-        let link = match cp {
-            Some(cp) => format!(
-                r#""control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}},"#,
-                cp.addr(),
-                host.dir.join("ca.pem").display(),
-                host.dir.join("secret").display()
-            ),
-            None => String::new(),
-        };
-        // A one-second drift timer unless the test sets its own.
-        let interval = if extra.contains("interval_secs") {
-            ""
-        } else {
-            r#""interval_secs": 1,"#
-        };
-        let extra = if extra.is_empty() {
-            String::new()
-        } else {
-            format!(", {extra}")
-        };
-        let config = format!(r#"{{{link} {interval} "heartbeat_secs": 1{extra}}}"#);
-        std::fs::write(host.dir.join("config.json"), config).expect("config");
-        let child = Node::spawn(&host);
-        Node { host, child }
-    }
-
-    fn spawn(host: &Scratch) -> Child {
-        let log = std::fs::File::create(host.dir.join("service.log")).expect("log");
-        Command::new(env!("CARGO_BIN_EXE_mesh-host"))
-            .arg("--state-dir")
-            .arg(host.state())
-            .arg("--config")
-            .arg(host.dir.join("config.json"))
-            .arg("--root")
-            .arg(host.root())
-            .arg("run")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn mesh-host run")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.host.dir.join("service.log")).unwrap_or_default()
-    }
-
-    fn read(&self, path: &str) -> Option<String> {
-        std::fs::read_to_string(self.host.target(path)).ok()
-    }
-
-    fn status(&self) -> Value {
-        self.host.run(&["status", "--json"]).json()
-    }
-
-    fn runs(&self) -> Vec<Value> {
-        self.status()["runs"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    fn signal(&self, signal: i32) {
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
-    }
-
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// Sends SIGTERM and returns the exit code.
-    fn stop(&mut self) -> Option<i32> {
-        self.signal(libc::SIGTERM);
-        let end = Instant::now() + WAIT;
-        while Instant::now() < end {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!(
-                "--- service log of {}\n{}",
-                self.host.dir.display(),
-                self.log()
-            );
-        }
-    }
+/// A node: a scratch host running `mesh-host run`, trusting `pki`'s CA and connecting to `cp`
+/// (if any), with `extra` config members.
+fn node(label: &str, pki: &Pki, cp: Option<&ControlPlane>, extra: &str) -> Service {
+    let host = Scratch::new(label);
+    pki.write(&host.dir).expect("pki");
+    std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+    let link = match cp {
+        Some(cp) => format!(
+            r#""control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}},"#,
+            cp.addr(),
+            host.dir.join("ca.pem").display(),
+            host.dir.join("secret").display()
+        ),
+        None => String::new(),
+    };
+    // A one-second drift timer unless the test sets its own.
+    let interval = if extra.contains("interval_secs") {
+        ""
+    } else {
+        r#""interval_secs": 1,"#
+    };
+    let extra = if extra.is_empty() {
+        String::new()
+    } else {
+        format!(", {extra}")
+    };
+    let config = format!(r#"{{{link} {interval} "heartbeat_secs": 1{extra}}}"#);
+    std::fs::write(host.dir.join("config.json"), config).expect("config");
+    Service::start(host)
 }
 
 fn motd(text: &str) -> String {
@@ -167,7 +76,7 @@ fn a_pushed_declaration_is_applied_and_reported() {
     let pki = Pki::new();
     let cp = control_plane(&pki, Behaviour::Normal);
     cp.declare(1, &motd("one"));
-    let node = Node::start("push", &pki, Some(&cp), r#""interval_secs": 600"#);
+    let node = node("push", &pki, Some(&cp), r#""interval_secs": 600"#);
     assert!(
         wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("one\n")),
         "{}",
@@ -201,7 +110,7 @@ fn the_timer_repairs_drift_with_the_link_up_and_with_the_control_plane_gone() {
     let pki = Pki::new();
     let mut cp = control_plane(&pki, Behaviour::Normal);
     cp.declare(1, &motd("held"));
-    let node = Node::start("drift", &pki, Some(&cp), "");
+    let node = node("drift", &pki, Some(&cp), "");
     assert!(
         wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")),
         "{}",
@@ -239,7 +148,7 @@ fn after_a_control_plane_restart_the_host_reconnects_and_reports_from_its_outbox
     let mut cp = control_plane(&pki, Behaviour::Normal);
     let addr = cp.addr();
     cp.declare(1, &motd("held"));
-    let node = Node::start("outbox", &pki, Some(&cp), "");
+    let node = node("outbox", &pki, Some(&cp), "");
     assert!(wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")));
     cp.stop();
     // A run the control plane cannot hear about yet: drift repaired while it is down.
@@ -290,7 +199,7 @@ fn a_stale_revision_is_ignored_and_an_invalid_declaration_rejected() {
     let pki = Pki::new();
     let cp = control_plane(&pki, Behaviour::Normal);
     cp.declare(5, &motd("five"));
-    let node = Node::start("stale", &pki, Some(&cp), r#""interval_secs": 600"#);
+    let node = node("stale", &pki, Some(&cp), r#""interval_secs": 600"#);
     assert!(wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("five\n")));
     cp.send_declare(3, &motd("three"));
     assert!(
@@ -327,7 +236,7 @@ fn a_control_plane_not_signed_by_the_pinned_ca_is_refused() {
     let rogue = Pki::rogue();
     let cp = control_plane(&rogue, Behaviour::Normal);
     cp.declare(1, &motd("impostor"));
-    let node = Node::start("rogue", &pinned, Some(&cp), "");
+    let node = node("rogue", &pinned, Some(&cp), "");
     assert!(cp.wait_for_connections(2, WAIT), "the host keeps retrying");
     assert!(
         cp.hellos().is_empty(),
@@ -354,7 +263,7 @@ fn hostile_control_planes_drop_the_link_and_the_host_reconnects() {
         Behaviour::Silent,
     ] {
         let cp = control_plane(&pki, behaviour);
-        let mut node = Node::start("hostile", &pki, Some(&cp), "");
+        let mut node = node("hostile", &pki, Some(&cp), "");
         assert!(
             cp.wait_for_connections(2, Duration::from_secs(30)),
             "{behaviour:?}: no reconnect\n{}",
@@ -375,7 +284,7 @@ fn sigterm_during_a_run_ends_cleanly_and_records_it_interrupted() {
     let pki = Pki::new();
     // A package manager that takes its time: the run is still in its first kind when SIGTERM comes.
     let slow = r#""pacman": {"command": ["sh", "-c", "sleep 1", "sh"]}"#;
-    let mut node = Node::start("sigterm", &pki, None, slow);
+    let mut node = node("sigterm", &pki, None, slow);
     let declaration = node.host.declaration(
         "d.json",
         r#"{"schema": 1, "packages": {"slowpkg": {}}, "files": {"/etc/motd": {"content": "x"}}}"#,
@@ -391,7 +300,7 @@ fn sigterm_during_a_run_ends_cleanly_and_records_it_interrupted() {
         "{out:?}"
     );
     std::fs::remove_file(node.host.target("/etc/motd")).unwrap();
-    node.child = Node::spawn(&node.host);
+    node.restart(&[]);
     assert!(
         wait_until(WAIT, || node.log().contains("reconciling (start")),
         "{}",
@@ -410,7 +319,7 @@ fn sigterm_during_a_run_ends_cleanly_and_records_it_interrupted() {
 #[test]
 fn sigusr1_reconciles_now() {
     let pki = Pki::new();
-    let node = Node::start("usr1", &pki, None, r#""interval_secs": 600"#);
+    let node = node("usr1", &pki, None, r#""interval_secs": 600"#);
     let declaration = node.host.declaration("d.json", &motd("hello"));
     assert_eq!(
         node.host
@@ -440,7 +349,7 @@ fn a_local_apply_is_reported_and_replaced_by_the_next_declaration() {
     let pki = Pki::new();
     let cp = control_plane(&pki, Behaviour::Normal);
     cp.declare(1, &motd("from the mesh"));
-    let node = Node::start("local", &pki, Some(&cp), r#""interval_secs": 600"#);
+    let node = node("local", &pki, Some(&cp), r#""interval_secs": 600"#);
     assert!(wait_until(WAIT, || node.read("/etc/motd").as_deref()
         == Some("from the mesh\n")));
     let local: PathBuf = node
@@ -472,7 +381,7 @@ fn sighup_reloads_the_config_and_a_bad_one_keeps_the_old() {
     let pki = Pki::new();
     let cp = control_plane(&pki, Behaviour::Normal);
     cp.declare(1, &motd("joined later"));
-    let mut node = Node::start("sighup", &pki, None, r#""interval_secs": 600"#);
+    let mut node = node("sighup", &pki, None, r#""interval_secs": 600"#);
     assert!(wait_until(WAIT, || node
         .log()
         .contains("reconciling (start)")));
@@ -510,7 +419,7 @@ fn sighup_reloads_the_config_and_a_bad_one_keeps_the_old() {
 fn systemd_is_told_ready_after_the_start_run_and_stopping_at_the_end() {
     use std::os::unix::net::UnixDatagram;
     let pki = Pki::new();
-    let mut node = Node::start("notify", &pki, None, r#""interval_secs": 600"#);
+    let mut node = node("notify", &pki, None, r#""interval_secs": 600"#);
     let _ = node.stop();
     let socket_path = node.host.dir.join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
@@ -523,20 +432,7 @@ fn systemd_is_told_ready_after_the_start_run_and_stopping_at_the_end() {
         0
     );
     std::fs::remove_file(node.host.target("/etc/motd")).unwrap();
-    let log = std::fs::File::create(node.host.dir.join("service.log")).unwrap();
-    node.child = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
-        .arg("--state-dir")
-        .arg(node.host.state())
-        .arg("--config")
-        .arg(node.host.dir.join("config.json"))
-        .arg("--root")
-        .arg(node.host.root())
-        .arg("run")
-        .env("NOTIFY_SOCKET", &socket_path)
-        .env("RUST_LOG", "info")
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    node.restart(&[("NOTIFY_SOCKET", &socket_path)]);
     let mut buf = [0u8; 256];
     let n = socket.recv(&mut buf).expect("READY=1 within the wait");
     assert_eq!(&buf[..n], b"READY=1");

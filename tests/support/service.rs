@@ -1,0 +1,117 @@
+//! `mesh-host run` on a scratch host, for the tests that need the service: started, signalled,
+//! inspected and stopped; killed on drop, with its log printed if the test failed.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{wait_until, Scratch};
+
+pub struct Service {
+    pub host: Scratch,
+    child: Child,
+}
+
+impl Service {
+    pub fn start(host: Scratch) -> Service {
+        Service::start_with_env(host, &[])
+    }
+
+    /// Starts it with extra environment variables (such as `NOTIFY_SOCKET`).
+    pub fn start_with_env(host: Scratch, env: &[(&str, &std::path::Path)]) -> Service {
+        let child = spawn(&host, env);
+        Service { host, child }
+    }
+
+    /// Starts it again on the same host after `stop`.
+    pub fn restart(&mut self, env: &[(&str, &std::path::Path)]) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(&self.host, env);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.host.dir.join("service.log")).unwrap_or_default()
+    }
+
+    /// A file in the host's target root, if it exists.
+    pub fn read(&self, path: &str) -> Option<String> {
+        std::fs::read_to_string(self.host.target(path)).ok()
+    }
+
+    pub fn status(&self) -> Value {
+        self.host.run(&["status", "--json"]).json()
+    }
+
+    pub fn runs(&self) -> Vec<Value> {
+        self.status()["runs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn signal(&self, signal: i32) {
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends SIGTERM and returns the exit code (`None` if it did not exit within 20 s).
+    pub fn stop(&mut self) -> Option<i32> {
+        self.signal(libc::SIGTERM);
+        let mut code = None;
+        wait_until(Duration::from_secs(20), || match self.child.try_wait() {
+            Ok(Some(status)) => {
+                code = status.code();
+                true
+            }
+            _ => false,
+        });
+        code
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- service log of {}\n{}",
+                self.host.dir.display(),
+                self.log()
+            );
+        }
+    }
+}
+
+fn spawn(host: &Scratch, env: &[(&str, &std::path::Path)]) -> Child {
+    let log = std::fs::File::create(host.dir.join("service.log")).expect("log");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
+    command
+        .arg("--state-dir")
+        .arg(host.state())
+        .arg("--config")
+        .arg(host.dir.join("config.json"));
+    if host.offline_root {
+        command.arg("--root").arg(host.root());
+    }
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command
+        .arg("run")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn mesh-host run")
+}
