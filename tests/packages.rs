@@ -307,6 +307,33 @@ fn an_adopted_dependency_is_left_a_dependency_on_release() {
 }
 
 #[test]
+fn a_released_package_something_else_needs_is_left_to_pacman() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("still-needed", &sb.pacman_repo);
+    let host = pacman.host(&sb, "pkg-still-needed", "");
+    apply(&host, r#"{"schema": 1, "packages": {"mesh-a": {}}}"#, 0);
+    // A person installs something that needs it; releasing it must not fail on every run.
+    pacman.pacman("-S --noconfirm mesh-b");
+    let report = apply(&host, r#"{"schema": 1}"#, 0);
+    assert!(
+        report["changes"][0]["details"][0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("still required by mesh-b"),
+        "{report:#}"
+    );
+    assert!(pacman.version("mesh-a").is_some());
+    assert_eq!(
+        pacman.reason("mesh-a"),
+        "Installed as a dependency for another package"
+    );
+    assert_eq!(owned(&host), vec![]);
+    // Once nothing needs it, pacman's own -Rs takes it along.
+    pacman.pacman("-Rs --noconfirm mesh-b");
+    assert_eq!(pacman.version("mesh-a"), None);
+}
+
+#[test]
 fn declared_absent_removes_a_package_the_host_does_not_own() {
     let Some(sb) = sandbox() else { return };
     let pacman = PacmanRoot::new("absent", &sb.pacman_repo);

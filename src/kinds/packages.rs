@@ -31,6 +31,8 @@ pub enum Observed {
         version: String,
         /// pacman's install reason: explicitly installed, or only as a dependency.
         explicit: bool,
+        /// Installed packages that depend on it (`Required By`).
+        required_by: Vec<String>,
     },
     Missing,
 }
@@ -148,6 +150,10 @@ impl Kind for Packages {
                 ..
             }
         );
+        let required_by = match observed {
+            Observed::Installed { required_by, .. } => required_by.join(" "),
+            Observed::Missing => String::new(),
+        };
         let change = |action, detail: &str, intent, after, op| {
             Step::Change(Change {
                 key: key.to_string(),
@@ -201,6 +207,18 @@ impl Kind for Packages {
                 Op::Forget,
             ),
             (None, _, None) => Step::InSync,
+            // `-Rs` would fail on every run; pacman removes it once nothing needs it.
+            (None, true, Some(e)) if e.origin == Origin::Created && !required_by.is_empty() => {
+                change(
+                    Action::Update,
+                    &format!(
+                    "released; still required by {required_by}, so marked installed as a dependency"
+                ),
+                    None,
+                    LedgerAfter::Disown,
+                    Op::MarkDependency,
+                )
+            }
             (None, true, Some(e)) if e.origin == Origin::Created => change(
                 Action::Remove,
                 "released; mesh-host installed it",
@@ -400,6 +418,11 @@ pub fn parse_info(stdout: &str) -> BTreeMap<&str, Observed> {
             Observed::Installed {
                 version: field("Version").unwrap_or_default().to_string(),
                 explicit: field("Install Reason") == Some("Explicitly installed"),
+                // pacman wraps a long list onto indented lines; the first line says whether any.
+                required_by: match field("Required By") {
+                    None | Some("None") => Vec::new(),
+                    Some(names) => names.split_whitespace().map(str::to_string).collect(),
+                },
             },
         );
     }
@@ -445,6 +468,16 @@ mod tests {
         Observed::Installed {
             version: version.into(),
             explicit,
+            required_by: Vec::new(),
+        }
+    }
+
+    /// Installed as a dependency of `by`.
+    fn required(version: &str, by: &[&str]) -> Observed {
+        Observed::Installed {
+            version: version.into(),
+            explicit: false,
+            required_by: by.iter().map(|s| s.to_string()).collect(),
         }
     }
 
@@ -454,7 +487,7 @@ mod tests {
         assert_eq!(
             out.into_iter().collect::<Vec<_>>(),
             vec![
-                ("mesh-a", installed("1.0-1", false)),
+                ("mesh-a", required("1.0-1", &["mesh-b"])),
                 ("mesh-b", installed("1.0-1", true)),
                 ("mesh-e", installed("1.0-1", true)),
             ]
@@ -469,7 +502,7 @@ mod tests {
         ));
         assert_eq!(
             out.into_iter().collect::<Vec<_>>(),
-            vec![("mesh-a", installed("1.0-1", false))]
+            vec![("mesh-a", required("1.0-1", &["mesh-b"]))]
         );
         assert!(parse_info("").is_empty());
     }
@@ -533,6 +566,11 @@ mod tests {
         assert_eq!(
             plan(None, &installed, Some(&created)),
             "Remove released; mesh-host installed it"
+        );
+        let needed = required("1", &["web", "db"]);
+        assert_eq!(
+            plan(None, &needed, Some(&created)),
+            "MarkDependency released; still required by web db, so marked installed as a dependency"
         );
         assert_eq!(
             plan(None, &installed, Some(&adopted)),
