@@ -4,6 +4,7 @@ same port: how do the reconnects spread over time? Uses bench.py's helpers."""
 
 import collections
 import json
+import os
 import signal
 import time
 
@@ -18,12 +19,15 @@ def accepts(log):
 def figure():
     n = 50 if bench.QUICK else 300
     declaration = json.dumps({"schema": 1, "files": {"/etc/fleet.conf": {"content": "fleet\n"}}})
+    # RECONNECT_BASE_SECS=N measures a fleet whose hosts set `reconnect_base_secs` (default 1).
+    base = os.environ.get("RECONNECT_BASE_SECS")
+    link = dict(bench.STUBS, **({"reconnect_base_secs": int(base)} if base else {}))
     first_log = bench.TMP / "fleet-accepts-1"
     cp = bench.ControlPlane("fleet-cp", declaration, extra=["--accept-log", str(first_log)])
     hosts = []
     try:
         for i in range(n):
-            d = bench.host_dir(f"fleet{i}", cp.link(bench.STUBS))
+            d = bench.host_dir(f"fleet{i}", cp.link(link))
             hosts.append(bench.spawn(bench.mesh(d, "run"), stdout=bench.subprocess.DEVNULL,
                                      stderr=bench.subprocess.DEVNULL))
         bench.wait_until(f"{n} connections", lambda: len(accepts(first_log)) >= n, 180)
@@ -56,7 +60,7 @@ def figure():
     histogram = [[f"{s}–{s + 1}", per_second[s], "#" * per_second[s]] for s in range(last + 1)]
     return (
         f"{n} `mesh-host run` processes (each its own scratch root and store, pacman/systemctl/podman "
-        f"stubbed by `true`, one declared file; {alive} alive after connecting, RSS median "
+        f"stubbed by `true`, one declared file, `reconnect_base_secs` {base or '1 (the default)'}; {alive} alive after connecting, RSS median "
         f"{bench.mib(rss[len(rss) // 2]):.2f} MiB, max {bench.mib(rss[-1]):.2f} MiB) against one "
         f"reference control plane on loopback. Once all had held their link for {held} s, it was "
         f"killed (SIGKILL), and restarted on the same port {down} s later. Connections it accepted per second after "

@@ -64,6 +64,9 @@ pub struct Config {
     pub interval: Duration,
     /// The link: a ping after this long without sending; dead after three of these without a byte.
     pub heartbeat: Duration,
+    /// The first reconnect ceiling (full jitter, doubling to 5 minutes); 1 s by default, more for
+    /// a large fleet whose returns should spread further.
+    pub reconnect_base: Duration,
     pub max_frame_bytes: usize,
     /// Reports kept while the link is down; the oldest are dropped past this.
     pub outbox_max: usize,
@@ -99,6 +102,7 @@ struct RawConfig {
     pacman_lock_wait_secs: Option<u64>,
     interval_secs: Option<u64>,
     heartbeat_secs: Option<u64>,
+    reconnect_base_secs: Option<u64>,
     max_frame_bytes: Option<usize>,
     outbox_max: Option<usize>,
     control_plane: Option<RawControlPlane>,
@@ -197,6 +201,11 @@ impl Config {
             pacman_lock_wait: Duration::from_secs(raw.pacman_lock_wait_secs.unwrap_or(120)),
             interval: Duration::from_secs(at_least_one("interval_secs", raw.interval_secs, 600)?),
             heartbeat: Duration::from_secs(at_least_one("heartbeat_secs", raw.heartbeat_secs, 30)?),
+            reconnect_base: Duration::from_secs(at_least_one(
+                "reconnect_base_secs",
+                raw.reconnect_base_secs,
+                1,
+            )?),
             max_frame_bytes: raw.max_frame_bytes.unwrap_or(128 << 20),
             outbox_max: raw.outbox_max.unwrap_or(500).max(1),
             control_plane: raw.control_plane.map(control_plane).transpose()?,

@@ -1,21 +1,34 @@
-//! Reconnect backoff: exponential with full jitter (a random wait between 0 and 1 s doubling up to
-//! a 5-minute cap), reset once a link has stayed up a minute, so a fleet that lost its control
-//! plane does not come back as a stampede.
+//! Reconnect backoff: exponential with full jitter (a random wait between 0 and a ceiling that
+//! starts at the base, 1 s by default, and doubles up to a 5-minute cap), reset once a link has
+//! stayed up a minute, so a fleet that lost its control plane does not come back as a stampede.
+//! A large fleet may raise the base (`reconnect_base_secs`) to spread its return further.
 
-const BASE_MS: u64 = 1_000;
 const CAP_MS: u64 = 300_000;
 /// A link that stayed up this long resets the backoff.
 pub const STABLE_MS: u64 = 60_000;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Backoff {
+    base_ms: u64,
     attempts: u32,
 }
 
 impl Backoff {
+    pub fn new(base_ms: u64) -> Backoff {
+        Backoff {
+            base_ms: base_ms.clamp(1, CAP_MS),
+            attempts: 0,
+        }
+    }
+
+    pub fn set_base(&mut self, base_ms: u64) {
+        self.base_ms = base_ms.clamp(1, CAP_MS);
+    }
+
     /// The wait before the next attempt, for `random` in [0, 1).
     pub fn next_delay(&mut self, random: f64) -> u64 {
-        let ceiling = BASE_MS
+        let ceiling = self
+            .base_ms
             .saturating_mul(1u64 << self.attempts.min(20))
             .min(CAP_MS);
         self.attempts = self.attempts.saturating_add(1);
@@ -36,7 +49,7 @@ mod tests {
 
     #[test]
     fn doubles_to_the_cap_with_full_jitter() {
-        let mut b = Backoff::default();
+        let mut b = Backoff::new(1_000);
         let ceilings: Vec<u64> = (0..12).map(|_| b.next_delay(0.999_999)).collect();
         assert_eq!(&ceilings[..4], &[999, 1999, 3999, 7999]);
         assert_eq!(ceilings[11], 299_999);
@@ -44,8 +57,15 @@ mod tests {
     }
 
     #[test]
+    fn a_larger_base_spreads_the_first_attempts_further() {
+        let mut b = Backoff::new(20_000);
+        assert_eq!(b.next_delay(0.999_999), 19_999);
+        assert_eq!(b.next_delay(0.999_999), 39_999);
+    }
+
+    #[test]
     fn resets_only_after_a_stable_link() {
-        let mut b = Backoff::default();
+        let mut b = Backoff::new(1_000);
         for _ in 0..5 {
             b.next_delay(0.5);
         }

@@ -77,10 +77,11 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         .map_err(|e| io("epoll", e))?;
     let now = sys::now_ms();
     let interval = host.config.interval.as_millis() as u64;
+    let host_reconnect_base = host.config.reconnect_base.as_millis() as u64;
     let mut service = Service {
         host,
         schedule: Schedule::new(now, interval, sys::random()),
-        backoff: Backoff::default(),
+        backoff: Backoff::new(host_reconnect_base),
         link: LinkState::None,
         tls: None,
         last_error: None,
@@ -181,6 +182,8 @@ impl Service<'_> {
                 log::info!("configuration reloaded");
                 self.schedule
                     .set_interval(self.host.config.interval.as_millis() as u64);
+                self.backoff
+                    .set_base(self.host.config.reconnect_base.as_millis() as u64);
                 self.drop_link(
                     sys::now_ms(),
                     "the configuration was reloaded".into(),
