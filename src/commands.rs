@@ -548,6 +548,12 @@ impl Host {
             for f in &run.failures {
                 println!("    ! {} {}: {}", f.kind, f.key, f.detail);
             }
+            if run.omitted > 0 {
+                println!(
+                    "    ({} more resources not kept in the history)",
+                    run.omitted
+                );
+            }
         }
         Ok(EXIT_OK)
     }
@@ -582,6 +588,7 @@ fn record(
         deferred: report.deferred.clone(),
         in_sync: report.in_sync,
         commands,
+        omitted: 0,
     }
 }
 

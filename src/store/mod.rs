@@ -190,10 +190,10 @@ impl Store {
         Ok(self.read_json(RUNS)?.unwrap_or_default())
     }
 
-    /// Appends a run, keeping the most recent `runs::KEEP`.
+    /// Appends a run (abridged), keeping the most recent `runs::KEEP`.
     pub fn record_run(&self, run: &RunRecord) -> Result<(), StoreError> {
         let mut runs = self.runs()?;
-        runs.push(run.clone());
+        runs.push(run.abridged());
         let excess = runs.len().saturating_sub(runs::KEEP);
         runs.drain(..excess);
         self.write_json(RUNS, &runs)

@@ -4,6 +4,9 @@ use serde::{Deserialize, Serialize};
 
 /// How many runs the store keeps.
 pub const KEEP: usize = 50;
+/// How many resources of each list a kept record lists: the history stays small however large
+/// the runs (the control plane's report of each run is complete).
+const LISTED: usize = 100;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunRecord {
@@ -21,6 +24,59 @@ pub struct RunRecord {
     pub in_sync: usize,
     /// External commands the run spawned.
     pub commands: usize,
+    /// Entries left out of the lists above to keep the history small.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl RunRecord {
+    /// The record as the store keeps it: each list cut to its first `LISTED` entries.
+    pub fn abridged(&self) -> RunRecord {
+        let mut kept = self.clone();
+        for list in [&mut kept.changes, &mut kept.failures, &mut kept.deferred] {
+            kept.omitted += list.len().saturating_sub(LISTED);
+            list.truncate(LISTED);
+        }
+        kept
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_records_list_at_most_a_hundred_of_each() {
+        let result = ResourceResult {
+            kind: "files".into(),
+            key: "/etc/x".into(),
+            action: "create".into(),
+            detail: String::new(),
+        };
+        let run = RunRecord {
+            trigger: "apply".into(),
+            started: 0,
+            ended: 0,
+            outcome: "converged".into(),
+            revision: None,
+            digest: None,
+            changes: vec![result.clone(); 500],
+            failures: vec![result; 3],
+            deferred: Vec::new(),
+            in_sync: 0,
+            commands: 0,
+            omitted: 0,
+        };
+        let kept = run.abridged();
+        assert_eq!(
+            (kept.changes.len(), kept.failures.len(), kept.omitted),
+            (100, 3, 400)
+        );
+    }
 }
 
 /// One resource's part in a run.
