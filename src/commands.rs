@@ -294,9 +294,15 @@ impl Host {
                 mut in_force,
             } => {
                 // A local override keeps the control plane's revision: only a newer one replaces it.
+                let current = store.in_force()?;
                 in_force.control_plane_revision =
-                    store.in_force()?.and_then(|f| f.control_plane_revision);
-                store.set_in_force(&in_force)?;
+                    current.as_ref().and_then(|f| f.control_plane_revision);
+                // The same file applied again is already in force (and has been since then).
+                let unchanged = current
+                    .is_some_and(|f| f.digest == in_force.digest && f.source == in_force.source);
+                if !unchanged {
+                    store.set_in_force(&in_force)?;
+                }
                 (declaration, declaration.revision)
             }
             Target::InForce => {
