@@ -72,12 +72,7 @@ pub fn run(
     ledger: &mut Ledger,
     mode: Mode,
 ) -> Result<Report, StoreError> {
-    let mut cx = RunContext {
-        declaration,
-        changed_files: BTreeSet::new(),
-        failed_packages: BTreeSet::new(),
-        offline: env.offline,
-    };
+    let mut cx = RunContext::new(declaration, env.offline);
     let mut report = Report::default();
     let kinds: [Converge; 4] = [
         converge::<Packages>,
@@ -280,12 +275,7 @@ fn verify<K: Kind>(
         return;
     }
     // What this run changed must not count again: a restart on a changed file is done.
-    let fresh = RunContext {
-        declaration: cx.declaration,
-        changed_files: BTreeSet::new(),
-        failed_packages: BTreeSet::new(),
-        offline: cx.offline,
-    };
+    let fresh = RunContext::new(cx.declaration, cx.offline);
     let observed = K::observe(env, &fresh, &keys);
     for (change, outcome) in changes.iter().zip(outcomes.iter_mut()) {
         if !done(change, outcome) {
@@ -333,12 +323,7 @@ pub struct OwnedRow {
 
 /// Observes every owned resource and compares it with the declaration in force.
 pub fn owned(env: &Env, declaration: &Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
-    let cx = RunContext {
-        declaration,
-        changed_files: BTreeSet::new(),
-        failed_packages: BTreeSet::new(),
-        offline: env.offline,
-    };
+    let cx = RunContext::new(declaration, env.offline);
     let mut rows = Vec::new();
     inspect::<Packages>(env, &cx, ledger, &mut rows);
     inspect::<Files>(env, &cx, ledger, &mut rows);

@@ -691,12 +691,7 @@ mod tests {
             r#"{"schema": 1, "containers": {"web": {"image": "img"}, "gone": {"state": "absent"}}}"#,
         )
         .unwrap();
-        let cx = RunContext {
-            declaration: &d,
-            changed_files: Default::default(),
-            failed_packages: Default::default(),
-            offline: true,
-        };
+        let cx = RunContext::new(&d, true);
         let owned = Entry::new(Origin::Created, Value::Null);
         let plan = |key: &str, spec: Option<&Spec>, owned: Option<&Entry>| match Containers::plan(
             &cx,
@@ -736,12 +731,7 @@ mod tests {
     fn planner_cases() {
         let d = parse_with_defaults(r#"{"schema": 1, "containers": {"web": {"image": "img"}}}"#)
             .unwrap();
-        let cx = RunContext {
-            declaration: &d,
-            changed_files: Default::default(),
-            failed_packages: Default::default(),
-            offline: false,
-        };
+        let cx = RunContext::new(&d, false);
         let spec = &d.containers["web"];
         let ours = |running, digest_ok: bool| Observed {
             exists: true,

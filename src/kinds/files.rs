@@ -882,12 +882,7 @@ mod tests {
             r#"{{"schema": 1, "files": {{"/etc/x": {json_spec}}}}}"#
         ))
         .unwrap();
-        let cx = RunContext {
-            declaration: &d,
-            changed_files: Default::default(),
-            failed_packages: Default::default(),
-            offline: false,
-        };
+        let cx = RunContext::new(&d, false);
         Files::plan(
             &cx,
             "/etc/x",
@@ -997,12 +992,7 @@ mod tests {
             assert_eq!(summary(plan_for(spec, state, owned)), want, "{spec}");
         }
         let d = parse_with_defaults(r#"{"schema": 1}"#).unwrap();
-        let cx = RunContext {
-            declaration: &d,
-            changed_files: Default::default(),
-            failed_packages: Default::default(),
-            offline: false,
-        };
+        let cx = RunContext::new(&d, false);
         let release = |state, owned| {
             summary(Files::plan(
                 &cx,
@@ -1043,12 +1033,7 @@ mod tests {
             r#"{"schema": 1, "files": {"/etc/x": {"content": "a", "owner": "www"}}}"#,
         )
         .unwrap();
-        let cx = RunContext {
-            declaration: &d,
-            changed_files: Default::default(),
-            failed_packages: Default::default(),
-            offline: false,
-        };
+        let cx = RunContext::new(&d, false);
         let obs = Observed {
             state: State::Missing,
             uid: Err("user \"www\" does not exist".into()),

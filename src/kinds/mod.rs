@@ -42,6 +42,18 @@ pub struct RunContext<'a> {
     pub offline: bool,
 }
 
+impl<'a> RunContext<'a> {
+    /// The start of a run: nothing changed or failed yet.
+    pub fn new(declaration: &'a Declaration, offline: bool) -> RunContext<'a> {
+        RunContext {
+            declaration,
+            changed_files: BTreeSet::new(),
+            failed_packages: BTreeSet::new(),
+            offline,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     Create,

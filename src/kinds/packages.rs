@@ -533,12 +533,7 @@ mod tests {
     #[test]
     fn planner_cases() {
         let d = crate::declaration::tests::parse_with_defaults(r#"{"schema": 1}"#).unwrap();
-        let cx = RunContext {
-            declaration: &d,
-            changed_files: Default::default(),
-            failed_packages: Default::default(),
-            offline: false,
-        };
+        let cx = RunContext::new(&d, false);
         let created = Entry::new(Origin::Created, Value::Null);
         let adopted = Entry::new(Origin::Adopted, Value::Null);
         let was_dependency = Entry::new(Origin::Adopted, json!(WAS_DEPENDENCY));

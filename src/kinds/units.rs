@@ -852,12 +852,7 @@ mod tests {
             r#"{"schema": 1, "units": {"a.service": {"content": "x", "enabled": true, "active": true}}}"#,
         )
         .unwrap();
-        let cx = RunContext {
-            declaration: &d,
-            changed_files: Default::default(),
-            failed_packages: Default::default(),
-            offline: true,
-        };
+        let cx = RunContext::new(&d, true);
         let Step::Change(c) = Units::plan(
             &cx,
             "a.service",
@@ -1012,12 +1007,7 @@ mod tests {
     #[test]
     fn release_restores_an_adopted_units_state() {
         let d = parse_with_defaults(r#"{"schema": 1}"#).unwrap();
-        let cx = RunContext {
-            declaration: &d,
-            changed_files: Default::default(),
-            failed_packages: Default::default(),
-            offline: false,
-        };
+        let cx = RunContext::new(&d, false);
         let owned = Entry::new(
             Origin::Adopted,
             json!({"enabled": true, "active": true, "file_backup": null}),
