@@ -13,7 +13,9 @@ use crate::exec::Runner;
 use crate::kinds::Env;
 use crate::link;
 use crate::reconcile::{self, Mode, Report};
-use crate::store::{self, InForce, Ledger, LockError, RunRecord, Source, Store, StoreError};
+use crate::store::{
+    self, Failing, InForce, Ledger, LockError, RunRecord, Source, Store, StoreError,
+};
 
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_FAILED: i32 = 1;
@@ -337,7 +339,7 @@ impl Host {
                     runner.count(),
                 );
                 let _ = store.record_run(&record);
-                self.queue_report(&store, &record, &e.to_string());
+                self.queue_report(&store, &record, &[], &e.to_string());
                 return Err(e.into());
             }
         };
@@ -351,7 +353,8 @@ impl Host {
             runner.count(),
         );
         store.record_run(&record)?;
-        self.queue_report(&store, &record, "");
+        let failing = note_failures(&store, &report, record.ended);
+        self.queue_report(&store, &record, &failing, "");
         Ok(Some(RunResult {
             report,
             record,
@@ -360,11 +363,12 @@ impl Host {
     }
 
     /// Puts a run's report in the outbox, for the control plane, when there is one.
-    fn queue_report(&self, store: &Store, record: &RunRecord, message: &str) {
+    fn queue_report(&self, store: &Store, record: &RunRecord, failing: &[Failing], message: &str) {
         if self.config.control_plane.is_none() {
             return;
         }
         let mut report = report_of(record, message);
+        report.failing = failing.to_vec();
         if let Err(e) = store.outbox_push(&mut report, self.config.outbox_max) {
             log::error!("the run's report could not be queued for the control plane: {e}");
         }
@@ -441,11 +445,15 @@ impl Host {
                 .map_err(|_| Fatal::Error("the empty declaration was refused".into()))?,
         };
         let runner = Runner::new(self.args.trace_commands);
-        let rows = reconcile::owned(
+        let mut rows = reconcile::owned(
             &self.env(Some(&store), &runner, &never),
             &declaration,
             &ledger,
         );
+        let history = store.failures()?;
+        for row in &mut rows {
+            row.failing = history.find(&row.kind, &row.key);
+        }
         self.print_owned(&rows)
     }
 
@@ -466,6 +474,9 @@ impl Host {
                     "{:<10} {:<40} {:<8} {}{detail}",
                     r.kind, r.key, origin, r.state
                 );
+                if let Some(f) = &r.failing {
+                    println!("    ! {}", failing_words(f, store::unix_now()));
+                }
             }
         }
         Ok(EXIT_OK)
@@ -476,6 +487,10 @@ impl Host {
         let (in_force, runs, service) = match &store {
             Some(s) => (s.in_force()?, s.runs()?, s.service_state()?),
             None => (None, Vec::new(), None),
+        };
+        let failing = match &store {
+            Some(s) => s.failures()?.failing(),
+            None => Vec::new(),
         };
         let service = service.map(|mut s| {
             if s.state == "running" && !process_alive(s.pid) {
@@ -489,7 +504,8 @@ impl Host {
                 json!({"source": f.source, "revision": f.revision, "digest": f.digest, "since": f.since,
                        "control_plane_revision": f.control_plane_revision})
             });
-            self.print_json(json!({"state_dir": self.config.state_dir, "in_force": in_force, "service": service, "runs": runs}));
+            self.print_json(json!({"state_dir": self.config.state_dir, "in_force": in_force, "service": service, "runs": runs,
+                                   "failing": failing}));
             return Ok(EXIT_OK);
         }
         println!("store: {}", self.config.state_dir.display());
@@ -536,6 +552,12 @@ impl Host {
                 );
             }
         }
+        if !failing.is_empty() {
+            println!("failing: {} resources", failing.len());
+            for f in &failing {
+                println!("  ! {} {}: {}", f.kind, f.key, failing_words(f, now));
+            }
+        }
         if runs.is_empty() {
             println!("no runs recorded");
         }
@@ -563,6 +585,44 @@ impl Host {
         }
         Ok(EXIT_OK)
     }
+}
+
+/// Updates the failure history with a run and logs what it says: a failure when it starts, when
+/// it clears, and at most hourly while it repeats. Returns every resource failing now. A history
+/// that cannot be read or written is reported, and then each failure of the run is logged, so
+/// none goes unsaid.
+fn note_failures(store: &Store, report: &Report, now: u64) -> Vec<Failing> {
+    let recorded = store.failures().and_then(|mut history| {
+        let notices = history.record(now, &report.checked, &report.failures);
+        store.save_failures(&history)?;
+        Ok((history, notices))
+    });
+    match recorded {
+        Ok((history, notices)) => {
+            for notice in notices {
+                log::warn!("{notice}");
+            }
+            history.failing()
+        }
+        Err(e) => {
+            log::error!("{e}");
+            for f in &report.failures {
+                log::warn!("{} {}: {} failed: {}", f.kind, f.key, f.action, f.detail);
+            }
+            Vec::new()
+        }
+    }
+}
+
+/// `failing since 3 h 10 min, 19 runs: update failed: ...`
+fn failing_words(f: &Failing, now: u64) -> String {
+    format!(
+        "failing since {}, {} run{}: {}",
+        store::duration_words(now.saturating_sub(f.first_seen)),
+        f.runs,
+        if f.runs == 1 { "" } else { "s" },
+        f.last_error
+    )
 }
 
 fn process_alive(pid: u32) -> bool {
@@ -619,6 +679,7 @@ pub fn report_of(record: &RunRecord, message: &str) -> link::Report {
             record.changes.clone()
         },
         message: message.to_string(),
+        failing: Vec::new(),
     }
 }
 

@@ -12,7 +12,7 @@ use crate::kinds::{
     backup_key, containers::Containers, files::Files, packages::Packages, units::Units, Action,
     Change, Env, Kind, LedgerAfter, Outcome, RunContext, Step,
 };
-use crate::store::{Ledger, Origin, ResourceResult, Store, StoreError};
+use crate::store::{Failing, Ledger, Origin, ResourceResult, Store, StoreError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -32,6 +32,9 @@ pub struct Report {
     pub in_sync: usize,
     /// The host was being stopped: kinds after the one being applied were left for the next run.
     pub interrupted: bool,
+    /// The kinds this run went through: their resources not among `failures` have converged.
+    #[serde(skip)]
+    pub checked: Vec<&'static str>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -118,6 +121,7 @@ fn converge<K: Kind>(
     mode: Mode,
     report: &mut Report,
 ) -> Result<(), StoreError> {
+    report.checked.push(K::NAME);
     let desired = K::desired(cx.declaration);
     let keys: BTreeSet<String> = desired
         .keys()
@@ -319,6 +323,9 @@ pub struct OwnedRow {
     /// `in sync`, `drifted`, `missing`, `pending release` or `error`.
     pub state: String,
     pub detail: String,
+    /// Its failure streak, if recent runs failed it (filled in from the store's history).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failing: Option<Failing>,
 }
 
 /// Observes every owned resource and compares it with the declaration in force.
@@ -362,6 +369,7 @@ fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<
             origin: entry.origin,
             state: state.to_string(),
             detail,
+            failing: None,
         });
     }
 }

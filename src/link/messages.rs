@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::ResourceResult;
+use crate::store::{Failing, ResourceResult};
 
 /// Protocol version spoken by this host.
 pub const PROTOCOL: u32 = 1;
@@ -62,4 +62,8 @@ pub struct Report {
     /// Human text for `ignored`, `rejected` and `error`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// Every resource failing after the run, with its streak (since when, how many runs), so a
+    /// new failure can be told from an old one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failing: Vec<Failing>,
 }

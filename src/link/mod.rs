@@ -335,6 +335,7 @@ mod tests {
             deferred: vec![],
             drift: vec![],
             message: String::new(),
+            failing: Vec::new(),
         };
         link.send_report(100, &report);
         assert_eq!(peer.receive(&mut link), vec![Message::Report(report)]);

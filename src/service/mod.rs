@@ -461,6 +461,7 @@ impl Service<'_> {
             deferred: Vec::new(),
             drift: Vec::new(),
             message,
+            failing: Vec::new(),
         };
         if let Ok(store) = self.host.store() {
             if let Err(e) = store.outbox_push(&mut report, self.host.config.outbox_max) {

@@ -3,6 +3,7 @@
 //! replaces a whole file atomically and durably, so a crash leaves the previous or the new state;
 //! a file that cannot be read is reported, never silently replaced.
 
+mod failures;
 mod ledger;
 mod lock;
 mod outbox;
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fsutil::Dir;
 
+pub use failures::{duration_words, Failing};
 pub use ledger::{Entry, Ledger, Origin};
 pub use lock::{Lock, LockError};
 pub use runs::{ResourceResult, RunRecord};

@@ -128,6 +128,7 @@ mod tests {
             deferred: vec![],
             drift: vec![],
             message: String::new(),
+            failing: vec![],
         }
     }
 
