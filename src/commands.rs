@@ -2,6 +2,7 @@
 //! once. Everything that changes the machine goes through `Host::converge`, the one path `apply`,
 //! `reconcile` and the service share: one lock, one ledger, one run record, one report.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -12,9 +13,10 @@ use crate::declaration::{self, Declaration, Problems};
 use crate::exec::Runner;
 use crate::kinds::Env;
 use crate::link;
+use crate::metrics;
 use crate::reconcile::{self, Mode, Report};
 use crate::store::{
-    self, Failing, InForce, Ledger, LockError, RunRecord, Source, Store, StoreError,
+    self, Failing, InForce, LastRun, Ledger, LockError, RunRecord, Source, Store, StoreError,
 };
 
 pub const EXIT_OK: i32 = 0;
@@ -340,6 +342,7 @@ impl Host {
                 );
                 let _ = store.record_run(&record);
                 self.queue_report(&store, &record, &[], &e.to_string());
+                self.note_run(&store, &record, None);
                 return Err(e.into());
             }
         };
@@ -355,6 +358,7 @@ impl Host {
         store.record_run(&record)?;
         let failing = note_failures(&store, &report, record.ended);
         self.queue_report(&store, &record, &failing, "");
+        self.note_run(&store, &record, Some(&report));
         Ok(Some(RunResult {
             report,
             record,
@@ -372,6 +376,73 @@ impl Host {
         if let Err(e) = store.outbox_push(&mut report, self.config.outbox_max) {
             log::error!("the run's report could not be queued for the control plane: {e}");
         }
+    }
+
+    /// Counts a run in the store's statistics, then writes the metrics. Neither is worth failing
+    /// a run that happened for: a problem is logged.
+    fn note_run(&self, store: &Store, record: &RunRecord, report: Option<&Report>) {
+        let trigger = record.trigger.split(", ").next().unwrap_or_default();
+        let run = LastRun {
+            started: record.started,
+            ended: record.ended,
+            outcome: record.outcome.clone(),
+        };
+        let counted = store.stats().and_then(|mut stats| {
+            stats.record(
+                trigger,
+                run,
+                report.map(resource_states).unwrap_or_default(),
+            );
+            store.save_stats(&stats)
+        });
+        if let Err(e) = counted {
+            log::error!("the run was not counted in the statistics: {e}");
+        }
+        self.write_metrics(store, None);
+    }
+
+    /// Writes `metrics_file`, if configured. `link_up` is the service's word; without it, what
+    /// the service last published (down when it does not run).
+    pub fn write_metrics(&self, store: &Store, link_up: Option<bool>) {
+        let Some(path) = &self.config.metrics_file else {
+            return;
+        };
+        let written = self
+            .metrics_text(store, link_up)
+            .map_err(|e| e.to_string())
+            .and_then(|text| metrics::write(path, &text));
+        if let Err(e) = written {
+            log::error!("metrics not written: {e}");
+        }
+    }
+
+    fn metrics_text(&self, store: &Store, link_up: Option<bool>) -> Result<String, StoreError> {
+        let stats = store.stats()?;
+        let failing = store.failures()?.failing();
+        let declaration = store.in_force()?.map(|f| metrics::DeclarationInfo {
+            revision: f.revision,
+            since: f.since,
+            source: match f.source {
+                Source::ControlPlane => "control_plane",
+                Source::Local { .. } => "local",
+            },
+        });
+        let link_up = match link_up {
+            Some(up) => up,
+            None => store.service_state()?.is_some_and(|s| {
+                s.state == "running" && s.link == "connected" && process_alive(s.pid)
+            }),
+        };
+        Ok(metrics::render(&metrics::Snapshot {
+            now: store::unix_now(),
+            version: env!("CARGO_PKG_VERSION"),
+            stats: &stats,
+            failing: &failing,
+            declaration,
+            link_up,
+            outbox_reports: store.outbox_len()?,
+            pacnew: &[],
+        }))
     }
 
     fn print_run(&self, result: &RunResult) {
@@ -585,6 +656,43 @@ impl Host {
         }
         Ok(EXIT_OK)
     }
+}
+
+/// Each kind the run reached, its resources by state as the run found them: in sync (or
+/// adopted), missing (created), drifted (changed or removed), failed, deferred.
+fn resource_states(report: &Report) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let found = report
+        .changes
+        .iter()
+        .map(|c| {
+            (
+                c.kind.as_str(),
+                if c.symbol == '+' {
+                    "missing"
+                } else {
+                    "drifted"
+                },
+            )
+        })
+        .chain(report.adopted.iter().map(|a| (a.kind.as_str(), "in_sync")))
+        .chain(report.failures.iter().map(|f| (f.kind.as_str(), "failed")))
+        .chain(
+            report
+                .deferred
+                .iter()
+                .map(|d| (d.kind.as_str(), "deferred")),
+        )
+        .chain(
+            report
+                .in_sync_by_kind
+                .iter()
+                .flat_map(|(kind, n)| std::iter::repeat_n((*kind, "in_sync"), *n)),
+        );
+    let mut states = metrics::count_states(found);
+    for kind in &report.checked {
+        states.entry(kind.to_string()).or_default();
+    }
+    states
 }
 
 /// Updates the failure history with a run and logs what it says: a failure when it starts, when

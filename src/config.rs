@@ -72,6 +72,8 @@ pub struct Config {
     pub outbox_max: usize,
     /// `None`: no mesh yet; the service holds the declaration in force on its timer alone.
     pub control_plane: Option<ControlPlane>,
+    /// Where to write Prometheus metrics (for node_exporter's textfile collector); off if `None`.
+    pub metrics_file: Option<PathBuf>,
 }
 
 /// Where the control plane is and how the host proves itself and checks the control plane.
@@ -106,6 +108,7 @@ struct RawConfig {
     max_frame_bytes: Option<usize>,
     outbox_max: Option<usize>,
     control_plane: Option<RawControlPlane>,
+    metrics_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -161,6 +164,14 @@ impl Config {
                 return Err(format!("{what}: {} is not an absolute path", p.display()));
             }
         }
+        if let Some(p) = &raw.metrics_file {
+            if !p.is_absolute() || p.file_name().is_none() {
+                return Err(format!(
+                    "metrics_file: {} is not an absolute file path",
+                    p.display()
+                ));
+            }
+        }
         let mut unit_names = vec![OWN_UNIT.to_string()];
         if let Some(name) = raw.unit_name {
             if !name.contains('.') {
@@ -209,6 +220,7 @@ impl Config {
             max_frame_bytes: raw.max_frame_bytes.unwrap_or(128 << 20),
             outbox_max: raw.outbox_max.unwrap_or(500).max(1),
             control_plane: raw.control_plane.map(control_plane).transpose()?,
+            metrics_file: raw.metrics_file,
         })
     }
 }
@@ -290,6 +302,7 @@ mod tests {
         let c = parse("{}").unwrap();
         assert_eq!(c.state_dir, Path::new(DEFAULT_STATE_DIR));
         assert_eq!(c.pacman.command, vec!["pacman"]);
+        assert_eq!(c.metrics_file, None, "metrics are off by default");
         let c = parse(r#"{"unit_name": "agent.service", "pacman": {"command": ["pacman", "--config", "/x"], "timeout_secs": 5}}"#).unwrap();
         assert_eq!(
             c.identity.unit_names,
@@ -324,5 +337,8 @@ mod tests {
         assert!(parse(r#"{"podman": {"command": []}}"#)
             .unwrap_err()
             .contains("podman.command"));
+        assert!(parse(r#"{"metrics_file": "mesh_host.prom"}"#)
+            .unwrap_err()
+            .contains("metrics_file: mesh_host.prom is not an absolute file path"));
     }
 }

@@ -3,7 +3,7 @@
 //! is recorded durably *before* anything is touched, and outcomes are recorded after, so the
 //! ledger never lies about what the host owns. A failing resource never stops the others.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -35,6 +35,9 @@ pub struct Report {
     /// The kinds this run went through: their resources not among `failures` have converged.
     #[serde(skip)]
     pub checked: Vec<&'static str>,
+    /// `in_sync` by kind, for the metrics.
+    #[serde(skip)]
+    pub in_sync_by_kind: BTreeMap<&'static str, usize>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -150,6 +153,7 @@ fn converge<K: Kind>(
         match K::plan(cx, key, spec, observed.get(key), ledger.get(K::NAME, key)) {
             Step::InSync => {
                 report.in_sync += 1;
+                *report.in_sync_by_kind.entry(K::NAME).or_default() += 1;
                 // Owned and as declared: make the ledger's digest say so (after a crash mid-apply,
                 // or when an equivalent spec was declared).
                 if let (Mode::Apply, Some(spec), Some(entry)) =

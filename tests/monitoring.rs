@@ -72,3 +72,241 @@ fn a_failure_repeating_for_ten_runs_is_logged_once_and_shown_with_its_streak() {
     let status = host.run(&["--json", "status"]).json();
     assert_eq!(status["failing"], Value::Array(vec![]), "{status:#}");
 }
+
+/// Debian's node_exporter, started on a free loopback port with only the textfile collector,
+/// reading `dir`; stopped when dropped.
+struct NodeExporter {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl NodeExporter {
+    /// `None` (and a note) when it is not installed, unless `MESH_REQUIRE_SANDBOX=1`.
+    fn start(dir: &std::path::Path) -> Option<NodeExporter> {
+        let program = "prometheus-node-exporter";
+        let installed = std::process::Command::new(program)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !installed {
+            assert_ne!(
+                std::env::var("MESH_REQUIRE_SANDBOX").as_deref(),
+                Ok("1"),
+                "{program} is not installed (tests/sandbox/apt-packages)"
+            );
+            eprintln!("note: {program} is not installed; this test checks nothing here");
+            return None;
+        }
+        // A port that was free a moment ago; if another process takes it meanwhile, try again.
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let mut child = std::process::Command::new(program)
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .arg("--collector.disable-defaults")
+                .arg("--collector.textfile")
+                .arg(format!("--collector.textfile.directory={}", dir.display()))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("start node_exporter");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while std::time::Instant::now() < deadline {
+                if child.try_wait().expect("node_exporter status").is_some() {
+                    break; // the port was taken: another one
+                }
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Some(NodeExporter { child, port });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("node_exporter did not come up");
+    }
+
+    /// Scrapes /metrics over HTTP: series (labels sorted) -> value.
+    fn scrape(&self) -> std::collections::BTreeMap<String, f64> {
+        use std::io::{Read, Write};
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect node_exporter");
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .expect("request");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("response");
+        let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+        assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+        body.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                Some((normalise(series), value.parse().ok()?))
+            })
+            .collect()
+    }
+}
+
+impl Drop for NodeExporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `name{b="2",a="1"}` as `name{a="1",b="2"}`: node_exporter orders labels its own way.
+fn normalise(series: &str) -> String {
+    let Some((name, labels)) = series.split_once('{') else {
+        return series.to_string();
+    };
+    let labels = labels.strip_suffix('}').unwrap_or(labels);
+    let mut parts = Vec::new();
+    let (mut current, mut quoted, mut escaped) = (String::new(), false, false);
+    for c in labels.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                parts.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    if !current.is_empty() {
+        parts.push(current);
+    }
+    parts.sort();
+    format!("{name}{{{}}}", parts.join(","))
+}
+
+fn value(metrics: &std::collections::BTreeMap<String, f64>, series: &str) -> Option<f64> {
+    metrics.get(&normalise(series)).copied()
+}
+
+#[test]
+fn metrics_reach_prometheus_through_node_exporters_textfile_collector() {
+    let probe = Scratch::new("metrics-probe");
+    let textfile = probe.dir.join("textfile");
+    std::fs::create_dir_all(&textfile).expect("textfile dir");
+    let Some(exporter) = NodeExporter::start(&textfile) else {
+        return;
+    };
+    let prom = textfile.join("mesh_host.prom");
+    let host = Scratch::with_config(
+        "metrics",
+        &format!(r#"{{"metrics_file": "{}"}}"#, prom.display()),
+    );
+    let failing = host.declaration(
+        "failing.json",
+        r#"{"schema": 1, "revision": 7, "files": {"/etc/ok.conf": {"content": "a\n"},
+            "/etc/bad.conf": {"content": "b\n", "owner": "nosuchuser"}}}"#,
+    );
+    host.apply(&failing, 1);
+    let status = host.run(&["--json", "status"]).json();
+    let first_seen = status["failing"][0]["first_seen"].as_f64();
+    let ended = status["runs"][0]["ended"].as_f64();
+
+    let m = exporter.scrape();
+    let version = format!(
+        r#"mesh_host_info{{version="{}"}}"#,
+        env!("CARGO_PKG_VERSION")
+    );
+    for (series, want) in [
+        ("node_textfile_scrape_error", Some(0.0)),
+        (version.as_str(), Some(1.0)),
+        ("mesh_host_last_run_timestamp_seconds", ended),
+        ("mesh_host_last_success_timestamp_seconds", Some(0.0)),
+        (r#"mesh_host_last_run_outcome{outcome="failed"}"#, Some(1.0)),
+        (
+            r#"mesh_host_last_run_outcome{outcome="converged"}"#,
+            Some(0.0),
+        ),
+        (
+            r#"mesh_host_runs_total{trigger="apply",outcome="failed"}"#,
+            Some(1.0),
+        ),
+        (
+            r#"mesh_host_resources{kind="files",state="missing"}"#,
+            Some(1.0),
+        ),
+        (
+            r#"mesh_host_resources{kind="files",state="failed"}"#,
+            Some(1.0),
+        ),
+        (
+            r#"mesh_host_resources{kind="files",state="in_sync"}"#,
+            Some(0.0),
+        ),
+        (
+            r#"mesh_host_resource_failing_since_seconds{kind="files",key="/etc/bad.conf"}"#,
+            first_seen,
+        ),
+        ("mesh_host_declaration_revision", Some(7.0)),
+        (r#"mesh_host_declaration_source{source="local"}"#, Some(1.0)),
+        (
+            r#"mesh_host_declaration_source{source="control_plane"}"#,
+            Some(0.0),
+        ),
+        ("mesh_host_link_up", Some(0.0)),
+        ("mesh_host_outbox_reports", Some(0.0)),
+        ("mesh_host_pacnew_files", Some(0.0)),
+    ] {
+        assert!(
+            want.is_some(),
+            "{series}: nothing to compare with in {status:#}"
+        );
+        assert_eq!(value(&m, series), want, "{series} in {m:#?}");
+    }
+    assert!(value(&m, "mesh_host_declaration_age_seconds").is_some());
+    assert!(value(&m, "mesh_host_last_run_duration_seconds").is_some());
+
+    let fixed = host.declaration(
+        "fixed.json",
+        r#"{"schema": 1, "revision": 8, "files": {"/etc/ok.conf": {"content": "a\n"},
+            "/etc/bad.conf": {"content": "b\n"}}}"#,
+    );
+    host.apply(&fixed, 0);
+    let m = exporter.scrape();
+    let status = host.run(&["--json", "status"]).json();
+    for (series, want) in [
+        ("node_textfile_scrape_error", Some(0.0)),
+        (
+            "mesh_host_last_success_timestamp_seconds",
+            status["runs"][1]["ended"].as_f64(),
+        ),
+        (
+            r#"mesh_host_last_run_outcome{outcome="converged"}"#,
+            Some(1.0),
+        ),
+        (
+            r#"mesh_host_runs_total{trigger="apply",outcome="converged"}"#,
+            Some(1.0),
+        ),
+        (
+            r#"mesh_host_runs_total{trigger="apply",outcome="failed"}"#,
+            Some(1.0),
+        ),
+        (
+            r#"mesh_host_resources{kind="files",state="in_sync"}"#,
+            Some(1.0),
+        ),
+        (
+            r#"mesh_host_resources{kind="files",state="failed"}"#,
+            Some(0.0),
+        ),
+        (
+            r#"mesh_host_resource_failing_since_seconds{kind="files",key="/etc/bad.conf"}"#,
+            None,
+        ),
+        ("mesh_host_declaration_revision", Some(8.0)),
+    ] {
+        assert_eq!(value(&m, series), want, "{series} in {m:#?}");
+    }
+    drop(exporter);
+}

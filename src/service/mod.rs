@@ -536,10 +536,19 @@ impl Service<'_> {
             }
             None => true,
         };
+        // At the start and on every change of the link, the metrics say so.
+        let link_changed = self
+            .status
+            .borrow()
+            .as_ref()
+            .is_none_or(|old| old.link != state.link);
         if changed {
             if let Ok(store) = self.host.store() {
                 if let Err(e) = store.set_service_state(&state) {
                     log::error!("{e}");
+                }
+                if link_changed {
+                    self.host.write_metrics(&store, Some(link == "connected"));
                 }
             }
             *self.status.borrow_mut() = Some(state);

@@ -8,6 +8,7 @@ mod ledger;
 mod lock;
 mod outbox;
 mod runs;
+mod stats;
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -23,6 +24,7 @@ pub use failures::{duration_words, Failing};
 pub use ledger::{Entry, Ledger, Origin};
 pub use lock::{Lock, LockError};
 pub use runs::{ResourceResult, RunRecord};
+pub use stats::{LastRun, RunStats};
 
 const IN_FORCE: &str = "declaration.json";
 const SERVICE: &str = "service.json";

@@ -82,6 +82,11 @@ impl Store {
         Ok(())
     }
 
+    /// How many reports wait for the control plane's acknowledgement.
+    pub fn outbox_len(&self) -> Result<usize, StoreError> {
+        Ok(self.outbox_ids(&self.outbox_dir()?)?.len())
+    }
+
     fn open_outbox(&self, dir: &std::path::Path) -> Result<Dir, StoreError> {
         Dir::open(dir).map_err(|e| self.error(DIR, format!("cannot be opened: {e}")))
     }

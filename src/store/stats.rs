@@ -1,0 +1,109 @@
+//! Run statistics (`stats.json`): runs counted by trigger and outcome since the store was made,
+//! the last run and the last success, and each kind's resources by state as the last run found
+//! them. The metrics are rendered from these, so they survive restarts and count the command
+//! line's runs as well as the service's.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Store, StoreError};
+
+const FILE: &str = "stats.json";
+
+/// One run, as far as the statistics need it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LastRun {
+    /// Unix seconds.
+    pub started: u64,
+    pub ended: u64,
+    /// `converged`, `failed`, `interrupted` or `error`.
+    pub outcome: String,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunStats {
+    /// trigger -> outcome -> runs. A run several triggers collapsed into counts under the first.
+    #[serde(default)]
+    pub runs_total: BTreeMap<String, BTreeMap<String, u64>>,
+    #[serde(default)]
+    pub last_run: Option<LastRun>,
+    /// Unix seconds the last converged run ended.
+    #[serde(default)]
+    pub last_success: Option<u64>,
+    /// kind -> state -> resources, as the last run that reached the kind found them.
+    #[serde(default)]
+    pub resources: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+impl RunStats {
+    /// Counts a run; `resources` replaces the counts of the kinds it names (the kinds the run
+    /// reached), the others keep what an earlier run found.
+    pub fn record(
+        &mut self,
+        trigger: &str,
+        run: LastRun,
+        resources: BTreeMap<String, BTreeMap<String, u64>>,
+    ) {
+        *self
+            .runs_total
+            .entry(trigger.to_string())
+            .or_default()
+            .entry(run.outcome.clone())
+            .or_default() += 1;
+        if run.outcome == "converged" {
+            self.last_success = Some(run.ended);
+        }
+        self.last_run = Some(run);
+        self.resources.extend(resources);
+    }
+}
+
+impl Store {
+    pub fn stats(&self) -> Result<RunStats, StoreError> {
+        Ok(self.read_json(FILE)?.unwrap_or_default())
+    }
+
+    pub fn save_stats(&self, stats: &RunStats) -> Result<(), StoreError> {
+        self.write_json(FILE, stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ended: u64, outcome: &str) -> LastRun {
+        LastRun {
+            started: ended - 1,
+            ended,
+            outcome: outcome.into(),
+        }
+    }
+
+    #[test]
+    fn counts_runs_and_keeps_the_last_success() {
+        let mut stats = RunStats::default();
+        let files = |n| {
+            BTreeMap::from([(
+                "files".to_string(),
+                BTreeMap::from([("in_sync".to_string(), n)]),
+            )])
+        };
+        stats.record("timer", run(10, "converged"), files(3));
+        stats.record("timer", run(20, "failed"), BTreeMap::new());
+        stats.record("apply", run(30, "failed"), files(2));
+        assert_eq!(stats.runs_total["timer"]["converged"], 1);
+        assert_eq!(stats.runs_total["timer"]["failed"], 1);
+        assert_eq!(stats.runs_total["apply"]["failed"], 1);
+        assert_eq!(stats.last_success, Some(10));
+        assert_eq!(stats.last_run, Some(run(30, "failed")));
+        assert_eq!(stats.resources["files"]["in_sync"], 2);
+        let tmp = crate::testutil::TempDir::new("stats");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        store.save_stats(&stats).unwrap();
+        assert_eq!(store.stats().unwrap(), stats);
+    }
+}
