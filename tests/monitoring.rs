@@ -310,3 +310,81 @@ fn metrics_reach_prometheus_through_node_exporters_textfile_collector() {
     }
     drop(exporter);
 }
+
+/// The sample of `series` in a metrics file, if written.
+fn metric(prom: &std::path::Path, series: &str) -> Option<String> {
+    let text = std::fs::read_to_string(prom).ok()?;
+    text.lines()
+        .find_map(|l| Some(l.strip_prefix(series)?.strip_prefix(' ')?.to_string()))
+}
+
+#[test]
+fn the_service_writes_metrics_on_link_changes_and_reports_carry_the_failure_streak() {
+    use support::control_plane::{ControlPlane, CpConfig};
+    use support::pki::Pki;
+    use support::service::Service;
+    use support::wait_until;
+    let wait = std::time::Duration::from_secs(20);
+
+    let pki = Pki::new();
+    let mut cp = ControlPlane::start(&pki, CpConfig::new("n1", "s3cret"));
+    cp.declare(
+        3,
+        r#"{"schema": 1, "files": {"/etc/bad.conf": {"content": "b\n", "owner": "nosuchuser"}}}"#,
+    );
+    let host = Scratch::new("metrics-service");
+    pki.write(&host.dir).expect("pki");
+    std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+    let prom = host.dir.join("mesh_host.prom");
+    std::fs::write(
+        host.dir.join("config.json"),
+        format!(
+            r#"{{"control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}",
+                 "node": "n1", "secret_file": "{}"}},
+                 "interval_secs": 600, "heartbeat_secs": 1, "metrics_file": "{}"}}"#,
+            cp.addr(),
+            host.dir.join("ca.pem").display(),
+            host.dir.join("secret").display(),
+            prom.display()
+        ),
+    )
+    .expect("config");
+    let node = Service::start(host);
+    assert!(
+        wait_until(wait, || {
+            metric(&prom, "mesh_host_link_up").as_deref() == Some("1")
+                && metric(&prom, "mesh_host_declaration_revision").as_deref() == Some("3")
+        }),
+        "{}\n{}",
+        std::fs::read_to_string(&prom).unwrap_or_default(),
+        node.log()
+    );
+    assert_eq!(
+        metric(
+            &prom,
+            r#"mesh_host_declaration_source{source="control_plane"}"#
+        )
+        .as_deref(),
+        Some("1")
+    );
+    assert!(
+        cp.wait_for(
+            |reports| reports
+                .iter()
+                .any(|r| r["failing"][0]["key"] == "/etc/bad.conf"
+                    && r["failing"][0]["runs"] == 1
+                    && r["failing"][0]["first_seen"].is_u64()),
+            wait
+        ),
+        "{:#?}",
+        cp.reports()
+    );
+    cp.stop();
+    assert!(
+        wait_until(wait, || metric(&prom, "mesh_host_link_up").as_deref()
+            == Some("0")),
+        "{}\n{}",
+        std::fs::read_to_string(&prom).unwrap_or_default(),
+        node.log()
+    );
+}
