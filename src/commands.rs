@@ -14,6 +14,7 @@ use crate::exec::Runner;
 use crate::kinds::Env;
 use crate::link;
 use crate::metrics;
+use crate::pacnew::Pacnew;
 use crate::reconcile::{self, Mode, Report};
 use crate::store::{
     self, Failing, InForce, LastRun, Ledger, LockError, RunRecord, Source, Store, StoreError,
@@ -341,7 +342,7 @@ impl Host {
                     runner.count(),
                 );
                 let _ = store.record_run(&record);
-                self.queue_report(&store, &record, &[], &e.to_string());
+                self.queue_report(&store, &record, &[], &[], &e.to_string());
                 self.note_run(&store, &record, None);
                 return Err(e.into());
             }
@@ -357,7 +358,7 @@ impl Host {
         );
         store.record_run(&record)?;
         let failing = note_failures(&store, &report, record.ended);
-        self.queue_report(&store, &record, &failing, "");
+        self.queue_report(&store, &record, &failing, &report.pacnew, "");
         self.note_run(&store, &record, Some(&report));
         Ok(Some(RunResult {
             report,
@@ -367,12 +368,20 @@ impl Host {
     }
 
     /// Puts a run's report in the outbox, for the control plane, when there is one.
-    fn queue_report(&self, store: &Store, record: &RunRecord, failing: &[Failing], message: &str) {
+    fn queue_report(
+        &self,
+        store: &Store,
+        record: &RunRecord,
+        failing: &[Failing],
+        pacnew: &[Pacnew],
+        message: &str,
+    ) {
         if self.config.control_plane.is_none() {
             return;
         }
         let mut report = report_of(record, message);
         report.failing = failing.to_vec();
+        report.pacnew = pacnew.to_vec();
         if let Err(e) = store.outbox_push(&mut report, self.config.outbox_max) {
             log::error!("the run's report could not be queued for the control plane: {e}");
         }
@@ -392,6 +401,7 @@ impl Host {
                 trigger,
                 run,
                 report.map(resource_states).unwrap_or_default(),
+                report.map(|r| r.pacnew.clone()),
             );
             store.save_stats(&stats)
         });
@@ -441,7 +451,6 @@ impl Host {
             declaration,
             link_up,
             outbox_reports: store.outbox_len()?,
-            pacnew: &[],
         }))
     }
 
@@ -462,6 +471,7 @@ impl Host {
                 "deferred": report.deferred,
                 "adopted": report.adopted,
                 "in_sync": report.in_sync,
+                "pacnew": report.pacnew,
                 "command_count": commands,
             });
             if self.args.trace_commands {
@@ -487,6 +497,9 @@ impl Host {
         }
         for f in &report.failures {
             println!("! {} {}: {} failed: {}", f.kind, f.key, f.action, f.detail);
+        }
+        for p in &report.pacnew {
+            println!("? files {}: {}", p.path, pacnew_advice(p));
         }
         let verb = if planning { "would change" } else { "changed" };
         println!(
@@ -548,6 +561,9 @@ impl Host {
                 if let Some(f) = &r.failing {
                     println!("    ! {}", failing_words(f, store::unix_now()));
                 }
+                for p in &r.pacnew {
+                    println!("    ? {}", pacnew_advice(p));
+                }
             }
         }
         Ok(EXIT_OK)
@@ -563,6 +579,10 @@ impl Host {
             Some(s) => s.failures()?.failing(),
             None => Vec::new(),
         };
+        let pacnew = match &store {
+            Some(s) => s.stats()?.pacnew,
+            None => Vec::new(),
+        };
         let service = service.map(|mut s| {
             if s.state == "running" && !process_alive(s.pid) {
                 s.state = "not running (it did not stop cleanly)".into();
@@ -576,7 +596,7 @@ impl Host {
                        "control_plane_revision": f.control_plane_revision})
             });
             self.print_json(json!({"state_dir": self.config.state_dir, "in_force": in_force, "service": service, "runs": runs,
-                                   "failing": failing}));
+                                   "failing": failing, "pacnew": pacnew}));
             return Ok(EXIT_OK);
         }
         println!("store: {}", self.config.state_dir.display());
@@ -628,6 +648,9 @@ impl Host {
             for f in &failing {
                 println!("  ! {} {}: {}", f.kind, f.key, failing_words(f, now));
             }
+        }
+        for p in &pacnew {
+            println!("? files {}: {}", p.path, pacnew_advice(p));
         }
         if runs.is_empty() {
             println!("no runs recorded");
@@ -722,6 +745,14 @@ fn note_failures(store: &Store, report: &Report, now: u64) -> Vec<Failing> {
     }
 }
 
+/// What a `.pacnew` beside an owned file means, for people.
+fn pacnew_advice(p: &Pacnew) -> String {
+    format!(
+        "{}: the package's default changed since the host took the file; review the declaration",
+        p.describe()
+    )
+}
+
 /// `failing since 3 h 10 min, 19 runs: update failed: ...`
 fn failing_words(f: &Failing, now: u64) -> String {
     format!(
@@ -788,6 +819,7 @@ pub fn report_of(record: &RunRecord, message: &str) -> link::Report {
         },
         message: message.to_string(),
         failing: Vec::new(),
+        pacnew: Vec::new(),
     }
 }
 

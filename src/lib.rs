@@ -14,6 +14,7 @@ mod join;
 mod kinds;
 mod link;
 mod metrics;
+mod pacnew;
 mod reconcile;
 mod service;
 mod store;

@@ -26,16 +26,8 @@ pub struct DeclarationInfo {
     pub source: &'static str,
 }
 
-/// An owned file with a package's new default (`.pacnew`) or saved copy (`.pacsave`) beside it.
-pub struct PacnewMetric {
-    pub path: String,
-    /// `pacnew` or `pacsave`.
-    pub suffix: String,
-    /// Lines that differ between the owned file and the package's.
-    pub diff_lines: usize,
-}
-
-/// Everything the metrics say, gathered at one moment `now` (Unix seconds).
+/// Everything the metrics say, gathered at one moment `now` (Unix seconds). The `.pacnew` files
+/// are the statistics' (the last run's).
 pub struct Snapshot<'a> {
     pub now: u64,
     pub version: &'a str,
@@ -44,7 +36,6 @@ pub struct Snapshot<'a> {
     pub declaration: Option<DeclarationInfo>,
     pub link_up: bool,
     pub outbox_reports: usize,
-    pub pacnew: &'a [PacnewMetric],
 }
 
 /// The text exposition format (version 0.0.4) of `s`.
@@ -193,17 +184,17 @@ pub fn render(s: &Snapshot) -> String {
         "gauge",
         "Owned files with a .pacnew or .pacsave beside them.",
     );
-    out.sample("mesh_host_pacnew_files", &[], s.pacnew.len() as u64);
+    out.sample("mesh_host_pacnew_files", &[], s.stats.pacnew.len() as u64);
     out.family(
         "mesh_host_pacnew_diff_lines",
         "gauge",
         "Lines that differ between an owned file and the .pacnew or .pacsave beside it.",
     );
-    for p in s.pacnew {
+    for p in &s.stats.pacnew {
         out.sample(
             "mesh_host_pacnew_diff_lines",
             &[("path", &p.path), ("suffix", &p.suffix)],
-            p.diff_lines as u64,
+            (p.added + p.removed) as u64,
         );
     }
     out.text
@@ -274,6 +265,7 @@ pub fn count_states<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pacnew::Pacnew;
     use crate::store::LastRun;
 
     fn sample<'t>(text: &'t str, series: &str) -> Option<&'t str> {
@@ -296,6 +288,12 @@ mod tests {
                 ("files", "in_sync"),
                 ("files", "in_sync"),
             ]),
+            Some(vec![Pacnew {
+                path: "/etc/x.conf".into(),
+                suffix: "pacnew".into(),
+                added: 2,
+                removed: 1,
+            }]),
         );
         let failing = [Failing {
             kind: "files".into(),
@@ -304,11 +302,6 @@ mod tests {
             last_seen: 103,
             runs: 4,
             last_error: "plan failed: x".into(),
-        }];
-        let pacnew = [PacnewMetric {
-            path: "/etc/x.conf".into(),
-            suffix: "pacnew".into(),
-            diff_lines: 3,
         }];
         let text = render(&Snapshot {
             now: 200,
@@ -322,7 +315,6 @@ mod tests {
             }),
             link_up: true,
             outbox_reports: 2,
-            pacnew: &pacnew,
         });
         for (series, value) in [
             (r#"mesh_host_info{version="1.2.3"}"#, "1"),
@@ -376,7 +368,6 @@ mod tests {
             declaration: None,
             link_up: false,
             outbox_reports: 0,
-            pacnew: &[],
         });
         assert_eq!(
             sample(&text, "mesh_host_last_success_timestamp_seconds"),

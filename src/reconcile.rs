@@ -12,6 +12,7 @@ use crate::kinds::{
     backup_key, containers::Containers, files::Files, packages::Packages, units::Units, Action,
     Change, Env, Kind, LedgerAfter, Outcome, RunContext, Step,
 };
+use crate::pacnew::{self, Pacnew};
 use crate::store::{Failing, Ledger, Origin, ResourceResult, Store, StoreError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,8 @@ pub struct Report {
     /// The kinds this run went through: their resources not among `failures` have converged.
     #[serde(skip)]
     pub checked: Vec<&'static str>,
+    /// Owned files with a `.pacnew` or `.pacsave` beside them, looked for after the run.
+    pub pacnew: Vec<Pacnew>,
     /// `in_sync` by kind, for the metrics.
     #[serde(skip)]
     pub in_sync_by_kind: BTreeMap<&'static str, usize>,
@@ -96,6 +99,12 @@ pub fn run(
     if let (Mode::Apply, Some(store)) = (mode, env.store) {
         remove_unreferenced_backups(store, ledger)?;
     }
+    // After the run's pacman transactions, and on every run (someone else may have upgraded).
+    report.pacnew = pacnew::find(
+        env.root,
+        &ledger.keys(Files::NAME),
+        env.config.limits.max_file_bytes,
+    );
     Ok(report)
 }
 
@@ -330,6 +339,9 @@ pub struct OwnedRow {
     /// Its failure streak, if recent runs failed it (filled in from the store's history).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failing: Option<Failing>,
+    /// A `.pacnew` or `.pacsave` beside an owned file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pacnew: Vec<Pacnew>,
 }
 
 /// Observes every owned resource and compares it with the declaration in force.
@@ -340,6 +352,18 @@ pub fn owned(env: &Env, declaration: &Declaration, ledger: &Ledger) -> Vec<Owned
     inspect::<Files>(env, &cx, ledger, &mut rows);
     inspect::<Units>(env, &cx, ledger, &mut rows);
     inspect::<Containers>(env, &cx, ledger, &mut rows);
+    let found = pacnew::find(
+        env.root,
+        &ledger.keys(Files::NAME),
+        env.config.limits.max_file_bytes,
+    );
+    for row in rows.iter_mut().filter(|r| r.kind == Files::NAME) {
+        row.pacnew = found
+            .iter()
+            .filter(|p| p.path == row.key)
+            .cloned()
+            .collect();
+    }
     rows
 }
 
@@ -374,6 +398,7 @@ fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<
             state: state.to_string(),
             detail,
             failing: None,
+            pacnew: Vec::new(),
         });
     }
 }

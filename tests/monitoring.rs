@@ -388,3 +388,139 @@ fn the_service_writes_metrics_on_link_changes_and_reports_carry_the_failure_stre
         node.log()
     );
 }
+
+#[test]
+fn a_package_upgrade_that_leaves_a_pacnew_for_an_owned_file_is_shown_everywhere() {
+    use support::{sandbox, sh};
+    let Some(sb) = sandbox() else { return };
+    // A mounted root (pacman --sysroot) holding its own conf, database and a copy of the repo, so
+    // the owned file under /etc and pacman's .pacnew are in the same scratch root.
+    let metrics =
+        std::env::temp_dir().join(format!("mesh-host-pacnew-{}.prom", std::process::id()));
+    let host = Scratch::with_config(
+        "pacnew",
+        &format!(
+            r#"{{"pacman": {{"command": ["pacman"]}}, "metrics_file": "{}"}}"#,
+            metrics.display()
+        ),
+    );
+    let root = host.root();
+    for sub in [
+        "var/lib/pacman",
+        "var/cache/pacman/pkg",
+        "var/log",
+        "repo",
+        "tmp",
+    ] {
+        std::fs::create_dir_all(root.join(sub)).expect("rescue root");
+    }
+    sh(&format!(
+        "cp {}/* {}",
+        sb.pacman_repo.display(),
+        root.join("repo").display()
+    ));
+    std::fs::write(
+        root.join("etc/pacman.conf"),
+        "[options]\nArchitecture = x86_64\nSigLevel = Never\n\n[meshtest]\nServer = file:///repo\n",
+    )
+    .expect("pacman.conf");
+    let pacman = |args: &str| {
+        sh(&format!(
+            "LC_ALL=C pacman --sysroot {} {args}",
+            root.display()
+        ))
+    };
+    pacman("-Sy --noconfirm");
+
+    let managed = "# managed by mesh\nlisten = 8080\nworkers = 2\n";
+    let declaration = host.declaration(
+        "conf.json",
+        &format!(
+            r#"{{"schema": 1, "packages": {{"mesh-conf": {{}}}},
+                "files": {{"/etc/mesh-conf.conf": {{"content": {managed:?}}}}}}}"#
+        ),
+    );
+    host.apply(&declaration, 0);
+    assert_eq!(
+        std::fs::read_to_string(host.target("/etc/mesh-conf.conf"))
+            .ok()
+            .as_deref(),
+        Some(managed)
+    );
+
+    // Upstream ships a new default; the machine's own upgrade keeps the host's file and leaves
+    // the new default beside it.
+    sh(&format!(
+        "printf 'export MESH_PACMAN_REPO=%s\\n' {repo} > {dir}/env && touch {dir}/.mesh-sandbox && \
+         MESH_SANDBOX={dir} {bump} mesh-conf 1.1 && touch -d '+2 seconds' {repo}/meshtest.db*",
+        repo = root.join("repo").display(),
+        dir = root.display(),
+        bump = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sandbox/bump-package.sh"),
+    ));
+    let upgrade = pacman("-Syu --noconfirm");
+    let pacnew = host.target("/etc/mesh-conf.conf.pacnew");
+    assert_eq!(
+        std::fs::read_to_string(&pacnew).ok().as_deref(),
+        Some("# mesh-conf 1.1-1 default\nlisten = 80\nworkers = 2\n"),
+        "{upgrade}"
+    );
+    let want = serde_json::json!({"path": "/etc/mesh-conf.conf", "suffix": "pacnew", "added": 2, "removed": 2});
+
+    let owned = host.run(&["--json", "owned"]).json();
+    let row = owned["owned"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["key"] == "/etc/mesh-conf.conf"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(row["pacnew"], serde_json::json!([want]), "{owned:#}");
+    assert_eq!(row["state"], "in sync", "{owned:#}");
+    let text = host.run(&["owned"]).stdout;
+    assert!(
+        text.contains(
+            "? /etc/mesh-conf.conf.pacnew beside it (+2 -2 lines): the package's default changed"
+        ),
+        "{text}"
+    );
+
+    let plan = host.run(&["--json", "plan", declaration.to_str().expect("utf-8")]);
+    assert_eq!(plan.json()["pacnew"], serde_json::json!([want]), "{plan:?}");
+    let plan = host.run(&["plan", declaration.to_str().expect("utf-8")]);
+    assert!(
+        plan.stdout
+            .contains("? files /etc/mesh-conf.conf: /etc/mesh-conf.conf.pacnew beside it"),
+        "{plan:?}"
+    );
+
+    let run = host.run(&["--json", "reconcile"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.json()["pacnew"], serde_json::json!([want]), "{run:?}");
+    let status = host.run(&["--json", "status"]).json();
+    assert_eq!(status["pacnew"], serde_json::json!([want]), "{status:#}");
+    assert!(host
+        .run(&["status"])
+        .stdout
+        .contains(".pacnew beside it (+2 -2 lines)"));
+    assert_eq!(
+        metric(&metrics, "mesh_host_pacnew_files").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"mesh_host_pacnew_diff_lines{path="/etc/mesh-conf.conf",suffix="pacnew"}"#
+        )
+        .as_deref(),
+        Some("4")
+    );
+
+    // The operator merged it: the next run says nothing more.
+    std::fs::remove_file(&pacnew).expect("remove .pacnew");
+    host.run(&["reconcile"]);
+    let status = host.run(&["--json", "status"]).json();
+    assert_eq!(status["pacnew"], serde_json::json!([]), "{status:#}");
+    assert_eq!(
+        metric(&metrics, "mesh_host_pacnew_files").as_deref(),
+        Some("0")
+    );
+    let _ = std::fs::remove_file(&metrics);
+}

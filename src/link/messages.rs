@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::pacnew::Pacnew;
 use crate::store::{Failing, ResourceResult};
 
 /// Protocol version spoken by this host.
@@ -66,4 +67,7 @@ pub struct Report {
     /// new failure can be told from an old one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failing: Vec<Failing>,
+    /// Owned files with a `.pacnew` or `.pacsave` beside them after the run, with the diff size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pacnew: Vec<Pacnew>,
 }

@@ -336,6 +336,7 @@ mod tests {
             drift: vec![],
             message: String::new(),
             failing: Vec::new(),
+            pacnew: Vec::new(),
         };
         link.send_report(100, &report);
         assert_eq!(peer.receive(&mut link), vec![Message::Report(report)]);

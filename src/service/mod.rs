@@ -462,6 +462,7 @@ impl Service<'_> {
             drift: Vec::new(),
             message,
             failing: Vec::new(),
+            pacnew: Vec::new(),
         };
         if let Ok(store) = self.host.store() {
             if let Err(e) = store.outbox_push(&mut report, self.host.config.outbox_max) {

@@ -134,6 +134,7 @@ mod tests {
             drift: vec![],
             message: String::new(),
             failing: vec![],
+            pacnew: vec![],
         }
     }
 

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError};
+use crate::pacnew::Pacnew;
 
 const FILE: &str = "stats.json";
 
@@ -36,17 +37,24 @@ pub struct RunStats {
     /// kind -> state -> resources, as the last run that reached the kind found them.
     #[serde(default)]
     pub resources: BTreeMap<String, BTreeMap<String, u64>>,
+    /// `.pacnew`/`.pacsave` files beside owned files, as the last run (that got that far) found.
+    #[serde(default)]
+    pub pacnew: Vec<Pacnew>,
 }
 
 impl RunStats {
     /// Counts a run; `resources` replaces the counts of the kinds it names (the kinds the run
-    /// reached), the others keep what an earlier run found.
+    /// reached), the others keep what an earlier run found, as `pacnew` does when `None`.
     pub fn record(
         &mut self,
         trigger: &str,
         run: LastRun,
         resources: BTreeMap<String, BTreeMap<String, u64>>,
+        pacnew: Option<Vec<Pacnew>>,
     ) {
+        if let Some(pacnew) = pacnew {
+            self.pacnew = pacnew;
+        }
         *self
             .runs_total
             .entry(trigger.to_string())
@@ -92,9 +100,9 @@ mod tests {
                 BTreeMap::from([("in_sync".to_string(), n)]),
             )])
         };
-        stats.record("timer", run(10, "converged"), files(3));
-        stats.record("timer", run(20, "failed"), BTreeMap::new());
-        stats.record("apply", run(30, "failed"), files(2));
+        stats.record("timer", run(10, "converged"), files(3), Some(Vec::new()));
+        stats.record("timer", run(20, "failed"), BTreeMap::new(), None);
+        stats.record("apply", run(30, "failed"), files(2), None);
         assert_eq!(stats.runs_total["timer"]["converged"], 1);
         assert_eq!(stats.runs_total["timer"]["failed"], 1);
         assert_eq!(stats.runs_total["apply"]["failed"], 1);

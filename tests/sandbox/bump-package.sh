@@ -2,7 +2,8 @@
 # bump-package.sh - rebuild one package of the sandbox repo at a new version, for upgrade tests.
 #   MESH_SANDBOX=/tmp/x tests/sandbox/bump-package.sh NAME NEWVER      (NEWVER: 1.1-1, or 1.1 = 1.1-1)
 # Takes the package's current file from the repo, sets pkgver, replaces the old version string in
-# its payload (the marker file; mesh-web's unit Description, so the unit file changes too), repacks
+# its payload (the marker file; mesh-web's unit Description, so the unit file changes too;
+# mesh-conf's /etc/mesh-conf.conf, so its default changes and pacman leaves a .pacnew), repacks
 # it and runs `repo-add -R` (which drops the old file). Run `pacman --config … -Sy` to see it.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,7 +28,8 @@ d=$(mktemp -d "$MESH_SANDBOX/tmp/bump.XXXXXX")
 trap 'rm -rf "$d"' EXIT
 bsdtar -xf "$old_file" -C "$d"
 sed -i -e "s/^pkgver = .*/pkgver = $new/" -e "s/^builddate = .*/builddate = $(date +%s)/" "$d/.PKGINFO"
-grep -rlF -- "$old" "$d/usr" | while read -r f; do sed -i "s/${old//./\\.}/$new/g" "$f"; done
+trees=("$d/usr"); [ -d "$d/etc" ] && trees+=("$d/etc")
+grep -rlF -- "$old" "${trees[@]}" | while read -r f; do sed -i "s/${old//./\\.}/$new/g" "$f"; done
 sb_pack "$d" "$REPO/$name-$new-any.pkg.tar.zst"
 repo-add -q -R "$REPO/$MESH_REPO_NAME.db.tar.gz" "$REPO/$name-$new-any.pkg.tar.zst"
 sb_log "$name: $old -> $new"

@@ -22,11 +22,12 @@ sb_pkginfo() {
     for dep in "$@"; do echo "depend = $dep"; done; } > "$dir/.PKGINFO"
 }
 
-# sb_pack DIR OUT: DIR holds .PKGINFO and a usr/ tree; fixes the size line and writes OUT (.pkg.tar.zst).
-# pacman needs no .MTREE; .PKGINFO goes first in the archive.
+# sb_pack DIR OUT: DIR holds .PKGINFO, a usr/ tree and maybe an etc/ tree; fixes the size line and
+# writes OUT (.pkg.tar.zst). pacman needs no .MTREE; .PKGINFO goes first in the archive.
 sb_pack() {
-  local dir=$1 out=$2 size
-  size=$(find "$dir/usr" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+  local dir=$1 out=$2 size trees=(usr)
+  [ -d "$dir/etc" ] && trees+=(etc)
+  size=$(cd "$dir" && find "${trees[@]}" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
   sed -i "s/^size = .*/size = $size/" "$dir/.PKGINFO"
-  (cd "$dir" && bsdtar --uid 0 --gid 0 --uname root --gname root -cf - .PKGINFO usr) | zstd -q -c > "$out"
+  (cd "$dir" && bsdtar --uid 0 --gid 0 --uname root --gname root -cf - .PKGINFO "${trees[@]}") | zstd -q -c > "$out"
 }

@@ -61,7 +61,14 @@ mkpkg() { # mkpkg NAME VERSION-REL [DEPEND...]
       'ExecStart=/bin/sleep infinity' '' '[Install]' 'WantedBy=default.target' \
       > "$d/usr/lib/systemd/user/mesh-web.service"
   fi
+  if [ "$name" = mesh-conf ]; then
+    # A file pacman keeps (backup=): an upgrade leaves FILE.pacnew beside a changed one.
+    # bump-package.sh rewrites the version in its first line, so an upgrade changes the default.
+    mkdir -p "$d/etc"
+    printf '%s\n' "# mesh-conf $ver default" 'listen = 80' 'workers = 2' > "$d/etc/mesh-conf.conf"
+  fi
   sb_pkginfo "$d" "$name" "$ver" "$@"
+  if [ "$name" = mesh-conf ]; then echo 'backup = etc/mesh-conf.conf' >> "$d/.PKGINFO"; fi
   sb_pack "$d" "$REPO/$name-$ver-any.pkg.tar.zst"
   rm -rf "$d"
 }
@@ -72,6 +79,7 @@ mkpkg mesh-c 2.0-1
 mkpkg mesh-d 1.0-1 'mesh-c>=2.0'
 mkpkg mesh-e 1.0-1
 mkpkg mesh-web 1.0-1
+mkpkg mesh-conf 1.0-1
 repo-add -q "$REPO/$MESH_REPO_NAME.db.tar.gz" "$REPO"/*.pkg.tar.zst
 cat > "$P/pacman.conf" <<CONF
 [options]

@@ -1,0 +1,166 @@
+//! `.pacnew` and `.pacsave` files beside the files the host owns. When pacman upgrades a package
+//! whose configuration file was changed (here: by the host), it leaves the package's new default
+//! beside it as `FILE.pacnew`; on removal it keeps the changed file as `FILE.pacsave`. Either
+//! means the package's default moved since the host took the file, so the declaration deserves a
+//! review. This finds them (through `fsutil`, never following a symlink) and sizes the difference.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil::{self, Dir};
+
+const SUFFIXES: [&str; 2] = ["pacnew", "pacsave"];
+
+/// One owned file with a `.pacnew` or `.pacsave` beside it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pacnew {
+    /// The owned file (absolute target path).
+    pub path: String,
+    /// `pacnew` or `pacsave`.
+    pub suffix: String,
+    /// Lines of the `.pacnew`/`.pacsave` that the owned file does not have.
+    pub added: usize,
+    /// Lines of the owned file that the `.pacnew`/`.pacsave` does not have.
+    pub removed: usize,
+}
+
+impl Pacnew {
+    /// `/etc/x.conf.pacnew beside it (+3 -1 lines)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}.{} beside it (+{} -{} lines)",
+            self.path, self.suffix, self.added, self.removed
+        )
+    }
+}
+
+/// Looks beside each owned file of `paths` under `root`. Files that cannot be read (too large,
+/// not regular, a symlink on the way) are logged and left out: they are not worth failing for.
+pub fn find(root: &Path, paths: &[String], max_bytes: u64) -> Vec<Pacnew> {
+    let Ok(root) = Dir::open(root) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for path in paths {
+        let Ok(Some(parent)) = fsutil::walk_to_parent(&root, Path::new(path), false) else {
+            continue;
+        };
+        for suffix in SUFFIXES {
+            let mut beside = OsString::from(&parent.name);
+            beside.push(format!(".{suffix}"));
+            let theirs = match parent.dir.read(&beside, max_bytes) {
+                Ok(Some((_, bytes))) => bytes,
+                Ok(None) => continue,
+                Err(e) => {
+                    log::warn!("{path}.{suffix}: cannot be read: {e}");
+                    continue;
+                }
+            };
+            let ours = match parent.dir.read(&parent.name, max_bytes) {
+                Ok(found) => found.map(|(_, bytes)| bytes).unwrap_or_default(),
+                Err(e) => {
+                    log::warn!("{path}: cannot be read: {e}");
+                    continue;
+                }
+            };
+            let (added, removed) = diff_lines(&ours, &theirs);
+            found.push(Pacnew {
+                path: path.clone(),
+                suffix: suffix.to_string(),
+                added,
+                removed,
+            });
+        }
+    }
+    found
+}
+
+/// How many lines `theirs` has that `ours` lacks, and the other way round, each line counted as
+/// often as it occurs. Order is ignored (a moved line is no difference): a size for a person to
+/// judge, cheap on any file, not a patch.
+pub fn diff_lines(ours: &[u8], theirs: &[u8]) -> (usize, usize) {
+    let mut balance: BTreeMap<&[u8], i64> = BTreeMap::new();
+    for line in lines(ours) {
+        *balance.entry(line).or_default() -= 1;
+    }
+    for line in lines(theirs) {
+        *balance.entry(line).or_default() += 1;
+    }
+    let added = balance.values().filter(|n| **n > 0).sum::<i64>();
+    let removed = -balance.values().filter(|n| **n < 0).sum::<i64>();
+    (added as usize, removed as usize)
+}
+
+fn lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    bytes
+        .split(|b| *b == b'\n')
+        .filter(move |_| !bytes.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    #[test]
+    fn differing_lines_are_counted_both_ways() {
+        for (ours, theirs, want) in [
+            ("a\nb\nc\n", "a\nb\nc\n", (0, 0)),
+            ("a\nb\nc\n", "a\nB\nc\nd\n", (2, 1)),
+            ("a\nb\n", "b\na", (0, 0)),
+            ("", "x\ny\n", (2, 0)),
+            ("x\nx\n", "x\n", (0, 1)),
+        ] {
+            assert_eq!(
+                diff_lines(ours.as_bytes(), theirs.as_bytes()),
+                want,
+                "{ours:?} vs {theirs:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn finds_pacnew_and_pacsave_beside_owned_files_only() {
+        let tmp = TempDir::new("pacnew");
+        let etc = tmp.path().join("etc");
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::write(etc.join("a.conf"), "port 1\n").unwrap();
+        std::fs::write(etc.join("a.conf.pacnew"), "port 2\nnew\n").unwrap();
+        std::fs::write(etc.join("b.conf.pacsave"), "old\n").unwrap();
+        std::fs::write(etc.join("c.conf.pacnew"), "not owned\n").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", etc.join("d.conf.pacnew")).unwrap();
+        let owned = [
+            "/etc/a.conf",
+            "/etc/b.conf",
+            "/etc/d.conf",
+            "/etc/none/x.conf",
+        ]
+        .map(String::from);
+        let found = find(tmp.path(), &owned, 1 << 20);
+        assert_eq!(
+            found,
+            vec![
+                Pacnew {
+                    path: "/etc/a.conf".into(),
+                    suffix: "pacnew".into(),
+                    added: 2,
+                    removed: 1
+                },
+                Pacnew {
+                    path: "/etc/b.conf".into(),
+                    suffix: "pacsave".into(),
+                    added: 1,
+                    removed: 0
+                },
+            ]
+        );
+        assert_eq!(
+            found[0].describe(),
+            "/etc/a.conf.pacnew beside it (+2 -1 lines)"
+        );
+    }
+}
