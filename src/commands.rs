@@ -724,8 +724,12 @@ fn resource_states(report: &Report) -> BTreeMap<String, BTreeMap<String, u64>> {
 /// none goes unsaid.
 fn note_failures(store: &Store, report: &Report, now: u64) -> Vec<Failing> {
     let recorded = store.failures().and_then(|mut history| {
-        let notices = history.record(now, &report.checked, &report.failures);
-        store.save_failures(&history)?;
+        let before = history.clone();
+        let notices = history.record(now, &report.checked, &report.failures, &report.deferred);
+        // A run with nothing failing, before or now, costs no durable write.
+        if history != before {
+            store.save_failures(&history)?;
+        }
         Ok((history, notices))
     });
     match recorded {

@@ -123,20 +123,31 @@ impl FailureHistory {
     }
 
     /// Records one run at `now`. `checked` are the kinds the run went through: a resource of
-    /// those that is not among `failed` has converged (or left the declaration), while kinds the
-    /// run never reached (it was interrupted) keep their streaks. Returns what to log.
-    pub fn record(&mut self, now: u64, checked: &[&str], failed: &[ResourceResult]) -> Vec<Notice> {
+    /// those that is neither among `failed` nor `deferred` has converged (or left the
+    /// declaration). A deferred resource (not attempted: the host was stopping, or it needs the
+    /// running system) and the kinds the run never reached keep their streaks as they were.
+    /// Returns what to log.
+    pub fn record(
+        &mut self,
+        now: u64,
+        checked: &[&str],
+        failed: &[ResourceResult],
+        deferred: &[ResourceResult],
+    ) -> Vec<Notice> {
         let mut notices = Vec::new();
         let mut seen: BTreeMap<&str, BTreeMap<&str, &ResourceResult>> = BTreeMap::new();
         for f in failed {
             seen.entry(&f.kind).or_default().insert(&f.key, f);
         }
+        let untouched =
+            |kind: &str, key: &str| deferred.iter().any(|d| d.kind == kind && d.key == key);
         for kind in checked {
             let Some(keys) = self.streaks.get_mut(*kind) else {
                 continue;
             };
             keys.retain(|key, streak| {
-                let still = seen.get(kind).is_some_and(|s| s.contains_key(key.as_str()));
+                let still = seen.get(kind).is_some_and(|s| s.contains_key(key.as_str()))
+                    || untouched(kind, key);
                 if !still {
                     notices.push(Notice::Cleared {
                         kind: kind.to_string(),
@@ -236,6 +247,7 @@ mod tests {
                     1000 + i * interval,
                     &["files"],
                     &[failure("/etc/a", "unknown owner")],
+                    &[],
                 )
             })
             .collect()
@@ -278,23 +290,27 @@ mod tests {
     fn converging_clears_the_streak_and_says_so_once() {
         let mut history = FailureHistory::default();
         runs(&mut history, 3, 600);
-        let notices = history.record(5000, &["files"], &[]);
+        let notices = history.record(5000, &["files"], &[], &[]);
         assert_eq!(
             notices.iter().map(ToString::to_string).collect::<Vec<_>>(),
             vec!["files /etc/a: converged again after failing 3 runs over 1 h 6 min"]
         );
         assert_eq!(history, FailureHistory::default());
-        assert!(history.record(5600, &["files"], &[]).is_empty());
+        assert!(history.record(5600, &["files"], &[], &[]).is_empty());
         // Failing again is a new streak.
-        let again = history.record(6200, &["files"], &[failure("/etc/a", "x")]);
+        let again = history.record(6200, &["files"], &[failure("/etc/a", "x")], &[]);
         assert!(matches!(&again[..], [Notice::Started(s)] if s.first_seen == 6200));
     }
 
     #[test]
-    fn kinds_a_run_did_not_reach_keep_their_streaks() {
+    fn kinds_a_run_did_not_reach_and_deferred_resources_keep_their_streaks() {
         let mut history = FailureHistory::default();
         runs(&mut history, 2, 600);
-        assert!(history.record(3000, &["packages"], &[]).is_empty());
+        assert!(history.record(3000, &["packages"], &[], &[]).is_empty());
+        assert_eq!(history.find("files", "/etc/a").map(|s| s.runs), Some(2));
+        // Not attempted (the host was stopping): neither cleared nor counted.
+        let deferred = [failure("/etc/a", "not applied: the host was stopping")];
+        assert!(history.record(3600, &["files"], &[], &deferred).is_empty());
         assert_eq!(history.find("files", "/etc/a").map(|s| s.runs), Some(2));
     }
 
@@ -302,7 +318,7 @@ mod tests {
     fn the_last_error_is_bounded() {
         let mut history = FailureHistory::default();
         let long = "é".repeat(5000);
-        history.record(1, &["files"], &[failure("/etc/a", &long)]);
+        history.record(1, &["files"], &[failure("/etc/a", &long)], &[]);
         let kept = &history.find("files", "/etc/a").unwrap().last_error;
         assert!(
             kept.len() <= MAX_ERROR_BYTES && kept.ends_with("..."),
@@ -323,7 +339,7 @@ mod tests {
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         assert_eq!(store.failures().unwrap(), FailureHistory::default());
         let mut history = FailureHistory::default();
-        history.record(7, &["files"], &[failure("/etc/a", "boom")]);
+        history.record(7, &["files"], &[failure("/etc/a", "boom")], &[]);
         store.save_failures(&history).unwrap();
         assert_eq!(store.failures().unwrap(), history);
     }
