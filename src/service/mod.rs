@@ -153,6 +153,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         if let Some(mut state) = service.status.borrow().clone() {
             state.state = "stopped".into();
             let _ = store.set_service_state(&state);
+            service.host.write_metrics(&store, Some(false));
         }
     }
     Ok(EXIT_OK)
