@@ -334,7 +334,7 @@ impl Host {
                     revision,
                     d,
                     &Report::default(),
-                    runner.count(),
+                    &runner,
                 );
                 let _ = store.record_run(&record);
                 self.queue_report(&store, &record, &e.to_string());
@@ -348,7 +348,7 @@ impl Host {
             revision,
             d,
             &report,
-            runner.count(),
+            &runner,
         );
         store.record_run(&record)?;
         self.queue_report(&store, &record, "");
@@ -551,6 +551,12 @@ impl Host {
                 run.in_sync,
                 run.commands
             );
+            if run.retries > 0 {
+                println!(
+                    "    ({} of the commands were retries of failed batched queries)",
+                    run.retries
+                );
+            }
             for f in &run.failures {
                 println!("    ! {} {}: {}", f.kind, f.key, f.detail);
             }
@@ -580,7 +586,7 @@ fn record(
     revision: Option<u64>,
     d: &Declaration,
     report: &Report,
-    commands: usize,
+    runner: &Runner,
 ) -> RunRecord {
     RunRecord {
         trigger: triggers.join(", "),
@@ -593,7 +599,8 @@ fn record(
         failures: report.failures.clone(),
         deferred: report.deferred.clone(),
         in_sync: report.in_sync,
-        commands,
+        commands: runner.count(),
+        retries: runner.retries(),
         omitted: 0,
     }
 }

@@ -17,7 +17,7 @@ use serde_json::Value;
 use support::control_plane::{Behaviour, ControlPlane, CpConfig};
 use support::pki::Pki;
 use support::service::Service;
-use support::{fault_seed, rss_kib, sandbox, snapshot, status, wait_until, Scratch, XorShift};
+use support::{fault_seed, rss_kib, sandbox, sh, snapshot, status, wait_until, Scratch, XorShift};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -641,4 +641,64 @@ fn check_runs(runs: &[Value], digest_a: &str, digest_b: &str, problems: &mut BTr
             }
         }
     }
+}
+
+// ---------------------------------------------------------------- odd units beside a normal one
+
+#[test]
+fn a_masked_and_an_alias_unit_beside_a_normal_one_fail_only_themselves() {
+    let Some(sb) = sandbox() else { return };
+    let tag = format!("mesh-faults-odd-{}", std::process::id());
+    let normal = format!("{tag}-normal.service");
+    let masked = format!("{tag}-masked.service");
+    let real = format!("{tag}-real.service");
+    let alias = format!("{tag}-alias.service");
+    let dir = &sb.unit_dir;
+    let cleanup = || {
+        for unit in [&normal, &real] {
+            let _ = status(&format!("systemctl --user stop {unit} 2>/dev/null"));
+        }
+        for unit in [&normal, &masked, &real, &alias] {
+            let _ = std::fs::remove_file(dir.join(unit));
+        }
+        let _ = status("systemctl --user daemon-reload");
+    };
+    // As a person or a package leaves them: a unit masked to /dev/null, an alias link to a unit.
+    std::os::unix::fs::symlink("/dev/null", dir.join(&masked)).expect("mask");
+    std::fs::write(
+        dir.join(&real),
+        format!("[Service]\nExecStart=/bin/sleep infinity\n[Install]\nAlias={alias}\n"),
+    )
+    .expect("real unit");
+    std::os::unix::fs::symlink(&real, dir.join(&alias)).expect("alias");
+    sh("systemctl --user daemon-reload");
+
+    let host = sb.host("odd-units", "");
+    let declaration = format!(
+        r#"{{"schema": 1, "units": {{
+            "{normal}": {{"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}},
+            "{masked}": {{"active": true}},
+            "{alias}": {{"enabled": true, "active": true}}}}}}"#
+    );
+    let report = apply_json(&host, &declaration, 1);
+    let failures = report["failures"].as_array().cloned().unwrap_or_default();
+    let masked_failure = failure(&report, &masked);
+    let normal_active = status(&format!("systemctl --user is-active --quiet {normal}"));
+    let real_active = status(&format!("systemctl --user is-active --quiet {real}"));
+    let masked_link = std::fs::read_link(dir.join(&masked)).ok();
+    let alias_link = std::fs::read_link(dir.join(&alias)).ok();
+    let owned = host.run(&["owned"]);
+    cleanup();
+
+    assert_eq!(failures.len(), 1, "only the masked unit fails: {report:#}");
+    assert!(
+        masked_failure.contains("is masked") && masked_failure.contains("systemctl unmask"),
+        "{masked_failure}"
+    );
+    assert_eq!(normal_active, 0, "the normal unit converged: {report:#}");
+    assert_eq!(real_active, 0, "the alias was started: {report:#}");
+    // Links are reported, never followed nor replaced.
+    assert_eq!(masked_link, Some(PathBuf::from("/dev/null")));
+    assert_eq!(alias_link, Some(PathBuf::from(&real)));
+    assert_eq!(owned.code, 0, "{owned:?}");
 }

@@ -397,3 +397,26 @@ fn usage_errors_exit_2_with_help_pointer() {
     assert_eq!(out.code, 0);
     assert!(out.stdout.contains("Exit codes"), "{out:?}");
 }
+
+#[test]
+fn directories_the_host_creates_are_0755_whatever_the_umask() {
+    let host = Scratch::new("umask");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1,
+            "files": {"/etc/app/conf.d/app.conf": {"content": "x\n", "mode": "0640"}},
+            "units": {"app.service": {"content": "[Service]\nExecStart=/bin/true\n"}}}"#,
+    );
+    let out = host.run_with_umask(Some(0o077), &["apply", file.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    for dir in [
+        "/etc/app",
+        "/etc/app/conf.d",
+        "/etc/systemd",
+        "/etc/systemd/system",
+    ] {
+        assert_eq!(mode(&host.target(dir)), 0o755, "{dir}: {out:?}");
+    }
+    assert_eq!(mode(&host.target("/etc/app/conf.d/app.conf")), 0o640);
+    assert_eq!(mode(&host.target("/etc/systemd/system/app.service")), 0o644);
+}

@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, Outcome, RunContext,
-    Step,
+    batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, Observations, Outcome,
+    RunContext, Step,
 };
 use crate::codec;
 use crate::config::{Identity, Limits};
@@ -209,11 +209,13 @@ impl Kind for Containers {
         env: &Env,
         _cx: &RunContext,
         keys: &[String],
-    ) -> Result<BTreeMap<String, Observed>, String> {
+    ) -> Result<Observations<Observed>, String> {
         if keys.is_empty() || env.offline {
             // Offline, podman's store is not ours to read: every container change is deferred.
-            return Ok(keys.iter().map(|k| (k.clone(), absent())).collect());
+            return Ok(keys.iter().map(|k| (k.clone(), Ok(absent()))).collect());
         }
+        // `podman ps` names no container, so no container can make it fail: when it does, it
+        // fails as a whole.
         let output = env
             .runner
             .run(&env.config.podman, &["ps", "-a", "--format", "json"], &[])
@@ -222,7 +224,7 @@ impl Kind for Containers {
             .map_err(|e| format!("`podman ps` printed something unexpected: {e}"))?;
         Ok(keys
             .iter()
-            .map(|k| (k.clone(), all.get(k).cloned().unwrap_or_else(absent)))
+            .map(|k| (k.clone(), Ok(all.get(k).cloned().unwrap_or_else(absent))))
             .collect())
     }
 
@@ -406,14 +408,14 @@ impl Kind for Containers {
                     }
             )
         });
-        let results = batch_then_each(&remove, |batch| {
+        let results = batch_then_each(env.runner, &remove, |batch| {
             env.runner
                 .run(podman, &["rm", "-f", "-t", "10"], batch)
                 .map(drop)
         });
         record_errors(&mut errors, &remove, results);
         let unpause = names(|op| matches!(op, Op::Unpause { .. }));
-        let results = batch_then_each(&unpause, |batch| {
+        let results = batch_then_each(env.runner, &unpause, |batch| {
             env.runner.run(podman, &["unpause"], batch).map(drop)
         });
         record_errors(&mut errors, &unpause, results);
@@ -421,7 +423,7 @@ impl Kind for Containers {
             .into_iter()
             .filter(|name| !errors.contains_key(name))
             .collect();
-        let results = batch_then_each(&stop, |batch| {
+        let results = batch_then_each(env.runner, &stop, |batch| {
             env.runner
                 .run(podman, &["stop", "-t", "10"], batch)
                 .map(drop)
@@ -449,7 +451,7 @@ impl Kind for Containers {
             })
             .map(|c| c.key.as_str())
             .collect();
-        let results = batch_then_each(&start, |batch| {
+        let results = batch_then_each(env.runner, &start, |batch| {
             env.runner.run(podman, &["start"], batch).map(drop)
         });
         record_errors(&mut errors, &start, results);

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::{
-    batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, Outcome, RunContext,
-    Step,
+    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, LedgerAfter,
+    Observations, Outcome, RunContext, Step,
 };
 use crate::config::{Identity, Limits, Tool};
 use crate::declaration::{Declaration, Fields};
@@ -103,33 +103,29 @@ impl Kind for Packages {
         env: &Env,
         _cx: &RunContext,
         keys: &[String],
-    ) -> Result<BTreeMap<String, Observed>, String> {
+    ) -> Result<Observations<Observed>, String> {
         if keys.is_empty() {
             return Ok(BTreeMap::new());
         }
         let names: Vec<&str> = keys.iter().map(String::as_str).collect();
         let args = with_root(env, &["-Qi"])?;
-        let output = env
-            .runner
-            .query(&env.config.pacman, &args, &names)
-            .map_err(|e| e.to_string())?;
-        // Exit 1 only means "some were not found"; anything else is a real failure.
-        if !matches!(output.code, Some(0) | Some(1)) {
-            return Err(format!(
-                "`pacman -Qi` exited with status {:?}: {}",
-                output.code,
-                output.stderr.trim()
-            ));
-        }
-        let stdout = output.stdout_text();
-        let mut installed = parse_info(&stdout);
-        Ok(keys
-            .iter()
-            .map(|k| {
-                let observed = installed.remove(k.as_str()).unwrap_or(Observed::Missing);
-                (k.clone(), observed)
-            })
-            .collect())
+        let results = query_by_halves(env.runner, "`pacman -Qi`", &names, |batch| {
+            let output = env.runner.query(&env.config.pacman, &args, batch)?;
+            // Exit 1 only means "some were not found"; anything else is a real failure.
+            if !matches!(output.code, Some(0) | Some(1)) {
+                return Err(CommandError {
+                    command: "pacman -Qi".into(),
+                    failure: Failure::Exit(output.code, output.stderr),
+                });
+            }
+            let stdout = output.stdout_text();
+            let mut installed = parse_info(&stdout);
+            Ok(batch
+                .iter()
+                .map(|name| installed.remove(name).unwrap_or(Observed::Missing))
+                .collect())
+        });
+        Ok(keys.iter().cloned().zip(results).collect())
     }
 
     fn plan(
@@ -276,7 +272,7 @@ impl Kind for Packages {
                 Ok(args) => args,
                 Err(e) => return names.iter().map(|_| Err(e.clone())).collect(),
             };
-            batch_then_each(names, |batch| {
+            batch_then_each(env.runner, names, |batch| {
                 if let Some(e) = &pacman_failure {
                     return Err(e.clone());
                 }

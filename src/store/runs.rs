@@ -24,6 +24,10 @@ pub struct RunRecord {
     pub in_sync: usize,
     /// External commands the run spawned.
     pub commands: usize,
+    /// Of those, queries repeated on part of a batch that failed as a whole, to find the
+    /// resource that made it fail.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: usize,
     /// Entries left out of the lists above to keep the history small.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: usize,
@@ -69,6 +73,7 @@ mod tests {
             deferred: Vec::new(),
             in_sync: 0,
             commands: 0,
+            retries: 0,
             omitted: 0,
         };
         let kept = run.abridged();
