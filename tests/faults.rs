@@ -702,3 +702,63 @@ fn a_masked_and_an_alias_unit_beside_a_normal_one_fail_only_themselves() {
     assert_eq!(alias_link, Some(PathBuf::from(&real)));
     assert_eq!(owned.code, 0, "{owned:?}");
 }
+
+// ------------------------------------------------------------------- pacman at its timeout
+
+/// A pacman stub: `-Qi` finds nothing, a transaction hangs recording each signal that reaches
+/// it in `record`; `on_int` is what it does on SIGINT (exit, as pacman does, or ignore it).
+fn hanging_pacman(record: &Path, on_int: &str) -> String {
+    let script = format!(
+        r#"case " $* " in
+             *" -Qi "*) exit 1;;
+             *) trap 'echo INT >> {rec}; {on_int}' INT
+                trap 'echo TERM >> {rec}; exit 143' TERM
+                echo "transaction started" >&2
+                while :; do sleep 0.05; done;;
+           esac"#,
+        rec = record.display()
+    );
+    serde_json::json!({"command": ["bash", "-c", script, "pacman"], "timeout_secs": 1, "grace_secs": 2})
+        .to_string()
+}
+
+#[test]
+fn pacman_at_its_timeout_gets_sigint_then_its_grace_then_sigkill() {
+    let probe = Scratch::new("pacman-signal-probe");
+    for (label, on_int, signals, says) in [
+        (
+            "pacman-sigint",
+            "exit 130",
+            "INT\n",
+            "sent SIGINT, it exited (status 130) within its grace",
+        ),
+        (
+            "pacman-sigkill",
+            "true",
+            "INT\n",
+            "sent SIGINT, it was still running 2 s later and was killed (SIGKILL)",
+        ),
+    ] {
+        let record = probe.dir.join(format!("{label}.signals"));
+        let host = Scratch::with_config(
+            label,
+            &format!(r#"{{"pacman": {}}}"#, hanging_pacman(&record, on_int)),
+        );
+        let started = Instant::now();
+        let report = apply_json(&host, r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 1);
+        let detail = failure(&report, "mesh-e");
+        eprintln!("{label}: {detail}");
+        assert!(detail.starts_with("\"create\": "), "{detail}");
+        assert!(detail.contains("reached its timeout of 1 s"), "{detail}");
+        assert!(detail.contains(says), "{detail}");
+        assert!(detail.contains("transaction started"), "{detail}");
+        // Never SIGTERM, which pacman does not handle (it would leave db.lck behind).
+        assert_eq!(
+            std::fs::read_to_string(&record).unwrap_or_default(),
+            signals
+        );
+        assert!(started.elapsed() < WAIT);
+        let status = host.run(&["status"]);
+        assert!(status.stdout.contains(says), "{status:?}");
+    }
+}
