@@ -351,7 +351,7 @@ impl Host {
             &runner,
         );
         store.record_run(&record)?;
-        self.queue_report(&store, &record, "");
+        self.queue_report(&store, &record, &record.notes.join("; "));
         Ok(Some(RunResult {
             report,
             record,
@@ -377,6 +377,11 @@ impl Host {
             result.record.commands,
             &result.traced,
         );
+        if !self.args.json {
+            for note in &result.record.notes {
+                println!("note: {note}");
+            }
+        }
     }
 
     fn print_report(&self, report: &Report, planning: bool, commands: usize, traced: &[String]) {
@@ -551,6 +556,9 @@ impl Host {
                 run.in_sync,
                 run.commands
             );
+            for note in &run.notes {
+                println!("    note: {note}");
+            }
             if run.retries > 0 {
                 println!(
                     "    ({} of the commands were retries of failed batched queries)",
@@ -601,6 +609,7 @@ fn record(
         in_sync: report.in_sync,
         commands: runner.count(),
         retries: runner.retries(),
+        notes: runner.notes(),
         omitted: 0,
     }
 }

@@ -65,6 +65,9 @@ pub struct Config {
     pub podman: Tool,
     /// How long to wait for someone else's pacman `db.lck` before failing the package resources.
     pub pacman_lock_wait: Duration,
+    /// Opt-in: a `db.lck` no process holds and older than this boot is removed (the run says so)
+    /// instead of failing the packages as stale. Off by default: pacman never guesses either.
+    pub pacman_remove_stale_lock: bool,
     /// The service: how often the drift timer reconciles (each wait randomised within ±10%).
     pub interval: Duration,
     /// The link: a ping after this long without sending; dead after three of these without a byte.
@@ -105,6 +108,7 @@ struct RawConfig {
     systemctl: Option<RawTool>,
     podman: Option<RawTool>,
     pacman_lock_wait_secs: Option<u64>,
+    pacman_remove_stale_lock: Option<bool>,
     interval_secs: Option<u64>,
     heartbeat_secs: Option<u64>,
     reconnect_base_secs: Option<u64>,
@@ -206,6 +210,7 @@ impl Config {
             systemctl: tool("systemctl", raw.systemctl, (120, Stop::Terminate, 10))?,
             podman: tool("podman", raw.podman, (300, Stop::Terminate, 30))?,
             pacman_lock_wait: Duration::from_secs(raw.pacman_lock_wait_secs.unwrap_or(120)),
+            pacman_remove_stale_lock: raw.pacman_remove_stale_lock.unwrap_or(false),
             interval: Duration::from_secs(at_least_one("interval_secs", raw.interval_secs, 600)?),
             heartbeat: Duration::from_secs(at_least_one("heartbeat_secs", raw.heartbeat_secs, 30)?),
             reconnect_base: Duration::from_secs(at_least_one(

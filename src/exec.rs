@@ -133,6 +133,7 @@ fn write_stderr(f: &mut fmt::Formatter<'_>, stderr: &str) -> fmt::Result {
 pub struct Runner {
     count: Cell<usize>,
     retries: Cell<usize>,
+    notes: RefCell<Vec<String>>,
     trace: Option<RefCell<Vec<String>>>,
 }
 
@@ -142,6 +143,7 @@ impl Runner {
         Runner {
             count: Cell::new(0),
             retries: Cell::new(0),
+            notes: RefCell::new(Vec::new()),
             trace: trace.then(|| RefCell::new(Vec::new())),
         }
     }
@@ -160,6 +162,18 @@ impl Runner {
     /// Commands run so far that were retries of part of a failed batch.
     pub fn retries(&self) -> usize {
         self.retries.get()
+    }
+
+    /// Records something the run did beside its resources that its record must show (a stale
+    /// lock it removed).
+    pub fn note(&self, text: String) {
+        log::warn!("{text}");
+        self.notes.borrow_mut().push(text);
+    }
+
+    /// What was noted so far.
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.borrow().clone()
     }
 
     /// The command lines run so far, when tracing.
@@ -261,12 +275,13 @@ impl Runner {
     }
 }
 
-/// Stops a tool that reached its timeout: its stop signal to the tool itself (not its group, so
-/// a scriptlet pacman is running is not interrupted under it), the grace to exit, then SIGKILL
-/// to whatever is left of the group.
+/// Stops a tool that reached its timeout: its stop signal to its process group, as a Ctrl-C
+/// reaches a terminal's foreground job (what pacman is built to handle, and what reaches the
+/// tool through a wrapper such as `sh -c` or `env` in its configured command), the grace to
+/// exit, then SIGKILL to whatever is left of the group.
 fn stop(tool: &Tool, child: &mut Child, pipes: &mut Pipes) -> Stopped {
     let (signal, name) = tool.stop.signal();
-    unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+    kill_group(child, signal);
     let grace_deadline = Instant::now() + tool.grace;
     let stopped = match pipes.wait(child, grace_deadline, true) {
         Ok(Some(status)) => Stopped::Exited {
@@ -281,6 +296,8 @@ fn stop(tool: &Tool, child: &mut Child, pipes: &mut Pipes) -> Stopped {
     log::warn!("a tool reached its timeout; {stopped:?}");
     kill_group(child, libc::SIGKILL);
     let _ = child.wait();
+    // What it wrote on its way out (why it stopped) is still in the pipes.
+    let _ = pipes.wait(child, Instant::now() + Duration::from_secs(1), false);
     stopped
 }
 
@@ -455,7 +472,8 @@ mod tests {
                      echo started >&2; while :; do sleep 0.05; done"
                 ),
             ],
-            timeout: Duration::from_millis(300),
+            // Long enough for bash to have set its traps even on a loaded machine.
+            timeout: Duration::from_millis(1000),
             stop,
             grace: Duration::from_millis(grace_ms),
         }
@@ -479,7 +497,7 @@ mod tests {
         assert!(stderr.contains("got INT"), "{err}");
         assert!(
             err.to_string().contains(
-                "reached its timeout of 0 s: sent SIGINT, it exited (status 130) within its grace"
+                "reached its timeout of 1 s: sent SIGINT, it exited (status 130) within its grace"
             ),
             "{err}"
         );

@@ -40,6 +40,14 @@ pub struct Stat {
     pub size: u64,
 }
 
+/// A file's identity and modification time (unix seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileIdentity {
+    pub device: u64,
+    pub inode: u64,
+    pub modified: i64,
+}
+
 /// Why a path could not be walked: names the offending component.
 #[derive(Debug)]
 pub enum WalkError {
@@ -188,6 +196,24 @@ impl Dir {
         let mut bytes = Vec::with_capacity(stat.size as usize);
         io::Read::read_to_end(&mut io::Read::take(&mut file, max + 1), &mut bytes)?;
         Ok(Some((stat, bytes)))
+    }
+
+    /// Which file `name` is (device and inode) and when it was last modified, without following
+    /// a symlink: to tell whether some process has that very file open. `None` when absent.
+    pub fn identity(&self, name: &OsStr) -> io::Result<Option<FileIdentity>> {
+        let c = cstring(name)?;
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        match retry(|| unsafe {
+            libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+        }) {
+            Ok(_) => Ok(Some(FileIdentity {
+                device: st.st_dev,
+                inode: st.st_ino,
+                modified: st.st_mtime,
+            })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Where symlink `name` points (read, never followed); `None` when it does not exist.

@@ -28,6 +28,9 @@ pub struct RunRecord {
     /// resource that made it fail.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retries: usize,
+    /// What the run did beside its resources that a person should know (a stale lock removed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// Entries left out of the lists above to keep the history small.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: usize,
@@ -74,6 +77,7 @@ mod tests {
             in_sync: 0,
             commands: 0,
             retries: 0,
+            notes: Vec::new(),
             omitted: 0,
         };
         let kept = run.abridged();
