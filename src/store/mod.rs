@@ -7,6 +7,7 @@ mod ledger;
 mod lock;
 mod outbox;
 mod runs;
+mod secrets;
 
 use std::ffi::OsStr;
 use std::fmt;
