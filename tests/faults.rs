@@ -762,3 +762,43 @@ fn pacman_at_its_timeout_gets_sigint_then_its_grace_then_sigkill() {
         assert!(status.stdout.contains(says), "{status:?}");
     }
 }
+
+// ------------------------------------------------- a batched query failing because of one name
+
+#[test]
+fn a_package_query_failing_as_a_whole_is_retried_by_halves_onto_the_name_that_caused_it() {
+    // pacman's `-Qi` refuses the whole batch (exit 3) when `mesh-poison` is in it, and otherwise
+    // finds nothing installed (exit 1), as for packages declared absent that are not there.
+    let pacman = stub(
+        r#"case " $* " in
+             *" -Qi "*" mesh-poison "*) echo "error: database entry of mesh-poison is damaged" >&2; exit 3;;
+             *" -Qi "*) exit 1;;
+             *) exit 0;;
+           esac"#,
+    );
+    let host = Scratch::with_config("pkg-halves", &format!(r#"{{"pacman": {pacman}}}"#));
+    let names: Vec<String> = (0..7).map(|i| format!("mesh-fine-{i}")).collect();
+    let members: Vec<String> = names
+        .iter()
+        .map(String::as_str)
+        .chain(["mesh-poison"])
+        .map(|n| format!(r#""{n}": {{"state": "absent"}}"#))
+        .collect();
+    let report = apply_json(
+        &host,
+        &format!(r#"{{"schema": 1, "packages": {{{}}}}}"#, members.join(", ")),
+        1,
+    );
+    let failures = report["failures"].as_array().cloned().unwrap_or_default();
+    assert_eq!(failures.len(), 1, "{report:#}");
+    let detail = failure(&report, "mesh-poison");
+    assert!(
+        detail.starts_with("\"observe\"") && detail.contains("database entry of mesh-poison"),
+        "{detail}"
+    );
+    assert_eq!(report["in_sync"], 7, "{report:#}");
+    let runs = host.run(&["status", "--json"]).json();
+    let retries = runs["runs"][0]["retries"].as_u64().unwrap_or(0);
+    // 8 names: halves of 4, 2, 1 on the poisoned side.
+    assert_eq!(retries, 6, "{runs:#}");
+}
