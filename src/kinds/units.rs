@@ -1,4 +1,6 @@
-//! systemd units. One `systemctl show` and one `is-enabled` (of the loaded ones) observe them all;
+//! systemd units. One `systemctl show` and one `is-enabled` (of the loaded ones) observe them all
+//! (asked again by halves when one name fails the batch; masked, aliased, symlinked or oversized
+//! unit files fail or are reported only for their own unit, never followed);
 //! unit files the declaration carries are written atomically to the unit directory with one
 //! `daemon-reload` when any changed; enable, disable, start, stop, restart and reload each go in
 //! one batched call. A unit the host found enabled or running gets that state back when it is
@@ -555,8 +557,10 @@ fn apply_file(env: &Env, dir: &Path, name: &str, op: &Op) -> Result<bool, String
     if op.write_file.is_none() && op.restore_file.is_none() && !op.remove_file {
         return Ok(false);
     }
-    let d = open_unit_dir(env, !op.remove_file)?
-        .ok_or_else(|| format!("unit directory {} does not exist", dir.display()))?;
+    // Only a removal finds the directory missing (anything else creates it): nothing to remove.
+    let Some(d) = open_unit_dir(env, !op.remove_file)? else {
+        return Ok(false);
+    };
     let at = |e: std::io::Error| format!("{}: {e}", dir.join(name).display());
     if let Some(bytes) = &op.write_file {
         d.write_atomic(OsStr::new(name), bytes, 0o644, None)
