@@ -527,6 +527,49 @@ mod tests {
     }
 
     #[test]
+    fn created_directories_get_exactly_their_mode_and_links_are_read_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = TempDir::new("fsutil-modes");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        // 0777 survives whatever the umask (022 or 077 would take bits off a plain mkdir).
+        let root = Dir::open(tmp.path()).unwrap();
+        assert!(root.mkdir(OsStr::new("open"), 0o777).unwrap());
+        assert_eq!(mode(&tmp.path().join("open")), 0o777);
+        assert!(!root.mkdir(OsStr::new("open"), 0o700).unwrap());
+        assert_eq!(
+            mode(&tmp.path().join("open")),
+            0o777,
+            "an existing one is left"
+        );
+        create_dir_all(&tmp.path().join("a/b/c"), 0o777).unwrap();
+        for dir in ["a", "a/b", "a/b/c"] {
+            assert_eq!(mode(&tmp.path().join(dir)), 0o777, "{dir}");
+        }
+        let unit_dir = walk_to_dir(&root, Path::new("/etc/systemd/system"), true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(mode(&tmp.path().join("etc/systemd/system")), 0o755);
+        std::os::unix::fs::symlink("/dev/null", tmp.path().join("etc/systemd/system/m.service"))
+            .unwrap();
+        assert_eq!(
+            unit_dir.read_link(OsStr::new("m.service")).unwrap(),
+            Some(PathBuf::from("/dev/null"))
+        );
+        assert!(unit_dir.identity(OsStr::new("none")).unwrap().is_none());
+        std::os::unix::fs::symlink("/tmp", tmp.path().join("etc/linked")).unwrap();
+        let err = walk_to_dir(&root, Path::new("/etc/linked"), true)
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "/etc/linked is a symlink; mesh-host never follows symlinks"
+        );
+        assert!(walk_to_dir(&root, Path::new("/etc/none"), false)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
     fn walk_creates_and_refuses_symlinks() {
         let tmp = TempDir::new("fsutil-walk");
         let root = Dir::open(tmp.path()).unwrap();
