@@ -293,7 +293,11 @@ fn stop(tool: &Tool, child: &mut Child, pipes: &mut Pipes) -> Stopped {
             grace: tool.grace,
         },
     };
-    log::warn!("a tool reached its timeout; {stopped:?}");
+    log::warn!(
+        "`{}` reached its timeout of {} s: {stopped:?}",
+        tool.command.join(" "),
+        tool.timeout.as_secs()
+    );
     kill_group(child, libc::SIGKILL);
     let _ = child.wait();
     // What it wrote on its way out (why it stopped) is still in the pipes.
