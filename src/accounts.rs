@@ -1,8 +1,16 @@
 //! Users and groups of the target machine, read from its own `/etc/passwd` and `/etc/group` (under
 //! `--root`, the mounted root's), so owners resolve as they will on that machine, not this one.
+//! They are read through the same no-symlink walk as target files: a link in a mounted disk never
+//! leads onto the rescue system's own tables.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::Path;
+
+use crate::fsutil::{self, Dir};
+
+/// Far more than any real table; a larger file is refused rather than read into memory.
+const MAX_TABLE_BYTES: u64 = 64 << 20;
 
 /// A declared owner or group: a name, or a numeric id taken as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,21 +48,37 @@ impl Account {
     }
 }
 
-/// Name -> id tables of one machine.
-#[derive(Debug, Default)]
+/// Name -> id tables of one machine; a table that could not be read keeps why, so names fail
+/// with that reason while numeric ids still work.
+#[derive(Debug)]
 pub struct Accounts {
-    users: BTreeMap<String, u32>,
-    groups: BTreeMap<String, u32>,
+    users: Result<BTreeMap<String, u32>, String>,
+    groups: Result<BTreeMap<String, u32>, String>,
 }
 
 impl Accounts {
     /// Reads `root`'s tables; a missing file is an empty table (numeric ids still work).
     pub fn read(root: &Path) -> Accounts {
-        let read =
-            |name: &str| std::fs::read_to_string(root.join("etc").join(name)).unwrap_or_default();
+        let read = |name: &str| -> Result<BTreeMap<String, u32>, String> {
+            let path = Path::new("/etc").join(name);
+            let shown = |e: &dyn std::fmt::Display| {
+                format!("the target's {} cannot be read: {e}", path.display())
+            };
+            let root = Dir::open(root).map_err(|e| shown(&e))?;
+            let Some(parent) =
+                fsutil::walk_to_parent(&root, &path, false).map_err(|e| shown(&e))?
+            else {
+                return Ok(BTreeMap::new());
+            };
+            match parent.dir.read(OsStr::new(name), MAX_TABLE_BYTES) {
+                Ok(Some((_, bytes))) => Ok(parse_table(&String::from_utf8_lossy(&bytes))),
+                Ok(None) => Ok(BTreeMap::new()),
+                Err(e) => Err(shown(&e)),
+            }
+        };
         Accounts {
-            users: parse_table(&read("passwd")),
-            groups: parse_table(&read("group")),
+            users: read("passwd"),
+            groups: read("group"),
         }
     }
 
@@ -69,13 +93,15 @@ impl Accounts {
 
 fn resolve(
     account: &Account,
-    table: &BTreeMap<String, u32>,
+    table: &Result<BTreeMap<String, u32>, String>,
     what: &str,
     file: &str,
 ) -> Result<u32, String> {
     match account {
         Account::Id(id) => Ok(*id),
         Account::Name(name) => table
+            .as_ref()
+            .map_err(|e| format!("{what} {name:?} cannot be looked up: {e}"))?
             .get(name)
             .copied()
             .ok_or_else(|| format!("{what} {name:?} does not exist in the target's {file}")),
@@ -101,10 +127,10 @@ mod tests {
     #[test]
     fn parses_tables_and_resolves() {
         let accounts = Accounts {
-            users: parse_table(
+            users: Ok(parse_table(
                 "root:x:0:0:root:/root:/bin/sh\nhttp:x:33:33::/srv/http:/usr/bin/nologin\nbroken\n",
-            ),
-            groups: parse_table("root:x:0:\nhttp:x:33:\n"),
+            )),
+            groups: Ok(parse_table("root:x:0:\nhttp:x:33:\n")),
         };
         assert_eq!(accounts.uid(&Account::parse("http").unwrap()), Ok(33));
         assert_eq!(accounts.uid(&Account::parse("1234").unwrap()), Ok(1234));
@@ -113,6 +139,33 @@ mod tests {
             .uid(&Account::parse("nobody").unwrap())
             .unwrap_err()
             .contains("does not exist"));
+    }
+
+    #[test]
+    fn tables_are_read_without_following_symlinks() {
+        let tmp = crate::testutil::TempDir::new("accounts-walk");
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::write(root.join("etc/group"), "wheel:x:10:\n").unwrap();
+        // A mounted disk whose passwd links out of it, onto the system running mesh-host.
+        let outside = tmp.path().join("passwd");
+        std::fs::write(&outside, "intruder:x:4242:4242::/:/bin/sh\n").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("etc/passwd")).unwrap();
+        let accounts = Accounts::read(&root);
+        let err = accounts
+            .uid(&Account::parse("intruder").unwrap())
+            .unwrap_err();
+        assert!(err.contains("/etc/passwd cannot be read"), "{err}");
+        assert_eq!(accounts.uid(&Account::parse("4242").unwrap()), Ok(4242));
+        assert_eq!(accounts.gid(&Account::parse("wheel").unwrap()), Ok(10));
+        // /etc itself a link out of the root: refused too.
+        let linked = tmp.path().join("linked");
+        std::fs::create_dir_all(&linked).unwrap();
+        std::os::unix::fs::symlink(root.join("etc"), linked.join("etc")).unwrap();
+        let err = Accounts::read(&linked)
+            .gid(&Account::parse("wheel").unwrap())
+            .unwrap_err();
+        assert!(err.contains("is a symlink"), "{err}");
     }
 
     #[test]

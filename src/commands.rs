@@ -339,7 +339,7 @@ impl Host {
                     revision,
                     d,
                     &Report::default(),
-                    runner.count(),
+                    &runner,
                 );
                 let _ = store.record_run(&record);
                 self.queue_report(&store, &record, &[], &[], &e.to_string());
@@ -354,11 +354,17 @@ impl Host {
             revision,
             d,
             &report,
-            runner.count(),
+            &runner,
         );
         store.record_run(&record)?;
         let failing = note_failures(&store, &report, record.ended);
-        self.queue_report(&store, &record, &failing, &report.pacnew, "");
+        self.queue_report(
+            &store,
+            &record,
+            &failing,
+            &report.pacnew,
+            &record.notes.join("; "),
+        );
         self.note_run(&store, &record, Some(&report));
         Ok(Some(RunResult {
             report,
@@ -461,6 +467,11 @@ impl Host {
             result.record.commands,
             &result.traced,
         );
+        if !self.args.json {
+            for note in &result.record.notes {
+                println!("note: {note}");
+            }
+        }
     }
 
     fn print_report(&self, report: &Report, planning: bool, commands: usize, traced: &[String]) {
@@ -667,6 +678,15 @@ impl Host {
                 run.in_sync,
                 run.commands
             );
+            for note in &run.notes {
+                println!("    note: {note}");
+            }
+            if run.retries > 0 {
+                println!(
+                    "    ({} of the commands were retries of failed batched queries)",
+                    run.retries
+                );
+            }
             for f in &run.failures {
                 println!("    ! {} {}: {}", f.kind, f.key, f.detail);
             }
@@ -783,7 +803,7 @@ fn record(
     revision: Option<u64>,
     d: &Declaration,
     report: &Report,
-    commands: usize,
+    runner: &Runner,
 ) -> RunRecord {
     RunRecord {
         trigger: triggers.join(", "),
@@ -796,7 +816,9 @@ fn record(
         failures: report.failures.clone(),
         deferred: report.deferred.clone(),
         in_sync: report.in_sync,
-        commands,
+        commands: runner.count(),
+        retries: runner.retries(),
+        notes: runner.notes(),
         omitted: 0,
     }
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::exec::Stop;
+
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/mesh-host/config.json";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/mesh-host";
 /// The host's own package; always refused, whatever the config says.
@@ -47,6 +49,9 @@ impl Default for Limits {
 pub struct Tool {
     pub command: Vec<String>,
     pub timeout: Duration,
+    /// How it is asked to stop at its timeout, and how long it then has before SIGKILL.
+    pub stop: Stop,
+    pub grace: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -60,6 +65,9 @@ pub struct Config {
     pub podman: Tool,
     /// How long to wait for someone else's pacman `db.lck` before failing the package resources.
     pub pacman_lock_wait: Duration,
+    /// Opt-in: a `db.lck` no process holds and older than this boot is removed (the run says so)
+    /// instead of failing the packages as stale. Off by default: pacman never guesses either.
+    pub pacman_remove_stale_lock: bool,
     /// The service: how often the drift timer reconciles (each wait randomised within ±10%).
     pub interval: Duration,
     /// The link: a ping after this long without sending; dead after three of these without a byte.
@@ -102,6 +110,7 @@ struct RawConfig {
     systemctl: Option<RawTool>,
     podman: Option<RawTool>,
     pacman_lock_wait_secs: Option<u64>,
+    pacman_remove_stale_lock: Option<bool>,
     interval_secs: Option<u64>,
     heartbeat_secs: Option<u64>,
     reconnect_base_secs: Option<u64>,
@@ -126,6 +135,7 @@ struct RawControlPlane {
 struct RawTool {
     command: Option<Vec<String>>,
     timeout_secs: Option<u64>,
+    grace_secs: Option<u64>,
 }
 
 impl Config {
@@ -206,10 +216,12 @@ impl Config {
             state_dir,
             unit_dir,
             limits,
-            pacman: tool("pacman", raw.pacman, 900)?,
-            systemctl: tool("systemctl", raw.systemctl, 120)?,
-            podman: tool("podman", raw.podman, 300)?,
+            // pacman's grace is long: a commit it was in when interrupted is finished first.
+            pacman: tool("pacman", raw.pacman, (900, Stop::Interrupt, 300))?,
+            systemctl: tool("systemctl", raw.systemctl, (120, Stop::Terminate, 10))?,
+            podman: tool("podman", raw.podman, (300, Stop::Terminate, 30))?,
             pacman_lock_wait: Duration::from_secs(raw.pacman_lock_wait_secs.unwrap_or(120)),
+            pacman_remove_stale_lock: raw.pacman_remove_stale_lock.unwrap_or(false),
             interval: Duration::from_secs(at_least_one("interval_secs", raw.interval_secs, 600)?),
             heartbeat: Duration::from_secs(at_least_one("heartbeat_secs", raw.heartbeat_secs, 30)?),
             reconnect_base: Duration::from_secs(at_least_one(
@@ -270,10 +282,16 @@ fn control_plane(raw: RawControlPlane) -> Result<ControlPlane, String> {
     })
 }
 
-fn tool(name: &'static str, raw: Option<RawTool>, default_timeout: u64) -> Result<Tool, String> {
-    let (command, timeout) = match raw {
-        Some(t) => (t.command, t.timeout_secs),
-        None => (None, None),
+/// A tool from its config section; `defaults` are its timeout, how it is stopped and its grace.
+fn tool(
+    name: &'static str,
+    raw: Option<RawTool>,
+    defaults: (u64, Stop, u64),
+) -> Result<Tool, String> {
+    let (default_timeout, stop, default_grace) = defaults;
+    let (command, timeout, grace) = match raw {
+        Some(t) => (t.command, t.timeout_secs, t.grace_secs),
+        None => (None, None, None),
     };
     let command = command.unwrap_or_else(|| vec![name.to_string()]);
     if command.is_empty() || command[0].is_empty() {
@@ -286,6 +304,8 @@ fn tool(name: &'static str, raw: Option<RawTool>, default_timeout: u64) -> Resul
     Ok(Tool {
         command,
         timeout: Duration::from_secs(timeout),
+        stop,
+        grace: Duration::from_secs(grace.unwrap_or(default_grace)),
     })
 }
 

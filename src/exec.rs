@@ -2,14 +2,16 @@
 //! config), runs with `LC_ALL=C` so output parses the same everywhere, captures stderr into the
 //! error, and puts the names it acts on after `--` so no value from a declaration can become an
 //! option. Each call is counted, so a run can show that a no-op costs a fixed number of queries
-//! per tool, however many resources there are.
+//! per tool, however many resources there are. A tool that reaches its timeout is stopped the
+//! way that tool is safely stopped (pacman by SIGINT, which never leaves a half-done commit),
+//! given a bounded grace, and only then killed; the error says which happened.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::config::Tool;
@@ -29,10 +31,46 @@ impl Output {
     }
 }
 
+/// How a tool is asked to stop when it reaches its timeout; after the tool's grace, whatever is
+/// left of its process group gets SIGKILL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGINT, as a person's Ctrl-C: pacman aborts cleanly before a commit, finishes the commit
+    /// it is in, and releases its lock (SIGTERM would leave `db.lck` and maybe a half-done commit).
+    Interrupt,
+    /// SIGTERM: what systemctl and podman handle by cleaning up.
+    Terminate,
+}
+
+impl Stop {
+    fn signal(self) -> (libc::c_int, &'static str) {
+        match self {
+            Stop::Interrupt => (libc::SIGINT, "SIGINT"),
+            Stop::Terminate => (libc::SIGTERM, "SIGTERM"),
+        }
+    }
+}
+
+/// What stopping a tool at its timeout came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// It exited within the grace after the signal (with this exit code, `None` for a signal).
+    Exited {
+        signal: &'static str,
+        code: Option<i32>,
+    },
+    /// It was still running after the signal and the grace: killed with SIGKILL.
+    Killed {
+        signal: &'static str,
+        grace: Duration,
+    },
+}
+
 #[derive(Debug)]
 pub enum Failure {
     Spawn(io::Error),
-    Timeout(Duration, String),
+    /// Reached its timeout; how it was stopped; its stderr.
+    Timeout(Duration, Stopped, String),
     Exit(Option<i32>, String),
 }
 
@@ -47,13 +85,27 @@ impl fmt::Display for CommandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.failure {
             Failure::Spawn(e) => write!(f, "`{}` could not be started: {e}", self.command),
-            Failure::Timeout(t, stderr) => {
+            Failure::Timeout(t, stopped, stderr) => {
                 write!(
                     f,
-                    "`{}` was killed after its timeout of {} s",
+                    "`{}` reached its timeout of {} s: ",
                     self.command,
                     t.as_secs()
                 )?;
+                match stopped {
+                    Stopped::Exited { signal, code } => {
+                        let how = match code {
+                            Some(c) => format!("status {c}"),
+                            None => "a signal".to_string(),
+                        };
+                        write!(f, "sent {signal}, it exited ({how}) within its grace")?
+                    }
+                    Stopped::Killed { signal, grace } => write!(
+                        f,
+                        "sent {signal}, it was still running {} s later and was killed (SIGKILL)",
+                        grace.as_secs()
+                    )?,
+                }
                 write_stderr(f, stderr)
             }
             Failure::Exit(code, stderr) => {
@@ -80,6 +132,8 @@ fn write_stderr(f: &mut fmt::Formatter<'_>, stderr: &str) -> fmt::Result {
 #[derive(Default)]
 pub struct Runner {
     count: Cell<usize>,
+    retries: Cell<usize>,
+    notes: RefCell<Vec<String>>,
     trace: Option<RefCell<Vec<String>>>,
 }
 
@@ -88,6 +142,8 @@ impl Runner {
     pub fn new(trace: bool) -> Runner {
         Runner {
             count: Cell::new(0),
+            retries: Cell::new(0),
+            notes: RefCell::new(Vec::new()),
             trace: trace.then(|| RefCell::new(Vec::new())),
         }
     }
@@ -95,6 +151,29 @@ impl Runner {
     /// Commands run so far.
     pub fn count(&self) -> usize {
         self.count.get()
+    }
+
+    /// Notes that the next command repeats part of a batch that failed as a whole, to find the
+    /// names that caused it.
+    pub fn count_retry(&self) {
+        self.retries.set(self.retries.get() + 1);
+    }
+
+    /// Commands run so far that were retries of part of a failed batch.
+    pub fn retries(&self) -> usize {
+        self.retries.get()
+    }
+
+    /// Records something the run did beside its resources that its record must show (a stale
+    /// lock it removed).
+    pub fn note(&self, text: String) {
+        log::warn!("{text}");
+        self.notes.borrow_mut().push(text);
+    }
+
+    /// What was noted so far.
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.borrow().clone()
     }
 
     /// The command lines run so far, when tracing.
@@ -161,87 +240,170 @@ impl Runner {
             .process_group(0)
             .spawn()
             .map_err(|e| error(Failure::Spawn(e)))?;
-        let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take())
-        else {
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(error(Failure::Spawn(io::Error::other("no pipes"))));
         };
+        let mut pipes = Pipes {
+            stdout,
+            stderr,
+            open: [true, true],
+            out: Vec::new(),
+            err: Vec::new(),
+        };
         let deadline = Instant::now() + tool.timeout;
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let mut open = [true, true];
-        let mut timed_out = false;
-        while open[0] || open[1] {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                timed_out = true;
-                break;
+        let status = match pipes.wait(&mut child, deadline, false) {
+            Ok(Some(status)) => status,
+            Ok(None) => {
+                let stopped = stop(tool, &mut child, &mut pipes);
+                let stderr = String::from_utf8_lossy(&pipes.err).into_owned();
+                return Err(error(Failure::Timeout(tool.timeout, stopped, stderr)));
             }
-            let mut fds = [
-                libc::pollfd {
-                    fd: if open[0] { stdout.as_raw_fd() } else { -1 },
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: if open[1] { stderr.as_raw_fd() } else { -1 },
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            let millis = left.as_millis().min(i32::MAX as u128) as libc::c_int;
-            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, millis.max(1)) };
-            if ready < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(error(Failure::Spawn(e)));
-            }
-            for (i, fd) in fds.iter().enumerate() {
-                if fd.revents == 0 {
-                    continue;
-                }
-                let mut buf = [0u8; 16384];
-                let n = if i == 0 {
-                    stdout.read(&mut buf)
-                } else {
-                    stderr.read(&mut buf)
-                };
-                match n {
-                    Ok(0) | Err(_) => open[i] = false,
-                    Ok(n) => {
-                        if i == 0 {
-                            out.extend_from_slice(&buf[..n]);
-                        } else {
-                            err.extend_from_slice(&buf[..n]);
-                        }
-                    }
-                }
-            }
-        }
-        let status = loop {
-            if timed_out {
-                unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+            Err(e) => {
+                kill_group(&child, libc::SIGKILL);
                 let _ = child.wait();
-                let stderr = String::from_utf8_lossy(&err).into_owned();
-                return Err(error(Failure::Timeout(tool.timeout, stderr)));
-            }
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() >= deadline => timed_out = true,
-                // Pipes closed but the process lingers: wait a little without busy-looping.
-                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-                Err(e) => return Err(error(Failure::Spawn(e))),
+                return Err(error(Failure::Spawn(e)));
             }
         };
         Ok((
             command,
             Output {
                 code: status.code(),
-                stdout: out,
-                stderr: String::from_utf8_lossy(&err).into_owned(),
+                stdout: pipes.out,
+                stderr: String::from_utf8_lossy(&pipes.err).into_owned(),
             },
         ))
+    }
+}
+
+/// Stops a tool that reached its timeout: its stop signal to its process group, as a Ctrl-C
+/// reaches a terminal's foreground job (what pacman is built to handle, and what reaches the
+/// tool through a wrapper such as `sh -c` or `env` in its configured command), the grace to
+/// exit, then SIGKILL to whatever is left of the group.
+fn stop(tool: &Tool, child: &mut Child, pipes: &mut Pipes) -> Stopped {
+    let (signal, name) = tool.stop.signal();
+    kill_group(child, signal);
+    let grace_deadline = Instant::now() + tool.grace;
+    let stopped = match pipes.wait(child, grace_deadline, true) {
+        Ok(Some(status)) => Stopped::Exited {
+            signal: name,
+            code: status.code(),
+        },
+        _ => Stopped::Killed {
+            signal: name,
+            grace: tool.grace,
+        },
+    };
+    log::warn!(
+        "`{}` reached its timeout of {} s: {stopped:?}",
+        tool.command.join(" "),
+        tool.timeout.as_secs()
+    );
+    kill_group(child, libc::SIGKILL);
+    let _ = child.wait();
+    // What it wrote on its way out (why it stopped) is still in the pipes.
+    let _ = pipes.wait(child, Instant::now() + Duration::from_secs(1), false);
+    stopped
+}
+
+fn kill_group(child: &Child, signal: libc::c_int) {
+    unsafe { libc::kill(-(child.id() as libc::pid_t), signal) };
+}
+
+/// A child's stdout and stderr, read as they come so neither pipe fills and blocks it.
+struct Pipes {
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+    open: [bool; 2],
+    out: Vec<u8>,
+    err: Vec<u8>,
+}
+
+impl Pipes {
+    /// Reads until both pipes close and the child exits, or `deadline`: `Ok(None)` then. With
+    /// `leader_only`, returns as soon as the child itself exits, pipes open or not (something it
+    /// left behind may hold them).
+    fn wait(
+        &mut self,
+        child: &mut Child,
+        deadline: Instant,
+        leader_only: bool,
+    ) -> io::Result<Option<ExitStatus>> {
+        loop {
+            if leader_only || !(self.open[0] || self.open[1]) {
+                if let Some(status) = child.try_wait()? {
+                    return Ok(Some(status));
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            if self.open[0] || self.open[1] {
+                // Short polls while waiting for the child itself, so its exit is seen promptly.
+                let slice = if leader_only {
+                    left.min(Duration::from_millis(20))
+                } else {
+                    left
+                };
+                self.poll(slice)?;
+            } else {
+                // Pipes closed but the process lingers: wait a little without busy-looping.
+                std::thread::sleep(left.min(Duration::from_millis(2)));
+            }
+        }
+    }
+
+    /// One `poll` of the open pipes for at most `left`, reading what is ready.
+    fn poll(&mut self, left: Duration) -> io::Result<()> {
+        let mut fds = [
+            libc::pollfd {
+                fd: if self.open[0] {
+                    self.stdout.as_raw_fd()
+                } else {
+                    -1
+                },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if self.open[1] {
+                    self.stderr.as_raw_fd()
+                } else {
+                    -1
+                },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let millis = left.as_millis().min(i32::MAX as u128) as libc::c_int;
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, millis.max(1)) };
+        if ready < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        for (i, fd) in fds.iter().enumerate() {
+            if fd.revents == 0 {
+                continue;
+            }
+            let mut buf = [0u8; 16384];
+            let n = if i == 0 {
+                self.stdout.read(&mut buf)
+            } else {
+                self.stderr.read(&mut buf)
+            };
+            match n {
+                Ok(0) | Err(_) => self.open[i] = false,
+                Ok(n) => {
+                    let sink = if i == 0 { &mut self.out } else { &mut self.err };
+                    sink.extend_from_slice(&buf[..n]);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -253,6 +415,8 @@ mod tests {
         Tool {
             command: vec!["sh".into(), "-c".into()],
             timeout: Duration::from_millis(timeout_ms),
+            stop: Stop::Terminate,
+            grace: Duration::from_secs(5),
         }
     }
 
@@ -300,11 +464,77 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(20));
     }
 
+    /// A tool that traps signals, to see which one reached it at its timeout.
+    fn trapping(stop: Stop, grace_ms: u64, on_signal: &str) -> Tool {
+        Tool {
+            command: vec![
+                "bash".into(),
+                "-c".into(),
+                format!(
+                    "trap 'echo got INT >&2; {on_signal}' INT; \
+                     trap 'echo got TERM >&2; {on_signal}' TERM; \
+                     echo started >&2; while :; do sleep 0.05; done"
+                ),
+            ],
+            // Long enough for bash to have set its traps even on a loaded machine.
+            timeout: Duration::from_millis(1000),
+            stop,
+            grace: Duration::from_millis(grace_ms),
+        }
+    }
+
+    #[test]
+    fn interrupt_policy_sends_sigint_and_waits_for_a_clean_exit() {
+        let err = Runner::new(false)
+            .run(&trapping(Stop::Interrupt, 5000, "exit 130"), &[], &[])
+            .unwrap_err();
+        let Failure::Timeout(_, stopped, stderr) = &err.failure else {
+            panic!("{err}");
+        };
+        assert_eq!(
+            *stopped,
+            Stopped::Exited {
+                signal: "SIGINT",
+                code: Some(130)
+            }
+        );
+        assert!(stderr.contains("got INT"), "{err}");
+        assert!(
+            err.to_string().contains(
+                "reached its timeout of 1 s: sent SIGINT, it exited (status 130) within its grace"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn terminate_policy_sends_sigterm_then_kills_after_the_grace() {
+        let started = Instant::now();
+        let err = Runner::new(false)
+            .run(&trapping(Stop::Terminate, 300, "true"), &[], &[])
+            .unwrap_err();
+        let Failure::Timeout(_, stopped, stderr) = &err.failure else {
+            panic!("{err}");
+        };
+        assert_eq!(
+            *stopped,
+            Stopped::Killed {
+                signal: "SIGTERM",
+                grace: Duration::from_millis(300)
+            }
+        );
+        assert!(stderr.contains("got TERM"), "{err}");
+        assert!(err.to_string().contains("was killed (SIGKILL)"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
     #[test]
     fn missing_program() {
         let tool = Tool {
             command: vec!["/nonexistent/tool".into()],
             timeout: Duration::from_secs(1),
+            stop: Stop::Terminate,
+            grace: Duration::from_secs(1),
         };
         let err = Runner::new(false).run(&tool, &[], &[]).unwrap_err();
         assert!(err.to_string().contains("could not be started"), "{err}");

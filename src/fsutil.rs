@@ -40,6 +40,14 @@ pub struct Stat {
     pub size: u64,
 }
 
+/// A file's identity and modification time (unix seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileIdentity {
+    pub device: u64,
+    pub inode: u64,
+    pub modified: i64,
+}
+
 /// Why a path could not be walked: names the offending component.
 #[derive(Debug)]
 pub enum WalkError {
@@ -190,14 +198,59 @@ impl Dir {
         Ok(Some((stat, bytes)))
     }
 
-    /// Creates child directory `name` with `mode`; `Ok(false)` when it already existed.
+    /// Which file `name` is (device and inode) and when it was last modified, without following
+    /// a symlink: to tell whether some process has that very file open. `None` when absent.
+    pub fn identity(&self, name: &OsStr) -> io::Result<Option<FileIdentity>> {
+        let c = cstring(name)?;
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        match retry(|| unsafe {
+            libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+        }) {
+            Ok(_) => Ok(Some(FileIdentity {
+                device: st.st_dev,
+                inode: st.st_ino,
+                modified: st.st_mtime,
+            })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Where symlink `name` points (read, never followed); `None` when it does not exist.
+    pub fn read_link(&self, name: &OsStr) -> io::Result<Option<PathBuf>> {
+        let c = cstring(name)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        let n = unsafe {
+            libc::readlinkat(
+                self.raw(),
+                c.as_ptr(),
+                buf.as_mut_ptr() as *mut libc::c_char,
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::NotFound => Ok(None),
+                _ => Err(e),
+            };
+        }
+        buf.truncate(n as usize);
+        Ok(Some(PathBuf::from(OsStr::from_bytes(&buf))))
+    }
+
+    /// Creates child directory `name` with exactly `mode` (set after creation, so the umask never
+    /// decides it); `Ok(false)` when it already existed, whose mode is left as it is.
     pub fn mkdir(&self, name: &OsStr, mode: u32) -> io::Result<bool> {
         let c = cstring(name)?;
         match retry(|| unsafe { libc::mkdirat(self.raw(), c.as_ptr(), mode as libc::mode_t) }) {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(e),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(e),
         }
+        let created = self.child(name)?;
+        check(unsafe { libc::fchmod(created.raw(), mode as libc::mode_t) })?;
+        Ok(true)
     }
 
     /// Replaces `name` atomically and durably with `bytes`, `mode` and, if given, `owner` (uid, gid),
@@ -387,6 +440,72 @@ pub fn walk_to_parent(root: &Dir, path: &Path, create: bool) -> Result<Option<Pa
     }))
 }
 
+/// Opens directory `path` below `root` the same way as `walk_to_parent`, never through a
+/// symlink; with `create`, missing directories are made (mode 0755). `Ok(None)` when it is
+/// missing and not to be created.
+pub fn walk_to_dir(root: &Dir, path: &Path, create: bool) -> Result<Option<Dir>, WalkError> {
+    let Some(parent) = walk_to_parent(root, path, create)? else {
+        return Ok(None);
+    };
+    let io_error = |error| WalkError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    match parent.dir.stat(&parent.name).map_err(io_error)? {
+        Some(st) if st.file_type == FileType::Directory => {}
+        Some(st) => {
+            return Err(WalkError::NotADirectory {
+                path: path.to_path_buf(),
+                found: st.file_type,
+            })
+        }
+        None if !create => return Ok(None),
+        None => {
+            if parent.dir.mkdir(&parent.name, 0o755).map_err(io_error)? {
+                parent.dir.sync().map_err(io_error)?;
+            }
+        }
+    }
+    parent
+        .dir
+        .child(&parent.name)
+        .map(Some)
+        .map_err(|error| match error.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) => WalkError::NotADirectory {
+                path: path.to_path_buf(),
+                found: FileType::Symlink,
+            },
+            _ => io_error(error),
+        })
+}
+
+/// Creates `path` and any missing parents, each with exactly `mode` (never the umask's), for
+/// directories the host makes outside a target root (its config directory). Existing ones are
+/// left as they are; symlinks on the way are followed, as for any path an operator names.
+pub fn create_dir_all(path: &Path, mode: u32) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut current = path;
+    while !current.as_os_str().is_empty() && std::fs::symlink_metadata(current).is_err() {
+        missing.push(current);
+        match current.parent() {
+            Some(parent) => current = parent,
+            None => break,
+        }
+    }
+    for dir in missing.into_iter().rev() {
+        let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+            continue;
+        };
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        Dir::open(parent)?.mkdir(name, mode)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,6 +524,49 @@ mod tests {
         assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"two");
         assert!(dir.read(OsStr::new("a"), 2).is_err());
         assert!(dir.read(OsStr::new("missing"), 2).unwrap().is_none());
+    }
+
+    #[test]
+    fn created_directories_get_exactly_their_mode_and_links_are_read_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = TempDir::new("fsutil-modes");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        // 0777 survives whatever the umask (022 or 077 would take bits off a plain mkdir).
+        let root = Dir::open(tmp.path()).unwrap();
+        assert!(root.mkdir(OsStr::new("open"), 0o777).unwrap());
+        assert_eq!(mode(&tmp.path().join("open")), 0o777);
+        assert!(!root.mkdir(OsStr::new("open"), 0o700).unwrap());
+        assert_eq!(
+            mode(&tmp.path().join("open")),
+            0o777,
+            "an existing one is left"
+        );
+        create_dir_all(&tmp.path().join("a/b/c"), 0o777).unwrap();
+        for dir in ["a", "a/b", "a/b/c"] {
+            assert_eq!(mode(&tmp.path().join(dir)), 0o777, "{dir}");
+        }
+        let unit_dir = walk_to_dir(&root, Path::new("/etc/systemd/system"), true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(mode(&tmp.path().join("etc/systemd/system")), 0o755);
+        std::os::unix::fs::symlink("/dev/null", tmp.path().join("etc/systemd/system/m.service"))
+            .unwrap();
+        assert_eq!(
+            unit_dir.read_link(OsStr::new("m.service")).unwrap(),
+            Some(PathBuf::from("/dev/null"))
+        );
+        assert!(unit_dir.identity(OsStr::new("none")).unwrap().is_none());
+        std::os::unix::fs::symlink("/tmp", tmp.path().join("etc/linked")).unwrap();
+        let err = walk_to_dir(&root, Path::new("/etc/linked"), true)
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "/etc/linked is a symlink; mesh-host never follows symlinks"
+        );
+        assert!(walk_to_dir(&root, Path::new("/etc/none"), false)
+            .unwrap()
+            .is_none());
     }
 
     #[test]

@@ -118,7 +118,7 @@ impl Target {
             _ => Path::new("."),
         };
         // The directory first: a join that cannot write should fail before it spends the token.
-        std::fs::create_dir_all(parent)
+        crate::fsutil::create_dir_all(parent, 0o755)
             .map_err(|e| Fatal::Error(format!("cannot create {}: {e}", parent.display())))?;
         let dir = std::fs::canonicalize(parent)
             .map_err(|e| Fatal::Error(format!("{}: {e}", parent.display())))?;

@@ -13,6 +13,7 @@ mod fsutil;
 mod join;
 mod kinds;
 mod link;
+mod lockfile;
 mod metrics;
 mod pacnew;
 mod reconcile;

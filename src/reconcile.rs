@@ -159,7 +159,17 @@ fn converge<K: Kind>(
     let mut ledger_dirty = false;
     for key in &keys {
         let spec = desired.get(key);
-        match K::plan(cx, key, spec, observed.get(key), ledger.get(K::NAME, key)) {
+        let observed = match observed.get(key) {
+            Some(Err(e)) => {
+                report
+                    .failures
+                    .push(result(K::NAME, key, "observe", e.clone()));
+                continue;
+            }
+            Some(Ok(observed)) => Some(observed),
+            None => None,
+        };
+        match K::plan(cx, key, spec, observed, ledger.get(K::NAME, key)) {
             Step::InSync => {
                 report.in_sync += 1;
                 *report.in_sync_by_kind.entry(K::NAME).or_default() += 1;
@@ -298,9 +308,10 @@ fn verify<K: Kind>(
         if !done(change, outcome) {
             continue;
         }
-        let observed = match &observed {
-            Ok(observed) => observed.get(&change.key),
-            Err(e) => {
+        let observed = match observed.as_ref().map(|o| o.get(&change.key)) {
+            Ok(Some(Ok(observed))) => Some(observed),
+            Ok(None) => None,
+            Err(e) | Ok(Some(Err(e))) => {
                 *outcome = Outcome::Failed(format!("could not be checked after the change: {e}"));
                 continue;
             }
@@ -378,9 +389,15 @@ fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<
             continue;
         };
         let spec = K::desired(cx.declaration).get(&key);
-        let (state, detail) = match &observed {
-            Err(e) => ("error", e.clone()),
-            Ok(observed) => match K::plan(cx, &key, spec, observed.get(&key), Some(entry)) {
+        let (state, detail) = match observed.as_ref().map(|o| o.get(&key)) {
+            Err(e) | Ok(Some(Err(e))) => ("error", e.clone()),
+            Ok(observed) => match K::plan(
+                cx,
+                &key,
+                spec,
+                observed.and_then(|o| o.as_ref().ok()),
+                Some(entry),
+            ) {
                 _ if spec.is_none() => (
                     "pending release",
                     "no longer declared; the next reconcile releases it".into(),

@@ -353,3 +353,79 @@ fn rescue_mode_release_is_deferred_not_forgotten() {
     );
     assert_eq!(state(&name), None);
 }
+
+#[test]
+fn env_values_never_reach_an_argv_and_drift_is_still_seen() {
+    let Some(sb) = sandbox() else { return };
+    let name = unique("secret");
+    let _cleanup = Cleanup(vec![name.clone()]);
+    let host = sb.host("ct-secret", "");
+    let secret = "hunter2-0f9c1b";
+    let with = |value: &str| {
+        declaration(&[(
+            &name,
+            spec(
+                &sb,
+                &format!(r#""env": {{"DB_PASSWORD": "{value}", "MODE": "a=b c"}}"#),
+            ),
+        )])
+    };
+    let file = host.declaration("declaration.json", &with(secret));
+    let out = host.run(&["--trace-commands", "apply", file.to_str().expect("utf-8")]);
+    assert_eq!(out.code, 0, "{out:?}");
+    // Every command line run (the argv `ps` would show) names a file, never a value.
+    let creates: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("command: podman create"))
+        .collect();
+    assert_eq!(creates.len(), 1, "{out:?}");
+    assert!(creates[0].contains("--env-file="), "{out:?}");
+    assert!(
+        !out.stderr.contains(secret) && !out.stdout.contains(secret),
+        "{out:?}"
+    );
+    // The container has it; beside the declaration in force itself, the store keeps no copy
+    // once the container is created (runs.json, the ledger, the env file are all clean).
+    let env = inspect(&name, "{{range .Config.Env}}{{println .}}{{end}}").expect("inspect");
+    assert!(
+        env.lines().any(|l| l == format!("DB_PASSWORD={secret}")),
+        "{env}"
+    );
+    assert!(env.lines().any(|l| l == "MODE=a=b c"), "{env}");
+    let store_files = support::snapshot(&host.state());
+    assert!(
+        store_files
+            .iter()
+            .filter(|(path, _, _)| !path.ends_with("declaration.json"))
+            .all(|(_, bytes, _)| !String::from_utf8_lossy(bytes).contains(secret)),
+        "the store holds no copy of the value"
+    );
+    let env_files = std::fs::read_dir(host.state().join("container-env"))
+        .expect("container-env")
+        .count();
+    assert_eq!(
+        env_files, 0,
+        "the env file is removed once the container exists"
+    );
+    for args in [vec!["status"], vec!["status", "--json"], vec!["owned"]] {
+        let shown = host.run(&args);
+        assert!(!shown.stdout.contains(secret), "{shown:?}");
+    }
+
+    // Unchanged: in sync. A new value: recreated, still never on a command line.
+    let before = id(&name);
+    assert_no_op(&host, &with(secret));
+    assert_eq!(id(&name), before);
+    let rotated = "rotated-77aa";
+    let file = host.declaration("declaration.json", &with(rotated));
+    let out = host.run(&["--trace-commands", "apply", file.to_str().expect("utf-8")]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("spec changed: recreate"), "{out:?}");
+    assert!(!out.stderr.contains(rotated), "{out:?}");
+    let env = inspect(&name, "{{range .Config.Env}}{{println .}}{{end}}").expect("inspect");
+    assert!(
+        env.lines().any(|l| l == format!("DB_PASSWORD={rotated}")),
+        "{env}"
+    );
+}

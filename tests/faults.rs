@@ -17,7 +17,7 @@ use serde_json::Value;
 use support::control_plane::{Behaviour, ControlPlane, CpConfig};
 use support::pki::Pki;
 use support::service::Service;
-use support::{fault_seed, rss_kib, sandbox, snapshot, status, wait_until, Scratch, XorShift};
+use support::{fault_seed, rss_kib, sandbox, sh, snapshot, status, wait_until, Scratch, XorShift};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -641,4 +641,164 @@ fn check_runs(runs: &[Value], digest_a: &str, digest_b: &str, problems: &mut BTr
             }
         }
     }
+}
+
+// ---------------------------------------------------------------- odd units beside a normal one
+
+#[test]
+fn a_masked_and_an_alias_unit_beside_a_normal_one_fail_only_themselves() {
+    let Some(sb) = sandbox() else { return };
+    let tag = format!("mesh-faults-odd-{}", std::process::id());
+    let normal = format!("{tag}-normal.service");
+    let masked = format!("{tag}-masked.service");
+    let real = format!("{tag}-real.service");
+    let alias = format!("{tag}-alias.service");
+    let dir = &sb.unit_dir;
+    let cleanup = || {
+        for unit in [&normal, &real] {
+            let _ = status(&format!("systemctl --user stop {unit} 2>/dev/null"));
+        }
+        for unit in [&normal, &masked, &real, &alias] {
+            let _ = std::fs::remove_file(dir.join(unit));
+        }
+        let _ = status("systemctl --user daemon-reload");
+    };
+    // As a person or a package leaves them: a unit masked to /dev/null, an alias link to a unit.
+    std::os::unix::fs::symlink("/dev/null", dir.join(&masked)).expect("mask");
+    std::fs::write(
+        dir.join(&real),
+        format!("[Service]\nExecStart=/bin/sleep infinity\n[Install]\nAlias={alias}\n"),
+    )
+    .expect("real unit");
+    std::os::unix::fs::symlink(&real, dir.join(&alias)).expect("alias");
+    sh("systemctl --user daemon-reload");
+
+    let host = sb.host("odd-units", "");
+    let declaration = format!(
+        r#"{{"schema": 1, "units": {{
+            "{normal}": {{"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}},
+            "{masked}": {{"active": true}},
+            "{alias}": {{"enabled": true, "active": true}}}}}}"#
+    );
+    let report = apply_json(&host, &declaration, 1);
+    let failures = report["failures"].as_array().cloned().unwrap_or_default();
+    let masked_failure = failure(&report, &masked);
+    let normal_active = status(&format!("systemctl --user is-active --quiet {normal}"));
+    let real_active = status(&format!("systemctl --user is-active --quiet {real}"));
+    let masked_link = std::fs::read_link(dir.join(&masked)).ok();
+    let alias_link = std::fs::read_link(dir.join(&alias)).ok();
+    let owned = host.run(&["owned"]);
+    cleanup();
+
+    assert_eq!(failures.len(), 1, "only the masked unit fails: {report:#}");
+    assert!(
+        masked_failure.contains("is masked") && masked_failure.contains("systemctl unmask"),
+        "{masked_failure}"
+    );
+    assert_eq!(normal_active, 0, "the normal unit converged: {report:#}");
+    assert_eq!(real_active, 0, "the alias was started: {report:#}");
+    // Links are reported, never followed nor replaced.
+    assert_eq!(masked_link, Some(PathBuf::from("/dev/null")));
+    assert_eq!(alias_link, Some(PathBuf::from(&real)));
+    assert_eq!(owned.code, 0, "{owned:?}");
+}
+
+// ------------------------------------------------------------------- pacman at its timeout
+
+/// A pacman stub: `-Qi` finds nothing, a transaction hangs recording each signal that reaches
+/// it in `record`; `on_int` is what it does on SIGINT (exit, as pacman does, or ignore it).
+fn hanging_pacman(record: &Path, on_int: &str) -> String {
+    let script = format!(
+        r#"case " $* " in
+             *" -Qi "*) exit 1;;
+             *) trap 'echo INT >> {rec}; {on_int}' INT
+                trap 'echo TERM >> {rec}; exit 143' TERM
+                echo "transaction started" >&2
+                while :; do sleep 0.05; done;;
+           esac"#,
+        rec = record.display()
+    );
+    serde_json::json!({"command": ["bash", "-c", script, "pacman"], "timeout_secs": 1, "grace_secs": 2})
+        .to_string()
+}
+
+#[test]
+fn pacman_at_its_timeout_gets_sigint_then_its_grace_then_sigkill() {
+    let probe = Scratch::new("pacman-signal-probe");
+    for (label, on_int, signals, says) in [
+        (
+            "pacman-sigint",
+            "exit 130",
+            "INT\n",
+            "sent SIGINT, it exited (status 130) within its grace",
+        ),
+        (
+            "pacman-sigkill",
+            "true",
+            "INT\n",
+            "sent SIGINT, it was still running 2 s later and was killed (SIGKILL)",
+        ),
+    ] {
+        let record = probe.dir.join(format!("{label}.signals"));
+        let host = Scratch::with_config(
+            label,
+            &format!(r#"{{"pacman": {}}}"#, hanging_pacman(&record, on_int)),
+        );
+        let started = Instant::now();
+        let report = apply_json(&host, r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 1);
+        let detail = failure(&report, "mesh-e");
+        eprintln!("{label}: {detail}");
+        assert!(detail.starts_with("\"create\": "), "{detail}");
+        assert!(detail.contains("reached its timeout of 1 s"), "{detail}");
+        assert!(detail.contains(says), "{detail}");
+        assert!(detail.contains("transaction started"), "{detail}");
+        // Never SIGTERM, which pacman does not handle (it would leave db.lck behind).
+        assert_eq!(
+            std::fs::read_to_string(&record).unwrap_or_default(),
+            signals
+        );
+        assert!(started.elapsed() < WAIT);
+        let status = host.run(&["status"]);
+        assert!(status.stdout.contains(says), "{status:?}");
+    }
+}
+
+// ------------------------------------------------- a batched query failing because of one name
+
+#[test]
+fn a_package_query_failing_as_a_whole_is_retried_by_halves_onto_the_name_that_caused_it() {
+    // pacman's `-Qi` refuses the whole batch (exit 3) when `mesh-poison` is in it, and otherwise
+    // finds nothing installed (exit 1), as for packages declared absent that are not there.
+    let pacman = stub(
+        r#"case " $* " in
+             *" -Qi "*" mesh-poison "*) echo "error: database entry of mesh-poison is damaged" >&2; exit 3;;
+             *" -Qi "*) exit 1;;
+             *) exit 0;;
+           esac"#,
+    );
+    let host = Scratch::with_config("pkg-halves", &format!(r#"{{"pacman": {pacman}}}"#));
+    let names: Vec<String> = (0..7).map(|i| format!("mesh-fine-{i}")).collect();
+    let members: Vec<String> = names
+        .iter()
+        .map(String::as_str)
+        .chain(["mesh-poison"])
+        .map(|n| format!(r#""{n}": {{"state": "absent"}}"#))
+        .collect();
+    let report = apply_json(
+        &host,
+        &format!(r#"{{"schema": 1, "packages": {{{}}}}}"#, members.join(", ")),
+        1,
+    );
+    let failures = report["failures"].as_array().cloned().unwrap_or_default();
+    assert_eq!(failures.len(), 1, "{report:#}");
+    let detail = failure(&report, "mesh-poison");
+    assert!(
+        detail.starts_with("\"observe\"") && detail.contains("database entry of mesh-poison"),
+        "{detail}"
+    );
+    assert_eq!(report["in_sync"], 7, "{report:#}");
+    let runs = host.run(&["status", "--json"]).json();
+    let retries = runs["runs"][0]["retries"].as_u64().unwrap_or(0);
+    // 8 names: halves of 4, 2, 1 on the poisoned side.
+    assert_eq!(retries, 6, "{runs:#}");
 }

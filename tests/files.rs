@@ -304,6 +304,44 @@ fn owners_resolve_against_the_target_roots_own_accounts() {
 }
 
 #[test]
+fn under_root_links_in_the_mounted_disk_never_lead_onto_the_rescue_system() {
+    let host = Scratch::new("rescue-links");
+    // The rescue system's own tables and unit directory, outside the mounted root.
+    let rescue = host.dir.join("rescue");
+    std::fs::create_dir_all(rescue.join("systemd")).unwrap();
+    std::fs::write(rescue.join("passwd"), "rescue:x:4242:4242::/:/bin/sh\n").unwrap();
+    std::os::unix::fs::symlink(rescue.join("passwd"), host.target("/etc/passwd")).unwrap();
+    std::os::unix::fs::symlink(rescue.join("systemd"), host.target("/etc/systemd")).unwrap();
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1,
+            "files": {"/etc/app.conf": {"content": "x", "owner": "rescue"},
+                      "/etc/plain.conf": {"content": "y"}},
+            "units": {"app.service": {"content": "[Service]\nExecStart=/bin/true\n"}}}"#,
+    );
+    let out = host.apply(&file, 1);
+    assert!(
+        out.stdout.contains("/etc/passwd cannot be read")
+            && out
+                .stdout
+                .contains("is a symlink; mesh-host never follows symlinks"),
+        "{out:?}"
+    );
+    assert!(
+        out.stdout.contains("! units app.service")
+            && out.stdout.contains("/etc/systemd is a symlink"),
+        "{out:?}"
+    );
+    // Nothing was written onto the rescue system; the file that needed neither converged.
+    assert_eq!(
+        std::fs::read_dir(rescue.join("systemd")).unwrap().count(),
+        0
+    );
+    assert!(!host.target("/etc/app.conf").exists());
+    assert_eq!(std::fs::read(host.target("/etc/plain.conf")).unwrap(), b"y");
+}
+
+#[test]
 fn a_second_apply_while_the_lock_is_held_exits_3_at_once() {
     use std::os::fd::AsRawFd;
     let host = Scratch::new("lock");
@@ -396,4 +434,27 @@ fn usage_errors_exit_2_with_help_pointer() {
     let out = host.run(&["--help"]);
     assert_eq!(out.code, 0);
     assert!(out.stdout.contains("Exit codes"), "{out:?}");
+}
+
+#[test]
+fn directories_the_host_creates_are_0755_whatever_the_umask() {
+    let host = Scratch::new("umask");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1,
+            "files": {"/etc/app/conf.d/app.conf": {"content": "x\n", "mode": "0640"}},
+            "units": {"app.service": {"content": "[Service]\nExecStart=/bin/true\n"}}}"#,
+    );
+    let out = host.run_with_umask(Some(0o077), &["apply", file.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    for dir in [
+        "/etc/app",
+        "/etc/app/conf.d",
+        "/etc/systemd",
+        "/etc/systemd/system",
+    ] {
+        assert_eq!(mode(&host.target(dir)), 0o755, "{dir}: {out:?}");
+    }
+    assert_eq!(mode(&host.target("/etc/app/conf.d/app.conf")), 0o640);
+    assert_eq!(mode(&host.target("/etc/systemd/system/app.service")), 0o644);
 }

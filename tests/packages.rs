@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{sandbox, sh, status, Sandbox, Scratch};
+use support::{sandbox, sh, status, wait_until, Sandbox, Scratch};
 
 /// A pacman root with its own database and conf, removed when dropped.
 struct PacmanRoot {
@@ -354,7 +354,18 @@ fn a_held_database_lock_fails_the_packages_cleanly_and_the_rest_converges() {
     let pacman = PacmanRoot::new("lock", &sb.pacman_repo);
     let host = pacman.host(&sb, "pkg-lock", r#""pacman_lock_wait_secs": 1"#);
     let unit = format!("mesh-pkgtest-lock-{}.service", std::process::id());
-    std::fs::write(pacman.lock_file(), "").expect("db.lck");
+    // A live process holds the lock open, as a running pacman does.
+    let mut holder = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 3>{}; exec sleep 60",
+            pacman.lock_file().display()
+        ))
+        .spawn()
+        .expect("lock holder");
+    assert!(wait_until(Duration::from_secs(5), || pacman
+        .lock_file()
+        .exists()));
     let started = Instant::now();
     let report = apply(
         &host,
@@ -367,12 +378,19 @@ fn a_held_database_lock_fails_the_packages_cleanly_and_the_rest_converges() {
     let unit_active = status(&format!("systemctl --user is-active --quiet {unit}"));
     let _ = status(&format!("systemctl --user stop {unit}"));
     let lock_left = pacman.lock_file().exists();
+    let _ = holder.kill();
+    let _ = holder.wait();
     let _ = std::fs::remove_file(pacman.lock_file());
 
     let lock = pacman.lock_file().display().to_string();
     for name in ["mesh-b", "mesh-e"] {
         let detail = failure(&report, name);
         assert!(detail.contains(&lock), "{detail}");
+        assert!(detail.contains("pacman is busy"), "{detail}");
+        assert!(
+            detail.contains(&format!("held by pid {} (sleep)", holder.id())),
+            "{detail}"
+        );
     }
     assert!(lock_left, "the lock file was deleted");
     assert_eq!(unit_active, 0, "{report:#}");
@@ -390,6 +408,77 @@ fn a_held_database_lock_fails_the_packages_cleanly_and_the_rest_converges() {
 }
 
 #[test]
+fn a_stale_database_lock_is_reported_by_name_and_removed_only_when_allowed_and_older_than_boot() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("stale", &sb.pacman_repo);
+    let lock = pacman.lock_file().display().to_string();
+    let declaration = r#"{"schema": 1, "packages": {"mesh-e": {}}}"#;
+    // Left by a pacman that was killed: nobody has it open.
+    std::fs::write(pacman.lock_file(), "").expect("db.lck");
+    let host = pacman.host(&sb, "pkg-stale", r#""pacman_lock_wait_secs": 30"#);
+    let started = Instant::now();
+    let report = apply(&host, declaration, 1);
+    let detail = failure(&report, "mesh-e");
+    assert!(
+        detail.contains(&format!(
+            "pacman's database lock {lock} is stale: no process has it open;"
+        )),
+        "{detail}"
+    );
+    assert!(!detail.contains("busy"), "{detail}");
+    // Stale is known at once, not after the whole lock wait.
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert!(pacman.lock_file().exists(), "never deleted by default");
+    let status = host.run(&["status"]);
+    assert!(
+        status.stdout.contains(&format!("{lock} is stale")),
+        "{status:?}"
+    );
+
+    // Allowed to remove a stale lock, but this one is from this boot: still left alone.
+    let allowed = pacman.host(
+        &sb,
+        "pkg-stale-allowed",
+        r#""pacman_lock_wait_secs": 30, "pacman_remove_stale_lock": true"#,
+    );
+    let report = apply(&allowed, declaration, 1);
+    assert!(
+        failure(&report, "mesh-e").contains("is stale: no process has it open;"),
+        "{report:#}"
+    );
+    assert!(pacman.lock_file().exists());
+
+    // Older than the boot: stale either way, and removed only where allowed.
+    sh(&format!("touch -d @1000000000 {lock}"));
+    let report = apply(&host, declaration, 1);
+    assert!(
+        failure(&report, "mesh-e").contains("no process has it open and it predates this boot"),
+        "{report:#}"
+    );
+    assert!(pacman.lock_file().exists());
+    let out = allowed.run(&[
+        "apply",
+        allowed.declaration("d.json", declaration).to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains(&format!(
+            "note: removed pacman's stale database lock {lock}"
+        )),
+        "{out:?}"
+    );
+    assert!(!pacman.lock_file().exists());
+    assert!(pacman.version("mesh-e").is_some());
+    let status = allowed.run(&["status"]);
+    assert!(
+        status
+            .stdout
+            .contains("note: removed pacman's stale database lock"),
+        "{status:?}"
+    );
+}
+
+#[test]
 fn a_hung_pacman_is_killed_at_its_timeout() {
     let Some(_sb) = sandbox() else { return };
     let mut host = Scratch::with_config(
@@ -401,7 +490,7 @@ fn a_hung_pacman_is_killed_at_its_timeout() {
     let report = apply(&host, r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 1);
     let detail = failure(&report, "mesh-e");
     assert!(
-        detail.contains("killed after its timeout of 1 s"),
+        detail.contains("reached its timeout of 1 s: sent SIGINT"),
         "{detail}"
     );
     assert!(started.elapsed() < Duration::from_secs(25));

@@ -542,3 +542,61 @@ fn the_hosts_own_unit_is_refused_and_nothing_changes() {
     assert_eq!(property(&unit, "LoadState"), "not-found");
     assert!(snapshot(&host.state()).is_empty(), "the store was touched");
 }
+
+#[test]
+fn a_template_name_and_an_oversized_unit_file_fail_only_their_own_units() {
+    let Some(sb) = sandbox() else { return };
+    let normal = unit_name("odd-normal");
+    let big = unit_name("odd-big");
+    let template = format!("mesh-it-{}-odd-tmpl@.service", std::process::id());
+    let _cleanup = cleanup(&sb, &[&normal, &big]);
+    // A unit file over the host's read limit, put there by hand.
+    let padding = format!("# {}\n", "x".repeat(5000));
+    install_by_hand(&sb, &big, &format!("{}{padding}", service("big")));
+    let host = sb.host("units-odd", r#""max_file_bytes": 4096"#);
+    let file = declare(
+        &host,
+        "d.json",
+        json!({"units": {
+            &normal: {"content": service("normal"), "active": true},
+            &big: {"active": true},
+            &template: {"active": true}}}),
+    );
+    let out = host.run(&["--json", "apply", file.to_str().expect("utf-8")]);
+    assert_eq!(out.code, 1, "{out:?}");
+    let report = out.json();
+    let failures: Vec<(String, String, String)> = report["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .map(|f| {
+            let text = |k: &str| f[k].as_str().unwrap_or_default().to_string();
+            (text("key"), text("action"), text("detail"))
+        })
+        .collect();
+    assert_eq!(failures.len(), 2, "{report:#}");
+    let detail = |key: &str| {
+        failures
+            .iter()
+            .find(|(k, action, _)| k == key && action == "observe")
+            .map(|(_, _, d)| d.clone())
+            .unwrap_or_else(|| panic!("no observe failure for {key}: {report:#}"))
+    };
+    assert!(
+        detail(&big).contains("more than the limit of 4096"),
+        "{report:#}"
+    );
+    assert!(
+        detail(&template).contains("systemctl --user show") && detail(&template).contains("tmpl@"),
+        "{report:#}"
+    );
+    assert_eq!(systemctl(&["is-active", "--", &normal]), "active");
+    // The retries that found the template are counted in the run.
+    let status = host.run(&["status", "--json"]).json();
+    let retries = status["runs"]
+        .as_array()
+        .and_then(|runs| runs.last())
+        .map(|run| run["retries"].as_u64().unwrap_or(0))
+        .unwrap_or(0);
+    assert!(retries >= 2, "{status:#}");
+}

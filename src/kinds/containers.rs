@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, Outcome, RunContext,
-    Step,
+    batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, Observations, Outcome,
+    RunContext, Step,
 };
 use crate::codec;
 use crate::config::{Identity, Limits};
@@ -18,6 +18,9 @@ use crate::declaration::{Declaration, Fields};
 use crate::store::{Entry, Ledger, Origin};
 
 pub struct Containers;
+
+/// The longest environment value: podman reads `--env-file` a line at a time, in 64 KiB lines.
+const MAX_ENV_VALUE: usize = 60_000;
 
 /// Label marking a container as created by mesh-host.
 pub const OWNED_LABEL: &str = "mesh-host.owned";
@@ -125,6 +128,22 @@ impl Kind for Containers {
             }
             None => {}
         }
+        for (name, value) in &env {
+            // What podman's --env-file carries unchanged, in every version.
+            let problem = if value.contains(['\n', '\r', '\0']) {
+                Some("contains a line break or NUL, which podman's --env-file cannot carry")
+            } else if value.starts_with(['"', '\'']) {
+                Some("starts with a quote, which newer podman strips from an --env-file value")
+            } else if value.len() > MAX_ENV_VALUE {
+                Some("is longer than podman's --env-file line limit of 60000 bytes")
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                let at = format!("{}[{}]", fields.at("env"), Value::String(name.clone()));
+                fields.problems.push(at, format!("its value {problem}"));
+            }
+        }
         for name in env.keys() {
             let valid = name
                 .chars()
@@ -209,11 +228,13 @@ impl Kind for Containers {
         env: &Env,
         _cx: &RunContext,
         keys: &[String],
-    ) -> Result<BTreeMap<String, Observed>, String> {
+    ) -> Result<Observations<Observed>, String> {
         if keys.is_empty() || env.offline {
             // Offline, podman's store is not ours to read: every container change is deferred.
-            return Ok(keys.iter().map(|k| (k.clone(), absent())).collect());
+            return Ok(keys.iter().map(|k| (k.clone(), Ok(absent()))).collect());
         }
+        // `podman ps` names no container, so no container can make it fail: when it does, it
+        // fails as a whole.
         let output = env
             .runner
             .run(&env.config.podman, &["ps", "-a", "--format", "json"], &[])
@@ -222,7 +243,7 @@ impl Kind for Containers {
             .map_err(|e| format!("`podman ps` printed something unexpected: {e}"))?;
         Ok(keys
             .iter()
-            .map(|k| (k.clone(), all.get(k).cloned().unwrap_or_else(absent)))
+            .map(|k| (k.clone(), Ok(all.get(k).cloned().unwrap_or_else(absent))))
             .collect())
     }
 
@@ -377,7 +398,7 @@ impl Kind for Containers {
 
     fn apply(
         env: &Env,
-        _cx: &RunContext,
+        cx: &RunContext,
         _ledger: &mut Ledger,
         changes: &[Change<Op>],
     ) -> Vec<Outcome> {
@@ -406,14 +427,14 @@ impl Kind for Containers {
                     }
             )
         });
-        let results = batch_then_each(&remove, |batch| {
+        let results = batch_then_each(env.runner, &remove, |batch| {
             env.runner
                 .run(podman, &["rm", "-f", "-t", "10"], batch)
                 .map(drop)
         });
         record_errors(&mut errors, &remove, results);
         let unpause = names(|op| matches!(op, Op::Unpause { .. }));
-        let results = batch_then_each(&unpause, |batch| {
+        let results = batch_then_each(env.runner, &unpause, |batch| {
             env.runner.run(podman, &["unpause"], batch).map(drop)
         });
         record_errors(&mut errors, &unpause, results);
@@ -421,7 +442,7 @@ impl Kind for Containers {
             .into_iter()
             .filter(|name| !errors.contains_key(name))
             .collect();
-        let results = batch_then_each(&stop, |batch| {
+        let results = batch_then_each(env.runner, &stop, |batch| {
             env.runner
                 .run(podman, &["stop", "-t", "10"], batch)
                 .map(drop)
@@ -432,12 +453,9 @@ impl Kind for Containers {
                 if errors.contains_key(change.key.as_str()) {
                     continue;
                 }
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                let (options, positional) =
-                    args.split_at(args.iter().position(|a| *a == "--").unwrap_or(args.len()));
-                let positional: Vec<&str> = positional.iter().skip(1).copied().collect();
-                if let Err(e) = env.runner.run(podman, options, &positional) {
-                    errors.insert(&change.key, e.to_string());
+                let vars = cx.declaration.containers.get(&change.key).map(|s| &s.env);
+                if let Err(e) = create(env, &change.key, args, vars) {
+                    errors.insert(&change.key, e);
                 }
             }
         }
@@ -449,7 +467,7 @@ impl Kind for Containers {
             })
             .map(|c| c.key.as_str())
             .collect();
-        let results = batch_then_each(&start, |batch| {
+        let results = batch_then_each(env.runner, &start, |batch| {
             env.runner.run(podman, &["start"], batch).map(drop)
         });
         record_errors(&mut errors, &start, results);
@@ -461,6 +479,56 @@ impl Kind for Containers {
             })
             .collect()
     }
+}
+
+/// `podman create` with `args` (options, `--`, image and command) and, when the container has
+/// an environment, `--env-file` from the store: written just before, removed just after.
+fn create(
+    env: &Env,
+    name: &str,
+    args: &[String],
+    vars: Option<&BTreeMap<String, String>>,
+) -> Result<(), String> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (options, positional) =
+        args.split_at(args.iter().position(|a| *a == "--").unwrap_or(args.len()));
+    let positional: Vec<&str> = positional.iter().skip(1).copied().collect();
+    let mut options = options.to_vec();
+    let vars = vars.filter(|v| !v.is_empty());
+    let env_file = match (vars, env.store) {
+        (None, _) => None,
+        (Some(vars), Some(store)) => {
+            let path = store
+                .write_env_file(name, &env_file(vars))
+                .map_err(|e| e.to_string())?;
+            Some(format!("--env-file={}", path.display()))
+        }
+        (Some(_), None) => return Err("no store to keep its environment file in".into()),
+    };
+    if let Some(option) = &env_file {
+        options.push(option);
+    }
+    let created = env
+        .runner
+        .run(&env.config.podman, &options, &positional)
+        .map(drop)
+        .map_err(|e| e.to_string());
+    match (env_file, env.store) {
+        (Some(_), Some(store)) => {
+            created.and(store.remove_env_file(name).map_err(|e| e.to_string()))
+        }
+        _ => created,
+    }
+}
+
+/// podman's `--env-file` format: `NAME=VALUE` lines, the value verbatim to the line's end (what
+/// validation lets through: no line breaks or NULs, no leading quote).
+fn env_file(vars: &BTreeMap<String, String>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, value) in vars {
+        out.extend_from_slice(format!("{name}={value}\n").as_bytes());
+    }
+    out
 }
 
 /// Keeps the first error of each resource.
@@ -501,8 +569,9 @@ pub fn digest(spec: &Spec) -> String {
     codec::sha256_hex(text.as_bytes())[..32].to_string()
 }
 
-/// `podman create` arguments: every value is bound to its option (`--env=K=V`), and the image and
-/// command come after `--`, so no declared value can become an option.
+/// `podman create` arguments: every value is bound to its option (`--publish=P`), and the image
+/// and command come after `--`, so no declared value can become an option. The environment is
+/// not among them: it goes in an `--env-file` (`env_file`), so its values never reach an argv.
 fn create_args(name: &str, spec: &Spec, spec_digest: &str) -> Vec<String> {
     let mut args = vec![
         "create".to_string(),
@@ -510,7 +579,6 @@ fn create_args(name: &str, spec: &Spec, spec_digest: &str) -> Vec<String> {
         format!("--label={OWNED_LABEL}=1"),
         format!("--label={SPEC_LABEL}={spec_digest}"),
     ];
-    args.extend(spec.env.iter().map(|(k, v)| format!("--env={k}={v}")));
     args.extend(spec.ports.iter().map(|p| format!("--publish={p}")));
     args.extend(spec.volumes.iter().map(|v| format!("--volume={v}")));
     if let Some(n) = &spec.network {
@@ -629,12 +697,41 @@ mod tests {
                 "--name=web",
                 "--label=mesh-host.owned=1",
                 "--label=mesh-host.spec=abc",
-                "--env=A=--privileged",
                 "--",
                 "img",
                 "--rm"
             ]
         );
+    }
+
+    #[test]
+    fn env_values_reach_podman_only_through_a_file() {
+        let d = parse_with_defaults(r#"{"schema": 1, "containers": {"web": {"image": "img", "env": {"TOKEN": "s3cret=1", "EMPTY": ""}}}}"#).unwrap();
+        let spec = &d.containers["web"];
+        let args = create_args("web", spec, "abc").join(" ");
+        assert!(
+            !args.contains("s3cret") && !args.contains("TOKEN"),
+            "{args}"
+        );
+        assert_eq!(env_file(&spec.env), b"EMPTY=\nTOKEN=s3cret=1\n");
+        for (value, problem) in [
+            ("a\nb", "line break"),
+            ("a\rb", "line break"),
+            ("\"quoted\"", "starts with a quote"),
+            ("'quoted'", "starts with a quote"),
+        ] {
+            let json = serde_json::json!({"schema": 1, "containers": {"web": {"image": "img", "env": {"TOKEN": value}}}});
+            let found = problems(&json.to_string());
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert!(
+                found[0].contains("env[\"TOKEN\"]") && found[0].contains(problem),
+                "{found:?}"
+            );
+            assert!(
+                !found[0].contains(value),
+                "the value itself is never shown: {found:?}"
+            );
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::{Action, Change, Env, Kind, LedgerAfter, Outcome, RunContext, Step};
+use super::{Action, Change, Env, Kind, LedgerAfter, Observations, Outcome, RunContext, Step};
 use crate::accounts::{Account, Accounts};
 use crate::codec;
 use crate::config::{Identity, Limits};
@@ -221,7 +221,7 @@ impl Kind for Files {
         env: &Env,
         cx: &RunContext,
         keys: &[String],
-    ) -> Result<BTreeMap<String, Observed>, String> {
+    ) -> Result<Observations<Observed>, String> {
         let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
         let mut accounts: Option<Accounts> = None;
         let mut parents = ParentCache::default();
@@ -248,7 +248,8 @@ impl Kind for Files {
             let uid = resolve(owner, true);
             let gid = resolve(group, false);
             let state = observe_one(&root, &mut parents, key, env.config.limits.max_file_bytes);
-            out.insert(key.clone(), Observed { state, uid, gid });
+            // A path that cannot be read is that file's own problem (`State::Blocked`).
+            out.insert(key.clone(), Ok(Observed { state, uid, gid }));
         }
         Ok(out)
     }

@@ -145,12 +145,14 @@ pub trait Kind {
     fn desired(declaration: &Declaration) -> &BTreeMap<String, Self::Spec>;
     /// The digest the ledger keeps of an applied spec.
     fn digest(spec: &Self::Spec) -> String;
-    /// Observes `keys` (declared and owned) in one batched query.
+    /// Observes `keys` (declared and owned) in one batched query: a result per key, so one odd
+    /// resource fails only itself; `Err` only when the kind as a whole could not be observed
+    /// (its tool hung or could not start, the root cannot be opened).
     fn observe(
         env: &Env,
         cx: &RunContext,
         keys: &[String],
-    ) -> Result<BTreeMap<String, Self::Observed>, String>;
+    ) -> Result<Observations<Self::Observed>, String>;
     /// Pure: what to do about one resource.
     fn plan(
         cx: &RunContext,
@@ -170,6 +172,9 @@ pub trait Kind {
     /// Tells later kinds what happened to a change.
     fn note(_cx: &mut RunContext, _change: &Change<Self::Op>, _outcome: &Outcome) {}
 }
+
+/// What observation found of each key: its state, or why that one key could not be observed.
+pub type Observations<O> = BTreeMap<String, Result<O, String>>;
 
 /// A batch's failure: does it blame the names (so each alone may succeed), or the tool itself?
 pub trait BatchFailure: std::fmt::Display {
@@ -192,7 +197,9 @@ impl BatchFailure for crate::exec::CommandError {
 
 /// Runs `batch` over all `names` at once; if that fails because of the names, over each name
 /// alone, so one bad name fails only its own resource. Returns one result per name, in order.
+/// The calls after the first are counted as retries of the run.
 pub fn batch_then_each<E: BatchFailure>(
+    runner: &Runner,
     names: &[&str],
     mut batch: impl FnMut(&[&str]) -> Result<(), E>,
 ) -> Vec<Result<(), String>> {
@@ -207,8 +214,72 @@ pub fn batch_then_each<E: BatchFailure>(
         }
         Err(_) => names
             .iter()
-            .map(|name| batch(std::slice::from_ref(name)).map_err(|e| e.to_string()))
+            .map(|name| {
+                runner.count_retry();
+                batch(std::slice::from_ref(name)).map_err(|e| e.to_string())
+            })
             .collect(),
+    }
+}
+
+/// How many extra queries one batched observation may spend finding the names that made it
+/// fail: enough to single out a handful among thousands (each costs about 2 log2 n), while a
+/// tool that refuses everything for its own reasons is not asked thousands of times.
+pub const RETRY_BUDGET: usize = 64;
+
+/// Runs the observation `query` over all `names` at once (it answers one item per name, in
+/// order; `what` names it when it answers short); if that fails because of the names, over each
+/// half, and so on, so the failure lands on the names that caused it and every other name is
+/// still observed. A failure that does not blame the names (a timeout, a tool that cannot start)
+/// is given to every name of its batch without retrying, as is any batch left when
+/// `RETRY_BUDGET` is spent. Retries are counted.
+pub fn query_by_halves<T, E: BatchFailure>(
+    runner: &Runner,
+    what: &str,
+    names: &[&str],
+    mut query: impl FnMut(&[&str]) -> Result<Vec<T>, E>,
+) -> Vec<Result<T, String>> {
+    let mut budget = RETRY_BUDGET;
+    let mut out = Vec::with_capacity(names.len());
+    halves(runner, what, names, &mut query, &mut budget, &mut out);
+    out
+}
+
+fn halves<T, E: BatchFailure>(
+    runner: &Runner,
+    what: &str,
+    names: &[&str],
+    query: &mut impl FnMut(&[&str]) -> Result<Vec<T>, E>,
+    budget: &mut usize,
+    out: &mut Vec<Result<T, String>>,
+) {
+    if names.is_empty() {
+        return;
+    }
+    let (message, blames_names) = match query(names) {
+        Ok(items) if items.len() == names.len() => {
+            out.extend(items.into_iter().map(Ok));
+            return;
+        }
+        Ok(items) => (
+            format!(
+                "{what} answered for {} of the {} asked about",
+                items.len(),
+                names.len()
+            ),
+            true,
+        ),
+        Err(e) => (e.to_string(), e.blames_names()),
+    };
+    if names.len() == 1 || !blames_names || *budget < 2 {
+        out.extend(names.iter().map(|_| Err(message.clone())));
+        return;
+    }
+    *budget -= 2;
+    let (left, right) = names.split_at(names.len() / 2);
+    for half in [left, right] {
+        runner.count_retry();
+        halves(runner, what, half, query, budget, out);
     }
 }
 
@@ -228,4 +299,92 @@ pub fn check_argument(what: &str, name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A query that fails as a whole when any of `bad` is in its batch, blaming the names (or
+    /// not), and answers each name's length otherwise.
+    fn ask(
+        names: &[&str],
+        bad: &[&str],
+        blames_names: bool,
+    ) -> (Vec<Result<usize, String>>, usize, usize) {
+        struct Refused(bool);
+        impl fmt::Display for Refused {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("refused")
+            }
+        }
+        impl BatchFailure for Refused {
+            fn blames_names(&self) -> bool {
+                self.0
+            }
+        }
+        use std::fmt;
+        let runner = Runner::new(false);
+        let mut queries = 0;
+        let results = query_by_halves(&runner, "the query", names, |batch| {
+            queries += 1;
+            if batch.iter().any(|n| bad.contains(n)) {
+                Err(Refused(blames_names))
+            } else {
+                Ok(batch.iter().map(|n| n.len()).collect())
+            }
+        });
+        (results, queries, runner.retries())
+    }
+
+    #[test]
+    fn a_failed_batch_lands_on_the_name_that_caused_it() {
+        let names: Vec<String> = (0..16).map(|i| format!("n{i:02}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let (results, queries, retries) = ask(&names, &["n05"], true);
+        for (name, result) in names.iter().zip(&results) {
+            match *name {
+                "n05" => assert_eq!(*result, Err("refused".to_string())),
+                _ => assert_eq!(*result, Ok(3)),
+            }
+        }
+        // 1 + 2 per level of halving (16 -> 8 -> 4 -> 2 -> 1).
+        assert_eq!((queries, retries), (9, 8));
+        let (results, _, _) = ask(&names, &[], true);
+        assert!(results.iter().all(|r| *r == Ok(3)));
+    }
+
+    #[test]
+    fn a_failure_that_does_not_blame_the_names_is_not_retried() {
+        let (results, queries, retries) = ask(&["a", "b", "c"], &["b"], false);
+        assert!(results.iter().all(|r| *r == Err("refused".to_string())));
+        assert_eq!((queries, retries), (1, 0));
+    }
+
+    #[test]
+    fn retries_are_bounded() {
+        let names: Vec<String> = (0..1000).map(|i| format!("n{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        // Everything refused: the budget stops the halving, every name still gets its answer.
+        let (results, queries, retries) = ask(&names, &names, true);
+        assert_eq!(results.len(), 1000);
+        assert!(results.iter().all(|r| r.is_err()));
+        assert_eq!(retries, RETRY_BUDGET);
+        assert_eq!(queries, RETRY_BUDGET + 1);
+    }
+
+    #[test]
+    fn a_short_answer_is_a_failure_of_the_names() {
+        let runner = Runner::new(false);
+        let results = query_by_halves(&runner, "`tool`", &["a", "b"], |batch| {
+            // One item whatever it is asked: short for two names, right for one.
+            Ok::<_, String>(vec![batch.len().min(1)])
+        });
+        assert_eq!(results, vec![Ok(1), Ok(1)]);
+        let results = query_by_halves(&runner, "`tool`", &["a"], |_| Ok::<Vec<u8>, String>(vec![]));
+        assert_eq!(
+            results,
+            vec![Err("`tool` answered for 0 of the 1 asked about".to_string())]
+        );
+    }
 }

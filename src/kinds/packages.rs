@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::{
-    batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, Outcome, RunContext,
-    Step,
+    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, LedgerAfter,
+    Observations, Outcome, RunContext, Step,
 };
-use crate::config::{Identity, Limits, Tool};
+use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
-use crate::exec::{CommandError, Failure, Runner};
+use crate::exec::{CommandError, Failure};
 use crate::store::{Entry, Ledger, Origin};
 
 pub struct Packages;
@@ -103,33 +103,29 @@ impl Kind for Packages {
         env: &Env,
         _cx: &RunContext,
         keys: &[String],
-    ) -> Result<BTreeMap<String, Observed>, String> {
+    ) -> Result<Observations<Observed>, String> {
         if keys.is_empty() {
             return Ok(BTreeMap::new());
         }
         let names: Vec<&str> = keys.iter().map(String::as_str).collect();
         let args = with_root(env, &["-Qi"])?;
-        let output = env
-            .runner
-            .query(&env.config.pacman, &args, &names)
-            .map_err(|e| e.to_string())?;
-        // Exit 1 only means "some were not found"; anything else is a real failure.
-        if !matches!(output.code, Some(0) | Some(1)) {
-            return Err(format!(
-                "`pacman -Qi` exited with status {:?}: {}",
-                output.code,
-                output.stderr.trim()
-            ));
-        }
-        let stdout = output.stdout_text();
-        let mut installed = parse_info(&stdout);
-        Ok(keys
-            .iter()
-            .map(|k| {
-                let observed = installed.remove(k.as_str()).unwrap_or(Observed::Missing);
-                (k.clone(), observed)
-            })
-            .collect())
+        let results = query_by_halves(env.runner, "`pacman -Qi`", &names, |batch| {
+            let output = env.runner.query(&env.config.pacman, &args, batch)?;
+            // Exit 1 only means "some were not found"; anything else is a real failure.
+            if !matches!(output.code, Some(0) | Some(1)) {
+                return Err(CommandError {
+                    command: "pacman -Qi".into(),
+                    failure: Failure::Exit(output.code, output.stderr),
+                });
+            }
+            let stdout = output.stdout_text();
+            let mut installed = parse_info(&stdout);
+            Ok(batch
+                .iter()
+                .map(|name| installed.remove(name).unwrap_or(Observed::Missing))
+                .collect())
+        });
+        Ok(keys.iter().cloned().zip(results).collect())
     }
 
     fn plan(
@@ -276,18 +272,11 @@ impl Kind for Packages {
                 Ok(args) => args,
                 Err(e) => return names.iter().map(|_| Err(e.clone())).collect(),
             };
-            batch_then_each(names, |batch| {
+            batch_then_each(env.runner, names, |batch| {
                 if let Some(e) = &pacman_failure {
                     return Err(e.clone());
                 }
-                run_waiting_for_lock(
-                    env.runner,
-                    &env.config.pacman,
-                    &args,
-                    batch,
-                    env.config.pacman_lock_wait,
-                )
-                .map_err(|e| match e {
+                run_waiting_for_lock(env, &args, batch).map_err(|e| match e {
                     TransactionError::Packages(e) => e,
                     TransactionError::Pacman(e) => pacman_failure.insert(e).clone(),
                 })
@@ -352,38 +341,123 @@ enum TransactionError {
     Pacman(String),
 }
 
-/// Runs a transaction, waiting (bounded) while someone else holds pacman's database lock. The lock
-/// file is never removed: only its owner knows whether a transaction is half done.
-fn run_waiting_for_lock(
-    runner: &Runner,
-    tool: &Tool,
-    args: &[&str],
-    names: &[&str],
-    wait: Duration,
-) -> Result<(), TransactionError> {
+/// Runs a transaction, waiting (bounded) while someone else holds pacman's database lock. A lock
+/// no process holds is stale: reported at once, by name, rather than waited on; the lock file is
+/// never removed unless `pacman_remove_stale_lock` allows it and it also predates this boot
+/// (only then is it sure that no transaction is half done under it).
+fn run_waiting_for_lock(env: &Env, args: &[&str], names: &[&str]) -> Result<(), TransactionError> {
+    let wait = env.config.pacman_lock_wait;
     let deadline = Instant::now() + wait;
+    // pacman closes its lock a moment before it unlinks it: one sighting of a lock nobody
+    // holds is checked again before it is called stale.
+    let mut unheld_before = false;
     loop {
-        match runner.run(tool, args, names) {
+        let e = match env.runner.run(&env.config.pacman, args, names) {
             Ok(_) => return Ok(()),
-            Err(e) => match locked_by(&e) {
-                Some(lock) if Instant::now() < deadline => {
-                    log::info!("pacman's database is locked ({lock}); waiting");
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-                Some(lock) => {
-                    return Err(TransactionError::Pacman(format!(
-                        "pacman's database lock {lock} was held by someone else for more than {} \
-                         s; it was left alone (remove it only if no package manager is running)",
-                        wait.as_secs()
-                    )))
-                }
-                None if matches!(e.failure, Failure::Exit(Some(_), _)) => {
-                    return Err(TransactionError::Packages(e.to_string()))
-                }
-                None => return Err(TransactionError::Pacman(e.to_string())),
-            },
+            Err(e) => e,
+        };
+        let Some(lock) = locked_by(&e) else {
+            return Err(match e.failure {
+                Failure::Exit(Some(_), _) => TransactionError::Packages(e.to_string()),
+                _ => TransactionError::Pacman(e.to_string()),
+            });
+        };
+        let state = match lock_state(env, &lock) {
+            Ok(state) => state,
+            Err(why) => LockState::Held(format!("a process it could not check ({why})")),
+        };
+        match state {
+            LockState::Gone => unheld_before = false,
+            LockState::Held(by) if Instant::now() < deadline => {
+                unheld_before = false;
+                log::info!("pacman is busy: its database lock {lock} is held by {by}; waiting");
+            }
+            LockState::Held(by) => {
+                return Err(TransactionError::Pacman(format!(
+                    "pacman is busy: its database lock {lock} was held by {by} for more than {} \
+                     s; it was left alone",
+                    wait.as_secs()
+                )))
+            }
+            LockState::Unheld { predates_boot }
+                if predates_boot && env.config.pacman_remove_stale_lock =>
+            {
+                remove_lock(env, &lock).map_err(TransactionError::Pacman)?;
+                env.runner.note(format!(
+                    "removed pacman's stale database lock {lock}: no process had it open and it \
+                     predated this boot (pacman_remove_stale_lock)"
+                ));
+                continue;
+            }
+            LockState::Unheld { predates_boot } if predates_boot || unheld_before => {
+                let why = if predates_boot {
+                    "no process has it open and it predates this boot"
+                } else {
+                    "no process has it open"
+                };
+                return Err(TransactionError::Pacman(format!(
+                    "pacman's database lock {lock} is stale: {why}; it was left alone (remove it \
+                     if no package manager is running; pacman_remove_stale_lock lets mesh-host \
+                     remove a stale lock older than the boot)"
+                )));
+            }
+            LockState::Unheld { .. } => unheld_before = true,
         }
+        std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// What is behind a `db.lck` pacman reported.
+enum LockState {
+    /// Gone since pacman reported it: try again.
+    Gone,
+    /// Held by these processes (or assumed held when they could not be checked).
+    Held(String),
+    Unheld {
+        predates_boot: bool,
+    },
+}
+
+/// The lock pacman named, as this process reaches it: under `--root`, pacman ran chrooted
+/// into the root, so its path is inside it. Opened through the no-symlink walk.
+fn lock_parent(env: &Env, lock: &str) -> Result<Option<crate::fsutil::Parent>, String> {
+    let root = if env.offline {
+        env.root
+    } else {
+        std::path::Path::new("/")
+    };
+    let dir = crate::fsutil::Dir::open(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    crate::fsutil::walk_to_parent(&dir, std::path::Path::new(lock), false)
+        .map_err(|e| e.to_string())
+}
+
+fn lock_state(env: &Env, lock: &str) -> Result<LockState, String> {
+    let at = |e: std::io::Error| format!("{lock}: {e}");
+    let Some(parent) = lock_parent(env, lock)? else {
+        return Ok(LockState::Gone);
+    };
+    let Some(identity) = parent.dir.identity(&parent.name).map_err(at)? else {
+        return Ok(LockState::Gone);
+    };
+    let holders = crate::lockfile::holders(&identity);
+    if !holders.is_empty() {
+        let list: Vec<String> = holders
+            .iter()
+            .map(|h| format!("pid {} ({})", h.pid, h.name))
+            .collect();
+        return Ok(LockState::Held(list.join(", ")));
+    }
+    let predates_boot = crate::lockfile::boot_time().is_some_and(|boot| identity.modified < boot);
+    Ok(LockState::Unheld { predates_boot })
+}
+
+fn remove_lock(env: &Env, lock: &str) -> Result<(), String> {
+    let parent = lock_parent(env, lock)?.ok_or_else(|| format!("{lock}: its directory is gone"))?;
+    parent
+        .dir
+        .remove(&parent.name)
+        .map(drop)
+        .map_err(|e| format!("pacman's stale database lock {lock} could not be removed: {e}"))
 }
 
 /// The lock file named in pacman's "unable to lock database" error, if that is the failure.

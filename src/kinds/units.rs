@@ -1,4 +1,6 @@
-//! systemd units. One `systemctl show` and one `is-enabled` (of the loaded ones) observe them all;
+//! systemd units. One `systemctl show` and one `is-enabled` (of the loaded ones) observe them all
+//! (asked again by halves when one name fails the batch; masked, aliased, symlinked or oversized
+//! unit files fail or are reported only for their own unit, never followed);
 //! unit files the declaration carries are written atomically to the unit directory with one
 //! `daemon-reload` when any changed; enable, disable, start, stop, restart and reload each go in
 //! one batched call. A unit the host found enabled or running gets that state back when it is
@@ -13,12 +15,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::{
-    batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, Outcome, RunContext,
-    Step,
+    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, LedgerAfter,
+    Observations, Outcome, RunContext, Step,
 };
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
-use crate::fsutil::{self, Dir};
+use crate::exec::CommandError;
+use crate::fsutil::{self, Dir, FileType};
 use crate::store::{Entry, Ledger, Origin};
 
 pub struct Units;
@@ -58,13 +61,19 @@ pub struct Observed {
     pub active: String,
     /// `UnitFileState` (or `is-enabled` offline): `enabled`, `disabled`, `static`, ...
     pub enablement: String,
-    /// The unit's file in the unit directory, if there is one.
+    /// The unit's file in the unit directory, if there is one and it is a regular file.
     pub file: Option<Vec<u8>>,
+    /// Where the unit's name in the unit directory links to, when it is a symlink (a masked unit
+    /// links to /dev/null, an alias to its unit): reported, never followed or replaced.
+    pub link: Option<String>,
 }
 
 impl Observed {
     fn running(&self) -> bool {
         matches!(self.active.as_str(), "active" | "activating" | "reloading")
+    }
+    fn masked(&self) -> bool {
+        self.load == "masked" || self.enablement.starts_with("masked")
     }
     fn enabled(&self) -> bool {
         matches!(self.enablement.as_str(), "enabled" | "enabled-runtime")
@@ -103,11 +112,25 @@ impl Kind for Units {
         check_unit_name(key)
     }
 
-    fn parse(_key: &str, fields: &mut Fields, _limits: &Limits) -> Option<Spec> {
+    fn parse(_key: &str, fields: &mut Fields, limits: &Limits) -> Option<Spec> {
         let present = fields.present();
         let enabled = fields.bool("enabled");
         let active = fields.bool("active");
         let content = fields.str("content").map(str::to_string);
+        // The same bound as files: what the host writes it must be able to read back.
+        if let Some(c) = content
+            .as_ref()
+            .filter(|c| c.len() as u64 > limits.max_file_bytes)
+        {
+            fields.problem(
+                "content",
+                format!(
+                    "is {} bytes, more than the limit of {} bytes",
+                    c.len(),
+                    limits.max_file_bytes
+                ),
+            );
+        }
         let mut paths = |name: &'static str| -> Vec<String> {
             let list = fields.strings(name).unwrap_or_default();
             let mut out = Vec::new();
@@ -165,12 +188,12 @@ impl Kind for Units {
         env: &Env,
         _cx: &RunContext,
         keys: &[String],
-    ) -> Result<BTreeMap<String, Observed>, String> {
+    ) -> Result<Observations<Observed>, String> {
         if keys.is_empty() {
             return Ok(BTreeMap::new());
         }
         let names: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let mut observed: Vec<Observed> = if env.offline {
+        let states: Vec<Result<Observed, String>> = if env.offline {
             names
                 .iter()
                 .map(|name| {
@@ -181,55 +204,67 @@ impl Kind for Units {
                         .query(&env.config.systemctl, &args, &[name])
                         .map(|o| o.stdout_text().trim().to_string())
                         .unwrap_or_default();
-                    Observed {
+                    Ok(Observed {
                         enablement,
                         ..Observed::default()
-                    }
+                    })
                 })
                 .collect()
         } else {
-            let output = env
-                .runner
-                .run(
-                    &env.config.systemctl,
-                    &["show", "-p", "Id,LoadState,ActiveState,UnitFileState"],
-                    &names,
-                )
-                .map_err(|e| e.to_string())?;
-            let blocks = parse_show(&output.stdout_text());
-            if blocks.len() != names.len() {
-                return Err(format!(
-                    "`systemctl show` described {} units for the {} asked about",
-                    blocks.len(),
-                    names.len()
-                ));
-            }
+            // One name systemctl cannot take (a template without its instance) fails the whole
+            // `show`: asked again by halves, it fails only that unit.
+            let blocks = query_by_halves(env.runner, "`systemctl show`", &names, |batch| {
+                env.runner
+                    .run(
+                        &env.config.systemctl,
+                        &["show", "-p", "Id,LoadState,ActiveState,UnitFileState"],
+                        batch,
+                    )
+                    .map(|output| parse_show(&output.stdout_text()))
+            });
             let loaded: Vec<&str> = names
                 .iter()
                 .zip(&blocks)
-                .filter(|(_, b)| b.get("LoadState").map(String::as_str) == Some("loaded"))
+                .filter(|(_, b)| {
+                    b.as_ref()
+                        .is_ok_and(|b| b.get("LoadState").map(String::as_str) == Some("loaded"))
+                })
                 .map(|(name, _)| *name)
                 .collect();
             let mut enablement = query_enablement(env, &loaded);
             names
                 .iter()
                 .zip(blocks)
-                .map(|(name, b)| Observed {
-                    load: b.get("LoadState").cloned().unwrap_or_default(),
-                    active: b.get("ActiveState").cloned().unwrap_or_default(),
-                    enablement: enablement
-                        .remove(*name)
-                        .or_else(|| b.get("UnitFileState").cloned())
-                        .unwrap_or_default(),
-                    file: None,
+                .map(|(name, block)| {
+                    block.map(|b| Observed {
+                        load: b.get("LoadState").cloned().unwrap_or_default(),
+                        active: b.get("ActiveState").cloned().unwrap_or_default(),
+                        enablement: enablement
+                            .remove(*name)
+                            .or_else(|| b.get("UnitFileState").cloned())
+                            .unwrap_or_default(),
+                        ..Observed::default()
+                    })
                 })
                 .collect()
         };
-        let dir = unit_dir(env);
-        for (name, obs) in names.iter().zip(observed.iter_mut()) {
-            obs.file = read_unit_file(&dir, name)?;
-        }
-        Ok(keys.iter().cloned().zip(observed).collect())
+        let dir = open_unit_dir(env, false)?;
+        let max = env.config.limits.max_file_bytes;
+        Ok(keys
+            .iter()
+            .zip(states)
+            .map(|(name, state)| {
+                let observed = state.and_then(|mut obs| {
+                    match read_unit_file(env, dir.as_ref(), name, max)? {
+                        UnitFile::Missing => {}
+                        UnitFile::Regular(bytes) => obs.file = Some(bytes),
+                        UnitFile::Symlink(target) => obs.link = Some(target),
+                    }
+                    Ok(obs)
+                });
+                (name.clone(), observed)
+            })
+            .collect())
     }
 
     fn plan(
@@ -374,7 +409,7 @@ fn run_verb<'a>(
         vec![verb.to_string()]
     };
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let results = batch_then_each(&names, |batch| {
+    let results = batch_then_each(env.runner, &names, |batch| {
         env.runner
             .run(&env.config.systemctl, &args, batch)
             .map(drop)
@@ -404,30 +439,19 @@ pub fn digest(spec: &Spec) -> String {
 /// `is-enabled` of loaded units, by name. `show`'s `UnitFileState` is the manager's cached view
 /// and can lag an enable or disable (systemd 252 still said `enabled` after `systemctl disable`);
 /// `is-enabled` reads the unit files. It stops at the first unit without a file, so when the
-/// batch answers short each unit is asked alone; a unit whose file is gone gets `""`.
+/// batch answers short it is asked again by halves; a unit whose file is gone gets `""`.
 fn query_enablement(env: &Env, names: &[&str]) -> BTreeMap<String, String> {
-    let ask = |batch: &[&str]| -> Option<Vec<String>> {
+    let states = query_by_halves(env.runner, "`systemctl is-enabled`", names, |batch| {
         let output = env
             .runner
-            .query(&env.config.systemctl, &["is-enabled"], batch)
-            .ok()?;
+            .query(&env.config.systemctl, &["is-enabled"], batch)?;
         let states: Vec<String> = output.stdout_text().lines().map(str::to_string).collect();
-        (states.len() == batch.len()).then_some(states)
-    };
-    if names.is_empty() {
-        return BTreeMap::new();
-    }
-    if let Some(states) = ask(names) {
-        return names.iter().map(|n| n.to_string()).zip(states).collect();
-    }
+        Ok::<_, CommandError>(states)
+    });
     names
         .iter()
-        .map(|name| {
-            let state = ask(&[name])
-                .and_then(|states| states.into_iter().next())
-                .unwrap_or_default();
-            (name.to_string(), state)
-        })
+        .zip(states)
+        .map(|(name, state)| (name.to_string(), state.unwrap_or_default()))
         .collect()
 }
 
@@ -483,21 +507,49 @@ fn offline_args(env: &Env, verb: &str) -> Vec<String> {
     vec![format!("--root={}", env.root.display()), verb.to_string()]
 }
 
-/// The unit directory as seen from the target root.
+/// What is at a unit's name in the unit directory.
+enum UnitFile {
+    Missing,
+    Regular(Vec<u8>),
+    Symlink(String),
+}
+
+/// The unit directory, opened from the target root one component at a time, never through a
+/// symlink (under `--root`, a link in the mounted disk must not lead onto the rescue system).
+/// `None` when it does not exist and `create` is not asked.
+fn open_unit_dir(env: &Env, create: bool) -> Result<Option<Dir>, String> {
+    let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
+    fsutil::walk_to_dir(&root, &env.config.unit_dir, create)
+        .map_err(|e| format!("unit directory {}: {e}", unit_dir(env).display()))
+}
+
+/// The unit directory as seen from the target root, for messages.
 fn unit_dir(env: &Env) -> PathBuf {
     let dir = &env.config.unit_dir;
     env.root.join(dir.strip_prefix("/").unwrap_or(dir))
 }
 
-fn read_unit_file(dir: &Path, name: &str) -> Result<Option<Vec<u8>>, String> {
-    let d = match Dir::open(dir) {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("unit directory {}: {e}", dir.display())),
+/// Reads the unit's file, never following a symlink: a link is reported with its target. A file
+/// over the limit or unreadable fails only this unit.
+fn read_unit_file(env: &Env, dir: Option<&Dir>, name: &str, max: u64) -> Result<UnitFile, String> {
+    let Some(d) = dir else {
+        return Ok(UnitFile::Missing);
     };
-    d.read(OsStr::new(name), 1 << 20)
-        .map(|o| o.map(|(_, bytes)| bytes))
-        .map_err(|e| format!("{}: {e}", dir.join(name).display()))
+    let shown = unit_dir(env).join(name);
+    let at = |e: std::io::Error| format!("unit file {}: {e}", shown.display());
+    match d.stat(OsStr::new(name)).map_err(at)? {
+        None => Ok(UnitFile::Missing),
+        Some(st) if st.file_type == FileType::Symlink => {
+            let target = d.read_link(OsStr::new(name)).map_err(at)?;
+            Ok(target.map_or(UnitFile::Missing, |t| {
+                UnitFile::Symlink(t.display().to_string())
+            }))
+        }
+        Some(_) => Ok(d
+            .read(OsStr::new(name), max)
+            .map_err(at)?
+            .map_or(UnitFile::Missing, |(_, bytes)| UnitFile::Regular(bytes))),
+    }
 }
 
 /// Writes, restores or removes the unit's file; `Ok(true)` when the file changed.
@@ -505,8 +557,10 @@ fn apply_file(env: &Env, dir: &Path, name: &str, op: &Op) -> Result<bool, String
     if op.write_file.is_none() && op.restore_file.is_none() && !op.remove_file {
         return Ok(false);
     }
-    std::fs::create_dir_all(dir).map_err(|e| format!("unit directory {}: {e}", dir.display()))?;
-    let d = Dir::open(dir).map_err(|e| format!("unit directory {}: {e}", dir.display()))?;
+    // Only a removal finds the directory missing (anything else creates it): nothing to remove.
+    let Some(d) = open_unit_dir(env, !op.remove_file)? else {
+        return Ok(false);
+    };
     let at = |e: std::io::Error| format!("{}: {e}", dir.join(name).display());
     if let Some(bytes) = &op.write_file {
         d.write_atomic(OsStr::new(name), bytes, 0o644, None)
@@ -519,7 +573,13 @@ fn apply_file(env: &Env, dir: &Path, name: &str, op: &Op) -> Result<bool, String
         d.write_atomic(OsStr::new(name), &bytes, 0o644, None)
             .map_err(at)?;
     } else {
-        match fsutil::Dir::stat(&d, OsStr::new(name)).map_err(at)? {
+        match d.stat(OsStr::new(name)).map_err(at)? {
+            Some(st) if st.file_type == FileType::Symlink => {
+                return Err(format!(
+                    "{} became a symlink; mesh-host never removes what it did not write",
+                    dir.join(name).display()
+                ))
+            }
             Some(_) => {
                 d.remove(OsStr::new(name)).map_err(at)?;
             }
@@ -545,6 +605,17 @@ fn plan_present(
             "its package {package} failed to install in this run"
         ));
     }
+    if let (Some(_), Some(target)) = (&spec.content, &obs.link) {
+        return Step::Fail(format!(
+            "its unit file is a symlink to {target}; mesh-host never writes through or replaces a symlink"
+        ));
+    }
+    if obs.masked() && (spec.active == Some(true) || spec.enabled == Some(true)) {
+        return Step::Fail(format!(
+            "unit {key} is masked; it cannot be enabled or started until a person unmasks it \
+             (systemctl unmask {key})"
+        ));
+    }
     let mut op = Op::default();
     let mut details = Vec::new();
     let file_changed = match &spec.content {
@@ -562,7 +633,7 @@ fn plan_present(
             .to_string(),
         );
     }
-    if !cx.offline && spec.content.is_none() && obs.load != "loaded" {
+    if !cx.offline && spec.content.is_none() && obs.load != "loaded" && !obs.masked() {
         return Step::Fail(format!(
             "unit {key} is not loaded (LoadState={}) and the declaration gives no content",
             obs.load
@@ -897,8 +968,72 @@ mod tests {
             load: "loaded".into(),
             active: active.into(),
             enablement: enablement.into(),
-            file: None,
+            ..Observed::default()
         }
+    }
+
+    #[test]
+    fn masked_and_symlinked_units_fail_only_themselves() {
+        let masked = Observed {
+            load: "masked".into(),
+            active: "inactive".into(),
+            enablement: "masked".into(),
+            link: Some("/dev/null".into()),
+            ..Observed::default()
+        };
+        let owned = Entry::new(Origin::Created, Value::Null);
+        let fail = plan(r#"{"active": true}"#, masked.clone(), None, &[]);
+        assert!(
+            fail.starts_with("fail: unit a.service is masked") && fail.contains("systemctl unmask"),
+            "{fail}"
+        );
+        assert!(plan(r#"{"enabled": true}"#, masked.clone(), None, &[]).contains("is masked"));
+        // Wanting it stopped or disabled: a masked unit is both already.
+        assert_eq!(
+            plan(
+                r#"{"active": false, "enabled": false}"#,
+                masked.clone(),
+                Some(&owned),
+                &[]
+            ),
+            "in sync"
+        );
+        assert_eq!(
+            plan(r#"{"state": "absent"}"#, masked.clone(), None, &[]),
+            "in sync"
+        );
+        // Its file is a link: never written through, never removed as if it were the host's.
+        let fail = plan(r#"{"content": "[Service]\n"}"#, masked.clone(), None, &[]);
+        assert!(
+            fail.contains("symlink to /dev/null") && fail.contains("never writes through"),
+            "{fail}"
+        );
+        let alias = Observed {
+            link: Some("gdm.service".into()),
+            ..loaded("active", "alias")
+        };
+        assert_eq!(
+            plan(
+                r#"{"enabled": true, "active": true}"#,
+                alias.clone(),
+                Some(&owned),
+                &[]
+            ),
+            "in sync"
+        );
+        assert!(plan(r#"{"content": "x"}"#, alias, None, &[]).contains("symlink to gdm.service"));
+    }
+
+    #[test]
+    fn content_has_the_file_size_limit() {
+        let big = "x".repeat((8 << 20) + 1);
+        check_refused(
+            &format!(r#"{{"schema": 1, "units": {{"a.service": {{"content": "{big}"}}}}}}"#),
+            &[
+                "units[\"a.service\"].content",
+                "is 8388609 bytes, more than the limit of 8388608 bytes",
+            ],
+        );
     }
 
     #[test]

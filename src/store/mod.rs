@@ -8,6 +8,7 @@ mod ledger;
 mod lock;
 mod outbox;
 mod runs;
+mod secrets;
 mod stats;
 
 use std::ffi::OsStr;

@@ -24,6 +24,13 @@ pub struct RunRecord {
     pub in_sync: usize,
     /// External commands the run spawned.
     pub commands: usize,
+    /// Of those, queries repeated on part of a batch that failed as a whole, to find the
+    /// resource that made it fail.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: usize,
+    /// What the run did beside its resources that a person should know (a stale lock removed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// Entries left out of the lists above to keep the history small.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: usize,
@@ -69,6 +76,8 @@ mod tests {
             deferred: Vec::new(),
             in_sync: 0,
             commands: 0,
+            retries: 0,
+            notes: Vec::new(),
             omitted: 0,
         };
         let kept = run.abridged();

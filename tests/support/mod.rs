@@ -82,7 +82,22 @@ impl Scratch {
 
     /// Runs `mesh-host` with this scratch's store, config and (if set) root.
     pub fn run(&self, args: &[&str]) -> Output {
+        self.run_with_umask(None, args)
+    }
+
+    /// `run`, with the process's umask set to `umask` when given.
+    pub fn run_with_umask(&self, umask: Option<u32>, args: &[&str]) -> Output {
         let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
+        if let Some(mask) = umask {
+            use std::os::unix::process::CommandExt;
+            // Async-signal-safe: umask only.
+            unsafe {
+                command.pre_exec(move || {
+                    libc::umask(mask as libc::mode_t);
+                    Ok(())
+                });
+            }
+        }
         command
             .arg("--state-dir")
             .arg(self.state())
