@@ -9,6 +9,7 @@ use serde_json::json;
 use crate::cli::Args;
 use crate::config::Config;
 use crate::declaration::{self, Declaration, Problems};
+use crate::envelope::{self, PublicKey, SignatureState, Verification};
 use crate::exec::Runner;
 use crate::kinds::Env;
 use crate::link;
@@ -58,6 +59,14 @@ pub fn invalid(file: &Path, problems: &Problems) -> Fatal {
         file.display(),
         if count == 1 { "" } else { "s" }
     ))
+}
+
+/// A declaration file as read: the declaration's own bytes (taken out of the envelope when it
+/// came in one), validated, and what its signatures proved against the config's trusted keys.
+struct ReadDeclaration {
+    bytes: Vec<u8>,
+    declaration: Declaration,
+    verification: Option<Verification>,
 }
 
 /// What one converging run did.
@@ -142,8 +151,9 @@ impl Host {
         )
     }
 
-    /// Reads a declaration file, refusing one over the size limit before reading it.
-    fn read_declaration(&self, file: &Path) -> Result<(Vec<u8>, Declaration), Fatal> {
+    /// Reads a declaration file (plain, or an envelope whose signatures are checked against the
+    /// trusted keys), refusing one over the size limit before reading it.
+    fn read_declaration(&self, file: &Path) -> Result<ReadDeclaration, Fatal> {
         let cannot =
             |e: std::io::Error| Fatal::Invalid(format!("{}: cannot be read: {e}", file.display()));
         let len = std::fs::metadata(file).map_err(cannot)?.len();
@@ -155,8 +165,23 @@ impl Host {
             )));
         }
         let bytes = std::fs::read(file).map_err(cannot)?;
+        let (bytes, verification) = match envelope::open(&bytes).map_err(|p| invalid(file, &p))? {
+            Some(envelope) => {
+                let verification = envelope.verify(self.trusted_keys());
+                (envelope.declaration.into_bytes(), Some(verification))
+            }
+            None => (bytes, None),
+        };
         let declaration = self.validate(&bytes).map_err(|p| invalid(file, &p))?;
-        Ok((bytes, declaration))
+        Ok(ReadDeclaration {
+            bytes,
+            declaration,
+            verification,
+        })
+    }
+
+    fn trusted_keys(&self) -> &[PublicKey] {
+        self.config.trust.as_ref().map_or(&[], |t| &t.keys)
     }
 
     /// The store, created if missing (mode 0700).
@@ -172,23 +197,61 @@ impl Host {
         );
     }
 
+    /// Validates a declaration and, for an envelope, says who signed it; with trusted keys set,
+    /// a declaration whose signatures do not satisfy them is refused (exit 2), as the service
+    /// would refuse it from the control plane.
     pub fn check(&self, file: &Path) -> Result<i32, Fatal> {
-        let (_, d) = self.read_declaration(file)?;
+        let read = self.read_declaration(file)?;
+        let d = &read.declaration;
+        let refusal = self.config.trust.as_ref().and_then(|trust| match &read.verification {
+            Some(v) => v.refusal(trust).map(|r| r.to_string()),
+            None => Some(format!(
+                "unsigned: a plain declaration, and the config trusts keys ({} signature{} required)",
+                trust.required,
+                if trust.required == 1 { "" } else { "s" }
+            )),
+        });
+        let signatures = read
+            .verification
+            .as_ref()
+            .map_or(&[][..], |v| &v.signatures[..]);
+        let now = store::unix_now();
         if self.args.json {
-            self.print_json(json!({"valid": true, "revision": d.revision, "digest": d.digest, "resources": count(&d)}));
+            let signatures: Vec<_> = signatures
+                .iter()
+                .map(|(key, state)| json!({"key": key.to_string(), "state": state.name()}))
+                .collect();
+            self.print_json(
+                json!({"valid": true, "revision": d.revision, "digest": d.digest,
+                "resources": count(d), "signed": read.verification.is_some(),
+                "signatures": signatures, "trusted_keys_satisfied": refusal.is_none(),
+                "refusal": refusal, "expires": d.expires}),
+            );
         } else {
             println!(
                 "{}: valid ({} resources, sha256 {})",
                 file.display(),
-                count(&d),
+                count(d),
                 d.digest
             );
+            for (key, state) in signatures {
+                println!("signed by {key}: {}", state.name());
+            }
+            if let Some(expires) = d.expires {
+                println!("{}", expiry(expires, now));
+            }
         }
-        Ok(EXIT_OK)
+        match refusal {
+            Some(refusal) => Err(Fatal::Invalid(format!(
+                "{}: refused by this host's trusted keys: {refusal}",
+                file.display()
+            ))),
+            None => Ok(EXIT_OK),
+        }
     }
 
     pub fn plan(&self, file: &Path) -> Result<i32, Fatal> {
-        let (_, d) = self.read_declaration(file)?;
+        let d = self.read_declaration(file)?.declaration;
         let store = Store::open(&self.config.state_dir, false)?;
         let mut ledger = match &store {
             Some(s) => s.ledger()?,
@@ -209,8 +272,30 @@ impl Host {
         })
     }
 
+    /// Applies a plain declaration or an envelope as a local override: root owns the machine, so
+    /// no signature is required, but an envelope with a signature that does not verify (its text
+    /// was altered after signing) is refused.
     pub fn apply(&self, file: &Path) -> Result<i32, Fatal> {
-        let (bytes, d) = self.read_declaration(file)?;
+        let ReadDeclaration {
+            bytes,
+            declaration: d,
+            verification,
+        } = self.read_declaration(file)?;
+        if let Some(v) = verification.as_ref().filter(|v| v.has_bad()) {
+            let bad: Vec<String> = v
+                .signatures
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, state))| *state == SignatureState::Bad)
+                .map(|(i, (key, _))| format!("signatures[{i}] by {key}"))
+                .collect();
+            return Err(Fatal::Invalid(format!(
+                "{}: refused: bad signature ({}): the declaration is not the text that was \
+                 signed; nothing was applied",
+                file.display(),
+                bad.join(", ")
+            )));
+        }
         let text = String::from_utf8(bytes)
             .map_err(|_| Fatal::Invalid(format!("{}: not UTF-8", file.display())))?;
         let path = std::fs::canonicalize(file).unwrap_or_else(|_| PathBuf::from(file));
@@ -223,6 +308,10 @@ impl Host {
             since: store::unix_now(),
             text,
             control_plane_revision: None,
+            signed_by: verification
+                .map(|v| v.signers().iter().map(|k| k.to_string()).collect())
+                .unwrap_or_default(),
+            expires: d.expires,
         };
         let target = Target::New {
             declaration: &d,
@@ -288,6 +377,7 @@ impl Host {
         })?;
         let mut ledger = store.ledger()?;
         let from_store;
+        let expires;
         let (d, revision) = match target {
             Target::New {
                 declaration,
@@ -298,11 +388,15 @@ impl Host {
                 in_force.control_plane_revision =
                     current.as_ref().and_then(|f| f.control_plane_revision);
                 // The same file applied again is already in force (and has been since then).
-                let unchanged = current
-                    .is_some_and(|f| f.digest == in_force.digest && f.source == in_force.source);
+                let unchanged = current.is_some_and(|f| {
+                    f.digest == in_force.digest
+                        && f.source == in_force.source
+                        && f.signed_by == in_force.signed_by
+                });
                 if !unchanged {
                     store.set_in_force(&in_force)?;
                 }
+                expires = in_force.expires;
                 (declaration, declaration.revision)
             }
             Target::InForce => {
@@ -312,6 +406,7 @@ impl Host {
                 from_store = self
                     .validate(in_force.text.as_bytes())
                     .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+                expires = in_force.expires;
                 (&from_store, in_force.revision)
             }
         };
@@ -351,7 +446,19 @@ impl Host {
             runner.count(),
         );
         store.record_run(&record)?;
-        self.queue_report(&store, &record, "");
+        // Held past its expiry (a disconnected node keeps holding its machine), but said so.
+        let note = match expires.filter(|e| *e <= started) {
+            Some(expires) => {
+                let note = format!(
+                    "the declaration in force {}; it is held until a newer one arrives",
+                    expiry(expires, started)
+                );
+                log::warn!("{note}");
+                note
+            }
+            None => String::new(),
+        };
+        self.queue_report(&store, &record, &note);
         Ok(Some(RunResult {
             report,
             record,
@@ -486,8 +593,14 @@ impl Host {
         let now = store::unix_now();
         if self.args.json {
             let in_force = in_force.as_ref().map(|f| {
+                let signed_by: Vec<_> = f
+                    .signed_by
+                    .iter()
+                    .map(|key| json!({"key": key, "trusted": self.trusts(key)}))
+                    .collect();
                 json!({"source": f.source, "revision": f.revision, "digest": f.digest, "since": f.since,
-                       "control_plane_revision": f.control_plane_revision})
+                       "control_plane_revision": f.control_plane_revision, "signed_by": signed_by,
+                       "expires": f.expires, "expired": f.expires.is_some_and(|e| e <= now)})
             });
             self.print_json(json!({"state_dir": self.config.state_dir, "in_force": in_force, "service": service, "runs": runs}));
             return Ok(EXIT_OK);
@@ -534,6 +647,22 @@ impl Host {
                     f.digest,
                     age(now.saturating_sub(f.since))
                 );
+                for key in &f.signed_by {
+                    let trust = if self.trusts(key) {
+                        "trusted"
+                    } else {
+                        "not trusted here"
+                    };
+                    println!("    signed by {key} ({trust})");
+                }
+                if let Some(expires) = f.expires {
+                    let held = if expires <= now {
+                        "; held until a newer one arrives"
+                    } else {
+                        ""
+                    };
+                    println!("    {}{held}", expiry(expires, now));
+                }
             }
         }
         if runs.is_empty() {
@@ -562,6 +691,25 @@ impl Host {
             }
         }
         Ok(EXIT_OK)
+    }
+}
+
+impl Host {
+    /// Whether `key` (as the store keeps it) is one of the config's trusted keys now.
+    fn trusts(&self, key: &str) -> bool {
+        PublicKey::parse(key).is_ok_and(|k| self.trusted_keys().contains(&k))
+    }
+}
+
+/// `expires at unix time T (in 3 h)` or `expired at unix time T (2 h ago)`.
+fn expiry(expires: u64, now: u64) -> String {
+    if expires > now {
+        format!("expires at unix time {expires} (in {})", age(expires - now))
+    } else {
+        format!(
+            "expired at unix time {expires} ({} ago)",
+            age(now - expires)
+        )
     }
 }
 

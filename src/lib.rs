@@ -8,9 +8,11 @@ mod codec;
 mod commands;
 mod config;
 mod declaration;
+mod envelope;
 mod exec;
 mod fsutil;
 mod join;
+mod keys;
 mod kinds;
 mod link;
 mod reconcile;
@@ -51,6 +53,8 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
         }
         // Before the config is loaded: join may be what creates it.
         Command::Join(join) => return join::run(&args, join),
+        // On the operator's offline machine: no config, no store.
+        Command::Keygen { out } => return keys::keygen(&args, out),
         _ => {}
     }
     let command = args.command.clone();
@@ -63,7 +67,10 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
         Command::Owned => host.owned(),
         Command::Status => host.status(),
         Command::Run => service::run(&mut host),
-        Command::Join(_) | Command::Help | Command::Version => Ok(commands::EXIT_OK),
+        Command::Sign { key, file } => keys::sign(&host, &key, &file),
+        Command::Join(_) | Command::Keygen { .. } | Command::Help | Command::Version => {
+            Ok(commands::EXIT_OK)
+        }
     }
 }
 
@@ -79,6 +86,21 @@ pub mod fuzzing {
                     identity: &config.identity,
                 },
             );
+        }
+    }
+
+    /// Reads bytes as an envelope and checks its signatures against one trusted key.
+    pub fn envelope(bytes: &[u8]) {
+        let trusted = crate::envelope::PublicKey::parse(
+            "ed25519:iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w=",
+        );
+        if let (Ok(Some(envelope)), Ok(key)) = (crate::envelope::open(bytes), trusted) {
+            let verification = envelope.verify(&[key]);
+            let _ = verification.refusal(&crate::envelope::Trust {
+                keys: vec![key],
+                required: 1,
+            });
+            let _ = envelope.to_json();
         }
     }
 
