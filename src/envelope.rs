@@ -181,7 +181,7 @@ impl SignatureState {
     pub fn name(self) -> &'static str {
         match self {
             SignatureState::Trusted => "trusted",
-            SignatureState::Untrusted => "unknown key (not trusted here)",
+            SignatureState::Untrusted => "valid, by a key not trusted here",
             SignatureState::Repeated => "trusted, repeated (counts once)",
             SignatureState::Bad => "bad signature",
         }
@@ -654,7 +654,7 @@ mod tests {
         );
         assert!(
             message.contains(&format!(
-                "signatures[0] by {}: unknown key",
+                "signatures[0] by {}: valid, by a key not trusted here",
                 public_key(&stranger)
             )),
             "{message}"
