@@ -9,7 +9,8 @@ mesh-host: converges this machine to a declaration (packages, files under /etc, 
 Usage: mesh-host [OPTIONS] COMMAND [ARGS]
 
 Commands:
-  check FILE        validate a declaration; changes nothing (exit 0 valid, 2 invalid)
+  check FILE        validate a declaration or signed envelope, say who signed it; changes
+                    nothing (exit 0 valid, 2 invalid or not signed as trusted_keys require)
   plan FILE         show what applying FILE would change; changes nothing
   apply FILE        validate, lock, converge, record; FILE becomes the declaration in force
   reconcile         converge again to the declaration in force in the store

@@ -89,19 +89,40 @@ pub mod fuzzing {
         }
     }
 
-    /// Reads bytes as an envelope and checks its signatures against one trusted key.
+    /// Takes bytes as the `declaration` of a `declare` frame on a host that trusts one key (RFC
+    /// 8032's first test key, which signs the seed corpus): envelope, signatures, declaration,
+    /// revision and expiry, as the service decides; then prints the envelope again.
     pub fn envelope(bytes: &[u8]) {
-        let trusted = crate::envelope::PublicKey::parse(
-            "ed25519:iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w=",
-        );
-        if let (Ok(Some(envelope)), Ok(key)) = (crate::envelope::open(bytes), trusted) {
-            let verification = envelope.verify(&[key]);
-            let _ = verification.refusal(&crate::envelope::Trust {
-                keys: vec![key],
-                required: 1,
-            });
+        use crate::envelope::{accept, open, Arrival, PublicKey, Trust};
+        let (Ok(config), Ok(key)) = (
+            crate::config::Config::parse("{}", None),
+            PublicKey::parse("ed25519:11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo="),
+        ) else {
+            return;
+        };
+        if let Ok(Some(envelope)) = open(bytes) {
             let _ = envelope.to_json();
         }
+        let trust = Trust {
+            keys: vec![key],
+            required: 1,
+        };
+        let arrival = Arrival {
+            revision: 7,
+            newest: Some(3),
+            now: 1_800_000_000,
+            trust: Some(&trust),
+        };
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        let _ = accept(text, &arrival, |b| {
+            crate::declaration::parse(
+                b,
+                &crate::declaration::Context {
+                    limits: &config.limits,
+                    identity: &config.identity,
+                },
+            )
+        });
     }
 
     /// Feeds bytes to a link that is up, as a control plane would send them.
