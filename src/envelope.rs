@@ -98,8 +98,9 @@ impl Envelope {
         }
     }
 
-    /// Adds `key_pair`'s signature over the declaration bytes. Returns false (and changes
-    /// nothing) when that key has a valid signature here already.
+    /// Adds `key_pair`'s signature over the declaration bytes, replacing a signature by the same
+    /// key that no longer verifies. Returns false (and changes nothing) when that key has a valid
+    /// signature here already.
     pub fn sign(&mut self, key_pair: &Ed25519KeyPair) -> bool {
         let key = public_key(key_pair);
         let message = self.declaration.as_bytes();
@@ -110,6 +111,7 @@ impl Envelope {
         {
             return false;
         }
+        self.signatures.retain(|s| s.key != key);
         self.signatures.push(Signature {
             key,
             bytes: key_pair.sign(message).as_ref().to_vec(),
@@ -721,6 +723,16 @@ mod tests {
         assert_eq!(envelope.signatures.len(), 1);
         assert!(envelope.sign(&key(2)));
         assert_eq!(envelope.signatures.len(), 2);
+        // After the text changed, signing again replaces that key's stale signature.
+        envelope.declaration = decl(4);
+        assert!(envelope.sign(&a));
+        let states: Vec<_> = envelope
+            .verify(&[])
+            .signatures
+            .iter()
+            .map(|(_, s)| *s)
+            .collect();
+        assert_eq!(states, [SignatureState::Bad, SignatureState::Untrusted]);
     }
 
     #[test]

@@ -87,9 +87,10 @@ pub fn sign(host: &Host, key: &Path, file: &Path) -> Result<i32, Fatal> {
     let declaration = host
         .validate(envelope.declaration.as_bytes())
         .map_err(|p| invalid(file, &p))?;
+    let signer = envelope::public_key(&key_pair);
     let verification = envelope.verify(&[]);
     for (i, (key, state)) in verification.signatures.iter().enumerate() {
-        if *state == SignatureState::Bad {
+        if *state == SignatureState::Bad && *key != signer {
             eprintln!(
                 "mesh-host: warning: signatures[{i}] by {key} does not verify (the text changed \
                  after it was signed); hosts will refuse this envelope"
@@ -104,8 +105,7 @@ pub fn sign(host: &Host, key: &Path, file: &Path) -> Result<i32, Fatal> {
     }
     if !envelope.sign(&key_pair) {
         eprintln!(
-            "mesh-host: {} has signed this declaration already; the envelope is unchanged",
-            envelope::public_key(&key_pair)
+            "mesh-host: {signer} has signed this declaration already; the envelope is unchanged"
         );
     }
     print!("{}", envelope.to_json());

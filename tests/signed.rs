@@ -105,6 +105,22 @@ fn keygen_sign_check_apply_and_status_on_the_command_line() {
     assert_eq!(again.code, 2, "{again:?}");
     assert!(again.stderr.contains("never overwrites a key"), "{again:?}");
 
+    // sign refuses what no host would apply, and a key file that is not one.
+    let invalid = signer
+        .dir
+        .declaration("invalid.json", r#"{"schema": 1, "revison": 1}"#);
+    let out = signer
+        .dir
+        .run(&["sign", "--key", &signer.key("alice"), path(&invalid)]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("unknown field \"revison\""), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let out = signer
+        .dir
+        .run(&["sign", "--key", path(&invalid), path(&invalid)]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("not a PEM private key"), "{out:?}");
+
     let plain = motd(1, "signed", None);
     let by_alice = signer.sign("alice", &plain);
     let by_both = signer.sign("bob", &by_alice);
