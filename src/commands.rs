@@ -164,13 +164,14 @@ impl Host {
                 file.display()
             )));
         }
-        let bytes = std::fs::read(file).map_err(cannot)?;
-        let (bytes, verification) = match envelope::open(&bytes).map_err(|p| invalid(file, &p))? {
+        let raw = std::fs::read(file).map_err(cannot)?;
+        let (bytes, verification) = match envelope::open(&raw).map_err(|p| invalid(file, &p))? {
             Some(envelope) => {
+                drop(raw); // the envelope holds its own copy of the declaration
                 let verification = envelope.verify(self.trusted_keys());
                 (envelope.declaration.into_bytes(), Some(verification))
             }
-            None => (bytes, None),
+            None => (raw, None),
         };
         let declaration = self.validate(&bytes).map_err(|p| invalid(file, &p))?;
         Ok(ReadDeclaration {

@@ -326,7 +326,7 @@ fn parse(bytes: &[u8]) -> Result<Envelope, Problems> {
     let mut problems = Problems::default();
     // Duplicate keys are refused: two `declaration` members could be read differently by two
     // parsers, and the bytes verified must be the bytes applied.
-    let top = match declaration::strict_json(bytes) {
+    let mut top = match declaration::strict_json(bytes) {
         Ok(Value::Object(top)) => top,
         Ok(other) => {
             problems.push(
@@ -415,9 +415,13 @@ fn parse(bytes: &[u8]) -> Result<Envelope, Problems> {
             signatures.push(Signature { key, bytes });
         }
     }
-    match (text, problems.is_empty()) {
-        (Some(text), true) => Ok(Envelope {
-            declaration: text.to_string(),
+    if text.is_none() || !problems.is_empty() {
+        return Err(problems);
+    }
+    // Moved out rather than copied: a declaration may be tens of MiB.
+    match top.remove("declaration") {
+        Some(Value::String(declaration)) => Ok(Envelope {
+            declaration,
             signatures,
         }),
         _ => Err(problems),
@@ -480,6 +484,7 @@ pub fn accept(
     let envelope = open(text.as_bytes()).map_err(|p| located(&p))?;
     let (text, verification) = match envelope {
         Some(envelope) => {
+            drop(text); // the envelope holds its own copy of the declaration
             let trusted = arrival.trust.map_or(&[][..], |t| &t.keys);
             let verification = envelope.verify(trusted);
             (envelope.declaration, Some(verification))
