@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::cli::Args;
 use crate::config::Config;
 use crate::declaration::{self, Declaration, Problems};
-use crate::envelope::{self, PublicKey, SignatureState, Verification};
+use crate::envelope::{self, PublicKey, Verification};
 use crate::exec::Runner;
 use crate::kinds::Env;
 use crate::link;
@@ -198,20 +198,14 @@ impl Host {
         );
     }
 
-    /// Validates a declaration and, for an envelope, says who signed it; with trusted keys set,
-    /// a declaration whose signatures do not satisfy them is refused (exit 2), as the service
-    /// would refuse it from the control plane.
+    /// Validates a declaration and, for an envelope, says who signed it; refuses (exit 2) what
+    /// the service would refuse for its signatures: with trusted keys set, one they do not
+    /// satisfy; always, an envelope with a signature that does not verify.
     pub fn check(&self, file: &Path) -> Result<i32, Fatal> {
         let read = self.read_declaration(file)?;
         let d = &read.declaration;
-        let refusal = self.config.trust.as_ref().and_then(|trust| match &read.verification {
-            Some(v) => v.refusal(trust).map(|r| r.to_string()),
-            None => Some(format!(
-                "unsigned: a plain declaration, and the config trusts keys ({} signature{} required)",
-                trust.required,
-                if trust.required == 1 { "" } else { "s" }
-            )),
-        });
+        let refusal = envelope::refusal(read.verification.as_ref(), self.config.trust.as_ref())
+            .map(|r| r.to_string());
         let signatures = read
             .verification
             .as_ref()
@@ -225,7 +219,7 @@ impl Host {
             self.print_json(
                 json!({"valid": true, "revision": d.revision, "digest": d.digest,
                 "resources": count(d), "signed": read.verification.is_some(),
-                "signatures": signatures, "trusted_keys_satisfied": refusal.is_none(),
+                "signatures": signatures, "signatures_accepted": refusal.is_none(),
                 "refusal": refusal, "expires": d.expires}),
             );
         } else {
@@ -244,7 +238,7 @@ impl Host {
         }
         match refusal {
             Some(refusal) => Err(Fatal::Invalid(format!(
-                "{}: refused by this host's trusted keys: {refusal}",
+                "{}: refused: {refusal}",
                 file.display()
             ))),
             None => Ok(EXIT_OK),
@@ -282,19 +276,10 @@ impl Host {
             declaration: d,
             verification,
         } = self.read_declaration(file)?;
-        if let Some(v) = verification.as_ref().filter(|v| v.has_bad()) {
-            let bad: Vec<String> = v
-                .signatures
-                .iter()
-                .enumerate()
-                .filter(|(_, (_, state))| *state == SignatureState::Bad)
-                .map(|(i, (key, _))| format!("signatures[{i}] by {key}"))
-                .collect();
+        if let Some(refusal) = envelope::refusal(verification.as_ref(), None) {
             return Err(Fatal::Invalid(format!(
-                "{}: refused: bad signature ({}): the declaration is not the text that was \
-                 signed; nothing was applied",
-                file.display(),
-                bad.join(", ")
+                "{}: refused: {refusal}; nothing was applied",
+                file.display()
             )));
         }
         let text = String::from_utf8(bytes)

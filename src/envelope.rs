@@ -228,30 +228,35 @@ impl Verification {
             .any(|(_, s)| *s == SignatureState::Bad)
     }
 
-    /// Why the signatures do not satisfy `trust`, or `None` when they do.
-    pub fn refusal(&self, trust: &Trust) -> Option<Refusal> {
+    /// Why the signatures do not satisfy `trust`, or `None` when they do. A signature that does
+    /// not verify refuses the envelope whatever the others prove: its text is not what that
+    /// signer signed, and no honest envelope holds one (`sign` replaces its own stale one).
+    fn refusal(&self, trust: Option<&Trust>) -> Option<Refusal> {
         let valid = self.trusted().len();
-        if valid >= trust.required {
+        let required = trust.map_or(0, |t| t.required);
+        if valid >= required && !self.has_bad() {
             return None;
         }
         let detail = self.describe();
-        let reason = if self.signatures.is_empty() {
-            Reason::Unsigned
-        } else if self.has_bad() {
+        let reason = if self.has_bad() {
             Reason::BadSignature
+        } else if self.signatures.is_empty() {
+            Reason::Unsigned
         } else if valid == 0 && !self.keys_in(&[SignatureState::Untrusted]).is_empty() {
             Reason::UnknownKey
         } else {
             Reason::TooFew
         };
-        Some(Refusal {
-            reason,
-            detail: format!(
-                "{valid} valid signature{} by distinct trusted keys, {} required{detail}",
+        let detail = match reason {
+            Reason::BadSignature => {
+                format!("the text is not what every signer signed{detail}")
+            }
+            _ => format!(
+                "{valid} valid signature{} by distinct trusted keys, {required} required{detail}",
                 if valid == 1 { "" } else { "s" },
-                trust.required
             ),
-        })
+        };
+        Some(Refusal { reason, detail })
     }
 
     /// `: signatures[0] by KEY: STATE; ...`, or nothing when there are none.
@@ -303,6 +308,24 @@ pub struct Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.reason.name(), self.detail)
+    }
+}
+
+/// Why a declaration is refused for its signatures, or `None`: with `trust`, unless enough
+/// distinct trusted keys signed it (a plain declaration is `unsigned`); without, only for a
+/// signature that does not verify. `verification` is `None` for a plain declaration.
+pub fn refusal(verification: Option<&Verification>, trust: Option<&Trust>) -> Option<Refusal> {
+    match (verification, trust) {
+        (Some(v), trust) => v.refusal(trust),
+        (None, None) => None,
+        (None, Some(trust)) => Some(Refusal {
+            reason: Reason::Unsigned,
+            detail: format!(
+                "a plain declaration, and this host needs {} signature{} by its trusted keys",
+                trust.required,
+                if trust.required == 1 { "" } else { "s" }
+            ),
+        }),
     }
 }
 
@@ -491,23 +514,10 @@ pub fn accept(
         }
         None => (text, None),
     };
-    if let Some(trust) = arrival.trust {
-        let refusal = match &verification {
-            Some(v) => v.refusal(trust),
-            None => Some(Refusal {
-                reason: Reason::Unsigned,
-                detail: format!(
-                    "a plain declaration, and this host needs {} signature{} by its trusted keys",
-                    trust.required,
-                    if trust.required == 1 { "" } else { "s" }
-                ),
-            }),
-        };
-        if let Some(refusal) = refusal {
-            return Err(Refused::Rejected(format!(
-                "revision {revision} refused: {refusal}; the previous declaration stays in force"
-            )));
-        }
+    if let Some(refusal) = refusal(verification.as_ref(), arrival.trust) {
+        return Err(Refused::Rejected(format!(
+            "revision {revision} refused: {refusal}; the previous declaration stays in force"
+        )));
     }
     let declaration = validate(text.as_bytes()).map_err(|p| located(&p))?;
     if arrival.trust.is_some() && declaration.revision != Some(revision) {
@@ -681,6 +691,25 @@ mod tests {
         envelope.signatures[0].bytes[10] ^= 1;
         let message = rejected(arrive(&envelope.to_json(), 3, None, Some(&t)));
         assert!(message.contains("bad signature"), "{message}");
+        // With the threshold met by another key, and with no keys trusted at all, likewise.
+        let (b, t2) = (key(2), trust(&[&a, &key(2)], 1));
+        let mut envelope = signed(&decl(3), &[&a, &b]);
+        envelope.signatures[1].bytes[0] ^= 1;
+        let message = rejected(arrive(&envelope.to_json(), 3, None, Some(&t2)));
+        assert!(
+            message.contains("refused: bad signature: the text is not what every signer signed"),
+            "{message}"
+        );
+        assert!(
+            message.contains(&format!(
+                "signatures[1] by {}: bad signature",
+                public_key(&b)
+            )),
+            "{message}"
+        );
+        assert!(
+            rejected(arrive(&envelope.to_json(), 3, None, None)).contains("refused: bad signature")
+        );
     }
 
     #[test]

@@ -170,13 +170,28 @@ fn keygen_sign_check_apply_and_status_on_the_command_line() {
     );
     assert!(out.stderr.contains("signatures: missing"), "{out:?}");
 
+    // Without trusted keys nothing is required, but a signature that does not verify still refuses.
+    let untrusting = Scratch::new("signed-cli-untrusting");
+    let out = untrusting.run(&["check", path(&host.dir.join("alice.json"))]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains(&format!(
+            "signed by {alice}: valid, by a key not trusted here"
+        )),
+        "{out:?}"
+    );
+    let out = untrusting.run(&["check", path(&host.dir.join("tampered.json"))]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("refused: bad signature"), "{out:?}");
+
     // apply: root owns the machine; a tampered envelope is refused, anything else applied.
     let before = snapshot(&host.dir.join("root"));
     let out = host.run(&["apply", path(&host.dir.join("tampered.json"))]);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(
-        out.stderr
-            .contains("refused: bad signature (signatures[0] by"),
+        out.stderr.contains(
+            "refused: bad signature: the text is not what every signer signed (signatures[0] by"
+        ),
         "{out:?}"
     );
     assert_eq!(snapshot(&host.dir.join("root")), before);
