@@ -185,6 +185,11 @@ impl Host {
         self.config.trust.as_ref().map_or(&[], |t| &t.keys)
     }
 
+    /// Whether `key` (as the store keeps it) is one of the config's trusted keys now.
+    fn trusts(&self, key: &str) -> bool {
+        PublicKey::parse(key).is_ok_and(|k| self.trusted_keys().contains(&k))
+    }
+
     /// The store, created if missing (mode 0700).
     pub fn store(&self) -> Result<Store, Fatal> {
         Store::open(&self.config.state_dir, true)?
@@ -677,13 +682,6 @@ impl Host {
             }
         }
         Ok(EXIT_OK)
-    }
-}
-
-impl Host {
-    /// Whether `key` (as the store keeps it) is one of the config's trusted keys now.
-    fn trusts(&self, key: &str) -> bool {
-        PublicKey::parse(key).is_ok_and(|k| self.trusted_keys().contains(&k))
     }
 }
 
