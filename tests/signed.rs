@@ -306,7 +306,7 @@ fn the_control_plane_relays_envelopes_and_the_host_accepts_only_what_its_keys_si
     assert_eq!(node.status()["in_force"]["revision"], 1);
 
     // A declaration that expires soon is accepted, then held past its expiry and said to be.
-    let expires = now() + 4;
+    let expires = now() + 8;
     cp.declare(8, &signer.sign("alice", &motd(8, "brief", Some(expires))));
     assert!(
         wait_until(WAIT, || node.read("/etc/motd").as_deref()
