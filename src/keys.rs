@@ -155,6 +155,26 @@ mod tests {
     }
 
     #[test]
+    fn an_openssl_key_is_read() {
+        // `openssl genpkey -algorithm ed25519` form (PKCS#8 v1, no public key inside), holding
+        // RFC 8032's first test key.
+        let dir = TempDir::new("opensslkey");
+        let path = dir.path().join("k.pem");
+        std::fs::write(
+            &path,
+            "-----BEGIN PRIVATE KEY-----\n\
+             MC4CAQAwBQYDK2VwBCIEIJ1hsZ3v/VpguoRK9JLsLMREScVpezJpGXA7rAMcrn9g\n\
+             -----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let key_pair = read_key(&path).unwrap();
+        assert_eq!(
+            envelope::public_key(&key_pair).to_string(),
+            "ed25519:11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo="
+        );
+    }
+
+    #[test]
     fn a_key_that_is_not_one_is_refused_by_name() {
         let dir = TempDir::new("badkey");
         let path = dir.path().join("k");
