@@ -26,6 +26,9 @@ free port), prints a `mesh-host join` command with a fresh one-time token (good 
 within --token-ttl SECS, default 3600) and the CA's hash, declares FILE under revision N
 (default 1) and under N+1, N+2, ... each time FILE changes (checked every second), and prints
 each report on stdout. NODE, with the secret in FILE, is served too: a host configured by hand.
+FILE may be a signed envelope (`mesh-host sign`): it is relayed unchanged, under the revision
+signed inside it (a host with trusted keys accepts it under no other); this control plane holds
+no key.
 
 For benchmarks (bench/): --quiet prints no reports nor connections; --push-count N waits
 --push-delay seconds (default 0) and for the first revision's report, then declares N more
@@ -181,7 +184,7 @@ fn run(args: Args) -> Result<(), String> {
         Ok((modified.ok(), text))
     };
     let (mut modified, mut text) = read()?;
-    let mut revision = args.revision;
+    let mut revision = signed_revision(&text).unwrap_or(args.revision);
     cp.declare(revision, &text.replace("@PUSH@", "0"));
     eprintln!("declared revision {revision}");
     let mut accepted = 0;
@@ -211,7 +214,7 @@ fn run(args: Args) -> Result<(), String> {
                 modified = now;
                 if new != text {
                     text = new;
-                    revision += 1;
+                    revision = signed_revision(&text).unwrap_or(revision + 1);
                     cp.declare(revision, &text);
                     eprintln!("declared revision {revision}");
                 }
@@ -220,6 +223,15 @@ fn run(args: Args) -> Result<(), String> {
             Err(e) => eprintln!("{e} (keeping revision {revision})"),
         }
     }
+}
+
+/// The `revision` inside a signed envelope's declaration, when `text` is one that carries it.
+fn signed_revision(text: &str) -> Option<u64> {
+    let envelope: serde_json::Value = serde_json::from_str(text).ok()?;
+    envelope.get("envelope")?;
+    let declaration: serde_json::Value =
+        serde_json::from_str(envelope.get("declaration")?.as_str()?).ok()?;
+    declaration.get("revision")?.as_u64()
 }
 
 /// Appends the Unix time in milliseconds of the connections accepted since the first `done`.

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 seconds=${1:-60}
 status=0
-for target in declaration link_input; do
+for target in declaration link_input envelope; do
   echo "=== fuzz $target for ${seconds}s"
   # Work on a scratch copy of the seeds so the committed corpus stays small.
   work=$(mktemp -d)

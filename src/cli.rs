@@ -9,7 +9,8 @@ mesh-host: converges this machine to a declaration (packages, files under /etc, 
 Usage: mesh-host [OPTIONS] COMMAND [ARGS]
 
 Commands:
-  check FILE        validate a declaration; changes nothing (exit 0 valid, 2 invalid)
+  check FILE        validate a declaration or signed envelope, say who signed it; changes
+                    nothing (exit 0 valid, 2 invalid or not signed as trusted_keys require)
   plan FILE         show what applying FILE would change; changes nothing
   apply FILE        validate, lock, converge, record; FILE becomes the declaration in force
   reconcile         converge again to the declaration in force in the store
@@ -19,9 +20,17 @@ Commands:
                     on each declaration, on the drift timer and on reconnect (SIGHUP reloads
                     the config, SIGUSR1 reconciles now, SIGTERM stops after the current resource)
   join --control-plane https://HOST:PORT --token TOKEN --ca-hash sha256:HEX [--force]
+       [--trust-key ed25519:KEY ...]
                     trade a one-time token for this node's identity: write the config's
                     control_plane section, ca.pem and secret beside the config (as root), and
-                    make a running service reconnect (SIGHUP); --force replaces an earlier join
+                    make a running service reconnect (SIGHUP); --force replaces an earlier join;
+                    --trust-key (repeatable) sets trusted_keys: only declarations signed by
+                    them are accepted from the control plane
+  keygen --out FILE write a new ed25519 private key to FILE (0600, never overwritten) and
+                    print its public key (ed25519:BASE64)
+  sign --key FILE DECLARATION
+                    print a signed envelope of DECLARATION (a declaration, or an envelope to
+                    add this key's signature to)
 
 Options:
   --state-dir DIR       the store (default /var/lib/mesh-host, or the config's state_dir)
@@ -48,6 +57,8 @@ pub enum Command {
     Status,
     Run,
     Join(Join),
+    Keygen { out: PathBuf },
+    Sign { key: PathBuf, file: PathBuf },
     Help,
     Version,
 }
@@ -61,6 +72,8 @@ pub struct Join {
     /// The CA's SHA-256 (of its DER encoding), lower-case hex.
     pub ca_hash: String,
     pub force: bool,
+    /// `--trust-key`, each already checked to be a public key: the config's `trusted_keys`.
+    pub trust_keys: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -85,6 +98,9 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut token = None;
     let mut ca_hash = None;
     let mut force = false;
+    let mut trust_keys = Vec::new();
+    let mut out = None;
+    let mut key = None;
     let mut help = false;
     let mut version = false;
     let mut words = Vec::new();
@@ -108,6 +124,9 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             "--token" => token = Some(value("--token")?),
             "--ca-hash" => ca_hash = Some(value("--ca-hash")?),
             "--force" => force = true,
+            "--trust-key" => trust_keys.push(value("--trust-key")?),
+            "--out" => out = Some(PathBuf::from(value("--out")?)),
+            "--key" => key = Some(PathBuf::from(value("--key")?)),
             "--wait" => wait = true,
             "--json" => json = true,
             "--trace-commands" => trace_commands = true,
@@ -144,7 +163,19 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
                 token.take(),
                 ca_hash.take(),
                 force,
+                std::mem::take(&mut trust_keys),
             )?),
+            "keygen" => Command::Keygen {
+                out: out
+                    .take()
+                    .ok_or("keygen needs --out FILE (where the private key goes)")?,
+            },
+            "sign" => Command::Sign {
+                key: key
+                    .take()
+                    .ok_or("sign needs --key FILE (the private key keygen wrote)")?,
+                file: file()?,
+            },
             "help" => Command::Help,
             other => return Err(format!("unknown command {other:?}")),
         };
@@ -156,9 +187,18 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             ("--token", token.is_some()),
             ("--ca-hash", ca_hash.is_some()),
             ("--force", force && !matches!(command, Command::Join(_))),
+            ("--trust-key", !trust_keys.is_empty()),
         ];
         if let Some((option, _)) = join_only.iter().find(|(_, given)| *given) {
             return Err(format!("{option} is only for join"));
+        }
+        for (option, given, verb) in [
+            ("--out", out.is_some(), "keygen"),
+            ("--key", key.is_some(), "sign"),
+        ] {
+            if given {
+                return Err(format!("{option} is only for {verb}"));
+            }
         }
         command
     };
@@ -178,6 +218,7 @@ fn join(
     token: Option<String>,
     ca_hash: Option<String>,
     force: bool,
+    trust_keys: Vec<String>,
 ) -> Result<Join, String> {
     let need = |v: Option<String>, option: &str, what: &str| {
         v.ok_or_else(|| format!("join needs {option} {what}"))
@@ -205,11 +246,15 @@ fn join(
             "--ca-hash: {ca_hash:?} is not sha256: and 64 hex digits"
         ));
     }
+    for key in &trust_keys {
+        crate::envelope::PublicKey::parse(key).map_err(|e| format!("--trust-key: {e}"))?;
+    }
     Ok(Join {
         authority,
         token,
         ca_hash: hex.to_ascii_lowercase(),
         force,
+        trust_keys,
     })
 }
 
@@ -307,6 +352,7 @@ mod tests {
                 token: "t0k".into(),
                 ca_hash: "ab".repeat(32),
                 force: true,
+                trust_keys: Vec::new(),
             })
         );
         let join = |url: &str, hash: &str| {
@@ -338,5 +384,52 @@ mod tests {
             parse_str("join --token t").unwrap_err(),
             "join needs --control-plane https://HOST:PORT"
         );
+    }
+
+    #[test]
+    fn keys_and_signing_arguments() {
+        let key = "ed25519:iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w=";
+        let a = parse_str(&format!(
+            "join --control-plane https://cp:1 --token t --ca-hash sha256:{} --trust-key {key} \
+             --trust-key={key}",
+            "0".repeat(64)
+        ))
+        .unwrap();
+        match a.command {
+            Command::Join(j) => assert_eq!(j.trust_keys, vec![key, key]),
+            other => panic!("{other:?}"),
+        }
+        let bad = parse_str(&format!(
+            "join --control-plane https://cp:1 --token t --ca-hash sha256:{} --trust-key x",
+            "0".repeat(64)
+        ));
+        assert!(bad
+            .unwrap_err()
+            .contains("--trust-key: \"x\" is not a public key"));
+        assert_eq!(
+            parse_str("keygen --out k").unwrap().command,
+            Command::Keygen { out: "k".into() }
+        );
+        assert_eq!(
+            parse_str("sign d.json --key k").unwrap().command,
+            Command::Sign {
+                key: "k".into(),
+                file: "d.json".into()
+            }
+        );
+        for (line, want) in [
+            ("keygen", "keygen needs --out FILE"),
+            ("sign d.json", "sign needs --key FILE"),
+            ("sign --key k", "sign needs a declaration FILE"),
+            ("check d.json --key k", "--key is only for sign"),
+            ("sign --key k d --out o", "--out is only for keygen"),
+            (
+                &format!("status --trust-key {key}"),
+                "--trust-key is only for join",
+            ),
+        ] {
+            let err = parse_str(line).unwrap_err();
+            assert!(err.starts_with(want), "{line}: {err}");
+        }
     }
 }

@@ -126,6 +126,25 @@ pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// Encodes standard base64 (RFC 4648, with padding), the form keys and signatures take in text.
+pub fn base64_encode(bytes: &[u8]) -> String {
+    const SYMBOLS: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let mut group = [0u8; 3];
+        group[..chunk.len()].copy_from_slice(chunk);
+        let acc = u32::from_be_bytes([0, group[0], group[1], group[2]]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(SYMBOLS[(acc >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,5 +185,9 @@ mod tests {
         assert!(base64_decode("Zm9").is_err());
         assert!(base64_decode("Zg==Zm9v").is_err());
         assert!(base64_decode("Zm9*").is_err());
+        for input in [&b""[..], b"f", b"fo", b"foo", b"foob", b"\xff\x00\xfe"] {
+            assert_eq!(base64_decode(&base64_encode(input)).unwrap(), input);
+        }
+        assert_eq!(base64_encode(b"fo"), "Zm8=");
     }
 }

@@ -10,6 +10,7 @@ use serde_json::json;
 use crate::cli::Args;
 use crate::config::Config;
 use crate::declaration::{self, Declaration, Problems};
+use crate::envelope::{self, PublicKey, Verification};
 use crate::exec::Runner;
 use crate::kinds::Env;
 use crate::link;
@@ -63,6 +64,14 @@ pub fn invalid(file: &Path, problems: &Problems) -> Fatal {
         file.display(),
         if count == 1 { "" } else { "s" }
     ))
+}
+
+/// A declaration file as read: the declaration's own bytes (taken out of the envelope when it
+/// came in one), validated, and what its signatures proved against the config's trusted keys.
+struct ReadDeclaration {
+    bytes: Vec<u8>,
+    declaration: Declaration,
+    verification: Option<Verification>,
 }
 
 /// What one converging run did.
@@ -147,8 +156,9 @@ impl Host {
         )
     }
 
-    /// Reads a declaration file, refusing one over the size limit before reading it.
-    fn read_declaration(&self, file: &Path) -> Result<(Vec<u8>, Declaration), Fatal> {
+    /// Reads a declaration file (plain, or an envelope whose signatures are checked against the
+    /// trusted keys), refusing one over the size limit before reading it.
+    fn read_declaration(&self, file: &Path) -> Result<ReadDeclaration, Fatal> {
         let cannot =
             |e: std::io::Error| Fatal::Invalid(format!("{}: cannot be read: {e}", file.display()));
         let len = std::fs::metadata(file).map_err(cannot)?.len();
@@ -159,9 +169,30 @@ impl Host {
                 file.display()
             )));
         }
-        let bytes = std::fs::read(file).map_err(cannot)?;
+        let raw = std::fs::read(file).map_err(cannot)?;
+        let (bytes, verification) = match envelope::open(&raw).map_err(|p| invalid(file, &p))? {
+            Some(envelope) => {
+                drop(raw); // the envelope holds its own copy of the declaration
+                let verification = envelope.verify(self.trusted_keys());
+                (envelope.declaration.into_bytes(), Some(verification))
+            }
+            None => (raw, None),
+        };
         let declaration = self.validate(&bytes).map_err(|p| invalid(file, &p))?;
-        Ok((bytes, declaration))
+        Ok(ReadDeclaration {
+            bytes,
+            declaration,
+            verification,
+        })
+    }
+
+    fn trusted_keys(&self) -> &[PublicKey] {
+        self.config.trust.as_ref().map_or(&[], |t| &t.keys)
+    }
+
+    /// Whether `key` (as the store keeps it) is one of the config's trusted keys now.
+    fn trusts(&self, key: &str) -> bool {
+        PublicKey::parse(key).is_ok_and(|k| self.trusted_keys().contains(&k))
     }
 
     /// The store, created if missing (mode 0700).
@@ -177,23 +208,55 @@ impl Host {
         );
     }
 
+    /// Validates a declaration and, for an envelope, says who signed it; refuses (exit 2) what
+    /// the service would refuse for its signatures: with trusted keys set, one they do not
+    /// satisfy; always, an envelope with a signature that does not verify.
     pub fn check(&self, file: &Path) -> Result<i32, Fatal> {
-        let (_, d) = self.read_declaration(file)?;
+        let read = self.read_declaration(file)?;
+        let d = &read.declaration;
+        let refusal = envelope::refusal(read.verification.as_ref(), self.config.trust.as_ref())
+            .map(|r| r.to_string());
+        let signatures = read
+            .verification
+            .as_ref()
+            .map_or(&[][..], |v| &v.signatures[..]);
+        let now = store::unix_now();
         if self.args.json {
-            self.print_json(json!({"valid": true, "revision": d.revision, "digest": d.digest, "resources": count(&d)}));
+            let signatures: Vec<_> = signatures
+                .iter()
+                .map(|(key, state)| json!({"key": key.to_string(), "state": state.name()}))
+                .collect();
+            self.print_json(
+                json!({"valid": true, "revision": d.revision, "digest": d.digest,
+                "resources": count(d), "signed": read.verification.is_some(),
+                "signatures": signatures, "signatures_accepted": refusal.is_none(),
+                "refusal": refusal, "expires": d.expires}),
+            );
         } else {
             println!(
                 "{}: valid ({} resources, sha256 {})",
                 file.display(),
-                count(&d),
+                count(d),
                 d.digest
             );
+            for (key, state) in signatures {
+                println!("signed by {key}: {}", state.name());
+            }
+            if let Some(expires) = d.expires {
+                println!("{}", expiry(expires, now));
+            }
         }
-        Ok(EXIT_OK)
+        match refusal {
+            Some(refusal) => Err(Fatal::Invalid(format!(
+                "{}: refused: {refusal}",
+                file.display()
+            ))),
+            None => Ok(EXIT_OK),
+        }
     }
 
     pub fn plan(&self, file: &Path) -> Result<i32, Fatal> {
-        let (_, d) = self.read_declaration(file)?;
+        let d = self.read_declaration(file)?.declaration;
         let store = Store::open(&self.config.state_dir, false)?;
         let mut ledger = match &store {
             Some(s) => s.ledger()?,
@@ -214,8 +277,21 @@ impl Host {
         })
     }
 
+    /// Applies a plain declaration or an envelope as a local override: root owns the machine, so
+    /// no signature is required, but an envelope with a signature that does not verify (its text
+    /// was altered after signing) is refused.
     pub fn apply(&self, file: &Path) -> Result<i32, Fatal> {
-        let (bytes, d) = self.read_declaration(file)?;
+        let ReadDeclaration {
+            bytes,
+            declaration: d,
+            verification,
+        } = self.read_declaration(file)?;
+        if let Some(refusal) = envelope::refusal(verification.as_ref(), None) {
+            return Err(Fatal::Invalid(format!(
+                "{}: refused: {refusal}; nothing was applied",
+                file.display()
+            )));
+        }
         let text = String::from_utf8(bytes)
             .map_err(|_| Fatal::Invalid(format!("{}: not UTF-8", file.display())))?;
         let path = std::fs::canonicalize(file).unwrap_or_else(|_| PathBuf::from(file));
@@ -228,6 +304,10 @@ impl Host {
             since: store::unix_now(),
             text,
             control_plane_revision: None,
+            signed_by: verification
+                .map(|v| v.signers().iter().map(|k| k.to_string()).collect())
+                .unwrap_or_default(),
+            expires: d.expires,
         };
         let target = Target::New {
             declaration: &d,
@@ -293,6 +373,7 @@ impl Host {
         })?;
         let mut ledger = store.ledger()?;
         let from_store;
+        let expires;
         let (d, revision) = match target {
             Target::New {
                 declaration,
@@ -303,11 +384,15 @@ impl Host {
                 in_force.control_plane_revision =
                     current.as_ref().and_then(|f| f.control_plane_revision);
                 // The same file applied again is already in force (and has been since then).
-                let unchanged = current
-                    .is_some_and(|f| f.digest == in_force.digest && f.source == in_force.source);
+                let unchanged = current.is_some_and(|f| {
+                    f.digest == in_force.digest
+                        && f.source == in_force.source
+                        && f.signed_by == in_force.signed_by
+                });
                 if !unchanged {
                     store.set_in_force(&in_force)?;
                 }
+                expires = in_force.expires;
                 (declaration, declaration.revision)
             }
             Target::InForce => {
@@ -317,6 +402,7 @@ impl Host {
                 from_store = self
                     .validate(in_force.text.as_bytes())
                     .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+                expires = in_force.expires;
                 (&from_store, in_force.revision)
             }
         };
@@ -357,14 +443,18 @@ impl Host {
             &runner,
         );
         store.record_run(&record)?;
+        // Held past its expiry (a disconnected node keeps holding its machine), but said so.
+        let mut notes = record.notes.clone();
+        if let Some(expires) = expires.filter(|e| *e <= started) {
+            let note = format!(
+                "the declaration in force {}; it is held until a newer one arrives",
+                expiry(expires, started)
+            );
+            log::warn!("{note}");
+            notes.push(note);
+        }
         let failing = note_failures(&store, &report, record.ended);
-        self.queue_report(
-            &store,
-            &record,
-            &failing,
-            &report.pacnew,
-            &record.notes.join("; "),
-        );
+        self.queue_report(&store, &record, &failing, &report.pacnew, &notes.join("; "));
         self.note_run(&store, &record, Some(&report));
         Ok(Some(RunResult {
             report,
@@ -603,8 +693,14 @@ impl Host {
         let now = store::unix_now();
         if self.args.json {
             let in_force = in_force.as_ref().map(|f| {
+                let signed_by: Vec<_> = f
+                    .signed_by
+                    .iter()
+                    .map(|key| json!({"key": key, "trusted": self.trusts(key)}))
+                    .collect();
                 json!({"source": f.source, "revision": f.revision, "digest": f.digest, "since": f.since,
-                       "control_plane_revision": f.control_plane_revision})
+                       "control_plane_revision": f.control_plane_revision, "signed_by": signed_by,
+                       "expires": f.expires, "expired": f.expires.is_some_and(|e| e <= now)})
             });
             self.print_json(json!({"state_dir": self.config.state_dir, "in_force": in_force, "service": service, "runs": runs,
                                    "failing": failing, "pacnew": pacnew}));
@@ -652,6 +748,22 @@ impl Host {
                     f.digest,
                     age(now.saturating_sub(f.since))
                 );
+                for key in &f.signed_by {
+                    let trust = if self.trusts(key) {
+                        "trusted"
+                    } else {
+                        "not trusted here"
+                    };
+                    println!("    signed by {key} ({trust})");
+                }
+                if let Some(expires) = f.expires {
+                    let held = if expires <= now {
+                        "; held until a newer one arrives"
+                    } else {
+                        ""
+                    };
+                    println!("    {}{held}", expiry(expires, now));
+                }
             }
         }
         if !failing.is_empty() {
@@ -786,6 +898,18 @@ fn failing_words(f: &Failing, now: u64) -> String {
         if f.runs == 1 { "" } else { "s" },
         f.last_error
     )
+}
+
+/// `expires at unix time T (in 3 h)` or `expired at unix time T (2 h ago)`.
+fn expiry(expires: u64, now: u64) -> String {
+    if expires > now {
+        format!("expires at unix time {expires} (in {})", age(expires - now))
+    } else {
+        format!(
+            "expired at unix time {expires} ({} ago)",
+            age(now - expires)
+        )
+    }
 }
 
 fn process_alive(pid: u32) -> bool {

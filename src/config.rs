@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::envelope::{PublicKey, Trust};
 use crate::exec::Stop;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/mesh-host/config.json";
@@ -82,6 +83,10 @@ pub struct Config {
     pub control_plane: Option<ControlPlane>,
     /// Where to write Prometheus metrics (for node_exporter's textfile collector); off if `None`.
     pub metrics_file: Option<PathBuf>,
+    /// `trusted_keys` and `signatures_required`: set, a declaration from the control plane is
+    /// applied only when signed by enough of these keys. Only this file sets it, never a
+    /// declaration (the config directory is refused to them).
+    pub trust: Option<Trust>,
 }
 
 /// Where the control plane is and how the host proves itself and checks the control plane.
@@ -118,6 +123,8 @@ struct RawConfig {
     outbox_max: Option<usize>,
     control_plane: Option<RawControlPlane>,
     metrics_file: Option<PathBuf>,
+    trusted_keys: Option<Vec<String>>,
+    signatures_required: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -233,7 +240,42 @@ impl Config {
             outbox_max: raw.outbox_max.unwrap_or(500).max(1),
             control_plane: raw.control_plane.map(control_plane).transpose()?,
             metrics_file: raw.metrics_file,
+            trust: trust(raw.trusted_keys, raw.signatures_required)?,
         })
+    }
+}
+
+/// `trusted_keys` (distinct public keys) and `signatures_required` (default 1 when keys are set,
+/// never more than there are keys, so the threshold can be met).
+fn trust(keys: Option<Vec<String>>, required: Option<usize>) -> Result<Option<Trust>, String> {
+    let mut parsed = Vec::new();
+    for (i, text) in keys.unwrap_or_default().iter().enumerate() {
+        let key = PublicKey::parse(text).map_err(|e| format!("trusted_keys[{i}]: {e}"))?;
+        if let Some(first) = parsed.iter().position(|k| *k == key) {
+            return Err(format!(
+                "trusted_keys[{i}]: the same key as trusted_keys[{first}]"
+            ));
+        }
+        parsed.push(key);
+    }
+    match (parsed.len(), required) {
+        (0, None) => Ok(None),
+        (0, Some(n)) => Err(format!(
+            "signatures_required: {n}, but no trusted_keys to sign with"
+        )),
+        (_, Some(0)) => Err(
+            "signatures_required: must be at least 1 (remove trusted_keys to accept unsigned \
+             declarations)"
+                .into(),
+        ),
+        (count, Some(n)) if n > count => Err(format!(
+            "signatures_required: {n}, more than the {count} trusted_keys: no declaration could \
+             ever be accepted"
+        )),
+        (_, required) => Ok(Some(Trust {
+            keys: parsed,
+            required: required.unwrap_or(1),
+        })),
     }
 }
 
@@ -344,6 +386,48 @@ mod tests {
         assert!(parse(r#"{"interval_secs": 0}"#)
             .unwrap_err()
             .contains("interval_secs: must be at least 1"));
+    }
+
+    #[test]
+    fn trusted_keys_and_signatures_required() {
+        let (a, b) = (
+            "ed25519:iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w=",
+            "ed25519:PUAXw+hDiVqStwqnTRt+vJyYLM8uxJaMwM1V8Sr0Zgw=",
+        );
+        assert_eq!(parse("{}").unwrap().trust, None);
+        let c = parse(&format!(r#"{{"trusted_keys": ["{a}", "{b}"]}}"#)).unwrap();
+        let trust = c.trust.unwrap();
+        assert_eq!(trust.required, 1);
+        assert_eq!(trust.keys[1].to_string(), b);
+        let c = parse(&format!(
+            r#"{{"trusted_keys": ["{a}", "{b}"], "signatures_required": 2}}"#
+        ));
+        assert_eq!(c.unwrap().trust.unwrap().required, 2);
+        for (json, want) in [
+            (
+                format!(r#"{{"trusted_keys": ["{a}", "x"]}}"#),
+                "trusted_keys[1]: \"x\" is not a public key",
+            ),
+            (
+                format!(r#"{{"trusted_keys": ["{a}", "{a}"]}}"#),
+                "trusted_keys[1]: the same key as trusted_keys[0]",
+            ),
+            (
+                r#"{"signatures_required": 1}"#.to_string(),
+                "no trusted_keys",
+            ),
+            (
+                format!(r#"{{"trusted_keys": ["{a}"], "signatures_required": 0}}"#),
+                "must be at least 1",
+            ),
+            (
+                format!(r#"{{"trusted_keys": ["{a}"], "signatures_required": 2}}"#),
+                "more than the 1 trusted_keys",
+            ),
+        ] {
+            let err = parse(&json).unwrap_err();
+            assert!(err.contains(want), "{json}: {err}");
+        }
     }
 
     #[test]

@@ -64,6 +64,9 @@ impl fmt::Display for Problems {
 #[derive(Debug, Clone)]
 pub struct Declaration {
     pub revision: Option<u64>,
+    /// Unix seconds after which the control plane may no longer deliver it (the one in force is
+    /// still held past it; `status` and reports say it expired).
+    pub expires: Option<u64>,
     /// Install packages through a full `pacman -Syu` instead of `-S` (never a partial upgrade).
     pub packages_upgrade: bool,
     pub packages: BTreeMap<String, packages::Spec>,
@@ -108,6 +111,7 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
     let mut fields = Fields::new(&top, String::new(), &mut problems);
     let schema = fields.u64("schema");
     let revision = fields.u64("revision");
+    let expires = fields.u64("expires");
     let packages_upgrade = fields.bool("packages_upgrade").unwrap_or(false);
     let packages_map = fields.object("packages");
     let files_map = fields.object("files");
@@ -127,6 +131,7 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
     }
     let declaration = Declaration {
         revision,
+        expires,
         packages_upgrade,
         packages: parse_kind::<packages::Packages>(packages_map, cx, &mut problems),
         files: parse_kind::<files::Files>(files_map, cx, &mut problems),
@@ -298,6 +303,10 @@ impl<'a, 'p> Fields<'a, 'p> {
         self.typed(name, "an object", Value::as_object)
     }
 
+    pub fn array(&mut self, name: &'static str) -> Option<&'a Vec<Value>> {
+        self.typed(name, "an array", Value::as_array)
+    }
+
     /// An array of strings; each wrong element is reported with its index.
     pub fn strings(&mut self, name: &'static str) -> Option<Vec<&'a str>> {
         let items = self.typed(name, "an array of strings", Value::as_array)?;
@@ -364,6 +373,11 @@ impl<'a, 'p> Fields<'a, 'p> {
             }
         }
     }
+}
+
+/// Parses JSON text with duplicate object keys rejected (see `StrictValue`).
+pub fn strict_json(bytes: &[u8]) -> Result<Value, serde_json::Error> {
+    serde_json::from_slice::<StrictValue>(bytes).map(|StrictValue(v)| v)
 }
 
 /// A JSON value parsed with duplicate object keys rejected: `{"a": 1, "a": 2}` is ambiguous, and

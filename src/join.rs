@@ -61,7 +61,8 @@ pub fn run(args: &Args, join: &Join) -> Result<i32, Fatal> {
         .config
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
-    let target = Target::prepare(&config_path, args.state_dir.as_deref(), join.force)?;
+    let mut target = Target::prepare(&config_path, args.state_dir.as_deref(), join.force)?;
+    target.trust(&join.trust_keys, args.state_dir.as_deref())?;
     let url = format!("https://{}", join.authority);
 
     let ca = fetch_ca(&url, &join.ca_hash)?;
@@ -172,6 +173,24 @@ impl Target {
             config_name: name.to_os_string(),
             existing,
             state_dir: config.state_dir,
+        })
+    }
+
+    /// `--trust-key`: the config's `trusted_keys` become exactly these (keeping its
+    /// `signatures_required`), checked before the token is spent.
+    fn trust(&mut self, keys: &[String], state_dir: Option<&Path>) -> Result<(), Fatal> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let (map, _) = self
+            .existing
+            .get_or_insert_with(|| (Default::default(), 0o644));
+        map.insert("trusted_keys".into(), json!(keys));
+        let text = Value::Object(map.clone()).to_string();
+        Config::parse(&text, state_dir).map(drop).map_err(|e| {
+            Fatal::Invalid(format!(
+                "--trust-key: the config would be invalid ({e}); nothing was changed"
+            ))
         })
     }
 

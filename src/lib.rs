@@ -8,9 +8,11 @@ mod codec;
 mod commands;
 mod config;
 mod declaration;
+mod envelope;
 mod exec;
 mod fsutil;
 mod join;
+mod keys;
 mod kinds;
 mod link;
 mod lockfile;
@@ -54,6 +56,8 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
         }
         // Before the config is loaded: join may be what creates it.
         Command::Join(join) => return join::run(&args, join),
+        // On the operator's offline machine: no config, no store.
+        Command::Keygen { out } => return keys::keygen(&args, out),
         _ => {}
     }
     let command = args.command.clone();
@@ -66,7 +70,10 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
         Command::Owned => host.owned(),
         Command::Status => host.status(),
         Command::Run => service::run(&mut host),
-        Command::Join(_) | Command::Help | Command::Version => Ok(commands::EXIT_OK),
+        Command::Sign { key, file } => keys::sign(&host, &key, &file),
+        Command::Join(_) | Command::Keygen { .. } | Command::Help | Command::Version => {
+            Ok(commands::EXIT_OK)
+        }
     }
 }
 
@@ -83,6 +90,42 @@ pub mod fuzzing {
                 },
             );
         }
+    }
+
+    /// Takes bytes as the `declaration` of a `declare` frame on a host that trusts one key (RFC
+    /// 8032's first test key, which signs the seed corpus): envelope, signatures, declaration,
+    /// revision and expiry, as the service decides; then prints the envelope again.
+    pub fn envelope(bytes: &[u8]) {
+        use crate::envelope::{accept, open, Arrival, PublicKey, Trust};
+        let (Ok(config), Ok(key)) = (
+            crate::config::Config::parse("{}", None),
+            PublicKey::parse("ed25519:11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo="),
+        ) else {
+            return;
+        };
+        if let Ok(Some(envelope)) = open(bytes) {
+            let _ = envelope.to_json();
+        }
+        let trust = Trust {
+            keys: vec![key],
+            required: 1,
+        };
+        let arrival = Arrival {
+            revision: 7,
+            newest: Some(3),
+            now: 1_800_000_000,
+            trust: Some(&trust),
+        };
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        let _ = accept(text, &arrival, |b| {
+            crate::declaration::parse(
+                b,
+                &crate::declaration::Context {
+                    limits: &config.limits,
+                    identity: &config.identity,
+                },
+            )
+        });
     }
 
     /// Feeds bytes to a link that is up, as a control plane would send them.

@@ -60,7 +60,8 @@ pub struct Report {
     pub deferred: Vec<ResourceResult>,
     /// Changes that repaired drift: made in a run no new declaration caused.
     pub drift: Vec<ResourceResult>,
-    /// Human text for `ignored`, `rejected` and `error`.
+    /// Human text for `ignored`, `rejected` and `error`; for a run, that the declaration in
+    /// force has expired.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     /// Every resource failing after the run, with its streak (since when, how many runs), so a

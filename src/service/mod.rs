@@ -14,7 +14,8 @@ use std::sync::Arc;
 use mio::unix::SourceFd;
 use mio::{Events, Poll, Token};
 
-use crate::commands::{invalid, Fatal, Host, EXIT_OK};
+use crate::commands::{Fatal, Host, EXIT_OK};
+use crate::envelope;
 use crate::link::{messages, Event, Link, Message, Report};
 use crate::store::{self, InForce, ServiceState, Source, Store};
 use backoff::Backoff;
@@ -397,7 +398,8 @@ impl Service<'_> {
     }
 
     /// A declaration from the control plane: stored durably before it is applied, unless it is
-    /// stale or invalid (then reported, and the previous one stays in force).
+    /// stale, invalid or (with trusted keys) not signed as the config requires: then reported,
+    /// and the previous one stays in force (`envelope::accept` decides).
     fn on_declare(&mut self, revision: u64, text: String) {
         let digest = crate::codec::sha256_hex(text.as_bytes());
         let verdict = (|| -> Result<Option<String>, Fatal> {
@@ -411,29 +413,26 @@ impl Service<'_> {
                 .lock(true, &holder)
                 .map_err(|e| Fatal::Error(e.to_string()))?;
             let current = store.in_force()?;
-            let newest = current.as_ref().and_then(|f| f.control_plane_revision);
-            if let Some(newest) = newest.filter(|n| revision <= *n) {
-                return Ok(Some(format!(
-                    "ignored: revision {revision} is not newer than {newest}, the newest accepted"
-                )));
-            }
-            let d = match self.host.validate(text.as_bytes()) {
-                Ok(d) => d,
-                Err(problems) => {
-                    let message = invalid(
-                        std::path::Path::new(&format!("revision {revision}")),
-                        &problems,
-                    );
-                    return Err(Fatal::Invalid(message.message().to_string()));
-                }
+            let arrival = envelope::Arrival {
+                revision,
+                newest: current.as_ref().and_then(|f| f.control_plane_revision),
+                now: store::unix_now(),
+                trust: self.host.config.trust.as_ref(),
+            };
+            let accepted = match envelope::accept(text, &arrival, |b| self.host.validate(b)) {
+                Ok(accepted) => accepted,
+                Err(envelope::Refused::Stale(message)) => return Ok(Some(message)),
+                Err(envelope::Refused::Rejected(message)) => return Err(Fatal::Invalid(message)),
             };
             store.set_in_force(&InForce {
                 source: Source::ControlPlane,
                 revision: Some(revision),
-                digest: d.digest,
+                digest: accepted.declaration.digest,
                 since: store::unix_now(),
-                text,
+                text: accepted.text,
                 control_plane_revision: Some(revision),
+                signed_by: accepted.signed_by.iter().map(|k| k.to_string()).collect(),
+                expires: accepted.declaration.expires,
             })?;
             Ok(None)
         })();

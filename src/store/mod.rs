@@ -71,6 +71,13 @@ pub struct InForce {
     /// `declare` must be newer than this to be applied.
     #[serde(default)]
     pub control_plane_revision: Option<u64>,
+    /// The keys (`ed25519:...`) whose signatures over `text` verified when it was put in force,
+    /// trusted or not; empty for a plain declaration. `status` says which are trusted now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signed_by: Vec<String>,
+    /// The declaration's `expires` (Unix seconds): past it, it is still held, and said so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<u64>,
 }
 
 /// What the running service last said about itself, for `mesh-host status`.

@@ -185,7 +185,8 @@ impl ControlPlane {
     }
 
     /// Makes `revision` the declaration in force and pushes it to every host holding an older one
-    /// (and, later, to every host whose hello names an older one).
+    /// (and, later, to every host whose hello names an older one). `text` is relayed as it is, a
+    /// plain declaration or a signed envelope: this control plane holds no key, never looks inside.
     pub fn declare(&self, revision: u64, text: &str) {
         self.shared
             .update(|s| s.declaration = Some((revision, text.to_string())));
