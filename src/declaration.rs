@@ -5,8 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::marker::PhantomData;
 
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -97,26 +98,34 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
         );
         return Err(problems);
     }
-    let value = match serde_json::from_slice::<StrictValue>(bytes) {
-        Ok(StrictValue(v)) => v,
+    let mut json = serde_json::Deserializer::from_slice(bytes);
+    let parsed = TopSeed { cx }
+        .deserialize(&mut json)
+        .and_then(|top| json.end().map(|()| top));
+    let top = match parsed {
+        Ok(Some(top)) => top,
+        Ok(None) => {
+            problems.push("", "a declaration must be a JSON object");
+            return Err(problems);
+        }
         Err(e) => {
             problems.push("", format!("not valid JSON: {e}"));
             return Err(problems);
         }
     };
-    let Value::Object(top) = value else {
-        problems.push("", "a declaration must be a JSON object");
-        return Err(problems);
-    };
-    let mut fields = Fields::new(&top, String::new(), &mut problems);
+    let mut fields = Fields::new(&top.fields, String::new(), &mut problems);
     let schema = fields.u64("schema");
     let revision = fields.u64("revision");
     let expires = fields.u64("expires");
     let packages_upgrade = fields.bool("packages_upgrade").unwrap_or(false);
-    let packages_map = fields.object("packages");
-    let files_map = fields.object("files");
-    let units_map = fields.object("units");
-    let containers_map = fields.object("containers");
+    for kind in [
+        packages::Packages::NAME,
+        files::Files::NAME,
+        units::Units::NAME,
+        containers::Containers::NAME,
+    ] {
+        fields.object(kind);
+    }
     fields.finish();
     match schema {
         Some(SCHEMA) => {}
@@ -124,19 +133,30 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
             "schema",
             format!("{other} is not a supported schema (this host reads {SCHEMA})"),
         ),
-        None if !top.contains_key("schema") => {
+        None if !top.fields.contains_key("schema") => {
             problems.push("schema", "missing (this host reads schema 1)")
         }
         None => {}
     }
+    // Each kind's problems in the kinds' order, whatever order the JSON had them in.
+    let packages = top
+        .packages
+        .unwrap_or_default()
+        .into_resources(&mut problems);
+    let files = top.files.unwrap_or_default().into_resources(&mut problems);
+    let units = top.units.unwrap_or_default().into_resources(&mut problems);
+    let containers = top
+        .containers
+        .unwrap_or_default()
+        .into_resources(&mut problems);
     let declaration = Declaration {
         revision,
         expires,
         packages_upgrade,
-        packages: parse_kind::<packages::Packages>(packages_map, cx, &mut problems),
-        files: parse_kind::<files::Files>(files_map, cx, &mut problems),
-        units: parse_kind::<units::Units>(units_map, cx, &mut problems),
-        containers: parse_kind::<containers::Containers>(containers_map, cx, &mut problems),
+        packages,
+        files,
+        units,
+        containers,
         digest: codec::sha256_hex(bytes),
     };
     check_references(&declaration, &mut problems);
@@ -147,41 +167,222 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
     }
 }
 
-fn parse_kind<K: Kind>(
-    map: Option<&Map<String, Value>>,
+/// Validates one resource and keeps it if it has no problem. Returns whether it was kept.
+fn parse_resource<K: Kind>(
+    key: &str,
+    value: &Value,
     cx: &Context,
     problems: &mut Problems,
-) -> BTreeMap<String, K::Spec> {
-    let mut out = BTreeMap::new();
-    for (key, value) in map.into_iter().flatten() {
-        let location = format!("{}[{}]", K::NAME, Value::String(key.clone()));
-        let before = problems.0.len();
-        if let Err(message) = K::check_key(key) {
-            problems.push(location.clone(), message);
-        }
-        let Value::Object(object) = value else {
-            problems.push(
-                location,
-                format!("must be an object, not {}", type_name(value)),
-            );
-            continue;
-        };
-        let mut fields = Fields::new(object, location.clone(), problems);
-        let spec = K::parse(key, &mut fields, cx.limits);
-        fields.finish();
-        if let Some(spec) = spec {
-            if let Some(refusal) = K::refuse_self(key, &spec, cx.identity) {
-                problems.push(
-                    location,
-                    format!("refused: {refusal}; mesh-host never manages itself"),
-                );
+    out: &mut BTreeMap<String, K::Spec>,
+) -> bool {
+    let location = format!("{}[{}]", K::NAME, Value::String(key.to_string()));
+    let before = problems.0.len();
+    if let Err(message) = K::check_key(key) {
+        problems.push(location.clone(), message);
+    }
+    let Value::Object(object) = value else {
+        problems.push(
+            location,
+            format!("must be an object, not {}", type_name(value)),
+        );
+        return false;
+    };
+    let mut fields = Fields::new(object, location.clone(), problems);
+    let spec = K::parse(key, &mut fields, cx.limits);
+    fields.finish();
+    let Some(spec) = spec else {
+        return false;
+    };
+    if let Some(refusal) = K::refuse_self(key, &spec, cx.identity) {
+        problems.push(
+            location,
+            format!("refused: {refusal}; mesh-host never manages itself"),
+        );
+    }
+    if problems.0.len() != before {
+        return false;
+    }
+    out.insert(key.to_string(), spec);
+    true
+}
+
+/// The top level as it streams in: the kinds' sections are validated resource by resource
+/// (`SectionSeed`), so only one resource's JSON tree exists at a time and a large declaration
+/// costs about its typed model, not a whole document tree besides. Everything else at the top
+/// (schema, revision, unknown fields) is kept as values for `Fields`.
+struct Top {
+    fields: Map<String, Value>,
+    packages: Option<Section<packages::Spec>>,
+    files: Option<Section<files::Spec>>,
+    units: Option<Section<units::Spec>>,
+    containers: Option<Section<containers::Spec>>,
+}
+
+/// One kind's section: its valid resources and the problems of the others, or the value that
+/// stood where an object of resources should have been (reported by `Fields::object`).
+enum Section<S> {
+    Resources(BTreeMap<String, S>, Problems),
+    NotAnObject,
+}
+
+impl<S> Default for Section<S> {
+    fn default() -> Self {
+        Section::Resources(BTreeMap::new(), Problems::default())
+    }
+}
+
+impl<S> Section<S> {
+    fn into_resources(self, problems: &mut Problems) -> BTreeMap<String, S> {
+        match self {
+            Section::Resources(resources, mut found) => {
+                problems.0.append(&mut found.0);
+                resources
             }
-            if problems.0.len() == before {
-                out.insert(key.clone(), spec);
-            }
+            Section::NotAnObject => BTreeMap::new(),
         }
     }
-    out
+}
+
+/// `None` when the document is not an object.
+struct TopSeed<'c, 'x> {
+    cx: &'c Context<'x>,
+}
+
+impl<'de> DeserializeSeed<'de> for TopSeed<'_, '_> {
+    type Value = Option<Top>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TopSeed<'_, '_> {
+    type Value = Option<Top>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a declaration")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut top = Top {
+            fields: Map::new(),
+            packages: None,
+            files: None,
+            units: None,
+            containers: None,
+        };
+        while let Some(key) = map.next_key::<String>()? {
+            if top.fields.contains_key(&key) {
+                return Err(de::Error::custom(format!("duplicate key {key:?}")));
+            }
+            let cx = self.cx;
+            let value = match key.as_str() {
+                packages::Packages::NAME => {
+                    section::<_, packages::Packages>(&mut map, cx, &mut top.packages)?
+                }
+                files::Files::NAME => section::<_, files::Files>(&mut map, cx, &mut top.files)?,
+                units::Units::NAME => section::<_, units::Units>(&mut map, cx, &mut top.units)?,
+                containers::Containers::NAME => {
+                    section::<_, containers::Containers>(&mut map, cx, &mut top.containers)?
+                }
+                _ => map.next_value::<StrictValue>()?.0,
+            };
+            top.fields.insert(key, value);
+        }
+        Ok(Some(top))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        StrictVisitor.visit_seq(seq).map(|_| None)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// Reads one kind's section into `slot`; returns what `Fields` should see in its place (an
+/// empty object when it was one, else the value itself, so its type is reported).
+fn section<'de, A: MapAccess<'de>, K: Kind>(
+    map: &mut A,
+    cx: &Context,
+    slot: &mut Option<Section<K::Spec>>,
+) -> Result<Value, A::Error> {
+    let (found, value) = match map.next_value_seed(SectionSeed::<K> {
+        cx,
+        kind: PhantomData,
+    })? {
+        Ok(section) => (section, Value::Object(Map::new())),
+        Err(other) => (Section::NotAnObject, other),
+    };
+    *slot = Some(found);
+    Ok(value)
+}
+
+/// One kind's section, validated resource by resource; `Err` holds a value that is not an object.
+struct SectionSeed<'c, 'x, K> {
+    cx: &'c Context<'x>,
+    kind: PhantomData<K>,
+}
+
+impl<'de, K: Kind> DeserializeSeed<'de> for SectionSeed<'_, '_, K> {
+    type Value = Result<Section<K::Spec>, Value>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de, K: Kind> Visitor<'de> for SectionSeed<'_, '_, K> {
+    type Value = Result<Section<K::Spec>, Value>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "the {} of a declaration", K::NAME)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut resources = BTreeMap::new();
+        let mut rejected = BTreeSet::new();
+        let mut problems = Problems::default();
+        while let Some(key) = map.next_key::<String>()? {
+            if resources.contains_key(&key) || rejected.contains(&key) {
+                return Err(de::Error::custom(format!("duplicate key {key:?}")));
+            }
+            let StrictValue(value) = map.next_value()?;
+            if !parse_resource::<K>(&key, &value, self.cx, &mut problems, &mut resources) {
+                rejected.insert(key);
+            }
+        }
+        Ok(Ok(Section::Resources(resources, problems)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        StrictVisitor.visit_seq(seq).map(|v| Err(v.0))
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(Err(Value::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Err(Value::from(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Err(Value::from(v)))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(Err(Value::from(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Err(Value::String(v.to_string())))
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Err(Value::Null))
+    }
 }
 
 /// Checks between resources: a unit may name the package that provides it and the files it
@@ -386,53 +587,55 @@ struct StrictValue(Value);
 
 impl<'de> Deserialize<'de> for StrictValue {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct StrictVisitor;
-        impl<'de> Visitor<'de> for StrictVisitor {
-            type Value = StrictValue;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<StrictValue, E> {
-                Ok(StrictValue(Value::Bool(v)))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<StrictValue, E> {
-                Ok(StrictValue(Value::from(v)))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<StrictValue, E> {
-                Ok(StrictValue(Value::from(v)))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<StrictValue, E> {
-                Ok(StrictValue(Value::from(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<StrictValue, E> {
-                Ok(StrictValue(Value::String(v.to_string())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<StrictValue, E> {
-                Ok(StrictValue(Value::String(v)))
-            }
-            fn visit_unit<E>(self) -> Result<StrictValue, E> {
-                Ok(StrictValue(Value::Null))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<StrictValue, A::Error> {
-                let mut items = Vec::new();
-                while let Some(StrictValue(v)) = seq.next_element()? {
-                    items.push(v);
-                }
-                Ok(StrictValue(Value::Array(items)))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StrictValue, A::Error> {
-                let mut object = Map::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    if object.contains_key(&key) {
-                        return Err(de::Error::custom(format!("duplicate key {key:?}")));
-                    }
-                    let StrictValue(v) = map.next_value()?;
-                    object.insert(key, v);
-                }
-                Ok(StrictValue(Value::Object(object)))
-            }
-        }
         deserializer.deserialize_any(StrictVisitor)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = StrictValue;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::from(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::from(v)))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::from(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::String(v.to_string())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::String(v)))
+    }
+    fn visit_unit<E>(self) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::Null))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<StrictValue, A::Error> {
+        let mut items = Vec::new();
+        while let Some(StrictValue(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(StrictValue(Value::Array(items)))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StrictValue, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(de::Error::custom(format!("duplicate key {key:?}")));
+            }
+            let StrictValue(v) = map.next_value()?;
+            object.insert(key, v);
+        }
+        Ok(StrictValue(Value::Object(object)))
     }
 }
 
