@@ -380,7 +380,7 @@ impl Host {
                 mut in_force,
             } => {
                 // A local override keeps the control plane's revision: only a newer one replaces it.
-                let current = store.in_force()?;
+                let current = store.in_force_head()?;
                 in_force.control_plane_revision =
                     current.as_ref().and_then(|f| f.control_plane_revision);
                 // The same file applied again is already in force (and has been since then).
@@ -525,7 +525,7 @@ impl Host {
     fn metrics_text(&self, store: &Store, link_up: Option<bool>) -> Result<String, StoreError> {
         let stats = store.stats()?;
         let failing = store.failures()?.failing();
-        let declaration = store.in_force()?.map(|f| metrics::DeclarationInfo {
+        let declaration = store.in_force_head()?.map(|f| metrics::DeclarationInfo {
             revision: f.revision,
             since: f.since,
             source: match f.source {
@@ -673,7 +673,7 @@ impl Host {
     pub fn status(&self) -> Result<i32, Fatal> {
         let store = Store::open(&self.config.state_dir, false)?;
         let (in_force, runs, service) = match &store {
-            Some(s) => (s.in_force()?, s.runs()?, s.service_state()?),
+            Some(s) => (s.in_force_head()?, s.runs()?, s.service_state()?),
             None => (None, Vec::new(), None),
         };
         let failing = match &store {

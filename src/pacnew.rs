@@ -4,8 +4,8 @@
 //! means the package's default moved since the host took the file, so the declaration deserves a
 //! review. This finds them (through `fsutil`, never following a symlink) and sizes the difference.
 
-use std::collections::BTreeMap;
-use std::ffi::OsString;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -39,43 +39,88 @@ impl Pacnew {
 
 /// Looks beside each owned file of `paths` under `root`. Files that cannot be read (too large,
 /// not regular, a symlink on the way) are logged and left out: they are not worth failing for.
+/// Each parent directory is walked to and listed once, so the cost follows the number of
+/// directories, not of owned files (a no-op over thousands of files pays almost nothing here).
 pub fn find(root: &Path, paths: &[String], max_bytes: u64) -> Vec<Pacnew> {
     let Ok(root) = Dir::open(root) else {
         return Vec::new();
     };
-    let mut found = Vec::new();
+    // Owned paths are normalised and absolute: the parent is what stands before the last '/'.
+    let mut by_parent: HashMap<&str, HashMap<&str, &str>> = HashMap::new();
     for path in paths {
-        let Ok(Some(parent)) = fsutil::walk_to_parent(&root, Path::new(path), false) else {
-            continue;
-        };
-        for suffix in SUFFIXES {
-            let mut beside = OsString::from(&parent.name);
-            beside.push(format!(".{suffix}"));
-            let theirs = match parent.dir.read(&beside, max_bytes) {
-                Ok(Some((_, bytes))) => bytes,
-                Ok(None) => continue,
-                Err(e) => {
-                    log::warn!("{path}.{suffix}: cannot be read: {e}");
-                    continue;
-                }
-            };
-            let ours = match parent.dir.read(&parent.name, max_bytes) {
-                Ok(found) => found.map(|(_, bytes)| bytes).unwrap_or_default(),
-                Err(e) => {
-                    log::warn!("{path}: cannot be read: {e}");
-                    continue;
-                }
-            };
-            let (added, removed) = diff_lines(&ours, &theirs);
-            found.push(Pacnew {
-                path: path.clone(),
-                suffix: suffix.to_string(),
-                added,
-                removed,
-            });
+        if let Some(at) = path.rfind('/') {
+            let (parent, name) = (&path[..at.max(1)], &path[at + 1..]);
+            by_parent.entry(parent).or_default().insert(name, path);
         }
     }
+    let mut found = Vec::new();
+    for (parent, owned) in by_parent {
+        let Ok(Some(dir)) = fsutil::walk_to_dir(&root, Path::new(parent), false) else {
+            continue;
+        };
+        let names = match dir.names() {
+            Ok(names) => names,
+            Err(e) => {
+                log::warn!("{parent}: cannot be listed: {e}");
+                continue;
+            }
+        };
+        // Usually no name in the directory ends so: nothing else is looked at, nothing allocated.
+        for beside in &names {
+            let Some(beside_str) = beside.to_str() else {
+                continue;
+            };
+            for suffix in SUFFIXES {
+                let Some(name) = beside_str
+                    .strip_suffix(suffix)
+                    .and_then(|n| n.strip_suffix('.'))
+                else {
+                    continue;
+                };
+                if let Some(path) = owned.get(name) {
+                    if let Some(p) =
+                        compare(&dir, OsStr::new(name), beside, path, suffix, max_bytes)
+                    {
+                        found.push(p);
+                    }
+                }
+            }
+        }
+    }
+    found.sort_by(|a, b| (&a.path, &a.suffix).cmp(&(&b.path, &b.suffix)));
     found
+}
+
+/// Sizes the difference between owned file `name` and `beside` (its `.pacnew`/`.pacsave`).
+fn compare(
+    dir: &Dir,
+    name: &OsStr,
+    beside: &OsStr,
+    path: &str,
+    suffix: &str,
+    max_bytes: u64,
+) -> Option<Pacnew> {
+    let theirs = match dir.read(beside, max_bytes) {
+        Ok(found) => found?.1,
+        Err(e) => {
+            log::warn!("{path}.{suffix}: cannot be read: {e}");
+            return None;
+        }
+    };
+    let ours = match dir.read(name, max_bytes) {
+        Ok(found) => found.map(|(_, bytes)| bytes).unwrap_or_default(),
+        Err(e) => {
+            log::warn!("{path}: cannot be read: {e}");
+            return None;
+        }
+    };
+    let (added, removed) = diff_lines(&ours, &theirs);
+    Some(Pacnew {
+        path: path.to_string(),
+        suffix: suffix.to_string(),
+        added,
+        removed,
+    })
 }
 
 /// How many lines `theirs` has that `ours` lacks, and the other way round, each line counted as

@@ -2,7 +2,7 @@
 //! through a symlink; an adopted file's original is kept in the store and put back on release;
 //! directories the host had to create are removed again once empty.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
@@ -289,9 +289,11 @@ impl Kind for Files {
         };
         // Write-ahead for directories too: the ledger lists every directory this run will create
         // before it exists, so a crash cannot leave one the host would never remove.
+        let mut looked_at = HashSet::new();
         let upcoming: Vec<PathBuf> = changes
             .iter()
             .filter(|c| matches!(c.op, Op::Write { .. } | Op::Restore(_)))
+            .filter(|c| looked_at.insert(Path::new(&c.key).parent()))
             .flat_map(|c| missing_directories(&root, Path::new(&c.key)))
             .filter(|d| !ledger.directories.contains(d))
             .collect();
@@ -303,18 +305,33 @@ impl Kind for Files {
                 }
             }
         }
-        let outcomes = changes
+        let mut parents = ParentDirs::new(&root);
+        let mut outcomes: Vec<Outcome> = changes
             .iter()
             .map(|change| {
                 if (env.interrupted)() {
                     return Outcome::Deferred("not applied: the host was stopping".into());
                 }
-                match apply_one(env, &root, ledger, &change.key, &change.op) {
+                match apply_one(env, &mut parents, ledger, &change.key, &change.op) {
                     Ok(()) => Outcome::Done,
                     Err(e) => Outcome::Failed(e),
                 }
             })
             .collect();
+        // The renames are durable once their directories are: a write whose directory cannot be
+        // synced has not happened as far as the ledger is concerned.
+        for (dir, e) in parents.sync() {
+            for (change, outcome) in changes.iter().zip(outcomes.iter_mut()) {
+                if *outcome == Outcome::Done && Path::new(&change.key).parent() == Some(&dir) {
+                    *outcome = Outcome::Failed(format!(
+                        "{}: cannot make the write durable (fsync {}): {e}",
+                        change.key,
+                        dir.display()
+                    ));
+                }
+            }
+        }
+        drop(parents);
         remove_unneeded_directories(&root, cx, ledger);
         outcomes
     }
@@ -330,17 +347,19 @@ impl Kind for Files {
 pub fn digest(spec: &Spec) -> String {
     match spec {
         Spec::Absent => codec::sha256_hex(b"absent"),
-        Spec::Present(c) => {
-            let text = format!(
-                "present\n{}\n{:?}\n{:?}\n{:?}",
-                codec::sha256_hex(&c.bytes),
-                c.mode,
-                c.owner.as_ref().map(Account::display),
-                c.group.as_ref().map(Account::display)
-            );
-            codec::sha256_hex(text.as_bytes())
-        }
+        Spec::Present(c) => content_digest(c),
     }
+}
+
+fn content_digest(c: &Content) -> String {
+    let text = format!(
+        "present\n{}\n{:?}\n{:?}\n{:?}",
+        codec::sha256_hex(&c.bytes),
+        c.mode,
+        c.owner.as_ref().map(Account::display),
+        c.group.as_ref().map(Account::display)
+    );
+    codec::sha256_hex(text.as_bytes())
 }
 
 /// Absolute, normalised, under /etc, and not /etc itself.
@@ -423,7 +442,8 @@ fn plan_present(
         (Err(e), _) => return Step::Fail(format!("owner: {e}")),
         (_, Err(e)) => return Step::Fail(format!("group: {e}")),
     };
-    let after = LedgerAfter::Applied(digest(&Spec::Present(content.clone())));
+    // Only a change needs the digest: a no-op over many files must not hash each one again.
+    let after = || LedgerAfter::Applied(content_digest(content));
     match &observed.state {
         State::Blocked(e) => Step::Fail(e.clone()),
         State::Other(t) => Step::Fail(format!(
@@ -442,7 +462,7 @@ fn plan_present(
                     .is_none()
                     .then(|| Entry::new(Origin::Created, Value::Null)),
                 backup: None,
-                after,
+                after: after(),
                 op: Op::Write {
                     bytes: content.bytes.clone(),
                     mode,
@@ -497,7 +517,7 @@ fn plan_present(
                 details,
                 intent,
                 backup,
-                after,
+                after: after(),
                 op,
             })
         }
@@ -584,10 +604,16 @@ fn plan_release(key: &str, observed: &Observed, owned: Option<&Entry>) -> Step<O
     })
 }
 
-fn apply_one(env: &Env, root: &Dir, ledger: &mut Ledger, key: &str, op: &Op) -> Result<(), String> {
+fn apply_one(
+    env: &Env,
+    parents: &mut ParentDirs,
+    ledger: &mut Ledger,
+    key: &str,
+    op: &Op,
+) -> Result<(), String> {
     let path = Path::new(key);
     let create = matches!(op, Op::Write { .. } | Op::Restore(_));
-    let parent = match fsutil::walk_to_parent(root, path, create) {
+    let parent = match parents.get(path, create) {
         Ok(Some(parent)) => parent,
         Ok(None) => return Ok(()), // removing: a missing parent means nothing to remove
         Err(e) => return Err(e.to_string()),
@@ -598,7 +624,7 @@ fn apply_one(env: &Env, root: &Dir, ledger: &mut Ledger, key: &str, op: &Op) -> 
         Op::Write { bytes, mode, owner } => refuse_non_file(&parent, key).and_then(|()| {
             parent
                 .dir
-                .write_atomic(&parent.name, bytes, *mode, *owner)
+                .write_atomic_unsynced(&parent.name, bytes, *mode, *owner)
                 .map_err(|e| io("write", e))
         }),
         Op::SetAttributes { mode, owner } => refuse_non_file(&parent, key).and_then(|()| {
@@ -620,7 +646,7 @@ fn apply_one(env: &Env, root: &Dir, ledger: &mut Ledger, key: &str, op: &Op) -> 
             refuse_non_file(&parent, key)?;
             parent
                 .dir
-                .write_atomic(
+                .write_atomic_unsynced(
                     &parent.name,
                     &bytes,
                     original.mode,
@@ -629,6 +655,65 @@ fn apply_one(env: &Env, root: &Dir, ledger: &mut Ledger, key: &str, op: &Op) -> 
                 .map_err(|e| io("restore the original", e))
         }
         Op::Forget => Ok(()),
+    }
+}
+
+/// The parent directories one `apply` writes into, each walked to once (not once per file), with
+/// the ones that took an unsynced rename.
+struct ParentDirs<'r> {
+    root: &'r Dir,
+    dirs: HashMap<PathBuf, (Dir, bool)>,
+}
+
+/// A file's parent directory as `apply_one` needs it.
+struct ParentRef<'d> {
+    dir: &'d Dir,
+    name: std::ffi::OsString,
+    /// Directories the walk to it created (only the first time).
+    created: Vec<PathBuf>,
+}
+
+impl<'r> ParentDirs<'r> {
+    fn new(root: &'r Dir) -> Self {
+        ParentDirs {
+            root,
+            dirs: HashMap::new(),
+        }
+    }
+
+    /// `None` when the parent is missing and `create` is false. Marks the directory as one to
+    /// sync, since every caller changes a name in it.
+    fn get(&mut self, path: &Path, create: bool) -> Result<Option<ParentRef<'_>>, WalkError> {
+        let (Some(dir_path), Some(name)) = (path.parent(), path.file_name()) else {
+            return fsutil::walk_to_parent(self.root, path, create).map(|_| None);
+        };
+        let mut created = Vec::new();
+        if !self.dirs.contains_key(dir_path) {
+            let Some(parent) = fsutil::walk_to_parent(self.root, path, create)? else {
+                return Ok(None);
+            };
+            created = parent.created;
+            self.dirs
+                .insert(dir_path.to_path_buf(), (parent.dir, false));
+        }
+        let Some((dir, dirty)) = self.dirs.get_mut(dir_path) else {
+            return Ok(None);
+        };
+        *dirty = true;
+        Ok(Some(ParentRef {
+            dir,
+            name: name.to_os_string(),
+            created,
+        }))
+    }
+
+    /// Syncs each directory written into; the ones that failed, with why.
+    fn sync(&self) -> Vec<(PathBuf, std::io::Error)> {
+        self.dirs
+            .iter()
+            .filter(|(_, (_, dirty))| *dirty)
+            .filter_map(|(path, (dir, _))| dir.sync().err().map(|e| (path.clone(), e)))
+            .collect()
     }
 }
 
@@ -659,7 +744,7 @@ fn missing_directories(root: &Dir, path: &Path) -> Vec<PathBuf> {
 }
 
 /// A directory or symlink where a file goes is an error, never overwritten.
-fn refuse_non_file(parent: &fsutil::Parent, key: &str) -> Result<(), String> {
+fn refuse_non_file(parent: &ParentRef, key: &str) -> Result<(), String> {
     match parent.dir.stat(&parent.name) {
         Ok(Some(st)) if st.file_type != FileType::Regular => Err(format!(
             "{key} is {}; mesh-host does not replace it",
@@ -672,15 +757,23 @@ fn refuse_non_file(parent: &fsutil::Parent, key: &str) -> Result<(), String> {
 
 /// Removes directories the host created that are empty and hold no declared file, deepest first.
 fn remove_unneeded_directories(root: &Dir, cx: &RunContext, ledger: &mut Ledger) {
-    let mut dirs: Vec<PathBuf> = ledger.directories.iter().cloned().collect();
+    // Every directory above a declared file, once: one pass over the files, not one per directory.
+    // Keys are normalised absolute paths, so their ancestors are their prefixes before each '/'.
+    let needed: HashSet<&str> = cx
+        .declaration
+        .files
+        .iter()
+        .filter(|(_, spec)| matches!(spec, Spec::Present(_)))
+        .flat_map(|(path, _)| path.rmatch_indices('/').map(|(at, _)| &path[..at]))
+        .collect();
+    let mut dirs: Vec<PathBuf> = ledger
+        .directories
+        .iter()
+        .filter(|d| !d.to_str().is_some_and(|d| needed.contains(d)))
+        .cloned()
+        .collect();
     dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
     for dir in dirs {
-        let needed = cx.declaration.files.iter().any(|(path, spec)| {
-            matches!(spec, Spec::Present(_)) && Path::new(path).starts_with(&dir)
-        });
-        if needed {
-            continue;
-        }
         let removed = match fsutil::walk_to_parent(root, &dir, false) {
             Ok(Some(parent)) => match parent.dir.rmdir(&parent.name) {
                 Ok(_) => true,

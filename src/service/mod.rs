@@ -250,7 +250,7 @@ impl Service<'_> {
             .host
             .store()
             .ok()
-            .and_then(|s| s.in_force().ok().flatten());
+            .and_then(|s| s.in_force_head().ok().flatten());
         Ok(Message::Hello {
             protocol: messages::PROTOCOL,
             node: cp.node.clone(),
@@ -412,7 +412,7 @@ impl Service<'_> {
             let _lock = store
                 .lock(true, &holder)
                 .map_err(|e| Fatal::Error(e.to_string()))?;
-            let current = store.in_force()?;
+            let current = store.in_force_head()?;
             let arrival = envelope::Arrival {
                 revision,
                 newest: current.as_ref().and_then(|f| f.control_plane_revision),

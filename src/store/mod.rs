@@ -80,6 +80,22 @@ pub struct InForce {
     pub expires: Option<u64>,
 }
 
+/// `InForce` without its text: what status, metrics and the choice to replace it need. Reading
+/// it skips the text (which, JSON-escaped, is the bulk of the file) instead of building it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct InForceHead {
+    pub source: Source,
+    pub revision: Option<u64>,
+    pub digest: String,
+    pub since: u64,
+    #[serde(default)]
+    pub control_plane_revision: Option<u64>,
+    #[serde(default)]
+    pub signed_by: Vec<String>,
+    #[serde(default)]
+    pub expires: Option<u64>,
+}
+
 /// What the running service last said about itself, for `mesh-host status`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ServiceState {
@@ -173,6 +189,10 @@ impl Store {
     }
 
     pub fn in_force(&self) -> Result<Option<InForce>, StoreError> {
+        self.read_json(IN_FORCE)
+    }
+
+    pub fn in_force_head(&self) -> Result<Option<InForceHead>, StoreError> {
         self.read_json(IN_FORCE)
     }
 
