@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::config::Tool;
 
 /// The captured result of a command that ran to completion.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Output {
     /// Exit code; `None` if a signal ended it.
     pub code: Option<i32>,
@@ -29,6 +29,57 @@ impl Output {
     pub fn stdout_text(&self) -> String {
         String::from_utf8_lossy(&self.stdout).into_owned()
     }
+
+    /// Adds the output of a further invocation of the same command (more of its names): outputs
+    /// in order, and the first exit code that is not 0.
+    fn join(mut self, next: Output) -> Output {
+        if self.code == Some(0) {
+            self.code = next.code;
+        }
+        self.stdout.extend(next.stdout);
+        self.stderr.push_str(&next.stderr);
+        self
+    }
+}
+
+/// What the kernel allows one exec for arguments, less the environment and a margin: the
+/// names of one batch beyond it go to another invocation (`E2BIG` would fail them all).
+fn argv_budget() -> usize {
+    let max = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    let max = usize::try_from(max).unwrap_or(0).max(128 * 1024);
+    let environment: usize = std::env::vars_os()
+        .map(|(k, v)| k.len() + v.len() + 2 + std::mem::size_of::<usize>())
+        .sum();
+    max.saturating_sub(environment).saturating_sub(64 * 1024) / 2
+}
+
+/// The argv bytes (strings, their NULs and pointers) one argument costs.
+fn arg_bytes(arg: &str) -> usize {
+    arg.len() + 1 + std::mem::size_of::<usize>()
+}
+
+/// What every invocation of `tool args --` costs before its names.
+fn fixed_bytes(tool: &Tool, args: &[&str]) -> usize {
+    tool.command.iter().map(|a| arg_bytes(a)).sum::<usize>()
+        + args.iter().map(|a| arg_bytes(a)).sum::<usize>()
+        + arg_bytes("--")
+}
+
+/// `names` split, in order, into runs whose command lines fit in `budget` bytes: one run when
+/// they all fit (the usual case), always at least one, and a name too long for any alone.
+fn chunks<'a>(fixed: usize, names: &'a [&'a str], budget: usize) -> Vec<&'a [&'a str]> {
+    let mut out = Vec::new();
+    let (mut start, mut used) = (0, fixed);
+    for (i, name) in names.iter().enumerate() {
+        let cost = arg_bytes(name);
+        if i > start && used + cost > budget {
+            out.push(&names[start..i]);
+            (start, used) = (i, fixed);
+        }
+        used += cost;
+    }
+    out.push(&names[start..]);
+    out
 }
 
 /// How a tool is asked to stop when it reaches its timeout; after the tool's grace, whatever is
@@ -184,28 +235,44 @@ impl Runner {
             .unwrap_or_default()
     }
 
-    /// Runs `tool args -- names` and fails unless it exits 0.
+    /// Runs `tool args -- names` and fails unless it exits 0. Names beyond what one command line
+    /// can carry go to further invocations of the same command, in order; the first failure ends it.
     pub fn run(&self, tool: &Tool, args: &[&str], names: &[&str]) -> Result<Output, CommandError> {
-        let (command, output) = self.spawn(tool, args, names)?;
-        if output.code == Some(0) {
-            Ok(output)
-        } else {
-            Err(CommandError {
-                command,
-                failure: Failure::Exit(output.code, output.stderr),
-            })
+        let mut all: Option<Output> = None;
+        for chunk in chunks(fixed_bytes(tool, args), names, argv_budget()) {
+            let (command, output) = self.spawn(tool, args, chunk)?;
+            if output.code != Some(0) {
+                return Err(CommandError {
+                    command,
+                    failure: Failure::Exit(output.code, output.stderr),
+                });
+            }
+            all = Some(match all {
+                Some(all) => all.join(output),
+                None => output,
+            });
         }
+        Ok(all.unwrap_or_default())
     }
 
     /// Runs `tool args -- names` and returns its output whatever its exit code (for queries whose
-    /// exit code means "some were missing").
+    /// exit code means "some were missing"). Split as `run` is, the outputs are joined in order and
+    /// the exit code is the first that is not 0.
     pub fn query(
         &self,
         tool: &Tool,
         args: &[&str],
         names: &[&str],
     ) -> Result<Output, CommandError> {
-        self.spawn(tool, args, names).map(|(_, output)| output)
+        let mut all: Option<Output> = None;
+        for chunk in chunks(fixed_bytes(tool, args), names, argv_budget()) {
+            let output = self.spawn(tool, args, chunk)?.1;
+            all = Some(match all {
+                Some(all) => all.join(output),
+                None => output,
+            });
+        }
+        Ok(all.unwrap_or_default())
     }
 
     fn spawn(
@@ -430,6 +497,26 @@ mod tests {
         assert_eq!(out.stderr, "err\n");
         assert_eq!(runner.count(), 1);
         assert_eq!(runner.traced(), vec!["sh -c echo $LC_ALL; echo err >&2"]);
+    }
+
+    #[test]
+    fn names_beyond_one_command_line_go_to_further_invocations_in_order() {
+        let names: Vec<String> = (0..10).map(|i| format!("name{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let each = arg_bytes("name0");
+        // Everything fits: one invocation, as before.
+        assert_eq!(chunks(10, &names, 10_000), vec![&names[..]]);
+        // Three names fit beside the fixed part: 3 + 3 + 3 + 1, in order.
+        let split = chunks(10, &names, 10 + 3 * each);
+        assert_eq!(
+            split.iter().map(|c| c.len()).collect::<Vec<_>>(),
+            [3, 3, 3, 1]
+        );
+        assert_eq!(split.concat(), names);
+        // No names still runs the command once; a name too long for any run has its own.
+        assert_eq!(chunks(10, &[], 0).len(), 1);
+        assert_eq!(chunks(10, &names[..2], 1).len(), 2);
+        assert!(argv_budget() >= 32 * 1024);
     }
 
     #[test]
