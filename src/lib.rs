@@ -14,10 +14,12 @@ mod join;
 mod kinds;
 mod link;
 mod reconcile;
+mod selfref;
 mod service;
 mod store;
 #[cfg(test)]
 mod testutil;
+mod unitfile;
 
 use cli::Command;
 use commands::{Fatal, Host};

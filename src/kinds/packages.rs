@@ -4,6 +4,7 @@
 //! Declared packages are kept explicitly installed, so no `-Rs` (the host's or a person's) takes
 //! one away as a dependency nobody needs any more.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -263,21 +264,21 @@ impl Kind for Packages {
                 .map(|c| c.key.as_str())
                 .collect()
         };
-        let install_args: &[&str] = if cx.declaration.packages_upgrade {
-            &["-Syu", "--needed", "--noconfirm"]
-        } else {
-            &["-S", "--needed", "--noconfirm"]
-        };
+        let host_packages = &env.config.identity.package_names;
+        // The host's package is never upgraded with the rest (a static binary with no
+        // dependencies, so holding it back is no partial upgrade).
+        let ignore = format!("--ignore={}", host_packages.join(","));
+        let upgrade = cx.declaration.packages_upgrade;
         // Once pacman itself fails (lock held past the wait, timeout, not startable), every later
         // transaction of this run fails the same way without running: retrying would only wait again.
-        let mut pacman_failure: Option<String> = None;
-        let mut transaction = |args: &[&str], names: &[&str]| -> Vec<Result<(), String>> {
+        let pacman_failure: RefCell<Option<String>> = RefCell::new(None);
+        let transaction = |args: &[&str], names: &[&str]| -> Vec<Result<(), String>> {
             let args = match with_root(env, args) {
                 Ok(args) => args,
                 Err(e) => return names.iter().map(|_| Err(e.clone())).collect(),
             };
             batch_then_each(names, |batch| {
-                if let Some(e) = &pacman_failure {
+                if let Some(e) = pacman_failure.borrow().as_ref() {
                     return Err(e.clone());
                 }
                 run_waiting_for_lock(
@@ -289,18 +290,75 @@ impl Kind for Packages {
                 )
                 .map_err(|e| match e {
                     TransactionError::Packages(e) => e,
-                    TransactionError::Pacman(e) => pacman_failure.insert(e).clone(),
+                    TransactionError::Pacman(e) => pacman_failure.borrow_mut().insert(e).clone(),
                 })
             })
         };
+        let mut results: BTreeMap<&str, Result<(), String>> = BTreeMap::new();
         // Marked explicit before any removal, so the `-Rs` cannot take a declared package along.
-        let steps: [(Op, &[&str]); 4] = [
-            (Op::MarkExplicit, &["-D", "--asexplicit"]),
-            (Op::Install, install_args),
+        let names = pick(Op::MarkExplicit);
+        let outcomes = transaction(&["-D", "--asexplicit"], &names);
+        results.extend(names.into_iter().zip(outcomes));
+
+        // What would be installed is checked against pacman's own metadata first: a package that
+        // replaces, conflicts with or provides the host's would take the host over.
+        let wanted = pick(Op::Install);
+        let (checked, unknown) = check_sync_packages(env, &wanted, host_packages, &mut results);
+        if upgrade && !(checked.is_empty() && unknown.is_empty()) {
+            let args = ["-Syu", ignore.as_str(), "--needed", "--noconfirm"];
+            let outcomes = if checked.is_empty() {
+                // Only packages the stale databases do not know: upgrade (which refreshes them)
+                // first, then check and install those below.
+                let outcome = match with_root(env, &args) {
+                    Ok(args) => run_waiting_for_lock(
+                        env.runner,
+                        &env.config.pacman,
+                        &args,
+                        &[],
+                        env.config.pacman_lock_wait,
+                    )
+                    .map_err(|e| match e {
+                        TransactionError::Packages(e) | TransactionError::Pacman(e) => e,
+                    }),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = outcome {
+                    *pacman_failure.borrow_mut() = Some(e);
+                }
+                Vec::new()
+            } else {
+                transaction(&args, &checked)
+            };
+            results.extend(checked.iter().copied().zip(outcomes));
+            if !unknown.is_empty() {
+                let failure = pacman_failure.borrow().clone();
+                if let Some(e) = failure {
+                    for name in &unknown {
+                        results.insert(name, Err(e.clone()));
+                    }
+                } else {
+                    // The databases are fresh now and the system upgraded: `-S` is no partial upgrade.
+                    let (checked, unknown) =
+                        check_sync_packages(env, &unknown, host_packages, &mut results);
+                    for name in unknown {
+                        results.insert(name, Err(not_found(name)));
+                    }
+                    let outcomes = transaction(&["-S", "--needed", "--noconfirm"], &checked);
+                    results.extend(checked.into_iter().zip(outcomes));
+                }
+            }
+        } else {
+            for name in unknown {
+                results.insert(name, Err(not_found(name)));
+            }
+            let outcomes = transaction(&["-S", "--needed", "--noconfirm"], &checked);
+            results.extend(checked.into_iter().zip(outcomes));
+        }
+
+        let steps: [(Op, &[&str]); 2] = [
             (Op::Remove, &["-Rs", "--noconfirm"]),
             (Op::MarkDependency, &["-D", "--asdeps"]),
         ];
-        let mut results: BTreeMap<&str, Result<(), String>> = BTreeMap::new();
         for (op, args) in steps {
             let names = pick(op);
             let outcomes = transaction(args, &names);
@@ -342,6 +400,127 @@ fn with_root<'a>(env: &'a Env, args: &[&'a str]) -> Result<Vec<&'a str>, String>
     }
     out.extend_from_slice(args);
     Ok(out)
+}
+
+/// Looks `names` up in the sync databases with one `pacman -Si`. Those that replace, conflict with
+/// or provide a host package fail here with that reason (so does every name, if pacman cannot
+/// answer); returns the names that may be installed, and those no sync database has.
+fn check_sync_packages<'n>(
+    env: &Env,
+    names: &[&'n str],
+    host_packages: &[String],
+    results: &mut BTreeMap<&'n str, Result<(), String>>,
+) -> (Vec<&'n str>, Vec<&'n str>) {
+    if names.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let output = with_root(env, &["-Si"]).and_then(|args| {
+        let output = env
+            .runner
+            .query(&env.config.pacman, &args, names)
+            .map_err(|e| e.to_string())?;
+        // Exit 1 only means "some were not found".
+        match output.code {
+            Some(0) | Some(1) => Ok(output.stdout_text()),
+            code => Err(format!(
+                "`pacman -Si` (checking what would be installed) exited with status {code:?}: {}",
+                output.stderr.trim()
+            )),
+        }
+    });
+    let stdout = match output {
+        Ok(stdout) => stdout,
+        Err(e) => {
+            for name in names {
+                results.insert(name, Err(e.clone()));
+            }
+            return (Vec::new(), Vec::new());
+        }
+    };
+    let infos = parse_sync_info(&stdout);
+    let (mut checked, mut unknown) = (Vec::new(), Vec::new());
+    for &name in names {
+        let Some(info) = infos.iter().find(|i| i.name == name) else {
+            unknown.push(name);
+            continue;
+        };
+        match takes_over(info, host_packages) {
+            Some(why) => {
+                results.insert(name, Err(why));
+            }
+            None => checked.push(name),
+        }
+    }
+    (checked, unknown)
+}
+
+fn not_found(name: &str) -> String {
+    format!(
+        "target not found: {name} (no sync database has a package of that name; mesh-host \
+         declares packages by name, not groups or provisions)"
+    )
+}
+
+/// What `pacman -Si` says of one sync package that matters to the host.
+#[derive(Debug, PartialEq)]
+pub struct SyncInfo<'a> {
+    pub name: &'a str,
+    pub replaces: Vec<&'a str>,
+    pub conflicts: Vec<&'a str>,
+    pub provides: Vec<&'a str>,
+}
+
+/// `pacman -Si` output: one block per package, as `-Qi` prints them. List entries may carry a
+/// version constraint (`nox-mesh-host>=1.0`), kept as printed.
+pub fn parse_sync_info(stdout: &str) -> Vec<SyncInfo<'_>> {
+    let mut out = Vec::new();
+    for block in stdout.split("\n\n") {
+        let field = |name: &str| {
+            block.lines().find_map(|line| {
+                let (key, value) = line.split_once(" : ")?;
+                (key.trim_end() == name).then(|| value.trim())
+            })
+        };
+        let list = |name: &str| match field(name) {
+            None | Some("None") => Vec::new(),
+            Some(items) => items.split_whitespace().collect(),
+        };
+        let Some(name) = field("Name") else { continue };
+        out.push(SyncInfo {
+            name,
+            replaces: list("Replaces"),
+            conflicts: list("Conflicts With"),
+            provides: list("Provides"),
+        });
+    }
+    out
+}
+
+/// Why installing `info` would take a host package over, if it would.
+fn takes_over(info: &SyncInfo, host_packages: &[String]) -> Option<String> {
+    let names = |entries: &[&str]| -> Option<String> {
+        entries.iter().find_map(|entry| {
+            let bare = entry.split(['<', '>', '=']).next().unwrap_or(entry);
+            host_packages
+                .iter()
+                .find(|h| h.as_str() == bare)
+                .map(|h| h.to_string())
+        })
+    };
+    for (relation, entries) in [
+        ("replaces", &info.replaces),
+        ("conflicts with", &info.conflicts),
+        ("provides", &info.provides),
+    ] {
+        if let Some(host) = names(entries) {
+            return Some(format!(
+                "refused: {} {relation} {host}, the host's own package (pacman -Si); installing \
+                 it would remove or stand in for the host; mesh-host never manages itself",
+                info.name
+            ));
+        }
+    }
+    None
 }
 
 /// Why a pacman transaction failed.
@@ -462,6 +641,64 @@ mod tests {
                 "the host's own package",
             ],
         );
+    }
+
+    #[test]
+    fn sync_info_shows_what_would_take_the_host_over() {
+        let stdout = include_str!("../../tests/fixtures/pacman-Si.txt");
+        let infos = parse_sync_info(stdout);
+        assert_eq!(
+            infos,
+            vec![
+                SyncInfo {
+                    name: "mesh-usurper",
+                    replaces: vec!["nox-mesh-host"],
+                    conflicts: vec!["nox-mesh-host"],
+                    provides: vec!["nox-mesh-host=9.0"],
+                },
+                SyncInfo {
+                    name: "mesh-a",
+                    replaces: vec![],
+                    conflicts: vec![],
+                    provides: vec![],
+                },
+            ]
+        );
+        let host = vec!["nox-mesh-host".to_string()];
+        let why = takes_over(&infos[0], &host).unwrap();
+        assert!(
+            why.contains("mesh-usurper replaces nox-mesh-host, the host's own package"),
+            "{why}"
+        );
+        assert_eq!(takes_over(&infos[1], &host), None);
+        for (field, entry, relation) in [
+            ("conflicts", "nox-mesh-host>=1.0", "conflicts with"),
+            ("provides", "nox-mesh-host", "provides"),
+        ] {
+            let mut info = SyncInfo {
+                name: "x",
+                replaces: vec![],
+                conflicts: vec![],
+                provides: vec![],
+            };
+            match field {
+                "conflicts" => info.conflicts.push(entry),
+                _ => info.provides.push(entry),
+            }
+            let why = takes_over(&info, &host).unwrap();
+            assert!(
+                why.contains(&format!("x {relation} nox-mesh-host")),
+                "{why}"
+            );
+        }
+        // A look-alike is not the host's package.
+        let info = SyncInfo {
+            name: "x",
+            replaces: vec!["nox-mesh-hostile"],
+            conflicts: vec!["nox-mesh"],
+            provides: vec!["mesh-host"],
+        };
+        assert_eq!(takes_over(&info, &host), None);
     }
 
     fn installed(version: &str, explicit: bool) -> Observed {

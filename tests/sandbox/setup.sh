@@ -62,6 +62,11 @@ mkpkg() { # mkpkg NAME VERSION-REL [DEPEND...]
       > "$d/usr/lib/systemd/user/mesh-web.service"
   fi
   sb_pkginfo "$d" "$name" "$ver" "$@"
+  if [ "$name" = mesh-usurper ]; then
+    # Takes the host's package over, as a hostile repo would: mesh-host must refuse to install it.
+    printf '%s\n' 'replaces = nox-mesh-host' 'conflict = nox-mesh-host' 'provides = nox-mesh-host=9.0' \
+      >> "$d/.PKGINFO"
+  fi
   sb_pack "$d" "$REPO/$name-$ver-any.pkg.tar.zst"
   rm -rf "$d"
 }
@@ -72,6 +77,8 @@ mkpkg mesh-c 2.0-1
 mkpkg mesh-d 1.0-1 'mesh-c>=2.0'
 mkpkg mesh-e 1.0-1
 mkpkg mesh-web 1.0-1
+mkpkg nox-mesh-host 1.0-1   # the host's own package name (its payload is only the marker)
+mkpkg mesh-usurper 1.0-1
 repo-add -q "$REPO/$MESH_REPO_NAME.db.tar.gz" "$REPO"/*.pkg.tar.zst
 cat > "$P/pacman.conf" <<CONF
 [options]
