@@ -518,3 +518,123 @@ fn rescue_mode_installs_into_the_mounted_root_through_sysroot() {
     let again = apply(&host, r#"{"schema": 1, "packages": {"mesh-b": {}}}"#, 0);
     assert_eq!(again["changes"], Value::Array(vec![]), "{again:#}");
 }
+
+/// A private copy of the sandbox repo, with an `env` naming it for bump-package.sh.
+fn private_repo(sb: &Sandbox, label: &str) -> (PathBuf, PathBuf) {
+    let sandbox_dir = PathBuf::from(std::env::var("MESH_SANDBOX").expect("MESH_SANDBOX"));
+    let private = sandbox_dir
+        .join("tmp")
+        .join(format!("packages-{label}-repo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&private);
+    let repo = private.join("repo");
+    std::fs::create_dir_all(private.join("tmp")).expect("private sandbox");
+    std::fs::write(private.join(".mesh-sandbox"), "").expect("marker");
+    sh(&format!(
+        "cp -r {} {repo} && echo 'export MESH_PACMAN_REPO={repo}' > {env}",
+        sb.pacman_repo.display(),
+        repo = repo.display(),
+        env = private.join("env").display()
+    ));
+    (private, repo)
+}
+
+#[test]
+fn packages_upgrade_never_upgrades_the_hosts_own_package() {
+    let Some(sb) = sandbox() else { return };
+    let (private, repo) = private_repo(&sb, "self-upgrade");
+    let pacman = PacmanRoot::new("self-upgrade", &repo);
+    let host = pacman.host(&sb, "pkg-self-upgrade", "");
+    // Installed by the operator, as the host's package and an ordinary one are.
+    pacman.pacman("-S --noconfirm nox-mesh-host mesh-a");
+    let bump = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/bump-package.sh");
+    for name in ["nox-mesh-host", "mesh-a"] {
+        sh(&format!(
+            "MESH_SANDBOX={} {} {name} 1.1",
+            private.display(),
+            bump.display()
+        ));
+    }
+    sh(&format!(
+        "touch -d '+2 seconds' {}/meshtest.db*",
+        repo.display()
+    ));
+
+    let report = apply(
+        &host,
+        r#"{"schema": 1, "packages_upgrade": true, "packages": {"mesh-e": {}}}"#,
+        0,
+    );
+    assert!(
+        commands(&report)
+            .iter()
+            .any(|c| c.ends_with("-Syu --ignore=nox-mesh-host --needed --noconfirm -- mesh-e")),
+        "{report:#}"
+    );
+    assert_eq!(
+        pacman.version("mesh-a").as_deref(),
+        Some("1.1-1"),
+        "the rest upgrades"
+    );
+    assert_eq!(pacman.version("mesh-e").as_deref(), Some("1.0-1"));
+    assert_eq!(
+        pacman.version("nox-mesh-host").as_deref(),
+        Some("1.0-1"),
+        "the host's package stays at its version"
+    );
+    drop(pacman);
+    let _ = std::fs::remove_dir_all(&private);
+}
+
+#[test]
+fn a_package_that_takes_the_host_over_fails_by_name_and_nothing_else_is_held_back() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("usurper", &sb.pacman_repo);
+    let unit = format!("mesh-pkgtest-usurper-{}.service", std::process::id());
+    let host = pacman.host(&sb, "pkg-usurper", "");
+    pacman.pacman("-S --noconfirm nox-mesh-host");
+    for upgrade in [false, true] {
+        let report = apply(
+            &host,
+            &format!(
+                r#"{{"schema": 1, "packages_upgrade": {upgrade},
+                    "packages": {{"mesh-usurper": {{}}, "mesh-e": {{}}, "mesh-nope": {{}}}},
+                    "units": {{"{unit}": {{"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}}}}}}"#
+            ),
+            1,
+        );
+        let detail = failure(&report, "mesh-usurper");
+        assert!(
+            detail.contains(
+                "refused: mesh-usurper replaces nox-mesh-host, the host's own package (pacman -Si)"
+            ),
+            "{detail}"
+        );
+        let detail = failure(&report, "mesh-nope");
+        assert!(detail.contains("target not found: mesh-nope"), "{detail}");
+        assert_eq!(
+            report["failures"].as_array().map(Vec::len),
+            Some(2),
+            "{report:#}"
+        );
+        // One batched look before any transaction, which never names it.
+        let commands = commands(&report);
+        let si = commands.iter().position(|c| c.contains(" -Si -- "));
+        let install = commands.iter().position(|c| c.contains("--needed"));
+        assert!(si.is_some() && si < install, "{commands:?}");
+        assert!(
+            commands
+                .iter()
+                .filter(|c| c.contains("--needed"))
+                .all(|c| !c.contains("mesh-usurper")),
+            "{commands:?}"
+        );
+        assert_eq!(pacman.version("nox-mesh-host").as_deref(), Some("1.0-1"));
+        assert_eq!(pacman.version("mesh-usurper"), None);
+        assert!(pacman.version("mesh-e").is_some(), "{report:#}");
+        let unit_active = status(&format!("systemctl --user is-active --quiet {unit}"));
+        assert_eq!(unit_active, 0, "the other kinds converge: {report:#}");
+        pacman.pacman("-R --noconfirm mesh-e");
+    }
+    let _ = status(&format!("systemctl --user stop {unit}"));
+    let _ = std::fs::remove_file(sb.unit_dir.join(&unit));
+}
