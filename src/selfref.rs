@@ -111,6 +111,12 @@ pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<S
         if !acting {
             continue;
         }
+        // Without a specifier, a value can only name a host unit by containing its name (once
+        // unquoted: `mesh-"host.service"` is unquoted to it).
+        let bare = directive.value.replace(['"', '\''], "");
+        if !bare.contains('%') && !units.iter().any(|(u, _)| bare.contains(u.as_str())) {
+            continue;
+        }
         // Single-valued ones (Unit=, Service=) are taken whole by systemd; as words too, to be safe.
         let mut values = unitfile::words(&directive.value);
         values.push(directive.value.clone());
@@ -456,6 +462,11 @@ mod tests {
                 "x.service",
                 "[Install]\nWantedBy=\"mesh-host.service\"",
                 "WantedBy=",
+            ),
+            (
+                "x.service",
+                "[Install]\nRequiredBy=mesh-\"host\".service",
+                "RequiredBy=",
             ),
             (
                 "x.timer",

@@ -402,8 +402,8 @@ fn with_root<'a>(env: &'a Env, args: &[&'a str]) -> Result<Vec<&'a str>, String>
     Ok(out)
 }
 
-/// Looks `names` up in the sync databases with one `pacman -Si`. Those that replace, conflict with
-/// or provide a host package fail here with that reason (so does every name, if pacman cannot
+/// Looks `names` up in the sync databases with one `pacman -Si`. Those that replace, conflict with,
+/// provide or depend on a host package fail here with that reason (so does every name, if pacman cannot
 /// answer); returns the names that may be installed, and those no sync database has.
 fn check_sync_packages<'n>(
     env: &Env,
@@ -468,6 +468,7 @@ pub struct SyncInfo<'a> {
     pub replaces: Vec<&'a str>,
     pub conflicts: Vec<&'a str>,
     pub provides: Vec<&'a str>,
+    pub depends: Vec<&'a str>,
 }
 
 /// `pacman -Si` output: one block per package, as `-Qi` prints them. List entries may carry a
@@ -491,6 +492,7 @@ pub fn parse_sync_info(stdout: &str) -> Vec<SyncInfo<'_>> {
             replaces: list("Replaces"),
             conflicts: list("Conflicts With"),
             provides: list("Provides"),
+            depends: list("Depends On"),
         });
     }
     out
@@ -511,6 +513,8 @@ fn takes_over(info: &SyncInfo, host_packages: &[String]) -> Option<String> {
         ("replaces", &info.replaces),
         ("conflicts with", &info.conflicts),
         ("provides", &info.provides),
+        // pacman would install or upgrade it along, --ignore or not (`--noconfirm` answers yes).
+        ("depends on", &info.depends),
     ] {
         if let Some(host) = names(entries) {
             return Some(format!(
@@ -655,12 +659,14 @@ mod tests {
                     replaces: vec!["nox-mesh-host"],
                     conflicts: vec!["nox-mesh-host"],
                     provides: vec!["nox-mesh-host=9.0"],
+                    depends: vec![],
                 },
                 SyncInfo {
                     name: "mesh-a",
                     replaces: vec![],
                     conflicts: vec![],
                     provides: vec![],
+                    depends: vec![],
                 },
             ]
         );
@@ -674,16 +680,19 @@ mod tests {
         for (field, entry, relation) in [
             ("conflicts", "nox-mesh-host>=1.0", "conflicts with"),
             ("provides", "nox-mesh-host", "provides"),
+            ("depends", "nox-mesh-host>1.0", "depends on"),
         ] {
             let mut info = SyncInfo {
                 name: "x",
                 replaces: vec![],
                 conflicts: vec![],
                 provides: vec![],
+                depends: vec![],
             };
             match field {
                 "conflicts" => info.conflicts.push(entry),
-                _ => info.provides.push(entry),
+                "provides" => info.provides.push(entry),
+                _ => info.depends.push(entry),
             }
             let why = takes_over(&info, &host).unwrap();
             assert!(
@@ -697,6 +706,7 @@ mod tests {
             replaces: vec!["nox-mesh-hostile"],
             conflicts: vec!["nox-mesh"],
             provides: vec!["mesh-host"],
+            depends: vec!["nox-mesh-host-tools"],
         };
         assert_eq!(takes_over(&info, &host), None);
     }
