@@ -343,5 +343,8 @@ mod tests {
         assert!(parse(r#"{"podman": {"command": []}}"#)
             .unwrap_err()
             .contains("podman.command"));
+        assert!(parse(r#"{"unit_name": "@agent.service"}"#)
+            .unwrap_err()
+            .contains("unit_name: unit name \"@agent.service\" starts with '@'"));
     }
 }

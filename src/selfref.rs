@@ -112,8 +112,8 @@ pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<S
             continue;
         }
         // Without a specifier, a value can only name a host unit by containing its name (once
-        // unquoted: `mesh-"host.service"` is unquoted to it).
-        let bare = directive.value.replace(['"', '\''], "");
+        // unquoted and unescaped: `mesh-"host.service"`, `mesh\x2dhost.service`).
+        let bare = unitfile::decode_hex_escapes(&directive.value.replace(['"', '\''], ""));
         if !bare.contains('%') && !units.iter().any(|(u, _)| bare.contains(u.as_str())) {
             continue;
         }
@@ -121,9 +121,11 @@ pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<S
         let mut values = unitfile::words(&directive.value);
         values.push(directive.value.clone());
         for value in values {
-            // [Install] lists are unquoted by systemctl; [Unit] ones are not: try both.
+            // [Install] lists are unquoted by systemctl; [Unit] ones are not: try both. A `\xNN`
+            // escape names another unit to systemd; decoded too, to be safe.
             let unquoted: String = value.chars().filter(|c| !"\"'".contains(*c)).collect();
-            for candidate in [value.as_str(), unquoted.as_str()] {
+            let decoded = unitfile::decode_hex_escapes(&unquoted);
+            for candidate in [value.as_str(), unquoted.as_str(), decoded.as_str()] {
                 let pieces = unitfile::resolve_specifiers(candidate, owner);
                 let Some((unit, _)) = units.iter().find(|(u, _)| unitfile::could_be(&pieces, u))
                 else {
@@ -469,6 +471,11 @@ mod tests {
                 "RequiredBy=",
             ),
             (
+                "x.service",
+                "[Unit]\nWants=mesh\\x2dhost.service",
+                "names mesh-host.service",
+            ),
+            (
                 "x.timer",
                 "[Timer]\nOnCalendar=daily\nUnit=mesh-host.service\n",
                 "[Timer] Unit=",
@@ -578,7 +585,6 @@ mod tests {
             ("x.service", "[Service]\nConflicts=mesh-host.service\nExecStart=/usr/bin/systemctl stop mesh-host.service\n"),
             ("x.service", "Conflicts=mesh-host.service\n[Unit]\nDescription=x"),
             ("x.service", "[Unit]\nWants=foo@%H.service mesh-host@%i.service Mesh-Host.service mesh-hostile.service\n"),
-            ("x.service", "[Unit]\nWants=mesh\\x2dhost.service\n"),
             ("x@.service", "[Unit]\nWants=foo@%i.service\n[Service]\nExecStart=/bin/true %i\n"),
             ("mesh-host@x.service", "[Service]\nExecStart=/bin/true\n"),
             ("Mesh-Host.service", "[Service]\nExecStart=/bin/true\n"),

@@ -306,14 +306,26 @@ fn name_specifier(spec: char, owner: Owner) -> Option<String> {
     }
 }
 
+/// `\xNN` escapes decoded, nothing else changed.
+pub fn decode_hex_escapes(text: &str) -> String {
+    if !text.contains("\\x") {
+        return text.to_string();
+    }
+    unescape_with(text, false)
+}
+
 /// systemd's unit-name unescaping (`systemd-escape -u`): `-` is `/`, `\xNN` is that byte.
 pub fn unescape(text: &str) -> String {
+    unescape_with(text, true)
+}
+
+fn unescape_with(text: &str, dash_is_slash: bool) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'-' => out.push(b'/'),
+            b'-' if dash_is_slash => out.push(b'/'),
             b'\\' if bytes.get(i + 1) == Some(&b'x') => {
                 let hex = bytes
                     .get(i + 2..i + 4)
@@ -475,6 +487,12 @@ mod tests {
             resolved("%H%", Owner::Any),
             vec![Piece::Unknown('H'), Piece::Unknown('%')]
         );
+    }
+
+    #[test]
+    fn escapes() {
+        assert_eq!(unescape("a-b\\x2dc\\x"), "a/b-c\\x");
+        assert_eq!(decode_hex_escapes("a-b\\x2dc"), "a-b-c");
     }
 
     #[test]

@@ -638,3 +638,64 @@ fn a_package_that_takes_the_host_over_fails_by_name_and_nothing_else_is_held_bac
     let _ = status(&format!("systemctl --user stop {unit}"));
     let _ = std::fs::remove_file(sb.unit_dir.join(&unit));
 }
+
+#[test]
+fn packages_upgrade_checks_packages_new_to_the_databases_after_refreshing_them() {
+    let Some(sb) = sandbox() else { return };
+    let (private, repo) = private_repo(&sb, "self-new");
+    let pacman = PacmanRoot::new("self-new", &repo);
+    let host = pacman.host(&sb, "pkg-self-new", "");
+    pacman.pacman("-S --noconfirm nox-mesh-host");
+    // Published after this root last synced: only the -Syu's refresh sees them.
+    let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/lib.sh");
+    let script = format!(
+        "set -e; source {lib}; for name in mesh-new mesh-usurper-too; do \
+           d=$(mktemp -d); mkdir -p $d/usr/share/$name; echo $name > $d/usr/share/$name/marker; \
+           sb_pkginfo $d $name 1.0-1; \
+           if [ $name = mesh-usurper-too ]; then echo 'replaces = nox-mesh-host' >> $d/.PKGINFO; fi; \
+           sb_pack $d {repo}/$name-1.0-1-any.pkg.tar.zst; rm -rf $d; \
+           repo-add -q {repo}/meshtest.db.tar.gz {repo}/$name-1.0-1-any.pkg.tar.zst; done; \
+         touch -d '+2 seconds' {repo}/meshtest.db*",
+        lib = lib.display(),
+        repo = repo.display()
+    );
+    let status = Command::new("bash")
+        .args(["-c", &script])
+        .status()
+        .expect("bash");
+    assert!(status.success(), "{script}");
+
+    let report = apply(
+        &host,
+        r#"{"schema": 1, "packages_upgrade": true, "packages": {"mesh-new": {}, "mesh-usurper-too": {}}}"#,
+        1,
+    );
+    let detail = failure(&report, "mesh-usurper-too");
+    assert!(
+        detail.contains("refused: mesh-usurper-too replaces nox-mesh-host"),
+        "{detail}"
+    );
+    let commands: Vec<String> = commands(&report)
+        .into_iter()
+        .filter(|c| c.contains(" -S"))
+        .map(|c| {
+            c.split_once(" -S")
+                .map(|(_, rest)| format!("-S{rest}"))
+                .unwrap_or(c)
+        })
+        .collect();
+    assert_eq!(
+        commands,
+        vec![
+            "-Si -- mesh-new mesh-usurper-too",
+            "-Syu --ignore=nox-mesh-host --needed --noconfirm",
+            "-Si -- mesh-new mesh-usurper-too",
+            "-S --needed --noconfirm -- mesh-new",
+        ]
+    );
+    assert_eq!(pacman.version("mesh-new").as_deref(), Some("1.0-1"));
+    assert_eq!(pacman.version("mesh-usurper-too"), None);
+    assert_eq!(pacman.version("nox-mesh-host").as_deref(), Some("1.0-1"));
+    drop(pacman);
+    let _ = std::fs::remove_dir_all(&private);
+}

@@ -419,9 +419,14 @@ fn check_sync_packages<'n>(
             .runner
             .query(&env.config.pacman, &args, names)
             .map_err(|e| e.to_string())?;
-        // Exit 1 only means "some were not found".
+        // Its exit status counts the names not found; any other complaint is a real failure.
+        let complaint = output.stderr.lines().any(|line| {
+            let not_found =
+                line.starts_with("error: package '") && line.ends_with("' was not found");
+            !(line.trim().is_empty() || not_found || line.starts_with("warning: "))
+        });
         match output.code {
-            Some(0) | Some(1) => Ok(output.stdout_text()),
+            Some(_) if !complaint => Ok(output.stdout_text()),
             code => Err(format!(
                 "`pacman -Si` (checking what would be installed) exited with status {code:?}: {}",
                 output.stderr.trim()
