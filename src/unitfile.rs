@@ -128,7 +128,8 @@ pub fn parse(text: &str) -> Vec<Directive> {
             }
             None => (raw.to_string(), number),
         };
-        if ends_in_unescaped_backslash(&line) {
+        // The part before `raw` ended in a continuation, now a space: only `raw` can escape.
+        if ends_in_unescaped_backslash(raw) {
             line.pop();
             line.push(' ');
             continuation = Some((line, start));
@@ -346,19 +347,34 @@ fn unescape_with(text: &str, dash_is_slash: bool) -> String {
 }
 
 /// Whether `pieces` could be `name`: the text must match exactly, and each unknown piece may
-/// stand for any text (including none).
+/// stand for any text (including none). Linear in the pieces, whatever a hostile value holds: the
+/// texts between unknowns are matched as a glob's literals, leftmost first.
 pub fn could_be(pieces: &[Piece], name: &str) -> bool {
-    match pieces.split_first() {
-        None => name.is_empty(),
-        Some((Piece::Text(text), rest)) => name
-            .strip_prefix(text.as_str())
-            .is_some_and(|tail| could_be(rest, tail)),
-        Some((Piece::Unknown(_), rest)) => name
-            .char_indices()
-            .map(|(i, _)| i)
-            .chain(std::iter::once(name.len()))
-            .any(|i| could_be(rest, &name[i..])),
+    // Literal segments between unknowns; consecutive unknowns are one.
+    let mut segments: Vec<String> = vec![String::new()];
+    for piece in pieces {
+        match (piece, segments.last_mut()) {
+            (Piece::Text(text), Some(last)) => last.push_str(text),
+            _ => segments.push(String::new()),
+        }
     }
+    let (first, rest) = match segments.split_first() {
+        Some((first, rest)) => (first.as_str(), rest),
+        None => ("", &[][..]),
+    };
+    let Some(mut tail) = name.strip_prefix(first) else {
+        return false;
+    };
+    let Some((last, middle)) = rest.split_last() else {
+        return tail.is_empty();
+    };
+    for segment in middle {
+        match tail.find(segment.as_str()) {
+            Some(at) => tail = &tail[at + segment.len()..],
+            None => return false,
+        }
+    }
+    tail.ends_with(last.as_str())
 }
 
 #[cfg(test)]
@@ -446,6 +462,9 @@ mod tests {
             directives("\u{feff}[Unit]\nA=1"),
             vec![d("Unit", "A", "1", 2)]
         );
+        // A long chain of continuations is read in linear time.
+        let chain = format!("[Unit]\nWants=a{}", " x\\\n".repeat(200_000));
+        assert_eq!(parse(&chain).len(), 1);
     }
 
     #[test]
@@ -505,5 +524,25 @@ mod tests {
         let pieces = resolved("mesh-%i%j.service", Owner::Any);
         assert!(could_be(&pieces, "mesh-host.service"));
         assert!(could_be(&resolved("%i", Owner::Any), ""));
+        assert!(could_be(
+            &resolved("%a-%b.%c", Owner::Any),
+            "mesh-host.service"
+        ));
+        assert!(!could_be(
+            &resolved("%a-%b.%cx", Owner::Any),
+            "mesh-host.service"
+        ));
+        assert!(could_be(
+            &resolved("m%a%b%ce", Owner::Any),
+            "mesh-host.service"
+        ));
+        // A hostile value of many unknowns is matched in linear time.
+        let many = "%H".repeat(100_000) + "x";
+        assert!(!could_be(&resolved(&many, Owner::Any), "mesh-host.service"));
+        let split = vec![
+            Piece::Text("mesh-".into()),
+            Piece::Text("host.service".into()),
+        ];
+        assert!(could_be(&split, "mesh-host.service"));
     }
 }
