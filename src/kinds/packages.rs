@@ -481,17 +481,33 @@ pub struct SyncInfo<'a> {
 pub fn parse_sync_info(stdout: &str) -> Vec<SyncInfo<'_>> {
     let mut out = Vec::new();
     for block in stdout.split("\n\n") {
-        let field = |name: &str| {
-            block.lines().find_map(|line| {
-                let (key, value) = line.split_once(" : ")?;
-                (key.trim_end() == name).then(|| value.trim())
-            })
+        // `Field : value` lines; a list pacman wraps continues on lines that start blank.
+        let mut fields: Vec<(&str, Vec<&str>)> = Vec::new();
+        for line in block.lines() {
+            match (
+                line.starts_with(char::is_whitespace),
+                line.split_once(" : "),
+            ) {
+                (false, Some((key, value))) => {
+                    fields.push((key.trim_end(), value.split_whitespace().collect()))
+                }
+                (true, _) => {
+                    if let Some((_, words)) = fields.last_mut() {
+                        words.extend(line.split_whitespace());
+                    }
+                }
+                (false, None) => {}
+            }
+        }
+        let list = |name: &str| -> Vec<&str> {
+            match fields.iter().find(|(key, _)| *key == name) {
+                Some((_, words)) if words.as_slice() != ["None"] => words.clone(),
+                _ => Vec::new(),
+            }
         };
-        let list = |name: &str| match field(name) {
-            None | Some("None") => Vec::new(),
-            Some(items) => items.split_whitespace().collect(),
+        let Some(&name) = list("Name").first() else {
+            continue;
         };
-        let Some(name) = field("Name") else { continue };
         out.push(SyncInfo {
             name,
             replaces: list("Replaces"),
@@ -514,17 +530,21 @@ fn takes_over(info: &SyncInfo, host_packages: &[String]) -> Option<String> {
                 .map(|h| h.to_string())
         })
     };
-    for (relation, entries) in [
-        ("replaces", &info.replaces),
-        ("conflicts with", &info.conflicts),
-        ("provides", &info.provides),
-        // pacman would install or upgrade it along, --ignore or not (`--noconfirm` answers yes).
-        ("depends on", &info.depends),
+    for (relation, entries, effect) in [
+        ("replaces", &info.replaces, "would remove the host"),
+        ("conflicts with", &info.conflicts, "would remove the host"),
+        ("provides", &info.provides, "would stand in for the host"),
+        // --ignore or not: `--noconfirm` answers yes to installing an ignored dependency.
+        (
+            "depends on",
+            &info.depends,
+            "would install or upgrade the host",
+        ),
     ] {
         if let Some(host) = names(entries) {
             return Some(format!(
                 "refused: {} {relation} {host}, the host's own package (pacman -Si); installing \
-                 it would remove or stand in for the host; mesh-host never manages itself",
+                 it {effect}; mesh-host never manages itself",
                 info.name
             ));
         }
@@ -674,6 +694,12 @@ mod tests {
                     depends: vec![],
                 },
             ]
+        );
+        // A list pacman wraps onto further lines is read whole.
+        let wrapped = "Name            : x\nProvides        : a  b\n                  nox-mesh-host=2\nDepends On      : None\n";
+        assert_eq!(
+            parse_sync_info(wrapped)[0].provides,
+            vec!["a", "b", "nox-mesh-host=2"]
         );
         let host = vec!["nox-mesh-host".to_string()];
         let why = takes_over(&infos[0], &host).unwrap();
