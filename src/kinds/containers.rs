@@ -578,7 +578,7 @@ const VOLUME_OPTIONS: [&[&str]; 11] = [
 ];
 
 /// Parses `SOURCE:DEST[:OPTIONS]`: a host path (absolute; `.`, `//` and a trailing `/` are
-/// normalised away, `..` is refused) or a volume name, an absolute destination, and
+/// normalised away) or a volume name, an absolute destination, and
 /// comma-separated options podman knows.
 pub fn parse_volume(text: &str) -> Result<Volume, String> {
     if text.chars().any(char::is_control) {
@@ -597,7 +597,7 @@ pub fn parse_volume(text: &str) -> Result<Volume, String> {
         ));
     }
     let host_path = if source.starts_with('/') {
-        Some(normalise(source)?)
+        Some(normalise(source))
     } else if source.starts_with('.') {
         return Err(format!(
             "source {source:?} is relative to podman's working directory; give an absolute path"
@@ -624,7 +624,7 @@ pub fn parse_volume(text: &str) -> Result<Volume, String> {
             if !dir.starts_with('/') {
                 return Err(format!("{option:?} is not an absolute path"));
             }
-            volume.overlay_dirs.push(normalise(dir)?);
+            volume.overlay_dirs.push(normalise(dir));
             continue;
         }
         let name = option.split_once('=').map_or(option, |(n, _)| n);
@@ -652,24 +652,20 @@ pub fn parse_volume(text: &str) -> Result<Volume, String> {
     Ok(volume)
 }
 
-/// A host path without `.`, empty components or a trailing `/`; `..` cannot be resolved without
-/// following symlinks, so it is refused.
-fn normalise(path: &str) -> Result<String, String> {
+/// A host path without `.`, empty components or a trailing `/`. `..` is kept: it cannot be
+/// resolved without following symlinks, so a writable mount through it is refused.
+fn normalise(path: &str) -> String {
     let mut out = String::new();
     for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => return Err(format!("source {path:?} contains '..'")),
-            part => {
-                out.push('/');
-                out.push_str(part);
-            }
+        if !matches!(part, "" | ".") {
+            out.push('/');
+            out.push_str(part);
         }
     }
     if out.is_empty() {
         out.push('/');
     }
-    Ok(out)
+    out
 }
 
 fn check_volume_name(name: &str) -> Result<(), String> {
