@@ -636,6 +636,22 @@ mod tests {
             ),
             ("/etc/motd", "[Unit]\nConflicts=mesh-host.service"),
             ("/etc/mesh-host.conf", "x"),
+            (
+                "/etc/systemd/user/mesh-host.service.d/x.conf",
+                "[Unit]\nConflicts=x.service",
+            ),
+            (
+                "/etc/systemd/system/mesh-host.slice.d/x.conf",
+                "[Slice]\nCPUWeight=5",
+            ),
+            (
+                "/etc/systemd/system/mesh-.slice.d/x.conf",
+                "[Slice]\nCPUWeight=5",
+            ),
+            (
+                "/etc/systemd/system/mesh-host@.socket",
+                "[Socket]\nAccept=yes",
+            ),
             ("/etc/systemd/systemd.conf", "x"),
         ] {
             assert!(

@@ -670,6 +670,10 @@ mod tests {
                 "the host's own package",
             ],
         );
+        assert!(problems(
+            r#"{"schema": 1, "packages": {"nox-mesh-hostile": {}, "mesh-host": {}, "Nox-Mesh-Host": {}}}"#
+        )
+        .is_empty());
     }
 
     #[test]
