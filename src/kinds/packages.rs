@@ -426,15 +426,15 @@ fn check_sync_packages<'n>(
             !(line.trim().is_empty() || not_found || line.starts_with("warning: "))
         });
         match output.code {
-            Some(_) if !complaint => Ok(output.stdout_text()),
+            Some(_) if !complaint => Ok((output.stdout_text(), output.stderr)),
             code => Err(format!(
                 "`pacman -Si` (checking what would be installed) exited with status {code:?}: {}",
                 output.stderr.trim()
             )),
         }
     });
-    let stdout = match output {
-        Ok(stdout) => stdout,
+    let (stdout, stderr) = match output {
+        Ok(output) => output,
         Err(e) => {
             for name in names {
                 results.insert(name, Err(e.clone()));
@@ -446,7 +446,13 @@ fn check_sync_packages<'n>(
     let (mut checked, mut unknown) = (Vec::new(), Vec::new());
     for &name in names {
         let Some(info) = infos.iter().find(|i| i.name == name) else {
-            unknown.push(name);
+            // Not found, as pacman says; a tool that says nothing of it leaves the judgement
+            // to the transaction (real pacman always says one or the other).
+            if stderr.contains(&format!("error: package '{name}' was not found")) {
+                unknown.push(name);
+            } else {
+                checked.push(name);
+            }
             continue;
         };
         match takes_over(info, host_packages) {
