@@ -547,9 +547,9 @@ fn packages_upgrade_never_upgrades_the_hosts_own_package() {
     // Installed by the operator, as the host's package and an ordinary one are.
     pacman.pacman("-S --noconfirm nox-mesh-host mesh-a");
     let bump = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/bump-package.sh");
-    for name in ["nox-mesh-host", "mesh-a"] {
+    for (name, version) in [("nox-mesh-host", "0.0.2"), ("mesh-a", "1.1")] {
         sh(&format!(
-            "MESH_SANDBOX={} {} {name} 1.1",
+            "MESH_SANDBOX={} {} {name} {version}",
             private.display(),
             bump.display()
         ));
@@ -578,7 +578,7 @@ fn packages_upgrade_never_upgrades_the_hosts_own_package() {
     assert_eq!(pacman.version("mesh-e").as_deref(), Some("1.0-1"));
     assert_eq!(
         pacman.version("nox-mesh-host").as_deref(),
-        Some("1.0-1"),
+        Some("0.0.1-1"),
         "the host's package stays at its version"
     );
     drop(pacman);
@@ -628,7 +628,7 @@ fn a_package_that_takes_the_host_over_fails_by_name_and_nothing_else_is_held_bac
                 .all(|c| !c.contains("mesh-usurper")),
             "{commands:?}"
         );
-        assert_eq!(pacman.version("nox-mesh-host").as_deref(), Some("1.0-1"));
+        assert_eq!(pacman.version("nox-mesh-host").as_deref(), Some("0.0.1-1"));
         assert_eq!(pacman.version("mesh-usurper"), None);
         assert!(pacman.version("mesh-e").is_some(), "{report:#}");
         let unit_active = status(&format!("systemctl --user is-active --quiet {unit}"));
@@ -695,7 +695,7 @@ fn packages_upgrade_checks_packages_new_to_the_databases_after_refreshing_them()
     );
     assert_eq!(pacman.version("mesh-new").as_deref(), Some("1.0-1"));
     assert_eq!(pacman.version("mesh-usurper-too"), None);
-    assert_eq!(pacman.version("nox-mesh-host").as_deref(), Some("1.0-1"));
+    assert_eq!(pacman.version("nox-mesh-host").as_deref(), Some("0.0.1-1"));
     drop(pacman);
     let _ = std::fs::remove_dir_all(&private);
 }

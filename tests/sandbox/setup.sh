@@ -77,7 +77,7 @@ mkpkg mesh-c 2.0-1
 mkpkg mesh-d 1.0-1 'mesh-c>=2.0'
 mkpkg mesh-e 1.0-1
 mkpkg mesh-web 1.0-1
-mkpkg nox-mesh-host 1.0-1   # the host's own package name (its payload is only the marker)
+mkpkg nox-mesh-host 0.0.1-1 # the host's own name, older than any real release (a marker only)
 mkpkg mesh-usurper 1.0-1
 repo-add -q "$REPO/$MESH_REPO_NAME.db.tar.gz" "$REPO"/*.pkg.tar.zst
 cat > "$P/pacman.conf" <<CONF
