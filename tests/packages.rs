@@ -639,6 +639,32 @@ fn a_package_that_takes_the_host_over_fails_by_name_and_nothing_else_is_held_bac
     let _ = std::fs::remove_file(sb.unit_dir.join(&unit));
 }
 
+/// Adds the package `name` 1.0-1 (with `pkginfo` lines such as `depend = x`) to `repo`, with its
+/// database newer than any root synced from it this second.
+fn publish(repo: &Path, name: &str, pkginfo: &[&str]) {
+    let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/lib.sh");
+    let script = format!(
+        "set -e; source {lib}; d=$(mktemp -d); mkdir -p $d/usr/share/{name}; \
+         echo {name} > $d/usr/share/{name}/marker; sb_pkginfo $d {name} 1.0-1; \
+         printf '%s\\n' {lines} >> $d/.PKGINFO; \
+         sb_pack $d {repo}/{name}-1.0-1-any.pkg.tar.zst; rm -rf $d; \
+         repo-add -q {repo}/meshtest.db.tar.gz {repo}/{name}-1.0-1-any.pkg.tar.zst; \
+         touch -d '+2 seconds' {repo}/meshtest.db*",
+        lib = lib.display(),
+        repo = repo.display(),
+        lines = pkginfo
+            .iter()
+            .map(|l| format!("'{l}'"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    let status = Command::new("bash")
+        .args(["-c", &script])
+        .status()
+        .expect("bash");
+    assert!(status.success(), "{script}");
+}
+
 #[test]
 fn packages_upgrade_checks_packages_new_to_the_databases_after_refreshing_them() {
     let Some(sb) = sandbox() else { return };
@@ -647,23 +673,8 @@ fn packages_upgrade_checks_packages_new_to_the_databases_after_refreshing_them()
     let host = pacman.host(&sb, "pkg-self-new", "");
     pacman.pacman("-S --noconfirm nox-mesh-host");
     // Published after this root last synced: only the -Syu's refresh sees them.
-    let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/lib.sh");
-    let script = format!(
-        "set -e; source {lib}; for name in mesh-new mesh-usurper-too; do \
-           d=$(mktemp -d); mkdir -p $d/usr/share/$name; echo $name > $d/usr/share/$name/marker; \
-           sb_pkginfo $d $name 1.0-1; \
-           if [ $name = mesh-usurper-too ]; then echo 'replaces = nox-mesh-host' >> $d/.PKGINFO; fi; \
-           sb_pack $d {repo}/$name-1.0-1-any.pkg.tar.zst; rm -rf $d; \
-           repo-add -q {repo}/meshtest.db.tar.gz {repo}/$name-1.0-1-any.pkg.tar.zst; done; \
-         touch -d '+2 seconds' {repo}/meshtest.db*",
-        lib = lib.display(),
-        repo = repo.display()
-    );
-    let status = Command::new("bash")
-        .args(["-c", &script])
-        .status()
-        .expect("bash");
-    assert!(status.success(), "{script}");
+    publish(&repo, "mesh-new", &[]);
+    publish(&repo, "mesh-usurper-too", &["replaces = nox-mesh-host"]);
 
     let report = apply(
         &host,
@@ -696,6 +707,39 @@ fn packages_upgrade_checks_packages_new_to_the_databases_after_refreshing_them()
     assert_eq!(pacman.version("mesh-new").as_deref(), Some("1.0-1"));
     assert_eq!(pacman.version("mesh-usurper-too"), None);
     assert_eq!(pacman.version("nox-mesh-host").as_deref(), Some("0.0.1-1"));
+    drop(pacman);
+    let _ = std::fs::remove_dir_all(&private);
+}
+
+#[test]
+fn a_release_that_would_remove_the_hosts_package_as_a_dependency_is_refused() {
+    let Some(sb) = sandbox() else { return };
+    let (private, repo) = private_repo(&sb, "self-remove");
+    publish(&repo, "mesh-addon", &["depend = nox-mesh-host"]);
+    let pacman = PacmanRoot::new("self-remove", &repo);
+    let host = pacman.host(&sb, "pkg-self-remove", "");
+    // The operator installed the add-on, and the host's package with it as its dependency.
+    pacman.pacman("-S --noconfirm mesh-addon mesh-e");
+    let report = apply(
+        &host,
+        r#"{"schema": 1, "packages": {"mesh-addon": {"state": "absent"}, "mesh-e": {"state": "absent"}}}"#,
+        1,
+    );
+    let detail = failure(&report, "mesh-addon");
+    assert!(
+        detail.contains(
+            "refused: removing mesh-addon with its dependencies would remove nox-mesh-host"
+        ),
+        "{detail}"
+    );
+    assert_eq!(
+        report["failures"].as_array().map(Vec::len),
+        Some(1),
+        "{report:#}"
+    );
+    assert_eq!(pacman.version("nox-mesh-host").as_deref(), Some("0.0.1-1"));
+    assert!(pacman.version("mesh-addon").is_some());
+    assert_eq!(pacman.version("mesh-e"), None, "the rest is removed");
     drop(pacman);
     let _ = std::fs::remove_dir_all(&private);
 }

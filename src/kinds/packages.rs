@@ -355,15 +355,13 @@ impl Kind for Packages {
             results.extend(checked.into_iter().zip(outcomes));
         }
 
-        let steps: [(Op, &[&str]); 2] = [
-            (Op::Remove, &["-Rs", "--noconfirm"]),
-            (Op::MarkDependency, &["-D", "--asdeps"]),
-        ];
-        for (op, args) in steps {
-            let names = pick(op);
-            let outcomes = transaction(args, &names);
-            results.extend(names.into_iter().zip(outcomes));
-        }
+        let removals = pick(Op::Remove);
+        let removals = check_removals(env, &removals, host_packages, &mut results);
+        let outcomes = transaction(&["-Rs", "--noconfirm"], &removals);
+        results.extend(removals.into_iter().zip(outcomes));
+        let names = pick(Op::MarkDependency);
+        let outcomes = transaction(&["-D", "--asdeps"], &names);
+        results.extend(names.into_iter().zip(outcomes));
         changes
             .iter()
             .map(|c| match results.get(c.key.as_str()) {
@@ -463,6 +461,55 @@ fn check_sync_packages<'n>(
         }
     }
     (checked, unknown)
+}
+
+/// Of `names` to remove with `-Rs`, those whose removal would take a host package along (one
+/// installed as their dependency) fail with that reason, asked of `pacman -Rsp` (which changes
+/// nothing); returns the rest. Each is asked alone when the batch would take a host package or
+/// pacman refuses the batch (one name's broken dependency hides what the others would remove).
+fn check_removals<'n>(
+    env: &Env,
+    names: &[&'n str],
+    host_packages: &[String],
+    results: &mut BTreeMap<&'n str, Result<(), String>>,
+) -> Vec<&'n str> {
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let removed_hosts = |batch: &[&str]| -> Option<Vec<String>> {
+        let args = with_root(env, &["-Rsp", "--print-format", "%n"]).ok()?;
+        let output = env.runner.query(&env.config.pacman, &args, batch).ok()?;
+        (output.code == Some(0)).then(|| {
+            output
+                .stdout_text()
+                .lines()
+                .filter(|line| host_packages.iter().any(|h| h == line.trim()))
+                .map(|line| line.trim().to_string())
+                .collect()
+        })
+    };
+    match removed_hosts(names) {
+        Some(hosts) if hosts.is_empty() => return names.to_vec(),
+        None if names.len() == 1 => return names.to_vec(),
+        _ => {}
+    }
+    let mut allowed = Vec::new();
+    for &name in names {
+        match removed_hosts(&[name]).and_then(|hosts| hosts.into_iter().next()) {
+            Some(host) => {
+                results.insert(
+                    name,
+                    Err(format!(
+                        "refused: removing {name} with its dependencies would remove {host}, \
+                         the host's own package (installed as its dependency; pacman -Rsp); \
+                         mesh-host never manages itself"
+                    )),
+                );
+            }
+            None => allowed.push(name),
+        }
+    }
+    allowed
 }
 
 fn not_found(name: &str) -> String {
