@@ -241,11 +241,17 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
 /// Which unit a file or drop-in directory named `name` belongs to.
 fn file_owner(name: &str) -> Option<Owner<'_>> {
     match UnitName::parse(name) {
-        Ok(unit) if unit.prefix.ends_with('-') && unit.instance.is_none() => Some(Owner::Any),
+        Ok(unit) if unit.prefix.ends_with('-') && unit.instance.is_none() => Some(Owner::Prefix {
+            prefix: unit.prefix,
+            unit_type: unit.unit_type,
+        }),
         Ok(unit) if unit.is_template() => Some(Owner::Template(unit)),
         Ok(unit) => Some(Owner::Unit(unit)),
         // A type-level drop-in directory (`service.d/`) applies to every unit of the type.
-        Err(_) if unitfile::DECLARABLE_TYPES.contains(&name) => Some(Owner::Any),
+        Err(_) if unitfile::DECLARABLE_TYPES.contains(&name) => Some(Owner::Prefix {
+            prefix: "",
+            unit_type: name,
+        }),
         Err(_) => None,
     }
 }
@@ -564,7 +570,11 @@ mod tests {
                 "[Socket]\nService=mesh-host.service",
             ),
             (
-                "/etc/systemd/system/foo-.timer.d/y.conf",
+                "/etc/systemd/system/mesh-.timer.d/y.conf",
+                "[Timer]\nUnit=%N.service",
+            ),
+            (
+                "/etc/systemd/system/timer.d/y.conf",
                 "[Timer]\nUnit=%N.service",
             ),
             (
@@ -624,6 +634,14 @@ mod tests {
             (
                 "/etc/systemd/system/timer.d/x.conf",
                 "[Timer]\nRandomizedDelaySec=5",
+            ),
+            (
+                "/etc/systemd/system/foo-.timer.d/x.conf",
+                "[Timer]\nUnit=%N.service",
+            ),
+            (
+                "/etc/systemd/system/socket.d/x.conf",
+                "[Socket]\nService=%N-helper.service",
             ),
             (
                 "/etc/systemd/system/multi-user.target.wants/mesh-hostile.service",

@@ -235,8 +235,9 @@ pub enum Owner<'a> {
     Unit(UnitName<'a>),
     /// A template's file or drop-in: it applies to every instance, so the instance is unknown.
     Template(UnitName<'a>),
-    /// A prefix (`foo-.service.d/`) or type-level (`service.d/`) drop-in: any unit's name.
-    Any,
+    /// A prefix (`foo-.service.d/`) or type-level (`service.d/`, prefix empty) drop-in: it
+    /// applies to every unit of the type whose name starts with the prefix.
+    Prefix { prefix: &'a str, unit_type: &'a str },
 }
 
 /// A value with its specifiers resolved: literal text and the pieces that cannot be known here
@@ -266,6 +267,22 @@ pub fn resolve_specifiers(value: &str, owner: Owner) -> Vec<Piece> {
             pieces.push(Piece::Unknown('%'));
             break;
         };
+        if let Owner::Prefix { prefix, unit_type } = owner {
+            // The name is PREFIX, then something unknown, then the type.
+            let known = match spec {
+                'n' | 'N' | 'p' => Some(prefix.to_string()),
+                'P' => Some(unescape(prefix)),
+                _ => None,
+            };
+            if let Some(known) = known {
+                push_text(&mut pieces, &known);
+                pieces.push(Piece::Unknown(spec));
+                if spec == 'n' {
+                    push_text(&mut pieces, &format!(".{unit_type}"));
+                }
+                continue;
+            }
+        }
         match name_specifier(spec, owner) {
             Some(text) => push_text(&mut pieces, &text),
             None => pieces.push(Piece::Unknown(spec)),
@@ -282,7 +299,7 @@ fn name_specifier(spec: char, owner: Owner) -> Option<String> {
     let (name, instance_known) = match owner {
         Owner::Unit(name) => (name, true),
         Owner::Template(name) => (name, false),
-        Owner::Any => return None,
+        Owner::Prefix { .. } => return None,
     };
     let stem = match name.instance {
         Some(i) => format!("{}@{i}", name.prefix),
@@ -477,6 +494,12 @@ mod tests {
         assert!(words("").is_empty());
     }
 
+    /// A type-level drop-in's: nothing of the name is known but its type.
+    const ANY: Owner = Owner::Prefix {
+        prefix: "",
+        unit_type: "service",
+    };
+
     fn resolved(value: &str, owner: Owner) -> Vec<Piece> {
         resolve_specifiers(value, owner)
     }
@@ -503,8 +526,21 @@ mod tests {
             ]
         );
         assert_eq!(
-            resolved("%H%", Owner::Any),
+            resolved("%H%", ANY),
             vec![Piece::Unknown('H'), Piece::Unknown('%')]
+        );
+        let prefix = Owner::Prefix {
+            prefix: "foo-",
+            unit_type: "timer",
+        };
+        assert_eq!(
+            resolved("%n=%N", prefix),
+            vec![
+                Piece::Text("foo-".into()),
+                Piece::Unknown('n'),
+                Piece::Text(".timer=foo-".into()),
+                Piece::Unknown('N')
+            ]
         );
     }
 
@@ -516,29 +552,20 @@ mod tests {
 
     #[test]
     fn unknown_pieces_match_any_text() {
-        let pieces = resolved("%H.service", Owner::Any);
+        let pieces = resolved("%H.service", ANY);
         assert!(could_be(&pieces, "mesh-host.service"));
         assert!(!could_be(&pieces, "mesh-host.socket"));
-        let pieces = resolved("foo@%H.service", Owner::Any);
+        let pieces = resolved("foo@%H.service", ANY);
         assert!(!could_be(&pieces, "mesh-host.service"));
-        let pieces = resolved("mesh-%i%j.service", Owner::Any);
+        let pieces = resolved("mesh-%i%j.service", ANY);
         assert!(could_be(&pieces, "mesh-host.service"));
-        assert!(could_be(&resolved("%i", Owner::Any), ""));
-        assert!(could_be(
-            &resolved("%a-%b.%c", Owner::Any),
-            "mesh-host.service"
-        ));
-        assert!(!could_be(
-            &resolved("%a-%b.%cx", Owner::Any),
-            "mesh-host.service"
-        ));
-        assert!(could_be(
-            &resolved("m%a%b%ce", Owner::Any),
-            "mesh-host.service"
-        ));
+        assert!(could_be(&resolved("%i", ANY), ""));
+        assert!(could_be(&resolved("%a-%b.%c", ANY), "mesh-host.service"));
+        assert!(!could_be(&resolved("%a-%b.%cx", ANY), "mesh-host.service"));
+        assert!(could_be(&resolved("m%a%b%ce", ANY), "mesh-host.service"));
         // A hostile value of many unknowns is matched in linear time.
         let many = "%H".repeat(100_000) + "x";
-        assert!(!could_be(&resolved(&many, Owner::Any), "mesh-host.service"));
+        assert!(!could_be(&resolved(&many, ANY), "mesh-host.service"));
         let split = vec![
             Piece::Text("mesh-".into()),
             Piece::Text("host.service".into()),
