@@ -25,10 +25,21 @@ pub struct Identity {
     pub unit_names: Vec<String>,
     pub package_names: Vec<String>,
     pub config_dir: PathBuf,
+    /// The config file itself (`--config`) and the credentials it names (`ca_file`,
+    /// `secret_file`), wherever they are.
+    pub config_files: Vec<PathBuf>,
     pub state_dirs: Vec<PathBuf>,
-    /// Directories holding unit files, where the host's unit file and drop-ins live.
+    /// The unit search path under /etc (systemd.unit(5)) and the configured `unit_dir`: where
+    /// systemd reads the host's unit file, its drop-ins and links to it.
     pub unit_dirs: Vec<PathBuf>,
 }
+
+/// The system unit search path under /etc, highest priority first.
+const ETC_UNIT_DIRS: [&str; 3] = [
+    "/etc/systemd/system.control",
+    "/etc/systemd/system",
+    "/etc/systemd/system.attached",
+];
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -158,8 +169,12 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => "{}".to_string(),
             Err(e) => return Err(format!("config {}: {e}", path.display())),
         };
-        Config::parse(&text, state_dir_override)
-            .map_err(|e| format!("config {}: {e}", path.display()))
+        let mut config = Config::parse(&text, state_dir_override)
+            .map_err(|e| format!("config {}: {e}", path.display()))?;
+        // A relative --config is a file all the same; the host refuses it by its absolute path.
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        config.identity.config_files.push(absolute);
+        Ok(config)
     }
 
     /// Parses config text (JSON); unknown fields are errors.
@@ -191,12 +206,10 @@ impl Config {
         }
         let mut unit_names = vec![OWN_UNIT.to_string()];
         if let Some(name) = raw.unit_name {
-            if !name.contains('.') {
-                return Err(format!("unit_name: {name:?} has no unit suffix"));
-            }
+            crate::unitfile::UnitName::parse(&name).map_err(|e| format!("unit_name: {e}"))?;
             unit_names.push(name);
         }
-        let mut unit_dirs = vec![PathBuf::from("/etc/systemd/system")];
+        let mut unit_dirs: Vec<PathBuf> = ETC_UNIT_DIRS.iter().map(PathBuf::from).collect();
         if !unit_dirs.contains(&unit_dir) {
             unit_dirs.push(unit_dir.clone());
         }
@@ -212,11 +225,17 @@ impl Config {
                 .max_declaration_bytes
                 .unwrap_or(Limits::default().max_declaration_bytes),
         };
+        let control_plane = raw.control_plane.map(control_plane).transpose()?;
+        let mut config_files = vec![PathBuf::from(DEFAULT_CONFIG_PATH)];
+        if let Some(cp) = &control_plane {
+            config_files.extend([cp.ca_file.clone(), cp.secret_file.clone()]);
+        }
         Ok(Config {
             identity: Identity {
                 unit_names,
                 package_names: vec![OWN_PACKAGE.to_string()],
                 config_dir: PathBuf::from(OWN_CONFIG_DIR),
+                config_files,
                 state_dirs,
                 unit_dirs,
             },
@@ -238,7 +257,7 @@ impl Config {
             )?),
             max_frame_bytes: raw.max_frame_bytes.unwrap_or(128 << 20),
             outbox_max: raw.outbox_max.unwrap_or(500).max(1),
-            control_plane: raw.control_plane.map(control_plane).transpose()?,
+            control_plane,
             metrics_file: raw.metrics_file,
             trust: trust(raw.trusted_keys, raw.signatures_required)?,
         })
@@ -444,5 +463,8 @@ mod tests {
         assert!(parse(r#"{"metrics_file": "mesh_host.prom"}"#)
             .unwrap_err()
             .contains("metrics_file: mesh_host.prom is not an absolute file path"));
+        assert!(parse(r#"{"unit_name": "@agent.service"}"#)
+            .unwrap_err()
+            .contains("unit_name: unit name \"@agent.service\" starts with '@'"));
     }
 }

@@ -19,10 +19,12 @@ mod lockfile;
 mod metrics;
 mod pacnew;
 mod reconcile;
+mod selfref;
 mod service;
 mod store;
 #[cfg(test)]
 mod testutil;
+mod unitfile;
 
 use cli::Command;
 use commands::{Fatal, Host};
