@@ -397,3 +397,23 @@ fn usage_errors_exit_2_with_help_pointer() {
     assert_eq!(out.code, 0);
     assert!(out.stdout.contains("Exit codes"), "{out:?}");
 }
+
+#[test]
+fn a_store_left_readable_is_made_0700_again_with_a_warning() {
+    let host = Scratch::new("store-mode");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+    );
+    host.apply(&file, 0);
+    assert_eq!(mode(&host.state()), 0o700);
+    std::fs::set_permissions(host.state(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = host.apply(&file, 0);
+    assert!(out.stderr.contains("had mode 0755; set to 0700"), "{out:?}");
+    assert_eq!(mode(&host.state()), 0o700);
+    let out = host.apply(&file, 0);
+    assert!(
+        !out.stderr.contains("set to 0700"),
+        "once fixed, quiet: {out:?}"
+    );
+}

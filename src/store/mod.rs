@@ -114,6 +114,18 @@ impl Store {
             Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
             Err(e) => return Err(error(format!("cannot be opened: {e}"))),
         };
+        // It holds the node's history and originals of adopted files: no one else reads it.
+        match dir.enforce_mode(0o700) {
+            Ok(None) => {}
+            Ok(Some(had)) => log::warn!(
+                "store {}: had mode {had:04o}; set to 0700 (only root may read it)",
+                path.display()
+            ),
+            Err(e) => log::warn!(
+                "store {}: its mode could not be set to 0700: {e}",
+                path.display()
+            ),
+        }
         if create {
             dir.mkdir(OsStr::new(BACKUPS), 0o700)
                 .map_err(|e| error(format!("cannot create {BACKUPS}/: {e}")))?;
@@ -287,6 +299,20 @@ mod tests {
         assert!(store.in_force().unwrap().is_none());
         assert!(store.ledger().unwrap().is_empty());
         assert!(store.runs().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_open_store_is_made_0700_again() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = TempDir::new("store-mode");
+        let path = tmp.path().join("state");
+        Store::open(&path, true).unwrap();
+        for loose in [0o755, 0o777, 0o1700] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(loose)).unwrap();
+            Store::open(&path, false).unwrap().unwrap();
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o700, "from {loose:o}");
+        }
     }
 
     #[test]
