@@ -156,6 +156,7 @@ fn run(args: Args) -> Result<(), String> {
                 args.join_listen
                     .unwrap_or_else(|| SocketAddr::new(args.listen.ip(), 0)),
             ),
+            ..CpConfig::new("", "")
         },
     );
     eprintln!("listening on {}", cp.addr());

@@ -119,7 +119,7 @@ impl Host {
     fn env<'a>(
         &'a self,
         store: Option<&'a Store>,
-        runner: &'a Runner,
+        runner: &'a Runner<'a>,
         interrupted: &'a dyn Fn() -> bool,
     ) -> Env<'a> {
         Env {
@@ -315,7 +315,8 @@ impl Host {
                 (&from_store, in_force.revision)
             }
         };
-        let runner = Runner::new(self.args.trace_commands);
+        // The same check the reconciler makes between resources also runs while a tool runs.
+        let runner = Runner::new(self.args.trace_commands).with_pulse(interrupted);
         let outcome = reconcile::run(
             &self.env(Some(&store), &runner, interrupted),
             d,

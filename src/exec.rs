@@ -76,19 +76,42 @@ fn write_stderr(f: &mut fmt::Formatter<'_>, stderr: &str) -> fmt::Result {
     }
 }
 
+/// How often a command's wait gives the caller's pulse a turn.
+const PULSE: Duration = Duration::from_millis(200);
+
 /// Runs commands and counts them.
 #[derive(Default)]
-pub struct Runner {
+pub struct Runner<'p> {
     count: Cell<usize>,
     trace: Option<RefCell<Vec<String>>>,
+    /// Called about every `PULSE` while a command runs, and its answer ignored: the service reads
+    /// its signals and keeps its link answered there, on this one thread, however long pacman
+    /// takes. It never cuts a command short.
+    pulse: Option<(&'p dyn Fn() -> bool, Cell<Instant>)>,
 }
 
-impl Runner {
+impl<'p> Runner<'p> {
     /// With `trace`, every command line is kept (for `--trace-commands`).
-    pub fn new(trace: bool) -> Runner {
+    pub fn new(trace: bool) -> Runner<'p> {
         Runner {
             count: Cell::new(0),
             trace: trace.then(|| RefCell::new(Vec::new())),
+            pulse: None,
+        }
+    }
+
+    /// Gives `pulse` a turn about every 200 ms while a command runs (bounded cost: it must not block).
+    pub fn with_pulse(mut self, pulse: &'p dyn Fn() -> bool) -> Runner<'p> {
+        self.pulse = Some((pulse, Cell::new(Instant::now())));
+        self
+    }
+
+    fn beat(&self) {
+        if let Some((pulse, last)) = &self.pulse {
+            if last.get().elapsed() >= PULSE {
+                pulse();
+                last.set(Instant::now());
+            }
         }
     }
 
@@ -171,6 +194,7 @@ impl Runner {
         let mut open = [true, true];
         let mut timed_out = false;
         while open[0] || open[1] {
+            self.beat();
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 timed_out = true;
@@ -188,7 +212,12 @@ impl Runner {
                     revents: 0,
                 },
             ];
-            let millis = left.as_millis().min(i32::MAX as u128) as libc::c_int;
+            let wait = if self.pulse.is_some() {
+                left.min(PULSE)
+            } else {
+                left
+            };
+            let millis = wait.as_millis().min(i32::MAX as u128) as libc::c_int;
             let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, millis.max(1)) };
             if ready < 0 {
                 let e = io::Error::last_os_error();
@@ -230,7 +259,10 @@ impl Runner {
                 Ok(Some(status)) => break status,
                 Ok(None) if Instant::now() >= deadline => timed_out = true,
                 // Pipes closed but the process lingers: wait a little without busy-looping.
-                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+                Ok(None) => {
+                    self.beat();
+                    std::thread::sleep(Duration::from_millis(2))
+                }
                 Err(e) => return Err(error(Failure::Spawn(e))),
             }
         };
@@ -298,6 +330,19 @@ mod tests {
         assert!(matches!(err.failure, Failure::Timeout(..)), "{err}");
         assert!(err.to_string().contains("started"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_long_command_gives_the_pulse_turns_and_is_not_cut_short() {
+        let beats = Cell::new(0);
+        let pulse = || {
+            beats.set(beats.get() + 1);
+            true
+        };
+        let runner = Runner::new(false).with_pulse(&pulse);
+        let out = runner.run(&sh(5000), &["sleep 1; echo done"], &[]).unwrap();
+        assert_eq!(out.stdout_text(), "done\n");
+        assert!((2..=50).contains(&beats.get()), "{} beats", beats.get());
     }
 
     #[test]

@@ -345,6 +345,57 @@ fn linked_service(label: &str, pki: &Pki, address: SocketAddr) -> Service {
     Service::start(host)
 }
 
+/// A run lasting five heartbeats (a pacman that takes 5.5 s, as a `db.lck` wait or a big
+/// transaction would) keeps the link: the host answers during the run, the control plane, which
+/// judges a host dead after three heartbeats of silence, never sees it silent that long, and after
+/// the run there is no reconnect and no second run.
+#[test]
+fn a_run_lasting_five_heartbeats_keeps_the_link() {
+    let pki = Pki::new();
+    let mut config = CpConfig::new("n1", "s3cret");
+    config.liveness = Duration::from_secs(3);
+    let cp = ControlPlane::start(&pki, config);
+    let host = Scratch::new("slow-run");
+    pki.write(&host.dir).expect("pki");
+    std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+    let marker = host.dir.join("slept");
+    let slow_pacman = serde_json::json!({"command": ["sh", "-c",
+        format!("[ -e {m} ] || {{ touch {m}; sleep 5.5; }}; exit 1", m = marker.display()), "sh"],
+        "timeout_secs": 60});
+    let config = format!(
+        r#"{{"control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}},
+            "interval_secs": 600, "heartbeat_secs": 1, "pacman": {slow_pacman}}}"#,
+        cp.addr(),
+        host.dir.join("ca.pem").display(),
+        host.dir.join("secret").display()
+    );
+    std::fs::write(host.dir.join("config.json"), config).expect("config");
+    let service = Service::start(host);
+    assert!(cp.wait_for_connections(1, WAIT), "{}", service.log());
+    cp.declare(1, r#"{"schema": 1, "packages": {"mesh-e": {}}}"#);
+    assert!(
+        cp.wait_for(|r| r.iter().any(|r| r["revision"] == 1), WAIT),
+        "{}",
+        service.log()
+    );
+    let report = cp.reports()[0].clone();
+    let took = report["ended"].as_u64().unwrap_or(0) - report["started"].as_u64().unwrap_or(0);
+    assert!(took >= 5, "the run took {took} s: {report:#}");
+    // Long enough after the run for a host that judged the link dead to have come back.
+    std::thread::sleep(Duration::from_secs(4));
+    let silence = cp.longest_silence();
+    eprintln!(
+        "a {took} s run: the control plane heard from the host at least every {} ms",
+        silence.as_millis()
+    );
+    assert_eq!(cp.dead_hosts(), 0, "{}", service.log());
+    assert!(silence < Duration::from_secs(3), "silent for {silence:?}");
+    assert_eq!(cp.connections(), 1, "a reconnect: {}", service.log());
+    assert_eq!(cp.reports().len(), 1, "a second run: {:#?}", cp.reports());
+    assert_eq!(service.runs().len(), 1, "{}", service.log());
+    assert!(!service.log().contains("link ended"), "{}", service.log());
+}
+
 #[test]
 fn hostile_control_planes_leave_the_host_memory_flat() {
     let pki = Pki::new();

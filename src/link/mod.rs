@@ -189,10 +189,27 @@ impl Link {
                     declaration,
                 },
             ) => {
-                self.events.push_back(Event::Declare {
-                    revision,
-                    text: declaration,
+                // Declarations that arrive while a run holds the loop collapse to the newest:
+                // only one is held however many come, and older ones would only be replaced.
+                let newest_queued = self.events.iter().find_map(|e| match e {
+                    Event::Declare { revision, .. } => Some(*revision),
+                    _ => None,
                 });
+                match newest_queued {
+                    Some(queued) if queued > revision => {
+                        log::info!("declare revision {revision} dropped: {queued} is queued");
+                    }
+                    _ => {
+                        if let Some(queued) = newest_queued {
+                            log::info!("declare revision {queued} superseded by {revision}");
+                        }
+                        self.events.retain(|e| !matches!(e, Event::Declare { .. }));
+                        self.events.push_back(Event::Declare {
+                            revision,
+                            text: declaration,
+                        });
+                    }
+                }
                 Ok(())
             }
             (State::Up, Message::Ack { id }) => {
@@ -412,6 +429,32 @@ mod tests {
         for i in 0..3 * MAX_PINGS_PER_HEARTBEAT as u64 {
             link.handle_input(i * HEARTBEAT / 60, &ping).unwrap();
         }
+    }
+
+    #[test]
+    fn queued_declarations_collapse_to_the_newest() {
+        let (mut link, _) = up_link();
+        let declare = |revision: u64| {
+            Peer::frame(&Message::Declare {
+                revision,
+                declaration: format!("r{revision}"),
+            })
+        };
+        let mut bytes = declare(4);
+        bytes.extend(Peer::frame(&Message::Ack { id: 1 }));
+        bytes.extend(declare(6));
+        bytes.extend(declare(5));
+        link.handle_input(20, &bytes).unwrap();
+        link.handle_input(30, &declare(7)).unwrap();
+        assert_eq!(link.poll_event(), Some(Event::Ack { id: 1 }));
+        assert_eq!(
+            link.poll_event(),
+            Some(Event::Declare {
+                revision: 7,
+                text: "r7".into()
+            })
+        );
+        assert_eq!(link.poll_event(), None);
     }
 
     #[test]

@@ -119,6 +119,8 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         }
         let now = sys::now_ms();
         service.maintain_link(now, &poll);
+        // Declarations and acks that came in during a run.
+        service.handle_link_events(now);
         service.publish_status(now);
         let deadline = service.deadline(now);
         timer
@@ -158,22 +160,58 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
     Ok(EXIT_OK)
 }
 
+/// Reads pending signals: TERM/INT stop, HUP reloads the config, USR1 asks for a run.
+/// Returns whether the host is stopping.
+fn read_signals(
+    signals: &sys::SignalFd,
+    stopping: &Cell<bool>,
+    reload: &Cell<bool>,
+    signal_run: &Cell<bool>,
+) -> bool {
+    while let Some(signal) = signals.read() {
+        match signal {
+            libc::SIGTERM | libc::SIGINT => {
+                log::info!("signal {signal}: stopping after the resource being applied");
+                stopping.set(true);
+            }
+            libc::SIGHUP => reload.set(true),
+            libc::SIGUSR1 => signal_run.set(true),
+            _ => {}
+        }
+    }
+    stopping.get()
+}
+
+/// During a run: reads what the control plane sent (pongs; declarations and acks stay queued in
+/// the link until the run ends), sends the heartbeat's pings, writes. Never blocks. The first
+/// error is kept for the loop to drop the link with, after the run.
+fn keep_link_answered(link: &mut LinkState, error: &RefCell<Option<String>>) {
+    if error.borrow().is_some() {
+        return;
+    }
+    let LinkState::Up { conn, .. } = link else {
+        return;
+    };
+    let now = sys::now_ms();
+    let result = conn
+        .read(now)
+        .and_then(|()| conn.link.handle_timeout(now).map_err(|e| e.to_string()))
+        .and_then(|()| conn.write());
+    if let Err(e) = result {
+        *error.borrow_mut() = Some(e);
+    }
+}
+
 impl Service<'_> {
     /// Reads pending signals: TERM/INT stop, HUP reloads the config, USR1 asks for a run.
     /// Returns whether the host is stopping, so the reconciler can check between resources.
     fn drain_signals(&self) -> bool {
-        while let Some(signal) = self.signals.read() {
-            match signal {
-                libc::SIGTERM | libc::SIGINT => {
-                    log::info!("signal {signal}: stopping after the resource being applied");
-                    self.stopping.set(true);
-                }
-                libc::SIGHUP => self.reload.set(true),
-                libc::SIGUSR1 => self.signal_run.set(true),
-                _ => {}
-            }
-        }
-        self.stopping.get()
+        read_signals(
+            &self.signals,
+            &self.stopping,
+            &self.reload,
+            &self.signal_run,
+        )
     }
 
     fn reload_config(&mut self) {
@@ -220,8 +258,24 @@ impl Service<'_> {
     fn reconcile(&mut self, triggers: &[Trigger]) {
         let names: Vec<&str> = triggers.iter().map(|t| t.name()).collect();
         log::info!("reconciling ({})", names.join(", "));
-        let stopping = || self.drain_signals();
-        match self.host.converge_in_force(&names, true, &stopping) {
+        // Between resources and while a tool runs: signals are read and the link kept answered.
+        let link = RefCell::new(&mut self.link);
+        let link_error = RefCell::new(None);
+        let (signals, stop, reload, signal_run) = (
+            &self.signals,
+            &self.stopping,
+            &self.reload,
+            &self.signal_run,
+        );
+        let stopping = || {
+            keep_link_answered(&mut link.borrow_mut(), &link_error);
+            read_signals(signals, stop, reload, signal_run)
+        };
+        let converged = self.host.converge_in_force(&names, true, &stopping);
+        if let Some(e) = link_error.into_inner() {
+            self.drop_link(sys::now_ms(), e, true);
+        }
+        match converged {
             Ok(Some(result)) => log::info!(
                 "run {}: {} changed, {} failed",
                 result.record.outcome,
@@ -265,8 +319,13 @@ impl Service<'_> {
                 self.connect(now, poll);
             }
         }
+        // What arrived while a run blocked the loop is read before any deadline is judged.
         let result = match &mut self.link {
-            LinkState::Up { conn, .. } | LinkState::Connecting { conn } => conn
+            LinkState::Up { conn, .. } => conn
+                .read(now)
+                .and_then(|()| conn.link.handle_timeout(now).map_err(|e| e.to_string()))
+                .and_then(|()| conn.write()),
+            LinkState::Connecting { conn } => conn
                 .link
                 .handle_timeout(now)
                 .map_err(|e| e.to_string())

@@ -46,6 +46,9 @@ pub struct CpConfig {
     pub verbose: bool,
     /// Where the join endpoint listens; `None`: 127.0.0.1 on a free port.
     pub join_bind: Option<SocketAddr>,
+    /// No byte from a host for this long and it is dead: the link is dropped (docs/protocol.md:
+    /// three of the host's heartbeats; 90 s for the default 30 s).
+    pub liveness: Duration,
 }
 
 impl CpConfig {
@@ -57,6 +60,7 @@ impl CpConfig {
             behaviour: Behaviour::Normal,
             verbose: false,
             join_bind: None,
+            liveness: Duration::from_secs(90),
         }
     }
 }
@@ -77,6 +81,10 @@ struct State {
     joined: Vec<(String, String)>,
     /// Every join request's body, answered or not.
     join_requests: Vec<Value>,
+    /// The longest time any host went without sending a byte on an open link.
+    longest_silence: Duration,
+    /// Links dropped because the host was silent beyond `liveness`.
+    dead_hosts: usize,
     /// Clones of the open connections' sockets, by connection number, shut down by `stop`.
     sockets: Vec<(usize, TcpStream)>,
     threads: Vec<JoinHandle<()>>,
@@ -208,6 +216,16 @@ impl ControlPlane {
         self.shared.lock().hellos.clone()
     }
 
+    /// The longest any host was silent on an open link (a busy host keeps answering).
+    pub fn longest_silence(&self) -> Duration {
+        self.shared.lock().longest_silence
+    }
+
+    /// Links the control plane dropped because their host was silent beyond `liveness`.
+    pub fn dead_hosts(&self) -> usize {
+        self.shared.lock().dead_hosts
+    }
+
     /// TCP connections accepted so far.
     pub fn connections(&self) -> usize {
         self.shared.lock().connection_times.len()
@@ -304,6 +322,7 @@ fn accept(listener: TcpListener, tls: Arc<rustls::ServerConfig>, shared: Arc<Sha
             tls: StreamOwned::new(tls, tcp),
             inbound: Vec::new(),
             shared: shared.clone(),
+            last_byte: Instant::now(),
         };
         state.threads.push(std::thread::spawn(move || conn.serve()));
         shared.changed.notify_all();
@@ -319,6 +338,8 @@ struct Conn {
     tls: StreamOwned<ServerConnection, TcpStream>,
     inbound: Vec<u8>,
     shared: Arc<Shared>,
+    /// When the host last sent a byte: how the control plane tells a live host from a dead one.
+    last_byte: Instant,
 }
 
 impl Conn {
@@ -466,10 +487,33 @@ impl Conn {
             }
             match self.tls.read(&mut buf) {
                 Ok(0) => return Err("end of stream".into()),
-                Ok(n) => self.inbound.extend_from_slice(&buf[..n]),
-                Err(e) if is_timeout(&e) => return Ok(None),
+                Ok(n) => {
+                    self.heard();
+                    self.inbound.extend_from_slice(&buf[..n]);
+                }
+                Err(e) if is_timeout(&e) => {
+                    let silent = self.last_byte.elapsed();
+                    if silent > self.shared.config.liveness {
+                        self.shared.update(|s| s.dead_hosts += 1);
+                        return self.refuse(&format!(
+                            "no bytes from the host for {} ms: it is dead",
+                            silent.as_millis()
+                        ));
+                    }
+                    return Ok(None);
+                }
                 Err(e) => return Err(e.to_string()),
             }
+        }
+    }
+
+    /// Bytes came from the host: the silence before them counts towards the longest.
+    fn heard(&mut self) {
+        let silent = self.last_byte.elapsed();
+        self.last_byte = Instant::now();
+        let mut state = self.shared.lock();
+        if silent > state.longest_silence {
+            state.longest_silence = silent;
         }
     }
 
