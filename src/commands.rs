@@ -287,6 +287,13 @@ impl Host {
             LockError::Io(..) => Fatal::Error(e.to_string()),
         })?;
         let mut ledger = store.ledger()?;
+        // A run that changes the machine is always recorded: an unreadable history is set aside
+        // now, before anything changes, and the run's report says so.
+        let runs_note = store.set_aside_unreadable_runs()?;
+        if let Some(note) = &runs_note {
+            log::warn!("{note}");
+        }
+        let runs_note = runs_note.unwrap_or_default();
         let from_store;
         let (d, revision) = match target {
             Target::New {
@@ -337,8 +344,8 @@ impl Host {
                     &Report::default(),
                     runner.count(),
                 );
+                self.queue_report(&store, &record, &join_lines(&runs_note, &e.to_string()));
                 let _ = store.record_run(&record);
-                self.queue_report(&store, &record, &e.to_string());
                 return Err(e.into());
             }
         };
@@ -351,8 +358,10 @@ impl Host {
             &report,
             runner.count(),
         );
+        // The report first: a crash between the two leaves a report of a run the history lacks,
+        // never a recorded run the control plane is not told of.
+        self.queue_report(&store, &record, &runs_note);
         store.record_run(&record)?;
-        self.queue_report(&store, &record, "");
         Ok(Some(RunResult {
             report,
             record,
@@ -366,7 +375,7 @@ impl Host {
             return;
         }
         let mut report = report_of(record, message);
-        if let Err(e) = store.outbox_push(&mut report, self.config.outbox_max) {
+        if let Err(e) = store.outbox_push(&mut report, self.config.outbox_bounds()) {
             log::error!("the run's report could not be queued for the control plane: {e}");
         }
     }
@@ -621,6 +630,15 @@ pub fn report_of(record: &RunRecord, message: &str) -> link::Report {
         },
         message: message.to_string(),
     }
+}
+
+fn join_lines(a: &str, b: &str) -> String {
+    [a, b]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn age(seconds: u64) -> String {

@@ -251,6 +251,12 @@ fn a_control_plane_not_signed_by_the_pinned_ca_is_refused() {
         error.contains("TLS") || error.contains("certificate"),
         "{error}"
     );
+    // The impostor learns why: the TLS alert rustls produced, not a bare end of stream.
+    assert!(
+        cp.wait_for_end("received fatal alert: ", WAIT),
+        "{:?}",
+        cp.ends()
+    );
 }
 
 #[test]
@@ -275,8 +281,46 @@ fn hostile_control_planes_drop_the_link_and_the_host_reconnects() {
             .unwrap_or("")
             .to_string();
         assert!(!error.is_empty(), "{behaviour:?}: no error recorded");
+        // Before it closes, the host names the problem in an `error` frame.
+        let named = match behaviour {
+            Behaviour::Garbage => {
+                Some("the host closes: \"protocol error: a frame that is not a message")
+            }
+            Behaviour::OversizedFrame => {
+                Some("the host closes: \"frame of 4294967280 bytes announced")
+            }
+            Behaviour::HalfFrameThenSilence => {
+                Some("the host closes: \"no bytes from the control plane for 3 s")
+            }
+            _ => None,
+        };
+        if let Some(named) = named {
+            assert!(
+                cp.wait_for_end(named, WAIT),
+                "{behaviour:?}: {:?}",
+                cp.ends()
+            );
+        }
         assert_eq!(node.stop(), Some(0));
     }
+}
+
+#[test]
+fn on_sigterm_the_control_plane_is_told_the_host_is_stopping() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    let mut node = node("goodbye", &pki, Some(&cp), r#""interval_secs": 600"#);
+    assert!(
+        wait_until(WAIT, || node.status()["service"]["link"] == "connected"),
+        "{}",
+        node.log()
+    );
+    assert_eq!(node.stop(), Some(0), "{}", node.log());
+    assert!(
+        cp.wait_for_end("the host closes: \"the host is stopping\"", WAIT),
+        "the goodbye is written before close_notify: {:?}",
+        cp.ends()
+    );
 }
 
 #[test]

@@ -195,7 +195,7 @@ fn keep_link_answered(link: &mut LinkState, error: &RefCell<Option<String>>) {
     let now = sys::now_ms();
     let result = conn
         .read(now)
-        .and_then(|()| conn.link.handle_timeout(now).map_err(|e| e.to_string()))
+        .and_then(|()| conn.handle_timeout(now))
         .and_then(|()| conn.write());
     if let Err(e) = result {
         *error.borrow_mut() = Some(e);
@@ -222,11 +222,12 @@ impl Service<'_> {
                     .set_interval(self.host.config.interval.as_millis() as u64);
                 self.backoff
                     .set_base(self.host.config.reconnect_base.as_millis() as u64);
-                self.drop_link(
-                    sys::now_ms(),
-                    "the configuration was reloaded".into(),
-                    false,
-                );
+                let why = "the configuration was reloaded";
+                if let LinkState::Up { conn, .. } | LinkState::Connecting { conn } = &mut self.link
+                {
+                    conn.close(sys::now_ms(), why);
+                }
+                self.drop_link(sys::now_ms(), why.into(), false);
                 self.configure_link(sys::now_ms());
             }
             Err(e) => log::error!(
@@ -323,13 +324,9 @@ impl Service<'_> {
         let result = match &mut self.link {
             LinkState::Up { conn, .. } => conn
                 .read(now)
-                .and_then(|()| conn.link.handle_timeout(now).map_err(|e| e.to_string()))
+                .and_then(|()| conn.handle_timeout(now))
                 .and_then(|()| conn.write()),
-            LinkState::Connecting { conn } => conn
-                .link
-                .handle_timeout(now)
-                .map_err(|e| e.to_string())
-                .and_then(|()| conn.write()),
+            LinkState::Connecting { conn } => conn.handle_timeout(now).and_then(|()| conn.write()),
             _ => Ok(()),
         };
         if let Err(e) = result {
@@ -505,6 +502,8 @@ impl Service<'_> {
             Err(Fatal::Invalid(message)) => ("rejected", message),
             Err(e) => ("error", e.message().to_string()),
         };
+        // A huge bad declaration has as many problems: its count and the first ones say enough.
+        let message = messages::abridge_text(&message, messages::MAX_MESSAGE_BYTES);
         log::warn!("declaration revision {revision} {outcome}: {message}");
         let now = store::unix_now();
         let mut report = Report {
@@ -522,7 +521,7 @@ impl Service<'_> {
             message,
         };
         if let Ok(store) = self.host.store() {
-            if let Err(e) = store.outbox_push(&mut report, self.host.config.outbox_max) {
+            if let Err(e) = store.outbox_push(&mut report, self.host.config.outbox_bounds()) {
                 log::error!("report not queued: {e}");
             }
         }

@@ -20,6 +20,7 @@ use crate::fsutil::Dir;
 
 pub use ledger::{Entry, Ledger, Origin};
 pub use lock::{Lock, LockError};
+pub use outbox::OutboxBounds;
 pub use runs::{ResourceResult, RunRecord};
 
 const IN_FORCE: &str = "declaration.json";
@@ -202,8 +203,30 @@ impl Store {
         Ok(self.read_json(RUNS)?.unwrap_or_default())
     }
 
+    /// Moves an unreadable `runs.json` aside (to `runs.json.unreadable-UNIXTIME`), so the next
+    /// run is recorded in a fresh history; says where it went. Any other store file that cannot
+    /// be read stops the run instead: only the history is safe to start again.
+    pub fn set_aside_unreadable_runs(&self) -> Result<Option<String>, StoreError> {
+        let why = match self.runs() {
+            Ok(_) => return Ok(None),
+            Err(e) => e.message,
+        };
+        let aside = format!("{RUNS}.unreadable-{}", unix_now());
+        std::fs::rename(self.path.join(RUNS), self.path.join(&aside))
+            .and_then(|()| self.dir.sync())
+            .map_err(|e| self.error(RUNS, format!("{why}; and it cannot be set aside: {e}")))?;
+        Ok(Some(format!(
+            "store {}: {RUNS} was unreadable ({why}); it was set aside as {aside} and the run \
+             history starts again",
+            self.path.display()
+        )))
+    }
+
     /// Appends a run (abridged), keeping the most recent `runs::KEEP`.
     pub fn record_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        if let Some(note) = self.set_aside_unreadable_runs()? {
+            log::warn!("{note}");
+        }
         let mut runs = self.runs()?;
         runs.push(run.abridged());
         let excess = runs.len().saturating_sub(runs::KEEP);
@@ -323,6 +346,46 @@ mod tests {
         let err = store.ledger().unwrap_err().to_string();
         assert!(err.contains("ledger.json: cannot be read"), "{err}");
         assert_eq!(std::fs::read(tmp.path().join(LEDGER)).unwrap(), b"{ torn");
+    }
+
+    #[test]
+    fn an_unreadable_run_history_is_set_aside_and_the_run_recorded() {
+        let tmp = TempDir::new("store-runs");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        std::fs::write(tmp.path().join(RUNS), "[{ torn").unwrap();
+        let note = store.set_aside_unreadable_runs().unwrap().unwrap();
+        assert!(note.contains("runs.json was unreadable"), "{note}");
+        let aside: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("runs.json.unreadable-"))
+            .collect();
+        assert_eq!(aside.len(), 1);
+        assert!(note.contains(&aside[0]), "named: {note}");
+        assert_eq!(
+            std::fs::read(tmp.path().join(&aside[0])).unwrap(),
+            b"[{ torn"
+        );
+        assert!(store.set_aside_unreadable_runs().unwrap().is_none());
+        // Corrupted again after the run started: record_run sets it aside itself.
+        std::fs::write(tmp.path().join(RUNS), "nope").unwrap();
+        let run = RunRecord {
+            trigger: "apply".into(),
+            started: 1,
+            ended: 2,
+            outcome: "converged".into(),
+            revision: None,
+            digest: None,
+            changes: Vec::new(),
+            failures: Vec::new(),
+            deferred: Vec::new(),
+            in_sync: 0,
+            commands: 0,
+            omitted: 0,
+        };
+        store.record_run(&run).unwrap();
+        assert_eq!(store.runs().unwrap().len(), 1);
     }
 
     #[test]

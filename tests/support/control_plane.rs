@@ -85,6 +85,9 @@ struct State {
     longest_silence: Duration,
     /// Links dropped because the host was silent beyond `liveness`.
     dead_hosts: usize,
+    /// Why each connection ended, as this side saw it: `the host closes: "why"` for a host's
+    /// `error` frame, the TLS error (an alert the host sent) or `end of stream`.
+    ends: Vec<String>,
     /// Clones of the open connections' sockets, by connection number, shut down by `stop`.
     sockets: Vec<(usize, TcpStream)>,
     threads: Vec<JoinHandle<()>>,
@@ -226,6 +229,16 @@ impl ControlPlane {
         self.shared.lock().dead_hosts
     }
 
+    /// Why each connection ended, in order (see `State::ends`).
+    pub fn ends(&self) -> Vec<String> {
+        self.shared.lock().ends.clone()
+    }
+
+    /// Waits until a connection has ended for a reason that contains `text`.
+    pub fn wait_for_end(&self, text: &str, timeout: Duration) -> bool {
+        self.wait_state(timeout, |s| s.ends.iter().any(|e| e.contains(text)))
+    }
+
     /// TCP connections accepted so far.
     pub fn connections(&self) -> usize {
         self.shared.lock().connection_times.len()
@@ -358,17 +371,17 @@ impl Conn {
                         bytes.push(0x80 | x as u8); // never a byte JSON can start with
                     }
                     self.write_raw(&bytes)?;
-                    self.idle()
+                    self.listen()
                 }
                 Behaviour::OversizedFrame => {
                     self.write_raw(&0xFFFF_FFF0u32.to_be_bytes())?;
-                    self.idle()
+                    self.listen()
                 }
                 Behaviour::HalfFrameThenSilence => {
                     self.write_raw(&[
                         0, 0, 0, 100, b'{', b'"', b't', b'y', b'p', b'e', b'"', b':', b' ', b'"',
                     ])?;
-                    self.idle()
+                    self.listen()
                 }
                 Behaviour::Silent => self.idle(),
             });
@@ -376,6 +389,7 @@ impl Conn {
         if why != STOPPED {
             self.linger_close();
         }
+        self.shared.update(|s| s.ends.push(why.clone()));
         if self.shared.config.verbose {
             eprintln!("connection {} closed: {why}", self.id);
         }
@@ -447,6 +461,18 @@ impl Conn {
                 }
                 Some("error") => return Err(format!("the host closes: {}", message["message"])),
                 _ => return self.refuse(&format!("unexpected message {}", message["type"])),
+            }
+        }
+    }
+
+    /// After misbehaving: writes nothing more and reads what the host says until it closes (its
+    /// `error` frame ends the connection with the host's reason).
+    fn listen(&mut self) -> Result<(), End> {
+        loop {
+            if let Some(message) = self.poll()? {
+                if message["type"] == "error" {
+                    return Err(format!("the host closes: {}", message["message"]));
+                }
             }
         }
     }
