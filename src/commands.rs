@@ -282,9 +282,15 @@ impl Host {
             std::process::id(),
             triggers.join(", ")
         );
-        let _lock = store.lock(wait, &holder).map_err(|e| match e {
+        // Waiting, the same check as between resources runs: the service's link stays answered.
+        let locked = if wait {
+            store.lock_pulsing(&holder, interrupted)
+        } else {
+            store.lock(false, &holder)
+        };
+        let _lock = locked.map_err(|e| match e {
             LockError::Held(_) => Fatal::Locked(e.to_string()),
-            LockError::Io(..) => Fatal::Error(e.to_string()),
+            LockError::Io(..) | LockError::Stopped(_) => Fatal::Error(e.to_string()),
         })?;
         let mut ledger = store.ledger()?;
         // A run that changes the machine is always recorded: an unreadable history is set aside

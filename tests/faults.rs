@@ -394,6 +394,33 @@ fn a_run_lasting_five_heartbeats_keeps_the_link() {
     assert_eq!(cp.reports().len(), 1, "a second run: {:#?}", cp.reports());
     assert_eq!(service.runs().len(), 1, "{}", service.log());
     assert!(!service.log().contains("link ended"), "{}", service.log());
+
+    // The same while the service waits five heartbeats for the store's lock (a person's apply).
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(service.host.state().join("lock"))
+        .expect("lock file");
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
+        0
+    );
+    cp.declare(2, r#"{"schema": 1}"#);
+    std::thread::sleep(Duration::from_millis(5500));
+    drop(lock);
+    assert!(
+        cp.wait_for(|r| r.iter().any(|r| r["revision"] == 2), WAIT),
+        "{}",
+        service.log()
+    );
+    let silence = cp.longest_silence();
+    eprintln!(
+        "a 5.5 s wait for the store's lock: heard at least every {} ms",
+        silence.as_millis()
+    );
+    assert_eq!(cp.dead_hosts(), 0, "{}", service.log());
+    assert!(silence < Duration::from_secs(3), "silent for {silence:?}");
+    assert_eq!(cp.connections(), 1, "a reconnect: {}", service.log());
 }
 
 #[test]

@@ -182,23 +182,54 @@ fn read_signals(
     stopping.get()
 }
 
-/// During a run: reads what the control plane sent (pongs; declarations and acks stay queued in
-/// the link until the run ends), sends the heartbeat's pings, writes. Never blocks. The first
-/// error is kept for the loop to drop the link with, after the run.
-fn keep_link_answered(link: &mut LinkState, error: &RefCell<Option<String>>) {
-    if error.borrow().is_some() {
-        return;
+/// What the loop still does while a run (or a wait for the store's lock) blocks it: reads signals
+/// and keeps the link answered. Called between resources and, through the runner, about every
+/// 200 ms while a tool runs; never blocks.
+struct Pulse<'a> {
+    link: RefCell<&'a mut LinkState>,
+    /// The first error the link hit, for the loop to drop it with after the run.
+    error: RefCell<Option<String>>,
+    signals: &'a sys::SignalFd,
+    /// stopping, reload, signal_run.
+    flags: [&'a Cell<bool>; 3],
+}
+
+impl<'a> Pulse<'a> {
+    fn new(
+        link: &'a mut LinkState,
+        signals: &'a sys::SignalFd,
+        flags: [&'a Cell<bool>; 3],
+    ) -> Pulse<'a> {
+        Pulse {
+            link: RefCell::new(link),
+            error: RefCell::new(None),
+            signals,
+            flags,
+        }
     }
-    let LinkState::Up { conn, .. } = link else {
-        return;
-    };
-    let now = sys::now_ms();
-    let result = conn
-        .read(now)
-        .and_then(|()| conn.handle_timeout(now))
-        .and_then(|()| conn.write());
-    if let Err(e) = result {
-        *error.borrow_mut() = Some(e);
+
+    /// Reads what the control plane sent (pongs; declarations and acks stay queued in the link
+    /// until the run ends), sends the heartbeat's pings, writes; reads the signals. Returns
+    /// whether the host is stopping.
+    fn beat(&self) -> bool {
+        if self.error.borrow().is_none() {
+            if let LinkState::Up { conn, .. } = &mut **self.link.borrow_mut() {
+                let now = sys::now_ms();
+                let result = conn
+                    .read(now)
+                    .and_then(|()| conn.handle_timeout(now))
+                    .and_then(|()| conn.write());
+                if let Err(e) = result {
+                    *self.error.borrow_mut() = Some(e);
+                }
+            }
+        }
+        let [stopping, reload, signal_run] = self.flags;
+        read_signals(self.signals, stopping, reload, signal_run)
+    }
+
+    fn link_error(self) -> Option<String> {
+        self.error.into_inner()
     }
 }
 
@@ -259,21 +290,15 @@ impl Service<'_> {
     fn reconcile(&mut self, triggers: &[Trigger]) {
         let names: Vec<&str> = triggers.iter().map(|t| t.name()).collect();
         log::info!("reconciling ({})", names.join(", "));
-        // Between resources and while a tool runs: signals are read and the link kept answered.
-        let link = RefCell::new(&mut self.link);
-        let link_error = RefCell::new(None);
-        let (signals, stop, reload, signal_run) = (
+        // Between resources, while a tool runs and while waiting for the store's lock.
+        let pulse = Pulse::new(
+            &mut self.link,
             &self.signals,
-            &self.stopping,
-            &self.reload,
-            &self.signal_run,
+            [&self.stopping, &self.reload, &self.signal_run],
         );
-        let stopping = || {
-            keep_link_answered(&mut link.borrow_mut(), &link_error);
-            read_signals(signals, stop, reload, signal_run)
-        };
-        let converged = self.host.converge_in_force(&names, true, &stopping);
-        if let Some(e) = link_error.into_inner() {
+        let beat = || pulse.beat();
+        let converged = self.host.converge_in_force(&names, true, &beat);
+        if let Some(e) = pulse.link_error() {
             self.drop_link(sys::now_ms(), e, true);
         }
         match converged {
@@ -455,15 +480,23 @@ impl Service<'_> {
     /// stale or invalid (then reported, and the previous one stays in force).
     fn on_declare(&mut self, revision: u64, text: String) {
         let digest = crate::codec::sha256_hex(text.as_bytes());
+        // A person's `apply` may hold the lock for minutes: the link is kept answered meanwhile.
+        let pulse = Pulse::new(
+            &mut self.link,
+            &self.signals,
+            [&self.stopping, &self.reload, &self.signal_run],
+        );
+        let beat = || pulse.beat();
+        let host = &*self.host;
         let verdict = (|| -> Result<Option<String>, Fatal> {
-            let store = self.host.store()?;
+            let store = host.store()?;
             let holder = format!(
                 "pid {} (declaration) since unix time {}",
                 std::process::id(),
                 store::unix_now()
             );
             let _lock = store
-                .lock(true, &holder)
+                .lock_pulsing(&holder, &beat)
                 .map_err(|e| Fatal::Error(e.to_string()))?;
             let current = store.in_force()?;
             let newest = current.as_ref().and_then(|f| f.control_plane_revision);
@@ -472,7 +505,7 @@ impl Service<'_> {
                     "ignored: revision {revision} is not newer than {newest}, the newest accepted"
                 )));
             }
-            let d = match self.host.validate(text.as_bytes()) {
+            let d = match host.validate(text.as_bytes()) {
                 Ok(d) => d,
                 Err(problems) => {
                     let message = invalid(
@@ -492,6 +525,9 @@ impl Service<'_> {
             })?;
             Ok(None)
         })();
+        if let Some(e) = pulse.link_error() {
+            self.drop_link(sys::now_ms(), e, true);
+        }
         let (outcome, message) = match verdict {
             Ok(None) => {
                 log::info!("declaration revision {revision} accepted");

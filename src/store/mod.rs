@@ -173,6 +173,11 @@ impl Store {
         Lock::acquire(&self.path.join("lock"), wait, holder)
     }
 
+    /// Waits for the lock, giving `pulse` a turn between tries (see `Lock::acquire_pulsing`).
+    pub fn lock_pulsing(&self, holder: &str, pulse: &dyn Fn() -> bool) -> Result<Lock, LockError> {
+        Lock::acquire_pulsing(&self.path.join("lock"), holder, pulse)
+    }
+
     pub fn in_force(&self) -> Result<Option<InForce>, StoreError> {
         self.read_json(IN_FORCE)
     }
