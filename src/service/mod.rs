@@ -94,6 +94,11 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         status: RefCell::new(None),
     };
     service.configure_link(now);
+    match service.host.store().map(|store| store.clean_after_crash()) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => log::warn!("{e}"),
+        Err(e) => log::warn!("{}", e.message()),
+    }
     let mut events = Events::with_capacity(16);
     let mut ready = false;
     loop {

@@ -28,6 +28,8 @@ const SERVICE: &str = "service.json";
 const LEDGER: &str = "ledger.json";
 const RUNS: &str = "runs.json";
 const BACKUPS: &str = "backups";
+/// What `Dir::write_atomic` appends to the name of the file it writes before renaming it.
+const TEMP_SUFFIX: &str = ".mesh-host.tmp";
 /// Largest store file read back (the declaration in force is the largest: 64 MiB by default).
 const MAX_STORE_FILE: u64 = 1 << 30;
 
@@ -206,6 +208,36 @@ impl Store {
 
     pub fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
         Ok(self.read_json(RUNS)?.unwrap_or_default())
+    }
+
+    /// At the service's start: removes the temp files a crash left beside the store's files
+    /// (the file each was to replace is whole: atomic writes), and recovers or removes the
+    /// outbox's. Only under the store's lock, so no writer is mid-write; skipped when it is held
+    /// (the next start or the next outbox write does it).
+    pub fn clean_after_crash(&self) -> Result<(), StoreError> {
+        let Ok(_lock) = self.lock(false, "the service, cleaning up after a crash") else {
+            return Ok(());
+        };
+        let listing = std::fs::read_dir(&self.path)
+            .map_err(|e| self.error("", format!("cannot be listed: {e}")))?;
+        for entry in listing.flatten() {
+            let name = entry.file_name();
+            let Some(text) = name.to_str() else { continue };
+            // service.json is written by the service alone, without the lock: it is this one.
+            if text.starts_with('.')
+                && text.ends_with(TEMP_SUFFIX)
+                && text != ".service.json.mesh-host.tmp"
+            {
+                log::warn!(
+                    "store {}: removed {text}, left by a crash",
+                    self.path.display()
+                );
+                self.dir
+                    .remove(&name)
+                    .map_err(|e| self.error(text, format!("cannot be removed: {e}")))?;
+            }
+        }
+        self.outbox_recover()
     }
 
     /// Moves an unreadable `runs.json` aside (to `runs.json.unreadable-UNIXTIME`), so the next
@@ -391,6 +423,33 @@ mod tests {
         };
         store.record_run(&run).unwrap();
         assert_eq!(store.runs().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn temp_files_a_crash_left_are_removed_at_start() {
+        let tmp = TempDir::new("store-temps");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        store
+            .set_in_force(&InForce {
+                source: Source::ControlPlane,
+                revision: Some(1),
+                digest: "d".into(),
+                since: 0,
+                text: "{}".into(),
+                control_plane_revision: Some(1),
+            })
+            .unwrap();
+        let temp = tmp.path().join(".declaration.json.mesh-host.tmp");
+        std::fs::write(&temp, "half a declar").unwrap();
+        store.clean_after_crash().unwrap();
+        assert!(!temp.exists());
+        assert_eq!(store.in_force().unwrap().unwrap().revision, Some(1));
+        // Not while someone holds the lock: they may be writing it.
+        std::fs::write(&temp, "being written").unwrap();
+        let held = store.lock(false, "apply").unwrap();
+        store.clean_after_crash().unwrap();
+        assert!(temp.exists());
+        drop(held);
     }
 
     #[test]

@@ -83,6 +83,14 @@ impl Store {
         Ok(report.id)
     }
 
+    /// Recovers or removes what a crash left half written in the outbox.
+    pub fn outbox_recover(&self) -> Result<(), StoreError> {
+        let dir = self.outbox_dir()?;
+        let _lock = self.outbox_lock(&dir)?;
+        self.outbox_entries(&dir, &self.open_outbox(&dir)?)
+            .map(drop)
+    }
+
     /// Unacknowledged reports with ids after `after`, oldest first.
     pub fn outbox_pending(&self, after: u64) -> Result<Vec<Report>, StoreError> {
         let dir = self.outbox_dir()?;
