@@ -148,6 +148,7 @@ mod tests {
     use super::*;
     use crate::store::ResourceResult;
 
+    /// Built from JSON, so the test holds whatever optional fields reports grow.
     fn report(entries: usize, message: String) -> Report {
         let result = ResourceResult {
             kind: "files".into(),
@@ -155,20 +156,14 @@ mod tests {
             action: "update".into(),
             detail: "content (1000 -> 2000 bytes)".into(),
         };
-        Report {
-            id: 7,
-            revision: Some(1),
-            digest: None,
-            trigger: vec!["declaration".into()],
-            outcome: "failed".into(),
-            started: 0,
-            ended: 0,
-            changes: vec![result.clone(); entries],
-            failures: vec![result; 3],
-            deferred: Vec::new(),
-            drift: Vec::new(),
-            message,
-        }
+        let mut report: Report = serde_json::from_value(serde_json::json!({
+            "id": 7, "revision": 1, "digest": null, "trigger": ["declaration"],
+            "outcome": "failed", "started": 0, "ended": 0, "changes": [], "failures": [],
+            "deferred": [], "drift": [], "message": message}))
+        .unwrap();
+        report.changes = vec![result.clone(); entries];
+        report.failures = vec![result; 3];
+        report
     }
 
     #[test]
