@@ -292,6 +292,10 @@ impl Host {
             LockError::Held(_) => Fatal::Locked(e.to_string()),
             LockError::Io(..) | LockError::Stopped(_) => Fatal::Error(e.to_string()),
         })?;
+        // What a crash left half written: removed (an outbox report recovered), under the lock.
+        if let Err(e) = store.clean_after_crash() {
+            log::warn!("{e}");
+        }
         let mut ledger = store.ledger()?;
         // A run that changes the machine is always recorded: an unreadable history is set aside
         // now, before anything changes, and the run's report says so.

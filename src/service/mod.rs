@@ -94,11 +94,6 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         status: RefCell::new(None),
     };
     service.configure_link(now);
-    match service.host.store().map(|store| store.clean_after_crash()) {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => log::warn!("{e}"),
-        Err(e) => log::warn!("{}", e.message()),
-    }
     let mut events = Events::with_capacity(16);
     let mut ready = false;
     loop {
@@ -218,7 +213,10 @@ impl<'a> Pulse<'a> {
     /// whether the host is stopping.
     fn beat(&self) -> bool {
         if self.error.borrow().is_none() {
-            if let LinkState::Up { conn, .. } = &mut **self.link.borrow_mut() {
+            // Connecting too: the handshake and the welcome proceed while a run holds the loop.
+            if let LinkState::Up { conn, .. } | LinkState::Connecting { conn } =
+                &mut **self.link.borrow_mut()
+            {
                 let now = sys::now_ms();
                 let result = conn
                     .read(now)
@@ -352,11 +350,10 @@ impl Service<'_> {
         }
         // What arrived while a run blocked the loop is read before any deadline is judged.
         let result = match &mut self.link {
-            LinkState::Up { conn, .. } => conn
+            LinkState::Up { conn, .. } | LinkState::Connecting { conn } => conn
                 .read(now)
                 .and_then(|()| conn.handle_timeout(now))
                 .and_then(|()| conn.write()),
-            LinkState::Connecting { conn } => conn.handle_timeout(now).and_then(|()| conn.write()),
             _ => Ok(()),
         };
         if let Err(e) = result {

@@ -210,31 +210,23 @@ impl Store {
         Ok(self.read_json(RUNS)?.unwrap_or_default())
     }
 
-    /// At the service's start: removes the temp files a crash left beside the store's files
-    /// (the file each was to replace is whole: atomic writes), and recovers or removes the
-    /// outbox's. Only under the store's lock, so no writer is mid-write; skipped when it is held
-    /// (the next start or the next outbox write does it).
+    /// Removes the temp files a crash left beside the store's files (the file each was to
+    /// replace is whole: atomic writes), and recovers or removes the outbox's. Call it holding
+    /// the store's lock (every run does), so that no writer is mid-write.
     pub fn clean_after_crash(&self) -> Result<(), StoreError> {
-        let Ok(_lock) = self.lock(false, "the service, cleaning up after a crash") else {
-            return Ok(());
-        };
-        let listing = std::fs::read_dir(&self.path)
-            .map_err(|e| self.error("", format!("cannot be listed: {e}")))?;
-        for entry in listing.flatten() {
-            let name = entry.file_name();
-            let Some(text) = name.to_str() else { continue };
-            // service.json is written by the service alone, without the lock: it is this one.
-            if text.starts_with('.')
-                && text.ends_with(TEMP_SUFFIX)
-                && text != ".service.json.mesh-host.tmp"
-            {
+        // Only the files written under the store's lock: others (service.json, the outbox's id
+        // floor) have writers that do not take it, and their own next write replaces the temp.
+        for name in [IN_FORCE, LEDGER, RUNS] {
+            let temp = format!(".{name}{TEMP_SUFFIX}");
+            let removed = self
+                .dir
+                .remove(OsStr::new(&temp))
+                .map_err(|e| self.error(&temp, format!("cannot be removed: {e}")))?;
+            if removed {
                 log::warn!(
-                    "store {}: removed {text}, left by a crash",
+                    "store {}: removed {temp}, left by a crash",
                     self.path.display()
                 );
-                self.dir
-                    .remove(&name)
-                    .map_err(|e| self.error(text, format!("cannot be removed: {e}")))?;
             }
         }
         self.outbox_recover()
@@ -426,7 +418,7 @@ mod tests {
     }
 
     #[test]
-    fn temp_files_a_crash_left_are_removed_at_start() {
+    fn temp_files_a_crash_left_are_removed() {
         let tmp = TempDir::new("store-temps");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         store
@@ -444,12 +436,6 @@ mod tests {
         store.clean_after_crash().unwrap();
         assert!(!temp.exists());
         assert_eq!(store.in_force().unwrap().unwrap().revision, Some(1));
-        // Not while someone holds the lock: they may be writing it.
-        std::fs::write(&temp, "being written").unwrap();
-        let held = store.lock(false, "apply").unwrap();
-        store.clean_after_crash().unwrap();
-        assert!(temp.exists());
-        drop(held);
     }
 
     #[test]
