@@ -179,7 +179,7 @@ impl Link {
         } else if start > 0 || self.frame_started.is_none() {
             self.frame_started = Some(now);
         }
-        if let Some(length) = self.announced() {
+        if let Some(length) = self.announced().filter(|l| *l <= self.max_frame as u64) {
             // Exactly what the frame needs, not what doubling a vector would take.
             let needed = (frame::HEADER as u64 + length) as usize;
             self.inbound
