@@ -85,6 +85,9 @@ impl Store {
 
     /// Recovers or removes what a crash left half written in the outbox.
     pub fn outbox_recover(&self) -> Result<(), StoreError> {
+        if !self.path().join(DIR).is_dir() {
+            return Ok(());
+        }
         let dir = self.outbox_dir()?;
         let _lock = self.outbox_lock(&dir)?;
         self.outbox_entries(&dir, &self.open_outbox(&dir)?)
