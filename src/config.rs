@@ -87,9 +87,13 @@ pub struct Config {
     /// The first reconnect ceiling (full jitter, doubling to 5 minutes); 1 s by default, more for
     /// a large fleet whose returns should spread further.
     pub reconnect_base: Duration,
+    /// The largest frame the link reads; by default what a declaration of the limit needs
+    /// (`frame_bytes_for`).
     pub max_frame_bytes: usize,
     /// Reports kept while the link is down; the oldest are dropped past this.
     pub outbox_max: usize,
+    /// The outbox's size bound in bytes, beside its count: the oldest are dropped past it.
+    pub outbox_max_bytes: u64,
     /// `None`: no mesh yet; the service holds the declaration in force on its timer alone.
     pub control_plane: Option<ControlPlane>,
     /// Where to write Prometheus metrics (for node_exporter's textfile collector); off if `None`.
@@ -132,6 +136,7 @@ struct RawConfig {
     reconnect_base_secs: Option<u64>,
     max_frame_bytes: Option<usize>,
     outbox_max: Option<usize>,
+    outbox_max_bytes: Option<u64>,
     control_plane: Option<RawControlPlane>,
     metrics_file: Option<PathBuf>,
     trusted_keys: Option<Vec<String>>,
@@ -255,8 +260,11 @@ impl Config {
                 raw.reconnect_base_secs,
                 1,
             )?),
-            max_frame_bytes: raw.max_frame_bytes.unwrap_or(128 << 20),
+            max_frame_bytes: raw
+                .max_frame_bytes
+                .unwrap_or_else(|| frame_bytes_for(limits.max_declaration_bytes)),
             outbox_max: raw.outbox_max.unwrap_or(500).max(1),
+            outbox_max_bytes: raw.outbox_max_bytes.unwrap_or(64 << 20).max(1),
             control_plane,
             metrics_file: raw.metrics_file,
             trust: trust(raw.trusted_keys, raw.signatures_required)?,
@@ -296,6 +304,26 @@ fn trust(keys: Option<Vec<String>>, required: Option<usize>) -> Result<Option<Tr
             required: required.unwrap_or(1),
         })),
     }
+}
+
+impl Config {
+    /// How big the outbox may grow.
+    pub fn outbox_bounds(&self) -> crate::store::OutboxBounds {
+        crate::store::OutboxBounds {
+            reports: self.outbox_max,
+            bytes: self.outbox_max_bytes,
+        }
+    }
+}
+
+/// The frame a `declare` of a declaration of `max_declaration_bytes` needs: the declaration is
+/// carried as a JSON string, where escaping (`"`, `\\`, control characters) at most doubles it,
+/// plus room for the envelope.
+pub fn frame_bytes_for(max_declaration_bytes: u64) -> usize {
+    let bytes = max_declaration_bytes
+        .saturating_mul(2)
+        .saturating_add(64 << 10);
+    usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
 fn at_least_one(name: &str, value: Option<u64>, default: u64) -> Result<u64, String> {
@@ -390,6 +418,27 @@ mod tests {
             vec!["mesh-host.service", "agent.service"]
         );
         assert_eq!(c.pacman.timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_frame_limit_follows_the_declaration_limit() {
+        let c = parse("{}").unwrap();
+        assert_eq!(c.max_frame_bytes, (128 << 20) + (64 << 10));
+        let c = parse(r#"{"max_declaration_bytes": 1000}"#).unwrap();
+        assert_eq!(c.max_frame_bytes, 2000 + (64 << 10));
+        assert_eq!(
+            parse(r#"{"max_frame_bytes": 5}"#).unwrap().max_frame_bytes,
+            5
+        );
+        // The worst a declaration can be for escaping: all quotes, backslashes and newlines.
+        let text = "\"\\\n".repeat(1000);
+        let frame = serde_json::to_vec(&crate::link::Message::Declare {
+            revision: u64::MAX,
+            declaration: text.clone(),
+        })
+        .unwrap();
+        assert!(frame.len() <= frame_bytes_for(text.len() as u64));
+        assert!(frame.len() > 2 * text.len());
     }
 
     #[test]

@@ -140,5 +140,7 @@ pub mod fuzzing {
         let _ = link.handle_input(1, &welcome);
         let _ = link.handle_input(2, bytes);
         while link.poll_event().is_some() {}
+        // The deadlines (a frame left incomplete, silence) judged on what is left.
+        let _ = link.handle_timeout(link.poll_timeout());
     }
 }
