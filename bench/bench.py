@@ -217,7 +217,8 @@ def fig_idle():
 
 # ------------------------------------------------------------------ 4. no-op reconcile
 
-# Packages of the sandbox repo (tests/sandbox/setup.sh), all of them; units and containers by N.
+# Packages of the sandbox repo (tests/sandbox/setup.sh), all but the two the host refuses
+# (nox-mesh-host, mesh-usurper); units and containers by N.
 PACKAGES = ["mesh-a", "mesh-b", "mesh-c", "mesh-d", "mesh-e", "mesh-web"]
 MIX = {10: (1, 1), 100: (12, 12), 500: (20, 20)}  # N: (units, containers); files fill up to N
 

@@ -159,6 +159,7 @@ fn run(args: Args) -> Result<(), String> {
                 args.join_listen
                     .unwrap_or_else(|| SocketAddr::new(args.listen.ip(), 0)),
             ),
+            ..CpConfig::new("", "")
         },
     );
     eprintln!("listening on {}", cp.addr());
@@ -171,7 +172,7 @@ fn run(args: Args) -> Result<(), String> {
     };
     eprintln!(
         "to join a node (as root; the token is good for one join within {} s):\n  \
-         mesh-host join --control-plane https://{join_host}:{} --token {token} --ca-hash {}",
+         echo {token} | mesh-host join --control-plane https://{join_host}:{} --token - --ca-hash {}",
         args.token_ttl,
         cp.join_addr().port(),
         cp.ca_hash()

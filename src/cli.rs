@@ -19,13 +19,15 @@ Commands:
   run               the service: hold the link to the control plane and reconcile on start,
                     on each declaration, on the drift timer and on reconnect (SIGHUP reloads
                     the config, SIGUSR1 reconciles now, SIGTERM stops after the current resource)
-  join --control-plane https://HOST:PORT --token TOKEN --ca-hash sha256:HEX [--force]
+  join --control-plane https://HOST:PORT --token-file FILE --ca-hash sha256:HEX [--force]
        [--trust-key ed25519:KEY ...]
                     trade a one-time token for this node's identity: write the config's
                     control_plane section, ca.pem and secret beside the config (as root), and
                     make a running service reconnect (SIGHUP); --force replaces an earlier join;
                     --trust-key (repeatable) sets trusted_keys: only declarations signed by
-                    them are accepted from the control plane
+                    them are accepted from the control plane. The token comes from FILE, from
+                    standard input with --token -, or from the command line with --token TOKEN
+                    (visible to every user in ps)
   keygen --out FILE write a new ed25519 private key to FILE (0600, never overwritten) and
                     print its public key (ed25519:BASE64)
   sign --key FILE DECLARATION
@@ -68,12 +70,35 @@ pub enum Command {
 pub struct Join {
     /// `host:port` (port 443 when the URL gives none), from `https://HOST[:PORT][/]`.
     pub authority: String,
-    pub token: String,
+    pub token: Token,
     /// The CA's SHA-256 (of its DER encoding), lower-case hex.
     pub ca_hash: String,
     pub force: bool,
     /// `--trust-key`, each already checked to be a public key: the config's `trusted_keys`.
     pub trust_keys: Vec<String>,
+}
+
+/// Where `join` takes its token from. A token on the command line is in every user's `ps`, so
+/// the file and standard input are the ones the docs recommend.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Token {
+    /// `--token TOKEN`.
+    Given(String),
+    /// `--token -`.
+    Stdin,
+    /// `--token-file FILE`.
+    File(PathBuf),
+}
+
+/// A token's form: one word of printable ASCII.
+pub fn check_token(token: &str) -> Result<(), String> {
+    if token.is_empty() {
+        return Err("the token is empty".into());
+    }
+    if token.chars().any(|c| !c.is_ascii_graphic()) {
+        return Err("the token must be printable ASCII without spaces".into());
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -96,6 +121,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut trace_commands = false;
     let mut control_plane = None;
     let mut token = None;
+    let mut token_file = None;
     let mut ca_hash = None;
     let mut force = false;
     let mut trust_keys = Vec::new();
@@ -122,6 +148,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             "--root" => root = Some(PathBuf::from(value("--root")?)),
             "--control-plane" => control_plane = Some(value("--control-plane")?),
             "--token" => token = Some(value("--token")?),
+            "--token-file" => token_file = Some(PathBuf::from(value("--token-file")?)),
             "--ca-hash" => ca_hash = Some(value("--ca-hash")?),
             "--force" => force = true,
             "--trust-key" => trust_keys.push(value("--trust-key")?),
@@ -161,6 +188,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             "join" => Command::Join(join(
                 control_plane.take(),
                 token.take(),
+                token_file.take(),
                 ca_hash.take(),
                 force,
                 std::mem::take(&mut trust_keys),
@@ -185,6 +213,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
         let join_only = [
             ("--control-plane", control_plane.is_some()),
             ("--token", token.is_some()),
+            ("--token-file", token_file.is_some()),
             ("--ca-hash", ca_hash.is_some()),
             ("--force", force && !matches!(command, Command::Join(_))),
             ("--trust-key", !trust_keys.is_empty()),
@@ -216,6 +245,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
 fn join(
     control_plane: Option<String>,
     token: Option<String>,
+    token_file: Option<PathBuf>,
     ca_hash: Option<String>,
     force: bool,
     trust_keys: Vec<String>,
@@ -224,20 +254,28 @@ fn join(
         v.ok_or_else(|| format!("join needs {option} {what}"))
     };
     let url = need(control_plane, "--control-plane", "https://HOST:PORT")?;
-    let token = need(
-        token,
-        "--token",
-        "TOKEN (the one-time token the control plane issued)",
-    )?;
+    let token = match (token, token_file) {
+        (Some(_), Some(_)) => return Err("join takes --token or --token-file, not both".into()),
+        (Some(t), None) if t == "-" => Token::Stdin,
+        (Some(t), None) => {
+            check_token(&t).map_err(|e| format!("--token: {e}"))?;
+            Token::Given(t)
+        }
+        (None, Some(file)) => Token::File(file),
+        (None, None) => {
+            return Err(
+                "join needs --token-file FILE (or --token -, read from standard input) \
+                 with the one-time token the control plane issued"
+                    .into(),
+            )
+        }
+    };
     let ca_hash = need(
         ca_hash,
         "--ca-hash",
         "sha256:HEX (the control plane's CA hash)",
     )?;
     let authority = https_authority(&url)?;
-    if token.chars().any(|c| !c.is_ascii_graphic()) {
-        return Err("--token: only printable ASCII without spaces".into());
-    }
     let hex = ca_hash
         .strip_prefix("sha256:")
         .ok_or_else(|| format!("--ca-hash: {ca_hash:?} does not start with sha256:"))?;
@@ -349,7 +387,7 @@ mod tests {
             a.command,
             Command::Join(Join {
                 authority: "cp.example:8443".into(),
-                token: "t0k".into(),
+                token: Token::Given("t0k".into()),
                 ca_hash: "ab".repeat(32),
                 force: true,
                 trust_keys: Vec::new(),
@@ -431,5 +469,34 @@ mod tests {
             let err = parse_str(line).unwrap_err();
             assert!(err.starts_with(want), "{line}: {err}");
         }
+    }
+
+    #[test]
+    fn join_takes_its_token_from_a_file_stdin_or_the_command_line() {
+        let token = |options: &str| {
+            let hash = format!("sha256:{}", "0".repeat(64));
+            parse_str(&format!(
+                "join --control-plane https://cp {options} --ca-hash {hash}"
+            ))
+            .map(|a| match a.command {
+                Command::Join(j) => j.token,
+                other => panic!("{other:?}"),
+            })
+        };
+        assert_eq!(
+            token("--token-file /root/tok").unwrap(),
+            Token::File("/root/tok".into())
+        );
+        assert_eq!(token("--token -").unwrap(), Token::Stdin);
+        assert_eq!(token("--token t0k").unwrap(), Token::Given("t0k".into()));
+        assert!(token("--token a --token-file f")
+            .unwrap_err()
+            .contains("not both"));
+        assert!(token("").unwrap_err().contains("--token-file FILE"));
+        assert!(token("--token=a\u{7f}b").unwrap_err().contains("printable"));
+        assert_eq!(
+            parse_str("status --token-file f").unwrap_err(),
+            "--token-file is only for join"
+        );
     }
 }

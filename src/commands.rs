@@ -133,7 +133,7 @@ impl Host {
     fn env<'a>(
         &'a self,
         store: Option<&'a Store>,
-        runner: &'a Runner,
+        runner: &'a Runner<'a>,
         interrupted: &'a dyn Fn() -> bool,
     ) -> Env<'a> {
         Env {
@@ -367,11 +367,28 @@ impl Host {
             std::process::id(),
             triggers.join(", ")
         );
-        let _lock = store.lock(wait, &holder).map_err(|e| match e {
+        // Waiting, the same check as between resources runs: the service's link stays answered.
+        let locked = if wait {
+            store.lock_pulsing(&holder, interrupted)
+        } else {
+            store.lock(false, &holder)
+        };
+        let _lock = locked.map_err(|e| match e {
             LockError::Held(_) => Fatal::Locked(e.to_string()),
-            LockError::Io(..) => Fatal::Error(e.to_string()),
+            LockError::Io(..) | LockError::Stopped(_) => Fatal::Error(e.to_string()),
         })?;
+        // What a crash left half written: removed (an outbox report recovered), under the lock.
+        if let Err(e) = store.clean_after_crash() {
+            log::warn!("{e}");
+        }
         let mut ledger = store.ledger()?;
+        // A run that changes the machine is always recorded: an unreadable history is set aside
+        // now, before anything changes, and the run's report says so.
+        let runs_note = store.set_aside_unreadable_runs()?;
+        if let Some(note) = &runs_note {
+            log::warn!("{note}");
+        }
+        let runs_note = runs_note.unwrap_or_default();
         let from_store;
         let expires;
         let (d, revision) = match target {
@@ -406,7 +423,8 @@ impl Host {
                 (&from_store, in_force.revision)
             }
         };
-        let runner = Runner::new(self.args.trace_commands);
+        // The same check the reconciler makes between resources also runs while a tool runs.
+        let runner = Runner::new(self.args.trace_commands).with_pulse(interrupted);
         let outcome = reconcile::run(
             &self.env(Some(&store), &runner, interrupted),
             d,
@@ -427,8 +445,9 @@ impl Host {
                     &Report::default(),
                     &runner,
                 );
+                let message = join_lines(&runs_note, &e.to_string());
+                self.queue_report(&store, &record, &[], &[], &message);
                 let _ = store.record_run(&record);
-                self.queue_report(&store, &record, &[], &[], &e.to_string());
                 self.note_run(&store, &record, None);
                 return Err(e.into());
             }
@@ -442,7 +461,6 @@ impl Host {
             &report,
             &runner,
         );
-        store.record_run(&record)?;
         // Held past its expiry (a disconnected node keeps holding its machine), but said so.
         let mut notes = record.notes.clone();
         if let Some(expires) = expires.filter(|e| *e <= started) {
@@ -453,8 +471,13 @@ impl Host {
             log::warn!("{note}");
             notes.push(note);
         }
+        // The failure history first, since the report carries each streak; then the report
+        // before the record: a crash between the two leaves a report of a run the history lacks,
+        // never a recorded run the control plane is not told of.
         let failing = note_failures(&store, &report, record.ended);
-        self.queue_report(&store, &record, &failing, &report.pacnew, &notes.join("; "));
+        let message = join_lines(&runs_note, &notes.join("; "));
+        self.queue_report(&store, &record, &failing, &report.pacnew, &message);
+        store.record_run(&record)?;
         self.note_run(&store, &record, Some(&report));
         Ok(Some(RunResult {
             report,
@@ -478,7 +501,7 @@ impl Host {
         let mut report = report_of(record, message);
         report.failing = failing.to_vec();
         report.pacnew = pacnew.to_vec();
-        if let Err(e) = store.outbox_push(&mut report, self.config.outbox_max) {
+        if let Err(e) = store.outbox_push(&mut report, self.config.outbox_bounds()) {
             log::error!("the run's report could not be queued for the control plane: {e}");
         }
     }
@@ -971,6 +994,15 @@ pub fn report_of(record: &RunRecord, message: &str) -> link::Report {
         failing: Vec::new(),
         pacnew: Vec::new(),
     }
+}
+
+fn join_lines(a: &str, b: &str) -> String {
+    [a, b]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn age(seconds: u64) -> String {

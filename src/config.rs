@@ -25,10 +25,21 @@ pub struct Identity {
     pub unit_names: Vec<String>,
     pub package_names: Vec<String>,
     pub config_dir: PathBuf,
+    /// The config file itself (`--config`) and the credentials it names (`ca_file`,
+    /// `secret_file`), wherever they are.
+    pub config_files: Vec<PathBuf>,
     pub state_dirs: Vec<PathBuf>,
-    /// Directories holding unit files, where the host's unit file and drop-ins live.
+    /// The unit search path under /etc (systemd.unit(5)) and the configured `unit_dir`: where
+    /// systemd reads the host's unit file, its drop-ins and links to it.
     pub unit_dirs: Vec<PathBuf>,
 }
+
+/// The system unit search path under /etc, highest priority first.
+const ETC_UNIT_DIRS: [&str; 3] = [
+    "/etc/systemd/system.control",
+    "/etc/systemd/system",
+    "/etc/systemd/system.attached",
+];
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -76,9 +87,13 @@ pub struct Config {
     /// The first reconnect ceiling (full jitter, doubling to 5 minutes); 1 s by default, more for
     /// a large fleet whose returns should spread further.
     pub reconnect_base: Duration,
+    /// The largest frame the link reads; by default what a declaration of the limit needs
+    /// (`frame_bytes_for`).
     pub max_frame_bytes: usize,
     /// Reports kept while the link is down; the oldest are dropped past this.
     pub outbox_max: usize,
+    /// The outbox's size bound in bytes, beside its count: the oldest are dropped past it.
+    pub outbox_max_bytes: u64,
     /// `None`: no mesh yet; the service holds the declaration in force on its timer alone.
     pub control_plane: Option<ControlPlane>,
     /// Where to write Prometheus metrics (for node_exporter's textfile collector); off if `None`.
@@ -121,6 +136,7 @@ struct RawConfig {
     reconnect_base_secs: Option<u64>,
     max_frame_bytes: Option<usize>,
     outbox_max: Option<usize>,
+    outbox_max_bytes: Option<u64>,
     control_plane: Option<RawControlPlane>,
     metrics_file: Option<PathBuf>,
     trusted_keys: Option<Vec<String>>,
@@ -158,8 +174,12 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => "{}".to_string(),
             Err(e) => return Err(format!("config {}: {e}", path.display())),
         };
-        Config::parse(&text, state_dir_override)
-            .map_err(|e| format!("config {}: {e}", path.display()))
+        let mut config = Config::parse(&text, state_dir_override)
+            .map_err(|e| format!("config {}: {e}", path.display()))?;
+        // A relative --config is a file all the same; the host refuses it by its absolute path.
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        config.identity.config_files.push(absolute);
+        Ok(config)
     }
 
     /// Parses config text (JSON); unknown fields are errors.
@@ -191,12 +211,10 @@ impl Config {
         }
         let mut unit_names = vec![OWN_UNIT.to_string()];
         if let Some(name) = raw.unit_name {
-            if !name.contains('.') {
-                return Err(format!("unit_name: {name:?} has no unit suffix"));
-            }
+            crate::unitfile::UnitName::parse(&name).map_err(|e| format!("unit_name: {e}"))?;
             unit_names.push(name);
         }
-        let mut unit_dirs = vec![PathBuf::from("/etc/systemd/system")];
+        let mut unit_dirs: Vec<PathBuf> = ETC_UNIT_DIRS.iter().map(PathBuf::from).collect();
         if !unit_dirs.contains(&unit_dir) {
             unit_dirs.push(unit_dir.clone());
         }
@@ -212,11 +230,17 @@ impl Config {
                 .max_declaration_bytes
                 .unwrap_or(Limits::default().max_declaration_bytes),
         };
+        let control_plane = raw.control_plane.map(control_plane).transpose()?;
+        let mut config_files = vec![PathBuf::from(DEFAULT_CONFIG_PATH)];
+        if let Some(cp) = &control_plane {
+            config_files.extend([cp.ca_file.clone(), cp.secret_file.clone()]);
+        }
         Ok(Config {
             identity: Identity {
                 unit_names,
                 package_names: vec![OWN_PACKAGE.to_string()],
                 config_dir: PathBuf::from(OWN_CONFIG_DIR),
+                config_files,
                 state_dirs,
                 unit_dirs,
             },
@@ -236,9 +260,12 @@ impl Config {
                 raw.reconnect_base_secs,
                 1,
             )?),
-            max_frame_bytes: raw.max_frame_bytes.unwrap_or(128 << 20),
+            max_frame_bytes: raw
+                .max_frame_bytes
+                .unwrap_or_else(|| frame_bytes_for(limits.max_declaration_bytes)),
             outbox_max: raw.outbox_max.unwrap_or(500).max(1),
-            control_plane: raw.control_plane.map(control_plane).transpose()?,
+            outbox_max_bytes: raw.outbox_max_bytes.unwrap_or(64 << 20).max(1),
+            control_plane,
             metrics_file: raw.metrics_file,
             trust: trust(raw.trusted_keys, raw.signatures_required)?,
         })
@@ -277,6 +304,26 @@ fn trust(keys: Option<Vec<String>>, required: Option<usize>) -> Result<Option<Tr
             required: required.unwrap_or(1),
         })),
     }
+}
+
+impl Config {
+    /// How big the outbox may grow.
+    pub fn outbox_bounds(&self) -> crate::store::OutboxBounds {
+        crate::store::OutboxBounds {
+            reports: self.outbox_max,
+            bytes: self.outbox_max_bytes,
+        }
+    }
+}
+
+/// The frame a `declare` of a declaration of `max_declaration_bytes` needs: the declaration is
+/// carried as a JSON string, where escaping (`"`, `\\`, control characters) at most doubles it,
+/// plus room for the envelope.
+pub fn frame_bytes_for(max_declaration_bytes: u64) -> usize {
+    let bytes = max_declaration_bytes
+        .saturating_mul(2)
+        .saturating_add(64 << 10);
+    usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
 fn at_least_one(name: &str, value: Option<u64>, default: u64) -> Result<u64, String> {
@@ -374,6 +421,27 @@ mod tests {
     }
 
     #[test]
+    fn the_frame_limit_follows_the_declaration_limit() {
+        let c = parse("{}").unwrap();
+        assert_eq!(c.max_frame_bytes, (128 << 20) + (64 << 10));
+        let c = parse(r#"{"max_declaration_bytes": 1000}"#).unwrap();
+        assert_eq!(c.max_frame_bytes, 2000 + (64 << 10));
+        assert_eq!(
+            parse(r#"{"max_frame_bytes": 5}"#).unwrap().max_frame_bytes,
+            5
+        );
+        // The worst a declaration can be for escaping: all quotes, backslashes and newlines.
+        let text = "\"\\\n".repeat(1000);
+        let frame = serde_json::to_vec(&crate::link::Message::Declare {
+            revision: u64::MAX,
+            declaration: text.clone(),
+        })
+        .unwrap();
+        assert!(frame.len() <= frame_bytes_for(text.len() as u64));
+        assert!(frame.len() > 2 * text.len());
+    }
+
+    #[test]
     fn control_plane_section() {
         let c = parse(r#"{"control_plane": {"address": "cp.example:7443", "ca_file": "/etc/mesh-host/ca.pem", "node": "n1", "secret_file": "/etc/mesh-host/secret"}}"#).unwrap();
         let cp = c.control_plane.unwrap();
@@ -444,5 +512,8 @@ mod tests {
         assert!(parse(r#"{"metrics_file": "mesh_host.prom"}"#)
             .unwrap_err()
             .contains("metrics_file: mesh_host.prom is not an absolute file path"));
+        assert!(parse(r#"{"unit_name": "@agent.service"}"#)
+            .unwrap_err()
+            .contains("unit_name: unit name \"@agent.service\" starts with '@'"));
     }
 }

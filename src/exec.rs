@@ -179,23 +179,46 @@ fn write_stderr(f: &mut fmt::Formatter<'_>, stderr: &str) -> fmt::Result {
     }
 }
 
+/// How often a command's wait gives the caller's pulse a turn.
+const PULSE: Duration = Duration::from_millis(200);
+
 /// Runs commands and counts them.
 #[derive(Default)]
-pub struct Runner {
+pub struct Runner<'p> {
     count: Cell<usize>,
     retries: Cell<usize>,
     notes: RefCell<Vec<String>>,
     trace: Option<RefCell<Vec<String>>>,
+    /// Called about every `PULSE` while a command runs, and its answer ignored: the service reads
+    /// its signals and keeps its link answered there, on this one thread, however long pacman
+    /// takes. It never cuts a command short.
+    pulse: Option<(&'p dyn Fn() -> bool, Cell<Instant>)>,
 }
 
-impl Runner {
+impl<'p> Runner<'p> {
     /// With `trace`, every command line is kept (for `--trace-commands`).
-    pub fn new(trace: bool) -> Runner {
+    pub fn new(trace: bool) -> Runner<'p> {
         Runner {
             count: Cell::new(0),
             retries: Cell::new(0),
             notes: RefCell::new(Vec::new()),
             trace: trace.then(|| RefCell::new(Vec::new())),
+            pulse: None,
+        }
+    }
+
+    /// Gives `pulse` a turn about every 200 ms while a command runs (bounded cost: it must not block).
+    pub fn with_pulse(mut self, pulse: &'p dyn Fn() -> bool) -> Runner<'p> {
+        self.pulse = Some((pulse, Cell::new(Instant::now())));
+        self
+    }
+
+    fn beat(&self) {
+        if let Some((pulse, last)) = &self.pulse {
+            if last.get().elapsed() >= PULSE {
+                pulse();
+                last.set(Instant::now());
+            }
         }
     }
 
@@ -318,10 +341,11 @@ impl Runner {
             err: Vec::new(),
         };
         let deadline = Instant::now() + tool.timeout;
-        let status = match pipes.wait(&mut child, deadline, false) {
+        let beat = || self.beat();
+        let status = match pipes.wait(&mut child, deadline, false, &beat) {
             Ok(Some(status)) => status,
             Ok(None) => {
-                let stopped = stop(tool, &mut child, &mut pipes);
+                let stopped = stop(tool, &mut child, &mut pipes, &beat);
                 let stderr = String::from_utf8_lossy(&pipes.err).into_owned();
                 return Err(error(Failure::Timeout(tool.timeout, stopped, stderr)));
             }
@@ -346,11 +370,11 @@ impl Runner {
 /// reaches a terminal's foreground job (what pacman is built to handle, and what reaches the
 /// tool through a wrapper such as `sh -c` or `env` in its configured command), the grace to
 /// exit, then SIGKILL to whatever is left of the group.
-fn stop(tool: &Tool, child: &mut Child, pipes: &mut Pipes) -> Stopped {
+fn stop(tool: &Tool, child: &mut Child, pipes: &mut Pipes, beat: &dyn Fn()) -> Stopped {
     let (signal, name) = tool.stop.signal();
     kill_group(child, signal);
     let grace_deadline = Instant::now() + tool.grace;
-    let stopped = match pipes.wait(child, grace_deadline, true) {
+    let stopped = match pipes.wait(child, grace_deadline, true, beat) {
         Ok(Some(status)) => Stopped::Exited {
             signal: name,
             code: status.code(),
@@ -368,7 +392,7 @@ fn stop(tool: &Tool, child: &mut Child, pipes: &mut Pipes) -> Stopped {
     kill_group(child, libc::SIGKILL);
     let _ = child.wait();
     // What it wrote on its way out (why it stopped) is still in the pipes.
-    let _ = pipes.wait(child, Instant::now() + Duration::from_secs(1), false);
+    let _ = pipes.wait(child, Instant::now() + Duration::from_secs(1), false, beat);
     stopped
 }
 
@@ -388,14 +412,17 @@ struct Pipes {
 impl Pipes {
     /// Reads until both pipes close and the child exits, or `deadline`: `Ok(None)` then. With
     /// `leader_only`, returns as soon as the child itself exits, pipes open or not (something it
-    /// left behind may hold them).
+    /// left behind may hold them). `beat` gets a turn at least every `PULSE` (the service answers
+    /// its link meanwhile); it never cuts the wait short.
     fn wait(
         &mut self,
         child: &mut Child,
         deadline: Instant,
         leader_only: bool,
+        beat: &dyn Fn(),
     ) -> io::Result<Option<ExitStatus>> {
         loop {
+            beat();
             if leader_only || !(self.open[0] || self.open[1]) {
                 if let Some(status) = child.try_wait()? {
                     return Ok(Some(status));
@@ -410,7 +437,7 @@ impl Pipes {
                 let slice = if leader_only {
                     left.min(Duration::from_millis(20))
                 } else {
-                    left
+                    left.min(PULSE)
                 };
                 self.poll(slice)?;
             } else {
@@ -613,6 +640,19 @@ mod tests {
         assert!(stderr.contains("got TERM"), "{err}");
         assert!(err.to_string().contains("was killed (SIGKILL)"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_long_command_gives_the_pulse_turns_and_is_not_cut_short() {
+        let beats = Cell::new(0);
+        let pulse = || {
+            beats.set(beats.get() + 1);
+            true
+        };
+        let runner = Runner::new(false).with_pulse(&pulse);
+        let out = runner.run(&sh(5000), &["sleep 1; echo done"], &[]).unwrap();
+        assert_eq!(out.stdout_text(), "done\n");
+        assert!((2..=50).contains(&beats.get()), "{} beats", beats.get());
     }
 
     #[test]

@@ -428,6 +428,18 @@ impl Dir {
     pub fn sync(&self) -> io::Result<()> {
         check(unsafe { libc::fsync(self.raw()) }).map(drop)
     }
+
+    /// Gives this directory exactly the permission bits `mode`; the bits it had if they differed.
+    pub fn enforce_mode(&self, mode: u32) -> io::Result<Option<u32>> {
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        check(unsafe { libc::fstat(self.raw(), &mut st) })?;
+        let had = st.st_mode & 0o7777;
+        if had == mode {
+            return Ok(None);
+        }
+        check(unsafe { libc::fchmod(self.raw(), mode as libc::mode_t) })?;
+        Ok(Some(had))
+    }
 }
 
 fn stat_of(st: &libc::stat) -> Stat {

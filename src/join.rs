@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
 
-use crate::cli::{Args, Join};
+use crate::cli::{self, Args, Join, Token};
 use crate::codec;
 use crate::commands::{Fatal, EXIT_OK};
 use crate::config::{Config, DEFAULT_CONFIG_PATH};
@@ -61,12 +61,13 @@ pub fn run(args: &Args, join: &Join) -> Result<i32, Fatal> {
         .config
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+    let token = read_token(&join.token)?;
     let mut target = Target::prepare(&config_path, args.state_dir.as_deref(), join.force)?;
     target.trust(&join.trust_keys, args.state_dir.as_deref())?;
     let url = format!("https://{}", join.authority);
 
     let ca = fetch_ca(&url, &join.ca_hash)?;
-    let identity = exchange(&url, &ca, &join.token, &hostname())?;
+    let identity = exchange(&url, &ca, &token, &hostname())?;
 
     let (config_text, cp) = target.config_with(&identity)?;
     target.write(&identity, &ca, &config_text)?;
@@ -458,6 +459,41 @@ fn unreachable(endpoint: &str, doing: &str, e: ureq::Error) -> Fatal {
     Fatal::Error(format!(
         "could not reach the control plane ({doing}, {endpoint}): {e}: {hint}; nothing was changed"
     ))
+}
+
+/// The most read of a token file or standard input: a token is a short word.
+const MAX_TOKEN: u64 = 4096;
+
+/// The token from where `join` was told to take it, surrounding whitespace (a trailing newline)
+/// removed; the file or stream must hold nothing else.
+fn read_token(source: &Token) -> Result<String, Fatal> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let (what, read) = match source {
+        Token::Given(token) => return Ok(token.clone()),
+        Token::Stdin => (
+            "--token -: standard input".to_string(),
+            io::stdin()
+                .lock()
+                .take(MAX_TOKEN + 1)
+                .read_to_end(&mut bytes),
+        ),
+        Token::File(path) => (
+            format!("--token-file {}", path.display()),
+            std::fs::File::open(path).and_then(|f| f.take(MAX_TOKEN + 1).read_to_end(&mut bytes)),
+        ),
+    };
+    read.map_err(|e| Fatal::Invalid(format!("{what}: cannot be read: {e}")))?;
+    if bytes.len() as u64 > MAX_TOKEN {
+        return Err(Fatal::Invalid(format!(
+            "{what}: more than {MAX_TOKEN} bytes; it must hold only the token"
+        )));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Fatal::Invalid(format!("{what}: the token is not text")))?;
+    let token = text.trim();
+    cli::check_token(token).map_err(|e| Fatal::Invalid(format!("{what}: {e}")))?;
+    Ok(token.to_string())
 }
 
 fn hostname() -> String {

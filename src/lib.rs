@@ -19,10 +19,12 @@ mod lockfile;
 mod metrics;
 mod pacnew;
 mod reconcile;
+mod selfref;
 mod service;
 mod store;
 #[cfg(test)]
 mod testutil;
+mod unitfile;
 
 use cli::Command;
 use commands::{Fatal, Host};
@@ -138,5 +140,7 @@ pub mod fuzzing {
         let _ = link.handle_input(1, &welcome);
         let _ = link.handle_input(2, bytes);
         while link.poll_event().is_some() {}
+        // The deadlines (a frame left incomplete, silence) judged on what is left.
+        let _ = link.handle_timeout(link.poll_timeout());
     }
 }

@@ -2,6 +2,8 @@
 //! a release) of a declaration of many files into a scratch root, then check what a crash must
 //! never break: the store loads, the ledger covers every file the host changed (write-ahead), no
 //! file is torn, the next run converges and a release gives back the root byte for byte.
+//! The same for the outbox: kill -9 aimed at the end of applies, where the report is written, and
+//! every recorded run's report must still reach the control plane, under contiguous ids.
 //! `MESH_FAULT_SEED=N` replays a run with the seed it printed.
 
 mod support;
@@ -12,6 +14,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::control_plane::{ControlPlane, CpConfig};
+use support::pki::Pki;
+use support::service::Service;
 use support::{fault_seed, snapshot, Scratch, XorShift};
 
 const FILES: usize = 200;
@@ -382,4 +387,148 @@ fn kill_9_anywhere_during_applies_loses_nothing() {
         problems.len(),
         problems.join("\n")
     );
+}
+
+// ------------------------------------------------------------------------------------ outbox
+
+const OUTBOX_ITERATIONS: usize = 40;
+
+/// The reports in a host's outbox, by id, and the names of anything else in it.
+fn outbox(host: &Scratch) -> (BTreeMap<u64, Value>, Vec<String>) {
+    let mut reports = BTreeMap::new();
+    let mut others = Vec::new();
+    let Ok(entries) = std::fs::read_dir(host.state().join("outbox")) else {
+        return (reports, others);
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        match name
+            .strip_suffix(".json")
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            Some(id) => {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                let report = serde_json::from_str(&text).unwrap_or(Value::Null);
+                reports.insert(id, report);
+            }
+            None if name == ".lock" => {}
+            None => others.push(name),
+        }
+    }
+    (reports, others)
+}
+
+/// kill -9 aimed at the window where a run's report goes into the outbox (the end of an apply),
+/// many times; then a clean apply and a service connecting to the control plane. The ids stay
+/// contiguous, no temp file survives the next start, and every run the history recorded has its
+/// report delivered.
+#[test]
+fn kill_9_at_the_outbox_write_loses_no_report() {
+    let seed = fault_seed(0x6f75_7462_6f78);
+    eprintln!("outbox crash: seed {seed} (replay with MESH_FAULT_SEED={seed})");
+    let mut rng = XorShift::new(seed);
+    let pki = Pki::new();
+    // A port for the control plane, which starts only at the end: until then applies queue.
+    let address = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port");
+    let host = Scratch::new("outbox-crash");
+    pki.write(&host.dir).expect("pki");
+    std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+    let config = format!(
+        r#"{{"control_plane": {{"address": "{address}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}},
+            "interval_secs": 600, "heartbeat_secs": 1}}"#,
+        host.dir.join("ca.pem").display(),
+        host.dir.join("secret").display()
+    );
+    std::fs::write(host.dir.join("config.json"), config).expect("config");
+    let decl = |i: usize| {
+        host.declaration(
+            "d.json",
+            &format!(
+                r#"{{"schema": 1, "files": {{"/etc/outbox-crash": {{"content": "run {i}\n"}}}}}}"#
+            ),
+        )
+    };
+    // The fastest of five: a load spike while measuring must not push the kills past the applies.
+    let budget = (0..5)
+        .map(|i| {
+            let file = decl(1000 + i);
+            let started = Instant::now();
+            host.apply(&file, 0);
+            started.elapsed()
+        })
+        .min()
+        .unwrap_or(Duration::from_millis(20));
+    eprintln!("outbox crash: an apply takes {budget:?}; kills fall in its last half and after");
+
+    let mut killed = 0;
+    for i in 0..OUTBOX_ITERATIONS {
+        let half = budget.as_micros() as u64 / 2;
+        let delay = Duration::from_micros(half + rng.below(half + half / 2));
+        if apply_killed(&host, &decl(i), delay) {
+            killed += 1;
+        }
+        let (reports, _) = outbox(&host);
+        let ids: Vec<u64> = reports.keys().copied().collect();
+        let want: Vec<u64> = (1..=ids.len() as u64).collect();
+        assert_eq!(ids, want, "iteration {i}: ids not contiguous");
+    }
+    host.apply(&decl(OUTBOX_ITERATIONS), 0);
+    let (reports, others) = outbox(&host);
+    assert!(others.is_empty(), "left in the outbox: {others:?}");
+    let runs: Vec<Value> = std::fs::read_to_string(host.state().join("runs.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .expect("runs.json");
+    eprintln!(
+        "outbox crash: {OUTBOX_ITERATIONS} applies, {killed} killed before they ended; {} runs \
+         recorded, {} reports queued",
+        runs.len(),
+        reports.len()
+    );
+    assert!(
+        killed >= OUTBOX_ITERATIONS / 8,
+        "only {killed} killed: the delays miss the applies"
+    );
+    let same_run = |run: &Value, report: &Value| {
+        run["started"] == report["started"]
+            && run["ended"] == report["ended"]
+            && run["outcome"] == report["outcome"]
+            && run["digest"] == report["digest"]
+    };
+    for run in &runs {
+        assert!(
+            reports.values().any(|r| same_run(run, r)),
+            "a recorded run without its report: {run:#}"
+        );
+    }
+
+    // Every queued report reaches the control plane, ids contiguous.
+    let cp = ControlPlane::start(
+        &pki,
+        CpConfig {
+            bind: Some(address),
+            ..CpConfig::new("n1", "s3cret")
+        },
+    );
+    let queued = reports.len();
+    let service = Service::start(host);
+    assert!(
+        cp.wait_for(|r| r.len() > queued, Duration::from_secs(30)),
+        "{} of {queued} reports arrived\n{}",
+        cp.reports().len(),
+        service.log()
+    );
+    let delivered = cp.reports();
+    let mut ids: Vec<u64> = delivered.iter().filter_map(|r| r["id"].as_u64()).collect();
+    ids.sort_unstable();
+    let want: Vec<u64> = (1..=ids.len() as u64).collect();
+    assert_eq!(ids, want, "delivered ids not contiguous");
+    for run in &runs {
+        assert!(
+            delivered.iter().any(|r| same_run(run, r)),
+            "a recorded run whose report never arrived: {run:#}"
+        );
+    }
 }

@@ -17,7 +17,9 @@ use serde_json::Value;
 use support::control_plane::{Behaviour, ControlPlane, CpConfig};
 use support::pki::Pki;
 use support::service::Service;
-use support::{fault_seed, rss_kib, sandbox, sh, snapshot, status, wait_until, Scratch, XorShift};
+use support::{
+    fault_seed, peak_rss_kib, rss_kib, sandbox, sh, snapshot, status, wait_until, Scratch, XorShift,
+};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -343,6 +345,141 @@ fn linked_service(label: &str, pki: &Pki, address: SocketAddr) -> Service {
     );
     std::fs::write(host.dir.join("config.json"), config).expect("config");
     Service::start(host)
+}
+
+/// A run lasting five heartbeats (a pacman that takes 5.5 s, as a `db.lck` wait or a big
+/// transaction would) keeps the link: the host answers during the run, the control plane, which
+/// judges a host dead after three heartbeats of silence, never sees it silent that long, and after
+/// the run there is no reconnect and no second run.
+#[test]
+fn a_run_lasting_five_heartbeats_keeps_the_link() {
+    let pki = Pki::new();
+    let mut config = CpConfig::new("n1", "s3cret");
+    config.liveness = Duration::from_secs(3);
+    let cp = ControlPlane::start(&pki, config);
+    let host = Scratch::new("slow-run");
+    pki.write(&host.dir).expect("pki");
+    std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+    let marker = host.dir.join("slept");
+    let slow_pacman = serde_json::json!({"command": ["sh", "-c",
+        format!("[ -e {m} ] || {{ touch {m}; sleep 5.5; }}; exit 1", m = marker.display()), "sh"],
+        "timeout_secs": 60});
+    let config = format!(
+        r#"{{"control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}},
+            "interval_secs": 600, "heartbeat_secs": 1, "pacman": {slow_pacman}}}"#,
+        cp.addr(),
+        host.dir.join("ca.pem").display(),
+        host.dir.join("secret").display()
+    );
+    std::fs::write(host.dir.join("config.json"), config).expect("config");
+    let service = Service::start(host);
+    assert!(cp.wait_for_connections(1, WAIT), "{}", service.log());
+    cp.declare(1, r#"{"schema": 1, "packages": {"mesh-e": {}}}"#);
+    assert!(
+        cp.wait_for(|r| r.iter().any(|r| r["revision"] == 1), WAIT),
+        "{}",
+        service.log()
+    );
+    let report = cp.reports()[0].clone();
+    let took = report["ended"].as_u64().unwrap_or(0) - report["started"].as_u64().unwrap_or(0);
+    assert!(took >= 5, "the run took {took} s: {report:#}");
+    // Long enough after the run for a host that judged the link dead to have come back.
+    std::thread::sleep(Duration::from_secs(4));
+    let silence = cp.longest_silence();
+    eprintln!(
+        "a {took} s run: the control plane heard from the host at least every {} ms",
+        silence.as_millis()
+    );
+    assert_eq!(cp.dead_hosts(), 0, "{}", service.log());
+    assert!(silence < Duration::from_secs(3), "silent for {silence:?}");
+    assert_eq!(cp.connections(), 1, "a reconnect: {}", service.log());
+    assert_eq!(cp.reports().len(), 1, "a second run: {:#?}", cp.reports());
+    assert_eq!(service.runs().len(), 1, "{}", service.log());
+    assert!(!service.log().contains("link ended"), "{}", service.log());
+
+    // The same while the service waits five heartbeats for the store's lock (a person's apply).
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(service.host.state().join("lock"))
+        .expect("lock file");
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
+        0
+    );
+    cp.declare(2, r#"{"schema": 1}"#);
+    std::thread::sleep(Duration::from_millis(5500));
+    drop(lock);
+    assert!(
+        cp.wait_for(|r| r.iter().any(|r| r["revision"] == 2), WAIT),
+        "{}",
+        service.log()
+    );
+    let silence = cp.longest_silence();
+    eprintln!(
+        "a 5.5 s wait for the store's lock: heard at least every {} ms",
+        silence.as_millis()
+    );
+    assert_eq!(cp.dead_hosts(), 0, "{}", service.log());
+    assert!(silence < Duration::from_secs(3), "silent for {silence:?}");
+    assert_eq!(cp.connections(), 1, "a reconnect: {}", service.log());
+}
+
+/// A declaration at the limit, escaped the worst way (every byte of its file a `"`: 2 bytes in
+/// the declaration, 4 in the frame), fits the default frame limit `max_declaration_bytes` sets,
+/// and the whole host (link, validation, the store's copy, the apply) peaks at a small multiple
+/// of that frame.
+#[test]
+fn a_declaration_at_the_limit_fits_its_frame_and_costs_a_bounded_multiple_of_it() {
+    let pki = Pki::new();
+    let cp = ControlPlane::start(&pki, CpConfig::new("n1", "s3cret"));
+    let host = Scratch::new("frame-limit");
+    pki.write(&host.dir).expect("pki");
+    std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+    let limit: u64 = 16 << 20;
+    let config = format!(
+        r#"{{"control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}},
+            "interval_secs": 600, "heartbeat_secs": 5, "max_declaration_bytes": {limit}, "max_file_bytes": {limit}}}"#,
+        cp.addr(),
+        host.dir.join("ca.pem").display(),
+        host.dir.join("secret").display()
+    );
+    std::fs::write(host.dir.join("config.json"), config).expect("config");
+    let service = Service::start(host);
+    assert!(
+        wait_until(WAIT, || service.status()["service"]["link"] == "connected"),
+        "{}",
+        service.log()
+    );
+    let before = peak_rss_kib(service.pid()).unwrap_or(0);
+    let content = "\"".repeat((limit as usize - 200) / 2);
+    let declaration =
+        serde_json::json!({"schema": 1, "files": {"/etc/big": {"content": content}}}).to_string();
+    assert!(declaration.len() as u64 <= limit);
+    cp.declare(1, &declaration);
+    assert!(
+        cp.wait_for(
+            |r| r.iter().any(|r| r["revision"] == 1),
+            Duration::from_secs(60)
+        ),
+        "{}",
+        service.log()
+    );
+    assert_eq!(
+        cp.reports()[0]["outcome"],
+        "converged",
+        "{:#?}",
+        cp.reports()
+    );
+    let frame_mib = (2 * limit + (64 << 10)) >> 20;
+    let peak = peak_rss_kib(service.pid()).unwrap_or(0);
+    eprintln!(
+        "a {} MiB declaration in a {frame_mib} MiB frame: the host peaked at {} MiB (from {} MiB)",
+        limit >> 20,
+        peak >> 10,
+        before >> 10
+    );
+    assert!(peak - before < 4 * (frame_mib << 10), "{peak} KiB");
 }
 
 #[test]

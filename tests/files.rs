@@ -458,3 +458,57 @@ fn directories_the_host_creates_are_0755_whatever_the_umask() {
     assert_eq!(mode(&host.target("/etc/app/conf.d/app.conf")), 0o640);
     assert_eq!(mode(&host.target("/etc/systemd/system/app.service")), 0o644);
 }
+
+#[test]
+fn a_store_left_readable_is_made_0700_again_with_a_warning() {
+    let host = Scratch::new("store-mode");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+    );
+    host.apply(&file, 0);
+    assert_eq!(mode(&host.state()), 0o700);
+    std::fs::set_permissions(host.state(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = host.apply(&file, 0);
+    assert!(out.stderr.contains("had mode 0755; set to 0700"), "{out:?}");
+    assert_eq!(mode(&host.state()), 0o700);
+    let out = host.apply(&file, 0);
+    assert!(
+        !out.stderr.contains("set to 0700"),
+        "once fixed, quiet: {out:?}"
+    );
+}
+
+#[test]
+fn a_corrupt_run_history_is_set_aside_and_the_run_still_recorded() {
+    let host = Scratch::new("runs-corrupt");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+    );
+    host.apply(&file, 0);
+    std::fs::write(host.state().join("runs.json"), "[{ torn").unwrap();
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "b"}}}"#,
+    );
+    // The run changes the machine: it exits 0 and is recorded, never exit 4 with no record.
+    let out = host.apply(&file, 0);
+    assert!(out.stderr.contains("runs.json was unreadable"), "{out:?}");
+    assert_eq!(std::fs::read(host.target("/etc/a")).unwrap(), b"b");
+    let aside: Vec<String> = std::fs::read_dir(host.state())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("runs.json.unreadable-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert!(out.stderr.contains(&aside[0]), "named: {out:?}");
+    assert_eq!(
+        std::fs::read(host.state().join(&aside[0])).unwrap(),
+        b"[{ torn"
+    );
+    let status = host.run(&["status", "--json"]).json();
+    let runs = status["runs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(runs.len(), 1, "{status:#}");
+}

@@ -280,6 +280,80 @@ fn a_missing_config_is_created() {
     assert_eq!(c.as_object().map(|m| m.len()), Some(1), "{c}");
 }
 
+/// `join` with the token read from `source` (`--token-file FILE` or `--token -`), never on argv.
+fn join_reading_token(host: &Scratch, cp: &ControlPlane, args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let url = format!("https://{}", cp.join_addr());
+    let hash = cp.ca_hash();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+        .arg("--config")
+        .arg(host.dir.join("config.json"))
+        .arg("--state-dir")
+        .arg(host.state())
+        .args(["join", "--control-plane", &url, "--ca-hash", &hash])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn join");
+    let mut input = child.stdin.take().expect("stdin");
+    input.write_all(stdin.as_bytes()).expect("write stdin");
+    drop(input);
+    let out = child.wait_with_output().expect("join");
+    Output {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn the_token_can_come_from_a_file_or_standard_input() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki);
+    cp.add_token("tok-file", HOUR);
+    cp.add_token("tok-stdin", HOUR);
+
+    let from_file = host("token-file", "{}");
+    let token_file = from_file.dir.join("token");
+    std::fs::write(&token_file, "tok-file\n").expect("token file");
+    let path = token_file.to_str().expect("utf-8");
+    let out = join_reading_token(&from_file, &cp, &["--token-file", path], "");
+    assert_eq!(out.code, 0, "{out:?}");
+
+    let from_stdin = host("token-stdin", "{}");
+    let out = join_reading_token(&from_stdin, &cp, &["--token", "-"], "tok-stdin\n");
+    assert_eq!(out.code, 0, "{out:?}");
+    let tokens: Vec<Value> = cp
+        .join_requests()
+        .iter()
+        .map(|r| r["token"].clone())
+        .collect();
+    assert_eq!(tokens, vec!["tok-file", "tok-stdin"]);
+    assert_eq!(cp.joined().len(), 2);
+
+    // A missing, empty or multi-word token is refused before anything is sent or written.
+    let refused = host("token-bad", "{}");
+    let before = snapshot(&refused.dir);
+    let missing = refused.dir.join("nonexistent");
+    for (args, stdin, want) in [
+        (
+            vec!["--token-file", missing.to_str().expect("utf-8")],
+            "",
+            "cannot be read",
+        ),
+        (vec!["--token", "-"], "", "the token is empty"),
+        (vec!["--token", "-"], "two words\n", "without spaces"),
+    ] {
+        let out = join_reading_token(&refused, &cp, &args, stdin);
+        assert_eq!(out.code, 2, "{args:?}: {out:?}");
+        assert!(out.stderr.contains(want), "{args:?}: {out:?}");
+    }
+    assert_eq!(snapshot(&refused.dir), before);
+    assert_eq!(cp.join_requests().len(), 2, "nothing more was sent");
+}
+
 #[test]
 fn not_root_and_bad_arguments_are_refused() {
     let host = host("args", "{}");

@@ -557,7 +557,7 @@ fn packages_upgrade_installs_through_a_full_upgrade() {
     assert!(
         commands
             .iter()
-            .any(|c| c.ends_with("-Syu --needed --noconfirm -- mesh-e")),
+            .any(|c| c.ends_with("-Syu --ignore=nox-mesh-host --needed --noconfirm -- mesh-e")),
         "{commands:?}"
     );
     assert_eq!(pacman.version("mesh-e").as_deref(), Some("2.0-1"));
@@ -606,4 +606,229 @@ fn rescue_mode_installs_into_the_mounted_root_through_sysroot() {
     assert!(root.join("usr/share/mesh-a/marker").exists());
     let again = apply(&host, r#"{"schema": 1, "packages": {"mesh-b": {}}}"#, 0);
     assert_eq!(again["changes"], Value::Array(vec![]), "{again:#}");
+}
+
+/// A private copy of the sandbox repo, with an `env` naming it for bump-package.sh.
+fn private_repo(sb: &Sandbox, label: &str) -> (PathBuf, PathBuf) {
+    let sandbox_dir = PathBuf::from(std::env::var("MESH_SANDBOX").expect("MESH_SANDBOX"));
+    let private = sandbox_dir
+        .join("tmp")
+        .join(format!("packages-{label}-repo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&private);
+    let repo = private.join("repo");
+    std::fs::create_dir_all(private.join("tmp")).expect("private sandbox");
+    std::fs::write(private.join(".mesh-sandbox"), "").expect("marker");
+    sh(&format!(
+        "cp -r {} {repo} && echo 'export MESH_PACMAN_REPO={repo}' > {env}",
+        sb.pacman_repo.display(),
+        repo = repo.display(),
+        env = private.join("env").display()
+    ));
+    (private, repo)
+}
+
+#[test]
+fn packages_upgrade_never_upgrades_the_hosts_own_package() {
+    let Some(sb) = sandbox() else { return };
+    let (private, repo) = private_repo(&sb, "self-upgrade");
+    let pacman = PacmanRoot::new("self-upgrade", &repo);
+    let host = pacman.host(&sb, "pkg-self-upgrade", "");
+    // Installed by the operator, as the host's package and an ordinary one are.
+    pacman.pacman("-S --noconfirm nox-mesh-host mesh-a");
+    let bump = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/bump-package.sh");
+    for (name, version) in [("nox-mesh-host", "0.0.2"), ("mesh-a", "1.1")] {
+        sh(&format!(
+            "MESH_SANDBOX={} {} {name} {version}",
+            private.display(),
+            bump.display()
+        ));
+    }
+    sh(&format!(
+        "touch -d '+2 seconds' {}/meshtest.db*",
+        repo.display()
+    ));
+
+    let report = apply(
+        &host,
+        r#"{"schema": 1, "packages_upgrade": true, "packages": {"mesh-e": {}}}"#,
+        0,
+    );
+    assert!(
+        commands(&report)
+            .iter()
+            .any(|c| c.ends_with("-Syu --ignore=nox-mesh-host --needed --noconfirm -- mesh-e")),
+        "{report:#}"
+    );
+    assert_eq!(
+        pacman.version("mesh-a").as_deref(),
+        Some("1.1-1"),
+        "the rest upgrades"
+    );
+    assert_eq!(pacman.version("mesh-e").as_deref(), Some("1.0-1"));
+    assert_eq!(
+        pacman.version("nox-mesh-host").as_deref(),
+        Some("0.0.1-1"),
+        "the host's package stays at its version"
+    );
+    drop(pacman);
+    let _ = std::fs::remove_dir_all(&private);
+}
+
+#[test]
+fn a_package_that_takes_the_host_over_fails_by_name_and_nothing_else_is_held_back() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("usurper", &sb.pacman_repo);
+    let unit = format!("mesh-pkgtest-usurper-{}.service", std::process::id());
+    let host = pacman.host(&sb, "pkg-usurper", "");
+    pacman.pacman("-S --noconfirm nox-mesh-host");
+    for upgrade in [false, true] {
+        let report = apply(
+            &host,
+            &format!(
+                r#"{{"schema": 1, "packages_upgrade": {upgrade},
+                    "packages": {{"mesh-usurper": {{}}, "mesh-e": {{}}, "mesh-nope": {{}}}},
+                    "units": {{"{unit}": {{"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}}}}}}"#
+            ),
+            1,
+        );
+        let detail = failure(&report, "mesh-usurper");
+        assert!(
+            detail.contains(
+                "refused: mesh-usurper replaces nox-mesh-host, the host's own package (pacman -Si)"
+            ),
+            "{detail}"
+        );
+        let detail = failure(&report, "mesh-nope");
+        assert!(detail.contains("target not found: mesh-nope"), "{detail}");
+        assert_eq!(
+            report["failures"].as_array().map(Vec::len),
+            Some(2),
+            "{report:#}"
+        );
+        // One batched look before any transaction, which never names it.
+        let commands = commands(&report);
+        let si = commands.iter().position(|c| c.contains(" -Si -- "));
+        let install = commands.iter().position(|c| c.contains("--needed"));
+        assert!(si.is_some() && si < install, "{commands:?}");
+        assert!(
+            commands
+                .iter()
+                .filter(|c| c.contains("--needed"))
+                .all(|c| !c.contains("mesh-usurper")),
+            "{commands:?}"
+        );
+        assert_eq!(pacman.version("nox-mesh-host").as_deref(), Some("0.0.1-1"));
+        assert_eq!(pacman.version("mesh-usurper"), None);
+        assert!(pacman.version("mesh-e").is_some(), "{report:#}");
+        let unit_active = status(&format!("systemctl --user is-active --quiet {unit}"));
+        assert_eq!(unit_active, 0, "the other kinds converge: {report:#}");
+        pacman.pacman("-R --noconfirm mesh-e");
+    }
+    let _ = status(&format!("systemctl --user stop {unit}"));
+    let _ = std::fs::remove_file(sb.unit_dir.join(&unit));
+}
+
+/// Adds the package `name` 1.0-1 (with `pkginfo` lines such as `depend = x`) to `repo`, with its
+/// database newer than any root synced from it this second.
+fn publish(repo: &Path, name: &str, pkginfo: &[&str]) {
+    let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/lib.sh");
+    let script = format!(
+        "set -e; source {lib}; d=$(mktemp -d); mkdir -p $d/usr/share/{name}; \
+         echo {name} > $d/usr/share/{name}/marker; sb_pkginfo $d {name} 1.0-1; \
+         printf '%s\\n' {lines} >> $d/.PKGINFO; \
+         sb_pack $d {repo}/{name}-1.0-1-any.pkg.tar.zst; rm -rf $d; \
+         repo-add -q {repo}/meshtest.db.tar.gz {repo}/{name}-1.0-1-any.pkg.tar.zst; \
+         touch -d '+2 seconds' {repo}/meshtest.db*",
+        lib = lib.display(),
+        repo = repo.display(),
+        lines = pkginfo
+            .iter()
+            .map(|l| format!("'{l}'"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    let status = Command::new("bash")
+        .args(["-c", &script])
+        .status()
+        .expect("bash");
+    assert!(status.success(), "{script}");
+}
+
+#[test]
+fn packages_upgrade_checks_packages_new_to_the_databases_after_refreshing_them() {
+    let Some(sb) = sandbox() else { return };
+    let (private, repo) = private_repo(&sb, "self-new");
+    let pacman = PacmanRoot::new("self-new", &repo);
+    let host = pacman.host(&sb, "pkg-self-new", "");
+    pacman.pacman("-S --noconfirm nox-mesh-host");
+    // Published after this root last synced: only the -Syu's refresh sees them.
+    publish(&repo, "mesh-new", &[]);
+    publish(&repo, "mesh-usurper-too", &["replaces = nox-mesh-host"]);
+
+    let report = apply(
+        &host,
+        r#"{"schema": 1, "packages_upgrade": true, "packages": {"mesh-new": {}, "mesh-usurper-too": {}}}"#,
+        1,
+    );
+    let detail = failure(&report, "mesh-usurper-too");
+    assert!(
+        detail.contains("refused: mesh-usurper-too replaces nox-mesh-host"),
+        "{detail}"
+    );
+    let commands: Vec<String> = commands(&report)
+        .into_iter()
+        .filter(|c| c.contains(" -S"))
+        .map(|c| {
+            c.split_once(" -S")
+                .map(|(_, rest)| format!("-S{rest}"))
+                .unwrap_or(c)
+        })
+        .collect();
+    assert_eq!(
+        commands,
+        vec![
+            "-Si -- mesh-new mesh-usurper-too",
+            "-Syu --ignore=nox-mesh-host --needed --noconfirm",
+            "-Si -- mesh-new mesh-usurper-too",
+            "-S --needed --noconfirm -- mesh-new",
+        ]
+    );
+    assert_eq!(pacman.version("mesh-new").as_deref(), Some("1.0-1"));
+    assert_eq!(pacman.version("mesh-usurper-too"), None);
+    assert_eq!(pacman.version("nox-mesh-host").as_deref(), Some("0.0.1-1"));
+    drop(pacman);
+    let _ = std::fs::remove_dir_all(&private);
+}
+
+#[test]
+fn a_release_that_would_remove_the_hosts_package_as_a_dependency_is_refused() {
+    let Some(sb) = sandbox() else { return };
+    let (private, repo) = private_repo(&sb, "self-remove");
+    publish(&repo, "mesh-addon", &["depend = nox-mesh-host"]);
+    let pacman = PacmanRoot::new("self-remove", &repo);
+    let host = pacman.host(&sb, "pkg-self-remove", "");
+    // The operator installed the add-on, and the host's package with it as its dependency.
+    pacman.pacman("-S --noconfirm mesh-addon mesh-e");
+    let report = apply(
+        &host,
+        r#"{"schema": 1, "packages": {"mesh-addon": {"state": "absent"}, "mesh-e": {"state": "absent"}}}"#,
+        1,
+    );
+    let detail = failure(&report, "mesh-addon");
+    assert!(
+        detail.contains(
+            "refused: removing mesh-addon with its dependencies would remove nox-mesh-host"
+        ),
+        "{detail}"
+    );
+    assert_eq!(
+        report["failures"].as_array().map(Vec::len),
+        Some(1),
+        "{report:#}"
+    );
+    assert_eq!(pacman.version("nox-mesh-host").as_deref(), Some("0.0.1-1"));
+    assert!(pacman.version("mesh-addon").is_some());
+    assert_eq!(pacman.version("mesh-e"), None, "the rest is removed");
+    drop(pacman);
+    let _ = std::fs::remove_dir_all(&private);
 }

@@ -136,7 +136,7 @@ fn the_tarball_holds_the_binary_the_unit_and_the_install_text() {
         "| tar -xz",
         "systemctl daemon-reload",
         "systemctl enable --now mesh-host.service",
-        "mesh-host join --control-plane https://HOST:PORT --token TOKEN --ca-hash sha256:HEX",
+        "mesh-host join --control-plane https://HOST:PORT --token-file /root/mesh-token --ca-hash sha256:HEX",
         "mesh-host apply --root /mnt FILE",
         "mesh-host reconcile --root /mnt --state-dir /mnt/var/lib/mesh-host",
     ] {

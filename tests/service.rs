@@ -251,6 +251,12 @@ fn a_control_plane_not_signed_by_the_pinned_ca_is_refused() {
         error.contains("TLS") || error.contains("certificate"),
         "{error}"
     );
+    // The impostor learns why: the TLS alert rustls produced, not a bare end of stream.
+    assert!(
+        cp.wait_for_end("received fatal alert: ", WAIT),
+        "{:?}",
+        cp.ends()
+    );
 }
 
 #[test]
@@ -275,8 +281,97 @@ fn hostile_control_planes_drop_the_link_and_the_host_reconnects() {
             .unwrap_or("")
             .to_string();
         assert!(!error.is_empty(), "{behaviour:?}: no error recorded");
+        // Before it closes, the host names the problem in an `error` frame.
+        let named = match behaviour {
+            Behaviour::Garbage => {
+                Some("the host closes: \"protocol error: a frame that is not a message")
+            }
+            Behaviour::OversizedFrame => {
+                Some("the host closes: \"frame of 4294967280 bytes announced")
+            }
+            Behaviour::HalfFrameThenSilence => {
+                Some("the host closes: \"no bytes from the control plane for 3 s")
+            }
+            _ => None,
+        };
+        if let Some(named) = named {
+            assert!(
+                cp.wait_for_end(named, WAIT),
+                "{behaviour:?}: {:?}",
+                cp.ends()
+            );
+        }
         assert_eq!(node.stop(), Some(0));
     }
+}
+
+/// A huge bad declaration is rejected with a report the control plane can take (its problem
+/// count and the first problems, under 1 MiB), and the declarations after it still go through.
+#[test]
+fn the_rejection_of_a_huge_bad_declaration_is_capped() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    let node = node("huge-bad", &pki, Some(&cp), r#""interval_secs": 600"#);
+    let problems = 100_000;
+    let files: serde_json::Map<String, Value> = (0..problems)
+        .map(|i| {
+            (
+                format!("etc/bad-{i:06}"),
+                serde_json::json!({"content": "a"}),
+            )
+        })
+        .collect();
+    let bad = serde_json::json!({"schema": 1, "files": files}).to_string();
+    cp.send_declare(5, &bad);
+    assert!(
+        cp.wait_for(
+            |r| has_report(r, |r| r["outcome"] == "rejected"),
+            Duration::from_secs(60)
+        ),
+        "{}",
+        node.log()
+    );
+    let report = cp
+        .reports()
+        .into_iter()
+        .find(|r| r["outcome"] == "rejected")
+        .unwrap_or_default();
+    let size = report.to_string().len();
+    let message = report["message"].as_str().unwrap_or_default().to_string();
+    eprintln!("a rejection of {problems} problems: a report of {size} bytes");
+    assert!(size <= 1 << 20, "{size} bytes");
+    assert!(
+        message.starts_with(&format!("revision 5: {problems} problems")),
+        "{}",
+        &message[..200.min(message.len())]
+    );
+    assert!(message.contains(r#"files["etc/bad-000000"]: path is not absolute"#));
+    assert!(message.contains("more lines"), "the rest is counted");
+    cp.declare(6, &motd("after"));
+    assert!(
+        wait_until(WAIT, || node.read("/etc/motd").as_deref()
+            == Some("after\n")),
+        "{}",
+        node.log()
+    );
+}
+
+#[test]
+fn on_sigterm_the_control_plane_is_told_the_host_is_stopping() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    let mut node = node("goodbye", &pki, Some(&cp), r#""interval_secs": 600"#);
+    assert!(
+        wait_until(WAIT, || node.status()["service"]["link"] == "connected"),
+        "{}",
+        node.log()
+    );
+    assert_eq!(node.stop(), Some(0), "{}", node.log());
+    assert!(
+        cp.wait_for_end("the host closes: \"the host is stopping\"", WAIT),
+        "the goodbye is written before close_notify: {:?}",
+        cp.ends()
+    );
 }
 
 #[test]

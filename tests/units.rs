@@ -544,7 +544,7 @@ fn the_hosts_own_unit_is_refused_and_nothing_changes() {
 }
 
 #[test]
-fn a_template_name_and_an_oversized_unit_file_fail_only_their_own_units() {
+fn an_oversized_unit_file_fails_only_its_own_unit_and_a_template_is_never_queried() {
     let Some(sb) = sandbox() else { return };
     let normal = unit_name("odd-normal");
     let big = unit_name("odd-big");
@@ -560,9 +560,14 @@ fn a_template_name_and_an_oversized_unit_file_fail_only_their_own_units() {
         json!({"units": {
             &normal: {"content": service("normal"), "active": true},
             &big: {"active": true},
-            &template: {"active": true}}}),
+            &template: {"content": service("template")}}}),
     );
-    let out = host.run(&["--json", "apply", file.to_str().expect("utf-8")]);
+    let out = host.run(&[
+        "--json",
+        "--trace-commands",
+        "apply",
+        file.to_str().expect("utf-8"),
+    ]);
     assert_eq!(out.code, 1, "{out:?}");
     let report = out.json();
     let failures: Vec<(String, String, String)> = report["failures"]
@@ -574,7 +579,7 @@ fn a_template_name_and_an_oversized_unit_file_fail_only_their_own_units() {
             (text("key"), text("action"), text("detail"))
         })
         .collect();
-    assert_eq!(failures.len(), 2, "{report:#}");
+    assert_eq!(failures.len(), 1, "{report:#}");
     let detail = |key: &str| {
         failures
             .iter()
@@ -586,17 +591,79 @@ fn a_template_name_and_an_oversized_unit_file_fail_only_their_own_units() {
         detail(&big).contains("more than the limit of 4096"),
         "{report:#}"
     );
+    // A template ships its file; it is never a name systemctl is asked about.
+    assert!(sb.unit_dir.join(&template).exists(), "{report:#}");
+    let commands = report["commands"].as_array().expect("commands");
     assert!(
-        detail(&template).contains("systemctl --user show") && detail(&template).contains("tmpl@"),
-        "{report:#}"
+        commands
+            .iter()
+            .filter_map(|c| c.as_str())
+            .all(|c| !c.contains("tmpl@")),
+        "{commands:#?}"
     );
     assert_eq!(systemctl(&["is-active", "--", &normal]), "active");
-    // The retries that found the template are counted in the run.
-    let status = host.run(&["status", "--json"]).json();
-    let retries = status["runs"]
-        .as_array()
-        .and_then(|runs| runs.last())
-        .map(|run| run["retries"].as_u64().unwrap_or(0))
-        .unwrap_or(0);
-    assert!(retries >= 2, "{status:#}");
+}
+
+#[test]
+fn a_refused_declaration_leaves_the_hosts_unit_byte_for_byte_and_running() {
+    let Some(sb) = sandbox() else { return };
+    // The host's unit, installed by hand, with the config naming it as the host's own.
+    let own = unit_name("own");
+    let stem = own.trim_end_matches(".service").to_string();
+    let other = unit_name("bystander");
+    let _cleanup = cleanup(&sb, &[&own, &other]);
+    install_by_hand(&sb, &own, &service("the host itself"));
+    sh(&format!("systemctl --user start -- {own}"));
+    let cat_before = systemctl(&["cat", "--", &own]);
+    let pid_before = main_pid(&own);
+    let host = sb.host("units-self", &format!(r#""unit_name": "{own}""#));
+    // A valid declaration first: it stays in force.
+    let valid = declare(
+        &host,
+        "valid.json",
+        json!({"units": {&other: {"content": service("bystander"), "active": true}}}),
+    );
+    apply_traced(&host, &valid, 0);
+    let store_before = snapshot(&host.state());
+
+    let conflicting =
+        format!("[Unit]\nConflicts={own}\n[Service]\nExecStart=/bin/sleep infinity\n");
+    let wanted_by = format!("[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=\\\n  {own}\n");
+    let refused = declare(
+        &host,
+        "refused.json",
+        json!({"units": {
+            &own: {"active": false},
+            format!("{stem}.socket"): {"content": "[Socket]\nListenStream=0\n", "active": true},
+            format!("{stem}.timer"): {"enabled": true},
+            format!("mesh-it-{}-x.service", std::process::id()): {"content": conflicting, "active": true},
+            format!("mesh-it-{}-y.service", std::process::id()): {"content": wanted_by, "enabled": true},
+            format!("mesh-it-{}-t@.service", std::process::id()): {"content": "[Service]\nExecStart=/bin/true\n", "active": true},
+            &other: {"active": false},
+        }}),
+    );
+    let out = apply_traced(&host, &refused, 2);
+    for needle in [
+        format!("units[\"{own}\"]: refused: {own} is the host's own unit"),
+        format!("units[\"{stem}.socket\"]: refused: {stem}.socket is the host's own unit: by default it starts {own}"),
+        format!("units[\"{stem}.timer\"]: refused"),
+        format!("[Unit] Conflicts={own} (line 2) names {own}, the host's own unit"),
+        format!("[Install] WantedBy={own} (line 4) names {own}"),
+        "is a template: declare its instances".to_string(),
+    ] {
+        assert!(out.stderr.contains(&needle), "{needle:?} not in {}", out.stderr);
+    }
+    assert!(!out.stderr.contains("command: "), "nothing ran: {out:?}");
+    assert_eq!(systemctl(&["cat", "--", &own]), cat_before, "byte for byte");
+    assert_eq!(main_pid(&own), pid_before, "still the same process");
+    assert_eq!(
+        property(&other, "ActiveState"),
+        "active",
+        "the previous declaration holds"
+    );
+    assert_eq!(
+        snapshot(&host.state()),
+        store_before,
+        "the store was touched"
+    );
 }

@@ -171,12 +171,15 @@ impl Kind for Containers {
             valid_port,
             "a port mapping such as \"8080:80\" or \"127.0.0.1:8080:80/tcp\"",
         );
-        list(
-            "volumes",
-            &volumes,
-            valid_volume,
-            "a volume such as \"/srv/data:/data:ro\" or \"name:/data\"",
-        );
+        for (i, volume) in volumes.iter().enumerate() {
+            if let Err(e) = parse_volume(volume) {
+                let at = format!("{}[{i}]", fields.at("volumes"));
+                fields.problems.push(
+                    at,
+                    format!("{volume:?} is not a volume such as \"/srv/data:/data:ro\" or \"name:/data\": {e}"),
+                );
+            }
+        }
         if let Some(n) = network {
             if let Err(e) = check_argument("network", n) {
                 fields.problem("network", e);
@@ -196,23 +199,28 @@ impl Kind for Containers {
     }
 
     fn refuse_self(_key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
-        spec.volumes.iter().find_map(|volume| {
-            let source = std::path::Path::new(volume.split(':').next().unwrap_or(""));
-            if source.starts_with(&identity.config_dir) {
-                return Some(format!(
-                    "volume {volume:?} mounts the host's own configuration"
-                ));
+        spec.volumes.iter().find_map(|text| {
+            let volume = parse_volume(text).ok()?;
+            let source = volume.host_path.as_deref();
+            let mut writes: Vec<(&str, String)> = Vec::new();
+            if let Some(source) = source {
+                if !volume.read_only {
+                    writes.push((source, "read-write".into()));
+                }
+                if let Some(option) = volume.changes_source {
+                    writes.push((
+                        source,
+                        format!("with :{option} (podman changes the source)"),
+                    ));
+                }
             }
-            identity
-                .state_dirs
-                .iter()
-                .find(|d| source.starts_with(d))
-                .map(|d| {
-                    format!(
-                        "volume {volume:?} mounts the host's own store {}",
-                        d.display()
-                    )
-                })
+            for dir in &volume.overlay_dirs {
+                writes.push((dir, "as an overlay's upper or work directory".into()));
+            }
+            writes.iter().find_map(|(path, how)| {
+                crate::selfref::refuse_mount(path, how, identity)
+                    .map(|why| format!("volume {text:?}: {why}"))
+            })
         })
     }
 
@@ -600,15 +608,143 @@ fn valid_port(p: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || ".:/[]-".contains(c))
 }
 
-fn valid_volume(v: &str) -> bool {
-    let source = v.split(':').next().unwrap_or("");
-    let named = source
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphanumeric());
-    v.contains(':')
-        && (source.starts_with('/') || named)
-        && !v.chars().any(|c| c.is_control() || c == ',')
+/// A `--volume` value as podman reads it (podman-run(1), `--volume`).
+#[derive(Debug, PartialEq)]
+pub struct Volume {
+    /// The host directory of a bind mount, normalised; `None` for a named volume.
+    pub host_path: Option<String>,
+    /// `ro`; an overlay (`O`) also leaves its source unchanged.
+    pub read_only: bool,
+    /// `U` (chown) or `z`/`Z` (relabel): podman changes the source itself, even read-only.
+    pub changes_source: Option<&'static str>,
+    /// An overlay's `upperdir=` and `workdir=`, normalised: written to.
+    pub overlay_dirs: Vec<String>,
+}
+
+/// podman's volume options, in groups of which at most one may be given.
+const VOLUME_OPTIONS: [&[&str]; 11] = [
+    &["ro", "rw"],
+    &["z", "Z"],
+    &["U"],
+    &["O"],
+    &["exec", "noexec"],
+    &["dev", "nodev"],
+    &["suid", "nosuid"],
+    &["bind", "rbind"],
+    &["copy", "nocopy"],
+    &[
+        "private",
+        "rprivate",
+        "shared",
+        "rshared",
+        "slave",
+        "rslave",
+        "unbindable",
+        "runbindable",
+    ],
+    &["idmap"],
+];
+
+/// Parses `SOURCE:DEST[:OPTIONS]`: a host path (absolute; `.`, `//` and a trailing `/` are
+/// normalised away) or a volume name, an absolute destination, and
+/// comma-separated options podman knows.
+pub fn parse_volume(text: &str) -> Result<Volume, String> {
+    if text.chars().any(char::is_control) {
+        return Err("it contains control characters".into());
+    }
+    let parts: Vec<&str> = text.split(':').collect();
+    let (source, destination, options) = match parts.as_slice() {
+        [source, destination] => (*source, *destination, None),
+        [source, destination, options] => (*source, *destination, Some(*options)),
+        [_] => return Err("it has no source (SOURCE:DEST)".into()),
+        _ => return Err("it has more than two ':'".into()),
+    };
+    if !destination.starts_with('/') {
+        return Err(format!(
+            "destination {destination:?} is not an absolute path"
+        ));
+    }
+    let host_path = if source.starts_with('/') {
+        Some(normalise(source))
+    } else if source.starts_with('.') {
+        return Err(format!(
+            "source {source:?} is relative to podman's working directory; give an absolute path"
+        ));
+    } else {
+        check_volume_name(source)?;
+        None
+    };
+    let mut volume = Volume {
+        host_path,
+        read_only: false,
+        changes_source: None,
+        overlay_dirs: Vec::new(),
+    };
+    let mut seen: Vec<usize> = Vec::new();
+    for option in options
+        .map(|o| o.split(',').collect())
+        .unwrap_or(Vec::new())
+    {
+        if let Some(dir) = option
+            .strip_prefix("upperdir=")
+            .or_else(|| option.strip_prefix("workdir="))
+        {
+            if !dir.starts_with('/') {
+                return Err(format!("{option:?} is not an absolute path"));
+            }
+            volume.overlay_dirs.push(normalise(dir));
+            continue;
+        }
+        let name = option.split_once('=').map_or(option, |(n, _)| n);
+        let Some(group) = VOLUME_OPTIONS
+            .iter()
+            .position(|g| g.contains(&name) && (name == "idmap" || name == option))
+        else {
+            return Err(format!("{option:?} is not a podman volume option"));
+        };
+        if seen.contains(&group) {
+            return Err(format!(
+                "{option:?} repeats or contradicts another option ({})",
+                VOLUME_OPTIONS[group].join("/")
+            ));
+        }
+        seen.push(group);
+        match name {
+            "ro" | "O" => volume.read_only = true,
+            "U" => volume.changes_source = Some("U"),
+            "z" => volume.changes_source = Some("z"),
+            "Z" => volume.changes_source = Some("Z"),
+            _ => {}
+        }
+    }
+    Ok(volume)
+}
+
+/// A host path without `.`, empty components or a trailing `/`. `..` is kept: it cannot be
+/// resolved without following symlinks, so a writable mount through it is refused.
+fn normalise(path: &str) -> String {
+    let mut out = String::new();
+    for part in path.split('/') {
+        if !matches!(part, "" | ".") {
+            out.push('/');
+            out.push_str(part);
+        }
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+fn check_volume_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
+        return Err(format!(
+            "volume name {name:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]*"
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Deserialize)]
@@ -676,7 +812,7 @@ mod tests {
             &["refused", "own store"],
         );
         check_refused(
-            r#"{"schema": 1, "containers": {"web": {"image": "x", "volumes": ["/etc/mesh-host:/x:ro"]}}}"#,
+            r#"{"schema": 1, "containers": {"web": {"image": "x", "volumes": ["/etc/mesh-host:/x:rw"]}}}"#,
             &["refused", "own configuration"],
         );
         check_refused(

@@ -178,35 +178,12 @@ impl Kind for Files {
         }))
     }
 
-    fn refuse_self(key: &str, _spec: &Spec, identity: &Identity) -> Option<String> {
-        let path = Path::new(key);
-        if path.starts_with(&identity.config_dir) {
-            return Some(format!(
-                "{} is the host's own configuration",
-                identity.config_dir.display()
-            ));
-        }
-        if let Some(store) = identity.state_dirs.iter().find(|d| path.starts_with(d)) {
-            return Some(format!("{} is the host's own store", store.display()));
-        }
-        for dir in &identity.unit_dirs {
-            let Ok(rest) = path.strip_prefix(dir) else {
-                continue;
-            };
-            for component in rest.components() {
-                let name = component.as_os_str().to_string_lossy();
-                if let Some(unit) = identity
-                    .unit_names
-                    .iter()
-                    .find(|u| *name == ***u || name.starts_with(&format!("{u}.")))
-                {
-                    return Some(format!(
-                        "{key} is the host's own unit {unit} (its file, a drop-in or a link to it)"
-                    ));
-                }
-            }
-        }
-        None
+    fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
+        let content = match spec {
+            Spec::Present(c) => Some(c.bytes.as_slice()),
+            Spec::Absent => None,
+        };
+        crate::selfref::refuse_file(key, content, identity)
     }
 
     fn desired(declaration: &Declaration) -> &BTreeMap<String, Spec> {

@@ -24,7 +24,7 @@ pub struct Env<'a> {
     /// Applying into a mounted root: whatever needs the running system is deferred.
     pub offline: bool,
     pub config: &'a Config,
-    pub runner: &'a Runner,
+    pub runner: &'a Runner<'a>,
     /// Absent when planning against a store that does not exist yet.
     pub store: Option<&'a Store>,
     /// Whether the host is being stopped: checked between resources, so the one being applied

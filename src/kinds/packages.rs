@@ -4,6 +4,7 @@
 //! Declared packages are kept explicitly installed, so no `-Rs` (the host's or a person's) takes
 //! one away as a dependency nobody needs any more.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -259,42 +260,90 @@ impl Kind for Packages {
                 .map(|c| c.key.as_str())
                 .collect()
         };
-        let install_args: &[&str] = if cx.declaration.packages_upgrade {
-            &["-Syu", "--needed", "--noconfirm"]
-        } else {
-            &["-S", "--needed", "--noconfirm"]
-        };
+        let host_packages = &env.config.identity.package_names;
+        // The host's package is never upgraded with the rest (a static binary with no
+        // dependencies, so holding it back is no partial upgrade).
+        let ignore = format!("--ignore={}", host_packages.join(","));
+        let upgrade = cx.declaration.packages_upgrade;
         // Once pacman itself fails (lock held past the wait, timeout, not startable), every later
         // transaction of this run fails the same way without running: retrying would only wait again.
-        let mut pacman_failure: Option<String> = None;
-        let mut transaction = |args: &[&str], names: &[&str]| -> Vec<Result<(), String>> {
+        let pacman_failure: RefCell<Option<String>> = RefCell::new(None);
+        let transaction = |args: &[&str], names: &[&str]| -> Vec<Result<(), String>> {
             let args = match with_root(env, args) {
                 Ok(args) => args,
                 Err(e) => return names.iter().map(|_| Err(e.clone())).collect(),
             };
             batch_then_each(env.runner, names, |batch| {
-                if let Some(e) = &pacman_failure {
+                if let Some(e) = pacman_failure.borrow().as_ref() {
                     return Err(e.clone());
                 }
                 run_waiting_for_lock(env, &args, batch).map_err(|e| match e {
                     TransactionError::Packages(e) => e,
-                    TransactionError::Pacman(e) => pacman_failure.insert(e).clone(),
+                    TransactionError::Pacman(e) => pacman_failure.borrow_mut().insert(e).clone(),
                 })
             })
         };
-        // Marked explicit before any removal, so the `-Rs` cannot take a declared package along.
-        let steps: [(Op, &[&str]); 4] = [
-            (Op::MarkExplicit, &["-D", "--asexplicit"]),
-            (Op::Install, install_args),
-            (Op::Remove, &["-Rs", "--noconfirm"]),
-            (Op::MarkDependency, &["-D", "--asdeps"]),
-        ];
         let mut results: BTreeMap<&str, Result<(), String>> = BTreeMap::new();
-        for (op, args) in steps {
-            let names = pick(op);
-            let outcomes = transaction(args, &names);
-            results.extend(names.into_iter().zip(outcomes));
+        // Marked explicit before any removal, so the `-Rs` cannot take a declared package along.
+        let names = pick(Op::MarkExplicit);
+        let outcomes = transaction(&["-D", "--asexplicit"], &names);
+        results.extend(names.into_iter().zip(outcomes));
+
+        // What would be installed is checked against pacman's own metadata first: a package that
+        // replaces, conflicts with or provides the host's would take the host over.
+        let wanted = pick(Op::Install);
+        let (checked, unknown) = check_sync_packages(env, &wanted, host_packages, &mut results);
+        if upgrade && !(checked.is_empty() && unknown.is_empty()) {
+            let args = ["-Syu", ignore.as_str(), "--needed", "--noconfirm"];
+            let outcomes = if checked.is_empty() {
+                // Only packages the stale databases do not know: upgrade (which refreshes them)
+                // first, then check and install those below.
+                let outcome = match with_root(env, &args) {
+                    Ok(args) => run_waiting_for_lock(env, &args, &[]).map_err(|e| match e {
+                        TransactionError::Packages(e) | TransactionError::Pacman(e) => e,
+                    }),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = outcome {
+                    *pacman_failure.borrow_mut() = Some(e);
+                }
+                Vec::new()
+            } else {
+                transaction(&args, &checked)
+            };
+            results.extend(checked.iter().copied().zip(outcomes));
+            if !unknown.is_empty() {
+                let failure = pacman_failure.borrow().clone();
+                if let Some(e) = failure {
+                    for name in &unknown {
+                        results.insert(name, Err(e.clone()));
+                    }
+                } else {
+                    // The databases are fresh now and the system upgraded: `-S` is no partial upgrade.
+                    let (checked, unknown) =
+                        check_sync_packages(env, &unknown, host_packages, &mut results);
+                    for name in unknown {
+                        results.insert(name, Err(not_found(name)));
+                    }
+                    let outcomes = transaction(&["-S", "--needed", "--noconfirm"], &checked);
+                    results.extend(checked.into_iter().zip(outcomes));
+                }
+            }
+        } else {
+            for name in unknown {
+                results.insert(name, Err(not_found(name)));
+            }
+            let outcomes = transaction(&["-S", "--needed", "--noconfirm"], &checked);
+            results.extend(checked.into_iter().zip(outcomes));
         }
+
+        let removals = pick(Op::Remove);
+        let removals = check_removals(env, &removals, host_packages, &mut results);
+        let outcomes = transaction(&["-Rs", "--noconfirm"], &removals);
+        results.extend(removals.into_iter().zip(outcomes));
+        let names = pick(Op::MarkDependency);
+        let outcomes = transaction(&["-D", "--asdeps"], &names);
+        results.extend(names.into_iter().zip(outcomes));
         changes
             .iter()
             .map(|c| match results.get(c.key.as_str()) {
@@ -331,6 +380,211 @@ fn with_root<'a>(env: &'a Env, args: &[&'a str]) -> Result<Vec<&'a str>, String>
     }
     out.extend_from_slice(args);
     Ok(out)
+}
+
+/// Looks `names` up in the sync databases with one `pacman -Si`. Those that replace, conflict with,
+/// provide or depend on a host package fail here with that reason (so does every name, if pacman cannot
+/// answer); returns the names that may be installed, and those no sync database has.
+fn check_sync_packages<'n>(
+    env: &Env,
+    names: &[&'n str],
+    host_packages: &[String],
+    results: &mut BTreeMap<&'n str, Result<(), String>>,
+) -> (Vec<&'n str>, Vec<&'n str>) {
+    if names.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let output = with_root(env, &["-Si"]).and_then(|args| {
+        let output = env
+            .runner
+            .query(&env.config.pacman, &args, names)
+            .map_err(|e| e.to_string())?;
+        // Its exit status counts the names not found; any other complaint is a real failure.
+        let complaint = output.stderr.lines().any(|line| {
+            let not_found =
+                line.starts_with("error: package '") && line.ends_with("' was not found");
+            !(line.trim().is_empty() || not_found || line.starts_with("warning: "))
+        });
+        match output.code {
+            Some(_) if !complaint => Ok((output.stdout_text(), output.stderr)),
+            code => Err(format!(
+                "`pacman -Si` (checking what would be installed) exited with status {code:?}: {}",
+                output.stderr.trim()
+            )),
+        }
+    });
+    let (stdout, stderr) = match output {
+        Ok(output) => output,
+        Err(e) => {
+            for name in names {
+                results.insert(name, Err(e.clone()));
+            }
+            return (Vec::new(), Vec::new());
+        }
+    };
+    let infos = parse_sync_info(&stdout);
+    let (mut checked, mut unknown) = (Vec::new(), Vec::new());
+    for &name in names {
+        let Some(info) = infos.iter().find(|i| i.name == name) else {
+            // Not found, as pacman says; a tool that says nothing of it leaves the judgement
+            // to the transaction (real pacman always says one or the other).
+            if stderr.contains(&format!("error: package '{name}' was not found")) {
+                unknown.push(name);
+            } else {
+                checked.push(name);
+            }
+            continue;
+        };
+        match takes_over(info, host_packages) {
+            Some(why) => {
+                results.insert(name, Err(why));
+            }
+            None => checked.push(name),
+        }
+    }
+    (checked, unknown)
+}
+
+/// Of `names` to remove with `-Rs`, those whose removal would take a host package along (one
+/// installed as their dependency) fail with that reason, asked of `pacman -Rsp` (which changes
+/// nothing); returns the rest. Each is asked alone when the batch would take a host package or
+/// pacman refuses the batch (one name's broken dependency hides what the others would remove).
+fn check_removals<'n>(
+    env: &Env,
+    names: &[&'n str],
+    host_packages: &[String],
+    results: &mut BTreeMap<&'n str, Result<(), String>>,
+) -> Vec<&'n str> {
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let removed_hosts = |batch: &[&str]| -> Option<Vec<String>> {
+        let args = with_root(env, &["-Rsp", "--print-format", "%n"]).ok()?;
+        let output = env.runner.query(&env.config.pacman, &args, batch).ok()?;
+        (output.code == Some(0)).then(|| {
+            output
+                .stdout_text()
+                .lines()
+                .filter(|line| host_packages.iter().any(|h| h == line.trim()))
+                .map(|line| line.trim().to_string())
+                .collect()
+        })
+    };
+    match removed_hosts(names) {
+        Some(hosts) if hosts.is_empty() => return names.to_vec(),
+        None if names.len() == 1 => return names.to_vec(),
+        _ => {}
+    }
+    let mut allowed = Vec::new();
+    for &name in names {
+        match removed_hosts(&[name]).and_then(|hosts| hosts.into_iter().next()) {
+            Some(host) => {
+                results.insert(
+                    name,
+                    Err(format!(
+                        "refused: removing {name} with its dependencies would remove {host}, \
+                         the host's own package (installed as its dependency; pacman -Rsp); \
+                         mesh-host never manages itself"
+                    )),
+                );
+            }
+            None => allowed.push(name),
+        }
+    }
+    allowed
+}
+
+fn not_found(name: &str) -> String {
+    format!(
+        "target not found: {name} (no sync database has a package of that name; mesh-host \
+         declares packages by name, not groups or provisions)"
+    )
+}
+
+/// What `pacman -Si` says of one sync package that matters to the host.
+#[derive(Debug, PartialEq)]
+pub struct SyncInfo<'a> {
+    pub name: &'a str,
+    pub replaces: Vec<&'a str>,
+    pub conflicts: Vec<&'a str>,
+    pub provides: Vec<&'a str>,
+    pub depends: Vec<&'a str>,
+}
+
+/// `pacman -Si` output: one block per package, as `-Qi` prints them. List entries may carry a
+/// version constraint (`nox-mesh-host>=1.0`), kept as printed.
+pub fn parse_sync_info(stdout: &str) -> Vec<SyncInfo<'_>> {
+    let mut out = Vec::new();
+    for block in stdout.split("\n\n") {
+        // `Field : value` lines; a list pacman wraps continues on lines that start blank.
+        let mut fields: Vec<(&str, Vec<&str>)> = Vec::new();
+        for line in block.lines() {
+            match (
+                line.starts_with(char::is_whitespace),
+                line.split_once(" : "),
+            ) {
+                (false, Some((key, value))) => {
+                    fields.push((key.trim_end(), value.split_whitespace().collect()))
+                }
+                (true, _) => {
+                    if let Some((_, words)) = fields.last_mut() {
+                        words.extend(line.split_whitespace());
+                    }
+                }
+                (false, None) => {}
+            }
+        }
+        let list = |name: &str| -> Vec<&str> {
+            match fields.iter().find(|(key, _)| *key == name) {
+                Some((_, words)) if words.as_slice() != ["None"] => words.clone(),
+                _ => Vec::new(),
+            }
+        };
+        let Some(&name) = list("Name").first() else {
+            continue;
+        };
+        out.push(SyncInfo {
+            name,
+            replaces: list("Replaces"),
+            conflicts: list("Conflicts With"),
+            provides: list("Provides"),
+            depends: list("Depends On"),
+        });
+    }
+    out
+}
+
+/// Why installing `info` would take a host package over, if it would.
+fn takes_over(info: &SyncInfo, host_packages: &[String]) -> Option<String> {
+    let names = |entries: &[&str]| -> Option<String> {
+        entries.iter().find_map(|entry| {
+            let bare = entry.split(['<', '>', '=']).next().unwrap_or(entry);
+            host_packages
+                .iter()
+                .find(|h| h.as_str() == bare)
+                .map(|h| h.to_string())
+        })
+    };
+    for (relation, entries, effect) in [
+        ("replaces", &info.replaces, "would remove the host"),
+        ("conflicts with", &info.conflicts, "would remove the host"),
+        ("provides", &info.provides, "would stand in for the host"),
+        // --ignore or not: `--noconfirm` answers yes to installing an ignored dependency.
+        (
+            "depends on",
+            &info.depends,
+            "would install or upgrade the host",
+        ),
+    ] {
+        if let Some(host) = names(entries) {
+            return Some(format!(
+                "refused: {} {relation} {host}, the host's own package (pacman -Si); installing \
+                 it {effect}; mesh-host never manages itself",
+                info.name
+            ));
+        }
+    }
+    None
 }
 
 /// Why a pacman transaction failed.
@@ -536,6 +790,80 @@ mod tests {
                 "the host's own package",
             ],
         );
+        assert!(problems(
+            r#"{"schema": 1, "packages": {"nox-mesh-hostile": {}, "mesh-host": {}, "Nox-Mesh-Host": {}}}"#
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn sync_info_shows_what_would_take_the_host_over() {
+        let stdout = include_str!("../../tests/fixtures/pacman-Si.txt");
+        let infos = parse_sync_info(stdout);
+        assert_eq!(
+            infos,
+            vec![
+                SyncInfo {
+                    name: "mesh-usurper",
+                    replaces: vec!["nox-mesh-host"],
+                    conflicts: vec!["nox-mesh-host"],
+                    provides: vec!["nox-mesh-host=9.0"],
+                    depends: vec![],
+                },
+                SyncInfo {
+                    name: "mesh-a",
+                    replaces: vec![],
+                    conflicts: vec![],
+                    provides: vec![],
+                    depends: vec![],
+                },
+            ]
+        );
+        // A list pacman wraps onto further lines is read whole.
+        let wrapped = "Name            : x\nProvides        : a  b\n                  nox-mesh-host=2\nDepends On      : None\n";
+        assert_eq!(
+            parse_sync_info(wrapped)[0].provides,
+            vec!["a", "b", "nox-mesh-host=2"]
+        );
+        let host = vec!["nox-mesh-host".to_string()];
+        let why = takes_over(&infos[0], &host).unwrap();
+        assert!(
+            why.contains("mesh-usurper replaces nox-mesh-host, the host's own package"),
+            "{why}"
+        );
+        assert_eq!(takes_over(&infos[1], &host), None);
+        for (field, entry, relation) in [
+            ("conflicts", "nox-mesh-host>=1.0", "conflicts with"),
+            ("provides", "nox-mesh-host", "provides"),
+            ("depends", "nox-mesh-host>1.0", "depends on"),
+        ] {
+            let mut info = SyncInfo {
+                name: "x",
+                replaces: vec![],
+                conflicts: vec![],
+                provides: vec![],
+                depends: vec![],
+            };
+            match field {
+                "conflicts" => info.conflicts.push(entry),
+                "provides" => info.provides.push(entry),
+                _ => info.depends.push(entry),
+            }
+            let why = takes_over(&info, &host).unwrap();
+            assert!(
+                why.contains(&format!("x {relation} nox-mesh-host")),
+                "{why}"
+            );
+        }
+        // A look-alike is not the host's package.
+        let info = SyncInfo {
+            name: "x",
+            replaces: vec!["nox-mesh-hostile"],
+            conflicts: vec!["nox-mesh"],
+            provides: vec!["mesh-host"],
+            depends: vec!["nox-mesh-host-tools"],
+        };
+        assert_eq!(takes_over(&info, &host), None);
     }
 
     fn installed(version: &str, explicit: bool) -> Observed {

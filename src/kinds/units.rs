@@ -23,21 +23,9 @@ use crate::declaration::{Declaration, Fields};
 use crate::exec::CommandError;
 use crate::fsutil::{self, Dir, FileType};
 use crate::store::{Entry, Ledger, Origin};
+use crate::unitfile::UnitName;
 
 pub struct Units;
-
-/// Suffixes of unit types that can be declared.
-const SUFFIXES: [&str; 9] = [
-    ".service",
-    ".socket",
-    ".mount",
-    ".automount",
-    ".swap",
-    ".target",
-    ".path",
-    ".timer",
-    ".slice",
-];
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Spec {
@@ -112,10 +100,21 @@ impl Kind for Units {
         check_unit_name(key)
     }
 
-    fn parse(_key: &str, fields: &mut Fields, limits: &Limits) -> Option<Spec> {
+    fn parse(key: &str, fields: &mut Fields, limits: &Limits) -> Option<Spec> {
         let present = fields.present();
         let enabled = fields.bool("enabled");
         let active = fields.bool("active");
+        // A template is a file to ship; systemd enables and starts its instances, never it.
+        if UnitName::parse(key).is_ok_and(|name| name.is_template()) {
+            for (name, given) in [("enabled", enabled.is_some()), ("active", active.is_some())] {
+                if given {
+                    fields.problem(
+                        name,
+                        format!("{key} is a template: declare its instances to enable or start them (such as {})", key.replacen("@.", "@NAME.", 1)),
+                    );
+                }
+            }
+        }
         let content = fields.str("content").map(str::to_string);
         // The same bound as files: what the host writes it must be able to read back.
         if let Some(c) = content
@@ -170,10 +169,8 @@ impl Kind for Units {
         })
     }
 
-    fn refuse_self(key: &str, _spec: &Spec, identity: &Identity) -> Option<String> {
-        identity.unit_names.iter().any(|u| u == key).then(|| {
-            format!("{key} is the host's own unit; nothing may enable, start, stop or replace it")
-        })
+    fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
+        crate::selfref::refuse_unit(key, spec.content.as_deref(), identity)
     }
 
     fn desired(declaration: &Declaration) -> &BTreeMap<String, Spec> {
@@ -192,8 +189,14 @@ impl Kind for Units {
         if keys.is_empty() {
             return Ok(BTreeMap::new());
         }
-        let names: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let states: Vec<Result<Observed, String>> = if env.offline {
+        // A template (`foo@.service`) is only its file: systemctl is asked about its instances,
+        // never about it (`show` refuses the name and would fail the batch).
+        let names: Vec<&str> = keys
+            .iter()
+            .map(String::as_str)
+            .filter(|name| !UnitName::parse(name).is_ok_and(|n| n.is_template()))
+            .collect();
+        let queried: Vec<Result<Observed, String>> = if env.offline {
             names
                 .iter()
                 .map(|name| {
@@ -211,8 +214,8 @@ impl Kind for Units {
                 })
                 .collect()
         } else {
-            // One name systemctl cannot take (a template without its instance) fails the whole
-            // `show`: asked again by halves, it fails only that unit.
+            // One name systemctl cannot take fails the whole `show`: asked again by halves, it
+            // fails only that unit.
             let blocks = query_by_halves(env.runner, "`systemctl show`", &names, |batch| {
                 env.runner
                     .run(
@@ -248,6 +251,16 @@ impl Kind for Units {
                 })
                 .collect()
         };
+        let mut queried: BTreeMap<&str, Result<Observed, String>> =
+            names.into_iter().zip(queried).collect();
+        let states: Vec<Result<Observed, String>> = keys
+            .iter()
+            .map(|key| {
+                queried
+                    .remove(key.as_str())
+                    .unwrap_or_else(|| Ok(Observed::default()))
+            })
+            .collect();
         let dir = open_unit_dir(env, false)?;
         let max = env.config.limits.max_file_bytes;
         Ok(keys
@@ -458,29 +471,7 @@ fn query_enablement(env: &Env, names: &[&str]) -> BTreeMap<String, String> {
 /// systemd's rules: a name prefix of letters, digits and `:-_.\@`, a known suffix, at most 255 bytes.
 pub fn check_unit_name(name: &str) -> Result<(), String> {
     check_argument("unit", name)?;
-    if name.len() > 255 {
-        return Err("unit name is longer than 255 bytes".into());
-    }
-    let Some(suffix) = SUFFIXES.iter().find(|s| name.ends_with(*s)) else {
-        return Err(format!(
-            "unit name {name:?} has no known suffix ({})",
-            SUFFIXES.join(" ")
-        ));
-    };
-    let prefix = &name[..name.len() - suffix.len()];
-    if prefix.is_empty() {
-        return Err(format!("unit name {name:?} has nothing before its suffix"));
-    }
-    if let Some(c) = prefix
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || ":-_.\\@".contains(*c)))
-    {
-        return Err(format!("unit name {name:?} contains {c:?}"));
-    }
-    if prefix.matches('@').count() > 1 {
-        return Err(format!("unit name {name:?} has more than one '@'"));
-    }
-    Ok(())
+    UnitName::parse(name).map(|_| ())
 }
 
 /// Property blocks of `systemctl show`, one per unit, in argument order.
@@ -835,8 +826,9 @@ mod tests {
             (".service", "nothing before its suffix"),
             ("a b.service", "whitespace"),
             ("a/b.service", "contains '/'"),
-            ("a@b@c.service", "more than one '@'"),
+            ("@b.service", "starts with '@'"),
             ("x.scope", "no known suffix"),
+            ("x.service.d", "no known suffix"),
         ] {
             let json = format!(
                 r#"{{"schema": 1, "units": {{{}: {{}}}}}}"#,
@@ -845,6 +837,33 @@ mod tests {
             check_refused(&json, &[message]);
         }
         assert!(problems(r#"{"schema": 1, "units": {"getty@tty1.service": {}, "backup.timer": {"enabled": true}, "a\\x2db.mount": {}}}"#).is_empty());
+        let long = format!("{}.service", "a".repeat(248));
+        check_refused(
+            &format!(r#"{{"schema": 1, "units": {{"{long}": {{}}}}}}"#),
+            &["longer than 255 bytes"],
+        );
+        // The instance is everything after the first '@', further '@'s included.
+        assert!(
+            problems(r#"{"schema": 1, "units": {"foo@bar@baz.service": {"active": true}}}"#)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_template_ships_its_file_but_is_never_enabled_or_started() {
+        assert!(problems(
+            r#"{"schema": 1, "units": {"web@.service": {"content": "[Service]\nExecStart=/bin/true %i\n"}, "web@a.service": {"active": true}}}"#
+        )
+        .is_empty());
+        for field in ["enabled", "active"] {
+            check_refused(
+                &format!(r#"{{"schema": 1, "units": {{"web@.service": {{"{field}": true}}}}}}"#),
+                &[
+                    &format!(r#"units["web@.service"].{field}: web@.service is a template"#),
+                    "web@NAME.service",
+                ],
+            );
+        }
     }
 
     #[test]

@@ -72,3 +72,150 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pacnew: Vec<Pacnew>,
 }
+
+/// The largest report the host sends: a control plane must accept frames of at least this size
+/// (docs/protocol.md). A report over it is abridged, so one huge run or one huge rejected
+/// declaration cannot exceed the control plane's limit and block every later report.
+pub const MAX_REPORT_BYTES: usize = 1 << 20;
+/// The most of `message` a report carries (the first lines: a rejection's count and first problems).
+pub const MAX_MESSAGE_BYTES: usize = 64 << 10;
+
+impl Report {
+    /// Cuts the report to at most `MAX_REPORT_BYTES` as JSON: `message` to its first lines within
+    /// `MAX_MESSAGE_BYTES`, then the resource lists halved until it fits; what was left out is
+    /// counted at the end of `message`.
+    pub fn abridge(&mut self) {
+        self.message = abridge_text(&self.message, MAX_MESSAGE_BYTES);
+        let mut omitted = 0;
+        while serde_json::to_vec(self).map_or(0, |j| j.len()) > MAX_REPORT_BYTES {
+            // The longest list is halved, whichever it is (they hold different records).
+            let lengths = [
+                self.changes.len(),
+                self.failures.len(),
+                self.deferred.len(),
+                self.drift.len(),
+                self.failing.len(),
+                self.pacnew.len(),
+            ];
+            let Some((longest, &len)) = lengths.iter().enumerate().max_by_key(|(_, l)| **l) else {
+                break;
+            };
+            if len == 0 {
+                break;
+            }
+            let keep = len / 2;
+            omitted += len - keep;
+            match longest {
+                0 => self.changes.truncate(keep),
+                1 => self.failures.truncate(keep),
+                2 => self.deferred.truncate(keep),
+                3 => self.drift.truncate(keep),
+                4 => self.failing.truncate(keep),
+                _ => self.pacnew.truncate(keep),
+            }
+        }
+        if omitted > 0 {
+            if !self.message.is_empty() {
+                self.message.push('\n');
+            }
+            self.message.push_str(&format!(
+                "{omitted} resource entries left out to keep this report under {} KiB; the \
+                 host's run record lists the first of each",
+                MAX_REPORT_BYTES >> 10
+            ));
+        }
+    }
+}
+
+/// `text`'s first lines within `max` bytes, and how many lines were left out.
+pub fn abridge_text(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut kept = String::new();
+    let mut lines = text.lines();
+    let total = text.lines().count();
+    let mut count = 0;
+    for line in lines.by_ref() {
+        // A single line longer than the whole budget is cut at a character boundary.
+        let room = max.saturating_sub(kept.len() + 1);
+        if line.len() > room {
+            if count == 0 {
+                let mut end = room;
+                while !line.is_char_boundary(end) {
+                    end -= 1;
+                }
+                kept.push_str(&line[..end]);
+                count = 1;
+            }
+            break;
+        }
+        if count > 0 {
+            kept.push('\n');
+        }
+        kept.push_str(line);
+        count += 1;
+    }
+    format!(
+        "{kept}\n... cut to {max} bytes: {} more lines",
+        total - count
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ResourceResult;
+
+    /// Built from JSON, so the test holds whatever optional fields reports grow.
+    fn report(entries: usize, message: String) -> Report {
+        let result = ResourceResult {
+            kind: "files".into(),
+            key: "/etc/some/long/path/of/a/file.conf".into(),
+            action: "update".into(),
+            detail: "content (1000 -> 2000 bytes)".into(),
+        };
+        let mut report: Report = serde_json::from_value(serde_json::json!({
+            "id": 7, "revision": 1, "digest": null, "trigger": ["declaration"],
+            "outcome": "failed", "started": 0, "ended": 0, "changes": [], "failures": [],
+            "deferred": [], "drift": [], "message": message}))
+        .unwrap();
+        report.changes = vec![result.clone(); entries];
+        report.failures = vec![result; 3];
+        report
+    }
+
+    #[test]
+    fn a_huge_report_is_abridged_below_the_limit_and_says_so() {
+        let problems: String = (0..100_000)
+            .map(|i| format!("  - files./etc/x{i}: content is not a string\n"))
+            .collect();
+        let mut huge = report(200_000, format!("revision 1: 100000 problems:\n{problems}"));
+        huge.abridge();
+        let len = serde_json::to_vec(&huge).unwrap().len();
+        assert!(len <= MAX_REPORT_BYTES, "{len}");
+        assert!(huge
+            .message
+            .starts_with("revision 1: 100000 problems:\n  - files./etc/x0:"));
+        assert!(
+            huge.message.contains("more lines"),
+            "the count of what was cut"
+        );
+        assert!(huge.message.contains("resource entries left out"));
+        assert_eq!(huge.failures.len(), 3, "the short lists stay whole");
+        assert!(huge.changes.len() > 1000);
+
+        let mut small = report(10, "fine".into());
+        let before = small.clone();
+        small.abridge();
+        assert_eq!(small, before, "a report under the limit is untouched");
+    }
+
+    #[test]
+    fn one_long_line_is_cut_at_a_character_boundary() {
+        let text = "é".repeat(100);
+        let cut = abridge_text(&text, 51);
+        assert!(cut.starts_with(&"é".repeat(25)), "{cut}");
+        assert!(cut.ends_with("... cut to 51 bytes: 0 more lines"), "{cut}");
+    }
+}

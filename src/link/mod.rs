@@ -37,6 +37,11 @@ pub enum LinkError {
     },
     /// The control plane said why it closes.
     Refused(String),
+    /// A frame that started arriving did not finish within its deadline (a trickle).
+    Stalled {
+        length: Option<u64>,
+        waited_ms: u64,
+    },
 }
 
 impl fmt::Display for LinkError {
@@ -50,6 +55,13 @@ impl fmt::Display for LinkError {
                 silent_ms / 1000
             ),
             LinkError::Refused(e) => write!(f, "the control plane closed the link: {e}"),
+            LinkError::Stalled { length, waited_ms } => write!(
+                f,
+                "a frame{} still incomplete after {} s, slower than {} bytes/s",
+                length.map(|l| format!(" of {l} bytes")).unwrap_or_default(),
+                waited_ms / 1000,
+                MIN_FRAME_RATE * 1000,
+            ),
         }
     }
 }
@@ -72,10 +84,15 @@ pub struct Link {
     /// Pings received in the current heartbeat window, to refuse a flood.
     pings: u32,
     ping_window_start: u64,
+    /// When the first byte of the frame now buffered (incomplete) arrived.
+    frame_started: Option<u64>,
 }
 
 /// More pings than this within one heartbeat is a peer trying to make the host queue pongs.
 const MAX_PINGS_PER_HEARTBEAT: u32 = 64;
+/// A started frame must finish within three heartbeats plus its length at this many bytes per
+/// millisecond (64 KB/s): a byte-a-second trickle cannot hold the buffer.
+const MIN_FRAME_RATE: u64 = 64;
 
 impl Link {
     /// A new link that has just connected at `now`; the hello is queued.
@@ -91,6 +108,7 @@ impl Link {
             max_frame,
             pings: 0,
             ping_window_start: now,
+            frame_started: None,
         };
         link.send(now, &hello);
         link
@@ -156,6 +174,17 @@ impl Link {
             // Give back the memory a large declaration took.
             self.inbound.shrink_to(16 * 1024);
         }
+        if self.inbound.is_empty() {
+            self.frame_started = None;
+        } else if start > 0 || self.frame_started.is_none() {
+            self.frame_started = Some(now);
+        }
+        if let Some(length) = self.announced().filter(|l| *l <= self.max_frame as u64) {
+            // Exactly what the frame needs, not what doubling a vector would take.
+            let needed = (frame::HEADER as u64 + length) as usize;
+            self.inbound
+                .reserve_exact(needed.saturating_sub(self.inbound.len()));
+        }
         result
     }
 
@@ -189,10 +218,27 @@ impl Link {
                     declaration,
                 },
             ) => {
-                self.events.push_back(Event::Declare {
-                    revision,
-                    text: declaration,
+                // Declarations that arrive while a run holds the loop collapse to the newest:
+                // only one is held however many come, and older ones would only be replaced.
+                let newest_queued = self.events.iter().find_map(|e| match e {
+                    Event::Declare { revision, .. } => Some(*revision),
+                    _ => None,
                 });
+                match newest_queued {
+                    Some(queued) if queued > revision => {
+                        log::info!("declare revision {revision} dropped: {queued} is queued");
+                    }
+                    _ => {
+                        if let Some(queued) = newest_queued {
+                            log::info!("declare revision {queued} superseded by {revision}");
+                        }
+                        self.events.retain(|e| !matches!(e, Event::Declare { .. }));
+                        self.events.push_back(Event::Declare {
+                            revision,
+                            text: declaration,
+                        });
+                    }
+                }
                 Ok(())
             }
             (State::Up, Message::Ack { id }) => {
@@ -215,12 +261,33 @@ impl Link {
         self.events.pop_front()
     }
 
+    /// The length the buffered, incomplete frame announced, once its header is in.
+    fn announced(&self) -> Option<u64> {
+        let header = self.inbound.get(..frame::HEADER)?;
+        Some(u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as u64)
+    }
+
+    /// When the frame now arriving must be complete.
+    fn frame_deadline(&self) -> Option<u64> {
+        let started = self.frame_started?;
+        let length = self.announced().unwrap_or(0);
+        Some(started + 3 * self.heartbeat_ms + length / MIN_FRAME_RATE)
+    }
+
     /// Sends a ping after a heartbeat of silence from us; declares the link dead after three
-    /// heartbeats without a byte from the control plane.
+    /// heartbeats without a byte from the control plane, or when a frame is not finished in time.
     pub fn handle_timeout(&mut self, now: u64) -> Result<(), LinkError> {
         let silent = now.saturating_sub(self.last_received);
         if silent >= 3 * self.heartbeat_ms {
             return Err(LinkError::Dead { silent_ms: silent });
+        }
+        if let (Some(deadline), Some(started)) = (self.frame_deadline(), self.frame_started) {
+            if now >= deadline {
+                return Err(LinkError::Stalled {
+                    length: self.announced(),
+                    waited_ms: now - started,
+                });
+            }
         }
         if now.saturating_sub(self.last_sent) >= self.heartbeat_ms {
             self.send(now, &Message::Ping {});
@@ -230,7 +297,9 @@ impl Link {
 
     /// When `handle_timeout` next has something to do.
     pub fn poll_timeout(&self) -> u64 {
-        (self.last_sent + self.heartbeat_ms).min(self.last_received + 3 * self.heartbeat_ms)
+        let heartbeat =
+            (self.last_sent + self.heartbeat_ms).min(self.last_received + 3 * self.heartbeat_ms);
+        heartbeat.min(self.frame_deadline().unwrap_or(u64::MAX))
     }
 }
 
@@ -414,6 +483,78 @@ mod tests {
         for i in 0..3 * MAX_PINGS_PER_HEARTBEAT as u64 {
             link.handle_input(i * HEARTBEAT / 60, &ping).unwrap();
         }
+    }
+
+    #[test]
+    fn a_trickled_frame_must_finish_within_its_deadline() {
+        let (mut link, mut peer) = up_link();
+        let declare = Peer::frame(&Message::Declare {
+            revision: 4,
+            declaration: "x".repeat(200),
+        });
+        // One byte a second, answered pings keeping the link alive: the frame's deadline is three
+        // heartbeats and its length at 64 KB/s (a few ms here) after its first byte.
+        let length = declare.len() as u64 - 4;
+        let deadline = 1_000 + 3 * HEARTBEAT + length / MIN_FRAME_RATE;
+        let mut now = 1_000;
+        let mut sent = 0;
+        let err = loop {
+            link.handle_input(now, &declare[sent..sent + 1]).unwrap();
+            sent += 1;
+            assert!(link.poll_timeout() <= deadline);
+            now = (now + 1_000).min(deadline);
+            if let Err(e) = link.handle_timeout(now) {
+                break e;
+            }
+            peer.receive(&mut link);
+        };
+        assert_eq!(now, deadline);
+        assert_eq!(
+            err,
+            LinkError::Stalled {
+                length: Some(length),
+                waited_ms: deadline - 1_000
+            }
+        );
+        assert!(
+            err.to_string().contains("still incomplete after 90 s"),
+            "{err}"
+        );
+        // A frame that completes in time clears the deadline; the next one gets its own.
+        let (mut link, _) = up_link();
+        link.handle_input(100, &declare[..10]).unwrap();
+        link.handle_input(100 + 3 * HEARTBEAT - 1, &declare[10..])
+            .unwrap();
+        assert!(link.poll_event().is_some());
+        link.handle_input(100 + 3 * HEARTBEAT, &declare[..10])
+            .unwrap();
+        link.handle_timeout(100 + 4 * HEARTBEAT).unwrap();
+    }
+
+    #[test]
+    fn queued_declarations_collapse_to_the_newest() {
+        let (mut link, _) = up_link();
+        let declare = |revision: u64| {
+            Peer::frame(&Message::Declare {
+                revision,
+                declaration: format!("r{revision}"),
+            })
+        };
+        let mut bytes = declare(4);
+        bytes.extend(Peer::frame(&Message::Ack { id: 1 }));
+        bytes.extend(declare(6));
+        bytes.extend(declare(5));
+        link.handle_input(20, &bytes).unwrap();
+        link.handle_input(30, &declare(7)).unwrap();
+        assert_eq!(link.poll_event(), Some(Event::Ack { id: 1 }));
+        assert_eq!(
+            link.poll_event(),
+            Some(Event::Declare {
+                revision: 7,
+                text: "r7".into()
+            })
+        );
+        assert_eq!(link.poll_event(), None);
     }
 
     #[test]

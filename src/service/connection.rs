@@ -3,7 +3,9 @@
 
 use std::io::{self, Read, Write};
 use std::net::ToSocketAddrs;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::Interest;
@@ -12,7 +14,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
 use crate::config::ControlPlane;
-use crate::link::Link;
+use crate::link::{Link, LinkError};
 
 /// TLS settings trusting only the pinned CA (never the system's roots).
 pub fn tls_config(cp: &ControlPlane) -> Result<Arc<ClientConfig>, String> {
@@ -39,11 +41,16 @@ pub fn tls_config(cp: &ControlPlane) -> Result<Arc<ClientConfig>, String> {
 
 /// How much of the link's output is handed to TLS at a time.
 const WRITE_CHUNK: usize = 64 * 1024;
+/// How long a closing host waits for the socket to take its last words (the `error` frame, TLS
+/// close_notify or an alert). Bounded: the loop is blocked meanwhile.
+const GOODBYE: Duration = Duration::from_secs(1);
 
 pub struct Connection {
     pub stream: TcpStream,
     tls: ClientConnection,
     pub link: Link,
+    /// The goodbye was said; nothing more is sent.
+    closed: bool,
 }
 
 impl Connection {
@@ -65,7 +72,12 @@ impl Connection {
         let mut tls = ClientConnection::new(tls, name).map_err(|e| format!("TLS: {e}"))?;
         // The link has its own frame limit; rustls need not cap what is queued before the handshake.
         tls.set_buffer_limit(None);
-        Ok(Connection { stream, tls, link })
+        Ok(Connection {
+            stream,
+            tls,
+            link,
+            closed: false,
+        })
     }
 
     /// Reads all that is available and feeds it to the link. `Err` ends the connection.
@@ -78,10 +90,14 @@ impl Connection {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(format!("read: {e}")),
             }
-            let state = self
-                .tls
-                .process_new_packets()
-                .map_err(|e| format!("TLS: {e}"))?;
+            let state = match self.tls.process_new_packets() {
+                Ok(state) => state,
+                Err(e) => {
+                    // rustls queued the alert that says why (a refused certificate: UnknownCA).
+                    self.flush(GOODBYE);
+                    return Err(format!("TLS: {e}"));
+                }
+            };
             let available = state.plaintext_bytes_to_read();
             if available > 0 {
                 let mut buf = vec![0u8; available];
@@ -89,9 +105,9 @@ impl Connection {
                     .reader()
                     .read_exact(&mut buf)
                     .map_err(|e| format!("TLS read: {e}"))?;
-                self.link
-                    .handle_input(now, &buf)
-                    .map_err(|e| e.to_string())?;
+                if let Err(e) = self.link.handle_input(now, &buf) {
+                    return Err(self.fail(now, e));
+                }
             }
             if state.peer_has_closed() {
                 return Err("the control plane closed the connection".into());
@@ -134,10 +150,69 @@ impl Connection {
         }
     }
 
-    /// Says goodbye (an `error` frame, then TLS close_notify) as far as the socket takes it now.
+    /// The link's heartbeat; a dead link gets a goodbye saying so.
+    pub fn handle_timeout(&mut self, now: u64) -> Result<(), String> {
+        self.link.handle_timeout(now).map_err(|e| self.fail(now, e))
+    }
+
+    /// The link failed: unless the control plane said why itself, it is told why (an `error`
+    /// frame naming the problem) before the connection ends.
+    fn fail(&mut self, now: u64, e: LinkError) -> String {
+        let why = e.to_string();
+        if !matches!(e, LinkError::Refused(_)) {
+            self.close(now, &why);
+        }
+        why
+    }
+
+    /// Says goodbye: an `error` frame, then TLS close_notify, written within `GOODBYE`. What the
+    /// link still holds goes into TLS first: once close_notify is queued, TLS sends nothing more.
     pub fn close(&mut self, now: u64, why: &str) {
+        if std::mem::replace(&mut self.closed, true) {
+            return;
+        }
         self.link.send_error(now, why);
+        if !self.tls.is_handshaking() {
+            let pending = self.link.pending_output().len();
+            if self
+                .tls
+                .writer()
+                .write_all(self.link.pending_output())
+                .is_ok()
+            {
+                self.link.consume_output(pending);
+            }
+        }
         self.tls.send_close_notify();
-        let _ = self.write();
+        self.flush(GOODBYE);
+        // Unread input at close would make the kernel reset the connection, and a reset can
+        // destroy the goodbye before the control plane reads it: FIN, then drain what is there.
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        let mut sink = [0u8; 16 * 1024];
+        while matches!(self.stream.read(&mut sink), Ok(n) if n > 0) {}
+    }
+
+    /// Writes what TLS holds, waiting for the socket at most `within`.
+    fn flush(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.tls.wants_write() {
+            match self.tls.write_tls(&mut self.stream) {
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            let mut fd = libc::pollfd {
+                fd: self.stream.as_raw_fd(),
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            let millis = left.as_millis().clamp(1, 1000) as libc::c_int;
+            unsafe { libc::poll(&mut fd, 1, millis) };
+        }
     }
 }

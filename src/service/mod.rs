@@ -120,6 +120,8 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         }
         let now = sys::now_ms();
         service.maintain_link(now, &poll);
+        // Declarations and acks that came in during a run.
+        service.handle_link_events(now);
         service.publish_status(now);
         let deadline = service.deadline(now);
         timer
@@ -160,22 +162,92 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
     Ok(EXIT_OK)
 }
 
+/// Reads pending signals: TERM/INT stop, HUP reloads the config, USR1 asks for a run.
+/// Returns whether the host is stopping.
+fn read_signals(
+    signals: &sys::SignalFd,
+    stopping: &Cell<bool>,
+    reload: &Cell<bool>,
+    signal_run: &Cell<bool>,
+) -> bool {
+    while let Some(signal) = signals.read() {
+        match signal {
+            libc::SIGTERM | libc::SIGINT => {
+                log::info!("signal {signal}: stopping after the resource being applied");
+                stopping.set(true);
+            }
+            libc::SIGHUP => reload.set(true),
+            libc::SIGUSR1 => signal_run.set(true),
+            _ => {}
+        }
+    }
+    stopping.get()
+}
+
+/// What the loop still does while a run (or a wait for the store's lock) blocks it: reads signals
+/// and keeps the link answered. Called between resources and, through the runner, about every
+/// 200 ms while a tool runs; never blocks.
+struct Pulse<'a> {
+    link: RefCell<&'a mut LinkState>,
+    /// The first error the link hit, for the loop to drop it with after the run.
+    error: RefCell<Option<String>>,
+    signals: &'a sys::SignalFd,
+    /// stopping, reload, signal_run.
+    flags: [&'a Cell<bool>; 3],
+}
+
+impl<'a> Pulse<'a> {
+    fn new(
+        link: &'a mut LinkState,
+        signals: &'a sys::SignalFd,
+        flags: [&'a Cell<bool>; 3],
+    ) -> Pulse<'a> {
+        Pulse {
+            link: RefCell::new(link),
+            error: RefCell::new(None),
+            signals,
+            flags,
+        }
+    }
+
+    /// Reads what the control plane sent (pongs; declarations and acks stay queued in the link
+    /// until the run ends), sends the heartbeat's pings, writes; reads the signals. Returns
+    /// whether the host is stopping.
+    fn beat(&self) -> bool {
+        if self.error.borrow().is_none() {
+            // Connecting too: the handshake and the welcome proceed while a run holds the loop.
+            if let LinkState::Up { conn, .. } | LinkState::Connecting { conn } =
+                &mut **self.link.borrow_mut()
+            {
+                let now = sys::now_ms();
+                let result = conn
+                    .read(now)
+                    .and_then(|()| conn.handle_timeout(now))
+                    .and_then(|()| conn.write());
+                if let Err(e) = result {
+                    *self.error.borrow_mut() = Some(e);
+                }
+            }
+        }
+        let [stopping, reload, signal_run] = self.flags;
+        read_signals(self.signals, stopping, reload, signal_run)
+    }
+
+    fn link_error(self) -> Option<String> {
+        self.error.into_inner()
+    }
+}
+
 impl Service<'_> {
     /// Reads pending signals: TERM/INT stop, HUP reloads the config, USR1 asks for a run.
     /// Returns whether the host is stopping, so the reconciler can check between resources.
     fn drain_signals(&self) -> bool {
-        while let Some(signal) = self.signals.read() {
-            match signal {
-                libc::SIGTERM | libc::SIGINT => {
-                    log::info!("signal {signal}: stopping after the resource being applied");
-                    self.stopping.set(true);
-                }
-                libc::SIGHUP => self.reload.set(true),
-                libc::SIGUSR1 => self.signal_run.set(true),
-                _ => {}
-            }
-        }
-        self.stopping.get()
+        read_signals(
+            &self.signals,
+            &self.stopping,
+            &self.reload,
+            &self.signal_run,
+        )
     }
 
     fn reload_config(&mut self) {
@@ -186,11 +258,12 @@ impl Service<'_> {
                     .set_interval(self.host.config.interval.as_millis() as u64);
                 self.backoff
                     .set_base(self.host.config.reconnect_base.as_millis() as u64);
-                self.drop_link(
-                    sys::now_ms(),
-                    "the configuration was reloaded".into(),
-                    false,
-                );
+                let why = "the configuration was reloaded";
+                if let LinkState::Up { conn, .. } | LinkState::Connecting { conn } = &mut self.link
+                {
+                    conn.close(sys::now_ms(), why);
+                }
+                self.drop_link(sys::now_ms(), why.into(), false);
                 self.configure_link(sys::now_ms());
             }
             Err(e) => log::error!(
@@ -222,8 +295,18 @@ impl Service<'_> {
     fn reconcile(&mut self, triggers: &[Trigger]) {
         let names: Vec<&str> = triggers.iter().map(|t| t.name()).collect();
         log::info!("reconciling ({})", names.join(", "));
-        let stopping = || self.drain_signals();
-        match self.host.converge_in_force(&names, true, &stopping) {
+        // Between resources, while a tool runs and while waiting for the store's lock.
+        let pulse = Pulse::new(
+            &mut self.link,
+            &self.signals,
+            [&self.stopping, &self.reload, &self.signal_run],
+        );
+        let beat = || pulse.beat();
+        let converged = self.host.converge_in_force(&names, true, &beat);
+        if let Some(e) = pulse.link_error() {
+            self.drop_link(sys::now_ms(), e, true);
+        }
+        match converged {
             Ok(Some(result)) => log::info!(
                 "run {}: {} changed, {} failed",
                 result.record.outcome,
@@ -267,11 +350,11 @@ impl Service<'_> {
                 self.connect(now, poll);
             }
         }
+        // What arrived while a run blocked the loop is read before any deadline is judged.
         let result = match &mut self.link {
             LinkState::Up { conn, .. } | LinkState::Connecting { conn } => conn
-                .link
-                .handle_timeout(now)
-                .map_err(|e| e.to_string())
+                .read(now)
+                .and_then(|()| conn.handle_timeout(now))
                 .and_then(|()| conn.write()),
             _ => Ok(()),
         };
@@ -402,24 +485,32 @@ impl Service<'_> {
     /// and the previous one stays in force (`envelope::accept` decides).
     fn on_declare(&mut self, revision: u64, text: String) {
         let digest = crate::codec::sha256_hex(text.as_bytes());
+        // A person's `apply` may hold the lock for minutes: the link is kept answered meanwhile.
+        let pulse = Pulse::new(
+            &mut self.link,
+            &self.signals,
+            [&self.stopping, &self.reload, &self.signal_run],
+        );
+        let beat = || pulse.beat();
+        let host = &*self.host;
         let verdict = (|| -> Result<Option<String>, Fatal> {
-            let store = self.host.store()?;
+            let store = host.store()?;
             let holder = format!(
                 "pid {} (declaration) since unix time {}",
                 std::process::id(),
                 store::unix_now()
             );
             let _lock = store
-                .lock(true, &holder)
+                .lock_pulsing(&holder, &beat)
                 .map_err(|e| Fatal::Error(e.to_string()))?;
             let current = store.in_force_head()?;
             let arrival = envelope::Arrival {
                 revision,
                 newest: current.as_ref().and_then(|f| f.control_plane_revision),
                 now: store::unix_now(),
-                trust: self.host.config.trust.as_ref(),
+                trust: host.config.trust.as_ref(),
             };
-            let accepted = match envelope::accept(text, &arrival, |b| self.host.validate(b)) {
+            let accepted = match envelope::accept(text, &arrival, |b| host.validate(b)) {
                 Ok(accepted) => accepted,
                 Err(envelope::Refused::Stale(message)) => return Ok(Some(message)),
                 Err(envelope::Refused::Rejected(message)) => return Err(Fatal::Invalid(message)),
@@ -436,6 +527,9 @@ impl Service<'_> {
             })?;
             Ok(None)
         })();
+        if let Some(e) = pulse.link_error() {
+            self.drop_link(sys::now_ms(), e, true);
+        }
         let (outcome, message) = match verdict {
             Ok(None) => {
                 log::info!("declaration revision {revision} accepted");
@@ -446,6 +540,8 @@ impl Service<'_> {
             Err(Fatal::Invalid(message)) => ("rejected", message),
             Err(e) => ("error", e.message().to_string()),
         };
+        // A huge bad declaration has as many problems: its count and the first ones say enough.
+        let message = messages::abridge_text(&message, messages::MAX_MESSAGE_BYTES);
         log::warn!("declaration revision {revision} {outcome}: {message}");
         let now = store::unix_now();
         let mut report = Report {
@@ -465,7 +561,7 @@ impl Service<'_> {
             pacnew: Vec::new(),
         };
         if let Ok(store) = self.host.store() {
-            if let Err(e) = store.outbox_push(&mut report, self.host.config.outbox_max) {
+            if let Err(e) = store.outbox_push(&mut report, self.host.config.outbox_bounds()) {
                 log::error!("report not queued: {e}");
             }
         }

@@ -18,6 +18,8 @@ pub enum LockError {
     /// Someone else holds it; what they wrote about themselves.
     Held(String),
     Io(PathBuf, io::Error),
+    /// The wait was given up: the host is stopping.
+    Stopped(String),
 }
 
 impl fmt::Display for LockError {
@@ -25,6 +27,10 @@ impl fmt::Display for LockError {
         match self {
             LockError::Held(holder) => write!(f, "another reconcile holds the lock ({holder})"),
             LockError::Io(path, e) => write!(f, "lock {}: {e}", path.display()),
+            LockError::Stopped(holder) => write!(
+                f,
+                "the host is stopping; it was waiting for the lock, held by {holder}"
+            ),
         }
     }
 }
@@ -74,6 +80,32 @@ impl Lock {
     }
 }
 
+/// How often a waiting caller tries the lock again and gives its pulse a turn.
+const RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+
+impl Lock {
+    /// Waits for the lock without blocking the caller's thread for good: tries it about every
+    /// 200 ms and calls `pulse` between tries (the service keeps its link answered there); gives
+    /// up when `pulse` says the host is stopping.
+    pub fn acquire_pulsing(
+        path: &Path,
+        holder: &str,
+        pulse: &dyn Fn() -> bool,
+    ) -> Result<Lock, LockError> {
+        loop {
+            match Lock::acquire(path, false, holder) {
+                Err(LockError::Held(who)) => {
+                    if pulse() {
+                        return Err(LockError::Stopped(who));
+                    }
+                    std::thread::sleep(RETRY);
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +122,24 @@ mod tests {
         }
         drop(held);
         Lock::acquire(&path, false, "pid 2").unwrap();
+    }
+
+    #[test]
+    fn a_pulsing_wait_gives_turns_and_gives_up_when_stopping() {
+        let tmp = TempDir::new("lock-pulse");
+        let path = tmp.path().join("lock");
+        let held = Lock::acquire(&path, false, "pid 1 (apply)").unwrap();
+        let beats = std::cell::Cell::new(0);
+        let stop_on_third = || {
+            beats.set(beats.get() + 1);
+            beats.get() == 3
+        };
+        match Lock::acquire_pulsing(&path, "pid 2", &stop_on_third) {
+            Err(LockError::Stopped(who)) => assert_eq!(who, "pid 1 (apply)"),
+            _ => panic!("the wait must give up when stopping"),
+        }
+        assert_eq!(beats.get(), 3);
+        drop(held);
+        Lock::acquire_pulsing(&path, "pid 2", &|| false).unwrap();
     }
 }

@@ -24,6 +24,7 @@ use crate::fsutil::Dir;
 pub use failures::{duration_words, Failing};
 pub use ledger::{Entry, Ledger, Origin};
 pub use lock::{Lock, LockError};
+pub use outbox::OutboxBounds;
 pub use runs::{ResourceResult, RunRecord};
 pub use stats::{LastRun, RunStats};
 
@@ -32,6 +33,8 @@ const SERVICE: &str = "service.json";
 const LEDGER: &str = "ledger.json";
 const RUNS: &str = "runs.json";
 const BACKUPS: &str = "backups";
+/// What `Dir::write_atomic` appends to the name of the file it writes before renaming it.
+const TEMP_SUFFIX: &str = ".mesh-host.tmp";
 /// Largest store file read back (the declaration in force is the largest: 64 MiB by default).
 const MAX_STORE_FILE: u64 = 1 << 30;
 
@@ -142,6 +145,18 @@ impl Store {
             Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
             Err(e) => return Err(error(format!("cannot be opened: {e}"))),
         };
+        // It holds the node's history and originals of adopted files: no one else reads it.
+        match dir.enforce_mode(0o700) {
+            Ok(None) => {}
+            Ok(Some(had)) => log::warn!(
+                "store {}: had mode {had:04o}; set to 0700 (only root may read it)",
+                path.display()
+            ),
+            Err(e) => log::warn!(
+                "store {}: its mode could not be set to 0700: {e}",
+                path.display()
+            ),
+        }
         if create {
             dir.mkdir(OsStr::new(BACKUPS), 0o700)
                 .map_err(|e| error(format!("cannot create {BACKUPS}/: {e}")))?;
@@ -188,6 +203,11 @@ impl Store {
         Lock::acquire(&self.path.join("lock"), wait, holder)
     }
 
+    /// Waits for the lock, giving `pulse` a turn between tries (see `Lock::acquire_pulsing`).
+    pub fn lock_pulsing(&self, holder: &str, pulse: &dyn Fn() -> bool) -> Result<Lock, LockError> {
+        Lock::acquire_pulsing(&self.path.join("lock"), holder, pulse)
+    }
+
     pub fn in_force(&self) -> Result<Option<InForce>, StoreError> {
         self.read_json(IN_FORCE)
     }
@@ -222,8 +242,52 @@ impl Store {
         Ok(self.read_json(RUNS)?.unwrap_or_default())
     }
 
+    /// Removes the temp files a crash left beside the store's files (the file each was to
+    /// replace is whole: atomic writes), and recovers or removes the outbox's. Call it holding
+    /// the store's lock (every run does), so that no writer is mid-write.
+    pub fn clean_after_crash(&self) -> Result<(), StoreError> {
+        // Only the files written under the store's lock: others (service.json, the outbox's id
+        // floor) have writers that do not take it, and their own next write replaces the temp.
+        for name in [IN_FORCE, LEDGER, RUNS] {
+            let temp = format!(".{name}{TEMP_SUFFIX}");
+            let removed = self
+                .dir
+                .remove(OsStr::new(&temp))
+                .map_err(|e| self.error(&temp, format!("cannot be removed: {e}")))?;
+            if removed {
+                log::warn!(
+                    "store {}: removed {temp}, left by a crash",
+                    self.path.display()
+                );
+            }
+        }
+        self.outbox_recover()
+    }
+
+    /// Moves an unreadable `runs.json` aside (to `runs.json.unreadable-UNIXTIME`), so the next
+    /// run is recorded in a fresh history; says where it went. Any other store file that cannot
+    /// be read stops the run instead: only the history is safe to start again.
+    pub fn set_aside_unreadable_runs(&self) -> Result<Option<String>, StoreError> {
+        let why = match self.runs() {
+            Ok(_) => return Ok(None),
+            Err(e) => e.message,
+        };
+        let aside = format!("{RUNS}.unreadable-{}", unix_now());
+        std::fs::rename(self.path.join(RUNS), self.path.join(&aside))
+            .and_then(|()| self.dir.sync())
+            .map_err(|e| self.error(RUNS, format!("{why}; and it cannot be set aside: {e}")))?;
+        Ok(Some(format!(
+            "store {}: {RUNS} was unreadable ({why}); it was set aside as {aside} and the run \
+             history starts again",
+            self.path.display()
+        )))
+    }
+
     /// Appends a run (abridged), keeping the most recent `runs::KEEP`.
     pub fn record_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        if let Some(note) = self.set_aside_unreadable_runs()? {
+            log::warn!("{note}");
+        }
         let mut runs = self.runs()?;
         runs.push(run.abridged());
         let excess = runs.len().saturating_sub(runs::KEEP);
@@ -322,6 +386,20 @@ mod tests {
     }
 
     #[test]
+    fn an_open_store_is_made_0700_again() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = TempDir::new("store-mode");
+        let path = tmp.path().join("state");
+        Store::open(&path, true).unwrap();
+        for loose in [0o755, 0o777, 0o1700] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(loose)).unwrap();
+            Store::open(&path, false).unwrap().unwrap();
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o700, "from {loose:o}");
+        }
+    }
+
+    #[test]
     fn corrupt_store_file_is_reported_not_replaced() {
         let tmp = TempDir::new("store-corrupt");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
@@ -329,6 +407,71 @@ mod tests {
         let err = store.ledger().unwrap_err().to_string();
         assert!(err.contains("ledger.json: cannot be read"), "{err}");
         assert_eq!(std::fs::read(tmp.path().join(LEDGER)).unwrap(), b"{ torn");
+    }
+
+    #[test]
+    fn an_unreadable_run_history_is_set_aside_and_the_run_recorded() {
+        let tmp = TempDir::new("store-runs");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        std::fs::write(tmp.path().join(RUNS), "[{ torn").unwrap();
+        let note = store.set_aside_unreadable_runs().unwrap().unwrap();
+        assert!(note.contains("runs.json was unreadable"), "{note}");
+        let aside: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("runs.json.unreadable-"))
+            .collect();
+        assert_eq!(aside.len(), 1);
+        assert!(note.contains(&aside[0]), "named: {note}");
+        assert_eq!(
+            std::fs::read(tmp.path().join(&aside[0])).unwrap(),
+            b"[{ torn"
+        );
+        assert!(store.set_aside_unreadable_runs().unwrap().is_none());
+        // Corrupted again after the run started: record_run sets it aside itself.
+        std::fs::write(tmp.path().join(RUNS), "nope").unwrap();
+        let run = RunRecord {
+            trigger: "apply".into(),
+            started: 1,
+            ended: 2,
+            outcome: "converged".into(),
+            revision: None,
+            digest: None,
+            changes: Vec::new(),
+            failures: Vec::new(),
+            deferred: Vec::new(),
+            in_sync: 0,
+            commands: 0,
+            omitted: 0,
+            retries: 0,
+            notes: Vec::new(),
+        };
+        store.record_run(&run).unwrap();
+        assert_eq!(store.runs().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn temp_files_a_crash_left_are_removed() {
+        let tmp = TempDir::new("store-temps");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        store
+            .set_in_force(&InForce {
+                source: Source::ControlPlane,
+                revision: Some(1),
+                digest: "d".into(),
+                since: 0,
+                text: "{}".into(),
+                control_plane_revision: Some(1),
+                signed_by: Vec::new(),
+                expires: None,
+            })
+            .unwrap();
+        let temp = tmp.path().join(".declaration.json.mesh-host.tmp");
+        std::fs::write(&temp, "half a declar").unwrap();
+        store.clean_after_crash().unwrap();
+        assert!(!temp.exists());
+        assert_eq!(store.in_force().unwrap().unwrap().revision, Some(1));
     }
 
     #[test]

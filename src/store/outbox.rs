@@ -1,16 +1,27 @@
 //! The outbox: reports waiting for the control plane's acknowledgement, one file per report in
 //! `outbox/`, so a run made while the link is down (or by a person's `apply`) reaches the control
-//! plane after the reconnect, oldest first. Bounded: past the limit the oldest are dropped.
+//! plane after the reconnect, oldest first. Bounded by count and by bytes: past either limit the
+//! oldest are dropped. A report's file *is* its id: `last-report-id` is only a floor (for when
+//! every report has been acknowledged), so a crash can neither burn an id nor lose a report.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use super::{Store, StoreError, MAX_STORE_FILE};
+use super::{Lock, Store, StoreError, MAX_STORE_FILE};
 use crate::fsutil::Dir;
 use crate::link::Report;
 
 const DIR: &str = "outbox";
 const LAST_ID: &str = "last-report-id";
+/// What `Dir::write_atomic` calls the file it writes before renaming it into place.
+const TEMP_SUFFIX: &str = ".json.mesh-host.tmp";
+
+/// How big the outbox may grow.
+#[derive(Debug, Clone, Copy)]
+pub struct OutboxBounds {
+    pub reports: usize,
+    pub bytes: u64,
+}
 
 impl Store {
     fn outbox_dir(&self) -> Result<PathBuf, StoreError> {
@@ -22,35 +33,78 @@ impl Store {
         }
     }
 
-    /// Gives `report` the next id and keeps it until acknowledged; returns the id.
-    pub fn outbox_push(&self, report: &mut Report, max: usize) -> Result<u64, StoreError> {
+    /// Serialises changes to the outbox between the service and a person's `apply`.
+    fn outbox_lock(&self, dir: &Path) -> Result<Lock, StoreError> {
+        Lock::acquire(&dir.join(".lock"), true, "outbox")
+            .map_err(|e| self.error(DIR, format!("cannot be locked: {e}")))
+    }
+
+    /// Gives `report` the next id (abridged to what a control plane must accept) and keeps it
+    /// until acknowledged; returns the id. The report's file is written (durably) before the id
+    /// floor: a crash between the two leaves the report, whose file name keeps its id taken.
+    pub fn outbox_push(
+        &self,
+        report: &mut Report,
+        bounds: OutboxBounds,
+    ) -> Result<u64, StoreError> {
         let dir = self.outbox_dir()?;
-        let last: u64 = self.read_json(LAST_ID)?.unwrap_or(0);
-        report.id = last + 1;
-        self.write_json(LAST_ID, &report.id)?;
-        let name = format!("{:020}.json", report.id);
+        let _lock = self.outbox_lock(&dir)?;
+        let fd = self.open_outbox(&dir)?;
+        let entries = self.outbox_entries(&dir, &fd)?;
+        let floor: u64 = self.read_json(LAST_ID)?.unwrap_or(0);
+        let newest = entries.last().map_or(0, |(id, _)| *id);
+        report.id = floor.max(newest) + 1;
+        report.abridge();
+        let name = entry_name(report.id);
         let bytes = serde_json::to_vec(report).map_err(|e| self.error(DIR, e))?;
-        self.open_outbox(&dir)?
-            .write_atomic(OsStr::new(&name), &bytes, 0o600, None)
+        fd.write_atomic(OsStr::new(&name), &bytes, 0o600, None)
             .map_err(|e| self.error(&format!("{DIR}/{name}"), format!("cannot be written: {e}")))?;
-        let ids = self.outbox_ids(&dir)?;
-        let excess = ids.len().saturating_sub(max);
-        if excess > 0 {
-            log::warn!("outbox holds more than {max} reports; dropping the {excess} oldest");
-            for id in &ids[..excess] {
-                self.remove_outbox_entry(&dir, *id)?;
-            }
+        self.write_json(LAST_ID, &report.id)?;
+        let mut kept: Vec<(u64, u64)> = entries;
+        kept.push((report.id, bytes.len() as u64));
+        let mut total: u64 = kept.iter().map(|(_, size)| size).sum();
+        let mut dropped = 0;
+        // The newest report always stays.
+        while kept.len() - dropped > 1
+            && (kept.len() - dropped > bounds.reports || total > bounds.bytes)
+        {
+            let (id, size) = kept[dropped];
+            self.remove_outbox_entry(&dir, id)?;
+            total -= size;
+            dropped += 1;
+        }
+        if dropped > 0 {
+            log::warn!(
+                "outbox over its bounds ({} reports, {} bytes); dropped the {dropped} oldest",
+                bounds.reports,
+                bounds.bytes
+            );
         }
         Ok(report.id)
+    }
+
+    /// Recovers or removes what a crash left half written in the outbox.
+    pub fn outbox_recover(&self) -> Result<(), StoreError> {
+        if !self.path().join(DIR).is_dir() {
+            return Ok(());
+        }
+        let dir = self.outbox_dir()?;
+        let _lock = self.outbox_lock(&dir)?;
+        self.outbox_entries(&dir, &self.open_outbox(&dir)?)
+            .map(drop)
     }
 
     /// Unacknowledged reports with ids after `after`, oldest first.
     pub fn outbox_pending(&self, after: u64) -> Result<Vec<Report>, StoreError> {
         let dir = self.outbox_dir()?;
         let fd = self.open_outbox(&dir)?;
+        let entries = {
+            let _lock = self.outbox_lock(&dir)?;
+            self.outbox_entries(&dir, &fd)?
+        };
         let mut out = Vec::new();
-        for id in self.outbox_ids(&dir)?.into_iter().filter(|id| *id > after) {
-            let name = format!("{id:020}.json");
+        for (id, _) in entries.into_iter().filter(|(id, _)| *id > after) {
+            let name = entry_name(id);
             let at = format!("{DIR}/{name}");
             let bytes = match fd.read(OsStr::new(&name), MAX_STORE_FILE) {
                 Ok(Some((_, bytes))) => bytes,
@@ -73,10 +127,26 @@ impl Store {
         Ok(out)
     }
 
-    /// The control plane has stored every report up to `id`.
+    /// The control plane has stored every report up to `id`. The id floor is raised first, so
+    /// ids are never given twice however the outbox empties.
     pub fn outbox_ack(&self, id: u64) -> Result<(), StoreError> {
         let dir = self.outbox_dir()?;
-        for old in self.outbox_ids(&dir)?.into_iter().filter(|i| *i <= id) {
+        let _lock = self.outbox_lock(&dir)?;
+        let fd = self.open_outbox(&dir)?;
+        let acked: Vec<u64> = self
+            .outbox_entries(&dir, &fd)?
+            .into_iter()
+            .map(|(i, _)| i)
+            .filter(|i| *i <= id)
+            .collect();
+        let Some(newest) = acked.last() else {
+            return Ok(());
+        };
+        let floor: u64 = self.read_json(LAST_ID)?.unwrap_or(0);
+        if *newest > floor {
+            self.write_json(LAST_ID, newest)?;
+        }
+        for old in acked {
             self.remove_outbox_entry(&dir, old)?;
         }
         Ok(())
@@ -84,34 +154,87 @@ impl Store {
 
     /// How many reports wait for the control plane's acknowledgement.
     pub fn outbox_len(&self) -> Result<usize, StoreError> {
-        Ok(self.outbox_ids(&self.outbox_dir()?)?.len())
+        let dir = self.outbox_dir()?;
+        let fd = self.open_outbox(&dir)?;
+        let _lock = self.outbox_lock(&dir)?;
+        Ok(self.outbox_entries(&dir, &fd)?.len())
     }
 
-    fn open_outbox(&self, dir: &std::path::Path) -> Result<Dir, StoreError> {
+    fn open_outbox(&self, dir: &Path) -> Result<Dir, StoreError> {
         Dir::open(dir).map_err(|e| self.error(DIR, format!("cannot be opened: {e}")))
     }
 
-    fn outbox_ids(&self, dir: &PathBuf) -> Result<Vec<u64>, StoreError> {
-        let entries = std::fs::read_dir(dir)
+    /// The reports kept, as (id, size), oldest first; called under the outbox lock. A temp file
+    /// a crash left is recovered when it holds a whole report whose file is missing (the crash
+    /// came between its fsync and its rename), and removed otherwise.
+    fn outbox_entries(&self, dir: &Path, fd: &Dir) -> Result<Vec<(u64, u64)>, StoreError> {
+        let listing = std::fs::read_dir(dir)
             .map_err(|e| self.error(DIR, format!("cannot be listed: {e}")))?;
-        let mut ids: Vec<u64> = entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json")?.parse().ok())
-            .collect();
-        ids.sort_unstable();
-        Ok(ids)
+        let mut entries = Vec::new();
+        let mut temps = Vec::new();
+        for entry in listing.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(id) = name
+                .strip_suffix(".json")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                let size = entry.metadata().map_or(0, |m| m.len());
+                entries.push((id, size));
+            } else if let Some(id) = name
+                .strip_prefix('.')
+                .and_then(|n| n.strip_suffix(TEMP_SUFFIX))
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                temps.push((id, name.to_string()));
+            }
+        }
+        for (id, temp) in temps {
+            let whole = fd
+                .read(OsStr::new(&temp), MAX_STORE_FILE)
+                .ok()
+                .flatten()
+                .filter(|(_, bytes)| {
+                    serde_json::from_slice::<Report>(bytes).is_ok_and(|r| r.id == id)
+                });
+            let present = entries.iter().any(|(i, _)| *i == id);
+            match whole {
+                Some((_, bytes)) if !present => {
+                    std::fs::rename(dir.join(&temp), dir.join(entry_name(id)))
+                        .and_then(|()| fd.sync())
+                        .map_err(|e| {
+                            self.error(
+                                &format!("{DIR}/{temp}"),
+                                format!("cannot be recovered: {e}"),
+                            )
+                        })?;
+                    log::warn!("outbox: report {id}, left half written by a crash, recovered");
+                    entries.push((id, bytes.len() as u64));
+                }
+                _ => {
+                    log::warn!("outbox: removed {temp}, left incomplete by a crash");
+                    let _ = fd.remove(OsStr::new(&temp));
+                }
+            }
+        }
+        entries.sort_unstable();
+        Ok(entries)
     }
 
-    fn remove_outbox_entry(&self, dir: &std::path::Path, id: u64) -> Result<(), StoreError> {
-        match std::fs::remove_file(dir.join(format!("{id:020}.json"))) {
+    fn remove_outbox_entry(&self, dir: &Path, id: u64) -> Result<(), StoreError> {
+        match std::fs::remove_file(dir.join(entry_name(id))) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(self.error(
-                &format!("{DIR}/{id:020}.json"),
+                &format!("{DIR}/{}", entry_name(id)),
                 format!("cannot be removed: {e}"),
             )),
         }
     }
+}
+
+fn entry_name(id: u64) -> String {
+    format!("{id:020}.json")
 }
 
 #[cfg(test)]
@@ -138,33 +261,99 @@ mod tests {
         }
     }
 
+    fn bounds(reports: usize) -> OutboxBounds {
+        OutboxBounds {
+            reports,
+            bytes: 1 << 30,
+        }
+    }
+
+    fn pending_ids(store: &Store) -> Vec<u64> {
+        store
+            .outbox_pending(0)
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect()
+    }
+
     #[test]
     fn push_ack_and_bound() {
         let tmp = TempDir::new("outbox");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         for expected in 1..=5 {
-            assert_eq!(store.outbox_push(&mut report(), 3).unwrap(), expected);
+            assert_eq!(
+                store.outbox_push(&mut report(), bounds(3)).unwrap(),
+                expected
+            );
         }
-        let ids: Vec<u64> = store
-            .outbox_pending(0)
-            .unwrap()
-            .iter()
-            .map(|r| r.id)
-            .collect();
-        assert_eq!(ids, vec![3, 4, 5], "the oldest are dropped past the bound");
+        assert_eq!(
+            pending_ids(&store),
+            vec![3, 4, 5],
+            "the oldest are dropped past the bound"
+        );
         store.outbox_ack(4).unwrap();
-        let ids: Vec<u64> = store
-            .outbox_pending(0)
-            .unwrap()
-            .iter()
-            .map(|r| r.id)
-            .collect();
-        assert_eq!(ids, vec![5]);
+        assert_eq!(pending_ids(&store), vec![5]);
         store.outbox_ack(5).unwrap();
         assert_eq!(
-            store.outbox_push(&mut report(), 3).unwrap(),
+            store.outbox_push(&mut report(), bounds(3)).unwrap(),
             6,
             "ids keep increasing"
         );
+    }
+
+    #[test]
+    fn bounded_by_bytes_too_keeping_the_newest() {
+        let tmp = TempDir::new("outbox-bytes");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        let size = serde_json::to_vec(&report()).unwrap().len() as u64;
+        let bytes = OutboxBounds {
+            reports: 100,
+            bytes: 3 * size + size / 2,
+        };
+        for _ in 0..5 {
+            store.outbox_push(&mut report(), bytes).unwrap();
+        }
+        assert_eq!(pending_ids(&store), vec![3, 4, 5]);
+        let tiny = OutboxBounds {
+            reports: 100,
+            bytes: 1,
+        };
+        store.outbox_push(&mut report(), tiny).unwrap();
+        assert_eq!(
+            pending_ids(&store),
+            vec![6],
+            "the newest stays whatever the bound"
+        );
+    }
+
+    /// The windows a kill -9 can hit inside a push, replayed by hand.
+    #[test]
+    fn a_crash_mid_push_burns_no_id_and_loses_no_whole_report() {
+        let tmp = TempDir::new("outbox-crash");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        store.outbox_push(&mut report(), bounds(10)).unwrap();
+        let dir = tmp.path().join(DIR);
+        // Killed after the report's file, before the id floor: the file keeps its id taken.
+        let mut second = report();
+        second.id = 2;
+        std::fs::write(
+            dir.join(entry_name(2)),
+            serde_json::to_vec(&second).unwrap(),
+        )
+        .unwrap();
+        // Killed between the temp file's fsync and its rename: the whole report is recovered.
+        let mut third = report();
+        third.id = 3;
+        let temp = |id: u64| dir.join(format!(".{id:020}{TEMP_SUFFIX}"));
+        std::fs::write(temp(3), serde_json::to_vec(&third).unwrap()).unwrap();
+        // Killed mid-write: a torn temp file is removed.
+        std::fs::write(temp(4), b"{\"id\": 4, \"revis").unwrap();
+        assert_eq!(store.outbox_push(&mut report(), bounds(10)).unwrap(), 4);
+        assert_eq!(pending_ids(&store), vec![1, 2, 3, 4]);
+        assert!(!temp(3).exists() && !temp(4).exists());
+        // Everything acknowledged, the floor says 4 even though no file does.
+        store.outbox_ack(4).unwrap();
+        assert_eq!(store.outbox_push(&mut report(), bounds(10)).unwrap(), 5);
     }
 }

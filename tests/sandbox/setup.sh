@@ -69,6 +69,11 @@ mkpkg() { # mkpkg NAME VERSION-REL [DEPEND...]
   fi
   sb_pkginfo "$d" "$name" "$ver" "$@"
   if [ "$name" = mesh-conf ]; then echo 'backup = etc/mesh-conf.conf' >> "$d/.PKGINFO"; fi
+  if [ "$name" = mesh-usurper ]; then
+    # Takes the host's package over, as a hostile repo would: mesh-host must refuse to install it.
+    printf '%s\n' 'replaces = nox-mesh-host' 'conflict = nox-mesh-host' 'provides = nox-mesh-host=9.0' \
+      >> "$d/.PKGINFO"
+  fi
   sb_pack "$d" "$REPO/$name-$ver-any.pkg.tar.zst"
   rm -rf "$d"
 }
@@ -80,6 +85,8 @@ mkpkg mesh-d 1.0-1 'mesh-c>=2.0'
 mkpkg mesh-e 1.0-1
 mkpkg mesh-web 1.0-1
 mkpkg mesh-conf 1.0-1
+mkpkg nox-mesh-host 0.0.1-1 # the host's own name, older than any real release (a marker only)
+mkpkg mesh-usurper 1.0-1
 repo-add -q "$REPO/$MESH_REPO_NAME.db.tar.gz" "$REPO"/*.pkg.tar.zst
 cat > "$P/pacman.conf" <<CONF
 [options]

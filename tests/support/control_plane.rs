@@ -46,6 +46,9 @@ pub struct CpConfig {
     pub verbose: bool,
     /// Where the join endpoint listens; `None`: 127.0.0.1 on a free port.
     pub join_bind: Option<SocketAddr>,
+    /// No byte from a host for this long and it is dead: the link is dropped (docs/protocol.md:
+    /// three of the host's heartbeats; 90 s for the default 30 s).
+    pub liveness: Duration,
 }
 
 impl CpConfig {
@@ -57,6 +60,7 @@ impl CpConfig {
             behaviour: Behaviour::Normal,
             verbose: false,
             join_bind: None,
+            liveness: Duration::from_secs(90),
         }
     }
 }
@@ -77,6 +81,13 @@ struct State {
     joined: Vec<(String, String)>,
     /// Every join request's body, answered or not.
     join_requests: Vec<Value>,
+    /// The longest time any host went without sending a byte on an open link.
+    longest_silence: Duration,
+    /// Links dropped because the host was silent beyond `liveness`.
+    dead_hosts: usize,
+    /// Why each connection ended, as this side saw it: `the host closes: "why"` for a host's
+    /// `error` frame, the TLS error (an alert the host sent) or `end of stream`.
+    ends: Vec<String>,
     /// Clones of the open connections' sockets, by connection number, shut down by `stop`.
     sockets: Vec<(usize, TcpStream)>,
     threads: Vec<JoinHandle<()>>,
@@ -209,6 +220,26 @@ impl ControlPlane {
         self.shared.lock().hellos.clone()
     }
 
+    /// The longest any host was silent on an open link (a busy host keeps answering).
+    pub fn longest_silence(&self) -> Duration {
+        self.shared.lock().longest_silence
+    }
+
+    /// Links the control plane dropped because their host was silent beyond `liveness`.
+    pub fn dead_hosts(&self) -> usize {
+        self.shared.lock().dead_hosts
+    }
+
+    /// Why each connection ended, in order (see `State::ends`).
+    pub fn ends(&self) -> Vec<String> {
+        self.shared.lock().ends.clone()
+    }
+
+    /// Waits until a connection has ended for a reason that contains `text`.
+    pub fn wait_for_end(&self, text: &str, timeout: Duration) -> bool {
+        self.wait_state(timeout, |s| s.ends.iter().any(|e| e.contains(text)))
+    }
+
     /// TCP connections accepted so far.
     pub fn connections(&self) -> usize {
         self.shared.lock().connection_times.len()
@@ -305,6 +336,7 @@ fn accept(listener: TcpListener, tls: Arc<rustls::ServerConfig>, shared: Arc<Sha
             tls: StreamOwned::new(tls, tcp),
             inbound: Vec::new(),
             shared: shared.clone(),
+            last_byte: Instant::now(),
         };
         state.threads.push(std::thread::spawn(move || conn.serve()));
         shared.changed.notify_all();
@@ -320,6 +352,8 @@ struct Conn {
     tls: StreamOwned<ServerConnection, TcpStream>,
     inbound: Vec<u8>,
     shared: Arc<Shared>,
+    /// When the host last sent a byte: how the control plane tells a live host from a dead one.
+    last_byte: Instant,
 }
 
 impl Conn {
@@ -338,17 +372,17 @@ impl Conn {
                         bytes.push(0x80 | x as u8); // never a byte JSON can start with
                     }
                     self.write_raw(&bytes)?;
-                    self.idle()
+                    self.listen()
                 }
                 Behaviour::OversizedFrame => {
                     self.write_raw(&0xFFFF_FFF0u32.to_be_bytes())?;
-                    self.idle()
+                    self.listen()
                 }
                 Behaviour::HalfFrameThenSilence => {
                     self.write_raw(&[
                         0, 0, 0, 100, b'{', b'"', b't', b'y', b'p', b'e', b'"', b':', b' ', b'"',
                     ])?;
-                    self.idle()
+                    self.listen()
                 }
                 Behaviour::Silent => self.idle(),
             });
@@ -356,6 +390,7 @@ impl Conn {
         if why != STOPPED {
             self.linger_close();
         }
+        self.shared.update(|s| s.ends.push(why.clone()));
         if self.shared.config.verbose {
             eprintln!("connection {} closed: {why}", self.id);
         }
@@ -431,6 +466,18 @@ impl Conn {
         }
     }
 
+    /// After misbehaving: writes nothing more and reads what the host says until it closes (its
+    /// `error` frame ends the connection with the host's reason).
+    fn listen(&mut self) -> Result<(), End> {
+        loop {
+            if let Some(message) = self.poll()? {
+                if message["type"] == "error" {
+                    return Err(format!("the host closes: {}", message["message"]));
+                }
+            }
+        }
+    }
+
     /// Holds the connection open, reading and writing nothing, until `stop`.
     fn idle(&mut self) -> Result<(), End> {
         let mut state = self.shared.lock();
@@ -467,10 +514,33 @@ impl Conn {
             }
             match self.tls.read(&mut buf) {
                 Ok(0) => return Err("end of stream".into()),
-                Ok(n) => self.inbound.extend_from_slice(&buf[..n]),
-                Err(e) if is_timeout(&e) => return Ok(None),
+                Ok(n) => {
+                    self.heard();
+                    self.inbound.extend_from_slice(&buf[..n]);
+                }
+                Err(e) if is_timeout(&e) => {
+                    let silent = self.last_byte.elapsed();
+                    if silent > self.shared.config.liveness {
+                        self.shared.update(|s| s.dead_hosts += 1);
+                        return self.refuse(&format!(
+                            "no bytes from the host for {} ms: it is dead",
+                            silent.as_millis()
+                        ));
+                    }
+                    return Ok(None);
+                }
                 Err(e) => return Err(e.to_string()),
             }
+        }
+    }
+
+    /// Bytes came from the host: the silence before them counts towards the longest.
+    fn heard(&mut self) {
+        let silent = self.last_byte.elapsed();
+        self.last_byte = Instant::now();
+        let mut state = self.shared.lock();
+        if silent > state.longest_silence {
+            state.longest_silence = silent;
         }
     }
 

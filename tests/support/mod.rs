@@ -292,6 +292,15 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// Peak resident memory of a process in KiB (`VmHWM` in /proc/PID/status).
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 /// Polls `done` every 20 ms until it holds or `timeout` passes; its last answer.
 pub fn wait_until(timeout: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
     let end = std::time::Instant::now() + timeout;

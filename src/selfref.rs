@@ -1,0 +1,800 @@
+//! The self-refusal model: how systemd finds, loads, enables and starts the host's units, and
+//! which paths hold the host's config, credentials, store and binary, so that a declaration that
+//! would reach any of them through a unit, a file or a container mount is refused by name. The
+//! kinds' `refuse_self` ask it; it is pure (the host's package is checked against pacman's own
+//! metadata in `kinds::packages`, before the transaction).
+
+use std::path::{Component, Path};
+
+use crate::config::Identity;
+use crate::unitfile::{self, Owner, UnitName};
+
+/// Types whose unit of the host's name starts the host's service by default.
+const ACTIVATION_TYPES: [&str; 3] = ["socket", "timer", "path"];
+
+/// Directories systemd reads beside a unit's name: drop-ins and dependency links.
+const UNIT_DIR_SUFFIXES: [&str; 4] = [".d", ".wants", ".requires", ".upholds"];
+
+/// `[Section] Key=` directives that order systemd to do something to the units they name
+/// (start, stop, enable, replace by an alias, ...). Mentions that order nothing to the named unit
+/// (`After=`, `Before=`, `PartOf=`, `ReloadPropagatedFrom=`, ...) are not here.
+const ACTING_DIRECTIVES: [(&str, &str); 23] = [
+    ("Unit", "Requires"),
+    ("Unit", "Requisite"),
+    ("Unit", "Wants"),
+    ("Unit", "BindsTo"),
+    ("Unit", "BindTo"),
+    ("Unit", "Upholds"),
+    ("Unit", "Conflicts"),
+    ("Unit", "OnFailure"),
+    ("Unit", "OnSuccess"),
+    ("Unit", "PropagatesReloadTo"),
+    ("Unit", "PropagateReloadTo"),
+    ("Unit", "PropagatesStopTo"),
+    ("Unit", "RequiresOverridable"),
+    ("Unit", "RequisiteOverridable"),
+    ("Install", "Alias"),
+    ("Install", "Also"),
+    ("Install", "WantedBy"),
+    ("Install", "RequiredBy"),
+    ("Install", "UpheldBy"),
+    ("Timer", "Unit"),
+    ("Path", "Unit"),
+    ("Socket", "Service"),
+    ("Service", "Sockets"),
+];
+
+/// The host's units: its service units and their activation siblings (`mesh-host.socket`,
+/// `.timer`, `.path`), each with the service it starts.
+pub fn host_units(identity: &Identity) -> Vec<(String, &str)> {
+    let mut out = Vec::new();
+    for service in &identity.unit_names {
+        out.push((service.clone(), service.as_str()));
+        if let Some((stem, "service")) = service.rsplit_once('.') {
+            for t in ACTIVATION_TYPES {
+                out.push((format!("{stem}.{t}"), service.as_str()));
+            }
+        }
+    }
+    out
+}
+
+/// The names whose `.d/`, `.wants/`, `.requires/` and `.upholds/` directories systemd reads for
+/// `unit` (systemd.unit(5)): its own, its template's, every prefix of it cut after a dash
+/// (`mesh-.service`) and the type itself (`service`).
+pub fn lookup_names(unit: &str) -> Vec<String> {
+    let mut out = vec![unit.to_string()];
+    let Ok(name) = UnitName::parse(unit) else {
+        return out;
+    };
+    out.extend(name.template());
+    for (i, _) in name.prefix.match_indices('-') {
+        out.push(format!("{}.{}", &name.prefix[..=i], name.unit_type));
+    }
+    out.push(name.unit_type.to_string());
+    out
+}
+
+/// Why declaring the unit `key` (with `content`, its unit file) reaches the host, if it does.
+pub fn refuse_unit(key: &str, content: Option<&str>, identity: &Identity) -> Option<String> {
+    for (unit, service) in host_units(identity) {
+        if key == unit && unit == service {
+            return Some(format!(
+                "{key} is the host's own unit; nothing may enable, start, stop or replace it"
+            ));
+        }
+        if key == unit {
+            return Some(format!(
+                "{key} is the host's own unit: by default it starts {service}"
+            ));
+        }
+    }
+    let name = UnitName::parse(key).ok()?;
+    let owner = if name.is_template() {
+        Owner::Template(name)
+    } else {
+        Owner::Unit(name)
+    };
+    refuse_content(content?, owner, identity).map(|why| format!("content: {why}"))
+}
+
+/// Why a unit file or drop-in with `text` acts on a host unit, if it does: a directive that orders
+/// systemd to do something to the units it names names one, or could (a specifier that cannot be
+/// resolved here could make it one).
+pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<String> {
+    let units = host_units(identity);
+    for directive in unitfile::parse(text) {
+        let acting = ACTING_DIRECTIVES.iter().any(|(section, key)| {
+            directive.section.eq_ignore_ascii_case(section)
+                && directive.key.eq_ignore_ascii_case(key)
+        });
+        if !acting {
+            continue;
+        }
+        // Without a specifier, a value can only name a host unit by containing its name (once
+        // unquoted and unescaped: `mesh-"host.service"`, `mesh\x2dhost.service`).
+        let bare = unitfile::decode_hex_escapes(&directive.value.replace(['"', '\''], ""));
+        if !bare.contains('%') && !units.iter().any(|(u, _)| bare.contains(u.as_str())) {
+            continue;
+        }
+        // Single-valued ones (Unit=, Service=) are taken whole by systemd; as words too, to be safe.
+        let mut values = unitfile::words(&directive.value);
+        values.push(directive.value.clone());
+        for value in values {
+            // [Install] lists are unquoted by systemctl; [Unit] ones are not: try both. A `\xNN`
+            // escape names another unit to systemd; decoded too, to be safe.
+            let unquoted: String = value.chars().filter(|c| !"\"'".contains(*c)).collect();
+            let decoded = unitfile::decode_hex_escapes(&unquoted);
+            for candidate in [value.as_str(), unquoted.as_str(), decoded.as_str()] {
+                let pieces = unitfile::resolve_specifiers(candidate, owner);
+                let Some((unit, _)) = units.iter().find(|(u, _)| unitfile::could_be(&pieces, u))
+                else {
+                    continue;
+                };
+                let at = format!(
+                    "[{}] {}={} (line {})",
+                    directive.section, directive.key, directive.value, directive.line
+                );
+                let unknown: Vec<String> = pieces
+                    .iter()
+                    .filter_map(|p| match p {
+                        unitfile::Piece::Unknown(c) => Some(format!("%{c}")),
+                        unitfile::Piece::Text(_) => None,
+                    })
+                    .collect();
+                return Some(if unknown.is_empty() {
+                    format!("{at} names {unit}, the host's own unit")
+                } else {
+                    format!(
+                        "{at}: {} cannot be resolved safely here, and could make it name \
+                         {unit}, the host's own unit",
+                        unknown.join(" ")
+                    )
+                });
+            }
+        }
+    }
+    None
+}
+
+/// Why writing (or removing) the file `path` with `content` reaches the host, if it does: its
+/// config, credentials or store, or what systemd reads for one of its units.
+pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
+    let path = Path::new(path);
+    if path.starts_with(&identity.config_dir) {
+        return Some(format!(
+            "{} is the host's own configuration",
+            identity.config_dir.display()
+        ));
+    }
+    if let Some(file) = identity.config_files.iter().find(|f| path == *f) {
+        return Some(format!(
+            "{} is the host's own configuration or credential file",
+            file.display()
+        ));
+    }
+    if let Some(store) = identity.state_dirs.iter().find(|d| path.starts_with(d)) {
+        return Some(format!("{} is the host's own store", store.display()));
+    }
+    let key = path.display();
+    for dir in &identity.unit_dirs {
+        let Ok(rest) = path.strip_prefix(dir) else {
+            continue;
+        };
+        let parts: Vec<&str> = rest
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(s) => s.to_str(),
+                _ => None,
+            })
+            .collect();
+        let Some(&first) = parts.first() else {
+            continue;
+        };
+        for (unit, service) in host_units(identity) {
+            let own_dirs: Vec<String> = if unit == service {
+                lookup_names(service)
+            } else {
+                vec![unit.clone()]
+            };
+            if first == unit {
+                return Some(format!(
+                    "{key} is the host's own unit {unit} (its unit file, read by systemd)"
+                ));
+            }
+            for name in &own_dirs {
+                if let Some(suffix) = UNIT_DIR_SUFFIXES
+                    .iter()
+                    .find(|s| first.strip_suffix(**s) == Some(name.as_str()))
+                {
+                    let what = if suffix == &".d" {
+                        "drop-ins"
+                    } else {
+                        "dependencies"
+                    };
+                    return Some(format!(
+                        "{key} is in {first}/, where systemd reads {what} of the host's own unit {unit}"
+                    ));
+                }
+            }
+            let in_dependency_dir = UNIT_DIR_SUFFIXES[1..].iter().any(|s| first.ends_with(s));
+            if in_dependency_dir && parts.get(1) == Some(&unit.as_str()) {
+                return Some(format!(
+                    "{key} is a link to the host's own unit {unit} in {first}/"
+                ));
+            }
+        }
+        let text = String::from_utf8_lossy(content?);
+        let owner = match parts.as_slice() {
+            [file] => file_owner(file)?,
+            [dir, file] if file.ends_with(".conf") => {
+                dir.strip_suffix(".d").map(file_owner).unwrap_or(None)?
+            }
+            _ => return None,
+        };
+        return refuse_content(&text, owner, identity)
+            .map(|why| format!("{key} is read by systemd as a unit file: {why}"));
+    }
+    None
+}
+
+/// Which unit a file or drop-in directory named `name` belongs to.
+fn file_owner(name: &str) -> Option<Owner<'_>> {
+    match UnitName::parse(name) {
+        Ok(unit) if unit.prefix.ends_with('-') && unit.instance.is_none() => Some(Owner::Prefix {
+            prefix: unit.prefix,
+            unit_type: unit.unit_type,
+        }),
+        Ok(unit) if unit.is_template() => Some(Owner::Template(unit)),
+        Ok(unit) => Some(Owner::Unit(unit)),
+        // A type-level drop-in directory (`service.d/`) applies to every unit of the type.
+        Err(_) if unitfile::DECLARABLE_TYPES.contains(&name) => Some(Owner::Prefix {
+            prefix: "",
+            unit_type: name,
+        }),
+        Err(_) => None,
+    }
+}
+
+/// Paths a container may not mount writable (nor have podman relabel or chown), each with what
+/// it is: the host's store, config and credentials, its binary, and where systemd reads its unit.
+pub fn protected_paths(identity: &Identity) -> Vec<(String, &'static str)> {
+    let mut out: Vec<(String, &'static str)> = Vec::new();
+    let mut add = |p: &Path, what: &'static str| {
+        let p = p.display().to_string();
+        if !out.iter().any(|(q, _)| *q == p) {
+            out.push((p, what));
+        }
+    };
+    for p in &identity.state_dirs {
+        add(p, "store");
+    }
+    add(&identity.config_dir, "configuration");
+    for p in &identity.config_files {
+        add(p, "configuration or credential file");
+    }
+    for p in &identity.unit_dirs {
+        add(p, "unit directory");
+    }
+    add(Path::new("/usr/lib/systemd/system"), "unit directory");
+    add(Path::new("/run/systemd"), "runtime unit directory");
+    add(Path::new("/usr/bin/mesh-host"), "binary");
+    out
+}
+
+/// Arch's merged /usr and /run: where these lead, a mount of them is a mount of their target.
+const WELL_KNOWN_LINKS: [(&str, &str); 7] = [
+    ("/bin", "/usr/bin"),
+    ("/sbin", "/usr/bin"),
+    ("/usr/sbin", "/usr/bin"),
+    ("/lib", "/usr/lib"),
+    ("/lib64", "/usr/lib"),
+    ("/var/run", "/run"),
+    ("/var/lock", "/run/lock"),
+];
+
+/// Why a container mounting the host directory `source` (normalised) in this way reaches the
+/// host, if it does: writable (or relabelled, or chowned) and holding or inside something the
+/// host needs.
+pub fn refuse_mount(source: &str, writes: &str, identity: &Identity) -> Option<String> {
+    let mut source = source.to_string();
+    for (link, target) in WELL_KNOWN_LINKS {
+        if let Some(rest) = source.strip_prefix(link) {
+            if rest.is_empty() || rest.starts_with('/') {
+                source = format!("{target}{rest}");
+                break;
+            }
+        }
+    }
+    if source.split('/').any(|part| part == "..") {
+        return Some(format!(
+            "it mounts {source} {writes}, and its '..' cannot be resolved without following \
+             symlinks (give the path without it)"
+        ));
+    }
+    let source = Path::new(&source);
+    protected_paths(identity).into_iter().find_map(|(p, what)| {
+        let protected = Path::new(&p);
+        let relation = if protected == source {
+            "which is"
+        } else if protected.starts_with(source) {
+            "which holds"
+        } else if source.starts_with(protected) {
+            "inside"
+        } else {
+            return None;
+        };
+        Some(format!(
+            "it mounts {} {writes}, {relation} {p}, the host's own {what}",
+            source.display()
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::declaration::tests::{check_refused, problems};
+    use crate::declaration::{parse, Context};
+    use serde_json::json;
+
+    fn unit(name: &str, content: &str) -> String {
+        json!({"schema": 1, "units": {name: {"content": content}}}).to_string()
+    }
+
+    fn file(path: &str, content: &str) -> String {
+        json!({"schema": 1, "files": {path: {"content": content}}}).to_string()
+    }
+
+    fn volume(v: &str) -> String {
+        json!({"schema": 1, "containers": {"web": {"image": "x", "volumes": [v]}}}).to_string()
+    }
+
+    /// Problems of `json` under the config `config_json` loaded from `config_path`.
+    fn problems_with(config_json: &str, config_path: &str, json: &str) -> Vec<String> {
+        let mut config = Config::parse(config_json, None).unwrap();
+        config.identity.config_files.push(config_path.into());
+        let cx = Context {
+            limits: &config.limits,
+            identity: &config.identity,
+        };
+        match parse(json.as_bytes(), &cx) {
+            Ok(_) => Vec::new(),
+            Err(p) => p.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn lookup_names_follow_systemds_drop_in_search() {
+        assert_eq!(
+            lookup_names("mesh-host.service"),
+            vec!["mesh-host.service", "mesh-.service", "service"]
+        );
+        assert_eq!(
+            lookup_names("a-b-c.service"),
+            vec!["a-b-c.service", "a-.service", "a-b-.service", "service"]
+        );
+        assert_eq!(
+            lookup_names("x-y@i.service"),
+            vec!["x-y@i.service", "x-y@.service", "x-.service", "service"]
+        );
+    }
+
+    #[test]
+    fn class_1_every_place_systemd_reads_the_hosts_unit_under_etc() {
+        for path in [
+            "/etc/systemd/system/mesh-host.service",
+            "/etc/systemd/system.control/mesh-host.service",
+            "/etc/systemd/system.attached/mesh-host.service",
+            "/etc/systemd/system/mesh-host.service.d/override.conf",
+            "/etc/systemd/system.control/mesh-host.service.d/50-x.conf",
+            "/etc/systemd/system.attached/mesh-host.service.d/50-x.conf",
+            "/etc/systemd/system/mesh-host.service.wants/x.service",
+            "/etc/systemd/system/mesh-host.service.requires/x.service",
+            "/etc/systemd/system/mesh-host.service.upholds/x.service",
+            "/etc/systemd/system/multi-user.target.wants/mesh-host.service",
+            "/etc/systemd/system.control/x.target.requires/mesh-host.service",
+            "/etc/systemd/system/x.service.upholds/mesh-host.service",
+            "/etc/systemd/system/service.d/10-every-service.conf",
+            "/etc/systemd/system.attached/service.d/10-every-service.conf",
+            "/etc/systemd/system/mesh-.service.d/10-prefix.conf",
+            "/etc/systemd/system/mesh-.service.wants/x.service",
+            "/etc/systemd/system/service.requires/x.service",
+            "/etc/systemd/system/agent.service",
+            "/etc/systemd/system/agent.service.d/x.conf",
+            "/etc/systemd/system/service.d",
+        ] {
+            check_refused(&file(path, ""), &[path, "refused", "the host's own unit"]);
+            let absent = json!({"schema": 1, "files": {path: {"state": "absent"}}}).to_string();
+            check_refused(&absent, &["refused", "the host's own unit"]);
+        }
+        // The configured unit directory is one more place.
+        let config = r#"{"unit_dir": "/etc/units"}"#;
+        let found = problems_with(
+            config,
+            "/etc/mesh-host/config.json",
+            &file("/etc/units/mesh-.service.d/x.conf", ""),
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0]
+                .contains("where systemd reads drop-ins of the host's own unit mesh-host.service"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn class_2_activation_siblings() {
+        for name in [
+            "mesh-host.socket",
+            "mesh-host.timer",
+            "mesh-host.path",
+            "agent.socket",
+        ] {
+            let json = json!({"schema": 1, "units": {name: {"enabled": true}}}).to_string();
+            check_refused(&json, &["refused", name, "by default it starts"]);
+            let path = format!("/etc/systemd/system/{name}");
+            check_refused(&file(&path, ""), &["refused", "the host's own unit"]);
+            let path = format!("/etc/systemd/system/{name}.d/x.conf");
+            check_refused(&file(&path, ""), &["refused", "the host's own unit"]);
+            let path = format!("/etc/systemd/system/sockets.target.wants/{name}");
+            check_refused(
+                &file(&path, ""),
+                &["refused", "a link to the host's own unit"],
+            );
+        }
+    }
+
+    #[test]
+    fn class_3_unit_content_that_acts_on_a_host_unit() {
+        for (section, key) in ACTING_DIRECTIVES {
+            let content = format!("[{section}]\n{key}=mesh-host.service\n");
+            check_refused(
+                &unit("x.service", &content),
+                &[
+                    "units[\"x.service\"]: refused: content:",
+                    &format!(
+                        "[{section}] {key}=mesh-host.service (line 2) names mesh-host.service"
+                    ),
+                ],
+            );
+        }
+        for (name, content, needle) in [
+            // Lists, continuations, comments inside them, odd spacing and case.
+            (
+                "x.service",
+                "[Unit]\nWants=a.service   b.service \\\n# note\n  mesh-host.service\n",
+                "line 2",
+            ),
+            (
+                "x.service",
+                "[Unit]\r\nconflicts = mesh-host.timer",
+                "mesh-host.timer",
+            ),
+            (
+                "x.service",
+                "[Install]\nWantedBy=\"mesh-host.service\"",
+                "WantedBy=",
+            ),
+            (
+                "x.service",
+                "[Install]\nRequiredBy=mesh-\"host\".service",
+                "RequiredBy=",
+            ),
+            (
+                "x.service",
+                "[Unit]\nWants=mesh\\x2dhost.service",
+                "names mesh-host.service",
+            ),
+            (
+                "x.timer",
+                "[Timer]\nOnCalendar=daily\nUnit=mesh-host.service\n",
+                "[Timer] Unit=",
+            ),
+            (
+                "x.path",
+                "[Path]\nPathExists=/x\nUnit=agent.service\n",
+                "agent.service",
+            ),
+            (
+                "x.socket",
+                "[Socket]\nListenStream=1\nService=mesh-host.service\n",
+                "[Socket] Service=",
+            ),
+            (
+                "x.service",
+                "[Install]\nAlias=mesh-host.service\n",
+                "Alias=",
+            ),
+            ("x.service", "[Install]\nAlso=mesh-host.socket\n", "Also="),
+            // Specifiers resolved from the unit's own name.
+            (
+                "mesh-host@x.service",
+                "[Unit]\nConflicts=%p.service\n",
+                "names mesh-host.service",
+            ),
+            (
+                "mesh-host.target",
+                "[Unit]\nBindsTo=%N.service\n",
+                "names mesh-host.service",
+            ),
+            (
+                "mesh@host.service",
+                "[Unit]\nRequires=%p-%i.service\n",
+                "names mesh-host.service",
+            ),
+            (
+                "mesh@host.service",
+                "[Unit]\nRequires=%p-%I.path\n",
+                "names mesh-host.path",
+            ),
+            (
+                "a-mesh.service",
+                "[Unit]\nOnFailure=%j-host.service\n",
+                "names mesh-host.service",
+            ),
+            // Specifiers that cannot be resolved here.
+            (
+                "x.service",
+                "[Unit]\nConflicts=%H.service\n",
+                "%H cannot be resolved safely",
+            ),
+            (
+                "x@.service",
+                "[Unit]\nConflicts=%i.service\n",
+                "%i cannot be resolved safely",
+            ),
+            (
+                "x@.service",
+                "[Install]\nWantedBy=%i.service\n",
+                "%i cannot be resolved safely",
+            ),
+        ] {
+            let found = problems(&unit(name, content));
+            assert_eq!(found.len(), 1, "{name} {content:?}: {found:?}");
+            assert!(found[0].contains(needle), "{name} {content:?}: {found:?}");
+        }
+        // The same through files systemd reads as units or drop-ins.
+        for (path, content) in [
+            (
+                "/etc/systemd/system/x.service",
+                "[Unit]\nConflicts=mesh-host.service",
+            ),
+            (
+                "/etc/systemd/system/x.service.d/y.conf",
+                "[Unit]\nConflicts=mesh-host.service",
+            ),
+            (
+                "/etc/systemd/system/socket.d/y.conf",
+                "[Socket]\nService=mesh-host.service",
+            ),
+            (
+                "/etc/systemd/system/mesh-.timer.d/y.conf",
+                "[Timer]\nUnit=%N.service",
+            ),
+            (
+                "/etc/systemd/system/timer.d/y.conf",
+                "[Timer]\nUnit=%N.service",
+            ),
+            (
+                "/etc/systemd/system/x@.service.d/y.conf",
+                "[Unit]\nWants=%i.service",
+            ),
+            (
+                "/etc/systemd/system.control/x.service",
+                "[Unit]\nPropagatesStopTo=mesh-host.service",
+            ),
+        ] {
+            check_refused(
+                &file(path, content),
+                &["refused", "is read by systemd as a unit file"],
+            );
+        }
+    }
+
+    #[test]
+    fn valid_look_alikes_stay_valid() {
+        for (name, content) in [
+            ("x.service", "[Unit]\nAfter=mesh-host.service\nBefore=mesh-host.service\nPartOf=mesh-host.service\nReloadPropagatedFrom=mesh-host.service\nDescription=Conflicts=mesh-host.service\n"),
+            ("x.service", "[Unit]\n# Conflicts=mesh-host.service\n; Wants=mesh-host.service\n"),
+            ("x.service", "[Service]\nConflicts=mesh-host.service\nExecStart=/usr/bin/systemctl stop mesh-host.service\n"),
+            ("x.service", "Conflicts=mesh-host.service\n[Unit]\nDescription=x"),
+            ("x.service", "[Unit]\nWants=foo@%H.service mesh-host@%i.service Mesh-Host.service mesh-hostile.service\n"),
+            ("x@.service", "[Unit]\nWants=foo@%i.service\n[Service]\nExecStart=/bin/true %i\n"),
+            ("mesh-host@x.service", "[Service]\nExecStart=/bin/true\n"),
+            ("Mesh-Host.service", "[Service]\nExecStart=/bin/true\n"),
+            ("mesh-hostile.service", "[Service]\nExecStart=/bin/true\n"),
+            ("mesh-host-helper.service", "[Unit]\nAfter=mesh-host.service\n"),
+        ] {
+            assert!(problems(&unit(name, content)).is_empty(), "{name} {content:?}: {:?}", problems(&unit(name, content)));
+        }
+        for (path, content) in [
+            (
+                "/etc/systemd/system/mesh-hostile.service.d/x.conf",
+                "[Service]\nNice=5",
+            ),
+            (
+                "/etc/systemd/system/mesh-hostile.service",
+                "[Service]\nExecStart=/bin/true",
+            ),
+            (
+                "/etc/systemd/system/mesh-host-.service.d/x.conf",
+                "[Service]\nNice=5",
+            ),
+            (
+                "/etc/systemd/system/mesh-host@.service.d/x.conf",
+                "[Service]\nNice=5",
+            ),
+            (
+                "/etc/systemd/system/Mesh-Host.service",
+                "[Service]\nExecStart=/bin/true",
+            ),
+            ("/etc/systemd/system/socket.d/x.conf", "[Socket]\nBacklog=5"),
+            (
+                "/etc/systemd/system/timer.d/x.conf",
+                "[Timer]\nRandomizedDelaySec=5",
+            ),
+            (
+                "/etc/systemd/system/foo-.timer.d/x.conf",
+                "[Timer]\nUnit=%N.service",
+            ),
+            (
+                "/etc/systemd/system/socket.d/x.conf",
+                "[Socket]\nService=%N-helper.service",
+            ),
+            (
+                "/etc/systemd/system/multi-user.target.wants/mesh-hostile.service",
+                "",
+            ),
+            ("/etc/systemd/system/mesh-host.service.bak.d/x.conf", ""),
+            (
+                "/etc/systemd/system/x.service.d/notes.txt",
+                "Conflicts=mesh-host.service",
+            ),
+            ("/etc/motd", "[Unit]\nConflicts=mesh-host.service"),
+            ("/etc/mesh-host.conf", "x"),
+            (
+                "/etc/systemd/user/mesh-host.service.d/x.conf",
+                "[Unit]\nConflicts=x.service",
+            ),
+            (
+                "/etc/systemd/system/mesh-host.slice.d/x.conf",
+                "[Slice]\nCPUWeight=5",
+            ),
+            (
+                "/etc/systemd/system/mesh-.slice.d/x.conf",
+                "[Slice]\nCPUWeight=5",
+            ),
+            (
+                "/etc/systemd/system/mesh-host@.socket",
+                "[Socket]\nAccept=yes",
+            ),
+            ("/etc/systemd/systemd.conf", "x"),
+        ] {
+            assert!(
+                problems(&file(path, content)).is_empty(),
+                "{path}: {:?}",
+                problems(&file(path, content))
+            );
+        }
+    }
+
+    #[test]
+    fn class_5_container_mounts_of_the_hosts_own_paths() {
+        for (v, needle) in [
+            (
+                "/:/host",
+                "mounts / read-write, which holds /var/lib/mesh-host, the host's own store",
+            ),
+            (
+                "/var:/v:rw",
+                "which holds /var/lib/mesh-host, the host's own store",
+            ),
+            (
+                "/var/lib/mesh-host:/x",
+                "which is /var/lib/mesh-host, the host's own store",
+            ),
+            (
+                "/srv//mesh-store/./runs:/x",
+                "inside /srv/mesh-store, the host's own store",
+            ),
+            ("/srv/mesh-store/:/x:z", "the host's own store"),
+            (
+                "/etc:/etc",
+                "which holds /etc/mesh-host, the host's own configuration",
+            ),
+            ("/etc/mesh-host:/x", "the host's own configuration"),
+            (
+                "/etc/mesh-host:/x:ro,U",
+                "with :U (podman changes the source)",
+            ),
+            (
+                "/etc/systemd/system:/units",
+                "the host's own unit directory",
+            ),
+            ("/usr:/usr", "mounts /usr read-write, which holds"),
+            ("/var/lib/x/../mesh-host:/x", "its '..' cannot be resolved"),
+            ("/srv/../etc:/x:U", "its '..' cannot be resolved"),
+            ("/usr/bin:/b", "/usr/bin/mesh-host, the host's own binary"),
+            ("/bin:/b", "mounts /usr/bin read-write"),
+            ("/run:/run", "/run/systemd"),
+            (
+                "/tmp:/t:O,upperdir=/etc/systemd/system/x,workdir=/tmp/w",
+                "as an overlay's upper or work directory",
+            ),
+        ] {
+            check_refused(
+                &volume(v),
+                &["containers[\"web\"]: refused: volume", needle],
+            );
+        }
+        for (v, needle) in [
+            ("./data:/x", "relative"),
+            ("/data:x", "not an absolute path"),
+            ("/data:/x:ro,rw", "contradicts"),
+            ("/data:/x:bogus", "is not a podman volume option"),
+            ("/data", "no source"),
+            ("a:b:c:d", "more than two ':'"),
+            ("-x:/x", "volume name"),
+        ] {
+            check_refused(&volume(v), &["volumes[0]", needle]);
+        }
+        for v in [
+            "/:/host:ro,rslave",
+            "/:/rootfs:ro",
+            "/var/lib/mesh-host:/x:ro",
+            "/etc/mesh-host:/x:ro",
+            "/srv/../var/lib/mesh-host:/x:ro",
+            "/proc:/host/proc:ro",
+            "/sys:/host/sys:ro,rslave",
+            "/srv/data:/data:rw,z,nocopy,rshared",
+            "/srv/data:/data:Z,U,noexec,nodev,nosuid,rbind",
+            "/etc/mesh-hostile:/x",
+            "/tmp/base:/x:O",
+            "cache:/c",
+            "cache:/c:U",
+            "/srv/x:/x:idmap=uids=0-1-10",
+        ] {
+            assert!(
+                problems(&volume(v)).is_empty(),
+                "{v}: {:?}",
+                problems(&volume(v))
+            );
+        }
+    }
+
+    #[test]
+    fn class_6_the_configs_own_files_wherever_it_puts_them() {
+        let config = r#"{"control_plane": {"address": "cp:1", "ca_file": "/etc/pki/mesh-ca.pem",
+                         "node": "n", "secret_file": "/etc/keys/mesh-secret"}}"#;
+        for path in [
+            "/etc/pki/mesh-ca.pem",
+            "/etc/keys/mesh-secret",
+            "/etc/agent/host.json",
+            "/etc/mesh-host/config.json",
+        ] {
+            let found = problems_with(config, "/etc/agent/host.json", &file(path, "x"));
+            assert_eq!(found.len(), 1, "{path}: {found:?}");
+            assert!(
+                found[0].contains("the host's own configuration"),
+                "{found:?}"
+            );
+        }
+        let found = problems_with(config, "/etc/agent/host.json", &volume("/etc/keys:/k"));
+        assert!(
+            found[0]
+                .contains("/etc/keys/mesh-secret, the host's own configuration or credential file"),
+            "{found:?}"
+        );
+        assert!(
+            problems_with(config, "/etc/agent/host.json", &volume("/etc/keys:/k:ro")).is_empty()
+        );
+        assert!(problems_with(
+            config,
+            "/etc/agent/host.json",
+            &file("/etc/pki/other.pem", "x")
+        )
+        .is_empty());
+    }
+}
