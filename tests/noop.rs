@@ -113,3 +113,59 @@ fn no_op_command_count_does_not_grow_with_resources() {
     assert_eq!(released["failures"], json!([]), "{released:#}");
     assert!(!left, "{dir} is left behind after releasing its files");
 }
+
+/// 20,000 packages and 10,000 units whose names exceed what one command line can carry (about 4
+/// and 2.5 MB of names against the kernel's 2 MB): each batched query is split, still a handful
+/// of commands per kind, and every name is answered.
+#[test]
+fn tens_of_thousands_of_names_are_split_under_the_argument_limit() {
+    let Some(sb) = sandbox() else { return };
+    let host = sb.host("many-names", "");
+    let pid = std::process::id();
+    let long = "x".repeat(200);
+    let packages: Map<String, Value> = (0..20_000)
+        .map(|i| {
+            (
+                format!("mesh-it-{pid}-{long}-{i}"),
+                json!({"state": "absent"}),
+            )
+        })
+        .collect();
+    let units: Map<String, Value> = (0..10_000)
+        .map(|i| {
+            let name = format!("mesh-it-{pid}-{long}-{i}.service");
+            (name, json!({"state": "absent"}))
+        })
+        .collect();
+    let declaration = json!({"schema": 1, "packages": packages, "units": units});
+    let file = host.declaration("many.json", &declaration.to_string());
+    let out = host.run(&[
+        "plan",
+        "--json",
+        "--trace-commands",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let plan = out.json();
+    assert_eq!(plan["failures"], json!([]), "{}", out.stderr);
+    assert_eq!(plan["in_sync"], json!(30_000), "{}", out.stderr);
+    let commands: Vec<&str> = plan["commands"]
+        .as_array()
+        .expect("commands")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let calls = |tool: &str| {
+        commands
+            .iter()
+            .filter(|c| c.split_whitespace().next() == Some(tool))
+            .count()
+    };
+    println!(
+        "20,000 packages and 10,000 units: {} pacman and {} systemctl commands",
+        calls("pacman"),
+        calls("systemctl")
+    );
+    assert!((2..=8).contains(&calls("pacman")), "{commands:?}");
+    assert!((2..=8).contains(&calls("systemctl")), "{commands:?}");
+}

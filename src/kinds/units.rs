@@ -484,6 +484,11 @@ pub fn parse_show(stdout: &str) -> Vec<BTreeMap<String, String>> {
                 blocks.push(std::mem::take(&mut current));
             }
         } else if let Some((k, v)) = line.split_once('=') {
+            // A unit's properties never repeat: one seen again starts the next unit, so the
+            // outputs of a batch split over several commands join without a blank line.
+            if current.contains_key(k) {
+                blocks.push(std::mem::take(&mut current));
+            }
             current.insert(k.to_string(), v.to_string());
         }
     }
@@ -910,6 +915,12 @@ mod tests {
         assert_eq!(blocks[0]["ActiveState"], "active");
         assert_eq!(blocks[1]["LoadState"], "not-found");
         assert_eq!(blocks[1]["UnitFileState"], "");
+        // Two commands' outputs joined with no blank line between them (a batch split under the
+        // argument limit) still give one block per unit.
+        let joined = "Id=a.service\nLoadState=loaded\nId=b.service\nLoadState=not-found\n";
+        let blocks = parse_show(joined);
+        assert_eq!(blocks.len(), 2, "{blocks:?}");
+        assert_eq!(blocks[1]["Id"], "b.service");
     }
 
     #[test]
