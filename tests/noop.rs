@@ -166,6 +166,7 @@ fn tens_of_thousands_of_names_are_split_under_the_argument_limit() {
         calls("pacman"),
         calls("systemctl")
     );
-    assert!((2..=8).contains(&calls("pacman")), "{commands:?}");
-    assert!((2..=8).contains(&calls("systemctl")), "{commands:?}");
+    let heads: Vec<&str> = commands.iter().map(|c| &c[..c.len().min(80)]).collect();
+    assert!((2..=8).contains(&calls("pacman")), "{heads:#?}");
+    assert!((2..=8).contains(&calls("systemctl")), "{heads:#?}");
 }
