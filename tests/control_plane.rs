@@ -101,13 +101,19 @@ fn welcome_declare_report_ack_and_pong() {
 
     let mut host = Client::connect(&cp, &pki);
     host.hello("n1", "s3cret", Some(1));
-    assert_eq!(host.recv(), json!({"type": "welcome"}));
+    assert_eq!(
+        host.recv(),
+        json!({"type": "welcome", "reconnect": {"base_ms": 1000, "cap_ms": 300000}})
+    );
     assert_eq!(
         host.recv(),
         json!({"type": "declare", "revision": 3, "declaration": r#"{"schema": 1}"#})
     );
     host.send(json!({"type": "ping"}));
-    assert_eq!(host.recv(), json!({"type": "pong"}));
+    assert_eq!(
+        host.recv(),
+        json!({"type": "pong", "reconnect": {"base_ms": 1000, "cap_ms": 300000}})
+    );
     for _ in 0..2 {
         host.send(json!({"type": "report", "id": 7, "outcome": "converged"}));
         assert_eq!(host.recv(), json!({"type": "ack", "id": 7}));
@@ -119,9 +125,15 @@ fn welcome_declare_report_ack_and_pong() {
     // A host already at revision 4 gets no declare (the pong comes first), until one is forced.
     let mut current = Client::connect(&cp, &pki);
     current.hello("n1", "s3cret", Some(4));
-    assert_eq!(current.recv(), json!({"type": "welcome"}));
+    assert_eq!(
+        current.recv(),
+        json!({"type": "welcome", "reconnect": {"base_ms": 1000, "cap_ms": 300000}})
+    );
     current.send(json!({"type": "ping"}));
-    assert_eq!(current.recv(), json!({"type": "pong"}));
+    assert_eq!(
+        current.recv(),
+        json!({"type": "pong", "reconnect": {"base_ms": 1000, "cap_ms": 300000}})
+    );
     cp.send_declare(2, "{}");
     assert_eq!(current.recv()["revision"], 2);
     assert_eq!(host.recv()["revision"], 2);

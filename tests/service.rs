@@ -195,6 +195,38 @@ fn after_a_control_plane_restart_the_host_reconnects_and_reports_from_its_outbox
 }
 
 #[test]
+fn the_control_planes_reconnect_policy_spreads_a_large_fleets_return() {
+    let pki = Pki::new();
+    let mut config = CpConfig::new("n1", "s3cret");
+    // A control plane that knows 3,000 hosts: they must not all come back in the same second.
+    config.fleet_size = 3_000;
+    let mut cp = ControlPlane::start(&pki, config);
+    let node = node("policy", &pki, Some(&cp), "");
+    let taken =
+        "reconnect policy from the control plane: first retry within 60000 ms, at most 300 s";
+    assert!(
+        wait_until(WAIT, || node.log().contains(taken)),
+        "{}",
+        node.log()
+    );
+    cp.stop();
+    assert!(wait_until(WAIT, || node.status()["service"]["link"] == "retrying"));
+    let service = &node.status()["service"];
+    let (at, now) = (service["link_at"].as_u64(), node_now());
+    let wait = at.map(|at| at.saturating_sub(now));
+    assert!(
+        wait.is_some_and(|w| w <= 61),
+        "the first retry comes within the policy's base: {service:#}"
+    );
+}
+
+fn node_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[test]
 fn a_stale_revision_is_ignored_and_an_invalid_declaration_rejected() {
     let pki = Pki::new();
     let cp = control_plane(&pki, Behaviour::Normal);

@@ -21,8 +21,11 @@ pub enum Message {
         revision: Option<u64>,
         digest: Option<String>,
     },
-    /// Control plane -> host: the hello was accepted.
-    Welcome {},
+    /// Control plane -> host: the hello was accepted; maybe with the fleet's reconnect policy.
+    Welcome {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reconnect: Option<ReconnectPolicy>,
+    },
     /// Control plane -> host: a declaration (its JSON text, verbatim, so digests hold).
     Declare {
         revision: u64,
@@ -35,11 +38,25 @@ pub enum Message {
         id: u64,
     },
     Ping {},
-    Pong {},
+    /// The answer to a ping; it may carry the reconnect policy again, so hosts that joined a
+    /// growing fleet early learn its newer policy.
+    Pong {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reconnect: Option<ReconnectPolicy>,
+    },
     /// Either side, before closing: why.
     Error {
         message: String,
     },
+}
+
+/// How the control plane wants its hosts to come back after losing the link: the first
+/// backoff ceiling and the cap (docs/protocol.md, "Reconnecting"). It knows how many hosts it
+/// has; a host alone does not, so the control plane's word is taken over the host's config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconnectPolicy {
+    pub base_ms: u64,
+    pub cap_ms: u64,
 }
 
 /// One run (or one refused declaration), as the control plane receives it.

@@ -9,7 +9,7 @@ pub mod messages;
 use std::collections::VecDeque;
 use std::fmt;
 
-pub use messages::{Message, Report};
+pub use messages::{Message, ReconnectPolicy, Report};
 
 /// What the link tells the host.
 #[derive(Debug, PartialEq)]
@@ -23,6 +23,8 @@ pub enum Event {
     Ack {
         id: u64,
     },
+    /// The control plane's reconnect policy (in its welcome or a pong).
+    Policy(ReconnectPolicy),
 }
 
 /// Why the link must be dropped (and retried).
@@ -202,13 +204,17 @@ impl Link {
                         "a flood of pings (more than {MAX_PINGS_PER_HEARTBEAT} within a heartbeat)"
                     )));
                 }
-                self.send(now, &Message::Pong {});
+                self.send(now, &Message::Pong { reconnect: None });
                 Ok(())
             }
-            (_, Message::Pong {}) => Ok(()),
-            (State::AwaitingWelcome, Message::Welcome {}) => {
+            (_, Message::Pong { reconnect }) => {
+                self.events.extend(reconnect.map(Event::Policy));
+                Ok(())
+            }
+            (State::AwaitingWelcome, Message::Welcome { reconnect }) => {
                 self.state = State::Up;
                 self.events.push_back(Event::Welcome);
+                self.events.extend(reconnect.map(Event::Policy));
                 Ok(())
             }
             (
@@ -306,12 +312,12 @@ impl Link {
 fn kind(message: &Message) -> &'static str {
     match message {
         Message::Hello { .. } => "hello",
-        Message::Welcome {} => "welcome",
+        Message::Welcome { .. } => "welcome",
         Message::Declare { .. } => "declare",
         Message::Report(_) => "report",
         Message::Ack { .. } => "ack",
         Message::Ping {} => "ping",
-        Message::Pong {} => "pong",
+        Message::Pong { .. } => "pong",
         Message::Error { .. } => "error",
     }
 }
@@ -367,10 +373,39 @@ mod tests {
         let mut link = Link::new(0, hello(), HEARTBEAT, 1 << 20);
         let mut peer = Peer::new();
         assert_eq!(peer.receive(&mut link), vec![hello()]);
-        link.handle_input(10, &Peer::frame(&Message::Welcome {}))
+        link.handle_input(10, &Peer::frame(&Message::Welcome { reconnect: None }))
             .unwrap();
         assert_eq!(link.poll_event(), Some(Event::Welcome));
         (link, peer)
+    }
+
+    #[test]
+    fn the_reconnect_policy_comes_with_the_welcome_and_pongs_and_old_peers_send_none() {
+        let policy = ReconnectPolicy {
+            base_ms: 20_000,
+            cap_ms: 300_000,
+        };
+        let mut link = Link::new(0, hello(), HEARTBEAT, 1 << 20);
+        let welcome = br#"{"type": "welcome", "reconnect": {"base_ms": 20000, "cap_ms": 300000}}"#;
+        let mut bytes = Vec::new();
+        frame::encode(welcome, &mut bytes);
+        link.handle_input(10, &bytes).unwrap();
+        assert_eq!(link.poll_event(), Some(Event::Welcome));
+        assert_eq!(link.poll_event(), Some(Event::Policy(policy)));
+        let newer = ReconnectPolicy {
+            base_ms: 30_000,
+            ..policy
+        };
+        let pong = Message::Pong {
+            reconnect: Some(newer),
+        };
+        link.handle_input(20, &Peer::frame(&pong)).unwrap();
+        assert_eq!(link.poll_event(), Some(Event::Policy(newer)));
+        // A control plane that sends none (an older one) changes nothing.
+        let mut bytes = Vec::new();
+        frame::encode(br#"{"type": "pong"}"#, &mut bytes);
+        link.handle_input(30, &bytes).unwrap();
+        assert_eq!(link.poll_event(), None);
     }
 
     #[test]
@@ -424,7 +459,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             peer.receive(&mut link),
-            vec![Message::Pong {}],
+            vec![Message::Pong { reconnect: None }],
             "a ping is answered"
         );
         let silent_until = HEARTBEAT + 5 + 3 * HEARTBEAT;

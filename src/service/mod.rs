@@ -467,6 +467,17 @@ impl Service<'_> {
                     }
                 }
                 Event::Declare { revision, text } => self.on_declare(revision, text),
+                Event::Policy(policy) => {
+                    if self.backoff.set_policy(policy.base_ms, policy.cap_ms) {
+                        let (base, cap) = self.backoff.policy();
+                        log::info!(
+                            "reconnect policy from the control plane: first retry within {} ms, \
+                             at most {} s",
+                            base,
+                            cap / 1000
+                        );
+                    }
+                }
                 Event::Ack { id } => {
                     if let Err(e) = self
                         .host

@@ -49,6 +49,9 @@ pub struct CpConfig {
     /// No byte from a host for this long and it is dead: the link is dropped (docs/protocol.md:
     /// three of the host's heartbeats; 90 s for the default 30 s).
     pub liveness: Duration,
+    /// How many hosts it knows beyond the links it has seen (its registry): the reconnect
+    /// policy it sends follows the larger.
+    pub fleet_size: usize,
 }
 
 impl CpConfig {
@@ -61,6 +64,7 @@ impl CpConfig {
             verbose: false,
             join_bind: None,
             liveness: Duration::from_secs(90),
+            fleet_size: 0,
         }
     }
 }
@@ -90,6 +94,8 @@ struct State {
     ends: Vec<String>,
     /// Clones of the open connections' sockets, by connection number, shut down by `stop`.
     sockets: Vec<(usize, TcpStream)>,
+    /// The most links open at once: with the identities it knows, how many hosts it has.
+    peak_links: usize,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -324,6 +330,7 @@ fn accept(listener: TcpListener, tls: Arc<rustls::ServerConfig>, shared: Arc<Sha
         };
         let id = state.connection_times.len();
         state.sockets.push((id, clone));
+        state.peak_links = state.peak_links.max(state.sockets.len());
         state.connection_times.push(Instant::now());
         if shared.config.verbose {
             eprintln!(
@@ -398,6 +405,21 @@ impl Conn {
             .update(|s| s.sockets.retain(|(id, _)| *id != self.id));
     }
 
+    /// The reconnect policy for the hosts this control plane knows (docs/protocol.md,
+    /// "Reconnecting"), sent in the welcome and in every pong so hosts that came early in a
+    /// growing fleet learn the newer one.
+    fn reconnect_policy(&self) -> Value {
+        let hosts = {
+            let s = self.shared.lock();
+            let identities = usize::from(!self.shared.config.node.is_empty()) + s.joined.len();
+            s.peak_links
+                .max(identities)
+                .max(self.shared.config.fleet_size)
+        };
+        let (base_ms, cap_ms) = reconnect_policy(hosts);
+        json!({"base_ms": base_ms, "cap_ms": cap_ms})
+    }
+
     /// Waits for the first frame, which must be a hello, and records it.
     fn hello(&mut self) -> Result<Value, End> {
         let hello = loop {
@@ -426,7 +448,7 @@ impl Conn {
         if !known_node {
             return self.refuse("bad credentials");
         }
-        self.send(&json!({"type": "welcome"}))?;
+        self.send(&json!({"type": "welcome", "reconnect": self.reconnect_policy()}))?;
         let mut known = hello["revision"].as_u64();
         let mut forced_sent = 0;
         loop {
@@ -444,7 +466,9 @@ impl Conn {
                 continue;
             };
             match message["type"].as_str() {
-                Some("ping") => self.send(&json!({"type": "pong"}))?,
+                Some("ping") => {
+                    self.send(&json!({"type": "pong", "reconnect": self.reconnect_policy()}))?
+                }
                 Some("pong") => {}
                 Some("report") => {
                     let Some(id) = message["id"].as_u64() else {
@@ -579,6 +603,18 @@ impl Conn {
         self.send(&json!({"type": "error", "message": why}))?;
         Err(why.to_string())
     }
+}
+
+/// How many hosts a second this control plane takes back after a restart.
+pub const RECONNECTS_PER_SECOND: u64 = 15;
+
+/// The first backoff ceiling (ms) and the cap for a fleet of `hosts`: with full jitter, hosts
+/// come back at about `hosts / base` a second, so the base grows with the fleet to keep that
+/// near `RECONNECTS_PER_SECOND`, from 1 s (a lone host is back within a second of a blip) to a
+/// minute; the cap stays the host's default 5 minutes.
+pub fn reconnect_policy(hosts: usize) -> (u64, u64) {
+    let base = (hosts as u64).saturating_mul(1000) / RECONNECTS_PER_SECOND;
+    (base.clamp(1_000, 60_000), 300_000)
 }
 
 fn is_timeout(e: &std::io::Error) -> bool {
