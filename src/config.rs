@@ -72,6 +72,9 @@ pub struct Config {
     pub outbox_max: usize,
     /// `None`: no mesh yet; the service holds the declaration in force on its timer alone.
     pub control_plane: Option<ControlPlane>,
+    /// The service watches what it owns with inotify and repairs drift within about a second;
+    /// off, drift waits for the timer.
+    pub watch: bool,
 }
 
 /// Where the control plane is and how the host proves itself and checks the control plane.
@@ -106,6 +109,7 @@ struct RawConfig {
     max_frame_bytes: Option<usize>,
     outbox_max: Option<usize>,
     control_plane: Option<RawControlPlane>,
+    watch: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -209,6 +213,7 @@ impl Config {
             max_frame_bytes: raw.max_frame_bytes.unwrap_or(128 << 20),
             outbox_max: raw.outbox_max.unwrap_or(500).max(1),
             control_plane: raw.control_plane.map(control_plane).transpose()?,
+            watch: raw.watch.unwrap_or(true),
         })
     }
 }
@@ -290,6 +295,8 @@ mod tests {
         let c = parse("{}").unwrap();
         assert_eq!(c.state_dir, Path::new(DEFAULT_STATE_DIR));
         assert_eq!(c.pacman.command, vec!["pacman"]);
+        assert!(c.watch);
+        assert!(!parse(r#"{"watch": false}"#).unwrap().watch);
         let c = parse(r#"{"unit_name": "agent.service", "pacman": {"command": ["pacman", "--config", "/x"], "timeout_secs": 5}}"#).unwrap();
         assert_eq!(
             c.identity.unit_names,

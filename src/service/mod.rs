@@ -5,8 +5,10 @@
 
 mod backoff;
 mod connection;
+mod inotify;
 mod schedule;
 mod sys;
+mod watch;
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use mio::{Events, Poll, Token};
 
 use crate::commands::{invalid, Fatal, Host, EXIT_OK};
 use crate::link::{messages, Event, Link, Message, Report};
+use crate::reconcile::Scope;
 use crate::store::{self, InForce, ServiceState, Source, Store};
 use backoff::Backoff;
 use connection::Connection;
@@ -24,6 +27,7 @@ use schedule::{Schedule, Trigger};
 const SIGNALS: Token = Token(0);
 const TIMER: Token = Token(1);
 const LINK: Token = Token(2);
+const WATCH: Token = Token(3);
 
 /// What the loop knows about the link, for `status` and for the backoff.
 enum LinkState {
@@ -58,6 +62,11 @@ struct Service<'h> {
     signal_run: Cell<bool>,
     signals: sys::SignalFd,
     status: RefCell<Option<ServiceState>>,
+    watcher: inotify::Watcher,
+    /// What a run with trigger `watch` alone converges: what drifted, or everything.
+    watch_scope: Option<Scope>,
+    /// pacman's local database, once looked up (`Err`: packages are on the timer, and why).
+    pacman_db: Option<Result<std::path::PathBuf, String>>,
 }
 
 pub fn run(host: &mut Host) -> Result<i32, Fatal> {
@@ -75,6 +84,12 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
     poll.registry()
         .register(&mut SourceFd(&timer.raw()), TIMER, mio::Interest::READABLE)
         .map_err(|e| io("epoll", e))?;
+    let watcher = inotify::Watcher::new(host.config.watch);
+    if let Some(fd) = watcher.raw() {
+        poll.registry()
+            .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)
+            .map_err(|e| io("epoll", e))?;
+    }
     let now = sys::now_ms();
     let interval = host.config.interval.as_millis() as u64;
     let host_reconnect_base = host.config.reconnect_base.as_millis() as u64;
@@ -92,6 +107,9 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         signal_run: Cell::new(false),
         signals,
         status: RefCell::new(None),
+        watcher,
+        watch_scope: None,
+        pacman_db: None,
     };
     service.configure_link(now);
     let mut events = Events::with_capacity(16);
@@ -100,6 +118,9 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         service.drain_signals();
         if service.reload.take() {
             service.reload_config();
+            service
+                .rewatch(sys::now_ms(), &poll)
+                .map_err(|e| io("epoll", e))?;
         }
         if service.signal_run.take() {
             service.schedule.add(Trigger::Signal);
@@ -107,6 +128,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         if service.stopping.get() {
             break;
         }
+        service.on_watch_due(sys::now_ms());
         // Before a run too: a run may take minutes, and `status` should show the link as it is.
         service.publish_status(sys::now_ms());
         if let Some(triggers) = service.schedule.take_due(sys::now_ms()) {
@@ -133,6 +155,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         for event in events.iter() {
             match event.token() {
                 TIMER => timer.drain(),
+                WATCH => service.watcher.read(now),
                 SIGNALS => {} // drained at the top of the loop
                 LINK => service.on_socket(
                     now,
@@ -142,6 +165,9 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
             }
         }
         service.handle_link_events(now);
+        if service.watcher.watch.take_refresh() {
+            service.refresh_watch(now);
+        }
     }
     sys::sd_notify("STOPPING=1");
     let now = sys::now_ms();
@@ -198,6 +224,64 @@ impl Service<'_> {
         }
     }
 
+    /// After a reload: a watcher started or stopped as the config's `watch` now says.
+    fn rewatch(&mut self, now: u64, poll: &Poll) -> std::io::Result<()> {
+        if self.host.config.watch == self.watcher.enabled {
+            return Ok(());
+        }
+        if let Some(fd) = self.watcher.raw() {
+            poll.registry().deregister(&mut SourceFd(&fd))?;
+        }
+        self.watcher = inotify::Watcher::new(self.host.config.watch);
+        if let Some(fd) = self.watcher.raw() {
+            poll.registry()
+                .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)?;
+        }
+        self.refresh_watch(now);
+        Ok(())
+    }
+
+    /// What `status` says about the watcher.
+    fn watch_state(&self, unix_ms: &dyn Fn(u64) -> u64) -> store::WatchState {
+        let w = &self.watcher.watch;
+        let (overflows, last_overflow) = w.overflows();
+        let contested = w
+            .contested()
+            .into_iter()
+            .map(|c| store::ContestedState {
+                kind: c.resource.0,
+                key: c.resource.1,
+                since: unix_ms(c.since),
+                repairs: c.repairs,
+                last_change: unix_ms(c.last_change),
+            })
+            .collect();
+        let mut timer_only: Vec<String> = w
+            .unwatched()
+            .iter()
+            .map(|(dir, why)| format!("{}: {why}", dir.display()))
+            .collect();
+        if let Some(Err(e)) = &self.pacman_db {
+            timer_only.push(format!("packages: {e}"));
+        }
+        let (state, detail) = match &self.watcher.off {
+            Some(why) => ("off", Some(why.clone())),
+            None if timer_only.is_empty() => ("on", None),
+            None => (
+                "partial",
+                Some(format!("on the timer only: {}", timer_only.join("; "))),
+            ),
+        };
+        store::WatchState {
+            state: state.into(),
+            detail,
+            directories: w.directories(),
+            overflows,
+            last_overflow: last_overflow.map(unix_ms),
+            contested,
+        }
+    }
+
     /// Sets up TLS for the configured control plane and schedules the first connection.
     fn configure_link(&mut self, now: u64) {
         self.tls = None;
@@ -220,19 +304,152 @@ impl Service<'_> {
     fn reconcile(&mut self, triggers: &[Trigger]) {
         let names: Vec<&str> = triggers.iter().map(|t| t.name()).collect();
         log::info!("reconciling ({})", names.join(", "));
+        // Any other trigger makes it a full run, which covers whatever the watcher had pending.
+        let scope = match (triggers, self.watch_scope.take()) {
+            ([Trigger::Watch], Some(scope)) => scope,
+            _ => {
+                self.watcher.watch.covered();
+                Scope::All
+            }
+        };
         let stopping = || self.drain_signals();
-        match self.host.converge_in_force(&names, true, &stopping) {
-            Ok(Some(result)) => log::info!(
-                "run {}: {} changed, {} failed",
-                result.record.outcome,
-                result.report.changes.len(),
-                result.report.failures.len()
-            ),
+        let mut repaired = Vec::new();
+        match self.host.converge_in_force(&names, &scope, true, &stopping) {
+            Ok(Some(result)) => {
+                log::info!(
+                    "run {}: {} changed, {} failed",
+                    result.record.outcome,
+                    result.report.changes.len(),
+                    result.report.failures.len()
+                );
+                repaired = result
+                    .report
+                    .changes
+                    .iter()
+                    .map(|c| (c.kind.clone(), c.key.clone()))
+                    .collect();
+            }
             Ok(None) => log::info!("no declaration in force yet; nothing to hold"),
             Err(e) => log::error!("run failed: {}", e.message()),
         }
-        self.schedule.rearm(sys::now_ms(), sys::random());
+        let now = sys::now_ms();
+        // A run over what a watch touched checked nothing else: the timer keeps its time.
+        if scope == Scope::All {
+            self.schedule.rearm(now, sys::random());
+        } else {
+            self.contest(now, &repaired);
+        }
+        self.refresh_watch(now);
         self.send_outbox();
+    }
+
+    /// Counts a watch run's repairs; a resource fought over is named and left to the timer.
+    fn contest(&mut self, now: u64, repaired: &[watch::Resource]) {
+        for c in self.watcher.watch.repaired(now, repaired) {
+            let (kind, key) = &c.resource;
+            log::warn!(
+                "{kind} {key} is contested: repaired {} times within {} s, each time changed \
+                 back by another process; left to the drift timer until it is left alone for {} s",
+                c.repairs,
+                watch::CONTEST_WINDOW_MS / 1000,
+                watch::SETTLE_MS / 1000
+            );
+        }
+    }
+
+    /// Points the watches at what the declaration in force and the ledger name now.
+    fn refresh_watch(&mut self, now: u64) {
+        if self.watcher.off.is_some() {
+            return;
+        }
+        let loaded =
+            (|| -> Result<Option<(crate::declaration::Declaration, store::Ledger)>, Fatal> {
+                let Some(store) = Store::open(&self.host.config.state_dir, false)? else {
+                    return Ok(None);
+                };
+                let Some(in_force) = store.in_force()? else {
+                    return Ok(None);
+                };
+                let d = self
+                    .host
+                    .validate(in_force.text.as_bytes())
+                    .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+                Ok(Some((d, store.ledger()?)))
+            })();
+        let (d, ledger) = match loaded {
+            Ok(Some(loaded)) => loaded,
+            Ok(None) => {
+                let targets = watch::store_targets(&self.host.config.state_dir);
+                return self.watcher.set_targets(now, targets);
+            }
+            Err(e) => {
+                log::error!("watches not updated: {}", e.message());
+                return;
+            }
+        };
+        let has_packages = !d.packages.is_empty() || !ledger.keys("packages").is_empty();
+        if has_packages && self.pacman_db.is_none() {
+            let db = self.host.pacman_local_db();
+            if let Err(e) = &db {
+                log::warn!("packages are left to the drift timer: {e}");
+            }
+            self.pacman_db = Some(db);
+        }
+        let root = self
+            .host
+            .args
+            .root
+            .as_deref()
+            .unwrap_or(std::path::Path::new("/"));
+        let places = watch::Places {
+            root,
+            store: &self.host.config.state_dir,
+            unit_dir: &self.host.config.unit_dir,
+            pacman_db: self.pacman_db.as_ref().and_then(|db| db.as_deref().ok()),
+        };
+        let targets = watch::targets(&places, &d, &ledger);
+        self.watcher.set_targets(now, targets);
+    }
+
+    /// The debounced watch events: observe what they touched, and run only if it drifted.
+    fn on_watch_due(&mut self, now: u64) {
+        let (due, settled) = self.watcher.watch.take_due(now);
+        for (kind, key) in settled {
+            log::info!("{kind} {key} settled: watched again");
+        }
+        let touched = match due {
+            None => return,
+            Some(watch::Due::Full) => {
+                log::warn!("watch: events were lost or cannot all be had; a full run");
+                self.watch_scope = Some(Scope::All);
+                self.schedule.add(Trigger::Watch);
+                return;
+            }
+            Some(watch::Due::Check(touched)) => touched,
+        };
+        let scope = Scope::Only(touched);
+        match self.host.drifted(&scope) {
+            Ok(changes) if changes.is_empty() => {}
+            Ok(changes) => {
+                let names: Vec<String> = changes
+                    .iter()
+                    .map(|c| format!("{} {}", c.kind, c.key))
+                    .collect();
+                log::info!("watch: drift in {}", names.join(", "));
+                self.watch_scope = Some(match self.watch_scope.take() {
+                    Some(Scope::Only(mut before)) => {
+                        if let Scope::Only(now) = scope {
+                            before.extend(now);
+                        }
+                        Scope::Only(before)
+                    }
+                    Some(Scope::All) => Scope::All,
+                    None => scope,
+                });
+                self.schedule.add(Trigger::Watch);
+            }
+            Err(e) => log::error!("watch: could not check: {}", e.message()),
+        }
     }
 
     fn hello(&self) -> Result<Message, String> {
@@ -502,7 +719,8 @@ impl Service<'_> {
             LinkState::None => u64::MAX,
         };
         // Reports a person's `apply` queued are picked up at least every heartbeat.
-        self.schedule.deadline(now).min(link)
+        let watch = self.watcher.watch.deadline().unwrap_or(u64::MAX);
+        self.schedule.deadline(now).min(link).min(watch)
     }
 
     /// Writes what `status` shows, when it changed.
@@ -525,12 +743,14 @@ impl Service<'_> {
             last_error: self.last_error.clone(),
             next_timer: unix_ms(self.schedule.next_timer()),
             state: "running".into(),
+            watch: Some(self.watch_state(&|mono| unix_ms(mono))),
         };
         let changed = match &*self.status.borrow() {
             // Rounding of the converted times must not rewrite the file on every wake.
             Some(old) => {
                 old.link != state.link
                     || old.last_error != state.last_error
+                    || old.watch != state.watch
                     || old.next_timer.abs_diff(state.next_timer) > 1
             }
             None => true,
