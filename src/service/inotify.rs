@@ -134,7 +134,7 @@ impl Watcher {
     /// says why not (the drift timer alone then finds drift).
     pub fn new(enabled: bool) -> Watcher {
         let (fd, off) = match enabled {
-            false => (None, Some("off in the config (`watch`)".to_string())),
+            false => (None, Some("`watch` is false in the config".to_string())),
             true => match Inotify::new() {
                 Ok(fd) => (Some(fd), None),
                 Err(e) => (None, Some(format!("no inotify ({e})"))),

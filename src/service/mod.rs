@@ -322,11 +322,12 @@ impl Service<'_> {
                     result.report.changes.len(),
                     result.report.failures.len()
                 );
-                repaired = result
-                    .report
-                    .changes
-                    .iter()
-                    .map(|c| (c.kind.clone(), c.key.clone()))
+                // A repair that failed (changed back before it could be checked) was fought too.
+                let changes = result.report.changes.iter().map(|c| (&c.kind, &c.key));
+                let failures = result.report.failures.iter().map(|f| (&f.kind, &f.key));
+                repaired = changes
+                    .chain(failures)
+                    .map(|(kind, key)| (kind.clone(), key.clone()))
                     .collect();
             }
             Ok(None) => log::info!("no declaration in force yet; nothing to hold"),
@@ -343,7 +344,8 @@ impl Service<'_> {
         self.send_outbox();
     }
 
-    /// Counts a watch run's repairs; a resource fought over is named and left to the timer.
+    /// Counts a watch run's repairs (done or failed); a resource fought over is named and left
+    /// to the timer.
     fn contest(&mut self, now: u64, repaired: &[watch::Resource]) {
         for c in self.watcher.watch.repaired(now, repaired) {
             let (kind, key) = &c.resource;
