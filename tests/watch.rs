@@ -6,11 +6,12 @@
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
 use support::service::Service;
-use support::{wait_until, Scratch};
+use support::{sandbox, sh, wait_until, Sandbox, Scratch};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -326,4 +327,101 @@ fn watch_off_in_the_config_leaves_drift_to_the_timer_and_says_so() {
         ),
         "{text}"
     );
+}
+
+/// A service on the sandbox's real tools (no `--root`) holding `declaration`, once it watches.
+fn watched_in_sandbox(sb: &Sandbox, label: &str, pacman_conf: &Path, declaration: &str) -> Service {
+    let sandbox = Sandbox {
+        pacman_conf: pacman_conf.display().to_string(),
+        pacman_root: sb.pacman_root.clone(),
+        pacman_repo: sb.pacman_repo.clone(),
+        unit_dir: sb.unit_dir.clone(),
+        offline_root: sb.offline_root.clone(),
+        image: sb.image.clone(),
+    };
+    let host = sandbox.host(label, r#""interval_secs": 600"#);
+    let file = host.declaration("d.json", declaration);
+    host.apply(&file, 0);
+    let node = Service::start(host);
+    assert!(
+        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
+            .as_u64()
+            .is_some_and(|n| n > 1)),
+        "{}",
+        node.log()
+    );
+    node
+}
+
+/// A pacman root and database of this test's own, synced from the sandbox's repo, so that no
+/// other test's transaction meets its lock or its packages.
+fn pacman_root(sb: &Sandbox, label: &str) -> (PathBuf, PathBuf) {
+    let dir = sb
+        .pacman_root
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+        .join(format!("watch-{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let root = dir.join("root");
+    for sub in ["var/lib/pacman", "var/cache/pacman/pkg", "var/log"] {
+        std::fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    let conf = dir.join("pacman.conf");
+    let r = root.display();
+    std::fs::write(
+        &conf,
+        format!(
+            "[options]\nRootDir = {r}\nDBPath = {r}/var/lib/pacman/\n\
+             CacheDir = {r}/var/cache/pacman/pkg/\nLogFile = {r}/var/log/pacman.log\n\
+             Architecture = x86_64\nSigLevel = Never\n\n[meshtest]\nServer = file://{}\n",
+            sb.pacman_repo.display()
+        ),
+    )
+    .unwrap();
+    sh(&format!("LC_ALL=C pacman --config {} -Sy", conf.display()));
+    (dir, conf)
+}
+
+#[test]
+fn a_package_removed_by_hand_is_put_back_on_the_database_hint() {
+    let Some(sb) = sandbox() else { return };
+    let (dir, conf) = pacman_root(&sb, "pkg");
+    let node = watched_in_sandbox(
+        &sb,
+        "watch-pkg",
+        &conf,
+        r#"{"schema": 1, "packages": {"mesh-e": {}}}"#,
+    );
+    sh(&format!(
+        "LC_ALL=C pacman --config {} --noconfirm -R mesh-e",
+        conf.display()
+    ));
+    repaired_by_watch(&node, "mesh-e");
+    sh(&format!(
+        "LC_ALL=C pacman --config {} -Q mesh-e",
+        conf.display()
+    ));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_unit_file_edited_by_hand_is_written_back() {
+    let Some(sb) = sandbox() else { return };
+    let unit = format!("mesh-it-{}-watch.service", std::process::id());
+    let content = "[Service]\nExecStart=/bin/sleep infinity\n";
+    let declaration = serde_json::json!({"schema": 1, "units": {&unit: {"content": content}}});
+    let node = watched_in_sandbox(
+        &sb,
+        "watch-unit",
+        Path::new(&sb.pacman_conf),
+        &declaration.to_string(),
+    );
+    let path = sb.unit_dir.join(&unit);
+    std::fs::write(&path, "[Service]\nExecStart=/bin/false\n").unwrap();
+    repaired_by_watch(&node, &unit);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), content);
+    drop(node);
+    let _ = std::fs::remove_file(&path);
+    sh("systemctl --user daemon-reload");
 }
