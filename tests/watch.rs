@@ -353,6 +353,21 @@ fn watched_in_sandbox(sb: &Sandbox, label: &str, pacman_conf: &Path, declaration
     node
 }
 
+/// Removes what a sandbox test made in shared places, however the test ends.
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if self.0.is_dir() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        } else if std::fs::remove_file(&self.0).is_ok() {
+            let _ = std::process::Command::new("systemctl")
+                .args(["--user", "daemon-reload"])
+                .status();
+        }
+    }
+}
+
 /// A pacman root and database of this test's own, synced from the sandbox's repo, so that no
 /// other test's transaction meets its lock or its packages.
 fn pacman_root(sb: &Sandbox, label: &str) -> (PathBuf, PathBuf) {
@@ -387,6 +402,7 @@ fn pacman_root(sb: &Sandbox, label: &str) -> (PathBuf, PathBuf) {
 fn a_package_removed_by_hand_is_put_back_on_the_database_hint() {
     let Some(sb) = sandbox() else { return };
     let (dir, conf) = pacman_root(&sb, "pkg");
+    let _cleanup = Cleanup(dir);
     let node = watched_in_sandbox(
         &sb,
         "watch-pkg",
@@ -402,7 +418,6 @@ fn a_package_removed_by_hand_is_put_back_on_the_database_hint() {
         "LC_ALL=C pacman --config {} -Q mesh-e",
         conf.display()
     ));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -411,17 +426,15 @@ fn a_unit_file_edited_by_hand_is_written_back() {
     let unit = format!("mesh-it-{}-watch.service", std::process::id());
     let content = "[Service]\nExecStart=/bin/sleep infinity\n";
     let declaration = serde_json::json!({"schema": 1, "units": {&unit: {"content": content}}});
+    let path = sb.unit_dir.join(&unit);
+    let _cleanup = Cleanup(path.clone());
     let node = watched_in_sandbox(
         &sb,
         "watch-unit",
         Path::new(&sb.pacman_conf),
         &declaration.to_string(),
     );
-    let path = sb.unit_dir.join(&unit);
     std::fs::write(&path, "[Service]\nExecStart=/bin/false\n").unwrap();
     repaired_by_watch(&node, &unit);
     assert_eq!(std::fs::read_to_string(&path).unwrap(), content);
-    drop(node);
-    let _ = std::fs::remove_file(&path);
-    sh("systemctl --user daemon-reload");
 }
