@@ -583,6 +583,63 @@ mod tests {
     }
 
     #[test]
+    fn targets_of_a_declaration_and_ledger() {
+        let config = crate::declaration::tests::test_config();
+        let json = r#"{"schema": 1,
+            "packages": {"nginx": {}},
+            "files": {"/etc/nginx/nginx.conf": {"content": "x"}},
+            "units": {"nginx.service": {"reload_on": ["/etc/nginx/nginx.conf"]},
+                      "app.service": {"content": "[Service]\nExecStart=/bin/true\n"}}}"#;
+        let d = crate::declaration::parse(
+            json.as_bytes(),
+            &crate::declaration::Context {
+                limits: &config.limits,
+                identity: &config.identity,
+            },
+        )
+        .unwrap();
+        let mut ledger = Ledger::default();
+        let entry = crate::store::Entry::new(crate::store::Origin::Created, Default::default());
+        ledger.insert("files", "/etc/old.conf", entry.clone());
+        ledger.insert("packages", "vim", entry);
+        let places = Places {
+            root: Path::new("/mnt"),
+            store: Path::new("/var/lib/mesh-host"),
+            unit_dir: Path::new("/etc/systemd/system"),
+            pacman_db: Some(Path::new("/mnt/var/lib/pacman/local")),
+        };
+        let got: Vec<String> = targets(&places, &d, &ledger)
+            .iter()
+            .map(|t| {
+                let name = t.name.as_ref().map(|n| n.to_string_lossy().into_owned());
+                let resources: Vec<String> = t
+                    .resources
+                    .iter()
+                    .map(|(k, r)| format!("{k} {r}"))
+                    .collect();
+                format!(
+                    "{} {} refresh={} [{}]",
+                    t.dir.display(),
+                    name.as_deref().unwrap_or("*"),
+                    t.refresh,
+                    resources.join(", ")
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "/var/lib/mesh-host declaration.json refresh=true []",
+                "/var/lib/mesh-host ledger.json refresh=true []",
+                "/mnt/etc/nginx nginx.conf refresh=false [files /etc/nginx/nginx.conf, units nginx.service]",
+                "/mnt/etc old.conf refresh=false [files /etc/old.conf]",
+                "/mnt/etc/systemd/system app.service refresh=false [units app.service]",
+                "/mnt/var/lib/pacman/local * refresh=false [packages nginx, packages vim]",
+            ]
+        );
+    }
+
+    #[test]
     fn parents_are_watched_once_and_events_map_to_their_files() {
         let mut f = Fake::new(
             vec![
