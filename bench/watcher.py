@@ -175,13 +175,14 @@ def fig_storm():
     writes = events // 2
     t = time.monotonic()
     for i in range(writes):
-        path = owned[i % 10] if i % 2 == 0 else stranger / f"tmp{i}"
+        path = owned[(i // 2) % 10] if i % 2 == 0 else stranger / f"tmp{i}"
         with open(path, "w") as f:
             f.write(f"storm {i}\n")
-        # Spread over one second.
-        ahead = t + (i + 1) / writes - time.monotonic()
-        if ahead > 0:
-            time.sleep(ahead)
+        # Spread over one second, in steps of 1/50 s.
+        if i % (writes // 50) == 0:
+            ahead = t + (i + 1) / writes - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
     spent = time.monotonic() - t
     wait_until("the repair", lambda: all(p.read_text().startswith("setting_") for p in owned), 30)
     time.sleep(3)

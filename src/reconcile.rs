@@ -70,14 +70,14 @@ pub enum Scope {
     All,
     /// Only these (kind, key) pairs: what a watch event touched. Nothing else is observed,
     /// changed or released.
-    Only(BTreeSet<(String, String)>),
+    Only(BTreeSet<(&'static str, String)>),
 }
 
 impl Scope {
-    fn includes(&self, kind: &str, key: &str) -> bool {
+    fn includes(&self, kind: &'static str, key: &str) -> bool {
         match self {
             Scope::All => true,
-            Scope::Only(set) => set.contains(&(kind.to_string(), key.to_string())),
+            Scope::Only(set) => set.contains(&(kind, key.to_string())),
         }
     }
 }

@@ -249,7 +249,7 @@ impl Service<'_> {
             .contested()
             .into_iter()
             .map(|c| store::ContestedState {
-                kind: c.resource.0,
+                kind: c.resource.0.to_string(),
                 key: c.resource.1,
                 since: unix_ms(c.since),
                 repairs: c.repairs,
@@ -327,7 +327,7 @@ impl Service<'_> {
                 let failures = result.report.failures.iter().map(|f| (&f.kind, &f.key));
                 repaired = changes
                     .chain(failures)
-                    .map(|(kind, key)| (kind.clone(), key.clone()))
+                    .filter_map(|(kind, key)| Some((watch::kind(kind)?, key.clone())))
                     .collect();
             }
             Ok(None) => log::info!("no declaration in force yet; nothing to hold"),
