@@ -40,6 +40,9 @@ pub const SETTLE_MS: u64 = 60_000;
 pub struct Target {
     pub dir: PathBuf,
     pub name: Option<OsString>,
+    /// The declared path, when the entry is a resource of kind `files`.
+    pub file: Option<String>,
+    /// What else a change touches: units restarted on the file, a unit file, the packages.
     pub resources: Vec<Resource>,
     pub refresh: bool,
 }
@@ -49,6 +52,7 @@ impl Target {
         Some(Target {
             dir: path.parent()?.to_path_buf(),
             name: Some(path.file_name()?.to_os_string()),
+            file: None,
             resources,
             refresh: false,
         })
@@ -78,13 +82,18 @@ pub fn targets(places: &Places, declaration: &Declaration, ledger: &Ledger) -> V
         .chain(ledger.keys("files"))
         .collect();
     for key in files {
-        let mut resources = vec![("files", key.clone())];
-        for (unit, spec) in &declaration.units {
-            if units::watched_files(spec).contains(key.as_str()) {
-                resources.push(("units", unit.clone()));
-            }
+        let units = declaration
+            .units
+            .iter()
+            .filter(|(_, spec)| units::watched_files(spec).contains(key.as_str()))
+            .map(|(unit, _)| ("units", unit.clone()))
+            .collect();
+        if let Some(target) = Target::entry(&under(places.root, &key), units) {
+            out.push(Target {
+                file: Some(key),
+                ..target
+            });
         }
-        out.extend(Target::entry(&under(places.root, &key), resources));
     }
     let unit_dir = under(places.root, &places.unit_dir.to_string_lossy());
     for (unit, spec) in &declaration.units {
@@ -106,6 +115,7 @@ pub fn targets(places: &Places, declaration: &Declaration, ledger: &Ledger) -> V
         out.push(Target {
             dir: db.to_path_buf(),
             name: None,
+            file: None,
             resources: packages,
             refresh: false,
         });
@@ -158,9 +168,12 @@ pub enum Due {
 }
 
 /// The targets in one directory, by entry name (or for any entry). Kept per directory rather
-/// than per target, so that 20,000 files in 200 directories hold 200 paths, not 20,000.
+/// than per target, and a file's key made from the directory's and its name, so that 20,000
+/// files in 200 directories hold 200 paths and 20,000 names.
 #[derive(Debug, Default, PartialEq)]
 struct Group {
+    /// The declared paths of this directory's files, without their names: `/etc/nginx`.
+    files_in: String,
     names: BTreeMap<OsString, Hint>,
     any: Option<Hint>,
 }
@@ -168,13 +181,25 @@ struct Group {
 /// What an event on one entry means.
 #[derive(Debug, Default, PartialEq)]
 struct Hint {
+    /// The entry is a file of the declaration (`files`, `Group::files_in` + `/` + its name).
+    file: bool,
     resources: Vec<Resource>,
     refresh: bool,
 }
 
 impl Group {
-    fn hints(&self) -> impl Iterator<Item = &Hint> {
-        self.names.values().chain(&self.any)
+    fn hints(&self) -> impl Iterator<Item = (Option<&OsString>, &Hint)> {
+        let named = self.names.iter().map(|(name, hint)| (Some(name), hint));
+        named.chain(self.any.iter().map(|hint| (None, hint)))
+    }
+
+    /// Every resource an event on `name` (with `hint`) touches.
+    fn resources(&self, name: Option<&OsString>, hint: &Hint, out: &mut Vec<Resource>) {
+        if let (true, Some(name)) = (hint.file, name) {
+            let key = format!("{}/{}", self.files_in, name.to_string_lossy());
+            out.push(("files", key));
+        }
+        out.extend(hint.resources.iter().cloned());
     }
 }
 
@@ -235,10 +260,16 @@ impl Watch {
         let mut groups: BTreeMap<PathBuf, Group> = BTreeMap::new();
         for target in targets {
             let group = groups.entry(target.dir).or_default();
+            if let Some((files_in, _)) = target.file.as_deref().and_then(|k| k.rsplit_once('/')) {
+                if group.files_in.is_empty() {
+                    group.files_in = files_in.to_string();
+                }
+            }
             let hint = match target.name {
                 Some(name) => group.names.entry(name).or_default(),
                 None => group.any.get_or_insert_with(Hint::default),
             };
+            hint.file |= target.file.is_some();
             hint.resources.extend(target.resources);
             hint.refresh |= target.refresh;
         }
@@ -333,7 +364,7 @@ impl Watch {
 
     /// Takes in one event at `now`.
     pub fn handle(&mut self, now: u64, event: Event) {
-        let touched: Vec<&Hint> = match event {
+        let touched: Vec<(&Group, Option<&OsString>, &Hint)> = match event {
             Event::Overflow => {
                 self.overflows += 1;
                 self.last_overflow = Some(now);
@@ -356,7 +387,7 @@ impl Watch {
                 let below = watched.below.values().flatten();
                 own.into_iter()
                     .chain(below.filter_map(|d| self.groups.get(d)))
-                    .flat_map(Group::hints)
+                    .flat_map(|g| g.hints().map(move |(name, hint)| (g, name, hint)))
                     .collect()
             }
             Event::Entry { wd, name } => {
@@ -372,8 +403,9 @@ impl Watch {
                     self.resync = true;
                 }
                 let own = self.groups.get(dir).filter(|_| watched.own);
-                let exact = own.and_then(|g| g.names.get(&name));
-                let any = own.and_then(|g| g.any.as_ref());
+                let exact = own.and_then(|g| Some((g, g.names.get_key_value(&name)?)));
+                let exact = exact.map(|(g, (name, hint))| (g, Some(name), hint));
+                let any = own.and_then(|g| Some((g, None, g.any.as_ref()?)));
                 let below = below.into_iter().flatten();
                 exact
                     .into_iter()
@@ -381,16 +413,16 @@ impl Watch {
                     .chain(
                         below
                             .filter_map(|d| self.groups.get(d))
-                            .flat_map(Group::hints),
+                            .flat_map(|g| g.hints().map(move |(name, hint)| (g, name, hint))),
                     )
                     .collect()
             }
         };
-        let refresh = touched.iter().any(|h| h.refresh);
-        let resources: Vec<Resource> = touched
-            .into_iter()
-            .flat_map(|h| h.resources.iter().cloned())
-            .collect();
+        let refresh = touched.iter().any(|(_, _, h)| h.refresh);
+        let mut resources = Vec::new();
+        for (group, name, hint) in touched {
+            group.resources(name, hint, &mut resources);
+        }
         self.refresh |= refresh;
         for resource in resources {
             self.touch(now, resource);
@@ -540,7 +572,11 @@ mod tests {
     use super::*;
 
     fn file(path: &str) -> Target {
-        Target::entry(Path::new(path), vec![res(path)]).unwrap()
+        let target = Target::entry(Path::new(path), Vec::new()).unwrap();
+        Target {
+            file: Some(path.to_string()),
+            ..target
+        }
     }
 
     fn res(key: &str) -> Resource {
@@ -641,9 +677,9 @@ mod tests {
             .iter()
             .map(|t| {
                 let name = t.name.as_ref().map(|n| n.to_string_lossy().into_owned());
-                let resources: Vec<String> = t
-                    .resources
-                    .iter()
+                let file = t.file.iter().map(|key| ("files", key.clone()));
+                let resources: Vec<String> = file
+                    .chain(t.resources.iter().cloned())
                     .map(|(k, r)| format!("{k} {r}"))
                     .collect();
                 format!(
@@ -749,6 +785,7 @@ mod tests {
             vec![Target {
                 dir: "/var/lib/pacman/local".into(),
                 name: None,
+                file: None,
                 resources: packages.clone(),
                 refresh: false,
             }],
