@@ -329,6 +329,32 @@ fn watch_off_in_the_config_leaves_drift_to_the_timer_and_says_so() {
     );
 }
 
+#[test]
+fn sighup_turns_the_watcher_on() {
+    let host = Scratch::with_config("hup", r#"{"interval_secs": 600, "watch": false}"#);
+    let file = host.declaration("d.json", DECLARATION);
+    host.apply(&file, 0);
+    let node = Service::start(host);
+    assert!(wait_until(WAIT, || node.status()["service"]["watch"]
+        ["state"]
+        == "off"));
+    std::fs::write(
+        node.host.dir.join("config.json"),
+        r#"{"interval_secs": 600, "watch": true}"#,
+    )
+    .unwrap();
+    node.signal(libc::SIGHUP);
+    assert!(
+        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
+            .as_u64()
+            .is_some_and(|n| n > 0)),
+        "{}",
+        node.log()
+    );
+    std::fs::write(node.host.target("/etc/motd"), "edited\n").unwrap();
+    repaired_by_watch(&node, "/etc/motd");
+}
+
 /// A service on the sandbox's real tools (no `--root`) holding `declaration`, once it watches.
 fn watched_in_sandbox(sb: &Sandbox, label: &str, pacman_conf: &Path, declaration: &str) -> Service {
     let sandbox = Sandbox {

@@ -67,6 +67,8 @@ struct Service<'h> {
     watch_scope: Option<Scope>,
     /// pacman's local database, once looked up (`Err`: packages are on the timer, and why).
     pacman_db: Option<Result<std::path::PathBuf, String>>,
+    /// The declaration's digest and the owned files and packages the watches were set for.
+    watched_for: Option<(String, Vec<String>, Vec<String>)>,
 }
 
 pub fn run(host: &mut Host) -> Result<i32, Fatal> {
@@ -110,6 +112,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         watcher,
         watch_scope: None,
         pacman_db: None,
+        watched_for: None,
     };
     service.configure_link(now);
     let mut events = Events::with_capacity(16);
@@ -206,6 +209,9 @@ impl Service<'_> {
         match self.host.reload_config() {
             Ok(()) => {
                 log::info!("configuration reloaded");
+                // The unit directory or pacman may have moved: the watches are worked out again.
+                self.pacman_db = None;
+                self.watched_for = None;
                 self.schedule
                     .set_interval(self.host.config.interval.as_millis() as u64);
                 self.backoff
@@ -237,6 +243,7 @@ impl Service<'_> {
             poll.registry()
                 .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)?;
         }
+        self.watched_for = None;
         self.refresh_watch(now);
         Ok(())
     }
@@ -364,23 +371,35 @@ impl Service<'_> {
         if self.watcher.off.is_some() {
             return;
         }
-        let loaded =
-            (|| -> Result<Option<(crate::declaration::Declaration, store::Ledger)>, Fatal> {
-                let Some(store) = Store::open(&self.host.config.state_dir, false)? else {
-                    return Ok(None);
-                };
-                let Some(in_force) = store.in_force()? else {
-                    return Ok(None);
-                };
-                let d = self
-                    .host
-                    .validate(in_force.text.as_bytes())
-                    .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
-                Ok(Some((d, store.ledger()?)))
-            })();
+        let loaded = (|| -> Result<Option<_>, Fatal> {
+            let Some(store) = Store::open(&self.host.config.state_dir, false)? else {
+                return Ok(None);
+            };
+            let Some(in_force) = store.in_force()? else {
+                return Ok(None);
+            };
+            let ledger = store.ledger()?;
+            // What the targets depend on: unchanged, the watches stay (and nothing is parsed).
+            let source = (
+                in_force.digest.clone(),
+                ledger.keys("files"),
+                ledger.keys("packages"),
+            );
+            if self.watched_for.as_ref() == Some(&source) {
+                return Ok(Some(None));
+            }
+            let d = self
+                .host
+                .validate(in_force.text.as_bytes())
+                .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+            self.watched_for = Some(source);
+            Ok(Some(Some((d, ledger))))
+        })();
         let (d, ledger) = match loaded {
-            Ok(Some(loaded)) => loaded,
+            Ok(Some(None)) => return,
+            Ok(Some(Some(loaded))) => loaded,
             Ok(None) => {
+                self.watched_for = None;
                 let targets = watch::store_targets(&self.host.config.state_dir);
                 return self.watcher.set_targets(now, targets);
             }
