@@ -9,6 +9,7 @@ mod inotify;
 mod schedule;
 mod sys;
 mod watch;
+mod watching;
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -230,65 +231,6 @@ impl Service<'_> {
         }
     }
 
-    /// After a reload: a watcher started or stopped as the config's `watch` now says.
-    fn rewatch(&mut self, now: u64, poll: &Poll) -> std::io::Result<()> {
-        if self.host.config.watch == self.watcher.enabled {
-            return Ok(());
-        }
-        if let Some(fd) = self.watcher.raw() {
-            poll.registry().deregister(&mut SourceFd(&fd))?;
-        }
-        self.watcher = inotify::Watcher::new(self.host.config.watch);
-        if let Some(fd) = self.watcher.raw() {
-            poll.registry()
-                .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)?;
-        }
-        self.watched_for = None;
-        self.refresh_watch(now);
-        Ok(())
-    }
-
-    /// What `status` says about the watcher.
-    fn watch_state(&self, unix_ms: &dyn Fn(u64) -> u64) -> store::WatchState {
-        let w = &self.watcher.watch;
-        let (overflows, last_overflow) = w.overflows();
-        let contested = w
-            .contested()
-            .into_iter()
-            .map(|c| store::ContestedState {
-                kind: c.resource.0.to_string(),
-                key: c.resource.1,
-                since: unix_ms(c.since),
-                repairs: c.repairs,
-                last_change: unix_ms(c.last_change),
-            })
-            .collect();
-        let mut timer_only: Vec<String> = w
-            .unwatched()
-            .iter()
-            .map(|(dir, why)| format!("{}: {why}", dir.display()))
-            .collect();
-        if let Some(Err(e)) = &self.pacman_db {
-            timer_only.push(format!("packages: {e}"));
-        }
-        let (state, detail) = match &self.watcher.off {
-            Some(why) => ("off", Some(why.clone())),
-            None if timer_only.is_empty() => ("on", None),
-            None => (
-                "partial",
-                Some(format!("on the timer only: {}", timer_only.join("; "))),
-            ),
-        };
-        store::WatchState {
-            state: state.into(),
-            detail,
-            directories: w.directories(),
-            overflows,
-            last_overflow: last_overflow.map(unix_ms),
-            contested,
-        }
-    }
-
     /// Sets up TLS for the configured control plane and schedules the first connection.
     fn configure_link(&mut self, now: u64) {
         self.tls = None;
@@ -349,128 +291,6 @@ impl Service<'_> {
         }
         self.refresh_watch(now);
         self.send_outbox();
-    }
-
-    /// Counts a watch run's repairs (done or failed); a resource fought over is named and left
-    /// to the timer.
-    fn contest(&mut self, now: u64, repaired: &[watch::Resource]) {
-        for c in self.watcher.watch.repaired(now, repaired) {
-            let (kind, key) = &c.resource;
-            log::warn!(
-                "{kind} {key} is contested: repaired {} times within {} s, each time changed \
-                 back by another process; left to the drift timer until it is left alone for {} s",
-                c.repairs,
-                watch::CONTEST_WINDOW_MS / 1000,
-                watch::SETTLE_MS / 1000
-            );
-        }
-    }
-
-    /// Points the watches at what the declaration in force and the ledger name now.
-    fn refresh_watch(&mut self, now: u64) {
-        if self.watcher.off.is_some() {
-            return;
-        }
-        let loaded = (|| -> Result<Option<_>, Fatal> {
-            let Some(store) = Store::open(&self.host.config.state_dir, false)? else {
-                return Ok(None);
-            };
-            let Some(in_force) = store.in_force()? else {
-                return Ok(None);
-            };
-            let ledger = store.ledger()?;
-            // What the targets depend on: unchanged, the watches stay (and nothing is parsed).
-            let source = (
-                in_force.digest.clone(),
-                ledger.keys("files"),
-                ledger.keys("packages"),
-            );
-            if self.watched_for.as_ref() == Some(&source) {
-                return Ok(Some(None));
-            }
-            let d = self
-                .host
-                .validate(in_force.text.as_bytes())
-                .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
-            self.watched_for = Some(source);
-            Ok(Some(Some((d, ledger))))
-        })();
-        let (d, ledger) = match loaded {
-            Ok(Some(None)) => return,
-            Ok(Some(Some(loaded))) => loaded,
-            Ok(None) => {
-                self.watched_for = None;
-                let targets = watch::store_targets(&self.host.config.state_dir);
-                return self.watcher.set_targets(now, targets);
-            }
-            Err(e) => {
-                log::error!("watches not updated: {}", e.message());
-                return;
-            }
-        };
-        let has_packages = !d.packages.is_empty() || !ledger.keys("packages").is_empty();
-        if has_packages && self.pacman_db.is_none() {
-            let db = self.host.pacman_local_db();
-            if let Err(e) = &db {
-                log::warn!("packages are left to the drift timer: {e}");
-            }
-            self.pacman_db = Some(db);
-        }
-        let root = self
-            .host
-            .args
-            .root
-            .as_deref()
-            .unwrap_or(std::path::Path::new("/"));
-        let places = watch::Places {
-            root,
-            store: &self.host.config.state_dir,
-            unit_dir: &self.host.config.unit_dir,
-            pacman_db: self.pacman_db.as_ref().and_then(|db| db.as_deref().ok()),
-        };
-        let targets = watch::targets(&places, &d, &ledger);
-        self.watcher.set_targets(now, targets);
-    }
-
-    /// The debounced watch events: observe what they touched, and run only if it drifted.
-    fn on_watch_due(&mut self, now: u64) {
-        let (due, settled) = self.watcher.watch.take_due(now);
-        for (kind, key) in settled {
-            log::info!("{kind} {key} settled: watched again");
-        }
-        let touched = match due {
-            None => return,
-            Some(watch::Due::Full) => {
-                log::warn!("watch: events were lost or cannot all be had; a full run");
-                self.watch_scope = Some(Scope::All);
-                self.schedule.add(Trigger::Watch);
-                return;
-            }
-            Some(watch::Due::Check(touched)) => touched,
-        };
-        let scope = Scope::Only(touched);
-        match self.host.drifted(&scope) {
-            Ok(changes) if changes.is_empty() => {}
-            Ok(changes) => {
-                let names: Vec<String> = changes
-                    .iter()
-                    .map(|c| format!("{} {}", c.kind, c.key))
-                    .collect();
-                log::info!("watch: drift in {}", names.join(", "));
-                self.watch_scope = Some(match self.watch_scope.take() {
-                    Some(Scope::Only(mut before)) => {
-                        if let Scope::Only(now) = scope {
-                            before.extend(now);
-                        }
-                        Scope::Only(before)
-                    }
-                    Some(Scope::All) => Scope::All,
-                    None => scope,
-                });
-                self.schedule.add(Trigger::Watch);
-            }
-            Err(e) => log::error!("watch: could not check: {}", e.message()),
-        }
     }
 
     fn hello(&self) -> Result<Message, String> {
@@ -771,7 +591,7 @@ impl Service<'_> {
             Some(old) => {
                 old.link != state.link
                     || old.last_error != state.last_error
-                    || old.watch != state.watch
+                    || watching::changed(&old.watch, &state.watch)
                     || old.next_timer.abs_diff(state.next_timer) > 1
             }
             None => true,
