@@ -70,11 +70,20 @@ pub struct Places<'a> {
 
 /// What to watch for `declaration` and `ledger`: every declared or owned file; the unit files the
 /// declaration carries; pacman's local database for the packages; the store's declaration and
-/// ledger. A file's event also touches the
-/// units restarted or reloaded on it, so the check plans their restart. Containers have no cheap
-/// hint; they, and units without a file of ours, stay on the timer.
+/// ledger. A file's event also touches the units restarted or reloaded on it, so the check plans
+/// their restart. Containers have no cheap hint; they, and units without a file of ours, stay on
+/// the timer.
 pub fn targets(places: &Places, declaration: &Declaration, ledger: &Ledger) -> Vec<Target> {
     let mut out = store_targets(places.store);
+    let mut units_on: BTreeMap<&str, Vec<Resource>> = BTreeMap::new();
+    for (unit, spec) in &declaration.units {
+        for file in units::watched_files(spec) {
+            units_on
+                .entry(file)
+                .or_default()
+                .push(("units", unit.clone()));
+        }
+    }
     let files: BTreeSet<String> = declaration
         .files
         .keys()
@@ -82,12 +91,7 @@ pub fn targets(places: &Places, declaration: &Declaration, ledger: &Ledger) -> V
         .chain(ledger.keys("files"))
         .collect();
     for key in files {
-        let units = declaration
-            .units
-            .iter()
-            .filter(|(_, spec)| units::watched_files(spec).contains(key.as_str()))
-            .map(|(unit, _)| ("units", unit.clone()))
-            .collect();
+        let units = units_on.remove(key.as_str()).unwrap_or_default();
         if let Some(target) = Target::entry(&under(places.root, &key), units) {
             out.push(Target {
                 file: Some(key),

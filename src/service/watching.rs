@@ -46,11 +46,17 @@ impl Service<'_> {
                 last_change: unix_ms(c.last_change),
             })
             .collect();
-        let mut timer_only: Vec<String> = w
-            .unwatched()
+        // A few by name: past the watch limit there may be hundreds, all for the same reason.
+        const NAMED: usize = 3;
+        let unwatched = w.unwatched();
+        let mut timer_only: Vec<String> = unwatched
             .iter()
+            .take(NAMED)
             .map(|(dir, why)| format!("{}: {why}", dir.display()))
             .collect();
+        if unwatched.len() > NAMED {
+            timer_only.push(format!("{} more directories", unwatched.len() - NAMED));
+        }
         if let Some(Err(e)) = &self.pacman_db {
             timer_only.push(format!("packages: {e}"));
         }
