@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
+use support::control_plane::{ControlPlane, CpConfig};
+use support::pki::Pki;
 use support::service::Service;
 use support::{sandbox, sh, wait_until, Sandbox, Scratch};
 
@@ -21,9 +23,15 @@ const DECLARATION: &str = r#"{"schema": 1, "files": {
     "/etc/app/conf.d/app.conf": {"content": "app\n", "mode": "0644"}}}"#;
 
 /// A service holding `DECLARATION` (applied before it starts), once its watches are set.
-fn watched(label: &str, extra: &str) -> Service {
-    let config = format!(r#"{{"interval_secs": 600{extra}}}"#);
-    let host = Scratch::with_config(label, &config);
+fn watched(label: &str) -> Service {
+    watched_with(label, |_| String::new())
+}
+
+/// `watched`, with extra config members made for the scratch directory.
+fn watched_with(label: &str, extra: impl Fn(&Path) -> String) -> Service {
+    let host = Scratch::new(label);
+    let config = format!(r#"{{"interval_secs": 600{}}}"#, extra(&host.dir));
+    std::fs::write(host.dir.join("config.json"), config).unwrap();
     let file = host.declaration("d.json", DECLARATION);
     host.apply(&file, 0);
     let node = Service::start(host);
@@ -106,7 +114,7 @@ fn mode(node: &Service, path: &str) -> u32 {
 
 #[test]
 fn an_edit_in_place_is_repaired_by_one_watch_run_and_its_own_write_triggers_none() {
-    let node = watched("edit", "");
+    let node = watched("edit");
     std::fs::write(node.host.target("/etc/motd"), "edited\n").unwrap();
     let runs = repaired_by_watch(&node, "/etc/motd");
     assert_eq!(read(&node, "/etc/motd").as_deref(), Some("held\n"));
@@ -124,7 +132,7 @@ fn an_edit_in_place_is_repaired_by_one_watch_run_and_its_own_write_triggers_none
 
 #[test]
 fn a_file_replaced_by_rename_is_repaired() {
-    let node = watched("rename", "");
+    let node = watched("rename");
     let tmp = node.host.target("/etc/.motd.swp");
     std::fs::write(&tmp, "replaced\n").unwrap();
     std::fs::rename(&tmp, node.host.target("/etc/motd")).unwrap();
@@ -143,7 +151,7 @@ fn a_file_replaced_by_rename_is_repaired() {
 
 #[test]
 fn a_chmod_is_repaired() {
-    let node = watched("chmod", "");
+    let node = watched("chmod");
     std::fs::set_permissions(
         node.host.target("/etc/motd"),
         std::fs::Permissions::from_mode(0o600),
@@ -155,7 +163,7 @@ fn a_chmod_is_repaired() {
 
 #[test]
 fn a_deleted_file_is_put_back() {
-    let node = watched("delete", "");
+    let node = watched("delete");
     std::fs::remove_file(node.host.target("/etc/motd")).unwrap();
     repaired_by_watch(&node, "/etc/motd");
     assert_eq!(read(&node, "/etc/motd").as_deref(), Some("held\n"));
@@ -163,7 +171,7 @@ fn a_deleted_file_is_put_back() {
 
 #[test]
 fn a_removed_parent_is_recreated_and_watched_again() {
-    let node = watched("parent", "");
+    let node = watched("parent");
     std::fs::remove_dir_all(node.host.target("/etc/app")).unwrap();
     repaired_by_watch(&node, "/etc/app/conf.d/app.conf");
     assert_eq!(
@@ -212,7 +220,7 @@ fn a_removed_parent_is_recreated_and_watched_again() {
 
 #[test]
 fn a_persons_apply_is_not_taken_for_drift_and_the_watches_follow_it() {
-    let node = watched("apply", "");
+    let node = watched("apply");
     let next = DECLARATION.replace("held\\n", "new\\n").replace(
         r#""/etc/marker""#,
         r#""/etc/extra/new.conf": {"content": "x\n"}, "/etc/marker""#,
@@ -230,7 +238,19 @@ fn a_persons_apply_is_not_taken_for_drift_and_the_watches_follow_it() {
 
 #[test]
 fn a_fought_over_file_is_reported_contested_and_left_to_the_timer() {
-    let node = watched("contest", "");
+    let pki = Pki::new();
+    let cp = ControlPlane::start(&pki, CpConfig::new("n1", "s3cret"));
+    let link = |dir: &Path| {
+        pki.write(dir).unwrap();
+        std::fs::write(dir.join("secret"), "s3cret\n").unwrap();
+        format!(
+            r#", "control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}}"#,
+            cp.addr(),
+            dir.join("ca.pem").display(),
+            dir.join("secret").display()
+        )
+    };
+    let node = watched_with("contest", link);
     // Another agent that puts its own content back after every repair.
     let mut repairs = 0;
     while repairs < 5 {
@@ -263,11 +283,24 @@ fn a_fought_over_file_is_reported_contested_and_left_to_the_timer() {
     let runs = after_the_marker(&node);
     assert_eq!(read(&node, "/etc/motd").as_deref(), Some("theirs\n"));
     assert_eq!(runs.len(), 6, "{runs:#?}");
+    // The control plane hears of it by name.
+    assert!(
+        cp.wait_for(
+            |reports| reports.iter().any(|r| r["outcome"] == "contested"
+                && r["failures"][0]["key"] == "/etc/motd"
+                && r["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("repaired 5 times within 60 s"))),
+            WAIT
+        ),
+        "{:#?}",
+        cp.reports()
+    );
 }
 
 #[test]
 fn an_overflowed_event_queue_brings_a_full_run() {
-    let node = watched("overflow", "");
+    let node = watched("overflow");
     // A real overflow: the service is stopped while more events than the kernel queues arrive.
     let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
         .ok()

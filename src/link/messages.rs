@@ -50,7 +50,8 @@ pub struct Report {
     pub digest: Option<String>,
     /// What caused the run: `start`, `declaration`, `timer`, `reconnect`, `signal`, `apply`, ...
     pub trigger: Vec<String>,
-    /// `converged`, `failed`, `interrupted`, `error`, `ignored` (stale revision), `rejected` (invalid).
+    /// `converged`, `failed`, `interrupted`, `error`, `ignored` (stale revision), `rejected`
+    /// (invalid), `contested` (a resource another process keeps changing back).
     pub outcome: String,
     pub started: u64,
     pub ended: u64,

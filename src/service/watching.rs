@@ -9,6 +9,7 @@ use mio::Poll;
 use super::schedule::Trigger;
 use super::{inotify, watch, Service, WATCH};
 use crate::commands::{invalid, Fatal};
+use crate::link;
 use crate::reconcile::Scope;
 use crate::store::{self, Store};
 
@@ -81,15 +82,57 @@ impl Service<'_> {
     /// Counts a watch run's repairs (done or failed); a resource fought over is named and left
     /// to the timer.
     pub(super) fn contest(&mut self, now: u64, repaired: &[watch::Resource]) {
-        for c in self.watcher.watch.repaired(now, repaired) {
+        let newly = self.watcher.watch.repaired(now, repaired);
+        for c in &newly {
             let (kind, key) = &c.resource;
-            log::warn!(
+            let message = format!(
                 "{kind} {key} is contested: repaired {} times within {} s, each time changed \
                  back by another process; left to the drift timer until it is left alone for {} s",
                 c.repairs,
                 watch::CONTEST_WINDOW_MS / 1000,
                 watch::SETTLE_MS / 1000
             );
+            log::warn!("{message}");
+            self.report_contested(kind, key, message);
+        }
+        if !newly.is_empty() {
+            self.send_outbox();
+        }
+    }
+
+    /// Tells the control plane (when there is one) by name: a report with outcome `contested`.
+    fn report_contested(&self, kind: &str, key: &str, message: String) {
+        if self.host.config.control_plane.is_none() {
+            return;
+        }
+        let result = (|| -> Result<(), Fatal> {
+            let store = self.host.store()?;
+            let in_force = store.in_force()?;
+            let now = store::unix_now();
+            let mut report = link::Report {
+                id: 0,
+                revision: in_force.as_ref().and_then(|f| f.revision),
+                digest: in_force.map(|f| f.digest),
+                trigger: vec!["watch".into()],
+                outcome: "contested".into(),
+                started: now,
+                ended: now,
+                changes: Vec::new(),
+                failures: vec![store::ResourceResult {
+                    kind: kind.into(),
+                    key: key.into(),
+                    action: "contested".into(),
+                    detail: message.clone(),
+                }],
+                deferred: Vec::new(),
+                drift: Vec::new(),
+                message,
+            };
+            store.outbox_push(&mut report, self.host.config.outbox_max)?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            log::error!("the contested report could not be queued: {}", e.message());
         }
     }
 
