@@ -221,6 +221,8 @@ fn a_removed_parent_is_recreated_and_watched_again() {
 #[test]
 fn a_persons_apply_is_not_taken_for_drift_and_the_watches_follow_it() {
     let node = watched("apply");
+    let directories = || node.status()["service"]["watch"]["directories"].as_u64();
+    let before = directories();
     let next = DECLARATION.replace("held\\n", "new\\n").replace(
         r#""/etc/marker""#,
         r#""/etc/extra/new.conf": {"content": "x\n"}, "/etc/marker""#,
@@ -234,6 +236,22 @@ fn a_persons_apply_is_not_taken_for_drift_and_the_watches_follow_it() {
     std::fs::write(node.host.target("/etc/extra/new.conf"), "edited\n").unwrap();
     repaired_by_watch(&node, "/etc/extra/new.conf");
     assert_eq!(read(&node, "/etc/extra/new.conf").as_deref(), Some("x\n"));
+    assert_eq!(
+        directories(),
+        before.map(|n| n + 1),
+        "/etc/extra is watched"
+    );
+    // Declared no more: released, and its directory no longer watched.
+    let file = node.host.declaration("d.json", DECLARATION);
+    node.host.apply(&file, 0);
+    assert!(node.read("/etc/extra/new.conf").is_none());
+    assert!(
+        wait_until(WAIT, || directories() == before),
+        "{:?} -> {:?}\n{}",
+        before,
+        directories(),
+        node.log()
+    );
 }
 
 #[test]
