@@ -176,8 +176,17 @@ impl Watcher {
                 match fd.add(&dir) {
                     Ok(wd) => self.watch.added(dir, wd),
                     Err(e) => {
-                        if let AddError::Other(why) = &e {
-                            log::warn!("not watched, left to the timer: {why}");
+                        let newly = !self.watch.unwatched().contains_key(&dir);
+                        match &e {
+                            AddError::Other(why) if newly => {
+                                log::warn!("not watched, left to the timer: {why}")
+                            }
+                            AddError::Limit if newly => log::warn!(
+                                "{} not watched, left to the timer: the per-user inotify watch \
+                                 limit (fs.inotify.max_user_watches) is reached",
+                                dir.display()
+                            ),
+                            _ => {}
                         }
                         self.watch.add_failed(now, dir, e);
                     }

@@ -229,8 +229,8 @@ impl Service<'_> {
                 log::info!("watch: drift in {}", names.join(", "));
                 self.watch_scope = Some(match self.watch_scope.take() {
                     Some(Scope::Only(mut before)) => {
-                        if let Scope::Only(now) = scope {
-                            before.extend(now);
+                        if let Scope::Only(more) = scope {
+                            before.extend(more);
                         }
                         Scope::Only(before)
                     }
