@@ -172,6 +172,11 @@ impl Watcher {
             let add = self.watch.plan(&|p: &Path| {
                 std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_dir())
             });
+            // Dropped first: a directory moved away and back is the same inode, and adding it
+            // again would hand back the descriptor about to be dropped.
+            for wd in self.watch.take_stale() {
+                fd.remove(wd);
+            }
             for dir in add {
                 match fd.add(&dir) {
                     Ok(wd) => self.watch.added(dir, wd),
@@ -191,9 +196,6 @@ impl Watcher {
                         self.watch.add_failed(now, dir, e);
                     }
                 }
-            }
-            for wd in self.watch.take_stale() {
-                fd.remove(wd);
             }
         }
     }
