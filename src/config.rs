@@ -62,6 +62,9 @@ pub struct Config {
     pub pacman_lock_wait: Duration,
     /// The service: how often the drift timer reconciles (each wait randomised within ±10%).
     pub interval: Duration,
+    /// The service watches what it owns with inotify and repairs drift within about a second;
+    /// off, drift waits for the timer.
+    pub watch: bool,
     /// The link: a ping after this long without sending; dead after three of these without a byte.
     pub heartbeat: Duration,
     /// The first reconnect ceiling (full jitter, doubling to 5 minutes); 1 s by default, more for
@@ -72,9 +75,6 @@ pub struct Config {
     pub outbox_max: usize,
     /// `None`: no mesh yet; the service holds the declaration in force on its timer alone.
     pub control_plane: Option<ControlPlane>,
-    /// The service watches what it owns with inotify and repairs drift within about a second;
-    /// off, drift waits for the timer.
-    pub watch: bool,
 }
 
 /// Where the control plane is and how the host proves itself and checks the control plane.
@@ -104,12 +104,12 @@ struct RawConfig {
     podman: Option<RawTool>,
     pacman_lock_wait_secs: Option<u64>,
     interval_secs: Option<u64>,
+    watch: Option<bool>,
     heartbeat_secs: Option<u64>,
     reconnect_base_secs: Option<u64>,
     max_frame_bytes: Option<usize>,
     outbox_max: Option<usize>,
     control_plane: Option<RawControlPlane>,
-    watch: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -204,6 +204,7 @@ impl Config {
             podman: tool("podman", raw.podman, 300)?,
             pacman_lock_wait: Duration::from_secs(raw.pacman_lock_wait_secs.unwrap_or(120)),
             interval: Duration::from_secs(at_least_one("interval_secs", raw.interval_secs, 600)?),
+            watch: raw.watch.unwrap_or(true),
             heartbeat: Duration::from_secs(at_least_one("heartbeat_secs", raw.heartbeat_secs, 30)?),
             reconnect_base: Duration::from_secs(at_least_one(
                 "reconnect_base_secs",
@@ -213,7 +214,6 @@ impl Config {
             max_frame_bytes: raw.max_frame_bytes.unwrap_or(128 << 20),
             outbox_max: raw.outbox_max.unwrap_or(500).max(1),
             control_plane: raw.control_plane.map(control_plane).transpose()?,
-            watch: raw.watch.unwrap_or(true),
         })
     }
 }
@@ -295,8 +295,6 @@ mod tests {
         let c = parse("{}").unwrap();
         assert_eq!(c.state_dir, Path::new(DEFAULT_STATE_DIR));
         assert_eq!(c.pacman.command, vec!["pacman"]);
-        assert!(c.watch);
-        assert!(!parse(r#"{"watch": false}"#).unwrap().watch);
         let c = parse(r#"{"unit_name": "agent.service", "pacman": {"command": ["pacman", "--config", "/x"], "timeout_secs": 5}}"#).unwrap();
         assert_eq!(
             c.identity.unit_names,
@@ -318,6 +316,12 @@ mod tests {
         assert!(parse(r#"{"interval_secs": 0}"#)
             .unwrap_err()
             .contains("interval_secs: must be at least 1"));
+    }
+
+    #[test]
+    fn the_watcher_is_on_by_default() {
+        assert!(parse("{}").unwrap().watch);
+        assert!(!parse(r#"{"watch": false}"#).unwrap().watch);
     }
 
     #[test]

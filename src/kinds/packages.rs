@@ -345,33 +345,6 @@ fn with_root<'a>(env: &'a Env, args: &[&'a str]) -> Result<Vec<&'a str>, String>
     Ok(out)
 }
 
-/// pacman's local database directory, `DBPath/local`, as seen from this process: a transaction
-/// adds or removes an entry in it, which the service's watcher takes as a hint to check packages.
-/// `pacman -v -T` (a dependency test of nothing) prints the paths pacman was configured with.
-pub fn local_db_dir(env: &Env) -> Result<PathBuf, String> {
-    let args = with_root(env, &["-v", "-T"])?;
-    let output = env
-        .runner
-        .run(&env.config.pacman, &args, &[])
-        .map_err(|e| e.to_string())?;
-    let db = parse_db_path(&output.stdout_text())
-        .ok_or_else(|| "`pacman -v -T` printed no `DB Path`".to_string())?;
-    // Under --sysroot pacman prints the paths inside the mounted root.
-    let db = match env.offline {
-        true => env.root.join(db.strip_prefix("/").unwrap_or(&db)),
-        false => db,
-    };
-    Ok(db.join("local"))
-}
-
-/// The `DB Path   : DIR/` line of `pacman -v` output.
-pub fn parse_db_path(stdout: &str) -> Option<PathBuf> {
-    stdout.lines().find_map(|line| {
-        let (field, value) = line.split_once(" : ")?;
-        (field.trim() == "DB Path" && !value.trim().is_empty()).then(|| PathBuf::from(value.trim()))
-    })
-}
-
 /// Why a pacman transaction failed.
 enum TransactionError {
     /// pacman refused the packages (one not found, a dependency broken): each alone may succeed.
@@ -457,6 +430,33 @@ pub fn parse_info(stdout: &str) -> BTreeMap<&str, Observed> {
     packages
 }
 
+/// pacman's local database directory, `DBPath/local`, as seen from this process: a transaction
+/// adds or removes an entry in it, which the service's watcher takes as a hint to check packages.
+/// `pacman -v -T` (a dependency test of nothing) prints the paths pacman was configured with.
+pub fn local_db_dir(env: &Env) -> Result<PathBuf, String> {
+    let args = with_root(env, &["-v", "-T"])?;
+    let output = env
+        .runner
+        .run(&env.config.pacman, &args, &[])
+        .map_err(|e| e.to_string())?;
+    let db = parse_db_path(&output.stdout_text())
+        .ok_or_else(|| "`pacman -v -T` printed no `DB Path`".to_string())?;
+    // Under --sysroot pacman prints the paths inside the mounted root.
+    let db = match env.offline {
+        true => env.root.join(db.strip_prefix("/").unwrap_or(&db)),
+        false => db,
+    };
+    Ok(db.join("local"))
+}
+
+/// The `DB Path   : DIR/` line of `pacman -v` output.
+pub fn parse_db_path(stdout: &str) -> Option<PathBuf> {
+    stdout.lines().find_map(|line| {
+        let (field, value) = line.split_once(" : ")?;
+        (field.trim() == "DB Path" && !value.trim().is_empty()).then(|| PathBuf::from(value.trim()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,17 +479,6 @@ mod tests {
             check_refused(&json, &[message]);
         }
         assert!(problems(r#"{"schema": 1, "packages": {"lib32-gcc-libs": {}, "gtk+3": {}, "x@y_z.1": {"state": "absent"}}}"#).is_empty());
-    }
-
-    #[test]
-    fn db_path_from_verbose_output() {
-        assert_eq!(
-            parse_db_path(include_str!("../../tests/fixtures/pacman-v-T.txt")),
-            Some(PathBuf::from(
-                "/tmp/mesh-sandbox/pacman/root/var/lib/pacman/"
-            ))
-        );
-        assert_eq!(parse_db_path("Root      : /\n"), None);
     }
 
     #[test]
@@ -627,5 +616,16 @@ mod tests {
             plan(None, &Observed::Missing, Some(&was_dependency)),
             "Forget released; already gone"
         );
+    }
+
+    #[test]
+    fn db_path_from_verbose_output() {
+        assert_eq!(
+            parse_db_path(include_str!("../../tests/fixtures/pacman-v-T.txt")),
+            Some(PathBuf::from(
+                "/tmp/mesh-sandbox/pacman/root/var/lib/pacman/"
+            ))
+        );
+        assert_eq!(parse_db_path("Root      : /\n"), None);
     }
 }
