@@ -291,6 +291,12 @@ mod tests {
     }
 
     #[test]
+    fn the_watcher_is_on_by_default() {
+        assert!(parse("{}").unwrap().watch);
+        assert!(!parse(r#"{"watch": false}"#).unwrap().watch);
+    }
+
+    #[test]
     fn defaults_and_overrides() {
         let c = parse("{}").unwrap();
         assert_eq!(c.state_dir, Path::new(DEFAULT_STATE_DIR));
@@ -316,12 +322,6 @@ mod tests {
         assert!(parse(r#"{"interval_secs": 0}"#)
             .unwrap_err()
             .contains("interval_secs: must be at least 1"));
-    }
-
-    #[test]
-    fn the_watcher_is_on_by_default() {
-        assert!(parse("{}").unwrap().watch);
-        assert!(!parse(r#"{"watch": false}"#).unwrap().watch);
     }
 
     #[test]
