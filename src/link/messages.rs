@@ -42,7 +42,7 @@ pub enum Message {
 }
 
 /// One run (or one refused declaration), as the control plane receives it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Report {
     /// Increasing per host; acknowledged by `ack`.
     pub id: u64,

@@ -110,23 +110,20 @@ impl Service<'_> {
             let in_force = store.in_force()?;
             let now = store::unix_now();
             let mut report = link::Report {
-                id: 0,
                 revision: in_force.as_ref().and_then(|f| f.revision),
                 digest: in_force.map(|f| f.digest),
                 trigger: vec!["watch".into()],
                 outcome: "contested".into(),
                 started: now,
                 ended: now,
-                changes: Vec::new(),
                 failures: vec![store::ResourceResult {
                     kind: kind.into(),
                     key: key.into(),
                     action: "contested".into(),
                     detail: message.clone(),
                 }],
-                deferred: Vec::new(),
-                drift: Vec::new(),
                 message,
+                ..Default::default()
             };
             store.outbox_push(&mut report, self.host.config.outbox_max)?;
             Ok(())
