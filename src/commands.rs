@@ -12,7 +12,7 @@ use crate::declaration::{self, Declaration, Problems};
 use crate::exec::Runner;
 use crate::kinds::Env;
 use crate::link;
-use crate::reconcile::{self, Mode, Planned, Report, Scope};
+use crate::reconcile::{self, Mode, Report};
 use crate::store::{self, InForce, Ledger, LockError, RunRecord, Source, Store, StoreError};
 
 pub const EXIT_OK: i32 = 0;
@@ -228,7 +228,13 @@ impl Host {
             declaration: &d,
             in_force,
         };
-        match self.converge(&["apply"], target, &Scope::All, self.args.wait, &never)? {
+        match self.converge(
+            &["apply"],
+            target,
+            &reconcile::Scope::All,
+            self.args.wait,
+            &never,
+        )? {
             Some(result) => {
                 self.print_run(&result);
                 Ok(result.exit_code())
@@ -244,7 +250,12 @@ impl Host {
                 self.config.state_dir.display()
             )));
         }
-        match self.converge_in_force(&["reconcile"], &Scope::All, self.args.wait, &never)? {
+        match self.converge_in_force(
+            &["reconcile"],
+            &reconcile::Scope::All,
+            self.args.wait,
+            &never,
+        )? {
             Some(result) => {
                 self.print_run(&result);
                 Ok(result.exit_code())
@@ -260,7 +271,7 @@ impl Host {
     pub fn converge_in_force(
         &self,
         triggers: &[&str],
-        scope: &Scope,
+        scope: &reconcile::Scope,
         wait: bool,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<RunResult>, Fatal> {
@@ -269,7 +280,7 @@ impl Host {
 
     /// What converging `scope` to the declaration in force would change, observed now without
     /// the lock and changing nothing: the service's watcher asks before it runs.
-    pub fn drifted(&self, scope: &Scope) -> Result<Vec<Planned>, Fatal> {
+    pub fn drifted(&self, scope: &reconcile::Scope) -> Result<Vec<reconcile::Planned>, Fatal> {
         let Some(store) = Store::open(&self.config.state_dir, false)? else {
             return Ok(Vec::new());
         };
@@ -298,7 +309,7 @@ impl Host {
         &self,
         triggers: &[&str],
         target: Target,
-        scope: &Scope,
+        scope: &reconcile::Scope,
         wait: bool,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<RunResult>, Fatal> {
@@ -596,37 +607,6 @@ impl Host {
     }
 }
 
-/// The watcher's lines of `status`: what it watches, what it cannot, what it leaves to the timer.
-fn print_watch(w: &store::WatchState, now: u64) {
-    let detail = w
-        .detail
-        .as_ref()
-        .map(|d| format!(" ({d})"))
-        .unwrap_or_default();
-    match w.state.as_str() {
-        "off" => println!("watch: off{detail}; drift is found by the timer alone"),
-        state => println!("watch: {state}, {} directories{detail}", w.directories),
-    }
-    if let Some(at) = w.last_overflow {
-        println!(
-            "    the event queue overflowed {} times, last {} ago: each time a full run",
-            w.overflows,
-            age(now.saturating_sub(at))
-        );
-    }
-    for c in &w.contested {
-        println!(
-            "    contested: {} {} since {} ago ({} repairs within a minute, changed again {} ago): \
-             another process keeps changing it; left to the timer until it is left alone",
-            c.kind,
-            c.key,
-            age(now.saturating_sub(c.since)),
-            c.repairs,
-            age(now.saturating_sub(c.last_change))
-        );
-    }
-}
-
 fn process_alive(pid: u32) -> bool {
     unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
 }
@@ -690,5 +670,36 @@ fn age(seconds: u64) -> String {
         s if s < 7200 => format!("{} min", s / 60),
         s if s < 172_800 => format!("{} h", s / 3600),
         s => format!("{} days", s / 86_400),
+    }
+}
+
+/// The watcher's lines of `status`: what it watches, what it cannot, what it leaves to the timer.
+fn print_watch(w: &store::WatchState, now: u64) {
+    let detail = w
+        .detail
+        .as_ref()
+        .map(|d| format!(" ({d})"))
+        .unwrap_or_default();
+    match w.state.as_str() {
+        "off" => println!("watch: off{detail}; drift is found by the timer alone"),
+        state => println!("watch: {state}, {} directories{detail}", w.directories),
+    }
+    if let Some(at) = w.last_overflow {
+        println!(
+            "    the event queue overflowed {} times, last {} ago: each time a full run",
+            w.overflows,
+            age(now.saturating_sub(at))
+        );
+    }
+    for c in &w.contested {
+        println!(
+            "    contested: {} {} since {} ago ({} repairs within a minute, changed again {} ago): \
+             another process keeps changing it; left to the timer until it is left alone",
+            c.kind,
+            c.key,
+            age(now.saturating_sub(c.since)),
+            c.repairs,
+            age(now.saturating_sub(c.last_change))
+        );
     }
 }
