@@ -32,13 +32,19 @@ fn watched_with(label: &str, extra: impl Fn(&Path) -> String) -> Service {
     let host = Scratch::new(label);
     let config = format!(r#"{{"interval_secs": 600{}}}"#, extra(&host.dir));
     std::fs::write(host.dir.join("config.json"), config).unwrap();
-    let file = host.declaration("d.json", DECLARATION);
+    started(host, DECLARATION, 1)
+}
+
+/// `declaration` applied on `host`, then its service started, once it watches more than
+/// `directories` directories.
+fn started(host: Scratch, declaration: &str, directories: u64) -> Service {
+    let file = host.declaration("d.json", declaration);
     host.apply(&file, 0);
     let node = Service::start(host);
     assert!(
         wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
             .as_u64()
-            .is_some_and(|n| n > 0)),
+            .is_some_and(|n| n >= directories)),
         "{}",
         node.log()
     );
@@ -425,18 +431,12 @@ fn watched_in_sandbox(sb: &Sandbox, label: &str, pacman_conf: &Path, declaration
         offline_root: sb.offline_root.clone(),
         image: sb.image.clone(),
     };
-    let host = sandbox.host(label, r#""interval_secs": 600"#);
-    let file = host.declaration("d.json", declaration);
-    host.apply(&file, 0);
-    let node = Service::start(host);
-    assert!(
-        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
-            .as_u64()
-            .is_some_and(|n| n > 1)),
-        "{}",
-        node.log()
-    );
-    node
+    // The store's directory and the package database or unit directory.
+    started(
+        sandbox.host(label, r#""interval_secs": 600"#),
+        declaration,
+        2,
+    )
 }
 
 /// Removes what a sandbox test made in shared places, however the test ends.
