@@ -2,7 +2,8 @@
 """mesh-host benchmarks (issue 6): prints each figure as a markdown section with medians over
 several runs, and asserts nothing. bench/run.sh sets up the sandbox and the binaries, then calls
 `bench.py [QUICK=1] FIGURE...`; `--write FILE` replaces each figure's section in FILE.
-Figures: size idle noop files latency fleet scale (the fleet is in fleet.py, scale in scale.py)."""
+Figures: size idle noop files latency fleet scale (the fleet is in fleet.py, scale in scale.py),
+watch watch-idle watch-storm watch-memory (the watcher's, in watcher.py)."""
 
 import json
 import os
@@ -451,8 +452,9 @@ def main(args):
     sys.modules["bench"] = sys.modules[__name__]  # fleet.py shares these globals
     import fleet
     import scale
+    import watcher
     figures = {**FIGURES, "fleet": ("6. Fleet: reconnects after a control-plane restart", fleet.figure),
-               "scale": ("7. Scale: 500, 5,000 and 20,000 files", scale.figure)}
+               "scale": ("11. Scale: 500, 5,000 and 20,000 files", scale.figure), **watcher.FIGURES}
     names = [a for a in args if a != "QUICK=1"] or list(figures)
     status = 0
     for name in names:

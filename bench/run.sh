@@ -7,7 +7,8 @@
 #
 #   sudo bench/run.sh                      every figure (about 5 minutes)
 #   sudo bench/run.sh QUICK=1              every figure, fewer runs, shorter waits; writes nothing
-#   sudo bench/run.sh size noop fleet      a subset: size idle noop files latency fleet scale
+#   sudo bench/run.sh size noop fleet      a subset: size idle noop files latency fleet scale watch
+#                                          watch-idle watch-storm watch-memory
 # Knobs: SKIP_APT=1 as for tests/run.sh; RECONNECT_BASE_SECS=N gives the fleet that reconnect_base_secs.
 set -euo pipefail
 if [ "$(id -u)" != 0 ]; then echo "bench/run.sh: run as root (the sandbox needs it)" >&2; exit 2; fi

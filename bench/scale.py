@@ -1,4 +1,4 @@
-"""Figure 7: scale. N = 500, 5,000 and 20,000 files under /etc (a scratch `--root`, 500 to a
+"""Figure 11: scale. N = 500, 5,000 and 20,000 files under /etc (a scratch `--root`, 500 to a
 directory, tools stubbed): converge, no-op, and the peak RSS of apply, plan and owned beside the
 declaration's size; then the service's idle RSS, fresh and after a 20,000-file run. Uses
 bench.py's helpers."""

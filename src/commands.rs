@@ -313,7 +313,13 @@ impl Host {
             declaration: &d,
             in_force,
         };
-        match self.converge(&["apply"], target, self.args.wait, &never)? {
+        match self.converge(
+            &["apply"],
+            target,
+            &reconcile::Scope::All,
+            self.args.wait,
+            &never,
+        )? {
             Some(result) => {
                 self.print_run(&result);
                 Ok(result.exit_code())
@@ -329,7 +335,12 @@ impl Host {
                 self.config.state_dir.display()
             )));
         }
-        match self.converge_in_force(&["reconcile"], self.args.wait, &never)? {
+        match self.converge_in_force(
+            &["reconcile"],
+            &reconcile::Scope::All,
+            self.args.wait,
+            &never,
+        )? {
             Some(result) => {
                 self.print_run(&result);
                 Ok(result.exit_code())
@@ -345,10 +356,36 @@ impl Host {
     pub fn converge_in_force(
         &self,
         triggers: &[&str],
+        scope: &reconcile::Scope,
         wait: bool,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<RunResult>, Fatal> {
-        self.converge(triggers, Target::InForce, wait, interrupted)
+        self.converge(triggers, Target::InForce, scope, wait, interrupted)
+    }
+
+    /// What converging `scope` to the declaration in force would change, observed now without
+    /// the lock and changing nothing: the service's watcher asks before it runs.
+    pub fn drifted(&self, scope: &reconcile::Scope) -> Result<Vec<reconcile::Planned>, Fatal> {
+        let Some(store) = Store::open(&self.config.state_dir, false)? else {
+            return Ok(Vec::new());
+        };
+        let Some(in_force) = store.in_force()? else {
+            return Ok(Vec::new());
+        };
+        let d = self
+            .validate(in_force.text.as_bytes())
+            .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+        let mut ledger = store.ledger()?;
+        let runner = Runner::new(false);
+        let env = self.env(Some(&store), &runner, &never);
+        let report = reconcile::run_scoped(&env, &d, &mut ledger, Mode::Plan, scope)?;
+        Ok(report.changes)
+    }
+
+    /// pacman's local database directory (where every transaction adds or removes an entry).
+    pub fn pacman_local_db(&self) -> Result<PathBuf, String> {
+        let runner = Runner::new(false);
+        crate::kinds::packages::local_db_dir(&self.env(None, &runner, &never))
     }
 
     /// Locks the store, settles what to converge to (under the lock, so a declaration put in
@@ -357,6 +394,7 @@ impl Host {
         &self,
         triggers: &[&str],
         target: Target,
+        scope: &reconcile::Scope,
         wait: bool,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<RunResult>, Fatal> {
@@ -425,11 +463,12 @@ impl Host {
         };
         // The same check the reconciler makes between resources also runs while a tool runs.
         let runner = Runner::new(self.args.trace_commands).with_pulse(interrupted);
-        let outcome = reconcile::run(
+        let outcome = reconcile::run_scoped(
             &self.env(Some(&store), &runner, interrupted),
             d,
             &mut ledger,
             Mode::Apply,
+            scope,
         );
         let (report, outcome_name) = match outcome {
             Ok(report) if report.interrupted => (report, "interrupted"),
@@ -753,6 +792,9 @@ impl Host {
                     s.pid,
                     age(s.next_timer.saturating_sub(now))
                 );
+                if let Some(w) = &s.watch {
+                    print_watch(w, now);
+                }
             }
         }
         match &in_force {
@@ -1011,5 +1053,36 @@ fn age(seconds: u64) -> String {
         s if s < 7200 => format!("{} min", s / 60),
         s if s < 172_800 => format!("{} h", s / 3600),
         s => format!("{} days", s / 86_400),
+    }
+}
+
+/// The watcher's lines of `status`: what it watches, what it cannot, what it leaves to the timer.
+fn print_watch(w: &store::WatchState, now: u64) {
+    let detail = w
+        .detail
+        .as_ref()
+        .map(|d| format!(" ({d})"))
+        .unwrap_or_default();
+    match w.state.as_str() {
+        "off" => println!("watch: off{detail}; drift is found by the timer alone"),
+        state => println!("watch: {state}, {} directories{detail}", w.directories),
+    }
+    if let Some(at) = w.last_overflow {
+        println!(
+            "    the event queue overflowed {} times, last {} ago: each time a full run",
+            w.overflows,
+            age(now.saturating_sub(at))
+        );
+    }
+    for c in &w.contested {
+        println!(
+            "    contested: {} {} since {} ago ({} repairs within a minute, changed again {} ago): \
+             another process keeps changing it; left to the timer until it is left alone",
+            c.kind,
+            c.key,
+            age(now.saturating_sub(c.since)),
+            c.repairs,
+            age(now.saturating_sub(c.last_change))
+        );
     }
 }

@@ -82,6 +82,9 @@ pub struct Config {
     pub pacman_remove_stale_lock: bool,
     /// The service: how often the drift timer reconciles (each wait randomised within ±10%).
     pub interval: Duration,
+    /// The service watches what it owns with inotify and repairs drift within about a second;
+    /// off, drift waits for the timer.
+    pub watch: bool,
     /// The link: a ping after this long without sending; dead after three of these without a byte.
     pub heartbeat: Duration,
     /// The first reconnect ceiling (full jitter, doubling to 5 minutes); 1 s by default, more for
@@ -132,6 +135,7 @@ struct RawConfig {
     pacman_lock_wait_secs: Option<u64>,
     pacman_remove_stale_lock: Option<bool>,
     interval_secs: Option<u64>,
+    watch: Option<bool>,
     heartbeat_secs: Option<u64>,
     reconnect_base_secs: Option<u64>,
     max_frame_bytes: Option<usize>,
@@ -254,6 +258,7 @@ impl Config {
             pacman_lock_wait: Duration::from_secs(raw.pacman_lock_wait_secs.unwrap_or(120)),
             pacman_remove_stale_lock: raw.pacman_remove_stale_lock.unwrap_or(false),
             interval: Duration::from_secs(at_least_one("interval_secs", raw.interval_secs, 600)?),
+            watch: raw.watch.unwrap_or(true),
             heartbeat: Duration::from_secs(at_least_one("heartbeat_secs", raw.heartbeat_secs, 30)?),
             reconnect_base: Duration::from_secs(at_least_one(
                 "reconnect_base_secs",
@@ -404,6 +409,12 @@ mod tests {
 
     fn parse(json: &str) -> Result<Config, String> {
         Config::parse(json, None)
+    }
+
+    #[test]
+    fn the_watcher_is_on_by_default() {
+        assert!(parse("{}").unwrap().watch);
+        assert!(!parse(r#"{"watch": false}"#).unwrap().watch);
     }
 
     #[test]

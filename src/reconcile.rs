@@ -73,6 +73,24 @@ fn result(kind: &str, key: &str, action: &str, detail: impl Into<String>) -> Res
     }
 }
 
+/// Which resources a run observes and converges.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scope {
+    All,
+    /// Only these (kind, key) pairs: what a watch event touched. Nothing else is observed,
+    /// changed or released.
+    Only(BTreeSet<(&'static str, String)>),
+}
+
+impl Scope {
+    fn includes(&self, kind: &'static str, key: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Only(set) => set.contains(&(kind, key.to_string())),
+        }
+    }
+}
+
 /// Converges (or plans) every kind. Errors are the store's only: a resource's failure is reported
 /// in the `Report`, while a store that cannot record ownership must stop the run.
 pub fn run(
@@ -80,6 +98,17 @@ pub fn run(
     declaration: &Declaration,
     ledger: &mut Ledger,
     mode: Mode,
+) -> Result<Report, StoreError> {
+    run_scoped(env, declaration, ledger, mode, &Scope::All)
+}
+
+/// `run` over the resources `scope` names only.
+pub fn run_scoped(
+    env: &Env,
+    declaration: &Declaration,
+    ledger: &mut Ledger,
+    mode: Mode,
+    scope: &Scope,
 ) -> Result<Report, StoreError> {
     let mut cx = RunContext::new(declaration, env.offline);
     let mut report = Report::default();
@@ -94,7 +123,7 @@ pub fn run(
             report.interrupted = true;
             break;
         }
-        kind(env, &mut cx, ledger, mode, &mut report)?;
+        kind(env, &mut cx, ledger, mode, scope, &mut report)?;
     }
     if let (Mode::Apply, Some(store)) = (mode, env.store) {
         remove_unreferenced_backups(store, ledger)?;
@@ -124,13 +153,15 @@ fn remove_unreferenced_backups(store: &Store, ledger: &Ledger) -> Result<(), Sto
     Ok(())
 }
 
-type Converge = fn(&Env, &mut RunContext, &mut Ledger, Mode, &mut Report) -> Result<(), StoreError>;
+type Converge =
+    fn(&Env, &mut RunContext, &mut Ledger, Mode, &Scope, &mut Report) -> Result<(), StoreError>;
 
 fn converge<K: Kind>(
     env: &Env,
     cx: &mut RunContext,
     ledger: &mut Ledger,
     mode: Mode,
+    scope: &Scope,
     report: &mut Report,
 ) -> Result<(), StoreError> {
     report.checked.push(K::NAME);
@@ -139,6 +170,7 @@ fn converge<K: Kind>(
         .keys()
         .cloned()
         .chain(ledger.keys(K::NAME))
+        .filter(|key| scope.includes(K::NAME, key))
         .collect();
     if keys.is_empty() {
         return Ok(());

@@ -110,7 +110,8 @@ fn the_timer_repairs_drift_with_the_link_up_and_with_the_control_plane_gone() {
     let pki = Pki::new();
     let mut cp = control_plane(&pki, Behaviour::Normal);
     cp.declare(1, &motd("held"));
-    let node = node("drift", &pki, Some(&cp), "");
+    // The watcher would repair the edits first (tests/watch.rs): this is the timer's test.
+    let node = node("drift", &pki, Some(&cp), r#""watch": false"#);
     assert!(
         wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")),
         "{}",
@@ -148,7 +149,7 @@ fn after_a_control_plane_restart_the_host_reconnects_and_reports_from_its_outbox
     let mut cp = control_plane(&pki, Behaviour::Normal);
     let addr = cp.addr();
     cp.declare(1, &motd("held"));
-    let node = node("outbox", &pki, Some(&cp), "");
+    let node = node("outbox", &pki, Some(&cp), r#""watch": false"#);
     assert!(wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")));
     cp.stop();
     // A run the control plane cannot hear about yet: drift repaired while it is down.

@@ -6,6 +6,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -757,6 +758,33 @@ pub fn parse_info(stdout: &str) -> BTreeMap<&str, Observed> {
     packages
 }
 
+/// pacman's local database directory, `DBPath/local`, as seen from this process: a transaction
+/// adds or removes an entry in it, which the service's watcher takes as a hint to check packages.
+/// `pacman -v -T` (a dependency test of nothing) prints the paths pacman was configured with.
+pub fn local_db_dir(env: &Env) -> Result<PathBuf, String> {
+    let args = with_root(env, &["-v", "-T"])?;
+    let output = env
+        .runner
+        .run(&env.config.pacman, &args, &[])
+        .map_err(|e| e.to_string())?;
+    let db = parse_db_path(&output.stdout_text())
+        .ok_or_else(|| "`pacman -v -T` printed no `DB Path`".to_string())?;
+    // Under --sysroot pacman prints the paths inside the mounted root.
+    let db = match env.offline {
+        true => env.root.join(db.strip_prefix("/").unwrap_or(&db)),
+        false => db,
+    };
+    Ok(db.join("local"))
+}
+
+/// The `DB Path   : DIR/` line of `pacman -v` output.
+pub fn parse_db_path(stdout: &str) -> Option<PathBuf> {
+    stdout.lines().find_map(|line| {
+        let (field, value) = line.split_once(" : ")?;
+        (field.trim() == "DB Path" && !value.trim().is_empty()).then(|| PathBuf::from(value.trim()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -990,5 +1018,16 @@ mod tests {
             plan(None, &Observed::Missing, Some(&was_dependency)),
             "Forget released; already gone"
         );
+    }
+
+    #[test]
+    fn db_path_from_verbose_output() {
+        assert_eq!(
+            parse_db_path(include_str!("../../tests/fixtures/pacman-v-T.txt")),
+            Some(PathBuf::from(
+                "/tmp/mesh-sandbox/pacman/root/var/lib/pacman/"
+            ))
+        );
+        assert_eq!(parse_db_path("Root      : /\n"), None);
     }
 }

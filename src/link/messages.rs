@@ -60,7 +60,7 @@ pub struct ReconnectPolicy {
 }
 
 /// One run (or one refused declaration), as the control plane receives it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Report {
     /// Increasing per host; acknowledged by `ack`.
     pub id: u64,
@@ -68,7 +68,8 @@ pub struct Report {
     pub digest: Option<String>,
     /// What caused the run: `start`, `declaration`, `timer`, `reconnect`, `signal`, `apply`, ...
     pub trigger: Vec<String>,
-    /// `converged`, `failed`, `interrupted`, `error`, `ignored` (stale revision), `rejected` (invalid).
+    /// `converged`, `failed`, `interrupted`, `error`, `ignored` (stale revision), `rejected`
+    /// (invalid), `contested` (a resource another process keeps changing back).
     pub outcome: String,
     pub started: u64,
     pub ended: u64,

@@ -5,8 +5,11 @@
 
 mod backoff;
 mod connection;
+mod inotify;
 mod schedule;
 mod sys;
+mod watch;
+mod watching;
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use mio::{Events, Poll, Token};
 use crate::commands::{Fatal, Host, EXIT_OK};
 use crate::envelope;
 use crate::link::{messages, Event, Link, Message, Report};
+use crate::reconcile::Scope;
 use crate::store::{self, InForce, ServiceState, Source, Store};
 use backoff::Backoff;
 use connection::Connection;
@@ -25,6 +29,7 @@ use schedule::{Schedule, Trigger};
 const SIGNALS: Token = Token(0);
 const TIMER: Token = Token(1);
 const LINK: Token = Token(2);
+const WATCH: Token = Token(3);
 
 /// What the loop knows about the link, for `status` and for the backoff.
 enum LinkState {
@@ -59,6 +64,13 @@ struct Service<'h> {
     signal_run: Cell<bool>,
     signals: sys::SignalFd,
     status: RefCell<Option<ServiceState>>,
+    watcher: inotify::Watcher,
+    /// What a run with trigger `watch` alone converges: what drifted, or everything.
+    watch_scope: Option<Scope>,
+    /// pacman's local database, once looked up (`Err`: packages are on the timer, and why).
+    pacman_db: Option<Result<std::path::PathBuf, String>>,
+    /// The declaration's digest and the owned files and packages the watches were set for.
+    watched_for: Option<(String, Vec<String>, Vec<String>)>,
 }
 
 pub fn run(host: &mut Host) -> Result<i32, Fatal> {
@@ -76,6 +88,12 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
     poll.registry()
         .register(&mut SourceFd(&timer.raw()), TIMER, mio::Interest::READABLE)
         .map_err(|e| io("epoll", e))?;
+    let watcher = inotify::Watcher::new(host.config.watch);
+    if let Some(fd) = watcher.raw() {
+        poll.registry()
+            .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)
+            .map_err(|e| io("epoll", e))?;
+    }
     let now = sys::now_ms();
     let interval = host.config.interval.as_millis() as u64;
     let host_reconnect_base = host.config.reconnect_base.as_millis() as u64;
@@ -93,6 +111,10 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         signal_run: Cell::new(false),
         signals,
         status: RefCell::new(None),
+        watcher,
+        watch_scope: None,
+        pacman_db: None,
+        watched_for: None,
     };
     service.configure_link(now);
     let mut events = Events::with_capacity(16);
@@ -101,6 +123,9 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         service.drain_signals();
         if service.reload.take() {
             service.reload_config();
+            service
+                .rewatch(sys::now_ms(), &poll)
+                .map_err(|e| io("epoll", e))?;
         }
         if service.signal_run.take() {
             service.schedule.add(Trigger::Signal);
@@ -108,6 +133,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         if service.stopping.get() {
             break;
         }
+        service.on_watch_due(sys::now_ms());
         // Before a run too: a run may take minutes, and `status` should show the link as it is.
         service.publish_status(sys::now_ms());
         if let Some(triggers) = service.schedule.take_due(sys::now_ms()) {
@@ -136,6 +162,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         for event in events.iter() {
             match event.token() {
                 TIMER => timer.drain(),
+                WATCH => service.watcher.read(now),
                 SIGNALS => {} // drained at the top of the loop
                 LINK => service.on_socket(
                     now,
@@ -145,6 +172,9 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
             }
         }
         service.handle_link_events(now);
+        if service.watcher.watch.take_refresh() {
+            service.refresh_watch(now);
+        }
     }
     sys::sd_notify("STOPPING=1");
     let now = sys::now_ms();
@@ -254,6 +284,9 @@ impl Service<'_> {
         match self.host.reload_config() {
             Ok(()) => {
                 log::info!("configuration reloaded");
+                // The unit directory or pacman may have moved: the watches are worked out again.
+                self.pacman_db = None;
+                self.watched_for = None;
                 self.schedule
                     .set_interval(self.host.config.interval.as_millis() as u64);
                 self.backoff
@@ -295,6 +328,14 @@ impl Service<'_> {
     fn reconcile(&mut self, triggers: &[Trigger]) {
         let names: Vec<&str> = triggers.iter().map(|t| t.name()).collect();
         log::info!("reconciling ({})", names.join(", "));
+        // Any other trigger makes it a full run, which covers whatever the watcher had pending.
+        let scope = match (triggers, self.watch_scope.take()) {
+            ([Trigger::Watch], Some(scope)) => scope,
+            _ => {
+                self.watcher.watch.covered();
+                Scope::All
+            }
+        };
         // Between resources, while a tool runs and while waiting for the store's lock.
         let pulse = Pulse::new(
             &mut self.link,
@@ -302,21 +343,38 @@ impl Service<'_> {
             [&self.stopping, &self.reload, &self.signal_run],
         );
         let beat = || pulse.beat();
-        let converged = self.host.converge_in_force(&names, true, &beat);
+        let converged = self.host.converge_in_force(&names, &scope, true, &beat);
         if let Some(e) = pulse.link_error() {
             self.drop_link(sys::now_ms(), e, true);
         }
+        let mut repaired = Vec::new();
         match converged {
-            Ok(Some(result)) => log::info!(
-                "run {}: {} changed, {} failed",
-                result.record.outcome,
-                result.report.changes.len(),
-                result.report.failures.len()
-            ),
+            Ok(Some(result)) => {
+                log::info!(
+                    "run {}: {} changed, {} failed",
+                    result.record.outcome,
+                    result.report.changes.len(),
+                    result.report.failures.len()
+                );
+                // A repair that failed (changed back before it could be checked) was fought too.
+                let changes = result.report.changes.iter().map(|c| (&c.kind, &c.key));
+                let failures = result.report.failures.iter().map(|f| (&f.kind, &f.key));
+                repaired = changes
+                    .chain(failures)
+                    .filter_map(|(kind, key)| Some((watch::kind(kind)?, key.clone())))
+                    .collect();
+            }
             Ok(None) => log::info!("no declaration in force yet; nothing to hold"),
             Err(e) => log::error!("run failed: {}", e.message()),
         }
-        self.schedule.rearm(sys::now_ms(), sys::random());
+        let now = sys::now_ms();
+        // A run over what a watch touched checked nothing else: the timer keeps its time.
+        if scope == Scope::All {
+            self.schedule.rearm(now, sys::random());
+        } else {
+            self.contest(now, &repaired);
+        }
+        self.refresh_watch(now);
         self.send_outbox();
     }
 
@@ -611,7 +669,8 @@ impl Service<'_> {
             LinkState::None => u64::MAX,
         };
         // Reports a person's `apply` queued are picked up at least every heartbeat.
-        self.schedule.deadline(now).min(link)
+        let watch = self.watcher.watch.deadline().unwrap_or(u64::MAX);
+        self.schedule.deadline(now).min(link).min(watch)
     }
 
     /// Writes what `status` shows, when it changed.
@@ -634,12 +693,14 @@ impl Service<'_> {
             last_error: self.last_error.clone(),
             next_timer: unix_ms(self.schedule.next_timer()),
             state: "running".into(),
+            watch: Some(self.watch_state(&|mono| unix_ms(mono))),
         };
         let changed = match &*self.status.borrow() {
             // Rounding of the converted times must not rewrite the file on every wake.
             Some(old) => {
                 old.link != state.link
                     || old.last_error != state.last_error
+                    || watching::changed(&old.watch, &state.watch)
                     || old.next_timer.abs_diff(state.next_timer) > 1
             }
             None => true,

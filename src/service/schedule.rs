@@ -12,6 +12,8 @@ pub enum Trigger {
     Reconnect,
     /// SIGUSR1: a person asked for a reconcile now.
     Signal,
+    /// The inotify watcher saw what the host owns drift (or lost events).
+    Watch,
 }
 
 impl Trigger {
@@ -22,6 +24,7 @@ impl Trigger {
             Trigger::Timer => "timer",
             Trigger::Reconnect => "reconnect",
             Trigger::Signal => "signal",
+            Trigger::Watch => "watch",
         }
     }
 }

@@ -28,9 +28,9 @@ pub use outbox::OutboxBounds;
 pub use runs::{ResourceResult, RunRecord};
 pub use stats::{LastRun, RunStats};
 
-const IN_FORCE: &str = "declaration.json";
+pub const IN_FORCE: &str = "declaration.json";
 const SERVICE: &str = "service.json";
-const LEDGER: &str = "ledger.json";
+pub const LEDGER: &str = "ledger.json";
 const RUNS: &str = "runs.json";
 const BACKUPS: &str = "backups";
 /// What `Dir::write_atomic` appends to the name of the file it writes before renaming it.
@@ -114,6 +114,39 @@ pub struct ServiceState {
     pub next_timer: u64,
     /// `running`, or `stopped` once it exited cleanly.
     pub state: String,
+    /// The inotify watcher, when the service has one to speak of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<WatchState>,
+}
+
+/// What the service's watcher is doing, for `mesh-host status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct WatchState {
+    /// `on`; `partial` (some of what is owned is seen only by the timer); `off` (all of it is).
+    pub state: String,
+    /// Why it is partial or off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    pub directories: usize,
+    /// Times the kernel's event queue overflowed (each answered by a full run).
+    pub overflows: u64,
+    /// Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_overflow: Option<u64>,
+    pub contested: Vec<ContestedState>,
+}
+
+/// A resource another process keeps changing back: left to the drift timer until it settles.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ContestedState {
+    pub kind: String,
+    pub key: String,
+    /// Unix seconds it became contested.
+    pub since: u64,
+    /// Repairs by watch runs within a minute that made it contested.
+    pub repairs: usize,
+    /// Unix seconds of the last change seen since.
+    pub last_change: u64,
 }
 
 pub struct Store {

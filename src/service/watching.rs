@@ -1,0 +1,294 @@
+//! The service's side of the inotify watcher: starting and stopping it with the config, pointing
+//! it at what the declaration in force and the ledger name, turning its debounced events into a
+//! check and (only on drift) a run with trigger `watch`, counting contested repairs, and what
+//! `status` says about it. The decisions are `watch.rs`'s, the syscalls `inotify.rs`'s.
+
+use mio::unix::SourceFd;
+use mio::Poll;
+
+use super::schedule::Trigger;
+use super::{inotify, watch, Service, WATCH};
+use crate::commands::{invalid, Fatal};
+use crate::link;
+use crate::reconcile::Scope;
+use crate::store::{self, Store};
+
+impl Service<'_> {
+    /// After a reload: a watcher started or stopped as the config's `watch` now says.
+    pub(super) fn rewatch(&mut self, now: u64, poll: &Poll) -> std::io::Result<()> {
+        if self.host.config.watch == self.watcher.enabled {
+            return Ok(());
+        }
+        if let Some(fd) = self.watcher.raw() {
+            poll.registry().deregister(&mut SourceFd(&fd))?;
+        }
+        self.watcher = inotify::Watcher::new(self.host.config.watch);
+        if let Some(fd) = self.watcher.raw() {
+            poll.registry()
+                .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)?;
+        }
+        self.watched_for = None;
+        self.refresh_watch(now);
+        Ok(())
+    }
+
+    /// What `status` says about the watcher.
+    pub(super) fn watch_state(&self, unix_ms: &dyn Fn(u64) -> u64) -> store::WatchState {
+        let w = &self.watcher.watch;
+        let (overflows, last_overflow) = w.overflows();
+        let contested = w
+            .contested()
+            .into_iter()
+            .map(|c| store::ContestedState {
+                kind: c.resource.0.to_string(),
+                key: c.resource.1,
+                since: unix_ms(c.since),
+                repairs: c.repairs,
+                last_change: unix_ms(c.last_change),
+            })
+            .collect();
+        // A few by name: past the watch limit there may be hundreds, all for the same reason.
+        const NAMED: usize = 3;
+        let unwatched = w.unwatched();
+        let mut timer_only: Vec<String> = unwatched
+            .iter()
+            .take(NAMED)
+            .map(|(dir, why)| format!("{}: {why}", dir.display()))
+            .collect();
+        if unwatched.len() > NAMED {
+            timer_only.push(format!("{} more directories", unwatched.len() - NAMED));
+        }
+        if let Some(Err(e)) = &self.pacman_db {
+            timer_only.push(format!("packages: {e}"));
+        }
+        let (state, detail) = match &self.watcher.off {
+            Some(why) => ("off", Some(why.clone())),
+            None if timer_only.is_empty() => ("on", None),
+            None => (
+                "partial",
+                Some(format!("on the timer only: {}", timer_only.join("; "))),
+            ),
+        };
+        store::WatchState {
+            state: state.into(),
+            detail,
+            directories: w.directories(),
+            overflows,
+            last_overflow: last_overflow.map(unix_ms),
+            contested,
+        }
+    }
+
+    /// Counts a watch run's repairs (done or failed); a resource fought over is named and left
+    /// to the timer.
+    pub(super) fn contest(&mut self, now: u64, repaired: &[watch::Resource]) {
+        let newly = self.watcher.watch.repaired(now, repaired);
+        for c in &newly {
+            let (kind, key) = &c.resource;
+            let message = format!(
+                "{kind} {key} is contested: repaired {} times within {} s, each time changed \
+                 back by another process; left to the drift timer until it is left alone for {} s",
+                c.repairs,
+                watch::CONTEST_WINDOW_MS / 1000,
+                watch::SETTLE_MS / 1000
+            );
+            log::warn!("{message}");
+            self.report_contested(kind, key, message);
+        }
+        if !newly.is_empty() {
+            self.send_outbox();
+        }
+    }
+
+    /// Tells the control plane (when there is one) by name: a report with outcome `contested`.
+    fn report_contested(&self, kind: &str, key: &str, message: String) {
+        if self.host.config.control_plane.is_none() {
+            return;
+        }
+        let result = (|| -> Result<(), Fatal> {
+            let store = self.host.store()?;
+            let in_force = store.in_force_head()?;
+            let now = store::unix_now();
+            let mut report = link::Report {
+                revision: in_force.as_ref().and_then(|f| f.revision),
+                digest: in_force.map(|f| f.digest),
+                trigger: vec!["watch".into()],
+                outcome: "contested".into(),
+                started: now,
+                ended: now,
+                failures: vec![store::ResourceResult {
+                    kind: kind.into(),
+                    key: key.into(),
+                    action: "contested".into(),
+                    detail: message.clone(),
+                }],
+                message,
+                ..Default::default()
+            };
+            store.outbox_push(&mut report, self.host.config.outbox_bounds())?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            log::error!("the contested report could not be queued: {}", e.message());
+        }
+    }
+
+    /// Points the watches at what the declaration in force and the ledger name now.
+    pub(super) fn refresh_watch(&mut self, now: u64) {
+        if self.watcher.off.is_some() {
+            return;
+        }
+        let loaded = (|| -> Result<Option<_>, Fatal> {
+            let Some(store) = Store::open(&self.host.config.state_dir, false)? else {
+                return Ok(None);
+            };
+            let Some(head) = store.in_force_head()? else {
+                return Ok(None);
+            };
+            let ledger = store.ledger()?;
+            // What the targets depend on: unchanged, the watches stay (and nothing is parsed,
+            // not even the declaration's text read).
+            let source = (head.digest, ledger.keys("files"), ledger.keys("packages"));
+            if self.watched_for.as_ref() == Some(&source) {
+                return Ok(Some(None));
+            }
+            let Some(in_force) = store.in_force()? else {
+                return Ok(None);
+            };
+            let d = self
+                .host
+                .validate(in_force.text.as_bytes())
+                .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+            self.watched_for = Some(source);
+            Ok(Some(Some((d, ledger))))
+        })();
+        let (d, ledger) = match loaded {
+            Ok(Some(None)) => return,
+            Ok(Some(Some(loaded))) => loaded,
+            Ok(None) => {
+                self.watched_for = None;
+                let targets = watch::store_targets(&self.host.config.state_dir);
+                return self.watcher.set_targets(now, targets);
+            }
+            Err(e) => {
+                log::error!("watches not updated: {}", e.message());
+                return;
+            }
+        };
+        let has_packages = !d.packages.is_empty() || !ledger.keys("packages").is_empty();
+        if has_packages && self.pacman_db.is_none() {
+            let db = self.host.pacman_local_db();
+            if let Err(e) = &db {
+                log::warn!("packages are left to the drift timer: {e}");
+            }
+            self.pacman_db = Some(db);
+        }
+        let root = self
+            .host
+            .args
+            .root
+            .as_deref()
+            .unwrap_or(std::path::Path::new("/"));
+        let places = watch::Places {
+            root,
+            store: &self.host.config.state_dir,
+            unit_dir: &self.host.config.unit_dir,
+            pacman_db: self.pacman_db.as_ref().and_then(|db| db.as_deref().ok()),
+        };
+        let targets = watch::targets(&places, &d, &ledger);
+        self.watcher.set_targets(now, targets);
+    }
+
+    /// The debounced watch events: observe what they touched, and run only if it drifted.
+    pub(super) fn on_watch_due(&mut self, now: u64) {
+        let (due, settled) = self.watcher.watch.take_due(now);
+        for (kind, key) in settled {
+            log::info!("{kind} {key} settled: watched again");
+        }
+        let touched = match due {
+            None => return,
+            Some(watch::Due::Full) => {
+                log::warn!("watch: events were lost or cannot all be had; a full run");
+                self.watch_scope = Some(Scope::All);
+                self.schedule.add(Trigger::Watch);
+                return;
+            }
+            Some(watch::Due::Check(touched)) => touched,
+        };
+        let scope = Scope::Only(touched);
+        match self.host.drifted(&scope) {
+            Ok(changes) if changes.is_empty() => {}
+            Ok(changes) => {
+                let names: Vec<String> = changes
+                    .iter()
+                    .map(|c| format!("{} {}", c.kind, c.key))
+                    .collect();
+                log::info!("watch: drift in {}", names.join(", "));
+                self.watch_scope = Some(match self.watch_scope.take() {
+                    Some(Scope::Only(mut before)) => {
+                        if let Scope::Only(more) = scope {
+                            before.extend(more);
+                        }
+                        Scope::Only(before)
+                    }
+                    Some(Scope::All) => Scope::All,
+                    None => scope,
+                });
+                self.schedule.add(Trigger::Watch);
+            }
+            Err(e) => log::error!("watch: could not check: {}", e.message()),
+        }
+    }
+}
+
+/// Whether `status` must be written again for the watcher. Times converted from the monotonic
+/// clock may differ by a second from one wake to the next with nothing having happened.
+pub(super) fn changed(old: &Option<store::WatchState>, new: &Option<store::WatchState>) -> bool {
+    let (Some(old), Some(new)) = (old, new) else {
+        return old.is_some() != new.is_some();
+    };
+    let near = |a: u64, b: u64| a.abs_diff(b) <= 1;
+    let overflow_moved = match (old.last_overflow, new.last_overflow) {
+        (Some(a), Some(b)) => !near(a, b),
+        (a, b) => a != b,
+    };
+    let contest_moved = old.contested.len() != new.contested.len()
+        || old.contested.iter().zip(&new.contested).any(|(a, b)| {
+            (&a.kind, &a.key, a.repairs) != (&b.kind, &b.key, b.repairs)
+                || !near(a.since, b.since)
+                || !near(a.last_change, b.last_change)
+        });
+    (&old.state, &old.detail, old.directories, old.overflows)
+        != (&new.state, &new.detail, new.directories, new.overflows)
+        || overflow_moved
+        || contest_moved
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_of_rounding_is_no_change() {
+        let contested = |since, last_change| store::ContestedState {
+            kind: "files".into(),
+            key: "/etc/motd".into(),
+            since,
+            repairs: 5,
+            last_change,
+        };
+        let state = |dirs, last_change| {
+            Some(store::WatchState {
+                state: "on".into(),
+                directories: dirs,
+                contested: vec![contested(100, last_change)],
+                ..Default::default()
+            })
+        };
+        assert!(!changed(&state(3, 200), &state(3, 201)));
+        assert!(changed(&state(3, 200), &state(3, 205)));
+        assert!(changed(&state(3, 200), &state(4, 200)));
+        assert!(changed(&None, &state(3, 200)));
+        assert!(!changed(&None, &None));
+    }
+}
