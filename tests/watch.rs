@@ -13,7 +13,7 @@ use serde_json::Value;
 use support::control_plane::{ControlPlane, CpConfig};
 use support::pki::Pki;
 use support::service::Service;
-use support::{sandbox, sh, wait_until, Sandbox, Scratch};
+use support::{sandbox, sh, wait_until, PacmanRoot, Sandbox, Scratch};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -454,41 +454,11 @@ impl Drop for Cleanup {
     }
 }
 
-/// A pacman root and database of this test's own, synced from the sandbox's repo, so that no
-/// other test's transaction meets its lock or its packages.
-fn pacman_root(sb: &Sandbox, label: &str) -> (PathBuf, PathBuf) {
-    let dir = sb
-        .pacman_root
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-        .join(format!("watch-{label}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let root = dir.join("root");
-    for sub in ["var/lib/pacman", "var/cache/pacman/pkg", "var/log"] {
-        std::fs::create_dir_all(root.join(sub)).unwrap();
-    }
-    let conf = dir.join("pacman.conf");
-    let r = root.display();
-    std::fs::write(
-        &conf,
-        format!(
-            "[options]\nRootDir = {r}\nDBPath = {r}/var/lib/pacman/\n\
-             CacheDir = {r}/var/cache/pacman/pkg/\nLogFile = {r}/var/log/pacman.log\n\
-             Architecture = x86_64\nSigLevel = Never\n\n[meshtest]\nServer = file://{}\n",
-            sb.pacman_repo.display()
-        ),
-    )
-    .unwrap();
-    sh(&format!("LC_ALL=C pacman --config {} -Sy", conf.display()));
-    (dir, conf)
-}
-
 #[test]
 fn a_package_removed_by_hand_is_put_back_on_the_database_hint() {
     let Some(sb) = sandbox() else { return };
-    let (dir, conf) = pacman_root(&sb, "pkg");
-    let _cleanup = Cleanup(dir);
+    let pacman = PacmanRoot::new("watch-pkg", &sb.pacman_repo);
+    let conf = pacman.conf.clone();
     let node = watched_in_sandbox(
         &sb,
         "watch-pkg",

@@ -3,6 +3,10 @@
 //! `tests/run.sh` sets up (tests/sandbox/setup.sh).
 #![allow(dead_code)] // each test binary uses part of this module
 
+mod pacman_root;
+#[allow(unused_imports)] // only the pacman tests use it
+pub use pacman_root::PacmanRoot;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,0 +1,116 @@
+//! A pacman root of a test's own beside the sandbox's, for tests whose transactions must not
+//! meet another test's lock or packages.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{sh, Sandbox, Scratch};
+
+/// A pacman root and database of a test's own, synced from a repository, so that no other
+/// test's transaction meets its lock or its packages. Removed when dropped (kept if the test
+/// failed, for a look).
+pub struct PacmanRoot {
+    pub dir: PathBuf,
+    pub conf: PathBuf,
+}
+
+impl PacmanRoot {
+    /// A fresh, synced root whose repo is `repo`.
+    pub fn new(label: &str, repo: &Path) -> PacmanRoot {
+        let sandbox_dir = std::env::var("MESH_SANDBOX").expect("MESH_SANDBOX");
+        let dir = PathBuf::from(sandbox_dir)
+            .join("tmp")
+            .join(format!("pacman-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = dir.join("root");
+        for sub in [
+            "var/lib/pacman",
+            "var/cache/pacman/pkg",
+            "var/log",
+            "etc/pacman.d/hooks",
+        ] {
+            std::fs::create_dir_all(root.join(sub)).expect("pacman root");
+        }
+        let conf = dir.join("pacman.conf");
+        let r = root.display();
+        std::fs::write(
+            &conf,
+            format!(
+                "[options]\nRootDir = {r}\nDBPath = {r}/var/lib/pacman/\n\
+                 CacheDir = {r}/var/cache/pacman/pkg/\nLogFile = {r}/var/log/pacman.log\n\
+                 HookDir = {r}/etc/pacman.d/hooks/\nArchitecture = x86_64\nSigLevel = Never\n\n\
+                 [meshtest]\nServer = file://{}\n",
+                repo.display()
+            ),
+        )
+        .expect("pacman.conf");
+        let pacman = PacmanRoot { dir, conf };
+        pacman.pacman("-Sy --noconfirm");
+        pacman
+    }
+
+    /// `pacman --config CONF ARGS`, which must succeed.
+    pub fn pacman(&self, args: &str) -> String {
+        sh(&format!(
+            "LC_ALL=C pacman --config {} {args}",
+            self.conf.display()
+        ))
+    }
+
+    /// The installed version of `name`, if it is installed.
+    pub fn version(&self, name: &str) -> Option<String> {
+        let out = Command::new("pacman")
+            .args([
+                "--config",
+                self.conf.to_str().expect("utf-8"),
+                "-Q",
+                "--",
+                name,
+            ])
+            .env("LC_ALL", "C")
+            .output()
+            .expect("pacman -Q");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        out.status.success().then(|| {
+            stdout
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or_default()
+                .to_string()
+        })
+    }
+
+    /// pacman's install reason for an installed `name`.
+    pub fn reason(&self, name: &str) -> String {
+        let info = self.pacman(&format!("-Qi -- {name}"));
+        info.lines()
+            .find_map(|line| line.strip_prefix("Install Reason  : "))
+            .expect("Install Reason")
+            .to_string()
+    }
+
+    pub fn lock_file(&self) -> PathBuf {
+        self.dir.join("root/var/lib/pacman/db.lck")
+    }
+
+    /// A host whose pacman is this root (the sandbox's systemctl and unit dir for the rest).
+    pub fn host(&self, sandbox: &Sandbox, label: &str, extra_config: &str) -> Scratch {
+        Sandbox {
+            pacman_conf: self.conf.display().to_string(),
+            pacman_root: self.dir.join("root"),
+            pacman_repo: sandbox.pacman_repo.clone(),
+            unit_dir: sandbox.unit_dir.clone(),
+            offline_root: sandbox.offline_root.clone(),
+            image: sandbox.image.clone(),
+        }
+        .host(label, extra_config)
+    }
+}
+
+impl Drop for PacmanRoot {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
