@@ -13,6 +13,7 @@ mod fsutil;
 mod join;
 mod kinds;
 mod link;
+mod logging;
 mod reconcile;
 mod service;
 mod store;
@@ -21,6 +22,12 @@ mod testutil;
 
 use cli::Command;
 use commands::{Fatal, Host};
+
+/// Sets up logging for the command line `args`: the service logs at info, other commands warn.
+pub fn init_logging(args: &[String]) {
+    let service = cli::parse(args.iter().cloned()).is_ok_and(|a| a.command == Command::Run);
+    logging::init(service);
+}
 
 /// Runs the command line `args` (without the program name) and returns the exit code.
 pub fn main_with_args(args: impl IntoIterator<Item = String>) -> i32 {
@@ -49,6 +56,8 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
             println!("mesh-host {}", env!("CARGO_PKG_VERSION"));
             return Ok(commands::EXIT_OK);
         }
+        // Before the config is loaded: what systemd runs must work whatever the config says.
+        Command::Reload(Some(pid)) => return service::signal_reload(*pid),
         // Before the config is loaded: join may be what creates it.
         Command::Join(join) => return join::run(&args, join),
         _ => {}
@@ -63,7 +72,10 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
         Command::Owned => host.owned(),
         Command::Status => host.status(),
         Command::Run => service::run(&mut host),
-        Command::Join(_) | Command::Help | Command::Version => Ok(commands::EXIT_OK),
+        Command::Reload(None) => service::reload_running(&host),
+        Command::Reload(Some(_)) | Command::Join(_) | Command::Help | Command::Version => {
+            Ok(commands::EXIT_OK)
+        }
     }
 }
 

@@ -239,7 +239,6 @@ fn the_unit_verifies_and_systemd_reads_it_as_meant() {
         root.join("usr/bin/mesh-host"),
     )
     .unwrap();
-    std::fs::copy("/usr/bin/kill", root.join("usr/bin/kill")).expect("ExecReload's kill");
     std::fs::copy(dist().unpacked.join(UNIT), units.join(UNIT)).unwrap();
     for entry in std::fs::read_dir("/usr/lib/systemd/system").expect("systemd's units") {
         let path = entry.unwrap().path();
@@ -272,9 +271,9 @@ fn the_unit_verifies_and_systemd_reads_it_as_meant() {
         "-p",
         "LoadState,Type,NotifyAccess,Restart,RestartUSec,StartLimitIntervalUSec,KillMode",
         "-p",
-        "KillSignal,SendSIGHUP,SendSIGKILL,TimeoutStopUSec,TimeoutStartUSec,StateDirectoryMode",
+        "KillSignal,SendSIGHUP,SendSIGKILL,TimeoutStopUSec,TimeoutStartUSec,StateDirectoryMode,OOMPolicy",
         "-p",
-        "ExecStart",
+        "ExecStart,ExecReload",
         &probe,
     ]));
     std::fs::remove_file(sandbox.unit_dir.join(&probe)).expect("remove probe");
@@ -286,7 +285,8 @@ fn the_unit_verifies_and_systemd_reads_it_as_meant() {
         "Restart=always",
         "RestartUSec=15s",
         "StartLimitIntervalUSec=0",
-        "KillMode=mixed",
+        "KillMode=process",
+        "OOMPolicy=continue",
         "KillSignal=15",
         "SendSIGHUP=no",
         "SendSIGKILL=yes",
@@ -294,6 +294,7 @@ fn the_unit_verifies_and_systemd_reads_it_as_meant() {
         "TimeoutStartUSec=30min",
         "StateDirectoryMode=0700",
         "ExecStart={ path=/usr/bin/mesh-host ; argv[]=/usr/bin/mesh-host run ;",
+        "ExecReload={ path=/usr/bin/mesh-host ; argv[]=/usr/bin/mesh-host reload $MAINPID ;",
     ] {
         assert!(
             shown.lines().any(|l| l.starts_with(want)),

@@ -5,6 +5,8 @@
 
 mod backoff;
 mod connection;
+mod notify;
+mod reload;
 mod schedule;
 mod sys;
 
@@ -20,6 +22,8 @@ use crate::store::{self, InForce, ServiceState, Source, Store};
 use backoff::Backoff;
 use connection::Connection;
 use schedule::{Schedule, Trigger};
+
+pub use reload::{reload_running, signal_reload};
 
 const SIGNALS: Token = Token(0);
 const TIMER: Token = Token(1);
@@ -58,6 +62,9 @@ struct Service<'h> {
     signal_run: Cell<bool>,
     signals: sys::SignalFd,
     status: RefCell<Option<ServiceState>>,
+    /// This process's last run, and the `STATUS=` line last sent to systemd.
+    last_run: Option<notify::LastRun>,
+    sent_status: RefCell<String>,
 }
 
 pub fn run(host: &mut Host) -> Result<i32, Fatal> {
@@ -92,6 +99,8 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         signal_run: Cell::new(false),
         signals,
         status: RefCell::new(None),
+        last_run: None,
+        sent_status: RefCell::new(String::new()),
     };
     service.configure_link(now);
     let mut events = Events::with_capacity(16);
@@ -219,20 +228,72 @@ impl Service<'_> {
 
     fn reconcile(&mut self, triggers: &[Trigger]) {
         let names: Vec<&str> = triggers.iter().map(|t| t.name()).collect();
-        log::info!("reconciling ({})", names.join(", "));
+        let doing = format!("reconciling ({})", names.join(", "));
+        log::info!("{doing}");
+        self.notify_status(&doing);
         let stopping = || self.drain_signals();
-        match self.host.converge_in_force(&names, true, &stopping) {
-            Ok(Some(result)) => log::info!(
-                "run {}: {} changed, {} failed",
-                result.record.outcome,
-                result.report.changes.len(),
-                result.report.failures.len()
-            ),
+        let result = self.host.converge_in_force(&names, true, &stopping);
+        let ended = store::unix_now();
+        match result {
+            Ok(Some(result)) => {
+                // Each failure at error, so `journalctl -p err` lists exactly the failures.
+                for failure in &result.report.failures {
+                    log::error!(
+                        "{} {}: {} failed: {}",
+                        failure.kind,
+                        failure.key,
+                        failure.action,
+                        failure.detail
+                    );
+                }
+                let (changed, failed) = (result.report.changes.len(), result.report.failures.len());
+                let outcome = &result.record.outcome;
+                let summary = format!("run {outcome}: {changed} changed, {failed} failed");
+                if failed == 0 && outcome != "interrupted" {
+                    log::info!("{summary}");
+                } else {
+                    log::warn!("{summary}");
+                }
+                self.last_run = Some(notify::LastRun {
+                    outcome: outcome.clone(),
+                    ended,
+                    changed,
+                    failed,
+                });
+            }
             Ok(None) => log::info!("no declaration in force yet; nothing to hold"),
-            Err(e) => log::error!("run failed: {}", e.message()),
+            Err(e) => {
+                log::error!("run failed: {}", e.message());
+                self.last_run = Some(notify::LastRun {
+                    outcome: "error".into(),
+                    ended,
+                    changed: 0,
+                    failed: 0,
+                });
+            }
         }
         self.schedule.rearm(sys::now_ms(), sys::random());
         self.send_outbox();
+    }
+
+    /// Sends systemd the `STATUS=` line for `doing`, when it differs from the last one sent.
+    fn notify_status(&self, doing: &str) {
+        let link = match &self.link {
+            LinkState::None => "none",
+            LinkState::Connecting { .. } => "connecting",
+            LinkState::Up { .. } => "connected",
+            LinkState::Retrying { .. } => "retrying",
+        };
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let next_timer =
+            (unix_ms + self.schedule.next_timer()).saturating_sub(sys::now_ms()) / 1000;
+        let text = notify::status_text(doing, self.last_run.as_ref(), next_timer, link);
+        if *self.sent_status.borrow() != text {
+            sys::sd_notify(&format!("STATUS={text}"));
+            *self.sent_status.borrow_mut() = text;
+        }
     }
 
     fn hello(&self) -> Result<Message, String> {
@@ -446,7 +507,12 @@ impl Service<'_> {
             Err(Fatal::Invalid(message)) => ("rejected", message),
             Err(e) => ("error", e.message().to_string()),
         };
-        log::warn!("declaration revision {revision} {outcome}: {message}");
+        // A rejected declaration is a failure (`journalctl -p err` shows it); a stale one is not.
+        if outcome == "ignored" {
+            log::warn!("declaration revision {revision} {outcome}: {message}");
+        } else {
+            log::error!("declaration revision {revision} {outcome}: {message}");
+        }
         let now = store::unix_now();
         let mut report = Report {
             id: 0,
@@ -543,5 +609,6 @@ impl Service<'_> {
             }
             *self.status.borrow_mut() = Some(state);
         }
+        self.notify_status("idle");
     }
 }

@@ -1,0 +1,38 @@
+//! `mesh-host reload [PID]`: what `ExecReload=` runs. The host signals the service itself, so
+//! reloading needs no `kill` binary (a minimal system has none) and never signals a process that
+//! is not mesh-host.
+
+use crate::commands::{Fatal, Host, EXIT_OK};
+use crate::store::Store;
+
+/// Sends SIGHUP to `pid` (systemd's `$MAINPID`), which must be a mesh-host process.
+pub fn signal_reload(pid: u32) -> Result<i32, Fatal> {
+    if !crate::join::is_mesh_host(pid) {
+        return Err(Fatal::Error(format!(
+            "reload: process {pid} is not mesh-host (or is gone); nothing was signalled"
+        )));
+    }
+    let target = libc::pid_t::try_from(pid)
+        .map_err(|_| Fatal::Error(format!("reload: {pid} is not a process id")))?;
+    if unsafe { libc::kill(target, libc::SIGHUP) } != 0 {
+        return Err(Fatal::Error(format!(
+            "reload: SIGHUP to process {pid}: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(EXIT_OK)
+}
+
+/// Sends SIGHUP to the running service the store names (a person's `mesh-host reload`).
+pub fn reload_running(host: &Host) -> Result<i32, Fatal> {
+    let state = Store::open(&host.config.state_dir, false)?
+        .map(|store| store.service_state())
+        .transpose()?
+        .flatten();
+    match state {
+        Some(state) if state.state == "running" && state.pid != 0 => signal_reload(state.pid),
+        _ => Err(Fatal::Error(
+            "reload: the store names no running service; nothing was signalled".into(),
+        )),
+    }
+}
