@@ -496,7 +496,7 @@ fn pacman_installs_upgrades_and_removes_the_package_in_the_sandbox() {
 
 /// The install scriptlets, run by pacman in a root of its own that has a shell (busybox) and a
 /// fake systemctl logging its arguments: nothing without systemd as PID 1 (/run/systemd/system),
-/// else `try-restart --no-block` on upgrade and `disable --now` on removal.
+/// else `daemon-reload` and `try-restart --no-block` on upgrade and `disable --now` on removal.
 #[test]
 fn the_scriptlets_restart_without_blocking_and_only_under_systemd() {
     if support::sandbox().is_none() {
@@ -567,12 +567,12 @@ fn the_scriptlets_restart_without_blocking_and_only_under_systemd() {
     pacman(&["-U", rel1]); // a downgrade runs post_upgrade too
     assert_eq!(
         log(),
-        "systemctl try-restart --no-block mesh-host.service\n"
+        "systemctl daemon-reload\nsystemctl try-restart --no-block mesh-host.service\n"
     );
     let out = pacman(&["-R", "nox-mesh-host"]);
     assert_eq!(
         log(),
-        "systemctl try-restart --no-block mesh-host.service\n\
+        "systemctl daemon-reload\nsystemctl try-restart --no-block mesh-host.service\n\
          systemctl disable --now mesh-host.service\n"
     );
     assert!(
