@@ -151,16 +151,26 @@ impl Runner {
             command: command.clone(),
             failure,
         };
-        let mut child = Command::new(argv[0])
+        let mut builder = Command::new(argv[0]);
+        builder
             .args(&argv[1..])
             .env("LC_ALL", "C")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // Its own process group, so a timeout kills whatever it started too.
-            .process_group(0)
-            .spawn()
-            .map_err(|e| error(Failure::Spawn(e)))?;
+            .process_group(0);
+        // A crash of the host closes the read ends of these pipes: the tool must not then die of
+        // SIGPIPE at its next write (pacman between two packages of a transaction, leaving it
+        // half done and db.lck stale). Ignored, the write fails with EPIPE and the tool goes on.
+        // SAFETY: signal(2) is async-signal-safe, and the closure touches nothing else.
+        unsafe {
+            builder.pre_exec(|| {
+                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                Ok(())
+            })
+        };
+        let mut child = builder.spawn().map_err(|e| error(Failure::Spawn(e)))?;
         let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take())
         else {
             return Err(error(Failure::Spawn(io::Error::other("no pipes"))));
@@ -276,6 +286,18 @@ mod tests {
             .run(&sh(5000), &["printf '%s,' \"$0\" \"$@\""], &["-Syu", "b"])
             .unwrap();
         assert_eq!(out.stdout_text(), "--,-Syu,b,");
+    }
+
+    /// A crash of the host must not kill its tools through their pipes: they start with SIGPIPE
+    /// ignored (and so do their children), so a write to a dead reader fails with EPIPE instead.
+    #[test]
+    fn tools_start_with_sigpipe_ignored() {
+        let out = Runner::new(false)
+            .run(&sh(5000), &["grep ^SigIgn: /proc/self/status"], &[])
+            .unwrap();
+        let line = out.stdout_text();
+        let mask = u64::from_str_radix(line.trim_start_matches("SigIgn:").trim(), 16).unwrap();
+        assert_ne!(mask & 1 << (libc::SIGPIPE - 1), 0, "SigIgn: {mask:x}");
     }
 
     #[test]

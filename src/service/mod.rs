@@ -273,6 +273,7 @@ impl Service<'_> {
             }
         }
         self.schedule.rearm(sys::now_ms(), sys::random());
+        self.notify_status("idle");
         self.send_outbox();
     }
 

@@ -13,6 +13,10 @@ REFUSED_DIR=tests/pid1/refused
 # why WHAT: the check fails here (each check runs in its own subshell), saying what it expected.
 why() { echo "EXPECTED: $*"; exit 1; }
 
+# ... | contains [GREP ARGS] PATTERN: whether the input has a match. Unlike `grep -q`, it reads all
+# of its input, so the producer never dies of SIGPIPE and fails the pipeline (pipefail is on).
+contains() { grep "$@" >/dev/null; }
+
 # wait_until SECS WHAT CMD...: polls CMD (a shell function on this machine) until it succeeds;
 # only the last poll's commands go into the evidence.
 wait_until() {
@@ -108,7 +112,7 @@ check_start() {
   local re='^idle; last run converged at [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} UTC \([0-9]+ changed, 0 failed\); next timer run at [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} UTC; link connected$'
   status_text() { [[ "$(in_ct systemctl show -p StatusText --value mesh-host.service)" =~ $re ]]; }
   wait_until 10 "StatusText matching $re" status_text
-  in_ct systemctl status --no-pager mesh-host.service | grep -q '^ *Status: "idle; last run converged at' \
+  in_ct systemctl status --no-pager mesh-host.service | contains '^ *Status: "idle; last run converged at' \
     || why "systemctl status shows the status line"
 }
 
@@ -139,7 +143,7 @@ check_status_pid() {
   main=$(main_pid)
   status=$(status_json | jq -r '.service.pid')
   [ -n "$main" ] && [ "$main" != 0 ] && [ "$main" = "$status" ] || why "MainPID ($main) = mesh-host status's pid ($status)"
-  in_ct mesh-host status | grep -q "^service: running (pid $main)" || why "mesh-host status says running (pid $main)"
+  in_ct mesh-host status | contains "^service: running (pid $main)" || why "mesh-host status says running (pid $main)"
 }
 
 check_unit_converged() {
@@ -160,7 +164,7 @@ check_reload() {
   pid=$(main_pid)
   c=$(now_us)
   in_ct systemctl reload mesh-host.service || why "systemctl reload exits 0 with no kill binary"
-  reloaded() { journal_since "$c" | jq -r .MESSAGE | grep -qx 'configuration reloaded'; }
+  reloaded() { journal_since "$c" | jq -r .MESSAGE | contains -x 'configuration reloaded'; }
   wait_until 20 "'configuration reloaded' in the journal" reloaded
   [ "$(main_pid)" = "$pid" ] || why "the same process reloaded (MainPID $pid)"
   [ "$(in_ct systemctl is-active mesh-host.service)" = active ] || why "still active"
@@ -175,7 +179,7 @@ check_journal() {
   # Two problems: the rejection's message has two lines, and must stay one journal entry.
   declare_json "$(jq -s '.[0] * .[1]' "$REFUSED_DIR/dropin-file.json" "$REFUSED_DIR/unit-key.json")"
   local rejected=$DECLARED
-  is_rejected() { journal_since "$c" | jq -r .MESSAGE | grep -q "^declaration revision $rejected rejected"; }
+  is_rejected() { journal_since "$c" | jq -r .MESSAGE | contains "^declaration revision $rejected rejected"; }
   wait_until 30 "declaration revision $rejected rejected, in the journal" is_rejected
   converge_to "$(base v2)"
   entries=$(journal_since "$c" -p err)
@@ -183,7 +187,7 @@ check_journal() {
   jq -r '"  <\(.PRIORITY)> \(.MESSAGE)"' <<<"$entries"
   [ "$(grep -c . <<<"$entries")" = 2 ] || why "exactly the 2 failures at err: the package and the rejected declaration"
   jq -e -s 'all(.PRIORITY == "3")' <<<"$entries" >/dev/null || why "both at PRIORITY=3"
-  jq -r .MESSAGE <<<"$entries" | grep -q 'pid1-missing.* failed' || why "an err entry for package pid1-missing"
+  jq -r .MESSAGE <<<"$entries" | contains 'pid1-missing.* failed' || why "an err entry for package pid1-missing"
   jq -e -s --arg r "$rejected" 'map(select(.MESSAGE | startswith("declaration revision \($r) rejected")))
       | length == 1 and (.[0].MESSAGE | contains("mesh-host.service.d/x.conf") and contains("units[\"mesh-host.service\"]"))' \
       <<<"$entries" >/dev/null || why "the two-line rejection is one entry naming both problems"
@@ -205,7 +209,7 @@ check_refusals() {
     c=$(now_us)
     declare_json "$(cat "$f")"
     local r=$DECLARED
-    is_rejected() { journal_since "$c" -p err | jq -r .MESSAGE | grep -q "^declaration revision $r rejected: .*refused"; }
+    is_rejected() { journal_since "$c" -p err | jq -r .MESSAGE | contains "^declaration revision $r rejected: .*refused"; }
     wait_until 30 "$f: declaration revision $r rejected (refused), at err" is_rejected
     grep '^{' "$WORK/reports.jsonl" | jq -e -s --argjson r "$r" 'any(.revision == $r and .outcome == "rejected")' >/dev/null \
       || why "$f: the control plane got a rejected report of revision $r"
@@ -245,31 +249,42 @@ check_stop_during_transaction() {
   in_ct test -e /etc/pid1/after-stop || why "the next run applied the rest"
 }
 
-# pid1-slow-crash's scriptlet takes 25 s, longer than RestartSec=15s: the host is killed during the
-# transaction, comes back while pacman still holds db.lck, waits for it, and converges.
+# pid1-slow-crash's scriptlet takes 30 s, longer than RestartSec=15s: the host is killed during the
+# transaction, pacman finishes it (pid1-zz-after comes after the slow scriptlet, so pacman writes
+# its progress after the host, the reader of its pipes, is gone: it must not die of SIGPIPE), and
+# the host comes back while pacman still holds db.lck. The packages are in pacman's database by
+# then, so the start run finds them installed; a declaration sent meanwhile that wants another
+# package makes the restarted host wait for the lock, then converge.
 check_crash_during_transaction() {
-  declare_json "$(base v2 | jq '.packages = {"pid1-slow-stop": {}, "pid1-slow-crash": {}} | .files["/etc/pid1/after-stop"] = {content: "x\n"}')"
+  declare_json "$(base v2 | jq '.packages = {"pid1-slow-stop": {}, "pid1-slow-crash": {}, "pid1-zz-after": {}} | .files["/etc/pid1/after-stop"] = {content: "x\n"}')"
   local log=$ROOT/var/lib/pid1-slow-crash.log old restarts
   in_transaction() { grep -qx start "$log" 2>/dev/null; }
   wait_until 60 "pacman in pid1-slow-crash's transaction" in_transaction
   old=$(main_pid)
   restarts=$(in_ct systemctl show -p NRestarts --value mesh-host.service)
+  local killed_at
+  killed_at=$(now_us)
   in_ct systemctl kill --signal=SIGKILL --kill-who=main mesh-host.service || why "kill -9 of the host"
+  declare_json "$(base v2 | jq '.packages = {"pid1-slow-stop": {}, "pid1-slow-crash": {}, "pid1-zz-after": {}, "pid1-plain": {}} | .files["/etc/pid1/after-stop"] = {content: "x\n"}')"
   sleep 1
   in_ct sh -c 'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = pacman ] && echo "pacman pid ${p#/proc/} alive"; done; true' \
-    | grep -q 'pacman pid' || why "pacman alive after the host was killed"
+    | contains 'pacman pid' || why "pacman alive after the host was killed"
   finished() { grep -qx done "$log"; }
   wait_until 60 "the transaction finished (scriptlet wrote done)" finished
   ! grep -q '^signal' "$log" || why "pacman's scriptlet never signalled ($(grep '^signal' "$log"))"
   echo "the scriptlet said: $(tr '\n' ' ' < "$log")"
+  unlocked() { [ ! -e "$ROOT/var/lib/pacman/db.lck" ]; }
+  wait_until 60 "the killed host's pacman transaction ended (no db.lck)" unlocked
   in_ct sh -c 'tail -n 4 /var/log/pacman.log'
-  in_ct sh -c 'grep "transaction" /var/log/pacman.log | tail -n1' | grep -q 'transaction completed' \
+  in_ct sh -c 'grep "transaction" /var/log/pacman.log | tail -n1' | contains 'transaction completed' \
     || why "pacman.log: the last transaction completed"
   back() { local p; p=$(main_pid); [ -n "$p" ] && [ "$p" != 0 ] && [ "$p" != "$old" ]; }
   wait_until 60 "Restart= brings the host back (a new MainPID)" back
   [ "$(in_ct systemctl show -p NRestarts --value mesh-host.service)" -gt "$restarts" ] || why "NRestarts grew"
   wait_until 120 "the next run converges revision $DECLARED" run_is "$DECLARED" converged
-  in_ct pacman -Q pid1-slow-crash || why "pid1-slow-crash installed"
+  in_ct pacman -Q pid1-slow-crash pid1-zz-after pid1-plain || why "pid1-slow-crash, pid1-zz-after and pid1-plain installed"
+  journal_since "$killed_at" | jq -r .MESSAGE | contains -E "(database is locked|database lock .* is held by).*; waiting$" \
+    || why "the restarted host waited for the running pacman's db.lck"
 }
 
 check_upgrade() {

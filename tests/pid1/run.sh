@@ -122,7 +122,7 @@ build_packages() {
   # A package whose install scriptlet takes SECS seconds and writes what happened to
   # /var/lib/NAME.log: "start", every signal that reached it, and "done" when it finished.
   local name secs
-  for spec in pid1-slow-stop:15 pid1-slow-crash:25 pid1-plain:0; do
+  for spec in pid1-slow-stop:15 pid1-slow-crash:30 pid1-zz-after:0 pid1-plain:0; do
     name=${spec%%:*} secs=${spec#*:}
     d=$WORK/pkg/$name
     mkdir -p "$d/usr/share/$name"
