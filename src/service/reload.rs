@@ -36,3 +36,27 @@ pub fn reload_running(host: &Host) -> Result<i32, Fatal> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_that_is_not_mesh_host_is_never_signalled() {
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let err = signal_reload(other.id()).unwrap_err();
+        assert_eq!(
+            err.message(),
+            format!(
+                "reload: process {} is not mesh-host (or is gone); nothing was signalled",
+                other.id()
+            )
+        );
+        assert!(other.try_wait().unwrap().is_none(), "sleep was signalled");
+        other.kill().unwrap();
+        other.wait().unwrap();
+    }
+}
