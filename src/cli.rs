@@ -15,11 +15,11 @@ Commands:
   reconcile         converge again to the declaration in force in the store
   owned             every resource the host owns, as observed now
   status            the service and its link, the declaration in force, the recent runs
+  reload [PID]      make the service re-read its config (SIGHUP to PID, what systemd's
+                    $MAINPID is, or to the service the store names); what ExecReload= runs
   run               the service: hold the link to the control plane and reconcile on start,
                     on each declaration, on the drift timer and on reconnect (SIGHUP reloads
                     the config, SIGUSR1 reconciles now, SIGTERM stops after the current resource)
-  reload [PID]      make the service re-read its config (SIGHUP to PID, what systemd's
-                    $MAINPID is, or to the service the store names); what ExecReload= runs
   join --control-plane https://HOST:PORT --token TOKEN --ca-hash sha256:HEX [--force]
                     trade a one-time token for this node's identity: write the config's
                     control_plane section, ca.pem and secret beside the config (as root), and

@@ -14,6 +14,26 @@ use std::time::{Duration, Instant};
 
 use crate::config::Tool;
 
+/// A crash of the host closes the read ends of a tool's pipes: the tool must not then die of
+/// SIGPIPE at its next write (pacman between two packages of a transaction, leaving it half done
+/// and db.lck stale). With SIGPIPE ignored (inherited through exec), the write fails with EPIPE
+/// and the tool goes on. std resets SIGPIPE to its default in every child, hence `pre_exec`.
+trait IgnoreSigpipe {
+    fn ignore_sigpipe(&mut self) -> &mut Self;
+}
+
+impl IgnoreSigpipe for Command {
+    fn ignore_sigpipe(&mut self) -> &mut Self {
+        // SAFETY: signal(2) is async-signal-safe, and the closure touches nothing else.
+        unsafe {
+            self.pre_exec(|| {
+                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                Ok(())
+            })
+        }
+    }
+}
+
 /// The captured result of a command that ran to completion.
 #[derive(Debug)]
 pub struct Output {
@@ -151,26 +171,17 @@ impl Runner {
             command: command.clone(),
             failure,
         };
-        let mut builder = Command::new(argv[0]);
-        builder
+        let mut child = Command::new(argv[0])
             .args(&argv[1..])
             .env("LC_ALL", "C")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .ignore_sigpipe()
             // Its own process group, so a timeout kills whatever it started too.
-            .process_group(0);
-        // A crash of the host closes the read ends of these pipes: the tool must not then die of
-        // SIGPIPE at its next write (pacman between two packages of a transaction, leaving it
-        // half done and db.lck stale). Ignored, the write fails with EPIPE and the tool goes on.
-        // SAFETY: signal(2) is async-signal-safe, and the closure touches nothing else.
-        unsafe {
-            builder.pre_exec(|| {
-                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-                Ok(())
-            })
-        };
-        let mut child = builder.spawn().map_err(|e| error(Failure::Spawn(e)))?;
+            .process_group(0)
+            .spawn()
+            .map_err(|e| error(Failure::Spawn(e)))?;
         let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take())
         else {
             return Err(error(Failure::Spawn(io::Error::other("no pipes"))));

@@ -2,6 +2,9 @@
 //! plus the parsers the fuzz targets drive. The modules stay private; the code map is in
 //! ARCHITECTURE.md.
 
+// Set up first, by `init_logging`: the journal's priorities.
+mod logging;
+
 mod accounts;
 mod cli;
 mod codec;
@@ -13,7 +16,6 @@ mod fsutil;
 mod join;
 mod kinds;
 mod link;
-mod logging;
 mod reconcile;
 mod service;
 mod store;
@@ -71,11 +73,9 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
         Command::Reconcile => host.reconcile(),
         Command::Owned => host.owned(),
         Command::Status => host.status(),
+        Command::Reload(pid) => service::reload(&host, pid),
         Command::Run => service::run(&mut host),
-        Command::Reload(None) => service::reload_running(&host),
-        Command::Reload(Some(_)) | Command::Join(_) | Command::Help | Command::Version => {
-            Ok(commands::EXIT_OK)
-        }
+        Command::Join(_) | Command::Help | Command::Version => Ok(commands::EXIT_OK),
     }
 }
 

@@ -23,7 +23,7 @@ use backoff::Backoff;
 use connection::Connection;
 use schedule::{Schedule, Trigger};
 
-pub use reload::{reload_running, signal_reload};
+pub use reload::{reload, signal_reload};
 
 const SIGNALS: Token = Token(0);
 const TIMER: Token = Token(1);
@@ -228,15 +228,23 @@ impl Service<'_> {
 
     fn reconcile(&mut self, triggers: &[Trigger]) {
         let names: Vec<&str> = triggers.iter().map(|t| t.name()).collect();
-        let doing = format!("reconciling ({})", names.join(", "));
-        log::info!("{doing}");
-        self.notify_status(&doing);
+        self.notify_status(&format!("reconciling ({})", names.join(", ")));
+        log::info!("reconciling ({})", names.join(", "));
         let stopping = || self.drain_signals();
-        let result = self.host.converge_in_force(&names, true, &stopping);
+        let converged = self.host.converge_in_force(&names, true, &stopping);
+        self.log_run(&converged);
+        self.schedule.rearm(sys::now_ms(), sys::random());
+        self.notify_status("idle");
+        self.send_outbox();
+    }
+
+    /// Logs how a run ended and keeps it for `STATUS=`: each failed resource at error (so
+    /// `journalctl -p err` lists exactly the failures), the summary at info when all converged and
+    /// at warning otherwise.
+    fn log_run(&mut self, converged: &Result<Option<crate::commands::RunResult>, Fatal>) {
         let ended = store::unix_now();
-        match result {
+        match converged {
             Ok(Some(result)) => {
-                // Each failure at error, so `journalctl -p err` lists exactly the failures.
                 for failure in &result.report.failures {
                     log::error!(
                         "{} {}: {} failed: {}",
@@ -272,9 +280,6 @@ impl Service<'_> {
                 });
             }
         }
-        self.schedule.rearm(sys::now_ms(), sys::random());
-        self.notify_status("idle");
-        self.send_outbox();
     }
 
     /// Sends systemd the `STATUS=` line for `doing`, when it differs from the last one sent.

@@ -23,8 +23,12 @@ pub fn signal_reload(pid: u32) -> Result<i32, Fatal> {
     Ok(EXIT_OK)
 }
 
-/// Sends SIGHUP to the running service the store names (a person's `mesh-host reload`).
-pub fn reload_running(host: &Host) -> Result<i32, Fatal> {
+/// Sends SIGHUP to `pid`, or without one to the running service the store names (a person's
+/// `mesh-host reload`).
+pub fn reload(host: &Host, pid: Option<u32>) -> Result<i32, Fatal> {
+    if let Some(pid) = pid {
+        return signal_reload(pid);
+    }
     let state = Store::open(&host.config.state_dir, false)?
         .map(|store| store.service_state())
         .transpose()?
