@@ -49,7 +49,6 @@ pub enum Command {
     Owned,
     Status,
     Run,
-    /// `reload [PID]`: SIGHUP to PID, or to the running service the store names.
     Reload(Option<u32>),
     Join(Join),
     Help,
