@@ -89,7 +89,7 @@ cached_root() {
     log "debootstrap $SUITE into $dir (once; later runs copy it)"
     rm -rf --one-file-system "$dir.tmp"
     mkdir -p "$CACHE"
-    debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$dir.tmp" "$(mirror)" \
+    timeout 900 debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$dir.tmp" "$(mirror)" \
       > "$CACHE/debootstrap.log" 2>&1 || { tail -n 20 "$CACHE/debootstrap.log" >&2; die "debootstrap failed (log: $CACHE/debootstrap.log)"; }
     rm -f "$dir.tmp/etc/hostname"   # debootstrap copies this machine's
     touch "$dir.tmp/.complete"
