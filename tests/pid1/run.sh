@@ -11,7 +11,8 @@
 # As root: tests/pid1/run.sh [CHECK...]   (no CHECK: all of them, in order; they build on each other)
 # Environment:
 #   MESH_PID1_CACHE    where the debootstrap root is cached (default /var/tmp/mesh-host-pid1)
-#   MESH_PID1_TIMEOUT  seconds for the whole tier before it is stopped (default 900)
+#   MESH_PID1_TIMEOUT  seconds for the whole tier before it is stopped, once the check then running
+#                      ends (default 900; every wait in a check is bounded too)
 #   MESH_PID1_KEEP=1   keep the work dir (logs, evidence) after a failure
 # Exit: 0 every check passed, 1 a check failed, 2 the tier could not run (not root, no tools).
 set -euo pipefail
