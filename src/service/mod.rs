@@ -3,10 +3,12 @@
 //! signalfd. When a run is due, the loop calls the same blocking reconciler `apply` uses
 //! (`Host::converge`: one lock, one ledger), checking for SIGTERM between resources.
 
-mod backoff;
-mod connection;
+// What systemd shows and asks: `STATUS=` and `ExecReload=`.
 mod notify;
 mod reload;
+
+mod backoff;
+mod connection;
 mod schedule;
 mod sys;
 
@@ -56,15 +58,15 @@ struct Service<'h> {
     /// Every link so far; the first success is not a *re*-connection.
     connected_before: bool,
     started_unix: u64,
+    /// This process's last run, and the `STATUS=` line last sent to systemd.
+    last_run: Option<notify::LastRun>,
+    sent_status: RefCell<String>,
     stopping: Cell<bool>,
     reload: Cell<bool>,
     /// SIGUSR1 seen while a run was in progress.
     signal_run: Cell<bool>,
     signals: sys::SignalFd,
     status: RefCell<Option<ServiceState>>,
-    /// This process's last run, and the `STATUS=` line last sent to systemd.
-    last_run: Option<notify::LastRun>,
-    sent_status: RefCell<String>,
 }
 
 pub fn run(host: &mut Host) -> Result<i32, Fatal> {
@@ -94,13 +96,13 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         last_error: None,
         connected_before: false,
         started_unix: store::unix_now(),
+        last_run: None,
+        sent_status: RefCell::new(String::new()),
         stopping: Cell::new(false),
         reload: Cell::new(false),
         signal_run: Cell::new(false),
         signals,
         status: RefCell::new(None),
-        last_run: None,
-        sent_status: RefCell::new(String::new()),
     };
     service.configure_link(now);
     let mut events = Events::with_capacity(16);
@@ -234,13 +236,12 @@ impl Service<'_> {
         let converged = self.host.converge_in_force(&names, true, &stopping);
         self.log_run(&converged);
         self.schedule.rearm(sys::now_ms(), sys::random());
-        self.notify_status("idle");
         self.send_outbox();
     }
 
-    /// Logs how a run ended and keeps it for `STATUS=`: each failed resource at error (so
+    /// Logs how a run ended and says it in `STATUS=`: each failed resource at error (so
     /// `journalctl -p err` lists exactly the failures), the summary at info when all converged and
-    /// at warning otherwise.
+    /// at warning otherwise. (The loop sends the line again once the timer is rearmed.)
     fn log_run(&mut self, converged: &Result<Option<crate::commands::RunResult>, Fatal>) {
         let ended = store::unix_now();
         match converged {
@@ -280,6 +281,7 @@ impl Service<'_> {
                 });
             }
         }
+        self.notify_status("idle");
     }
 
     /// Sends systemd the `STATUS=` line for `doing`, when it differs from the last one sent.
