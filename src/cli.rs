@@ -16,6 +16,8 @@ Commands:
   reconcile         converge again to the declaration in force in the store
   owned             every resource the host owns, as observed now
   status            the service and its link, the declaration in force, the recent runs
+  reload [PID]      make the service re-read its config (SIGHUP to PID, what systemd's
+                    $MAINPID is, or to the service the store names); what ExecReload= runs
   run               the service: hold the link to the control plane and reconcile on start,
                     on each declaration, on the drift timer and on reconnect (SIGHUP reloads
                     the config, SIGUSR1 reconciles now, SIGTERM stops after the current resource)
@@ -58,6 +60,7 @@ pub enum Command {
     Owned,
     Status,
     Run,
+    Reload(Option<u32>),
     Join(Join),
     Keygen { out: PathBuf },
     Sign { key: PathBuf, file: PathBuf },
@@ -185,6 +188,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             "owned" => Command::Owned,
             "status" => Command::Status,
             "run" => Command::Run,
+            "reload" => Command::Reload(None),
             "join" => Command::Join(join(
                 control_plane.take(),
                 token.take(),
@@ -206,6 +210,18 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             },
             "help" => Command::Help,
             other => return Err(format!("unknown command {other:?}")),
+        };
+        let command = match command {
+            Command::Reload(None) => Command::Reload(match words.next() {
+                Some(pid) => Some(
+                    pid.parse()
+                        .ok()
+                        .filter(|&p| p > 0)
+                        .ok_or_else(|| format!("reload: {pid:?} is not a process id"))?,
+                ),
+                None => None,
+            }),
+            command => command,
         };
         if let Some(extra) = words.next() {
             return Err(format!("unexpected argument {extra:?}"));
@@ -345,6 +361,15 @@ mod tests {
         assert_eq!(a.root, Some("/mnt".into()));
         assert_eq!(parse_str("status --help").unwrap().command, Command::Help);
         assert_eq!(parse_str("--version").unwrap().command, Command::Version);
+        assert_eq!(parse_str("reload").unwrap().command, Command::Reload(None));
+        assert_eq!(
+            parse_str("reload 42").unwrap().command,
+            Command::Reload(Some(42))
+        );
+        assert_eq!(
+            parse_str("reload 0").unwrap_err(),
+            "reload: \"0\" is not a process id"
+        );
     }
 
     #[test]

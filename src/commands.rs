@@ -18,7 +18,8 @@ use crate::metrics;
 use crate::pacnew::Pacnew;
 use crate::reconcile::{self, Mode, Report};
 use crate::store::{
-    self, Failing, InForce, LastRun, Ledger, LockError, RunRecord, Source, Store, StoreError,
+    self, Failing, InForce, LastRun, Ledger, LockError, Notice, RunRecord, Source, Store,
+    StoreError,
 };
 
 pub const EXIT_OK: i32 = 0;
@@ -932,7 +933,13 @@ fn note_failures(store: &Store, report: &Report, now: u64) -> Vec<Failing> {
     match recorded {
         Ok((history, notices)) => {
             for notice in notices {
-                log::warn!("{notice}");
+                // A failure starting or still repeating is an error (`journalctl -p err` lists
+                // it); one that cleared is worth a warning beside it.
+                if matches!(notice, Notice::Cleared { .. }) {
+                    log::warn!("{notice}");
+                } else {
+                    log::error!("{notice}");
+                }
             }
             history.failing()
         }

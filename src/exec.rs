@@ -16,6 +16,26 @@ use std::time::{Duration, Instant};
 
 use crate::config::Tool;
 
+/// A crash of the host closes the read ends of a tool's pipes: the tool must not then die of
+/// SIGPIPE at its next write (pacman between two packages of a transaction, leaving it half done
+/// and db.lck stale). With SIGPIPE ignored (inherited through exec), the write fails with EPIPE
+/// and the tool goes on. std resets SIGPIPE to its default in every child, hence `pre_exec`.
+trait IgnoreSigpipe {
+    fn ignore_sigpipe(&mut self) -> &mut Self;
+}
+
+impl IgnoreSigpipe for Command {
+    fn ignore_sigpipe(&mut self) -> &mut Self {
+        // SAFETY: signal(2) is async-signal-safe, and the closure touches nothing else.
+        unsafe {
+            self.pre_exec(|| {
+                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                Ok(())
+            })
+        }
+    }
+}
+
 /// The captured result of a command that ran to completion.
 #[derive(Debug, Default)]
 pub struct Output {
@@ -326,6 +346,7 @@ impl<'p> Runner<'p> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .ignore_sigpipe()
             // Its own process group, so a timeout kills whatever it started too.
             .process_group(0)
             .spawn()
@@ -554,6 +575,18 @@ mod tests {
             .run(&sh(5000), &["printf '%s,' \"$0\" \"$@\""], &["-Syu", "b"])
             .unwrap();
         assert_eq!(out.stdout_text(), "--,-Syu,b,");
+    }
+
+    /// A crash of the host must not kill its tools through their pipes: they start with SIGPIPE
+    /// ignored (and so do their children), so a write to a dead reader fails with EPIPE instead.
+    #[test]
+    fn tools_start_with_sigpipe_ignored() {
+        let out = Runner::new(false)
+            .run(&sh(5000), &["grep ^SigIgn: /proc/self/status"], &[])
+            .unwrap();
+        let line = out.stdout_text();
+        let mask = u64::from_str_radix(line.trim_start_matches("SigIgn:").trim(), 16).unwrap();
+        assert_ne!(mask & 1 << (libc::SIGPIPE - 1), 0, "SigIgn: {mask:x}");
     }
 
     #[test]

@@ -527,7 +527,7 @@ fn signal_service(state_dir: &Path) -> Option<u32> {
 
 /// Whether process `pid` runs a program of the same name as this one (after an upgrade its
 /// executable reads "mesh-host (deleted)").
-fn is_mesh_host(pid: u32) -> bool {
+pub(crate) fn is_mesh_host(pid: u32) -> bool {
     let name = |link: &str| {
         std::fs::read_link(link).ok().and_then(|p| {
             p.file_name().map(|n| {

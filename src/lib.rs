@@ -2,6 +2,9 @@
 //! plus the parsers the fuzz targets drive. The modules stay private; the code map is in
 //! ARCHITECTURE.md.
 
+// Set up first, by `init_logging`: the journal's priorities.
+mod logging;
+
 mod accounts;
 mod cli;
 mod codec;
@@ -28,6 +31,12 @@ mod unitfile;
 
 use cli::Command;
 use commands::{Fatal, Host};
+
+/// Sets up logging for the command line `args`: the service logs at info, other commands warn.
+pub fn init_logging(args: &[String]) {
+    let service = cli::parse(args.iter().cloned()).is_ok_and(|a| a.command == Command::Run);
+    logging::init(service);
+}
 
 /// Runs the command line `args` (without the program name) and returns the exit code.
 pub fn main_with_args(args: impl IntoIterator<Item = String>) -> i32 {
@@ -56,6 +65,8 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
             println!("mesh-host {}", env!("CARGO_PKG_VERSION"));
             return Ok(commands::EXIT_OK);
         }
+        // Before the config is loaded: what systemd runs must work whatever the config says.
+        Command::Reload(Some(pid)) => return service::signal_reload(*pid),
         // Before the config is loaded: join may be what creates it.
         Command::Join(join) => return join::run(&args, join),
         // On the operator's offline machine: no config, no store.
@@ -71,6 +82,7 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
         Command::Reconcile => host.reconcile(),
         Command::Owned => host.owned(),
         Command::Status => host.status(),
+        Command::Reload(pid) => service::reload(&host, pid),
         Command::Run => service::run(&mut host),
         Command::Sign { key, file } => keys::sign(&host, &key, &file),
         Command::Join(_) | Command::Keygen { .. } | Command::Help | Command::Version => {

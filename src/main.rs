@@ -2,8 +2,7 @@
 //! command line and exits with its code; everything else is in the library.
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .format_timestamp(None)
-        .init();
-    std::process::exit(mesh_host::main_with_args(std::env::args().skip(1)));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    mesh_host::init_logging(&args);
+    std::process::exit(mesh_host::main_with_args(args));
 }

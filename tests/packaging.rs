@@ -239,7 +239,6 @@ fn the_unit_verifies_and_systemd_reads_it_as_meant() {
         root.join("usr/bin/mesh-host"),
     )
     .unwrap();
-    std::fs::copy("/usr/bin/kill", root.join("usr/bin/kill")).expect("ExecReload's kill");
     std::fs::copy(dist().unpacked.join(UNIT), units.join(UNIT)).unwrap();
     for entry in std::fs::read_dir("/usr/lib/systemd/system").expect("systemd's units") {
         let path = entry.unwrap().path();
@@ -272,9 +271,9 @@ fn the_unit_verifies_and_systemd_reads_it_as_meant() {
         "-p",
         "LoadState,Type,NotifyAccess,Restart,RestartUSec,StartLimitIntervalUSec,KillMode",
         "-p",
-        "KillSignal,SendSIGHUP,SendSIGKILL,TimeoutStopUSec,TimeoutStartUSec,StateDirectoryMode",
+        "KillSignal,SendSIGHUP,SendSIGKILL,TimeoutStopUSec,TimeoutStartUSec,StateDirectoryMode,OOMPolicy",
         "-p",
-        "ExecStart",
+        "ExecStart,ExecReload",
         &probe,
     ]));
     std::fs::remove_file(sandbox.unit_dir.join(&probe)).expect("remove probe");
@@ -286,7 +285,8 @@ fn the_unit_verifies_and_systemd_reads_it_as_meant() {
         "Restart=always",
         "RestartUSec=15s",
         "StartLimitIntervalUSec=0",
-        "KillMode=mixed",
+        "KillMode=process",
+        "OOMPolicy=continue",
         "KillSignal=15",
         "SendSIGHUP=no",
         "SendSIGKILL=yes",
@@ -294,6 +294,7 @@ fn the_unit_verifies_and_systemd_reads_it_as_meant() {
         "TimeoutStartUSec=30min",
         "StateDirectoryMode=0700",
         "ExecStart={ path=/usr/bin/mesh-host ; argv[]=/usr/bin/mesh-host run ;",
+        "ExecReload={ path=/usr/bin/mesh-host ; argv[]=/usr/bin/mesh-host reload $MAINPID ;",
     ] {
         assert!(
             shown.lines().any(|l| l.starts_with(want)),
@@ -495,7 +496,7 @@ fn pacman_installs_upgrades_and_removes_the_package_in_the_sandbox() {
 
 /// The install scriptlets, run by pacman in a root of its own that has a shell (busybox) and a
 /// fake systemctl logging its arguments: nothing without systemd as PID 1 (/run/systemd/system),
-/// else `try-restart --no-block` on upgrade and `disable --now` on removal.
+/// else `daemon-reload` and `try-restart --no-block` on upgrade and `disable --now` on removal.
 #[test]
 fn the_scriptlets_restart_without_blocking_and_only_under_systemd() {
     if support::sandbox().is_none() {
@@ -566,12 +567,12 @@ fn the_scriptlets_restart_without_blocking_and_only_under_systemd() {
     pacman(&["-U", rel1]); // a downgrade runs post_upgrade too
     assert_eq!(
         log(),
-        "systemctl try-restart --no-block mesh-host.service\n"
+        "systemctl daemon-reload\nsystemctl try-restart --no-block mesh-host.service\n"
     );
     let out = pacman(&["-R", "nox-mesh-host"]);
     assert_eq!(
         log(),
-        "systemctl try-restart --no-block mesh-host.service\n\
+        "systemctl daemon-reload\nsystemctl try-restart --no-block mesh-host.service\n\
          systemctl disable --now mesh-host.service\n"
     );
     assert!(

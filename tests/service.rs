@@ -561,15 +561,38 @@ fn systemd_is_told_ready_after_the_start_run_and_stopping_at_the_end() {
     );
     std::fs::remove_file(node.host.target("/etc/motd")).unwrap();
     node.restart(&[("NOTIFY_SOCKET", &socket_path)]);
-    let mut buf = [0u8; 256];
-    let n = socket.recv(&mut buf).expect("READY=1 within the wait");
-    assert_eq!(&buf[..n], b"READY=1");
+    let mut buf = [0u8; 512];
+    let mut seen: Vec<String> = Vec::new();
+    // Reads datagrams up to `want`; only STATUS= lines may come before it.
+    let mut until = |want: &str| loop {
+        let n = socket
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("{want} within the wait (after {seen:?}): {e}"));
+        let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+        seen.push(message.clone());
+        if message == want {
+            break;
+        }
+        assert!(
+            message.starts_with("STATUS="),
+            "only STATUS= before {want}: {seen:?}"
+        );
+    };
+    until("READY=1");
     assert_eq!(
         node.read("/etc/motd").as_deref(),
         Some("ready\n"),
         "READY comes after the start run"
     );
     assert_eq!(node.stop(), Some(0));
-    let n = socket.recv(&mut buf).expect("STOPPING=1");
-    assert_eq!(&buf[..n], b"STOPPING=1");
+    until("STOPPING=1");
+    let status = |prefix: &str| seen.iter().any(|m| m.starts_with(prefix));
+    assert!(
+        status("STATUS=reconciling (start); no run yet; next timer run at "),
+        "the start run in STATUS=: {seen:?}"
+    );
+    assert!(
+        status("STATUS=idle; last run converged at "),
+        "the last run's outcome in STATUS=: {seen:?}"
+    );
 }

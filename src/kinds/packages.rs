@@ -606,6 +606,8 @@ fn run_waiting_for_lock(env: &Env, args: &[&str], names: &[&str]) -> Result<(), 
     // pacman closes its lock a moment before it unlinks it: one sighting of a lock nobody
     // holds is checked again before it is called stale.
     let mut unheld_before = false;
+    // Said once per holder, not at every retry (twice a second for minutes).
+    let mut said_busy: Option<String> = None;
     loop {
         let e = match env.runner.run(&env.config.pacman, args, names) {
             Ok(_) => return Ok(()),
@@ -625,7 +627,10 @@ fn run_waiting_for_lock(env: &Env, args: &[&str], names: &[&str]) -> Result<(), 
             LockState::Gone => unheld_before = false,
             LockState::Held(by) if Instant::now() < deadline => {
                 unheld_before = false;
-                log::info!("pacman is busy: its database lock {lock} is held by {by}; waiting");
+                if said_busy.as_ref() != Some(&by) {
+                    log::info!("pacman is busy: its database lock {lock} is held by {by}; waiting");
+                    said_busy = Some(by);
+                }
             }
             LockState::Held(by) => {
                 return Err(TransactionError::Pacman(format!(

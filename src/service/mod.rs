@@ -3,6 +3,10 @@
 //! signalfd. When a run is due, the loop calls the same blocking reconciler `apply` uses
 //! (`Host::converge`: one lock, one ledger), checking for SIGTERM between resources.
 
+// What systemd shows and asks: `STATUS=` and `ExecReload=`.
+mod notify;
+mod reload;
+
 mod backoff;
 mod connection;
 mod inotify;
@@ -25,6 +29,8 @@ use crate::store::{self, InForce, ServiceState, Source, Store};
 use backoff::Backoff;
 use connection::Connection;
 use schedule::{Schedule, Trigger};
+
+pub use reload::{reload, signal_reload};
 
 const SIGNALS: Token = Token(0);
 const TIMER: Token = Token(1);
@@ -58,6 +64,9 @@ struct Service<'h> {
     /// Every link so far; the first success is not a *re*-connection.
     connected_before: bool,
     started_unix: u64,
+    /// This process's last run, and the `STATUS=` line last sent to systemd.
+    last_run: Option<notify::LastRun>,
+    sent_status: RefCell<String>,
     stopping: Cell<bool>,
     reload: Cell<bool>,
     /// SIGUSR1 seen while a run was in progress.
@@ -106,6 +115,8 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         last_error: None,
         connected_before: false,
         started_unix: store::unix_now(),
+        last_run: None,
+        sent_status: RefCell::new(String::new()),
         stopping: Cell::new(false),
         reload: Cell::new(false),
         signal_run: Cell::new(false),
@@ -327,6 +338,7 @@ impl Service<'_> {
 
     fn reconcile(&mut self, triggers: &[Trigger]) {
         let names: Vec<&str> = triggers.iter().map(|t| t.name()).collect();
+        self.notify_status(&format!("reconciling ({})", names.join(", ")));
         log::info!("reconciling ({})", names.join(", "));
         // Any other trigger makes it a full run, which covers whatever the watcher had pending.
         let scope = match (triggers, self.watch_scope.take()) {
@@ -347,26 +359,19 @@ impl Service<'_> {
         if let Some(e) = pulse.link_error() {
             self.drop_link(sys::now_ms(), e, true);
         }
-        let mut repaired = Vec::new();
-        match converged {
+        self.log_run(&converged);
+        // A repair that failed (changed back before it could be checked) was fought too.
+        let repaired: Vec<_> = match &converged {
             Ok(Some(result)) => {
-                log::info!(
-                    "run {}: {} changed, {} failed",
-                    result.record.outcome,
-                    result.report.changes.len(),
-                    result.report.failures.len()
-                );
-                // A repair that failed (changed back before it could be checked) was fought too.
                 let changes = result.report.changes.iter().map(|c| (&c.kind, &c.key));
                 let failures = result.report.failures.iter().map(|f| (&f.kind, &f.key));
-                repaired = changes
+                changes
                     .chain(failures)
                     .filter_map(|(kind, key)| Some((watch::kind(kind)?, key.clone())))
-                    .collect();
+                    .collect()
             }
-            Ok(None) => log::info!("no declaration in force yet; nothing to hold"),
-            Err(e) => log::error!("run failed: {}", e.message()),
-        }
+            _ => Vec::new(),
+        };
         let now = sys::now_ms();
         // A run over what a watch touched checked nothing else: the timer keeps its time.
         if scope == Scope::All {
@@ -376,6 +381,64 @@ impl Service<'_> {
         }
         self.refresh_watch(now);
         self.send_outbox();
+    }
+
+    /// Logs how a run ended and says it in `STATUS=`: each failed resource at error (so
+    /// `journalctl -p err` lists exactly the failures), the summary at info when all converged and
+    /// at warning otherwise. (The loop sends the line again once the timer is rearmed.)
+    fn log_run(&mut self, converged: &Result<Option<crate::commands::RunResult>, Fatal>) {
+        let ended = store::unix_now();
+        match converged {
+            Ok(Some(result)) => {
+                // Each failure itself is logged by the failure history (at err when it starts
+                // and hourly while it repeats), not every run.
+                let (changed, failed) = (result.report.changes.len(), result.report.failures.len());
+                let outcome = &result.record.outcome;
+                let summary = format!("run {outcome}: {changed} changed, {failed} failed");
+                if failed == 0 && outcome != "interrupted" {
+                    log::info!("{summary}");
+                } else {
+                    log::warn!("{summary}");
+                }
+                self.last_run = Some(notify::LastRun {
+                    outcome: outcome.clone(),
+                    ended,
+                    changed,
+                    failed,
+                });
+            }
+            Ok(None) => log::info!("no declaration in force yet; nothing to hold"),
+            Err(e) => {
+                log::error!("run failed: {}", e.message());
+                self.last_run = Some(notify::LastRun {
+                    outcome: "error".into(),
+                    ended,
+                    changed: 0,
+                    failed: 0,
+                });
+            }
+        }
+        self.notify_status("idle");
+    }
+
+    /// Sends systemd the `STATUS=` line for `doing`, when it differs from the last one sent.
+    fn notify_status(&self, doing: &str) {
+        let link = match &self.link {
+            LinkState::None => "none",
+            LinkState::Connecting { .. } => "connecting",
+            LinkState::Up { .. } => "connected",
+            LinkState::Retrying { .. } => "retrying",
+        };
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let next_timer =
+            (unix_ms + self.schedule.next_timer()).saturating_sub(sys::now_ms()) / 1000;
+        let text = notify::status_text(doing, self.last_run.as_ref(), next_timer, link);
+        if *self.sent_status.borrow() != text {
+            sys::sd_notify(&format!("STATUS={text}"));
+            *self.sent_status.borrow_mut() = text;
+        }
     }
 
     fn hello(&self) -> Result<Message, String> {
@@ -611,7 +674,12 @@ impl Service<'_> {
         };
         // A huge bad declaration has as many problems: its count and the first ones say enough.
         let message = messages::abridge_text(&message, messages::MAX_MESSAGE_BYTES);
-        log::warn!("declaration revision {revision} {outcome}: {message}");
+        // A rejected declaration is a failure (`journalctl -p err` shows it); a stale one is not.
+        if outcome == "ignored" {
+            log::warn!("declaration revision {revision} {outcome}: {message}");
+        } else {
+            log::error!("declaration revision {revision} {outcome}: {message}");
+        }
         let now = store::unix_now();
         let mut report = Report {
             id: 0,
@@ -722,5 +790,6 @@ impl Service<'_> {
             }
             *self.status.borrow_mut() = Some(state);
         }
+        self.notify_status("idle");
     }
 }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fsutil::Dir;
 
-pub use failures::{duration_words, Failing};
+pub use failures::{duration_words, Failing, Notice};
 pub use ledger::{Entry, Ledger, Origin};
 pub use lock::{Lock, LockError};
 pub use outbox::OutboxBounds;

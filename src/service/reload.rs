@@ -1,0 +1,66 @@
+//! `mesh-host reload [PID]`: what `ExecReload=` runs. The host signals the service itself, so
+//! reloading needs no `kill` binary (a minimal system has none) and never signals a process that
+//! is not mesh-host.
+
+use crate::commands::{Fatal, Host, EXIT_OK};
+use crate::store::Store;
+
+/// Sends SIGHUP to `pid` (systemd's `$MAINPID`), which must be a mesh-host process.
+pub fn signal_reload(pid: u32) -> Result<i32, Fatal> {
+    if !crate::join::is_mesh_host(pid) {
+        return Err(Fatal::Error(format!(
+            "reload: process {pid} is not mesh-host (or is gone); nothing was signalled"
+        )));
+    }
+    let target = libc::pid_t::try_from(pid)
+        .map_err(|_| Fatal::Error(format!("reload: {pid} is not a process id")))?;
+    if unsafe { libc::kill(target, libc::SIGHUP) } != 0 {
+        return Err(Fatal::Error(format!(
+            "reload: SIGHUP to process {pid}: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(EXIT_OK)
+}
+
+/// Sends SIGHUP to `pid`, or without one to the running service the store names (a person's
+/// `mesh-host reload`).
+pub fn reload(host: &Host, pid: Option<u32>) -> Result<i32, Fatal> {
+    if let Some(pid) = pid {
+        return signal_reload(pid);
+    }
+    let state = Store::open(&host.config.state_dir, false)?
+        .map(|store| store.service_state())
+        .transpose()?
+        .flatten();
+    match state {
+        Some(state) if state.state == "running" && state.pid != 0 => signal_reload(state.pid),
+        _ => Err(Fatal::Error(
+            "reload: the store names no running service; nothing was signalled".into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_that_is_not_mesh_host_is_never_signalled() {
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let err = signal_reload(other.id()).unwrap_err();
+        assert_eq!(
+            err.message(),
+            format!(
+                "reload: process {} is not mesh-host (or is gone); nothing was signalled",
+                other.id()
+            )
+        );
+        assert!(other.try_wait().unwrap().is_none(), "sleep was signalled");
+        other.kill().unwrap();
+        other.wait().unwrap();
+    }
+}
