@@ -5,9 +5,9 @@
 # temp MESH_SANDBOX when `noop` runs and tears it down on exit; it builds the static binary
 # (./build.sh) when it is missing or older than src/, and the control-plane example.
 #
-#   sudo bench/run.sh                      every figure (about 5 minutes)
-#   sudo bench/run.sh QUICK=1              every figure, fewer runs, shorter waits; writes nothing
-#   sudo bench/run.sh size noop fleet      a subset: size idle noop files latency fleet scale watch
+#   bench/run.sh                           every figure (about 5 minutes)
+#   bench/run.sh QUICK=1                   every figure, fewer runs, shorter waits; writes nothing
+#   bench/run.sh size noop fleet           a subset: size idle noop files latency fleet scale watch
 #                                          watch-idle watch-storm watch-memory
 # Knobs: SKIP_APT=1 as for tests/run.sh; RECONNECT_BASE_SECS=N gives the fleet that reconnect_base_secs.
 set -euo pipefail
