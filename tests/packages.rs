@@ -409,38 +409,11 @@ fn an_unknown_package_fails_only_itself() {
 #[test]
 fn packages_upgrade_installs_through_a_full_upgrade() {
     let Some(sb) = sandbox() else { return };
-    // A private copy of the repo, and a sandbox dir for bump-package.sh that names it.
-    let sandbox_dir = PathBuf::from(std::env::var("MESH_SANDBOX").expect("MESH_SANDBOX"));
-    let private = sandbox_dir
-        .join("tmp")
-        .join(format!("packages-upgrade-repo-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&private);
-    let repo = private.join("repo");
-    std::fs::create_dir_all(private.join("tmp")).expect("private sandbox");
-    std::fs::write(private.join(".mesh-sandbox"), "").expect("marker");
-    sh(&format!(
-        "cp -r {} {repo} && echo 'export MESH_PACMAN_REPO={repo}' > {env}",
-        sb.pacman_repo.display(),
-        repo = repo.display(),
-        env = private.join("env").display()
-    ));
+    let (private, repo) = private_repo(&sb, "upgrade");
     let pacman = PacmanRoot::new("upgrade", &repo);
     let host = pacman.host(&sb, "pkg-upgrade", "");
     apply(&host, r#"{"schema": 1, "packages": {"mesh-b": {}}}"#, 0);
-    let bump = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/bump-package.sh");
-    for (name, version) in [("mesh-a", "1.1"), ("mesh-e", "2.0")] {
-        sh(&format!(
-            "MESH_SANDBOX={} {} {name} {version}",
-            private.display(),
-            bump.display()
-        ));
-    }
-    // pacman's `-Sy` sees a new database by its mtime, in whole seconds: make it newer than the
-    // copy synced in this same second.
-    sh(&format!(
-        "touch -d '+2 seconds' {}/meshtest.db*",
-        repo.display()
-    ));
+    bump(&private, &repo, &[("mesh-a", "1.1"), ("mesh-e", "2.0")]);
 
     let report = apply(
         &host,
@@ -521,6 +494,24 @@ fn private_repo(sb: &Sandbox, label: &str) -> (PathBuf, PathBuf) {
     (private, repo)
 }
 
+/// Re-versions `packages` in the private repo (bump-package.sh), with a database newer than
+/// anything synced in this same second: pacman's `-Sy` sees a new database by its mtime, in
+/// whole seconds.
+fn bump(private: &Path, repo: &Path, packages: &[(&str, &str)]) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/bump-package.sh");
+    for (name, version) in packages {
+        sh(&format!(
+            "MESH_SANDBOX={} {} {name} {version}",
+            private.display(),
+            script.display()
+        ));
+    }
+    sh(&format!(
+        "touch -d '+2 seconds' {}/meshtest.db*",
+        repo.display()
+    ));
+}
+
 #[test]
 fn packages_upgrade_never_upgrades_the_hosts_own_package() {
     let Some(sb) = sandbox() else { return };
@@ -529,18 +520,11 @@ fn packages_upgrade_never_upgrades_the_hosts_own_package() {
     let host = pacman.host(&sb, "pkg-self-upgrade", "");
     // Installed by the operator, as the host's package and an ordinary one are.
     pacman.pacman("-S --noconfirm nox-mesh-host mesh-a");
-    let bump = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/bump-package.sh");
-    for (name, version) in [("nox-mesh-host", "0.0.2"), ("mesh-a", "1.1")] {
-        sh(&format!(
-            "MESH_SANDBOX={} {} {name} {version}",
-            private.display(),
-            bump.display()
-        ));
-    }
-    sh(&format!(
-        "touch -d '+2 seconds' {}/meshtest.db*",
-        repo.display()
-    ));
+    bump(
+        &private,
+        &repo,
+        &[("nox-mesh-host", "0.0.2"), ("mesh-a", "1.1")],
+    );
 
     let report = apply(
         &host,
