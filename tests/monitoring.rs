@@ -391,7 +391,7 @@ fn the_service_writes_metrics_on_link_changes_and_reports_carry_the_failure_stre
 
 #[test]
 fn a_package_upgrade_that_leaves_a_pacnew_for_an_owned_file_is_shown_everywhere() {
-    use support::{sandbox, sh};
+    use support::{sandbox, sh, sysroot_with_repo};
     let Some(sb) = sandbox() else { return };
     // A mounted root (pacman --sysroot) holding its own conf, database and a copy of the repo, so
     // the owned file under /etc and pacman's .pacnew are in the same scratch root.
@@ -405,32 +405,13 @@ fn a_package_upgrade_that_leaves_a_pacnew_for_an_owned_file_is_shown_everywhere(
         ),
     );
     let root = host.root();
-    for sub in [
-        "var/lib/pacman",
-        "var/cache/pacman/pkg",
-        "var/log",
-        "repo",
-        "tmp",
-    ] {
-        std::fs::create_dir_all(root.join(sub)).expect("rescue root");
-    }
-    sh(&format!(
-        "cp {}/* {}",
-        sb.pacman_repo.display(),
-        root.join("repo").display()
-    ));
-    std::fs::write(
-        root.join("etc/pacman.conf"),
-        "[options]\nArchitecture = x86_64\nSigLevel = Never\n\n[meshtest]\nServer = file:///repo\n",
-    )
-    .expect("pacman.conf");
+    sysroot_with_repo(&root, &sb.pacman_repo);
     let pacman = |args: &str| {
         sh(&format!(
             "LC_ALL=C pacman --sysroot {} {args}",
             root.display()
         ))
     };
-    pacman("-Sy --noconfirm");
 
     let managed = "# managed by mesh\nlisten = 8080\nworkers = 2\n";
     let declaration = host.declaration(

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{sandbox, sh, status, wait_until, PacmanRoot, Sandbox, Scratch};
+use support::{sandbox, sh, status, sysroot_with_repo, wait_until, PacmanRoot, Sandbox, Scratch};
 
 /// A pacman root with its own database and conf, removed when dropped.
 /// `apply --json --trace-commands` of `json`, asserting the exit code.
@@ -444,23 +444,7 @@ fn rescue_mode_installs_into_the_mounted_root_through_sysroot() {
     let mut host = Scratch::with_config("pkg-rescue", r#"{"pacman": {"command": ["pacman"]}}"#);
     host.offline_root = true;
     let root = host.root();
-    for sub in ["var/lib/pacman", "var/cache/pacman/pkg", "var/log", "repo"] {
-        std::fs::create_dir_all(root.join(sub)).expect("rescue root");
-    }
-    sh(&format!(
-        "cp {}/* {}",
-        sb.pacman_repo.display(),
-        root.join("repo").display()
-    ));
-    std::fs::write(
-        root.join("etc/pacman.conf"),
-        "[options]\nArchitecture = x86_64\nSigLevel = Never\n\n[meshtest]\nServer = file:///repo\n",
-    )
-    .expect("pacman.conf");
-    sh(&format!(
-        "LC_ALL=C pacman --sysroot {} -Sy --noconfirm",
-        root.display()
-    ));
+    sysroot_with_repo(&root, &sb.pacman_repo);
 
     let report = apply(&host, r#"{"schema": 1, "packages": {"mesh-b": {}}}"#, 0);
     let commands = commands(&report);

@@ -114,3 +114,33 @@ impl Drop for PacmanRoot {
         }
     }
 }
+
+/// Makes `root` a root pacman can be pointed at with `--sysroot`, as a rescue image's mounted
+/// disk is: its own database, cache, log, a copy of `repo` at /repo and an /etc/pacman.conf that
+/// names it (`--sysroot` chroots before reading the conf); synced.
+pub fn sysroot_with_repo(root: &Path, repo: &Path) {
+    for sub in [
+        "var/lib/pacman",
+        "var/cache/pacman/pkg",
+        "var/log",
+        "repo",
+        "tmp",
+        "etc",
+    ] {
+        std::fs::create_dir_all(root.join(sub)).expect("sysroot");
+    }
+    sh(&format!(
+        "cp {}/* {}",
+        repo.display(),
+        root.join("repo").display()
+    ));
+    std::fs::write(
+        root.join("etc/pacman.conf"),
+        "[options]\nArchitecture = x86_64\nSigLevel = Never\n\n[meshtest]\nServer = file:///repo\n",
+    )
+    .expect("pacman.conf");
+    sh(&format!(
+        "LC_ALL=C pacman --sysroot {} -Sy --noconfirm",
+        root.display()
+    ));
+}
