@@ -32,19 +32,8 @@ fn host(label: &str, config: &str) -> Scratch {
 }
 
 fn join(host: &Scratch, cp: &ControlPlane, token: &str, extra: &[&str]) -> Output {
-    let url = format!("https://{}", cp.join_addr());
-    let hash = cp.ca_hash();
-    let mut args = vec![
-        "join",
-        "--control-plane",
-        &url,
-        "--token",
-        token,
-        "--ca-hash",
-        &hash,
-    ];
-    args.extend_from_slice(extra);
-    host.run(&args)
+    let args = cp.join_command(token, extra);
+    host.run(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 fn config(host: &Scratch) -> Value {

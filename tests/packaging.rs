@@ -530,17 +530,7 @@ fn the_scriptlets_restart_without_blocking_and_only_under_systemd() {
     )
     .unwrap();
     let conf = dir.join("pacman.conf");
-    let r = root.display();
-    std::fs::write(
-        &conf,
-        format!(
-            "[options]\nRootDir = {r}\nDBPath = {r}/var/lib/pacman/\n\
-             CacheDir = {r}/var/cache/pacman/pkg/\nLogFile = {r}/var/log/pacman.log\n\
-             GPGDir = {r}/etc/pacman.d/gnupg/\nHookDir = {r}/etc/pacman.d/hooks/\n\
-             Architecture = x86_64\nSigLevel = Never\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&conf, support::pacman_conf(&root, None)).unwrap();
     let pacman = |args: &[&str]| {
         run(Command::new("pacman")
             .arg("--config")

@@ -340,19 +340,8 @@ fn join_trust_key_writes_the_trusted_keys_and_refuses_an_impossible_threshold_fi
     let mut host = Scratch::with_config("join-trust", &two_of_two);
     host.offline_root = false;
     let join = |host: &Scratch, extra: &[&str]| {
-        let url = format!("https://{}", cp.join_addr());
-        let hash = cp.ca_hash();
-        let mut args = vec![
-            "join",
-            "--control-plane",
-            &url,
-            "--token",
-            "t1",
-            "--ca-hash",
-            &hash,
-        ];
-        args.extend_from_slice(extra);
-        host.run(&args)
+        let args = cp.join_command("t1", extra);
+        host.run(&args.iter().map(String::as_str).collect::<Vec<_>>())
     };
     let out = join(&host, &["--trust-key", &alice]);
     assert_eq!(out.code, 2, "{out:?}");

@@ -174,6 +174,21 @@ impl ControlPlane {
         ca_hash(&self.ca_pem)
     }
 
+    /// `mesh-host join` of this control plane with `token`, then `extra`: the whole command line.
+    pub fn join_command(&self, token: &str, extra: &[&str]) -> Vec<String> {
+        let mut args = vec![
+            "join".to_string(),
+            "--control-plane".into(),
+            format!("https://{}", self.join_addr()),
+            "--token".into(),
+            token.into(),
+            "--ca-hash".into(),
+            self.ca_hash(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    }
+
     /// Issues `token`, good for one join within `ttl`.
     pub fn add_token(&self, token: &str, ttl: Duration) {
         self.shared.update(|s| {

@@ -5,7 +5,7 @@
 
 mod pacman_root;
 #[allow(unused_imports)] // only the pacman tests use it
-pub use pacman_root::{sysroot_with_repo, PacmanRoot};
+pub use pacman_root::{pacman_conf, sysroot_with_repo, PacmanRoot};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -32,18 +32,7 @@ impl PacmanRoot {
             std::fs::create_dir_all(root.join(sub)).expect("pacman root");
         }
         let conf = dir.join("pacman.conf");
-        let r = root.display();
-        std::fs::write(
-            &conf,
-            format!(
-                "[options]\nRootDir = {r}\nDBPath = {r}/var/lib/pacman/\n\
-                 CacheDir = {r}/var/cache/pacman/pkg/\nLogFile = {r}/var/log/pacman.log\n\
-                 HookDir = {r}/etc/pacman.d/hooks/\nArchitecture = x86_64\nSigLevel = Never\n\n\
-                 [meshtest]\nServer = file://{}\n",
-                repo.display()
-            ),
-        )
-        .expect("pacman.conf");
+        std::fs::write(&conf, pacman_conf(&root, Some(repo))).expect("pacman.conf");
         let pacman = PacmanRoot { dir, conf };
         pacman.pacman("-Sy --noconfirm");
         pacman
@@ -113,6 +102,25 @@ impl Drop for PacmanRoot {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// A pacman.conf that keeps every path of pacman's in `root` (for `pacman --config`), unsigned,
+/// with `repo` as the test repository `meshtest` when given.
+pub fn pacman_conf(root: &Path, repo: Option<&Path>) -> String {
+    let r = root.display();
+    let mut conf = format!(
+        "[options]\nRootDir = {r}\nDBPath = {r}/var/lib/pacman/\n\
+         CacheDir = {r}/var/cache/pacman/pkg/\nLogFile = {r}/var/log/pacman.log\n\
+         GPGDir = {r}/etc/pacman.d/gnupg/\nHookDir = {r}/etc/pacman.d/hooks/\n\
+         Architecture = x86_64\nSigLevel = Never\n"
+    );
+    if let Some(repo) = repo {
+        conf.push_str(&format!(
+            "\n[meshtest]\nServer = file://{}\n",
+            repo.display()
+        ));
+    }
+    conf
 }
 
 /// Makes `root` a root pacman can be pointed at with `--sysroot`, as a rescue image's mounted
