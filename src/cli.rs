@@ -3,9 +3,15 @@
 
 use std::path::PathBuf;
 
-pub const USAGE: &str = "\
-mesh-host: converges this machine to a declaration (packages, files under /etc, units, containers)
+/// The help text: the kinds it manages (from the registry of kinds), then `USAGE`.
+pub fn usage() -> String {
+    format!(
+        "mesh-host: converges this machine to a declaration ({})\n\n{USAGE}",
+        crate::kinds::ABOUT.join(", ")
+    )
+}
 
+const USAGE: &str = "\
 Usage: mesh-host [OPTIONS] COMMAND [ARGS]
 
 Commands:

@@ -989,7 +989,7 @@ fn process_alive(pid: u32) -> bool {
 }
 
 fn count(d: &Declaration) -> usize {
-    d.packages.len() + d.files.len() + d.units.len() + d.containers.len()
+    d.count()
 }
 
 fn record(

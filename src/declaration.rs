@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::codec;
 use crate::config::{Identity, Limits};
-use crate::kinds::{containers, files, packages, units, Kind};
+use crate::kinds::{self, files, units, Kind, Visit};
 
 pub const SCHEMA: u64 = 1;
 
@@ -61,21 +61,39 @@ impl fmt::Display for Problems {
     }
 }
 
-/// The validated desired state. Maps are keyed by each resource's identity.
-#[derive(Debug, Clone)]
-pub struct Declaration {
-    pub revision: Option<u64>,
-    /// Unix seconds after which the control plane may no longer deliver it (the one in force is
-    /// still held past it; `status` and reports say it expired).
-    pub expires: Option<u64>,
-    /// Install packages through a full `pacman -Syu` instead of `-S` (never a partial upgrade).
-    pub packages_upgrade: bool,
-    pub packages: BTreeMap<String, packages::Spec>,
-    pub files: BTreeMap<String, files::Spec>,
-    pub units: BTreeMap<String, units::Spec>,
-    pub containers: BTreeMap<String, containers::Spec>,
-    /// sha256 of the declaration's bytes, as received.
-    pub digest: String,
+macro_rules! declaration {
+    ($($name:ident: $kind:ty,)*) => {
+        /// The validated desired state: one map per kind of the registry (`kinds::registry!`),
+        /// keyed by each resource's identity.
+        #[derive(Debug, Clone, Default)]
+        pub struct Declaration {
+            pub revision: Option<u64>,
+            /// Unix seconds after which the control plane may no longer deliver it (the one in
+            /// force is still held past it; `status` and reports say it expired).
+            pub expires: Option<u64>,
+            /// Install packages through a full `pacman -Syu` instead of `-S` (never a partial
+            /// upgrade).
+            pub packages_upgrade: bool,
+            $(pub $name: BTreeMap<String, <$kind as Kind>::Spec>,)*
+            /// sha256 of the declaration's bytes, as received.
+            pub digest: String,
+        }
+    };
+}
+kinds::registry!(declaration);
+
+impl Declaration {
+    /// How many resources it declares, of every kind.
+    pub fn count(&self) -> usize {
+        struct Count<'d>(&'d Declaration);
+        impl Visit for Count<'_> {
+            type Out = usize;
+            fn visit<K: Kind>(&mut self) -> usize {
+                K::desired(self.0).len()
+            }
+        }
+        kinds::each(&mut Count(self)).into_iter().sum()
+    }
 }
 
 /// What validation needs to know about the host that will apply the declaration.
@@ -118,12 +136,7 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
     let revision = fields.u64("revision");
     let expires = fields.u64("expires");
     let packages_upgrade = fields.bool("packages_upgrade").unwrap_or(false);
-    for kind in [
-        packages::Packages::NAME,
-        files::Files::NAME,
-        units::Units::NAME,
-        containers::Containers::NAME,
-    ] {
+    for kind in kinds::NAMES {
         fields.object(kind);
     }
     fields.finish();
@@ -139,25 +152,18 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
         None => {}
     }
     // Each kind's problems in the kinds' order, whatever order the JSON had them in.
-    let packages = top
-        .packages
-        .unwrap_or_default()
-        .into_resources(&mut problems);
-    let files = top.files.unwrap_or_default().into_resources(&mut problems);
-    let units = top.units.unwrap_or_default().into_resources(&mut problems);
-    let containers = top
-        .containers
-        .unwrap_or_default()
-        .into_resources(&mut problems);
+    let mut found = top.problems;
+    for kind in kinds::NAMES {
+        if let Some(mut of_kind) = found.remove(kind) {
+            problems.0.append(&mut of_kind.0);
+        }
+    }
     let declaration = Declaration {
         revision,
         expires,
         packages_upgrade,
-        packages,
-        files,
-        units,
-        containers,
         digest: codec::sha256_hex(bytes),
+        ..top.resources
     };
     check_references(&declaration, &mut problems);
     if problems.is_empty() {
@@ -212,36 +218,14 @@ fn parse_resource<K: Kind>(
 /// (schema, revision, unknown fields) is kept as values for `Fields`.
 struct Top {
     fields: Map<String, Value>,
-    packages: Option<Section<packages::Spec>>,
-    files: Option<Section<files::Spec>>,
-    units: Option<Section<units::Spec>>,
-    containers: Option<Section<containers::Spec>>,
+    /// The valid resources of each kind's section (the other fields are set after).
+    resources: Declaration,
+    /// Each kind's problems, by kind name.
+    problems: BTreeMap<&'static str, Problems>,
 }
 
-/// One kind's section: its valid resources and the problems of the others, or the value that
-/// stood where an object of resources should have been (reported by `Fields::object`).
-enum Section<S> {
-    Resources(BTreeMap<String, S>, Problems),
-    NotAnObject,
-}
-
-impl<S> Default for Section<S> {
-    fn default() -> Self {
-        Section::Resources(BTreeMap::new(), Problems::default())
-    }
-}
-
-impl<S> Section<S> {
-    fn into_resources(self, problems: &mut Problems) -> BTreeMap<String, S> {
-        match self {
-            Section::Resources(resources, mut found) => {
-                problems.0.append(&mut found.0);
-                resources
-            }
-            Section::NotAnObject => BTreeMap::new(),
-        }
-    }
-}
+/// One kind's section: its valid resources and the problems of the others.
+struct Section<S>(BTreeMap<String, S>, Problems);
 
 /// `None` when the document is not an object.
 struct TopSeed<'c, 'x> {
@@ -263,26 +247,22 @@ impl<'de> Visitor<'de> for TopSeed<'_, '_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut top = Top {
             fields: Map::new(),
-            packages: None,
-            files: None,
-            units: None,
-            containers: None,
+            resources: Declaration::default(),
+            problems: BTreeMap::new(),
         };
         while let Some(key) = map.next_key::<String>()? {
             if top.fields.contains_key(&key) {
                 return Err(de::Error::custom(format!("duplicate key {key:?}")));
             }
-            let cx = self.cx;
-            let value = match key.as_str() {
-                packages::Packages::NAME => {
-                    section::<_, packages::Packages>(&mut map, cx, &mut top.packages)?
-                }
-                files::Files::NAME => section::<_, files::Files>(&mut map, cx, &mut top.files)?,
-                units::Units::NAME => section::<_, units::Units>(&mut map, cx, &mut top.units)?,
-                containers::Containers::NAME => {
-                    section::<_, containers::Containers>(&mut map, cx, &mut top.containers)?
-                }
-                _ => map.next_value::<StrictValue>()?.0,
+            let mut reader = SectionReader {
+                map: &mut map,
+                cx: self.cx,
+                top: &mut top,
+                de: PhantomData,
+            };
+            let value = match kinds::by_name(&key, &mut reader) {
+                Some(read) => read?,
+                None => map.next_value::<StrictValue>()?.0,
             };
             top.fields.insert(key, value);
         }
@@ -311,22 +291,31 @@ impl<'de> Visitor<'de> for TopSeed<'_, '_> {
     }
 }
 
-/// Reads one kind's section into `slot`; returns what `Fields` should see in its place (an
-/// empty object when it was one, else the value itself, so its type is reported).
-fn section<'de, A: MapAccess<'de>, K: Kind>(
-    map: &mut A,
-    cx: &Context,
-    slot: &mut Option<Section<K::Spec>>,
-) -> Result<Value, A::Error> {
-    let (found, value) = match map.next_value_seed(SectionSeed::<K> {
-        cx,
-        kind: PhantomData,
-    })? {
-        Ok(section) => (section, Value::Object(Map::new())),
-        Err(other) => (Section::NotAnObject, other),
-    };
-    *slot = Some(found);
-    Ok(value)
+/// Reads the section of the kind it is visited with into `top`; returns what `Fields` should see
+/// in its place (an empty object when it was one, else the value itself, so its type is reported).
+struct SectionReader<'m, 'c, 'x, 't, 'de, A> {
+    map: &'m mut A,
+    cx: &'c Context<'x>,
+    top: &'t mut Top,
+    de: PhantomData<&'de ()>,
+}
+
+impl<'de, A: MapAccess<'de>> Visit for SectionReader<'_, '_, '_, '_, 'de, A> {
+    type Out = Result<Value, A::Error>;
+    fn visit<K: Kind>(&mut self) -> Self::Out {
+        let seed = SectionSeed::<K> {
+            cx: self.cx,
+            kind: PhantomData,
+        };
+        match self.map.next_value_seed(seed)? {
+            Ok(Section(resources, problems)) => {
+                *K::desired_mut(&mut self.top.resources) = resources;
+                self.top.problems.insert(K::NAME, problems);
+                Ok(Value::Object(Map::new()))
+            }
+            Err(other) => Ok(other),
+        }
+    }
 }
 
 /// One kind's section, validated resource by resource; `Err` holds a value that is not an object.
@@ -360,7 +349,7 @@ impl<'de, K: Kind> Visitor<'de> for SectionSeed<'_, '_, K> {
                 rejected.insert(key);
             }
         }
-        Ok(Ok(Section::Resources(resources, problems)))
+        Ok(Ok(Section(resources, problems)))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
         StrictVisitor.visit_seq(seq).map(|v| Err(v.0))

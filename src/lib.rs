@@ -58,7 +58,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = String>) -> i32 {
 fn run(args: cli::Args) -> Result<i32, Fatal> {
     match &args.command {
         Command::Help => {
-            println!("{}", cli::USAGE);
+            println!("{}", cli::usage());
             return Ok(commands::EXIT_OK);
         }
         Command::Version => {

@@ -14,7 +14,6 @@ use crate::store::{Failing, RunStats};
 const OUTCOMES: [&str; 4] = ["converged", "failed", "interrupted", "error"];
 /// The states `mesh_host_resources` lists for every kind, zeros included.
 pub const STATES: [&str; 5] = ["in_sync", "drifted", "failed", "missing", "deferred"];
-const KINDS: [&str; 4] = ["packages", "files", "units", "containers"];
 const SOURCES: [&str; 2] = ["control_plane", "local"];
 
 /// The declaration in force, as the metrics show it.
@@ -111,8 +110,8 @@ pub fn render(s: &Snapshot) -> String {
         "gauge",
         "Declared and owned resources by kind and state, as the last run found them.",
     );
-    for kind in KINDS {
-        let counts = s.stats.resources.get(kind);
+    for kind in crate::kinds::NAMES {
+        let counts = s.stats.resources.get(*kind);
         for state in STATES {
             let n = counts.and_then(|c| c.get(state)).copied().unwrap_or(0);
             out.sample(

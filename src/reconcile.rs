@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use crate::declaration::Declaration;
 use crate::kinds::{
-    backup_key, containers::Containers, files::Files, packages::Packages, units::Units, Action,
-    Change, Env, Kind, LedgerAfter, Outcome, RunContext, Step,
+    self, backup_key, files::Files, Action, Change, Env, Kind, LedgerAfter, Listed, Outcome,
+    RunContext, Step, Visit,
 };
 use crate::pacnew::{self, Pacnew};
 use crate::store::{Failing, Ledger, Origin, ResourceResult, Store, StoreError};
@@ -110,20 +110,24 @@ pub fn run_scoped(
     mode: Mode,
     scope: &Scope,
 ) -> Result<Report, StoreError> {
-    let mut cx = RunContext::new(declaration, env.offline);
-    let mut report = Report::default();
-    let kinds: [Converge; 4] = [
-        converge::<Packages>,
-        converge::<Files>,
-        converge::<Units>,
-        converge::<Containers>,
-    ];
-    for kind in kinds {
-        if mode == Mode::Apply && (env.interrupted)() {
-            report.interrupted = true;
-            break;
-        }
-        kind(env, &mut cx, ledger, mode, scope, &mut report)?;
+    let mut run = Converging {
+        env,
+        cx: RunContext::new(declaration, env.offline),
+        ledger,
+        mode,
+        scope,
+        report: Report::default(),
+        failed: None,
+    };
+    kinds::each(&mut run);
+    let Converging {
+        ledger,
+        mut report,
+        failed,
+        ..
+    } = run;
+    if let Some(e) = failed {
+        return Err(e);
     }
     if let (Mode::Apply, Some(store)) = (mode, env.store) {
         remove_unreferenced_backups(store, ledger)?;
@@ -131,7 +135,7 @@ pub fn run_scoped(
     // After the run's pacman transactions, and on every run (someone else may have upgraded).
     report.pacnew = pacnew::find(
         env.root,
-        &ledger.keys(Files::NAME),
+        &ledger.keys::<Files>(),
         env.config.limits.max_file_bytes,
     );
     Ok(report)
@@ -143,7 +147,8 @@ pub fn run_scoped(
 fn remove_unreferenced_backups(store: &Store, ledger: &Ledger) -> Result<(), StoreError> {
     let referenced: BTreeSet<String> = ledger
         .adopted()
-        .map(|(kind, key)| backup_key(kind, key))
+        .into_iter()
+        .map(|(kind, key)| backup_key(kind, &key))
         .collect();
     for name in store.backup_names()? {
         if !referenced.contains(&name) {
@@ -153,8 +158,34 @@ fn remove_unreferenced_backups(store: &Store, ledger: &Ledger) -> Result<(), Sto
     Ok(())
 }
 
-type Converge =
-    fn(&Env, &mut RunContext, &mut Ledger, Mode, &Scope, &mut Report) -> Result<(), StoreError>;
+/// One run's kinds, converged in the registry's order; a store error or the host being stopped
+/// ends it before the next kind.
+struct Converging<'r, 'a> {
+    env: &'r Env<'a>,
+    cx: RunContext<'r>,
+    ledger: &'r mut Ledger,
+    mode: Mode,
+    scope: &'r Scope,
+    report: Report,
+    failed: Option<StoreError>,
+}
+
+impl Visit for Converging<'_, '_> {
+    type Out = ();
+    fn visit<K: Kind>(&mut self) {
+        if self.failed.is_some() || self.report.interrupted {
+            return;
+        }
+        if self.mode == Mode::Apply && (self.env.interrupted)() {
+            self.report.interrupted = true;
+            return;
+        }
+        let (env, cx, mode, scope) = (self.env, &mut self.cx, self.mode, self.scope);
+        if let Err(e) = converge::<K>(env, cx, self.ledger, mode, scope, &mut self.report) {
+            self.failed = Some(e);
+        }
+    }
+}
 
 fn converge<K: Kind>(
     env: &Env,
@@ -169,7 +200,7 @@ fn converge<K: Kind>(
     let keys: BTreeSet<String> = desired
         .keys()
         .cloned()
-        .chain(ledger.keys(K::NAME))
+        .chain(ledger.keys::<K>())
         .filter(|key| scope.includes(K::NAME, key))
         .collect();
     if keys.is_empty() {
@@ -201,18 +232,16 @@ fn converge<K: Kind>(
             Some(Ok(observed)) => Some(observed),
             None => None,
         };
-        match K::plan(cx, key, spec, observed, ledger.get(K::NAME, key)) {
+        match K::plan(cx, key, spec, observed, ledger.get::<K>(key)) {
             Step::InSync => {
                 report.in_sync += 1;
                 *report.in_sync_by_kind.entry(K::NAME).or_default() += 1;
                 // Owned and as declared: make the ledger's digest say so (after a crash mid-apply,
                 // or when an equivalent spec was declared).
-                if let (Mode::Apply, Some(spec), Some(entry)) =
-                    (mode, spec, ledger.get(K::NAME, key))
-                {
+                if let (Mode::Apply, Some(spec), Some(entry)) = (mode, spec, ledger.get::<K>(key)) {
                     let digest = K::digest(spec);
                     if entry.applied.as_deref() != Some(digest.as_str()) {
-                        ledger.set_applied(K::NAME, key, digest);
+                        ledger.set_applied::<K>(key, digest);
                         ledger_dirty = true;
                     }
                 }
@@ -226,7 +255,7 @@ fn converge<K: Kind>(
                         store.save_backup(&backup_key(K::NAME, key), bytes)?;
                     }
                     intent.applied = spec.map(K::digest);
-                    ledger.insert(K::NAME, key, intent);
+                    ledger.insert::<K>(key, intent);
                     ledger_dirty = true;
                 }
             }
@@ -247,7 +276,7 @@ fn converge<K: Kind>(
         .collect();
     if mode == Mode::Plan {
         for change in &changes {
-            K::note(cx, change, &Outcome::Done);
+            K::note(K::facts_mut(&mut cx.facts), change, &Outcome::Done);
         }
         report.changes.extend(planned);
         return Ok(());
@@ -258,7 +287,7 @@ fn converge<K: Kind>(
             store.save_backup(&backup_key(K::NAME, &change.key), bytes)?;
         }
         if let Some(intent) = &change.intent {
-            ledger.insert(K::NAME, &change.key, intent.clone());
+            ledger.insert::<K>(&change.key, intent.clone());
             ledger_dirty = true;
         }
     }
@@ -267,15 +296,15 @@ fn converge<K: Kind>(
     let mut released_backups = Vec::new();
     verify::<K>(env, cx, ledger, &changes, &mut outcomes);
     for ((change, planned), outcome) in changes.iter().zip(planned).zip(&outcomes) {
-        K::note(cx, change, outcome);
+        K::note(K::facts_mut(&mut cx.facts), change, outcome);
         match outcome {
             Outcome::Done => {
                 match &change.after {
                     LedgerAfter::Applied(digest) => {
-                        ledger.set_applied(K::NAME, &change.key, digest.clone())
+                        ledger.set_applied::<K>(&change.key, digest.clone())
                     }
                     LedgerAfter::Disown => {
-                        if let Some(entry) = ledger.remove(K::NAME, &change.key) {
+                        if let Some(entry) = ledger.remove::<K>(&change.key) {
                             if entry.origin == Origin::Adopted {
                                 released_backups.push(backup_key(K::NAME, &change.key));
                             }
@@ -318,10 +347,10 @@ fn verify<K: Kind>(
     env: &Env,
     cx: &RunContext,
     ledger: &Ledger,
-    changes: &[Change<K::Op>],
+    changes: &[Change<K::Op, K::Original>],
     outcomes: &mut [Outcome],
 ) {
-    let done = |change: &Change<K::Op>, outcome: &Outcome| {
+    let done = |change: &Change<K::Op, K::Original>, outcome: &Outcome| {
         *outcome == Outcome::Done && matches!(change.after, LedgerAfter::Applied(_))
     };
     let keys: Vec<String> = changes
@@ -349,7 +378,7 @@ fn verify<K: Kind>(
             }
         };
         let desired = K::desired(cx.declaration).get(&change.key);
-        let owned = ledger.get(K::NAME, &change.key);
+        let owned = ledger.get::<K>(&change.key);
         match K::plan(&fresh, &change.key, desired, observed, owned) {
             Step::Change(still) => {
                 *outcome = Outcome::Failed(format!(
@@ -390,14 +419,17 @@ pub struct OwnedRow {
 /// Observes every owned resource and compares it with the declaration in force.
 pub fn owned(env: &Env, declaration: &Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
     let cx = RunContext::new(declaration, env.offline);
-    let mut rows = Vec::new();
-    inspect::<Packages>(env, &cx, ledger, &mut rows);
-    inspect::<Files>(env, &cx, ledger, &mut rows);
-    inspect::<Units>(env, &cx, ledger, &mut rows);
-    inspect::<Containers>(env, &cx, ledger, &mut rows);
+    let mut inspecting = Inspecting {
+        env,
+        cx: &cx,
+        ledger,
+        rows: Vec::new(),
+    };
+    kinds::each(&mut inspecting);
+    let mut rows = inspecting.rows;
     let found = pacnew::find(
         env.root,
-        &ledger.keys(Files::NAME),
+        &ledger.keys::<Files>(),
         env.config.limits.max_file_bytes,
     );
     for row in rows.iter_mut().filter(|r| r.kind == Files::NAME) {
@@ -410,14 +442,29 @@ pub fn owned(env: &Env, declaration: &Declaration, ledger: &Ledger) -> Vec<Owned
     rows
 }
 
+/// `owned`'s walk over the kinds, in the registry's order.
+struct Inspecting<'r, 'a> {
+    env: &'r Env<'a>,
+    cx: &'r RunContext<'r>,
+    ledger: &'r Ledger,
+    rows: Vec<OwnedRow>,
+}
+
+impl Visit for Inspecting<'_, '_> {
+    type Out = ();
+    fn visit<K: Kind>(&mut self) {
+        inspect::<K>(self.env, self.cx, self.ledger, &mut self.rows);
+    }
+}
+
 fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<OwnedRow>) {
-    let keys = ledger.keys(K::NAME);
+    let keys = ledger.keys::<K>();
     if keys.is_empty() {
         return;
     }
     let observed = K::observe(env, cx, &keys);
     for key in keys {
-        let Some(entry) = ledger.get(K::NAME, &key) else {
+        let Some(entry) = ledger.get::<K>(&key) else {
             continue;
         };
         let spec = K::desired(cx.declaration).get(&key);

@@ -9,13 +9,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, Observations, Outcome,
-    RunContext, Step,
+    batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, NoOriginal,
+    Observations, Outcome, RunContext, Step,
 };
 use crate::codec;
 use crate::config::{Identity, Limits};
-use crate::declaration::{Declaration, Fields};
-use crate::store::{Entry, Ledger, Origin};
+use crate::declaration::Fields;
+use crate::store::{Entry, Ledger};
 
 pub struct Containers;
 
@@ -72,10 +72,12 @@ pub enum Op {
 }
 
 impl Kind for Containers {
-    const NAME: &'static str = "containers";
+    const ABOUT: &'static str = "podman containers";
     type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
+    type Original = NoOriginal;
+    type Facts = ();
 
     fn check_key(key: &str) -> Result<(), String> {
         check_argument("container", key)?;
@@ -224,10 +226,6 @@ impl Kind for Containers {
         })
     }
 
-    fn desired(declaration: &Declaration) -> &BTreeMap<String, Spec> {
-        &declaration.containers
-    }
-
     fn digest(spec: &Spec) -> String {
         digest(spec)
     }
@@ -260,8 +258,8 @@ impl Kind for Containers {
         key: &str,
         desired: Option<&Spec>,
         observed: Option<&Observed>,
-        owned: Option<&Entry>,
-    ) -> Step<Op> {
+        owned: Option<&Entry<NoOriginal>>,
+    ) -> Step<Op, NoOriginal> {
         let Some(obs) = observed else {
             return Step::Fail(format!("container {key} was not observed"));
         };
@@ -276,7 +274,7 @@ impl Kind for Containers {
                 op,
             })
         };
-        let created = || Entry::new(Origin::Created, Value::Null);
+        let created = || Entry::created();
         if cx.offline {
             // Podman was not asked, so nothing is known about the container: whatever the
             // declaration wants waits for the running system, and the ledger keeps what it owns
@@ -404,11 +402,14 @@ impl Kind for Containers {
         }
     }
 
+    /// Nothing comes after containers.
+    fn note(_: &mut (), _: &Change<Op, NoOriginal>, _: &Outcome) {}
+
     fn apply(
         env: &Env,
         cx: &RunContext,
         _ledger: &mut Ledger,
-        changes: &[Change<Op>],
+        changes: &[Change<Op, NoOriginal>],
     ) -> Vec<Outcome> {
         if env.offline {
             return changes
@@ -925,23 +926,19 @@ mod tests {
         )
         .unwrap();
         let cx = RunContext::new(&d, true);
-        let owned = Entry::new(Origin::Created, Value::Null);
-        let plan = |key: &str, spec: Option<&Spec>, owned: Option<&Entry>| match Containers::plan(
-            &cx,
-            key,
-            spec,
-            Some(&absent()),
-            owned,
-        ) {
-            Step::InSync => "in sync".to_string(),
-            Step::Change(c) => format!(
-                "{} {} {:?} {:?}",
-                c.action.symbol(),
-                c.details.join(", "),
-                c.after,
-                c.op
-            ),
-            _ => "other".into(),
+        let owned = Entry::created();
+        let plan = |key: &str, spec: Option<&Spec>, owned: Option<&Entry<NoOriginal>>| {
+            match Containers::plan(&cx, key, spec, Some(&absent()), owned) {
+                Step::InSync => "in sync".to_string(),
+                Step::Change(c) => format!(
+                    "{} {} {:?} {:?}",
+                    c.action.symbol(),
+                    c.details.join(", "),
+                    c.after,
+                    c.op
+                ),
+                _ => "other".into(),
+            }
         };
         let web = &d.containers["web"];
         assert_eq!(
@@ -977,8 +974,8 @@ mod tests {
                 "old".into()
             }),
         };
-        let owned = Entry::new(Origin::Created, Value::Null);
-        let show = |s: Step<Op>| match s {
+        let owned = Entry::created();
+        let show = |s: Step<Op, NoOriginal>| match s {
             Step::InSync => "in sync".to_string(),
             Step::Adopt { .. } => "adopt".into(),
             Step::Change(c) => format!("{} {}", c.action.symbol(), c.details.join(", ")),

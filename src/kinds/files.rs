@@ -2,16 +2,16 @@
 //! through a symlink; an adopted file's original is kept in the store and put back on release;
 //! directories the host had to create are removed again once empty.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
-
-use super::{Action, Change, Env, Kind, LedgerAfter, Observations, Outcome, RunContext, Step};
+use super::{
+    Action, Change, Env, Kind, LedgerAfter, Listed, Observations, Outcome, RunContext, Step,
+};
 use crate::accounts::{Account, Accounts};
 use crate::codec;
 use crate::config::{Identity, Limits};
-use crate::declaration::{Declaration, Fields};
+use crate::declaration::Fields;
 use crate::fsutil::{self, Dir, FileType, Stat, WalkError};
 use crate::store::{Entry, Ledger, Origin};
 
@@ -55,8 +55,15 @@ enum State {
     Blocked(String),
 }
 
+/// What files tell later kinds about a run.
+#[derive(Debug, Default)]
+pub struct Facts {
+    /// Files (absolute target paths) changed in this run: units restart or reload on them.
+    pub changed: BTreeSet<String>,
+}
+
 /// The original of an adopted file, as the ledger keeps it.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Original {
     backup: String,
     mode: u32,
@@ -82,10 +89,12 @@ pub enum Op {
 }
 
 impl Kind for Files {
-    const NAME: &'static str = "files";
+    const ABOUT: &'static str = "files under /etc";
     type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
+    type Original = Original;
+    type Facts = Facts;
 
     fn check_key(key: &str) -> Result<(), String> {
         check_path(key)
@@ -186,10 +195,6 @@ impl Kind for Files {
         crate::selfref::refuse_file(key, content, identity)
     }
 
-    fn desired(declaration: &Declaration) -> &BTreeMap<String, Spec> {
-        &declaration.files
-    }
-
     fn digest(spec: &Spec) -> String {
         digest(spec)
     }
@@ -236,8 +241,8 @@ impl Kind for Files {
         key: &str,
         desired: Option<&Spec>,
         observed: Option<&Observed>,
-        owned: Option<&Entry>,
-    ) -> Step<Op> {
+        owned: Option<&Entry<Original>>,
+    ) -> Step<Op, Original> {
         let Some(observed) = observed else {
             return Step::Fail(format!("{key} was not observed"));
         };
@@ -252,7 +257,7 @@ impl Kind for Files {
         env: &Env,
         cx: &RunContext,
         ledger: &mut Ledger,
-        changes: &[Change<Op>],
+        changes: &[Change<Op, Original>],
     ) -> Vec<Outcome> {
         let fail_all = |message: String| -> Vec<Outcome> {
             changes
@@ -313,9 +318,9 @@ impl Kind for Files {
         outcomes
     }
 
-    fn note(cx: &mut RunContext, change: &Change<Op>, outcome: &Outcome) {
+    fn note(facts: &mut Facts, change: &Change<Op, Original>, outcome: &Outcome) {
         if *outcome == Outcome::Done && !matches!(change.op, Op::Forget) {
-            cx.changed_files.insert(change.key.clone());
+            facts.changed.insert(change.key.clone());
         }
     }
 }
@@ -412,8 +417,8 @@ fn plan_present(
     key: &str,
     content: &Content,
     observed: &Observed,
-    owned: Option<&Entry>,
-) -> Step<Op> {
+    owned: Option<&Entry<Original>>,
+) -> Step<Op, Original> {
     let (uid, gid) = match (&observed.uid, &observed.gid) {
         (Ok(u), Ok(g)) => (*u, *g),
         (Err(e), _) => return Step::Fail(format!("owner: {e}")),
@@ -435,9 +440,7 @@ fn plan_present(
                 key: key.to_string(),
                 action: Action::Create,
                 details: vec![format!("{} bytes, mode {mode:04o}", content.bytes.len())],
-                intent: owned
-                    .is_none()
-                    .then(|| Entry::new(Origin::Created, Value::Null)),
+                intent: owned.is_none().then(Entry::created),
                 backup: None,
                 after: after(),
                 op: Op::Write {
@@ -501,17 +504,21 @@ fn plan_present(
     }
 }
 
-fn adopted_entry(key: &str, stat: &Stat) -> Entry {
+fn adopted_entry(key: &str, stat: &Stat) -> Entry<Original> {
     let original = Original {
         backup: super::backup_key(Files::NAME, key),
         mode: stat.mode,
         uid: stat.uid,
         gid: stat.gid,
     };
-    Entry::new(Origin::Adopted, json!(original))
+    Entry::adopted(Some(original))
 }
 
-fn plan_absent(key: &str, observed: &Observed, owned: Option<&Entry>) -> Step<Op> {
+fn plan_absent(
+    key: &str,
+    observed: &Observed,
+    owned: Option<&Entry<Original>>,
+) -> Step<Op, Original> {
     let (op, detail) = match &observed.state {
         State::Missing if owned.is_none() => return Step::InSync,
         State::Missing => (Op::Forget, "already absent"),
@@ -535,7 +542,11 @@ fn plan_absent(key: &str, observed: &Observed, owned: Option<&Entry>) -> Step<Op
     })
 }
 
-fn plan_release(key: &str, observed: &Observed, owned: Option<&Entry>) -> Step<Op> {
+fn plan_release(
+    key: &str,
+    observed: &Observed,
+    owned: Option<&Entry<Original>>,
+) -> Step<Op, Original> {
     let Some(entry) = owned else {
         return Step::InSync;
     };
@@ -557,17 +568,13 @@ fn plan_release(key: &str, observed: &Observed, owned: Option<&Entry>) -> Step<O
                 t.describe()
             ))
         }
-        (Origin::Adopted, _) => match serde_json::from_value::<Original>(entry.original.clone()) {
-            Ok(original) => (
+        (Origin::Adopted, _) => match &entry.original {
+            Some(original) => (
                 Action::Update,
-                Op::Restore(original),
+                Op::Restore(original.clone()),
                 "released; original restored".to_string(),
             ),
-            Err(e) => {
-                return Step::Fail(format!(
-                    "the ledger's record of the original is unreadable: {e}"
-                ))
-            }
+            None => return Step::Fail("the ledger keeps no record of the original".to_string()),
         },
     };
     Step::Change(Change {
@@ -797,7 +804,7 @@ mod tests {
         ] {
             let json = format!(
                 r#"{{"schema": 1, "files": {{{}: {{"content": ""}}}}}}"#,
-                Value::String(path.into())
+                serde_json::Value::String(path.into())
             );
             check_refused(&json, &[message]);
         }
@@ -948,7 +955,11 @@ mod tests {
         }
     }
 
-    fn plan_for(json_spec: &str, state: State, owned: Option<&Entry>) -> Step<Op> {
+    fn plan_for(
+        json_spec: &str,
+        state: State,
+        owned: Option<&Entry<Original>>,
+    ) -> Step<Op, Original> {
         let d = parse_with_defaults(&format!(
             r#"{{"schema": 1, "files": {{"/etc/x": {json_spec}}}}}"#
         ))
@@ -963,7 +974,7 @@ mod tests {
         )
     }
 
-    fn summary(step: Step<Op>) -> String {
+    fn summary(step: Step<Op, Original>) -> String {
         match step {
             Step::InSync => "in sync".into(),
             Step::Adopt { intent, .. } => format!("adopt {:?}", intent.origin),
@@ -985,7 +996,7 @@ mod tests {
 
     #[test]
     fn planner_cases() {
-        let created = Entry::new(Origin::Created, Value::Null);
+        let created = Entry::created();
         let adopted = adopted_entry(
             "/etc/x",
             &Stat {
@@ -996,7 +1007,7 @@ mod tests {
                 size: 3,
             },
         );
-        let cases: Vec<(&str, State, Option<&Entry>, &str)> = vec![
+        let cases: Vec<(&str, State, Option<&Entry<Original>>, &str)> = vec![
             (
                 r#"{"content": "hi"}"#,
                 State::Missing,

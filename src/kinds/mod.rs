@@ -1,21 +1,126 @@
 //! Resource kinds. Each kind is one module with the same shape: parse and validate its resources,
 //! refuse the host's own, observe every resource it needs in one batched query, plan (a pure
 //! function of desired, observed and the ledger), apply the plan, and release what it owns when it
-//! leaves the declaration. The reconciler drives all kinds through this one trait, in the order `reconcile::run` lists them
-//! (packages, files, units, containers: what later kinds need comes first).
+//! leaves the declaration. The reconciler drives all kinds through this one trait, in the order
+//! of `registry!`, the one list of kinds.
 
 pub mod containers;
 pub mod files;
 pub mod packages;
 pub mod units;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, Identity, Limits};
 use crate::declaration::{Declaration, Fields};
 use crate::exec::Runner;
-use crate::store::{Entry, Ledger, Store};
+use crate::store::{Entry, Ledger, Sections, Store};
+
+/// The one list of resource kinds, as `name: Type` (the name is the kind's key in a declaration
+/// and its section of the ledger). The order is the converge order: what later kinds need comes
+/// first (units start what packages installed and restart on the files written before them).
+/// Every per-kind list of the host follows from it (`registry!(some_macro)` hands the list to
+/// `some_macro`): `Declaration`'s fields and known keys, the section parsing, the converge and
+/// `owned` order, counting, the usage text, the ledger's sections, the facts kinds leave for
+/// later ones. Adding a kind is a module implementing `Kind` and a line here; see ARCHITECTURE.md.
+macro_rules! registry {
+    ($then:ident) => {
+        $then! {
+            packages: $crate::kinds::packages::Packages,
+            files: $crate::kinds::files::Files,
+            units: $crate::kinds::units::Units,
+            containers: $crate::kinds::containers::Containers,
+        }
+    };
+}
+pub(crate) use registry;
+
+/// What the registry knows of each kind, implemented for the listed kinds only (by `listed!`):
+/// `Kind` requires it, so a kind missing from the list does not compile.
+pub trait Listed {
+    /// The declaration's key for this kind, and its section of the ledger.
+    const NAME: &'static str;
+    /// The kind's resources in a declaration.
+    fn desired(declaration: &Declaration) -> &BTreeMap<String, <Self as Kind>::Spec>
+    where
+        Self: Kind;
+    fn desired_mut(declaration: &mut Declaration) -> &mut BTreeMap<String, <Self as Kind>::Spec>
+    where
+        Self: Kind;
+    /// The kind's section of the ledger.
+    fn owned(sections: &Sections) -> &BTreeMap<String, Entry<<Self as Kind>::Original>>
+    where
+        Self: Kind;
+    fn owned_mut(sections: &mut Sections) -> &mut BTreeMap<String, Entry<<Self as Kind>::Original>>
+    where
+        Self: Kind;
+    /// What the kind did in this run, for later kinds (its `note` writes it).
+    fn facts_mut(facts: &mut Facts) -> &mut <Self as Kind>::Facts
+    where
+        Self: Kind;
+}
+
+/// Something done once per kind, generic over it: `each` does it for every kind in converge
+/// order, `by_name` for the kind a declaration's key names.
+pub trait Visit {
+    type Out;
+    fn visit<K: Kind>(&mut self) -> Self::Out;
+}
+
+macro_rules! listed {
+    ($($name:ident: $kind:ty,)*) => {
+        /// The kinds' names, in converge order: the top-level keys a declaration may have besides
+        /// its own fields.
+        pub const NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        /// What each kind manages, in converge order, for the usage text.
+        pub const ABOUT: &[&str] = &[$(<$kind as Kind>::ABOUT),*];
+
+        $(impl Listed for $kind {
+            const NAME: &'static str = stringify!($name);
+            fn desired(d: &Declaration) -> &BTreeMap<String, <Self as Kind>::Spec> {
+                &d.$name
+            }
+            fn desired_mut(d: &mut Declaration) -> &mut BTreeMap<String, <Self as Kind>::Spec> {
+                &mut d.$name
+            }
+            fn owned(s: &Sections) -> &BTreeMap<String, Entry<<Self as Kind>::Original>> {
+                &s.$name
+            }
+            fn owned_mut(s: &mut Sections) -> &mut BTreeMap<String, Entry<<Self as Kind>::Original>> {
+                &mut s.$name
+            }
+            fn facts_mut(f: &mut Facts) -> &mut <Self as Kind>::Facts {
+                &mut f.$name
+            }
+        })*
+
+        /// What each kind did in this run, for later kinds to act on (each kind's own type:
+        /// `Kind::Facts`).
+        #[derive(Debug, Default)]
+        pub struct Facts {
+            $(pub $name: <$kind as Kind>::Facts,)*
+        }
+
+        /// Does `visitor`'s work for every kind, in converge order.
+        pub fn each<V: Visit>(visitor: &mut V) -> Vec<V::Out> {
+            vec![$(visitor.visit::<$kind>()),*]
+        }
+
+        /// Does `visitor`'s work for the kind called `name`, if there is one.
+        pub fn by_name<V: Visit>(name: &str, visitor: &mut V) -> Option<V::Out> {
+            match name {
+                $(stringify!($name) => Some(visitor.visit::<$kind>()),)*
+                _ => None,
+            }
+        }
+    };
+}
+registry!(listed);
 
 /// The world a kind acts on.
 pub struct Env<'a> {
@@ -35,10 +140,9 @@ pub struct Env<'a> {
 /// What earlier kinds did in this run, for later ones to act on.
 pub struct RunContext<'a> {
     pub declaration: &'a Declaration,
-    /// Files (absolute target paths) changed in this run: units restart or reload on them.
-    pub changed_files: BTreeSet<String>,
-    /// Packages that failed to install in this run: units naming them are skipped.
-    pub failed_packages: BTreeSet<String>,
+    /// Each kind's facts, written by its `note` (units read `facts.files.changed` and
+    /// `facts.packages.failed`).
+    pub facts: Facts,
     pub offline: bool,
 }
 
@@ -47,12 +151,15 @@ impl<'a> RunContext<'a> {
     pub fn new(declaration: &'a Declaration, offline: bool) -> RunContext<'a> {
         RunContext {
             declaration,
-            changed_files: BTreeSet::new(),
-            failed_packages: BTreeSet::new(),
+            facts: Facts::default(),
             offline,
         }
     }
 }
+
+/// The original of a kind that keeps none (nothing of it is adopted): no value exists.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum NoOriginal {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -87,29 +194,29 @@ pub enum LedgerAfter {
     Disown,
 }
 
-/// One planned change to one resource.
+/// One planned change to one resource; `O` is its kind's `Original`.
 #[derive(Debug)]
-pub struct Change<Op> {
+pub struct Change<Op, O> {
     pub key: String,
     pub action: Action,
     /// What differs, for people: `content`, `mode 0600 -> 0644`, `restore original`.
     pub details: Vec<String>,
     /// Written to the ledger before acting, for a resource the host does not own yet.
-    pub intent: Option<Entry>,
+    pub intent: Option<Entry<O>>,
     /// An original to keep in the store before acting (`Store::save_backup(backup_key(..))`).
     pub backup: Option<Vec<u8>>,
     pub after: LedgerAfter,
     pub op: Op,
 }
 
-pub enum Step<Op> {
+pub enum Step<Op, O> {
     InSync,
     /// Already as declared but not owned yet: the host takes it over, keeping its original.
     Adopt {
-        intent: Entry,
+        intent: Entry<O>,
         backup: Option<Vec<u8>>,
     },
-    Change(Change<Op>),
+    Change(Change<Op, O>),
     /// The resource cannot be converged (e.g. an unknown owner); the rest go on.
     Fail(String),
     /// Not attempted because something it needs failed in this run.
@@ -129,12 +236,19 @@ pub fn backup_key(kind: &str, key: &str) -> String {
     crate::codec::sha256_hex(format!("{kind}:{key}").as_bytes())
 }
 
-pub trait Kind {
-    /// The declaration's key for this kind, and its section of the ledger.
-    const NAME: &'static str;
+/// A resource kind. Every item is required (no defaults), so a new kind that forgets one does not
+/// compile; `Listed` (its name, its declaration field, its ledger section) comes from the registry.
+pub trait Kind: Listed {
+    /// What it manages, for the usage text: `files under /etc`.
+    const ABOUT: &'static str;
     type Spec: std::fmt::Debug + Clone;
     type Observed: std::fmt::Debug;
     type Op: std::fmt::Debug;
+    /// What the ledger keeps of an adopted resource, to put it back on release (`NoOriginal` for
+    /// a kind that adopts nothing). Serialised in the ledger as the `original` of its entry.
+    type Original: std::fmt::Debug + Clone + PartialEq + Serialize + DeserializeOwned;
+    /// What it tells later kinds about this run (`()` when nothing); see `RunContext::facts`.
+    type Facts: std::fmt::Debug + Default;
 
     /// Validates a resource's identity (a path, a package or unit name).
     fn check_key(key: &str) -> Result<(), String>;
@@ -142,7 +256,6 @@ pub trait Kind {
     fn parse(key: &str, fields: &mut Fields, limits: &Limits) -> Option<Self::Spec>;
     /// Why this resource is the host itself, if it is.
     fn refuse_self(key: &str, spec: &Self::Spec, identity: &Identity) -> Option<String>;
-    fn desired(declaration: &Declaration) -> &BTreeMap<String, Self::Spec>;
     /// The digest the ledger keeps of an applied spec.
     fn digest(spec: &Self::Spec) -> String;
     /// Observes `keys` (declared and owned) in one batched query: a result per key, so one odd
@@ -159,18 +272,18 @@ pub trait Kind {
         key: &str,
         desired: Option<&Self::Spec>,
         observed: Option<&Self::Observed>,
-        owned: Option<&Entry>,
-    ) -> Step<Self::Op>;
+        owned: Option<&Entry<Self::Original>>,
+    ) -> Step<Self::Op, Self::Original>;
     /// Carries out the changes (batched where the tool allows); one outcome per change, in order.
     /// `ledger` is for kind-specific bookkeeping; the reconciler records intents and outcomes.
     fn apply(
         env: &Env,
         cx: &RunContext,
         ledger: &mut Ledger,
-        changes: &[Change<Self::Op>],
+        changes: &[Change<Self::Op, Self::Original>],
     ) -> Vec<Outcome>;
-    /// Tells later kinds what happened to a change.
-    fn note(_cx: &mut RunContext, _change: &Change<Self::Op>, _outcome: &Outcome) {}
+    /// Records in its own facts what later kinds need to know of a change's outcome.
+    fn note(facts: &mut Self::Facts, change: &Change<Self::Op, Self::Original>, outcome: &Outcome);
 }
 
 /// What observation found of each key: its state, or why that one key could not be observed.
@@ -304,6 +417,82 @@ pub fn check_argument(what: &str, name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::declaration::tests::{parse_with_defaults, problems};
+
+    /// Each kind's name, as visited one by one.
+    struct Names;
+    impl Visit for Names {
+        type Out = &'static str;
+        fn visit<K: Kind>(&mut self) -> &'static str {
+            K::NAME
+        }
+    }
+
+    #[test]
+    fn the_registry_lists_each_kind_once_in_converge_order() {
+        // Units need the packages that ship them and the files they restart on; containers
+        // may use all three.
+        assert_eq!(NAMES, ["packages", "files", "units", "containers"]);
+        assert_eq!(each(&mut Names), NAMES);
+        for name in NAMES {
+            assert_eq!(by_name(name, &mut Names), Some(*name));
+        }
+        assert_eq!(by_name("mounts", &mut Names), None);
+        assert_eq!(ABOUT.len(), NAMES.len());
+        let usage = crate::cli::usage();
+        assert!(usage.contains(&ABOUT.join(", ")), "{usage}");
+    }
+
+    #[test]
+    fn the_known_top_level_keys_are_the_declarations_fields_and_the_kinds() {
+        let found = problems(r#"{"schema": 1, "mounts": {}}"#);
+        let mut known: Vec<&str> = ["expires", "packages_upgrade", "revision", "schema"]
+            .into_iter()
+            .chain(NAMES.iter().copied())
+            .collect();
+        known.sort_unstable();
+        assert_eq!(
+            found,
+            [format!(
+                "unknown field \"mounts\" (known fields: {})",
+                known.join(", ")
+            )]
+        );
+    }
+
+    #[test]
+    fn every_kind_is_parsed_counted_and_checked_in_order() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "containers": {"web": {"image": "localhost/web"}},
+                "units": {"a.service": {}}, "files": {"/etc/a": {"content": ""}},
+                "packages": {"vim": {}, "nano": {}}}"#,
+        )
+        .unwrap();
+        assert_eq!(d.count(), 5);
+        struct Counts<'d>(&'d Declaration);
+        impl Visit for Counts<'_> {
+            type Out = (&'static str, usize);
+            fn visit<K: Kind>(&mut self) -> Self::Out {
+                (K::NAME, K::desired(self.0).len())
+            }
+        }
+        assert_eq!(
+            each(&mut Counts(&d)),
+            [
+                ("packages", 2),
+                ("files", 1),
+                ("units", 1),
+                ("containers", 1)
+            ]
+        );
+        // Problems come in the kinds' order, whatever order the JSON had them in.
+        let found = problems(
+            r#"{"schema": 1, "containers": {"-web": {"image": "x"}}, "packages": {"-vim": {}}}"#,
+        );
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert!(found[0].starts_with("packages["), "{found:#?}");
+        assert!(found[1].starts_with("containers["), "{found:#?}");
+    }
 
     /// A query that fails as a whole when any of `bad` is in its batch, blaming the names (or
     /// not), and answers each name's length otherwise.

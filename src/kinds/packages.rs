@@ -5,18 +5,18 @@
 //! one away as a dependency nobody needs any more.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use super::{
     batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, LedgerAfter,
     Observations, Outcome, RunContext, Step,
 };
 use crate::config::{Identity, Limits};
-use crate::declaration::{Declaration, Fields};
+use crate::declaration::Fields;
 use crate::exec::{CommandError, Failure};
 use crate::store::{Entry, Ledger, Origin};
 
@@ -50,14 +50,30 @@ pub enum Op {
     Forget,
 }
 
-/// What the ledger keeps of an adopted package that was installed as a dependency.
-const WAS_DEPENDENCY: &str = "dependency";
+/// How pacman had installed a package the host adopted: the ledger keeps it (as `"explicit"` or
+/// `"dependency"`) so that releasing the package puts it back. An adopted entry without one
+/// (written by an older version for an explicitly installed package) counts as `Explicit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstallReason {
+    Explicit,
+    Dependency,
+}
+
+/// What packages tell later kinds about a run.
+#[derive(Debug, Default)]
+pub struct Facts {
+    /// Packages that failed to install in this run: units naming them are skipped.
+    pub failed: BTreeSet<String>,
+}
 
 impl Kind for Packages {
-    const NAME: &'static str = "packages";
+    const ABOUT: &'static str = "pacman packages";
     type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
+    type Original = InstallReason;
+    type Facts = Facts;
 
     fn check_key(key: &str) -> Result<(), String> {
         check_argument("package", key)?;
@@ -91,10 +107,6 @@ impl Kind for Packages {
                 "{key} is the host's own package; the package manager upgrades it, not the mesh"
             )
         })
-    }
-
-    fn desired(declaration: &Declaration) -> &BTreeMap<String, Spec> {
-        &declaration.packages
     }
 
     fn digest(spec: &Spec) -> String {
@@ -135,8 +147,8 @@ impl Kind for Packages {
         key: &str,
         desired: Option<&Spec>,
         observed: Option<&Observed>,
-        owned: Option<&Entry>,
-    ) -> Step<Op> {
+        owned: Option<&Entry<InstallReason>>,
+    ) -> Step<Op, InstallReason> {
         let Some(observed) = observed else {
             return Step::Fail(format!("package {key} was not observed"));
         };
@@ -171,21 +183,19 @@ impl Kind for Packages {
                 "installed as a dependency; mark explicitly installed",
                 owned
                     .is_none()
-                    .then(|| Entry::new(Origin::Adopted, json!(WAS_DEPENDENCY))),
+                    .then(|| Entry::adopted(Some(InstallReason::Dependency))),
                 applied,
                 Op::MarkExplicit,
             ),
             (Some(Spec { present: true }), true, Some(_)) => Step::InSync,
             (Some(Spec { present: true }), true, None) => Step::Adopt {
-                intent: Entry::new(Origin::Adopted, Value::Null),
+                intent: Entry::adopted(Some(InstallReason::Explicit)),
                 backup: None,
             },
             (Some(Spec { present: true }), false, owned) => change(
                 Action::Create,
                 "install",
-                owned
-                    .is_none()
-                    .then(|| Entry::new(Origin::Created, Value::Null)),
+                owned.is_none().then(Entry::created),
                 applied,
                 Op::Install,
             ),
@@ -224,7 +234,7 @@ impl Kind for Packages {
                 LedgerAfter::Disown,
                 Op::Remove,
             ),
-            (None, true, Some(e)) if e.original == json!(WAS_DEPENDENCY) => change(
+            (None, true, Some(e)) if e.original == Some(InstallReason::Dependency) => change(
                 Action::Update,
                 "released; was installed as a dependency before mesh-host, marked so again",
                 None,
@@ -252,7 +262,7 @@ impl Kind for Packages {
         env: &Env,
         cx: &RunContext,
         _ledger: &mut Ledger,
-        changes: &[Change<Op>],
+        changes: &[Change<Op, InstallReason>],
     ) -> Vec<Outcome> {
         let pick = |op: Op| -> Vec<&str> {
             changes
@@ -354,9 +364,9 @@ impl Kind for Packages {
             .collect()
     }
 
-    fn note(cx: &mut RunContext, change: &Change<Op>, outcome: &Outcome) {
+    fn note(facts: &mut Facts, change: &Change<Op, InstallReason>, outcome: &Outcome) {
         if change.op == Op::Install && *outcome != Outcome::Done {
-            cx.failed_packages.insert(change.key.clone());
+            facts.failed.insert(change.key.clone());
         }
     }
 }
@@ -807,7 +817,7 @@ mod tests {
         ] {
             let json = format!(
                 r#"{{"schema": 1, "packages": {{{}: {{}}}}}}"#,
-                Value::String(name.into())
+                serde_json::Value::String(name.into())
             );
             check_refused(&json, &[message]);
         }
@@ -969,14 +979,15 @@ mod tests {
     fn planner_cases() {
         let d = crate::declaration::tests::parse_with_defaults(r#"{"schema": 1}"#).unwrap();
         let cx = RunContext::new(&d, false);
-        let created = Entry::new(Origin::Created, Value::Null);
-        let adopted = Entry::new(Origin::Adopted, Value::Null);
-        let was_dependency = Entry::new(Origin::Adopted, json!(WAS_DEPENDENCY));
+        let created = Entry::created();
+        let adopted = Entry::adopted(Some(InstallReason::Explicit));
+        let by_older_version = Entry::adopted(None);
+        let was_dependency = Entry::adopted(Some(InstallReason::Dependency));
         let dependency = installed("1", false);
         let installed = installed("1", true);
         let present = Spec { present: true };
         let absent = Spec { present: false };
-        let op = |s: Step<Op>| match s {
+        let op = |s: Step<Op, InstallReason>| match s {
             Step::InSync => "in sync".to_string(),
             Step::Adopt { .. } => "adopt".into(),
             Step::Change(c) => format!("{:?} {}", c.op, c.details.join("")),
@@ -1004,6 +1015,10 @@ mod tests {
         );
         assert_eq!(
             plan(None, &installed, Some(&adopted)),
+            "Forget released; was installed before mesh-host, left installed"
+        );
+        assert_eq!(
+            plan(None, &installed, Some(&by_older_version)),
             "Forget released; was installed before mesh-host, left installed"
         );
         assert_eq!(plan(None, &installed, None), "in sync");

@@ -12,14 +12,13 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
 use super::{
     batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, LedgerAfter,
-    Observations, Outcome, RunContext, Step,
+    Listed, Observations, Outcome, RunContext, Step,
 };
 use crate::config::{Identity, Limits};
-use crate::declaration::{Declaration, Fields};
+use crate::declaration::Fields;
 use crate::exec::CommandError;
 use crate::fsutil::{self, Dir, FileType};
 use crate::store::{Entry, Ledger, Origin};
@@ -91,10 +90,12 @@ pub struct Op {
 }
 
 impl Kind for Units {
-    const NAME: &'static str = "units";
+    const ABOUT: &'static str = "systemd units";
     type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
+    type Original = Original;
+    type Facts = ();
 
     fn check_key(key: &str) -> Result<(), String> {
         check_unit_name(key)
@@ -171,10 +172,6 @@ impl Kind for Units {
 
     fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
         crate::selfref::refuse_unit(key, spec.content.as_deref(), identity)
-    }
-
-    fn desired(declaration: &Declaration) -> &BTreeMap<String, Spec> {
-        &declaration.units
     }
 
     fn digest(spec: &Spec) -> String {
@@ -285,8 +282,8 @@ impl Kind for Units {
         key: &str,
         desired: Option<&Spec>,
         observed: Option<&Observed>,
-        owned: Option<&Entry>,
-    ) -> Step<Op> {
+        owned: Option<&Entry<Original>>,
+    ) -> Step<Op, Original> {
         let Some(obs) = observed else {
             return Step::Fail(format!("unit {key} was not observed"));
         };
@@ -300,11 +297,14 @@ impl Kind for Units {
         }
     }
 
+    /// Later kinds need nothing of units.
+    fn note(_: &mut (), _: &Change<Op, Original>, _: &Outcome) {}
+
     fn apply(
         env: &Env,
         _cx: &RunContext,
         _ledger: &mut Ledger,
-        changes: &[Change<Op>],
+        changes: &[Change<Op, Original>],
     ) -> Vec<Outcome> {
         let mut errors: BTreeMap<&str, String> = BTreeMap::new();
         let mut deferred: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -399,7 +399,7 @@ impl Kind for Units {
 /// verbs that need the running system are deferred.
 fn run_verb<'a>(
     env: &Env,
-    changes: &'a [Change<Op>],
+    changes: &'a [Change<Op, Original>],
     verb: &'static str,
     pick: fn(&Op) -> bool,
     errors: &mut BTreeMap<&'a str, String>,
@@ -590,12 +590,12 @@ fn plan_present(
     key: &str,
     spec: &Spec,
     obs: &Observed,
-    owned: Option<&Entry>,
-) -> Step<Op> {
+    owned: Option<&Entry<Original>>,
+) -> Step<Op, Original> {
     if let Some(package) = spec
         .package
         .as_ref()
-        .filter(|p| cx.failed_packages.contains(*p))
+        .filter(|p| cx.facts.packages.failed.contains(*p))
     {
         return Step::Skip(format!(
             "its package {package} failed to install in this run"
@@ -657,12 +657,12 @@ fn plan_present(
     let touched: Vec<&String> = spec
         .restart_on
         .iter()
-        .filter(|p| cx.changed_files.contains(*p))
+        .filter(|p| cx.facts.files.changed.contains(*p))
         .collect();
     let reload_touched: Vec<&String> = spec
         .reload_on
         .iter()
-        .filter(|p| cx.changed_files.contains(*p))
+        .filter(|p| cx.facts.files.changed.contains(*p))
         .collect();
     if !cx.offline {
         if want_running && !running {
@@ -692,9 +692,7 @@ fn plan_present(
     }
     let (intent, backup) = match owned {
         Some(_) => (None, None),
-        None if obs.file.is_none() && spec.content.is_some() => {
-            (Some(Entry::new(Origin::Created, Value::Null)), None)
-        }
+        None if obs.file.is_none() && spec.content.is_some() => (Some(Entry::created()), None),
         None => {
             let file_backup =
                 (file_changed && obs.file.is_some()).then(|| super::backup_key(Units::NAME, key));
@@ -704,7 +702,7 @@ fn plan_present(
                 file_backup: file_backup.clone(),
             };
             let backup = file_backup.and(obs.file.clone());
-            (Some(Entry::new(Origin::Adopted, json!(original))), backup)
+            (Some(Entry::adopted(Some(original))), backup)
         }
     };
     if details.is_empty() {
@@ -728,7 +726,7 @@ fn plan_present(
     })
 }
 
-fn plan_absent(key: &str, obs: &Observed, owned: Option<&Entry>) -> Step<Op> {
+fn plan_absent(key: &str, obs: &Observed, owned: Option<&Entry<Original>>) -> Step<Op, Original> {
     let op = Op {
         stop: obs.running(),
         disable: obs.enabled(),
@@ -738,7 +736,7 @@ fn plan_absent(key: &str, obs: &Observed, owned: Option<&Entry>) -> Step<Op> {
     remove_step(key, op, owned.is_some(), "declared absent")
 }
 
-fn plan_release(key: &str, obs: &Observed, entry: &Entry) -> Step<Op> {
+fn plan_release(key: &str, obs: &Observed, entry: &Entry<Original>) -> Step<Op, Original> {
     if entry.origin == Origin::Created {
         let op = Op {
             stop: obs.running(),
@@ -748,13 +746,8 @@ fn plan_release(key: &str, obs: &Observed, entry: &Entry) -> Step<Op> {
         };
         return remove_step(key, op, true, "released; mesh-host wrote it");
     }
-    let original: Original = match serde_json::from_value(entry.original.clone()) {
-        Ok(o) => o,
-        Err(e) => {
-            return Step::Fail(format!(
-                "the ledger's record of the original is unreadable: {e}"
-            ))
-        }
+    let Some(original) = &entry.original else {
+        return Step::Fail("the ledger keeps no record of the original".to_string());
     };
     let op = Op {
         enable: original.enabled && !obs.enabled(),
@@ -777,7 +770,7 @@ fn plan_release(key: &str, obs: &Observed, entry: &Entry) -> Step<Op> {
     })
 }
 
-fn remove_step(key: &str, op: Op, owned: bool, why: &str) -> Step<Op> {
+fn remove_step(key: &str, op: Op, owned: bool, why: &str) -> Step<Op, Original> {
     if op == Op::default() && !owned {
         return Step::InSync;
     }
@@ -837,7 +830,7 @@ mod tests {
         ] {
             let json = format!(
                 r#"{{"schema": 1, "units": {{{}: {{}}}}}}"#,
-                Value::String(name.into())
+                serde_json::Value::String(name.into())
             );
             check_refused(&json, &[message]);
         }
@@ -967,17 +960,18 @@ mod tests {
         assert!(c.op.start && !c.op.restart);
     }
 
-    fn plan(spec_json: &str, obs: Observed, owned: Option<&Entry>, changed: &[&str]) -> String {
+    fn plan(
+        spec_json: &str,
+        obs: Observed,
+        owned: Option<&Entry<Original>>,
+        changed: &[&str],
+    ) -> String {
         let d = parse_with_defaults(&format!(
             r#"{{"schema": 1, "files": {{"/etc/app.conf": {{"content": ""}}}}, "units": {{"a.service": {spec_json}}}}}"#
         ))
         .unwrap();
-        let cx = RunContext {
-            declaration: &d,
-            changed_files: changed.iter().map(|s| s.to_string()).collect(),
-            failed_packages: Default::default(),
-            offline: false,
-        };
+        let mut cx = RunContext::new(&d, false);
+        cx.facts.files.changed = changed.iter().map(|s| s.to_string()).collect();
         match Units::plan(
             &cx,
             "a.service",
@@ -1011,7 +1005,7 @@ mod tests {
             link: Some("/dev/null".into()),
             ..Observed::default()
         };
-        let owned = Entry::new(Origin::Created, Value::Null);
+        let owned = Entry::created();
         let fail = plan(r#"{"active": true}"#, masked.clone(), None, &[]);
         assert!(
             fail.starts_with("fail: unit a.service is masked") && fail.contains("systemctl unmask"),
@@ -1068,10 +1062,11 @@ mod tests {
 
     #[test]
     fn planner_cases() {
-        let owned = Entry::new(
-            Origin::Adopted,
-            json!({"enabled": false, "active": false, "file_backup": null}),
-        );
+        let owned = Entry::adopted(Some(Original {
+            enabled: false,
+            active: false,
+            file_backup: None,
+        }));
         assert_eq!(
             plan(
                 r#"{"enabled": true, "active": true}"#,
@@ -1173,10 +1168,11 @@ mod tests {
     fn release_restores_an_adopted_units_state() {
         let d = parse_with_defaults(r#"{"schema": 1}"#).unwrap();
         let cx = RunContext::new(&d, false);
-        let owned = Entry::new(
-            Origin::Adopted,
-            json!({"enabled": true, "active": true, "file_backup": null}),
-        );
+        let owned = Entry::adopted(Some(Original {
+            enabled: true,
+            active: true,
+            file_backup: None,
+        }));
         let Step::Change(c) = Units::plan(
             &cx,
             "a.service",
@@ -1187,7 +1183,7 @@ mod tests {
             panic!("expected a change");
         };
         assert!(c.op.enable && c.op.start && !c.op.remove_file);
-        let created = Entry::new(Origin::Created, Value::Null);
+        let created = Entry::created();
         let obs = Observed {
             file: Some(b"x".to_vec()),
             ..loaded("active", "enabled")
@@ -1202,12 +1198,8 @@ mod tests {
     #[test]
     fn skipped_when_its_package_failed() {
         let d = parse_with_defaults(r#"{"schema": 1, "packages": {"web": {}}, "units": {"web.service": {"package": "web", "active": true}}}"#).unwrap();
-        let cx = RunContext {
-            declaration: &d,
-            changed_files: Default::default(),
-            failed_packages: ["web".to_string()].into(),
-            offline: false,
-        };
+        let mut cx = RunContext::new(&d, false);
+        cx.facts.packages.failed = ["web".to_string()].into();
         let step = Units::plan(
             &cx,
             "web.service",

@@ -10,7 +10,10 @@ use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
 use crate::declaration::Declaration;
-use crate::kinds::units;
+use crate::kinds::files::Files;
+use crate::kinds::packages::Packages;
+use crate::kinds::units::{self, Units};
+use crate::kinds::Listed;
 use crate::store::{self, Ledger};
 
 /// A resource as the ledger names it: (kind, key).
@@ -18,7 +21,7 @@ pub type Resource = (&'static str, String);
 
 /// The kinds the watcher has hints for, by the name runs report them under.
 pub fn kind(name: &str) -> Option<&'static str> {
-    ["packages", "files", "units"]
+    [Packages::NAME, Files::NAME, Units::NAME]
         .into_iter()
         .find(|k| *k == name)
 }
@@ -81,14 +84,14 @@ pub fn targets(places: &Places, declaration: &Declaration, ledger: &Ledger) -> V
             units_on
                 .entry(file)
                 .or_default()
-                .push(("units", unit.clone()));
+                .push((Units::NAME, unit.clone()));
         }
     }
     let files: BTreeSet<String> = declaration
         .files
         .keys()
         .cloned()
-        .chain(ledger.keys("files"))
+        .chain(ledger.keys::<Files>())
         .collect();
     for key in files {
         let units = units_on.remove(key.as_str()).unwrap_or_default();
@@ -102,7 +105,7 @@ pub fn targets(places: &Places, declaration: &Declaration, ledger: &Ledger) -> V
     let unit_dir = under(places.root, &places.unit_dir.to_string_lossy());
     for (unit, spec) in &declaration.units {
         if spec.content.is_some() {
-            let resources = vec![("units", unit.clone())];
+            let resources = vec![(Units::NAME, unit.clone())];
             out.extend(Target::entry(&unit_dir.join(unit), resources));
         }
     }
@@ -110,10 +113,10 @@ pub fn targets(places: &Places, declaration: &Declaration, ledger: &Ledger) -> V
         .packages
         .keys()
         .cloned()
-        .chain(ledger.keys("packages"))
+        .chain(ledger.keys::<Packages>())
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .map(|name| ("packages", name))
+        .map(|name| (Packages::NAME, name))
         .collect();
     if let (Some(db), false) = (places.pacman_db, packages.is_empty()) {
         out.push(Target {
@@ -201,7 +204,7 @@ impl Group {
     fn resources(&self, name: Option<&OsString>, hint: &Hint, out: &mut Vec<Resource>) {
         if let (true, Some(name)) = (hint.file, name) {
             let key = format!("{}/{}", self.files_in, name.to_string_lossy());
-            out.push(("files", key));
+            out.push((Files::NAME, key));
         }
         out.extend(hint.resources.iter().cloned());
     }
@@ -668,9 +671,8 @@ mod tests {
         )
         .unwrap();
         let mut ledger = Ledger::default();
-        let entry = crate::store::Entry::new(crate::store::Origin::Created, Default::default());
-        ledger.insert("files", "/etc/old.conf", entry.clone());
-        ledger.insert("packages", "vim", entry);
+        ledger.insert::<Files>("/etc/old.conf", crate::store::Entry::created());
+        ledger.insert::<Packages>("vim", crate::store::Entry::created());
         let places = Places {
             root: Path::new("/mnt"),
             store: Path::new("/var/lib/mesh-host"),

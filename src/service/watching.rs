@@ -9,6 +9,7 @@ use mio::Poll;
 use super::schedule::Trigger;
 use super::{inotify, watch, Service, WATCH};
 use crate::commands::{invalid, Fatal};
+use crate::kinds::{files::Files, packages::Packages};
 use crate::link;
 use crate::reconcile::Scope;
 use crate::store::{self, Store};
@@ -148,7 +149,11 @@ impl Service<'_> {
             let ledger = store.ledger()?;
             // What the targets depend on: unchanged, the watches stay (and nothing is parsed,
             // not even the declaration's text read).
-            let source = (head.digest, ledger.keys("files"), ledger.keys("packages"));
+            let source = (
+                head.digest,
+                ledger.keys::<Files>(),
+                ledger.keys::<Packages>(),
+            );
             if self.watched_for.as_ref() == Some(&source) {
                 return Ok(Some(None));
             }
@@ -175,7 +180,7 @@ impl Service<'_> {
                 return;
             }
         };
-        let has_packages = !d.packages.is_empty() || !ledger.keys("packages").is_empty();
+        let has_packages = !d.packages.is_empty() || !ledger.keys::<Packages>().is_empty();
         if has_packages && self.pacman_db.is_none() {
             let db = self.host.pacman_local_db();
             if let Err(e) = &db {

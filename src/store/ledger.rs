@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+use crate::kinds::{self, Kind, Visit};
 
 const VERSION: u32 = 1;
 
@@ -18,35 +19,62 @@ pub enum Origin {
     Adopted,
 }
 
+/// One owned resource; `O` is its kind's `Kind::Original`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Entry {
+#[serde(deny_unknown_fields, bound(deserialize = "O: Deserialize<'de>"))]
+pub struct Entry<O> {
     pub origin: Origin,
     /// Digest of the spec last applied; `None` while the first apply is in flight (written ahead,
     /// so a crash mid-apply still leaves the resource owned and its original known).
     pub applied: Option<String>,
-    /// What the resource was before the host adopted it, in the kind's own format.
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub original: Value,
+    /// What the resource was before the host adopted it, in the kind's own type; `None` when
+    /// there is nothing to put back (created, or adopted with nothing to restore).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original: Option<O>,
 }
 
-impl Entry {
-    pub fn new(origin: Origin, original: Value) -> Entry {
+impl<O> Entry<O> {
+    /// A resource the host creates: released, it is removed.
+    pub fn created() -> Entry<O> {
         Entry {
-            origin,
+            origin: Origin::Created,
+            applied: None,
+            original: None,
+        }
+    }
+
+    /// A resource the host takes over: released, `original` (if any) is put back.
+    pub fn adopted(original: Option<O>) -> Entry<O> {
+        Entry {
+            origin: Origin::Adopted,
             applied: None,
             original,
         }
     }
 }
 
+macro_rules! sections {
+    ($($name:ident: $kind:ty,)*) => {
+        /// What the host owns of each kind, key -> entry (one field per kind of the registry);
+        /// a kind that owns nothing is left out of the file.
+        #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct Sections {
+            $(
+                #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+                pub $name: BTreeMap<String, Entry<<$kind as Kind>::Original>>,
+            )*
+        }
+    };
+}
+kinds::registry!(sections);
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ledger {
     version: u32,
-    /// kind -> key -> entry.
     #[serde(default)]
-    resources: BTreeMap<String, BTreeMap<String, Entry>>,
+    resources: Sections,
     /// Directories the host created for the files it wrote (absolute target paths); removed once
     /// empty and no longer needed.
     #[serde(default)]
@@ -57,7 +85,7 @@ impl Default for Ledger {
     fn default() -> Self {
         Ledger {
             version: VERSION,
-            resources: BTreeMap::new(),
+            resources: Sections::default(),
             directories: BTreeSet::new(),
         }
     }
@@ -76,50 +104,57 @@ impl Ledger {
 
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
-        self.resources.values().all(BTreeMap::is_empty) && self.directories.is_empty()
+        self.owned_count() == 0 && self.directories.is_empty()
     }
 
-    pub fn get(&self, kind: &str, key: &str) -> Option<&Entry> {
-        self.resources.get(kind)?.get(key)
+    #[cfg(test)]
+    fn owned_count(&self) -> usize {
+        struct Count<'l>(&'l Ledger);
+        impl Visit for Count<'_> {
+            type Out = usize;
+            fn visit<K: Kind>(&mut self) -> usize {
+                K::owned(&self.0.resources).len()
+            }
+        }
+        kinds::each(&mut Count(self)).into_iter().sum()
     }
 
-    /// Owned keys of `kind`, sorted.
-    pub fn keys(&self, kind: &str) -> Vec<String> {
-        self.resources
-            .get(kind)
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default()
+    pub fn get<K: Kind>(&self, key: &str) -> Option<&Entry<K::Original>> {
+        K::owned(&self.resources).get(key)
+    }
+
+    /// Owned keys of `K`, sorted.
+    pub fn keys<K: Kind>(&self) -> Vec<String> {
+        K::owned(&self.resources).keys().cloned().collect()
     }
 
     /// Every adopted resource as (kind, key): the ones whose originals the store keeps.
-    pub fn adopted(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.resources.iter().flat_map(|(kind, entries)| {
-            entries
-                .iter()
-                .filter(|(_, e)| e.origin == Origin::Adopted)
-                .map(move |(key, _)| (kind.as_str(), key.as_str()))
-        })
-    }
-
-    pub fn insert(&mut self, kind: &str, key: &str, entry: Entry) {
-        self.resources
-            .entry(kind.to_string())
-            .or_default()
-            .insert(key.to_string(), entry);
-    }
-
-    pub fn remove(&mut self, kind: &str, key: &str) -> Option<Entry> {
-        let section = self.resources.get_mut(kind)?;
-        let removed = section.remove(key);
-        if section.is_empty() {
-            self.resources.remove(kind);
+    pub fn adopted(&self) -> Vec<(&'static str, String)> {
+        struct Adopted<'l>(&'l Ledger);
+        impl Visit for Adopted<'_> {
+            type Out = Vec<(&'static str, String)>;
+            fn visit<K: Kind>(&mut self) -> Self::Out {
+                K::owned(&self.0.resources)
+                    .iter()
+                    .filter(|(_, e)| e.origin == Origin::Adopted)
+                    .map(|(key, _)| (K::NAME, key.clone()))
+                    .collect()
+            }
         }
-        removed
+        kinds::each(&mut Adopted(self)).concat()
+    }
+
+    pub fn insert<K: Kind>(&mut self, key: &str, entry: Entry<K::Original>) {
+        K::owned_mut(&mut self.resources).insert(key.to_string(), entry);
+    }
+
+    pub fn remove<K: Kind>(&mut self, key: &str) -> Option<Entry<K::Original>> {
+        K::owned_mut(&mut self.resources).remove(key)
     }
 
     /// Records that `digest` is now applied to an owned resource.
-    pub fn set_applied(&mut self, kind: &str, key: &str, digest: String) {
-        if let Some(entry) = self.resources.get_mut(kind).and_then(|m| m.get_mut(key)) {
+    pub fn set_applied<K: Kind>(&mut self, key: &str, digest: String) {
+        if let Some(entry) = K::owned_mut(&mut self.resources).get_mut(key) {
             entry.applied = Some(digest);
         }
     }
@@ -128,29 +163,107 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kinds::containers::Containers;
+    use crate::kinds::files::Files;
+    use crate::kinds::packages::{InstallReason, Packages};
+    use crate::kinds::units::Units;
+
+    /// A ledger as the previous version wrote it (originals as untyped JSON values), with one
+    /// entry of each kind and each shape of original: a node upgraded in place must keep it.
+    const PREVIOUS_FORMAT: &str = r#"{
+      "version": 1,
+      "resources": {
+        "containers": {"web": {"origin": "created", "applied": "c1"}},
+        "files": {
+          "/etc/hosts.allow": {"origin": "adopted", "applied": "f1",
+            "original": {"backup": "b0", "mode": 420, "uid": 0, "gid": 0}},
+          "/etc/new.conf": {"origin": "created", "applied": null}
+        },
+        "packages": {
+          "vim": {"origin": "adopted", "applied": "p1", "original": "dependency"},
+          "nano": {"origin": "adopted", "applied": "p1"},
+          "htop": {"origin": "created", "applied": "p1"}
+        },
+        "units": {
+          "sshd.service": {"origin": "adopted", "applied": "u1",
+            "original": {"enabled": true, "active": false, "file_backup": null}}
+        }
+      },
+      "directories": ["/etc/app"]
+    }"#;
+
+    #[test]
+    fn a_ledger_in_the_previous_format_loads_typed() {
+        let l: Ledger = serde_json::from_str(PREVIOUS_FORMAT).unwrap();
+        l.check().unwrap();
+        assert_eq!(
+            l.get::<Packages>("vim").unwrap().original,
+            Some(InstallReason::Dependency)
+        );
+        assert_eq!(l.get::<Packages>("nano").unwrap().original, None);
+        assert_eq!(l.get::<Packages>("htop").unwrap().origin, Origin::Created);
+        assert!(l
+            .get::<Files>("/etc/hosts.allow")
+            .unwrap()
+            .original
+            .is_some());
+        assert_eq!(l.get::<Files>("/etc/new.conf").unwrap().applied, None);
+        assert!(l.get::<Units>("sshd.service").unwrap().original.is_some());
+        assert_eq!(l.keys::<Containers>(), vec!["web"]);
+        assert_eq!(
+            l.adopted(),
+            vec![
+                ("packages", "nano".to_string()),
+                ("packages", "vim".to_string()),
+                ("files", "/etc/hosts.allow".to_string()),
+                ("units", "sshd.service".to_string()),
+            ]
+        );
+        // Written back, it is the same ledger: what the previous version reads too.
+        let again: serde_json::Value = serde_json::to_value(&l).unwrap();
+        let before: serde_json::Value = serde_json::from_str(PREVIOUS_FORMAT).unwrap();
+        // `"applied": null` is kept, `original` is left out when there is none, as before.
+        assert_eq!(again, before);
+    }
+
+    #[test]
+    fn an_unknown_kind_or_original_is_refused_not_dropped() {
+        let unknown_kind = r#"{"version": 1, "resources": {"mounts": {}}}"#;
+        let e = serde_json::from_str::<Ledger>(unknown_kind).unwrap_err();
+        assert!(e.to_string().contains("unknown field `mounts`"), "{e}");
+        let bad = r#"{"version": 1, "resources": {"packages": {"vim": {"origin": "adopted", "applied": null, "original": "asdeps"}}}}"#;
+        let e = serde_json::from_str::<Ledger>(bad).unwrap_err();
+        assert!(e.to_string().contains("unknown variant `asdeps`"), "{e}");
+        let containers = r#"{"version": 1, "resources": {"containers": {"web": {"origin": "adopted", "applied": null, "original": {}}}}}"#;
+        assert!(serde_json::from_str::<Ledger>(containers).is_err());
+    }
 
     #[test]
     fn insert_remove_and_serialise() {
         let mut l = Ledger::default();
-        l.insert("files", "/etc/a", Entry::new(Origin::Created, Value::Null));
-        l.insert(
-            "files",
-            "/etc/b",
-            Entry::new(Origin::Adopted, serde_json::json!({"mode": 420})),
-        );
-        l.set_applied("files", "/etc/a", "d1".into());
+        l.insert::<Packages>("a", Entry::created());
+        l.insert::<Packages>("b", Entry::adopted(Some(InstallReason::Dependency)));
+        l.set_applied::<Packages>("a", "d1".into());
         assert_eq!(
-            l.get("files", "/etc/a").unwrap().applied.as_deref(),
+            l.get::<Packages>("a").unwrap().applied.as_deref(),
             Some("d1")
         );
-        assert_eq!(l.keys("files"), vec!["/etc/a", "/etc/b"]);
+        assert_eq!(l.keys::<Packages>(), vec!["a", "b"]);
+        assert_eq!(l.keys::<Files>(), Vec::<String>::new());
         let text = serde_json::to_string(&l).unwrap();
+        assert_eq!(
+            text,
+            r#"{"version":1,"resources":{"packages":{"a":{"origin":"created","applied":"d1"},"b":{"origin":"adopted","applied":null,"original":"dependency"}}},"directories":[]}"#
+        );
         let back: Ledger = serde_json::from_str(&text).unwrap();
-        assert_eq!(back.get("files", "/etc/b"), l.get("files", "/etc/b"));
-        l.remove("files", "/etc/a");
-        l.remove("files", "/etc/b");
+        assert_eq!(back.get::<Packages>("b"), l.get::<Packages>("b"));
+        l.remove::<Packages>("a");
+        l.remove::<Packages>("b");
         assert!(l.is_empty());
-        assert_eq!(l.keys("files"), Vec::<String>::new());
+        assert_eq!(
+            serde_json::to_string(&l).unwrap(),
+            r#"{"version":1,"resources":{},"directories":[]}"#
+        );
     }
 
     #[test]
