@@ -7,7 +7,7 @@ use crate::store::Store;
 
 /// Sends SIGHUP to `pid` (systemd's `$MAINPID`), which must be a mesh-host process.
 pub fn signal_reload(pid: u32) -> Result<i32, Fatal> {
-    if !crate::join::is_mesh_host(pid) {
+    if !crate::process::is_mesh_host(pid) {
         return Err(Fatal::Error(format!(
             "reload: process {pid} is not mesh-host (or is gone); nothing was signalled"
         )));
