@@ -510,7 +510,10 @@ fn hostname() -> String {
 fn signal_service(state_dir: &Path) -> Option<u32> {
     let store = Store::open(state_dir, false).ok().flatten()?;
     let state = store.service_state().ok().flatten()?;
-    if state.state != "running" || state.pid == 0 || !crate::process::is_mesh_host(state.pid) {
+    if state.state != crate::store::ServicePhase::Running
+        || state.pid == 0
+        || !crate::process::is_mesh_host(state.pid)
+    {
         return None;
     }
     let pid = libc::pid_t::try_from(state.pid).ok()?;

@@ -9,12 +9,14 @@ use super::words::expiry;
 use super::{invalid, never, Fatal, Host, EXIT_FAILED, EXIT_OK};
 use crate::declaration::Declaration;
 use crate::exec::Runner;
+use crate::kinds::Action;
 use crate::link;
 use crate::metrics;
 use crate::pacnew::Pacnew;
 use crate::reconcile::{self, Mode, Report};
 use crate::store::{
-    self, Failing, InForce, LastRun, LockError, Notice, RunRecord, Source, Store, StoreError,
+    self, Failing, InForce, LastRun, LinkStatus, LockError, Notice, RunOutcome, RunRecord,
+    ServicePhase, Source, Store, StoreError, Trigger, Triggers,
 };
 
 /// What one converging run did.
@@ -49,7 +51,7 @@ impl Host {
     /// Converges to the declaration in force in the store; `None` when there is none yet.
     pub fn converge_in_force(
         &self,
-        triggers: &[&str],
+        triggers: &Triggers,
         scope: &reconcile::Scope,
         wait: bool,
         interrupted: &dyn Fn() -> bool,
@@ -80,7 +82,7 @@ impl Host {
     /// force meanwhile is the one applied), converges, records the run, and queues its report.
     pub fn converge(
         &self,
-        triggers: &[&str],
+        triggers: &Triggers,
         target: Target,
         scope: &reconcile::Scope,
         wait: bool,
@@ -91,7 +93,7 @@ impl Host {
         let holder = format!(
             "pid {} ({}) since unix time {started}",
             std::process::id(),
-            triggers.join(", ")
+            triggers
         );
         // Waiting, the same check as between resources runs: the service's link stays answered.
         let locked = if wait {
@@ -159,14 +161,14 @@ impl Host {
             scope,
         );
         let (report, outcome_name) = match outcome {
-            Ok(report) if report.interrupted => (report, "interrupted"),
-            Ok(report) if report.failures.is_empty() => (report, "converged"),
-            Ok(report) => (report, "failed"),
+            Ok(report) if report.interrupted => (report, RunOutcome::Interrupted),
+            Ok(report) if report.failures.is_empty() => (report, RunOutcome::Converged),
+            Ok(report) => (report, RunOutcome::Failed),
             Err(e) => {
                 let record = record(
                     triggers,
                     started,
-                    "error",
+                    RunOutcome::Error,
                     revision,
                     d,
                     &Report::default(),
@@ -236,11 +238,11 @@ impl Host {
     /// Counts a run in the store's statistics, then writes the metrics. Neither is worth failing
     /// a run that happened for: a problem is logged.
     fn note_run(&self, store: &Store, record: &RunRecord, report: Option<&Report>) {
-        let trigger = record.trigger.split(", ").next().unwrap_or_default();
+        let trigger = record.trigger.first().map_or("", Trigger::name);
         let run = LastRun {
             started: record.started,
             ended: record.ended,
-            outcome: record.outcome.clone(),
+            outcome: record.outcome.name().to_string(),
         };
         let counted = store.stats().and_then(|mut stats| {
             stats.record(
@@ -286,7 +288,9 @@ impl Host {
         let link_up = match link_up {
             Some(up) => up,
             None => store.service_state()?.is_some_and(|s| {
-                s.state == "running" && s.link == "connected" && crate::process::alive(s.pid)
+                s.state == ServicePhase::Running
+                    && s.link == LinkStatus::Connected
+                    && crate::process::alive(s.pid)
             }),
         };
         Ok(metrics::render(&metrics::Snapshot {
@@ -310,7 +314,7 @@ fn resource_states(report: &Report) -> BTreeMap<String, BTreeMap<String, u64>> {
         .map(|c| {
             (
                 c.kind.as_str(),
-                if c.symbol == '+' {
+                if c.action == Action::Create {
                     "missing"
                 } else {
                     "drifted"
@@ -376,19 +380,19 @@ fn note_failures(store: &Store, report: &Report, now: u64) -> Vec<Failing> {
 }
 
 fn record(
-    triggers: &[&str],
+    triggers: &Triggers,
     started: u64,
-    outcome: &str,
+    outcome: RunOutcome,
     revision: Option<u64>,
     d: &Declaration,
     report: &Report,
     runner: &Runner,
 ) -> RunRecord {
     RunRecord {
-        trigger: triggers.join(", "),
+        trigger: triggers.clone(),
         started,
         ended: store::unix_now(),
-        outcome: outcome.to_string(),
+        outcome,
         revision,
         digest: Some(d.digest.clone()),
         changes: report.changes.iter().map(|c| c.as_result()).collect(),
@@ -404,14 +408,14 @@ fn record(
 
 /// The control plane's view of a run. Changes in a run no new declaration caused repair drift.
 pub fn report_of(record: &RunRecord, message: &str) -> link::Report {
-    let trigger: Vec<String> = record.trigger.split(", ").map(str::to_string).collect();
-    let new_declaration = trigger.iter().any(|t| t == "declaration" || t == "apply");
+    let new_declaration =
+        record.trigger.contains(Trigger::Declaration) || record.trigger.contains(Trigger::Apply);
     link::Report {
         id: 0,
         revision: record.revision,
         digest: record.digest.clone(),
-        trigger,
-        outcome: record.outcome.clone(),
+        trigger: record.trigger.clone(),
+        outcome: record.outcome.into(),
         started: record.started,
         ended: record.ended,
         changes: record.changes.clone(),

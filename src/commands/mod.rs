@@ -16,7 +16,7 @@ use crate::envelope::{self, PublicKey, Verification};
 use crate::exec::Runner;
 use crate::kinds::Env;
 use crate::reconcile::{self, Mode};
-use crate::store::{self, InForce, Ledger, Source, Store, StoreError};
+use crate::store::{self, InForce, Ledger, Source, Store, StoreError, Trigger, Triggers};
 
 pub use converge::{RunResult, Target};
 
@@ -302,7 +302,7 @@ impl Host {
             in_force,
         };
         match self.converge(
-            &["apply"],
+            &Triggers::one(Trigger::Apply),
             target,
             &reconcile::Scope::All,
             self.args.wait,
@@ -330,7 +330,7 @@ impl Host {
             )));
         }
         match self.converge_in_force(
-            &["reconcile"],
+            &Triggers::one(Trigger::Reconcile),
             &reconcile::Scope::All,
             self.args.wait,
             &never,
@@ -402,17 +402,11 @@ impl Host {
             Some(s) => s.stats()?.pacnew,
             None => Vec::new(),
         };
-        let service = service.map(|mut s| {
-            if s.state == "running" && !crate::process::alive(s.pid) {
-                s.state = "not running (it did not stop cleanly)".into();
-            }
-            s
-        });
         let now = store::unix_now();
         let status = render::Status {
             state_dir: &self.config.state_dir,
             in_force: in_force.map(|f| render::InForceStatus::new(f, |k| self.trusts(k), now)),
-            service,
+            service: service.map(|s| render::ServiceStatus::new(s, crate::process::alive)),
             runs,
             failing,
             pacnew,

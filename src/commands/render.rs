@@ -10,7 +10,8 @@ use super::words::{age, expiry};
 use crate::pacnew::Pacnew;
 use crate::reconcile::{OwnedRow, Planned};
 use crate::store::{
-    self, Failing, InForceHead, ResourceResult, RunRecord, ServiceState, Source, WatchState,
+    self, Failing, InForceHead, LinkStatus, ResourceResult, RunRecord, ServicePhase, ServiceState,
+    Source, WatchMode, WatchState,
 };
 
 /// Prints `output` as pretty JSON. Through `serde_json::Value`, so every object's keys come out
@@ -208,12 +209,69 @@ impl InForceStatus {
     }
 }
 
+/// Whether the service runs, as `status` judges it: what it last said, and whether its pid is
+/// alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Liveness {
+    #[serde(rename = "running")]
+    Running,
+    #[serde(rename = "stopped")]
+    Stopped,
+    /// It said `running`, but its process is gone.
+    #[serde(rename = "not running (it did not stop cleanly)")]
+    Died,
+}
+
+impl Liveness {
+    fn words(self) -> &'static str {
+        match self {
+            Liveness::Running => "running",
+            Liveness::Stopped => "stopped",
+            Liveness::Died => "not running (it did not stop cleanly)",
+        }
+    }
+}
+
+/// The service, as `status` shows it: what it last published, judged alive or not now.
+#[derive(Debug, Serialize)]
+pub struct ServiceStatus {
+    pub pid: u32,
+    pub started: u64,
+    pub link: LinkStatus,
+    pub link_at: Option<u64>,
+    pub last_error: Option<String>,
+    pub next_timer: u64,
+    pub state: Liveness,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watch: Option<WatchState>,
+}
+
+impl ServiceStatus {
+    pub fn new(s: ServiceState, alive: impl Fn(u32) -> bool) -> ServiceStatus {
+        let state = match s.state {
+            ServicePhase::Stopped => Liveness::Stopped,
+            ServicePhase::Running if alive(s.pid) => Liveness::Running,
+            ServicePhase::Running => Liveness::Died,
+        };
+        ServiceStatus {
+            pid: s.pid,
+            started: s.started,
+            link: s.link,
+            link_at: s.link_at,
+            last_error: s.last_error,
+            next_timer: s.next_timer,
+            state,
+            watch: s.watch,
+        }
+    }
+}
+
 /// `status`'s answer.
 #[derive(Debug, Serialize)]
 pub struct Status<'a> {
     pub state_dir: &'a Path,
     pub in_force: Option<InForceStatus>,
-    pub service: Option<ServiceState>,
+    pub service: Option<ServiceStatus>,
     pub runs: Vec<RunRecord>,
     pub failing: Vec<Failing>,
     pub pacnew: Vec<Pacnew>,
@@ -226,13 +284,13 @@ pub fn status(json: bool, status: &Status, now: u64) {
     println!("store: {}", status.state_dir.display());
     match &status.service {
         None => println!("service: never ran"),
-        Some(s) if s.state != "running" => println!("service: {}", s.state),
+        Some(s) if s.state != Liveness::Running => println!("service: {}", s.state.words()),
         Some(s) => {
-            let link = match (s.link.as_str(), s.link_at) {
-                ("connected", Some(at)) => {
+            let link = match (s.link, s.link_at) {
+                (LinkStatus::Connected, Some(at)) => {
                     format!("connected since {} ago", age(now.saturating_sub(at)))
                 }
-                ("retrying", Some(at)) => {
+                (LinkStatus::Retrying, Some(at)) => {
                     format!("retrying in {}", age(at.saturating_sub(now)))
                 }
                 (other, _) => other.to_string(),
@@ -343,8 +401,8 @@ fn watch(w: &WatchState, now: u64) {
         .as_ref()
         .map(|d| format!(" ({d})"))
         .unwrap_or_default();
-    match w.state.as_str() {
-        "off" => println!("watch: off{detail}; drift is found by the timer alone"),
+    match w.state {
+        WatchMode::Off => println!("watch: off{detail}; drift is found by the timer alone"),
         state => println!("watch: {state}, {} directories{detail}", w.directories),
     }
     if let Some(at) = w.last_overflow {

@@ -1,10 +1,12 @@
 //! The link's messages as they are on the wire (documented in docs/protocol.md). Only this file
 //! knows their JSON shape; unknown fields are ignored so either side can grow.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 use crate::pacnew::Pacnew;
-use crate::store::{Failing, ResourceResult};
+use crate::store::{Failing, ResourceResult, RunOutcome, Triggers};
 
 /// Protocol version spoken by this host.
 pub const PROTOCOL: u32 = 1;
@@ -59,18 +61,17 @@ pub struct ReconnectPolicy {
     pub cap_ms: u64,
 }
 
-/// One run (or one refused declaration), as the control plane receives it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+/// One run (or one refused declaration), as the control plane receives it; made from the run
+/// record (`commands::converge`), its own type so the wire does not follow the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// Increasing per host; acknowledged by `ack`.
     pub id: u64,
     pub revision: Option<u64>,
     pub digest: Option<String>,
     /// What caused the run: `start`, `declaration`, `timer`, `reconnect`, `signal`, `apply`, ...
-    pub trigger: Vec<String>,
-    /// `converged`, `failed`, `interrupted`, `error`, `ignored` (stale revision), `rejected`
-    /// (invalid), `contested` (a resource another process keeps changing back).
-    pub outcome: String,
+    pub trigger: Triggers,
+    pub outcome: ReportOutcome,
     pub started: u64,
     pub ended: u64,
     pub changes: Vec<ResourceResult>,
@@ -89,6 +90,47 @@ pub struct Report {
     /// Owned files with a `.pacnew` or `.pacsave` beside them after the run, with the diff size.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pacnew: Vec<Pacnew>,
+}
+
+/// How a reported run ended, or why a declaration did not lead to one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportOutcome {
+    Converged,
+    Failed,
+    Interrupted,
+    Error,
+    /// A declaration with a revision older than the one in force.
+    Ignored,
+    /// An invalid declaration, or one its signatures do not allow.
+    Rejected,
+    /// A resource another process keeps changing back.
+    Contested,
+}
+
+impl From<RunOutcome> for ReportOutcome {
+    fn from(outcome: RunOutcome) -> ReportOutcome {
+        match outcome {
+            RunOutcome::Converged => ReportOutcome::Converged,
+            RunOutcome::Failed => ReportOutcome::Failed,
+            RunOutcome::Interrupted => ReportOutcome::Interrupted,
+            RunOutcome::Error => ReportOutcome::Error,
+        }
+    }
+}
+
+impl fmt::Display for ReportOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            ReportOutcome::Converged => "converged",
+            ReportOutcome::Failed => "failed",
+            ReportOutcome::Interrupted => "interrupted",
+            ReportOutcome::Error => "error",
+            ReportOutcome::Ignored => "ignored",
+            ReportOutcome::Rejected => "rejected",
+            ReportOutcome::Contested => "contested",
+        })
+    }
 }
 
 /// The largest report the host sends: a control plane must accept frames of at least this size
@@ -190,7 +232,7 @@ mod tests {
         let result = ResourceResult {
             kind: "files".into(),
             key: "/etc/some/long/path/of/a/file.conf".into(),
-            action: "update".into(),
+            action: crate::store::ResultAction::Update,
             detail: "content (1000 -> 2000 bytes)".into(),
         };
         let mut report: Report = serde_json::from_value(serde_json::json!({

@@ -34,7 +34,9 @@ pub fn reload(host: &Host, pid: Option<u32>) -> Result<i32, Fatal> {
         .transpose()?
         .flatten();
     match state {
-        Some(state) if state.state == "running" && state.pid != 0 => signal_reload(state.pid),
+        Some(state) if state.state == crate::store::ServicePhase::Running && state.pid != 0 => {
+            signal_reload(state.pid)
+        }
         _ => Err(Fatal::Error(
             "reload: the store names no running service; nothing was signalled".into(),
         )),
