@@ -443,3 +443,210 @@ fn failing_words(f: &Failing, now: u64) -> String {
         f.last_error
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::Action;
+    use crate::store::{Origin, ResultAction, RunOutcome, Trigger, Triggers};
+
+    /// The JSON `--json` prints, compact: the same keys, sorted, and the same values.
+    fn json(output: &impl Serialize) -> String {
+        serde_json::to_value(output).unwrap().to_string()
+    }
+
+    fn result(action: ResultAction) -> ResourceResult {
+        ResourceResult {
+            kind: "files".into(),
+            key: "/etc/x".into(),
+            action,
+            detail: "d".into(),
+        }
+    }
+
+    #[test]
+    fn check_keeps_its_json_shape() {
+        let checked = Checked {
+            file: Path::new("d.json"),
+            valid: true,
+            revision: Some(2),
+            digest: "ab",
+            resources: 3,
+            signed: true,
+            signatures: vec![SignatureLine {
+                key: "ed25519:k".into(),
+                state: "valid",
+            }],
+            signatures_accepted: false,
+            refusal: Some("no trusted key".into()),
+            expires: None,
+        };
+        assert_eq!(
+            json(&checked),
+            concat!(
+                r#"{"digest":"ab","expires":null,"refusal":"no trusted key","resources":3,"#,
+                r#""revision":2,"signatures":[{"key":"ed25519:k","state":"valid"}],"#,
+                r#""signatures_accepted":false,"signed":true,"valid":true}"#
+            )
+        );
+    }
+
+    #[test]
+    fn a_run_keeps_its_json_shape_with_and_without_the_commands() {
+        let changes = [Planned {
+            kind: "files".into(),
+            key: "/etc/x".into(),
+            symbol: '+',
+            action: Action::Create,
+            details: vec!["content".into(), "mode 0644".into()],
+        }];
+        let failures = [result(ResultAction::Plan)];
+        let deferred = [result(ResultAction::Remove)];
+        let adopted = [result(ResultAction::Adopt)];
+        let pacnew = [Pacnew {
+            path: "/etc/x".into(),
+            suffix: "pacsave".into(),
+            added: 0,
+            removed: 1,
+        }];
+        let traced = ["pacman -Q".to_string()];
+        let mut run = RunOutput {
+            changes: &changes,
+            failures: &failures,
+            deferred: &deferred,
+            adopted: &adopted,
+            in_sync: 4,
+            pacnew: &pacnew,
+            command_count: 1,
+            commands: None,
+            planning: true,
+            notes: &[],
+        };
+        let r = r#"{"action":"ACTION","detail":"d","key":"/etc/x","kind":"files"}"#;
+        let expected = [
+            &format!(r#"{{"adopted":[{}],"#, r.replace("ACTION", "adopt")),
+            r#""changes":[{"action":"create","details":["content","mode 0644"],"#,
+            r#""key":"/etc/x","kind":"files","symbol":"+"}],"command_count":1,COMMANDS"#,
+            &format!(r#""deferred":[{}],"#, r.replace("ACTION", "remove")),
+            &format!(
+                r#""failures":[{}],"in_sync":4,"#,
+                r.replace("ACTION", "plan")
+            ),
+            r#""pacnew":[{"added":0,"path":"/etc/x","removed":1,"suffix":"pacsave"}]}"#,
+        ]
+        .concat();
+        assert_eq!(json(&run), expected.replace("COMMANDS", ""));
+        run.commands = Some(&traced);
+        assert_eq!(
+            json(&run),
+            expected.replace("COMMANDS", r#""commands":["pacman -Q"],"#)
+        );
+    }
+
+    #[test]
+    fn owned_keeps_its_json_shape() {
+        let rows = [OwnedRow {
+            kind: "files".into(),
+            key: "/etc/x".into(),
+            origin: Origin::Adopted,
+            state: "drifted".into(),
+            detail: "content".into(),
+            failing: None,
+            pacnew: Vec::new(),
+        }];
+        assert_eq!(
+            json(&Owned { owned: &rows }),
+            concat!(
+                r#"{"owned":[{"detail":"content","key":"/etc/x","kind":"files","#,
+                r#""origin":"adopted","state":"drifted"}]}"#
+            )
+        );
+    }
+
+    fn service(state: ServicePhase) -> ServiceState {
+        ServiceState {
+            pid: 42,
+            started: 1,
+            link: LinkStatus::Retrying,
+            link_at: Some(9),
+            last_error: Some("refused".into()),
+            next_timer: 7,
+            state,
+            watch: Some(WatchState {
+                state: WatchMode::Partial,
+                detail: Some("on the timer only: packages".into()),
+                directories: 3,
+                overflows: 0,
+                last_overflow: None,
+                contested: Vec::new(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_service_that_said_running_and_is_gone_did_not_stop_cleanly() {
+        let judged = |phase, alive| ServiceStatus::new(service(phase), |_| alive).state;
+        assert_eq!(judged(ServicePhase::Running, true), Liveness::Running);
+        assert_eq!(judged(ServicePhase::Running, false), Liveness::Died);
+        assert_eq!(judged(ServicePhase::Stopped, false), Liveness::Stopped);
+    }
+
+    #[test]
+    fn status_keeps_its_json_shape() {
+        let in_force = InForceHead {
+            source: Source::Local {
+                path: "/root/d.json".into(),
+            },
+            revision: None,
+            digest: "ab".into(),
+            since: 2,
+            control_plane_revision: Some(5),
+            signed_by: vec!["ed25519:k".into()],
+            expires: Some(3),
+        };
+        let run = RunRecord {
+            trigger: Triggers::from_iter([Trigger::Start, Trigger::Timer]),
+            started: 1,
+            ended: 2,
+            outcome: RunOutcome::Failed,
+            revision: None,
+            digest: None,
+            changes: Vec::new(),
+            failures: vec![result(ResultAction::Observe)],
+            deferred: Vec::new(),
+            in_sync: 0,
+            commands: 1,
+            retries: 0,
+            notes: Vec::new(),
+            omitted: 0,
+        };
+        let status = Status {
+            state_dir: Path::new("/var/lib/mesh-host"),
+            in_force: Some(InForceStatus::new(in_force, |_| true, 4)),
+            service: Some(ServiceStatus::new(service(ServicePhase::Running), |_| {
+                false
+            })),
+            runs: vec![run],
+            failing: Vec::new(),
+            pacnew: Vec::new(),
+        };
+        assert_eq!(
+            json(&status),
+            [
+                r#"{"failing":[],"in_force":{"control_plane_revision":5,"digest":"ab","#,
+                r#""expired":true,"expires":3,"revision":null,"signed_by":[{"key":"ed25519:k","#,
+                r#""trusted":true}],"since":2,"source":{"kind":"local","path":"/root/d.json"}},"#,
+                r#""pacnew":[],"runs":[{"changes":[],"commands":1,"deferred":[],"digest":null,"#,
+                r#""ended":2,"failures":[{"action":"observe","detail":"d","key":"/etc/x","#,
+                r#""kind":"files"}],"in_sync":0,"outcome":"failed","revision":null,"started":1,"#,
+                r#""trigger":"start, timer"}],"service":{"last_error":"refused","link":"retrying","#,
+                r#""link_at":9,"next_timer":7,"pid":42,"started":1,"#,
+                r#""state":"not running (it did not stop cleanly)","#,
+                r#""watch":{"contested":[],"detail":"on the timer only: packages","#,
+                r#""directories":3,"overflows":0,"state":"partial"}},"#,
+                r#""state_dir":"/var/lib/mesh-host"}"#,
+            ]
+            .concat()
+        );
+    }
+}

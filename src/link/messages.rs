@@ -225,14 +225,14 @@ pub fn abridge_text(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::ResourceResult;
+    use crate::store::{ResourceResult, ResultAction, Trigger};
 
     /// Built from JSON, so the test holds whatever optional fields reports grow.
     fn report(entries: usize, message: String) -> Report {
         let result = ResourceResult {
             kind: "files".into(),
             key: "/etc/some/long/path/of/a/file.conf".into(),
-            action: crate::store::ResultAction::Update,
+            action: ResultAction::Update,
             detail: "content (1000 -> 2000 bytes)".into(),
         };
         let mut report: Report = serde_json::from_value(serde_json::json!({
@@ -269,6 +269,86 @@ mod tests {
         let before = small.clone();
         small.abridge();
         assert_eq!(small, before, "a report under the limit is untouched");
+    }
+
+    /// The control plane reads this shape (docs/protocol.md): field names, order, the trigger
+    /// as a list, the words of outcome and action.
+    #[test]
+    fn a_report_keeps_its_json_shape() {
+        let result = |action| ResourceResult {
+            kind: "files".into(),
+            key: "/etc/x".into(),
+            action,
+            detail: "content".into(),
+        };
+        let report = Report {
+            id: 3,
+            revision: Some(4),
+            digest: Some("ab".into()),
+            trigger: [Trigger::Start, Trigger::Signal].into_iter().collect(),
+            outcome: RunOutcome::Failed.into(),
+            started: 5,
+            ended: 6,
+            changes: vec![result(ResultAction::Create)],
+            failures: vec![result(ResultAction::Observe)],
+            deferred: vec![result(ResultAction::Remove)],
+            drift: vec![result(ResultAction::Update)],
+            message: "expired".into(),
+            failing: vec![Failing {
+                kind: "files".into(),
+                key: "/etc/x".into(),
+                first_seen: 1,
+                last_seen: 6,
+                runs: 2,
+                last_error: "observe failed: no".into(),
+            }],
+            pacnew: vec![Pacnew {
+                path: "/etc/x".into(),
+                suffix: "pacnew".into(),
+                added: 1,
+                removed: 2,
+            }],
+        };
+        let r = r#"{"kind":"files","key":"/etc/x","action":"ACTION","detail":"content"}"#;
+        let expected = [
+            r#"{"id":3,"revision":4,"digest":"ab","trigger":["start","signal"],"#,
+            r#""outcome":"failed","started":5,"ended":6,"#,
+            &format!(r#""changes":[{}],"#, r.replace("ACTION", "create")),
+            &format!(r#""failures":[{}],"#, r.replace("ACTION", "observe")),
+            &format!(r#""deferred":[{}],"#, r.replace("ACTION", "remove")),
+            &format!(r#""drift":[{}],"#, r.replace("ACTION", "update")),
+            r#""message":"expired","failing":[{"kind":"files","key":"/etc/x","first_seen":1,"#,
+            r#""last_seen":6,"runs":2,"last_error":"observe failed: no"}],"#,
+            r#""pacnew":[{"path":"/etc/x","suffix":"pacnew","added":1,"removed":2}]}"#,
+        ]
+        .concat();
+        assert_eq!(serde_json::to_string(&report).unwrap(), expected);
+        assert_eq!(serde_json::from_str::<Report>(&expected).unwrap(), report);
+        // Every outcome a report can carry, by its word.
+        let words: Vec<String> = [
+            ReportOutcome::Converged,
+            ReportOutcome::Failed,
+            ReportOutcome::Interrupted,
+            ReportOutcome::Error,
+            ReportOutcome::Ignored,
+            ReportOutcome::Rejected,
+            ReportOutcome::Contested,
+        ]
+        .iter()
+        .map(|o| serde_json::to_string(o).unwrap() + " " + &o.to_string())
+        .collect();
+        assert_eq!(
+            words,
+            [
+                r#""converged" converged"#,
+                r#""failed" failed"#,
+                r#""interrupted" interrupted"#,
+                r#""error" error"#,
+                r#""ignored" ignored"#,
+                r#""rejected" rejected"#,
+                r#""contested" contested"#,
+            ]
+        );
     }
 
     #[test]
