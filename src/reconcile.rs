@@ -22,8 +22,9 @@ pub enum Mode {
     Apply,
 }
 
-/// What a run did or (in plan mode) would do.
-#[derive(Debug, Default, Serialize)]
+/// What a run did or (in plan mode) would do: the reconciler's own record, never serialized
+/// (the run record, the wire report and the commands' output are made from it).
+#[derive(Debug, Default)]
 pub struct Report {
     pub changes: Vec<Planned>,
     pub failures: Vec<ResourceResult>,
@@ -34,12 +35,10 @@ pub struct Report {
     /// The host was being stopped: kinds after the one being applied were left for the next run.
     pub interrupted: bool,
     /// The kinds this run went through: their resources not among `failures` have converged.
-    #[serde(skip)]
     pub checked: Vec<&'static str>,
     /// Owned files with a `.pacnew` or `.pacsave` beside them, looked for after the run.
     pub pacnew: Vec<Pacnew>,
     /// `in_sync` by kind, for the metrics.
-    #[serde(skip)]
     pub in_sync_by_kind: BTreeMap<&'static str, usize>,
 }
 

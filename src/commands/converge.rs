@@ -238,15 +238,14 @@ impl Host {
     /// Counts a run in the store's statistics, then writes the metrics. Neither is worth failing
     /// a run that happened for: a problem is logged.
     fn note_run(&self, store: &Store, record: &RunRecord, report: Option<&Report>) {
-        let trigger = record.trigger.first().map_or("", Trigger::name);
         let run = LastRun {
             started: record.started,
             ended: record.ended,
-            outcome: record.outcome.name().to_string(),
+            outcome: record.outcome,
         };
         let counted = store.stats().and_then(|mut stats| {
             stats.record(
-                trigger,
+                record.trigger.first(),
                 run,
                 report.map(resource_states).unwrap_or_default(),
                 report.map(|r| r.pacnew.clone()),

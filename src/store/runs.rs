@@ -130,6 +130,7 @@ mod joined {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Triggers, D::Error> {
         let text = String::deserialize(d)?;
         text.split(", ")
+            .filter(|name| !name.is_empty())
             .map(|name| {
                 Trigger::from_name(name)
                     .ok_or_else(|| D::Error::custom(format!("unknown trigger `{name}`")))
