@@ -166,6 +166,18 @@ impl Host {
         PublicKey::parse(key).is_ok_and(|k| self.trusted_keys().contains(&k))
     }
 
+    /// Prints what a converging run did; its exit code.
+    fn print_converged(&self, result: &RunResult) -> i32 {
+        self.print_run(
+            &result.report,
+            result.record.commands,
+            &result.traced,
+            false,
+            &result.record.notes,
+        );
+        result.exit_code()
+    }
+
     /// Prints what a run did or, planning, would do.
     fn print_run(
         &self,
@@ -308,16 +320,7 @@ impl Host {
             self.args.wait,
             &never,
         )? {
-            Some(result) => {
-                self.print_run(
-                    &result.report,
-                    result.record.commands,
-                    &result.traced,
-                    false,
-                    &result.record.notes,
-                );
-                Ok(result.exit_code())
-            }
+            Some(result) => Ok(self.print_converged(&result)),
             None => Err(Fatal::Error("the declaration was not put in force".into())),
         }
     }
@@ -335,16 +338,7 @@ impl Host {
             self.args.wait,
             &never,
         )? {
-            Some(result) => {
-                self.print_run(
-                    &result.report,
-                    result.record.commands,
-                    &result.traced,
-                    false,
-                    &result.record.notes,
-                );
-                Ok(result.exit_code())
-            }
+            Some(result) => Ok(self.print_converged(&result)),
             None => Err(Fatal::Invalid(format!(
                 "store {}: no declaration in force",
                 self.config.state_dir.display()
