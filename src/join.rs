@@ -510,7 +510,10 @@ fn hostname() -> String {
 fn signal_service(state_dir: &Path) -> Option<u32> {
     let store = Store::open(state_dir, false).ok().flatten()?;
     let state = store.service_state().ok().flatten()?;
-    if state.state != "running" || state.pid == 0 || !is_mesh_host(state.pid) {
+    if state.state != crate::store::ServicePhase::Running
+        || state.pid == 0
+        || !crate::process::is_mesh_host(state.pid)
+    {
         return None;
     }
     let pid = libc::pid_t::try_from(state.pid).ok()?;
@@ -522,23 +525,5 @@ fn signal_service(state_dir: &Path) -> Option<u32> {
             io::Error::last_os_error()
         );
         None
-    }
-}
-
-/// Whether process `pid` runs a program of the same name as this one (after an upgrade its
-/// executable reads "mesh-host (deleted)").
-pub(crate) fn is_mesh_host(pid: u32) -> bool {
-    let name = |link: &str| {
-        std::fs::read_link(link).ok().and_then(|p| {
-            p.file_name().map(|n| {
-                n.to_string_lossy()
-                    .trim_end_matches(" (deleted)")
-                    .to_string()
-            })
-        })
-    };
-    match (name(&format!("/proc/{pid}/exe")), name("/proc/self/exe")) {
-        (Some(theirs), Some(ours)) => theirs == ours,
-        _ => false,
     }
 }

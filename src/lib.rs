@@ -21,6 +21,7 @@ mod link;
 mod lockfile;
 mod metrics;
 mod pacnew;
+mod process;
 mod reconcile;
 mod selfref;
 mod service;

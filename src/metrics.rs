@@ -8,10 +8,15 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::fsutil::Dir;
-use crate::store::{Failing, RunStats};
+use crate::store::{Failing, RunOutcome, RunStats};
 
 /// The run outcomes `mesh_host_last_run_outcome` lists, each 1 or 0.
-const OUTCOMES: [&str; 4] = ["converged", "failed", "interrupted", "error"];
+const OUTCOMES: [RunOutcome; 4] = [
+    RunOutcome::Converged,
+    RunOutcome::Failed,
+    RunOutcome::Interrupted,
+    RunOutcome::Error,
+];
 /// The states `mesh_host_resources` lists for every kind, zeros included.
 pub const STATES: [&str; 5] = ["in_sync", "drifted", "failed", "missing", "deferred"];
 const SOURCES: [&str; 2] = ["control_plane", "local"];
@@ -87,7 +92,7 @@ pub fn render(s: &Snapshot) -> String {
         let is = last.is_some_and(|r| r.outcome == outcome);
         out.sample(
             "mesh_host_last_run_outcome",
-            &[("outcome", outcome)],
+            &[("outcome", outcome.name())],
             u64::from(is),
         );
     }
@@ -276,11 +281,11 @@ mod tests {
     fn renders_every_series_with_its_help_and_type() {
         let mut stats = RunStats::default();
         stats.record(
-            "timer",
+            Some(crate::store::Trigger::Timer),
             LastRun {
                 started: 100,
                 ended: 103,
-                outcome: "failed".into(),
+                outcome: RunOutcome::Failed,
             },
             count_states([
                 ("files", "failed"),

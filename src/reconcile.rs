@@ -13,7 +13,7 @@ use crate::kinds::{
     RunContext, Step, Visit,
 };
 use crate::pacnew::{self, Pacnew};
-use crate::store::{Failing, Ledger, Origin, ResourceResult, Store, StoreError};
+use crate::store::{Failing, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -22,8 +22,9 @@ pub enum Mode {
     Apply,
 }
 
-/// What a run did or (in plan mode) would do.
-#[derive(Debug, Default, Serialize)]
+/// What a run did or (in plan mode) would do: the reconciler's own record, never serialized
+/// (the run record, the wire report and the commands' output are made from it).
+#[derive(Debug, Default)]
 pub struct Report {
     pub changes: Vec<Planned>,
     pub failures: Vec<ResourceResult>,
@@ -34,23 +35,27 @@ pub struct Report {
     /// The host was being stopped: kinds after the one being applied were left for the next run.
     pub interrupted: bool,
     /// The kinds this run went through: their resources not among `failures` have converged.
-    #[serde(skip)]
     pub checked: Vec<&'static str>,
     /// Owned files with a `.pacnew` or `.pacsave` beside them, looked for after the run.
     pub pacnew: Vec<Pacnew>,
     /// `in_sync` by kind, for the metrics.
-    #[serde(skip)]
     pub in_sync_by_kind: BTreeMap<&'static str, usize>,
 }
 
+/// One change a run made or (planning) would make.
 #[derive(Debug, Clone, Serialize)]
 pub struct Planned {
     pub kind: String,
     pub key: String,
-    /// `+`, `~` or `-`.
+    /// `+`, `~` or `-`: the action's sign, kept for the JSON of `plan` and `apply`.
     pub symbol: char,
-    pub action: String,
+    #[serde(serialize_with = "action_word")]
+    pub action: Action,
     pub details: Vec<String>,
+}
+
+fn action_word<S: serde::Serializer>(action: &Action, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(action.word())
 }
 
 impl Planned {
@@ -58,17 +63,32 @@ impl Planned {
         ResourceResult {
             kind: self.kind.clone(),
             key: self.key.clone(),
-            action: self.action.clone(),
+            action: self.action.into(),
             detail: self.details.join(", "),
         }
     }
 }
 
-fn result(kind: &str, key: &str, action: &str, detail: impl Into<String>) -> ResourceResult {
+impl From<Action> for ResultAction {
+    fn from(action: Action) -> ResultAction {
+        match action {
+            Action::Create => ResultAction::Create,
+            Action::Update => ResultAction::Update,
+            Action::Remove => ResultAction::Remove,
+        }
+    }
+}
+
+fn result(
+    kind: &str,
+    key: &str,
+    action: ResultAction,
+    detail: impl Into<String>,
+) -> ResourceResult {
     ResourceResult {
         kind: kind.to_string(),
         key: key.to_string(),
-        action: action.to_string(),
+        action,
         detail: detail.into(),
     }
 }
@@ -213,7 +233,7 @@ fn converge<K: Kind>(
             for key in &keys {
                 report
                     .failures
-                    .push(result(K::NAME, key, "observe", e.clone()));
+                    .push(result(K::NAME, key, ResultAction::Observe, e.clone()));
             }
             return Ok(());
         }
@@ -226,7 +246,7 @@ fn converge<K: Kind>(
             Some(Err(e)) => {
                 report
                     .failures
-                    .push(result(K::NAME, key, "observe", e.clone()));
+                    .push(result(K::NAME, key, ResultAction::Observe, e.clone()));
                 continue;
             }
             Some(Ok(observed)) => Some(observed),
@@ -247,9 +267,12 @@ fn converge<K: Kind>(
                 }
             }
             Step::Adopt { mut intent, backup } => {
-                report
-                    .adopted
-                    .push(result(K::NAME, key, "adopt", "already as declared"));
+                report.adopted.push(result(
+                    K::NAME,
+                    key,
+                    ResultAction::Adopt,
+                    "already as declared",
+                ));
                 if mode == Mode::Apply {
                     if let (Some(bytes), Some(store)) = (&backup, env.store) {
                         store.save_backup(&backup_key(K::NAME, key), bytes)?;
@@ -260,8 +283,12 @@ fn converge<K: Kind>(
                 }
             }
             Step::Change(change) => changes.push(change),
-            Step::Fail(e) => report.failures.push(result(K::NAME, key, "plan", e)),
-            Step::Skip(e) => report.failures.push(result(K::NAME, key, "skipped", e)),
+            Step::Fail(e) => report
+                .failures
+                .push(result(K::NAME, key, ResultAction::Plan, e)),
+            Step::Skip(e) => report
+                .failures
+                .push(result(K::NAME, key, ResultAction::Skipped, e)),
         }
     }
     let planned: Vec<Planned> = changes
@@ -270,7 +297,7 @@ fn converge<K: Kind>(
             kind: K::NAME.to_string(),
             key: c.key.clone(),
             symbol: c.action.symbol(),
-            action: c.action.word().to_string(),
+            action: c.action,
             details: c.details.clone(),
         })
         .collect();
@@ -316,13 +343,13 @@ fn converge<K: Kind>(
             Outcome::Deferred(why) => report.deferred.push(result(
                 K::NAME,
                 &change.key,
-                change.action.word(),
+                change.action.into(),
                 why.clone(),
             )),
             Outcome::Failed(e) => report.failures.push(result(
                 K::NAME,
                 &change.key,
-                change.action.word(),
+                change.action.into(),
                 e.clone(),
             )),
         }

@@ -1,10 +1,12 @@
 //! The link's messages as they are on the wire (documented in docs/protocol.md). Only this file
 //! knows their JSON shape; unknown fields are ignored so either side can grow.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 use crate::pacnew::Pacnew;
-use crate::store::{Failing, ResourceResult};
+use crate::store::{Failing, ResourceResult, RunOutcome, Triggers};
 
 /// Protocol version spoken by this host.
 pub const PROTOCOL: u32 = 1;
@@ -59,18 +61,17 @@ pub struct ReconnectPolicy {
     pub cap_ms: u64,
 }
 
-/// One run (or one refused declaration), as the control plane receives it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+/// One run (or one refused declaration), as the control plane receives it; made from the run
+/// record (`commands::converge`), its own type so the wire does not follow the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// Increasing per host; acknowledged by `ack`.
     pub id: u64,
     pub revision: Option<u64>,
     pub digest: Option<String>,
     /// What caused the run: `start`, `declaration`, `timer`, `reconnect`, `signal`, `apply`, ...
-    pub trigger: Vec<String>,
-    /// `converged`, `failed`, `interrupted`, `error`, `ignored` (stale revision), `rejected`
-    /// (invalid), `contested` (a resource another process keeps changing back).
-    pub outcome: String,
+    pub trigger: Triggers,
+    pub outcome: ReportOutcome,
     pub started: u64,
     pub ended: u64,
     pub changes: Vec<ResourceResult>,
@@ -89,6 +90,47 @@ pub struct Report {
     /// Owned files with a `.pacnew` or `.pacsave` beside them after the run, with the diff size.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pacnew: Vec<Pacnew>,
+}
+
+/// How a reported run ended, or why a declaration did not lead to one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportOutcome {
+    Converged,
+    Failed,
+    Interrupted,
+    Error,
+    /// A declaration with a revision older than the one in force.
+    Ignored,
+    /// An invalid declaration, or one its signatures do not allow.
+    Rejected,
+    /// A resource another process keeps changing back.
+    Contested,
+}
+
+impl From<RunOutcome> for ReportOutcome {
+    fn from(outcome: RunOutcome) -> ReportOutcome {
+        match outcome {
+            RunOutcome::Converged => ReportOutcome::Converged,
+            RunOutcome::Failed => ReportOutcome::Failed,
+            RunOutcome::Interrupted => ReportOutcome::Interrupted,
+            RunOutcome::Error => ReportOutcome::Error,
+        }
+    }
+}
+
+impl fmt::Display for ReportOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            ReportOutcome::Converged => "converged",
+            ReportOutcome::Failed => "failed",
+            ReportOutcome::Interrupted => "interrupted",
+            ReportOutcome::Error => "error",
+            ReportOutcome::Ignored => "ignored",
+            ReportOutcome::Rejected => "rejected",
+            ReportOutcome::Contested => "contested",
+        })
+    }
 }
 
 /// The largest report the host sends: a control plane must accept frames of at least this size
@@ -183,14 +225,14 @@ pub fn abridge_text(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::ResourceResult;
+    use crate::store::{ResourceResult, ResultAction, Trigger};
 
     /// Built from JSON, so the test holds whatever optional fields reports grow.
     fn report(entries: usize, message: String) -> Report {
         let result = ResourceResult {
             kind: "files".into(),
             key: "/etc/some/long/path/of/a/file.conf".into(),
-            action: "update".into(),
+            action: ResultAction::Update,
             detail: "content (1000 -> 2000 bytes)".into(),
         };
         let mut report: Report = serde_json::from_value(serde_json::json!({
@@ -227,6 +269,86 @@ mod tests {
         let before = small.clone();
         small.abridge();
         assert_eq!(small, before, "a report under the limit is untouched");
+    }
+
+    /// The control plane reads this shape (docs/protocol.md): field names, order, the trigger
+    /// as a list, the words of outcome and action.
+    #[test]
+    fn a_report_keeps_its_json_shape() {
+        let result = |action| ResourceResult {
+            kind: "files".into(),
+            key: "/etc/x".into(),
+            action,
+            detail: "content".into(),
+        };
+        let report = Report {
+            id: 3,
+            revision: Some(4),
+            digest: Some("ab".into()),
+            trigger: [Trigger::Start, Trigger::Signal].into_iter().collect(),
+            outcome: RunOutcome::Failed.into(),
+            started: 5,
+            ended: 6,
+            changes: vec![result(ResultAction::Create)],
+            failures: vec![result(ResultAction::Observe)],
+            deferred: vec![result(ResultAction::Remove)],
+            drift: vec![result(ResultAction::Update)],
+            message: "expired".into(),
+            failing: vec![Failing {
+                kind: "files".into(),
+                key: "/etc/x".into(),
+                first_seen: 1,
+                last_seen: 6,
+                runs: 2,
+                last_error: "observe failed: no".into(),
+            }],
+            pacnew: vec![Pacnew {
+                path: "/etc/x".into(),
+                suffix: "pacnew".into(),
+                added: 1,
+                removed: 2,
+            }],
+        };
+        let r = r#"{"kind":"files","key":"/etc/x","action":"ACTION","detail":"content"}"#;
+        let expected = [
+            r#"{"id":3,"revision":4,"digest":"ab","trigger":["start","signal"],"#,
+            r#""outcome":"failed","started":5,"ended":6,"#,
+            &format!(r#""changes":[{}],"#, r.replace("ACTION", "create")),
+            &format!(r#""failures":[{}],"#, r.replace("ACTION", "observe")),
+            &format!(r#""deferred":[{}],"#, r.replace("ACTION", "remove")),
+            &format!(r#""drift":[{}],"#, r.replace("ACTION", "update")),
+            r#""message":"expired","failing":[{"kind":"files","key":"/etc/x","first_seen":1,"#,
+            r#""last_seen":6,"runs":2,"last_error":"observe failed: no"}],"#,
+            r#""pacnew":[{"path":"/etc/x","suffix":"pacnew","added":1,"removed":2}]}"#,
+        ]
+        .concat();
+        assert_eq!(serde_json::to_string(&report).unwrap(), expected);
+        assert_eq!(serde_json::from_str::<Report>(&expected).unwrap(), report);
+        // Every outcome a report can carry, by its word.
+        let words: Vec<String> = [
+            ReportOutcome::Converged,
+            ReportOutcome::Failed,
+            ReportOutcome::Interrupted,
+            ReportOutcome::Error,
+            ReportOutcome::Ignored,
+            ReportOutcome::Rejected,
+            ReportOutcome::Contested,
+        ]
+        .iter()
+        .map(|o| serde_json::to_string(o).unwrap() + " " + &o.to_string())
+        .collect();
+        assert_eq!(
+            words,
+            [
+                r#""converged" converged"#,
+                r#""failed" failed"#,
+                r#""interrupted" interrupted"#,
+                r#""error" error"#,
+                r#""ignored" ignored"#,
+                r#""rejected" rejected"#,
+                r#""contested" contested"#,
+            ]
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ pub mod messages;
 use std::collections::VecDeque;
 use std::fmt;
 
-pub use messages::{Message, ReconnectPolicy, Report};
+pub use messages::{Message, ReconnectPolicy, Report, ReportOutcome};
 
 /// What the link tells the host.
 #[derive(Debug, PartialEq)]
@@ -430,8 +430,8 @@ mod tests {
             id: 1,
             revision: Some(4),
             digest: None,
-            trigger: vec!["declaration".into()],
-            outcome: "converged".into(),
+            trigger: crate::store::Triggers::one(crate::store::Trigger::Declaration),
+            outcome: ReportOutcome::Converged,
             started: 1,
             ended: 2,
             changes: vec![],

@@ -23,12 +23,15 @@ use mio::{Events, Poll, Token};
 
 use crate::commands::{Fatal, Host, EXIT_OK};
 use crate::envelope;
-use crate::link::{messages, Event, Link, Message, Report};
+use crate::link::{messages, Event, Link, Message, Report, ReportOutcome};
 use crate::reconcile::Scope;
-use crate::store::{self, InForce, ServiceState, Source, Store};
+use crate::store::{
+    self, InForce, LinkStatus, RunOutcome, ServicePhase, ServiceState, Source, Store, Trigger,
+    Triggers,
+};
 use backoff::Backoff;
 use connection::Connection;
-use schedule::{Schedule, Trigger};
+use schedule::Schedule;
 
 pub use reload::{reload, signal_reload};
 
@@ -52,6 +55,18 @@ enum LinkState {
     Retrying {
         at: u64,
     },
+}
+
+impl LinkState {
+    /// What `status` and `STATUS=` call it.
+    fn status(&self) -> LinkStatus {
+        match self {
+            LinkState::None => LinkStatus::None,
+            LinkState::Connecting { .. } => LinkStatus::Connecting,
+            LinkState::Up { .. } => LinkStatus::Connected,
+            LinkState::Retrying { .. } => LinkStatus::Retrying,
+        }
+    }
 }
 
 struct Service<'h> {
@@ -195,7 +210,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
     service.publish_status(now);
     if let Ok(store) = service.host.store() {
         if let Some(mut state) = service.status.borrow().clone() {
-            state.state = "stopped".into();
+            state.state = ServicePhase::Stopped;
             let _ = store.set_service_state(&state);
             service.host.write_metrics(&store, Some(false));
         }
@@ -336,13 +351,12 @@ impl Service<'_> {
         }
     }
 
-    fn reconcile(&mut self, triggers: &[Trigger]) {
-        let names: Vec<&str> = triggers.iter().map(|t| t.name()).collect();
-        self.notify_status(&format!("reconciling ({})", names.join(", ")));
-        log::info!("reconciling ({})", names.join(", "));
+    fn reconcile(&mut self, triggers: &Triggers) {
+        self.notify_status(&format!("reconciling ({triggers})"));
+        log::info!("reconciling ({triggers})");
         // Any other trigger makes it a full run, which covers whatever the watcher had pending.
-        let scope = match (triggers, self.watch_scope.take()) {
-            ([Trigger::Watch], Some(scope)) => scope,
+        let scope = match self.watch_scope.take() {
+            Some(scope) if *triggers == Triggers::one(Trigger::Watch) => scope,
             _ => {
                 self.watcher.watch.covered();
                 Scope::All
@@ -355,7 +369,7 @@ impl Service<'_> {
             [&self.stopping, &self.reload, &self.signal_run],
         );
         let beat = || pulse.beat();
-        let converged = self.host.converge_in_force(&names, &scope, true, &beat);
+        let converged = self.host.converge_in_force(triggers, &scope, true, &beat);
         if let Some(e) = pulse.link_error() {
             self.drop_link(sys::now_ms(), e, true);
         }
@@ -393,15 +407,15 @@ impl Service<'_> {
                 // Each failure itself is logged by the failure history (at err when it starts
                 // and hourly while it repeats), not every run.
                 let (changed, failed) = (result.report.changes.len(), result.report.failures.len());
-                let outcome = &result.record.outcome;
+                let outcome = result.record.outcome;
                 let summary = format!("run {outcome}: {changed} changed, {failed} failed");
-                if failed == 0 && outcome != "interrupted" {
+                if failed == 0 && outcome != RunOutcome::Interrupted {
                     log::info!("{summary}");
                 } else {
                     log::warn!("{summary}");
                 }
                 self.last_run = Some(notify::LastRun {
-                    outcome: outcome.clone(),
+                    outcome,
                     ended,
                     changed,
                     failed,
@@ -411,7 +425,7 @@ impl Service<'_> {
             Err(e) => {
                 log::error!("run failed: {}", e.message());
                 self.last_run = Some(notify::LastRun {
-                    outcome: "error".into(),
+                    outcome: RunOutcome::Error,
                     ended,
                     changed: 0,
                     failed: 0,
@@ -423,12 +437,7 @@ impl Service<'_> {
 
     /// Sends systemd the `STATUS=` line for `doing`, when it differs from the last one sent.
     fn notify_status(&self, doing: &str) {
-        let link = match &self.link {
-            LinkState::None => "none",
-            LinkState::Connecting { .. } => "connecting",
-            LinkState::Up { .. } => "connected",
-            LinkState::Retrying { .. } => "retrying",
-        };
+        let link = self.link.status();
         let unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -668,14 +677,14 @@ impl Service<'_> {
                 self.schedule.add(Trigger::Declaration);
                 return;
             }
-            Ok(Some(message)) => ("ignored", message),
-            Err(Fatal::Invalid(message)) => ("rejected", message),
-            Err(e) => ("error", e.message().to_string()),
+            Ok(Some(message)) => (ReportOutcome::Ignored, message),
+            Err(Fatal::Invalid(message)) => (ReportOutcome::Rejected, message),
+            Err(e) => (ReportOutcome::Error, e.message().to_string()),
         };
         // A huge bad declaration has as many problems: its count and the first ones say enough.
         let message = messages::abridge_text(&message, messages::MAX_MESSAGE_BYTES);
         // A rejected declaration is a failure (`journalctl -p err` shows it); a stale one is not.
-        if outcome == "ignored" {
+        if outcome == ReportOutcome::Ignored {
             log::warn!("declaration revision {revision} {outcome}: {message}");
         } else {
             log::error!("declaration revision {revision} {outcome}: {message}");
@@ -685,8 +694,8 @@ impl Service<'_> {
             id: 0,
             revision: Some(revision),
             digest: Some(digest),
-            trigger: vec!["declaration".into()],
-            outcome: outcome.into(),
+            trigger: Triggers::one(Trigger::Declaration),
+            outcome,
             started: now,
             ended: now,
             changes: Vec::new(),
@@ -747,20 +756,20 @@ impl Service<'_> {
             let delta = mono as i64 - now as i64;
             ((store::unix_now() as i64 * 1000 + delta) / 1000).max(0) as u64
         };
-        let (link, link_at) = match &self.link {
-            LinkState::None => ("none", None),
-            LinkState::Connecting { .. } => ("connecting", None),
-            LinkState::Up { since, .. } => ("connected", Some(unix_ms(*since))),
-            LinkState::Retrying { at } => ("retrying", Some(unix_ms(*at))),
+        let link = self.link.status();
+        let link_at = match &self.link {
+            LinkState::Up { since, .. } => Some(unix_ms(*since)),
+            LinkState::Retrying { at } => Some(unix_ms(*at)),
+            LinkState::None | LinkState::Connecting { .. } => None,
         };
         let state = ServiceState {
             pid: std::process::id(),
             started: self.started_unix,
-            link: link.into(),
+            link,
             link_at,
             last_error: self.last_error.clone(),
             next_timer: unix_ms(self.schedule.next_timer()),
-            state: "running".into(),
+            state: ServicePhase::Running,
             watch: Some(self.watch_state(&|mono| unix_ms(mono))),
         };
         let changed = match &*self.status.borrow() {
@@ -785,7 +794,8 @@ impl Service<'_> {
                     log::error!("{e}");
                 }
                 if link_changed {
-                    self.host.write_metrics(&store, Some(link == "connected"));
+                    self.host
+                        .write_metrics(&store, Some(link == LinkStatus::Connected));
                 }
             }
             *self.status.borrow_mut() = Some(state);

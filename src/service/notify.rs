@@ -2,17 +2,24 @@
 //! is doing now, how the last run ended and when, and when the next timer run is. Pure; the loop
 //! sends it with `sd_notify` when it changes.
 
+use crate::store::{LinkStatus, RunOutcome};
+
 /// How the service's last run ended.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LastRun {
-    pub outcome: String,
+    pub outcome: RunOutcome,
     pub ended: u64,
     pub changed: usize,
     pub failed: usize,
 }
 
 /// The status line. `doing` is what the host is doing now (`idle`, `reconciling (timer)`).
-pub fn status_text(doing: &str, last: Option<&LastRun>, next_timer: u64, link: &str) -> String {
+pub fn status_text(
+    doing: &str,
+    last: Option<&LastRun>,
+    next_timer: u64,
+    link: LinkStatus,
+) -> String {
     let last = match last {
         Some(run) => format!(
             "last run {} at {} ({} changed, {} failed)",
@@ -69,18 +76,18 @@ mod tests {
     #[test]
     fn the_line_says_what_now_how_the_last_run_ended_and_what_next() {
         let last = LastRun {
-            outcome: "converged".into(),
+            outcome: RunOutcome::Converged,
             ended: 1_796_120_515,
             changed: 2,
             failed: 0,
         };
         assert_eq!(
-            status_text("idle", Some(&last), 1_796_122_315, "connected"),
+            status_text("idle", Some(&last), 1_796_122_315, LinkStatus::Connected),
             "idle; last run converged at 2026-12-01 10:21:55 UTC (2 changed, 0 failed); \
              next timer run at 2026-12-01 10:51:55 UTC; link connected"
         );
         assert_eq!(
-            status_text("reconciling (start)", None, 0, "none"),
+            status_text("reconciling (start)", None, 0, LinkStatus::None),
             "reconciling (start); no run yet; next timer run at 1970-01-01 00:00:00 UTC; link none"
         );
     }

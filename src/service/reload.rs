@@ -7,7 +7,7 @@ use crate::store::Store;
 
 /// Sends SIGHUP to `pid` (systemd's `$MAINPID`), which must be a mesh-host process.
 pub fn signal_reload(pid: u32) -> Result<i32, Fatal> {
-    if !crate::join::is_mesh_host(pid) {
+    if !crate::process::is_mesh_host(pid) {
         return Err(Fatal::Error(format!(
             "reload: process {pid} is not mesh-host (or is gone); nothing was signalled"
         )));
@@ -34,7 +34,9 @@ pub fn reload(host: &Host, pid: Option<u32>) -> Result<i32, Fatal> {
         .transpose()?
         .flatten();
     match state {
-        Some(state) if state.state == "running" && state.pid != 0 => signal_reload(state.pid),
+        Some(state) if state.state == crate::store::ServicePhase::Running && state.pid != 0 => {
+            signal_reload(state.pid)
+        }
         _ => Err(Fatal::Error(
             "reload: the store names no running service; nothing was signalled".into(),
         )),

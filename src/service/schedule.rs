@@ -1,38 +1,12 @@
 //! When to reconcile, as pure bookkeeping over times the event loop passes in (milliseconds on a
 //! monotonic clock). Triggers that come due while a reconcile runs collapse into one pending run.
 
-use std::collections::BTreeSet;
-
-/// Why a run happens; a run record lists every trigger that collapsed into it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Trigger {
-    Start,
-    Declaration,
-    Timer,
-    Reconnect,
-    /// SIGUSR1: a person asked for a reconcile now.
-    Signal,
-    /// The inotify watcher saw what the host owns drift (or lost events).
-    Watch,
-}
-
-impl Trigger {
-    pub fn name(self) -> &'static str {
-        match self {
-            Trigger::Start => "start",
-            Trigger::Declaration => "declaration",
-            Trigger::Timer => "timer",
-            Trigger::Reconnect => "reconnect",
-            Trigger::Signal => "signal",
-            Trigger::Watch => "watch",
-        }
-    }
-}
+use crate::store::{Trigger, Triggers};
 
 pub struct Schedule {
     interval_ms: u64,
     next_timer: u64,
-    pending: BTreeSet<Trigger>,
+    pending: Triggers,
 }
 
 impl Schedule {
@@ -41,7 +15,7 @@ impl Schedule {
         let mut schedule = Schedule {
             interval_ms,
             next_timer: 0,
-            pending: BTreeSet::from([Trigger::Start]),
+            pending: Triggers::one(Trigger::Start),
         };
         schedule.rearm(now, random);
         schedule
@@ -52,14 +26,14 @@ impl Schedule {
     }
 
     /// The triggers of the run due at `now`, if one is; taking them clears them.
-    pub fn take_due(&mut self, now: u64) -> Option<Vec<Trigger>> {
+    pub fn take_due(&mut self, now: u64) -> Option<Triggers> {
         if now >= self.next_timer {
             self.pending.insert(Trigger::Timer);
         }
         if self.pending.is_empty() {
             return None;
         }
-        Some(std::mem::take(&mut self.pending).into_iter().collect())
+        Some(std::mem::take(&mut self.pending))
     }
 
     /// After a run ends at `now`: the next drift run comes one interval later, randomised within
@@ -94,14 +68,17 @@ mod tests {
     #[test]
     fn start_then_timer_with_jitter() {
         let mut s = Schedule::new(0, 600_000, 0.5);
-        assert_eq!(s.take_due(0), Some(vec![Trigger::Start]));
+        assert_eq!(s.take_due(0), Some(Triggers::one(Trigger::Start)));
         assert_eq!(s.take_due(1), None);
         s.rearm(1000, 0.0);
         assert_eq!(s.next_timer(), 1000 + 540_000);
         s.rearm(1000, 0.999_999);
         assert!(s.next_timer() <= 1000 + 660_000 && s.next_timer() > 1000 + 659_000);
         assert_eq!(s.take_due(1000 + 659_000), None);
-        assert_eq!(s.take_due(1000 + 660_000), Some(vec![Trigger::Timer]));
+        assert_eq!(
+            s.take_due(1000 + 660_000),
+            Some(Triggers::one(Trigger::Timer))
+        );
     }
 
     #[test]
@@ -114,7 +91,7 @@ mod tests {
         assert_eq!(s.deadline(5), 5);
         assert_eq!(
             s.take_due(5),
-            Some(vec![Trigger::Declaration, Trigger::Signal])
+            Some(Triggers::from_iter([Trigger::Declaration, Trigger::Signal]))
         );
         assert_eq!(s.take_due(6), None);
     }

@@ -6,13 +6,12 @@
 use mio::unix::SourceFd;
 use mio::Poll;
 
-use super::schedule::Trigger;
 use super::{inotify, watch, Service, WATCH};
 use crate::commands::{invalid, Fatal};
 use crate::kinds::{files::Files, packages::Packages};
 use crate::link;
 use crate::reconcile::Scope;
-use crate::store::{self, Store};
+use crate::store::{self, Store, Trigger};
 
 impl Service<'_> {
     /// After a reload: a watcher started or stopped as the config's `watch` now says.
@@ -63,15 +62,15 @@ impl Service<'_> {
             timer_only.push(format!("packages: {e}"));
         }
         let (state, detail) = match &self.watcher.off {
-            Some(why) => ("off", Some(why.clone())),
-            None if timer_only.is_empty() => ("on", None),
+            Some(why) => (store::WatchMode::Off, Some(why.clone())),
+            None if timer_only.is_empty() => (store::WatchMode::On, None),
             None => (
-                "partial",
+                store::WatchMode::Partial,
                 Some(format!("on the timer only: {}", timer_only.join("; "))),
             ),
         };
         store::WatchState {
-            state: state.into(),
+            state,
             detail,
             directories: w.directories(),
             overflows,
@@ -113,18 +112,23 @@ impl Service<'_> {
             let mut report = link::Report {
                 revision: in_force.as_ref().and_then(|f| f.revision),
                 digest: in_force.map(|f| f.digest),
-                trigger: vec!["watch".into()],
-                outcome: "contested".into(),
+                id: 0,
+                trigger: store::Triggers::one(store::Trigger::Watch),
+                outcome: link::ReportOutcome::Contested,
                 started: now,
                 ended: now,
+                changes: Vec::new(),
                 failures: vec![store::ResourceResult {
                     kind: kind.into(),
                     key: key.into(),
-                    action: "contested".into(),
+                    action: store::ResultAction::Contested,
                     detail: message.clone(),
                 }],
+                deferred: Vec::new(),
+                drift: Vec::new(),
                 message,
-                ..Default::default()
+                failing: Vec::new(),
+                pacnew: Vec::new(),
             };
             store.outbox_push(&mut report, self.host.config.outbox_bounds())?;
             Ok(())
@@ -284,7 +288,7 @@ mod tests {
         };
         let state = |dirs, last_change| {
             Some(store::WatchState {
-                state: "on".into(),
+                state: store::WatchMode::On,
                 directories: dirs,
                 contested: vec![contested(100, last_change)],
                 ..Default::default()

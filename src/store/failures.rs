@@ -234,7 +234,7 @@ mod tests {
         ResourceResult {
             kind: "files".into(),
             key: key.into(),
-            action: "plan".into(),
+            action: crate::store::ResultAction::Plan,
             detail: detail.into(),
         }
     }

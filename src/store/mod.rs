@@ -25,7 +25,7 @@ pub use failures::{duration_words, Failing, Notice};
 pub use ledger::{Entry, Ledger, Origin, Sections};
 pub use lock::{Lock, LockError};
 pub use outbox::OutboxBounds;
-pub use runs::{ResourceResult, RunRecord};
+pub use runs::{ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers};
 pub use stats::{LastRun, RunStats};
 
 pub const IN_FORCE: &str = "declaration.json";
@@ -105,25 +105,76 @@ pub struct ServiceState {
     pub pid: u32,
     /// Unix seconds.
     pub started: u64,
-    /// `none` (no control plane configured), `connecting`, `connected` or `retrying`.
-    pub link: String,
+    pub link: LinkStatus,
     /// Unix seconds: connected since, or the next attempt.
     pub link_at: Option<u64>,
     pub last_error: Option<String>,
     /// Unix seconds of the next drift-timer run.
     pub next_timer: u64,
-    /// `running`, or `stopped` once it exited cleanly.
-    pub state: String,
+    pub state: ServicePhase,
     /// The inotify watcher, when the service has one to speak of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<WatchState>,
 }
 
+/// The link to the control plane, as the service last published it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkStatus {
+    /// No control plane is configured.
+    None,
+    Connecting,
+    Connected,
+    /// Lost or refused; the next attempt is at `link_at`.
+    Retrying,
+}
+
+impl fmt::Display for LinkStatus {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            LinkStatus::None => "none",
+            LinkStatus::Connecting => "connecting",
+            LinkStatus::Connected => "connected",
+            LinkStatus::Retrying => "retrying",
+        })
+    }
+}
+
+/// Whether the service runs, as it last said: `stopped` once it exited cleanly (a service that
+/// died still reads `running`; `status` asks whether its pid is alive).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ServicePhase {
+    Running,
+    Stopped,
+}
+
+/// How much of what the host owns the watcher sees.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum WatchMode {
+    #[default]
+    On,
+    /// Some of it is seen only by the timer.
+    Partial,
+    /// None of it is: drift is found by the timer alone.
+    Off,
+}
+
+impl fmt::Display for WatchMode {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            WatchMode::On => "on",
+            WatchMode::Partial => "partial",
+            WatchMode::Off => "off",
+        })
+    }
+}
+
 /// What the service's watcher is doing, for `mesh-host status`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct WatchState {
-    /// `on`; `partial` (some of what is owned is seen only by the timer); `off` (all of it is).
-    pub state: String,
+    pub state: WatchMode,
     /// Why it is partial or off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -465,10 +516,10 @@ mod tests {
         // Corrupted again after the run started: record_run sets it aside itself.
         std::fs::write(tmp.path().join(RUNS), "nope").unwrap();
         let run = RunRecord {
-            trigger: "apply".into(),
+            trigger: Triggers::one(Trigger::Apply),
             started: 1,
             ended: 2,
-            outcome: "converged".into(),
+            outcome: RunOutcome::Converged,
             revision: None,
             digest: None,
             changes: Vec::new(),

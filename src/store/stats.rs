@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError};
+use super::{RunOutcome, Store, StoreError, Trigger};
 use crate::pacnew::Pacnew;
 
 const FILE: &str = "stats.json";
@@ -19,8 +19,7 @@ pub struct LastRun {
     /// Unix seconds.
     pub started: u64,
     pub ended: u64,
-    /// `converged`, `failed`, `interrupted` or `error`.
-    pub outcome: String,
+    pub outcome: RunOutcome,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,7 +46,7 @@ impl RunStats {
     /// reached), the others keep what an earlier run found, as `pacnew` does when `None`.
     pub fn record(
         &mut self,
-        trigger: &str,
+        trigger: Option<Trigger>,
         run: LastRun,
         resources: BTreeMap<String, BTreeMap<String, u64>>,
         pacnew: Option<Vec<Pacnew>>,
@@ -57,11 +56,11 @@ impl RunStats {
         }
         *self
             .runs_total
-            .entry(trigger.to_string())
+            .entry(trigger.map_or("", Trigger::name).to_string())
             .or_default()
-            .entry(run.outcome.clone())
+            .entry(run.outcome.name().to_string())
             .or_default() += 1;
-        if run.outcome == "converged" {
+        if run.outcome == RunOutcome::Converged {
             self.last_success = Some(run.ended);
         }
         self.last_run = Some(run);
@@ -83,11 +82,11 @@ impl Store {
 mod tests {
     use super::*;
 
-    fn run(ended: u64, outcome: &str) -> LastRun {
+    fn run(ended: u64, outcome: RunOutcome) -> LastRun {
         LastRun {
             started: ended - 1,
             ended,
-            outcome: outcome.into(),
+            outcome,
         }
     }
 
@@ -100,14 +99,20 @@ mod tests {
                 BTreeMap::from([("in_sync".to_string(), n)]),
             )])
         };
-        stats.record("timer", run(10, "converged"), files(3), Some(Vec::new()));
-        stats.record("timer", run(20, "failed"), BTreeMap::new(), None);
-        stats.record("apply", run(30, "failed"), files(2), None);
+        let (timer, apply) = (Some(Trigger::Timer), Some(Trigger::Apply));
+        stats.record(
+            timer,
+            run(10, RunOutcome::Converged),
+            files(3),
+            Some(Vec::new()),
+        );
+        stats.record(timer, run(20, RunOutcome::Failed), BTreeMap::new(), None);
+        stats.record(apply, run(30, RunOutcome::Failed), files(2), None);
         assert_eq!(stats.runs_total["timer"]["converged"], 1);
         assert_eq!(stats.runs_total["timer"]["failed"], 1);
         assert_eq!(stats.runs_total["apply"]["failed"], 1);
         assert_eq!(stats.last_success, Some(10));
-        assert_eq!(stats.last_run, Some(run(30, "failed")));
+        assert_eq!(stats.last_run, Some(run(30, RunOutcome::Failed)));
         assert_eq!(stats.resources["files"]["in_sync"], 2);
         let tmp = crate::testutil::TempDir::new("stats");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();

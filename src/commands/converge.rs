@@ -1,0 +1,441 @@
+//! Converging: the one path `apply`, `reconcile` and the service share. It takes the store's
+//! lock, settles the declaration to converge to, calls the reconciler, then keeps what the run
+//! says: the failure history, the report queued for the control plane, the run record, the
+//! statistics and the metrics. Nothing here prints; the commands hand the result to `render`.
+
+use std::collections::BTreeMap;
+
+use super::words::expiry;
+use super::{invalid, never, Fatal, Host, EXIT_FAILED, EXIT_OK};
+use crate::declaration::Declaration;
+use crate::exec::Runner;
+use crate::kinds::Action;
+use crate::link;
+use crate::metrics;
+use crate::pacnew::Pacnew;
+use crate::reconcile::{self, Mode, Report};
+use crate::store::{
+    self, Failing, InForce, LastRun, LinkStatus, LockError, Notice, RunOutcome, RunRecord,
+    ServicePhase, Source, Store, StoreError, Trigger, Triggers,
+};
+
+/// What one converging run did.
+pub struct RunResult {
+    pub report: Report,
+    pub record: RunRecord,
+    pub traced: Vec<String>,
+}
+
+impl RunResult {
+    pub fn exit_code(&self) -> i32 {
+        if self.report.failures.is_empty() {
+            EXIT_OK
+        } else {
+            EXIT_FAILED
+        }
+    }
+}
+
+/// What a run converges to.
+pub enum Target<'a> {
+    /// A declaration a person gave, which becomes the one in force.
+    New {
+        declaration: &'a Declaration,
+        in_force: InForce,
+    },
+    /// Whatever is in force in the store once the lock is held.
+    InForce,
+}
+
+impl Host {
+    /// Converges to the declaration in force in the store; `None` when there is none yet.
+    pub fn converge_in_force(
+        &self,
+        triggers: &Triggers,
+        scope: &reconcile::Scope,
+        wait: bool,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<RunResult>, Fatal> {
+        self.converge(triggers, Target::InForce, scope, wait, interrupted)
+    }
+
+    /// What converging `scope` to the declaration in force would change, observed now without
+    /// the lock and changing nothing: the service's watcher asks before it runs.
+    pub fn drifted(&self, scope: &reconcile::Scope) -> Result<Vec<reconcile::Planned>, Fatal> {
+        let Some(store) = Store::open(&self.config.state_dir, false)? else {
+            return Ok(Vec::new());
+        };
+        let Some(in_force) = store.in_force()? else {
+            return Ok(Vec::new());
+        };
+        let d = self
+            .validate(in_force.text.as_bytes())
+            .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+        let mut ledger = store.ledger()?;
+        let runner = Runner::new(false);
+        let env = self.env(Some(&store), &runner, &never);
+        let report = reconcile::run_scoped(&env, &d, &mut ledger, Mode::Plan, scope)?;
+        Ok(report.changes)
+    }
+
+    /// Locks the store, settles what to converge to (under the lock, so a declaration put in
+    /// force meanwhile is the one applied), converges, records the run, and queues its report.
+    pub fn converge(
+        &self,
+        triggers: &Triggers,
+        target: Target,
+        scope: &reconcile::Scope,
+        wait: bool,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<RunResult>, Fatal> {
+        let store = self.store()?;
+        let started = store::unix_now();
+        let holder = format!(
+            "pid {} ({}) since unix time {started}",
+            std::process::id(),
+            triggers
+        );
+        // Waiting, the same check as between resources runs: the service's link stays answered.
+        let locked = if wait {
+            store.lock_pulsing(&holder, interrupted)
+        } else {
+            store.lock(false, &holder)
+        };
+        let _lock = locked.map_err(|e| match e {
+            LockError::Held(_) => Fatal::Locked(e.to_string()),
+            LockError::Io(..) | LockError::Stopped(_) => Fatal::Error(e.to_string()),
+        })?;
+        // What a crash left half written: removed (an outbox report recovered), under the lock.
+        if let Err(e) = store.clean_after_crash() {
+            log::warn!("{e}");
+        }
+        let mut ledger = store.ledger()?;
+        // A run that changes the machine is always recorded: an unreadable history is set aside
+        // now, before anything changes, and the run's report says so.
+        let runs_note = store.set_aside_unreadable_runs()?;
+        if let Some(note) = &runs_note {
+            log::warn!("{note}");
+        }
+        let runs_note = runs_note.unwrap_or_default();
+        let from_store;
+        let expires;
+        let (d, revision) = match target {
+            Target::New {
+                declaration,
+                mut in_force,
+            } => {
+                // A local override keeps the control plane's revision: only a newer one replaces it.
+                let current = store.in_force_head()?;
+                in_force.control_plane_revision =
+                    current.as_ref().and_then(|f| f.control_plane_revision);
+                // The same file applied again is already in force (and has been since then).
+                let unchanged = current.is_some_and(|f| {
+                    f.digest == in_force.digest
+                        && f.source == in_force.source
+                        && f.signed_by == in_force.signed_by
+                });
+                if !unchanged {
+                    store.set_in_force(&in_force)?;
+                }
+                expires = in_force.expires;
+                (declaration, declaration.revision)
+            }
+            Target::InForce => {
+                let Some(in_force) = store.in_force()? else {
+                    return Ok(None);
+                };
+                from_store = self
+                    .validate(in_force.text.as_bytes())
+                    .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+                expires = in_force.expires;
+                (&from_store, in_force.revision)
+            }
+        };
+        // The same check the reconciler makes between resources also runs while a tool runs.
+        let runner = Runner::new(self.args.trace_commands).with_pulse(interrupted);
+        let outcome = reconcile::run_scoped(
+            &self.env(Some(&store), &runner, interrupted),
+            d,
+            &mut ledger,
+            Mode::Apply,
+            scope,
+        );
+        let (report, outcome_name) = match outcome {
+            Ok(report) if report.interrupted => (report, RunOutcome::Interrupted),
+            Ok(report) if report.failures.is_empty() => (report, RunOutcome::Converged),
+            Ok(report) => (report, RunOutcome::Failed),
+            Err(e) => {
+                let record = record(
+                    triggers,
+                    started,
+                    RunOutcome::Error,
+                    revision,
+                    d,
+                    &Report::default(),
+                    &runner,
+                );
+                let message = join_lines(&runs_note, &e.to_string());
+                self.queue_report(&store, &record, &[], &[], &message);
+                let _ = store.record_run(&record);
+                self.note_run(&store, &record, None);
+                return Err(e.into());
+            }
+        };
+        let record = record(
+            triggers,
+            started,
+            outcome_name,
+            revision,
+            d,
+            &report,
+            &runner,
+        );
+        // Held past its expiry (a disconnected node keeps holding its machine), but said so.
+        let mut notes = record.notes.clone();
+        if let Some(expires) = expires.filter(|e| *e <= started) {
+            let note = format!(
+                "the declaration in force {}; it is held until a newer one arrives",
+                expiry(expires, started)
+            );
+            log::warn!("{note}");
+            notes.push(note);
+        }
+        // The failure history first, since the report carries each streak; then the report
+        // before the record: a crash between the two leaves a report of a run the history lacks,
+        // never a recorded run the control plane is not told of.
+        let failing = note_failures(&store, &report, record.ended);
+        let message = join_lines(&runs_note, &notes.join("; "));
+        self.queue_report(&store, &record, &failing, &report.pacnew, &message);
+        store.record_run(&record)?;
+        self.note_run(&store, &record, Some(&report));
+        Ok(Some(RunResult {
+            report,
+            record,
+            traced: runner.traced(),
+        }))
+    }
+
+    /// Puts a run's report in the outbox, for the control plane, when there is one.
+    fn queue_report(
+        &self,
+        store: &Store,
+        record: &RunRecord,
+        failing: &[Failing],
+        pacnew: &[Pacnew],
+        message: &str,
+    ) {
+        if self.config.control_plane.is_none() {
+            return;
+        }
+        let mut report = report_of(record, message);
+        report.failing = failing.to_vec();
+        report.pacnew = pacnew.to_vec();
+        if let Err(e) = store.outbox_push(&mut report, self.config.outbox_bounds()) {
+            log::error!("the run's report could not be queued for the control plane: {e}");
+        }
+    }
+
+    /// Counts a run in the store's statistics, then writes the metrics. Neither is worth failing
+    /// a run that happened for: a problem is logged.
+    fn note_run(&self, store: &Store, record: &RunRecord, report: Option<&Report>) {
+        let run = LastRun {
+            started: record.started,
+            ended: record.ended,
+            outcome: record.outcome,
+        };
+        let counted = store.stats().and_then(|mut stats| {
+            stats.record(
+                record.trigger.first(),
+                run,
+                report.map(resource_states).unwrap_or_default(),
+                report.map(|r| r.pacnew.clone()),
+            );
+            store.save_stats(&stats)
+        });
+        if let Err(e) = counted {
+            log::error!("the run was not counted in the statistics: {e}");
+        }
+        self.write_metrics(store, None);
+    }
+
+    /// Writes `metrics_file`, if configured. `link_up` is the service's word; without it, what
+    /// the service last published (down when it does not run).
+    pub fn write_metrics(&self, store: &Store, link_up: Option<bool>) {
+        let Some(path) = &self.config.metrics_file else {
+            return;
+        };
+        let written = self
+            .metrics_text(store, link_up)
+            .map_err(|e| e.to_string())
+            .and_then(|text| metrics::write(path, &text));
+        if let Err(e) = written {
+            log::error!("metrics not written: {e}");
+        }
+    }
+
+    fn metrics_text(&self, store: &Store, link_up: Option<bool>) -> Result<String, StoreError> {
+        let stats = store.stats()?;
+        let failing = store.failures()?.failing();
+        let declaration = store.in_force_head()?.map(|f| metrics::DeclarationInfo {
+            revision: f.revision,
+            since: f.since,
+            source: match f.source {
+                Source::ControlPlane => "control_plane",
+                Source::Local { .. } => "local",
+            },
+        });
+        let link_up = match link_up {
+            Some(up) => up,
+            None => store.service_state()?.is_some_and(|s| {
+                s.state == ServicePhase::Running
+                    && s.link == LinkStatus::Connected
+                    && crate::process::alive(s.pid)
+            }),
+        };
+        Ok(metrics::render(&metrics::Snapshot {
+            now: store::unix_now(),
+            version: env!("CARGO_PKG_VERSION"),
+            stats: &stats,
+            failing: &failing,
+            declaration,
+            link_up,
+            outbox_reports: store.outbox_len()?,
+        }))
+    }
+}
+
+/// Each kind the run reached, its resources by state as the run found them: in sync (or
+/// adopted), missing (created), drifted (changed or removed), failed, deferred.
+fn resource_states(report: &Report) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let found = report
+        .changes
+        .iter()
+        .map(|c| {
+            (
+                c.kind.as_str(),
+                if c.action == Action::Create {
+                    "missing"
+                } else {
+                    "drifted"
+                },
+            )
+        })
+        .chain(report.adopted.iter().map(|a| (a.kind.as_str(), "in_sync")))
+        .chain(report.failures.iter().map(|f| (f.kind.as_str(), "failed")))
+        .chain(
+            report
+                .deferred
+                .iter()
+                .map(|d| (d.kind.as_str(), "deferred")),
+        )
+        .chain(
+            report
+                .in_sync_by_kind
+                .iter()
+                .flat_map(|(kind, n)| std::iter::repeat_n((*kind, "in_sync"), *n)),
+        );
+    let mut states = metrics::count_states(found);
+    for kind in &report.checked {
+        states.entry(kind.to_string()).or_default();
+    }
+    states
+}
+
+/// Updates the failure history with a run and logs what it says: a failure when it starts, when
+/// it clears, and at most hourly while it repeats. Returns every resource failing now. A history
+/// that cannot be read or written is reported, and then each failure of the run is logged, so
+/// none goes unsaid.
+fn note_failures(store: &Store, report: &Report, now: u64) -> Vec<Failing> {
+    let recorded = store.failures().and_then(|mut history| {
+        let before = history.clone();
+        let notices = history.record(now, &report.checked, &report.failures, &report.deferred);
+        // A run with nothing failing, before or now, costs no durable write.
+        if history != before {
+            store.save_failures(&history)?;
+        }
+        Ok((history, notices))
+    });
+    match recorded {
+        Ok((history, notices)) => {
+            for notice in notices {
+                // A failure starting or still repeating is an error (`journalctl -p err` lists
+                // it); one that cleared is worth a warning beside it.
+                if matches!(notice, Notice::Cleared { .. }) {
+                    log::warn!("{notice}");
+                } else {
+                    log::error!("{notice}");
+                }
+            }
+            history.failing()
+        }
+        Err(e) => {
+            log::error!("{e}");
+            for f in &report.failures {
+                log::warn!("{} {}: {} failed: {}", f.kind, f.key, f.action, f.detail);
+            }
+            Vec::new()
+        }
+    }
+}
+
+fn record(
+    triggers: &Triggers,
+    started: u64,
+    outcome: RunOutcome,
+    revision: Option<u64>,
+    d: &Declaration,
+    report: &Report,
+    runner: &Runner,
+) -> RunRecord {
+    RunRecord {
+        trigger: triggers.clone(),
+        started,
+        ended: store::unix_now(),
+        outcome,
+        revision,
+        digest: Some(d.digest.clone()),
+        changes: report.changes.iter().map(|c| c.as_result()).collect(),
+        failures: report.failures.clone(),
+        deferred: report.deferred.clone(),
+        in_sync: report.in_sync,
+        commands: runner.count(),
+        retries: runner.retries(),
+        notes: runner.notes(),
+        omitted: 0,
+    }
+}
+
+/// The control plane's view of a run. Changes in a run no new declaration caused repair drift.
+pub fn report_of(record: &RunRecord, message: &str) -> link::Report {
+    let new_declaration =
+        record.trigger.contains(Trigger::Declaration) || record.trigger.contains(Trigger::Apply);
+    link::Report {
+        id: 0,
+        revision: record.revision,
+        digest: record.digest.clone(),
+        trigger: record.trigger.clone(),
+        outcome: record.outcome.into(),
+        started: record.started,
+        ended: record.ended,
+        changes: record.changes.clone(),
+        failures: record.failures.clone(),
+        deferred: record.deferred.clone(),
+        drift: if new_declaration {
+            Vec::new()
+        } else {
+            record.changes.clone()
+        },
+        message: message.to_string(),
+        failing: Vec::new(),
+        pacnew: Vec::new(),
+    }
+}
+
+fn join_lines(a: &str, b: &str) -> String {
+    [a, b]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,411 @@
+//! The commands behind the command line. Each reads its inputs, calls the orchestration
+//! (`converge` for anything that changes the machine: the one path `apply`, `reconcile` and the
+//! service share) and hands the result to `render`; each returns an exit code or a `Fatal` that
+//! `main` prints once.
+
+mod converge;
+mod render;
+mod words;
+
+use std::path::{Path, PathBuf};
+
+use crate::cli::Args;
+use crate::config::Config;
+use crate::declaration::{self, Declaration, Problems};
+use crate::envelope::{self, PublicKey, Verification};
+use crate::exec::Runner;
+use crate::kinds::Env;
+use crate::reconcile::{self, Mode};
+use crate::store::{self, InForce, Ledger, Source, Store, StoreError, Trigger, Triggers};
+
+pub use converge::{RunResult, Target};
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_FAILED: i32 = 1;
+pub const EXIT_INVALID: i32 = 2;
+pub const EXIT_LOCKED: i32 = 3;
+pub const EXIT_ERROR: i32 = 4;
+
+/// Why a command could not do its job at all; each maps to an exit code.
+#[derive(Debug)]
+pub enum Fatal {
+    /// Bad usage, config or declaration: nothing changed.
+    Invalid(String),
+    Locked(String),
+    Error(String),
+}
+
+impl Fatal {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Fatal::Invalid(_) => EXIT_INVALID,
+            Fatal::Locked(_) => EXIT_LOCKED,
+            Fatal::Error(_) => EXIT_ERROR,
+        }
+    }
+    pub fn message(&self) -> &str {
+        match self {
+            Fatal::Invalid(m) | Fatal::Locked(m) | Fatal::Error(m) => m,
+        }
+    }
+}
+
+impl From<StoreError> for Fatal {
+    fn from(e: StoreError) -> Fatal {
+        Fatal::Error(e.to_string())
+    }
+}
+
+pub fn invalid(file: &Path, problems: &Problems) -> Fatal {
+    let count = problems.0.len();
+    Fatal::Invalid(format!(
+        "{}: {count} problem{}; nothing was applied:\n{problems}",
+        file.display(),
+        if count == 1 { "" } else { "s" }
+    ))
+}
+
+/// A declaration file as read: the declaration's own bytes (taken out of the envelope when it
+/// came in one), validated, and what its signatures proved against the config's trusted keys.
+struct ReadDeclaration {
+    bytes: Vec<u8>,
+    declaration: Declaration,
+    verification: Option<Verification>,
+}
+
+/// Never interrupted: the command line has no signal handling of its own (Ctrl-C ends it).
+fn never() -> bool {
+    false
+}
+
+pub struct Host {
+    pub args: Args,
+    pub config: Config,
+}
+
+impl Host {
+    pub fn new(args: Args) -> Result<Host, Fatal> {
+        let config = Config::load(args.config.as_deref(), args.state_dir.as_deref())
+            .map_err(Fatal::Invalid)?;
+        Ok(Host { args, config })
+    }
+
+    /// Reads the config again (SIGHUP); on error the old one stays.
+    pub fn reload_config(&mut self) -> Result<(), Fatal> {
+        self.config = Config::load(self.args.config.as_deref(), self.args.state_dir.as_deref())
+            .map_err(Fatal::Invalid)?;
+        Ok(())
+    }
+
+    fn root(&self) -> &Path {
+        self.args.root.as_deref().unwrap_or(Path::new("/"))
+    }
+
+    fn env<'a>(
+        &'a self,
+        store: Option<&'a Store>,
+        runner: &'a Runner<'a>,
+        interrupted: &'a dyn Fn() -> bool,
+    ) -> Env<'a> {
+        Env {
+            root: self.root(),
+            offline: self.args.root.is_some(),
+            config: &self.config,
+            runner,
+            store,
+            interrupted,
+        }
+    }
+
+    pub fn validate(&self, bytes: &[u8]) -> Result<Declaration, Problems> {
+        declaration::parse(
+            bytes,
+            &declaration::Context {
+                limits: &self.config.limits,
+                identity: &self.config.identity,
+            },
+        )
+    }
+
+    /// Reads a declaration file (plain, or an envelope whose signatures are checked against the
+    /// trusted keys), refusing one over the size limit before reading it.
+    fn read_declaration(&self, file: &Path) -> Result<ReadDeclaration, Fatal> {
+        let cannot =
+            |e: std::io::Error| Fatal::Invalid(format!("{}: cannot be read: {e}", file.display()));
+        let len = std::fs::metadata(file).map_err(cannot)?.len();
+        let max = self.config.limits.max_declaration_bytes;
+        if len > max {
+            return Err(Fatal::Invalid(format!(
+                "{}: {len} bytes, more than the limit of {max} bytes; nothing was applied",
+                file.display()
+            )));
+        }
+        let raw = std::fs::read(file).map_err(cannot)?;
+        let (bytes, verification) = match envelope::open(&raw).map_err(|p| invalid(file, &p))? {
+            Some(envelope) => {
+                drop(raw); // the envelope holds its own copy of the declaration
+                let verification = envelope.verify(self.trusted_keys());
+                (envelope.declaration.into_bytes(), Some(verification))
+            }
+            None => (raw, None),
+        };
+        let declaration = self.validate(&bytes).map_err(|p| invalid(file, &p))?;
+        Ok(ReadDeclaration {
+            bytes,
+            declaration,
+            verification,
+        })
+    }
+
+    fn trusted_keys(&self) -> &[PublicKey] {
+        self.config.trust.as_ref().map_or(&[], |t| &t.keys)
+    }
+
+    /// Whether `key` (as the store keeps it) is one of the config's trusted keys now.
+    fn trusts(&self, key: &str) -> bool {
+        PublicKey::parse(key).is_ok_and(|k| self.trusted_keys().contains(&k))
+    }
+
+    /// Prints what a converging run did; its exit code.
+    fn print_converged(&self, result: &RunResult) -> i32 {
+        self.print_run(
+            &result.report,
+            result.record.commands,
+            &result.traced,
+            false,
+            &result.record.notes,
+        );
+        result.exit_code()
+    }
+
+    /// Prints what a run did or, planning, would do.
+    fn print_run(
+        &self,
+        report: &reconcile::Report,
+        command_count: usize,
+        traced: &[String],
+        planning: bool,
+        notes: &[String],
+    ) {
+        let output = render::RunOutput {
+            changes: &report.changes,
+            failures: &report.failures,
+            deferred: &report.deferred,
+            adopted: &report.adopted,
+            in_sync: report.in_sync,
+            pacnew: &report.pacnew,
+            command_count,
+            commands: self.args.trace_commands.then_some(traced),
+            planning,
+            notes,
+        };
+        render::run(self.args.json, &output, traced);
+    }
+
+    /// The store, created if missing (mode 0700).
+    pub fn store(&self) -> Result<Store, Fatal> {
+        Store::open(&self.config.state_dir, true)?
+            .ok_or_else(|| Fatal::Error("the store vanished".into()))
+    }
+
+    /// pacman's local database directory (where every transaction adds or removes an entry).
+    pub fn pacman_local_db(&self) -> Result<PathBuf, String> {
+        let runner = Runner::new(false);
+        crate::kinds::packages::local_db_dir(&self.env(None, &runner, &never))
+    }
+
+    /// Validates a declaration and, for an envelope, says who signed it; refuses (exit 2) what
+    /// the service would refuse for its signatures: with trusted keys set, one they do not
+    /// satisfy; always, an envelope with a signature that does not verify.
+    pub fn check(&self, file: &Path) -> Result<i32, Fatal> {
+        let read = self.read_declaration(file)?;
+        let d = &read.declaration;
+        let refusal = envelope::refusal(read.verification.as_ref(), self.config.trust.as_ref())
+            .map(|r| r.to_string());
+        let signatures = read
+            .verification
+            .as_ref()
+            .map_or(&[][..], |v| &v.signatures[..]);
+        let checked = render::Checked {
+            file,
+            valid: true,
+            revision: d.revision,
+            digest: &d.digest,
+            resources: d.count(),
+            signed: read.verification.is_some(),
+            signatures: signatures
+                .iter()
+                .map(|(key, state)| render::SignatureLine {
+                    key: key.to_string(),
+                    state: state.name(),
+                })
+                .collect(),
+            signatures_accepted: refusal.is_none(),
+            refusal: refusal.clone(),
+            expires: d.expires,
+        };
+        render::check(self.args.json, &checked, store::unix_now());
+        match refusal {
+            Some(refusal) => Err(Fatal::Invalid(format!(
+                "{}: refused: {refusal}",
+                file.display()
+            ))),
+            None => Ok(EXIT_OK),
+        }
+    }
+
+    pub fn plan(&self, file: &Path) -> Result<i32, Fatal> {
+        let d = self.read_declaration(file)?.declaration;
+        let store = Store::open(&self.config.state_dir, false)?;
+        let mut ledger = match &store {
+            Some(s) => s.ledger()?,
+            None => Ledger::default(),
+        };
+        let runner = Runner::new(self.args.trace_commands);
+        let report = reconcile::run(
+            &self.env(store.as_ref(), &runner, &never),
+            &d,
+            &mut ledger,
+            Mode::Plan,
+        )?;
+        let traced = runner.traced();
+        self.print_run(&report, runner.count(), &traced, true, &[]);
+        Ok(if report.failures.is_empty() {
+            EXIT_OK
+        } else {
+            EXIT_FAILED
+        })
+    }
+
+    /// Applies a plain declaration or an envelope as a local override: root owns the machine, so
+    /// no signature is required, but an envelope with a signature that does not verify (its text
+    /// was altered after signing) is refused.
+    pub fn apply(&self, file: &Path) -> Result<i32, Fatal> {
+        let ReadDeclaration {
+            bytes,
+            declaration: d,
+            verification,
+        } = self.read_declaration(file)?;
+        if let Some(refusal) = envelope::refusal(verification.as_ref(), None) {
+            return Err(Fatal::Invalid(format!(
+                "{}: refused: {refusal}; nothing was applied",
+                file.display()
+            )));
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|_| Fatal::Invalid(format!("{}: not UTF-8", file.display())))?;
+        let path = std::fs::canonicalize(file).unwrap_or_else(|_| PathBuf::from(file));
+        let in_force = InForce {
+            source: Source::Local {
+                path: path.display().to_string(),
+            },
+            revision: d.revision,
+            digest: d.digest.clone(),
+            since: store::unix_now(),
+            text,
+            control_plane_revision: None,
+            signed_by: verification
+                .map(|v| v.signers().iter().map(|k| k.to_string()).collect())
+                .unwrap_or_default(),
+            expires: d.expires,
+        };
+        let target = Target::New {
+            declaration: &d,
+            in_force,
+        };
+        match self.converge(
+            &Triggers::one(Trigger::Apply),
+            target,
+            &reconcile::Scope::All,
+            self.args.wait,
+            &never,
+        )? {
+            Some(result) => Ok(self.print_converged(&result)),
+            None => Err(Fatal::Error("the declaration was not put in force".into())),
+        }
+    }
+
+    pub fn reconcile(&self) -> Result<i32, Fatal> {
+        if Store::open(&self.config.state_dir, false)?.is_none() {
+            return Err(Fatal::Invalid(format!(
+                "no store at {}: nothing was ever applied here",
+                self.config.state_dir.display()
+            )));
+        }
+        match self.converge_in_force(
+            &Triggers::one(Trigger::Reconcile),
+            &reconcile::Scope::All,
+            self.args.wait,
+            &never,
+        )? {
+            Some(result) => Ok(self.print_converged(&result)),
+            None => Err(Fatal::Invalid(format!(
+                "store {}: no declaration in force",
+                self.config.state_dir.display()
+            ))),
+        }
+    }
+
+    pub fn owned(&self) -> Result<i32, Fatal> {
+        let Some(store) = Store::open(&self.config.state_dir, false)? else {
+            render::owned(
+                self.args.json,
+                &render::Owned { owned: &[] },
+                store::unix_now(),
+            );
+            return Ok(EXIT_OK);
+        };
+        let ledger = store.ledger()?;
+        let declaration = match store.in_force()? {
+            Some(in_force) => self
+                .validate(in_force.text.as_bytes())
+                .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?,
+            None => self
+                .validate(br#"{"schema": 1}"#)
+                .map_err(|_| Fatal::Error("the empty declaration was refused".into()))?,
+        };
+        let runner = Runner::new(self.args.trace_commands);
+        let mut rows = reconcile::owned(
+            &self.env(Some(&store), &runner, &never),
+            &declaration,
+            &ledger,
+        );
+        let history = store.failures()?;
+        for row in &mut rows {
+            row.failing = history.find(&row.kind, &row.key);
+        }
+        render::owned(
+            self.args.json,
+            &render::Owned { owned: &rows },
+            store::unix_now(),
+        );
+        Ok(EXIT_OK)
+    }
+
+    pub fn status(&self) -> Result<i32, Fatal> {
+        let store = Store::open(&self.config.state_dir, false)?;
+        let (in_force, runs, service) = match &store {
+            Some(s) => (s.in_force_head()?, s.runs()?, s.service_state()?),
+            None => (None, Vec::new(), None),
+        };
+        let failing = match &store {
+            Some(s) => s.failures()?.failing(),
+            None => Vec::new(),
+        };
+        let pacnew = match &store {
+            Some(s) => s.stats()?.pacnew,
+            None => Vec::new(),
+        };
+        let now = store::unix_now();
+        let status = render::Status {
+            state_dir: &self.config.state_dir,
+            in_force: in_force.map(|f| render::InForceStatus::new(f, |k| self.trusts(k), now)),
+            service: service.map(|s| render::ServiceStatus::new(s, crate::process::alive)),
+            runs,
+            failing,
+            pacnew,
+        };
+        render::status(self.args.json, &status, now);
+        Ok(EXIT_OK)
+    }
+}

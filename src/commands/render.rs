@@ -1,0 +1,652 @@
+//! What the commands print: each command's output as its own type (the CLI's, apart from the
+//! run record and the wire report), shown as text for people or, with `--json`, as JSON whose
+//! keys are sorted (the shape scripts and the tests read; pinned by the tests below).
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::words::{age, expiry};
+use crate::pacnew::Pacnew;
+use crate::reconcile::{OwnedRow, Planned};
+use crate::store::{
+    self, Failing, InForceHead, LinkStatus, ResourceResult, RunRecord, ServicePhase, ServiceState,
+    Source, WatchMode, WatchState,
+};
+
+/// Prints `output` as pretty JSON. Through `serde_json::Value`, so every object's keys come out
+/// sorted, nested records included, whatever the order of their fields.
+fn print_json(output: &impl Serialize) {
+    let value = serde_json::to_value(output).unwrap_or_default();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&value).unwrap_or_default()
+    );
+}
+
+/// One signature on a checked envelope.
+#[derive(Debug, Serialize)]
+pub struct SignatureLine {
+    pub key: String,
+    /// `valid`, `invalid` or `unknown key`, as `envelope` names them.
+    pub state: &'static str,
+}
+
+/// `check`'s answer for a valid declaration.
+#[derive(Debug, Serialize)]
+pub struct Checked<'a> {
+    #[serde(skip)]
+    pub file: &'a Path,
+    pub valid: bool,
+    pub revision: Option<u64>,
+    pub digest: &'a str,
+    pub resources: usize,
+    pub signed: bool,
+    pub signatures: Vec<SignatureLine>,
+    pub signatures_accepted: bool,
+    pub refusal: Option<String>,
+    pub expires: Option<u64>,
+}
+
+pub fn check(json: bool, checked: &Checked, now: u64) {
+    if json {
+        return print_json(checked);
+    }
+    println!(
+        "{}: valid ({} resources, sha256 {})",
+        checked.file.display(),
+        checked.resources,
+        checked.digest
+    );
+    for s in &checked.signatures {
+        println!("signed by {}: {}", s.key, s.state);
+    }
+    if let Some(expires) = checked.expires {
+        println!("{}", expiry(expires, now));
+    }
+}
+
+/// What `plan`, `apply` and `reconcile` print: a run's resources by what happened to them.
+#[derive(Debug, Serialize)]
+pub struct RunOutput<'a> {
+    pub changes: &'a [Planned],
+    pub failures: &'a [ResourceResult],
+    pub deferred: &'a [ResourceResult],
+    pub adopted: &'a [ResourceResult],
+    pub in_sync: usize,
+    pub pacnew: &'a [Pacnew],
+    pub command_count: usize,
+    /// Every command run, with `--trace-commands` (the text output lists them on stderr).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commands: Option<&'a [String]>,
+    /// Only `plan`: the summary says "would change".
+    #[serde(skip)]
+    pub planning: bool,
+    /// What the run did beside its resources (text only: JSON has no room for them today).
+    #[serde(skip)]
+    pub notes: &'a [String],
+}
+
+pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
+    if json {
+        return print_json(run);
+    }
+    for c in run.changes {
+        println!(
+            "{} {} {}: {}",
+            c.symbol,
+            c.kind,
+            c.key,
+            c.details.join(", ")
+        );
+    }
+    for a in run.adopted {
+        println!("= {} {}: adopted, already as declared", a.kind, a.key);
+    }
+    for d in run.deferred {
+        println!("> {} {}: deferred: {}", d.kind, d.key, d.detail);
+    }
+    for f in run.failures {
+        println!("! {} {}: {} failed: {}", f.kind, f.key, f.action, f.detail);
+    }
+    for p in run.pacnew {
+        println!("? files {}: {}", p.path, pacnew_advice(p));
+    }
+    let verb = if run.planning {
+        "would change"
+    } else {
+        "changed"
+    };
+    println!(
+        "{} {verb}, {} in sync, {} adopted, {} deferred, {} failed ({} commands run)",
+        run.changes.len(),
+        run.in_sync,
+        run.adopted.len(),
+        run.deferred.len(),
+        run.failures.len(),
+        run.command_count,
+    );
+    for command in traced {
+        eprintln!("command: {command}");
+    }
+    for note in run.notes {
+        println!("note: {note}");
+    }
+}
+
+/// `owned`'s answer.
+#[derive(Debug, Serialize)]
+pub struct Owned<'a> {
+    pub owned: &'a [OwnedRow],
+}
+
+pub fn owned(json: bool, owned: &Owned, now: u64) {
+    if json {
+        return print_json(owned);
+    }
+    if owned.owned.is_empty() {
+        println!("mesh-host owns nothing");
+    }
+    for r in owned.owned {
+        let origin = format!("{:?}", r.origin).to_lowercase();
+        let detail = if r.detail.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", r.detail)
+        };
+        println!(
+            "{:<10} {:<40} {:<8} {}{detail}",
+            r.kind, r.key, origin, r.state
+        );
+        if let Some(f) = &r.failing {
+            println!("    ! {}", failing_words(f, now));
+        }
+        for p in &r.pacnew {
+            println!("    ? {}", pacnew_advice(p));
+        }
+    }
+}
+
+/// A key that signed the declaration in force, and whether the config trusts it now.
+#[derive(Debug, Serialize)]
+pub struct SignedBy {
+    pub key: String,
+    pub trusted: bool,
+}
+
+/// The declaration in force, as `status` shows it.
+#[derive(Debug, Serialize)]
+pub struct InForceStatus {
+    pub source: Source,
+    pub revision: Option<u64>,
+    pub digest: String,
+    pub since: u64,
+    pub control_plane_revision: Option<u64>,
+    pub signed_by: Vec<SignedBy>,
+    pub expires: Option<u64>,
+    pub expired: bool,
+}
+
+impl InForceStatus {
+    pub fn new(f: InForceHead, trusts: impl Fn(&str) -> bool, now: u64) -> InForceStatus {
+        InForceStatus {
+            signed_by: f
+                .signed_by
+                .iter()
+                .map(|key| SignedBy {
+                    key: key.clone(),
+                    trusted: trusts(key),
+                })
+                .collect(),
+            expired: f.expires.is_some_and(|e| e <= now),
+            source: f.source,
+            revision: f.revision,
+            digest: f.digest,
+            since: f.since,
+            control_plane_revision: f.control_plane_revision,
+            expires: f.expires,
+        }
+    }
+}
+
+/// Whether the service runs, as `status` judges it: what it last said, and whether its pid is
+/// alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Liveness {
+    #[serde(rename = "running")]
+    Running,
+    #[serde(rename = "stopped")]
+    Stopped,
+    /// It said `running`, but its process is gone.
+    #[serde(rename = "not running (it did not stop cleanly)")]
+    Died,
+}
+
+impl Liveness {
+    fn words(self) -> &'static str {
+        match self {
+            Liveness::Running => "running",
+            Liveness::Stopped => "stopped",
+            Liveness::Died => "not running (it did not stop cleanly)",
+        }
+    }
+}
+
+/// The service, as `status` shows it: what it last published, judged alive or not now.
+#[derive(Debug, Serialize)]
+pub struct ServiceStatus {
+    pub pid: u32,
+    pub started: u64,
+    pub link: LinkStatus,
+    pub link_at: Option<u64>,
+    pub last_error: Option<String>,
+    pub next_timer: u64,
+    pub state: Liveness,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watch: Option<WatchState>,
+}
+
+impl ServiceStatus {
+    pub fn new(s: ServiceState, alive: impl Fn(u32) -> bool) -> ServiceStatus {
+        let state = match s.state {
+            ServicePhase::Stopped => Liveness::Stopped,
+            ServicePhase::Running if alive(s.pid) => Liveness::Running,
+            ServicePhase::Running => Liveness::Died,
+        };
+        ServiceStatus {
+            pid: s.pid,
+            started: s.started,
+            link: s.link,
+            link_at: s.link_at,
+            last_error: s.last_error,
+            next_timer: s.next_timer,
+            state,
+            watch: s.watch,
+        }
+    }
+}
+
+/// `status`'s answer.
+#[derive(Debug, Serialize)]
+pub struct Status<'a> {
+    pub state_dir: &'a Path,
+    pub in_force: Option<InForceStatus>,
+    pub service: Option<ServiceStatus>,
+    pub runs: Vec<RunRecord>,
+    pub failing: Vec<Failing>,
+    pub pacnew: Vec<Pacnew>,
+}
+
+pub fn status(json: bool, status: &Status, now: u64) {
+    if json {
+        return print_json(status);
+    }
+    println!("store: {}", status.state_dir.display());
+    match &status.service {
+        None => println!("service: never ran"),
+        Some(s) if s.state != Liveness::Running => println!("service: {}", s.state.words()),
+        Some(s) => {
+            let link = match (s.link, s.link_at) {
+                (LinkStatus::Connected, Some(at)) => {
+                    format!("connected since {} ago", age(now.saturating_sub(at)))
+                }
+                (LinkStatus::Retrying, Some(at)) => {
+                    format!("retrying in {}", age(at.saturating_sub(now)))
+                }
+                (other, _) => other.to_string(),
+            };
+            let error = s
+                .last_error
+                .as_ref()
+                .map(|e| format!(" (last error: {e})"))
+                .unwrap_or_default();
+            println!(
+                "service: running (pid {}), link {link}{error}, next timer run in {}",
+                s.pid,
+                age(s.next_timer.saturating_sub(now))
+            );
+            if let Some(w) = &s.watch {
+                watch(w, now);
+            }
+        }
+    }
+    match &status.in_force {
+        None => println!("declaration in force: none"),
+        Some(f) => {
+            let source = match &f.source {
+                Source::Local { path } => format!("local file {path}"),
+                Source::ControlPlane => "the control plane".to_string(),
+            };
+            let revision = f
+                .revision
+                .map(|r| format!("revision {r}, "))
+                .unwrap_or_default();
+            println!(
+                "declaration in force: {revision}from {source}, sha256 {}, since {} ago",
+                f.digest,
+                age(now.saturating_sub(f.since))
+            );
+            for s in &f.signed_by {
+                let trust = if s.trusted {
+                    "trusted"
+                } else {
+                    "not trusted here"
+                };
+                println!("    signed by {} ({trust})", s.key);
+            }
+            if let Some(expires) = f.expires {
+                let held = if f.expired {
+                    "; held until a newer one arrives"
+                } else {
+                    ""
+                };
+                println!("    {}{held}", expiry(expires, now));
+            }
+        }
+    }
+    if !status.failing.is_empty() {
+        println!("failing: {} resources", status.failing.len());
+        for f in &status.failing {
+            println!("  ! {} {}: {}", f.kind, f.key, failing_words(f, now));
+        }
+    }
+    for p in &status.pacnew {
+        println!("? files {}: {}", p.path, pacnew_advice(p));
+    }
+    if status.runs.is_empty() {
+        println!("no runs recorded");
+    }
+    for run in status.runs.iter().rev().take(10) {
+        run_lines(run, now);
+    }
+}
+
+/// One recorded run in `status`: when, why, how it ended, and what went wrong.
+fn run_lines(run: &RunRecord, now: u64) {
+    println!(
+        "{} ago: {} {} ({} changed, {} failed, {} deferred, {} in sync, {} commands)",
+        age(now.saturating_sub(run.ended)),
+        run.trigger,
+        run.outcome,
+        run.changes.len(),
+        run.failures.len(),
+        run.deferred.len(),
+        run.in_sync,
+        run.commands
+    );
+    for note in &run.notes {
+        println!("    note: {note}");
+    }
+    if run.retries > 0 {
+        println!(
+            "    ({} of the commands were retries of failed batched queries)",
+            run.retries
+        );
+    }
+    for f in &run.failures {
+        println!("    ! {} {}: {}", f.kind, f.key, f.detail);
+    }
+    if run.omitted > 0 {
+        println!(
+            "    ({} more resources not kept in the history)",
+            run.omitted
+        );
+    }
+}
+
+/// The watcher's lines of `status`: what it watches, what it cannot, what it leaves to the timer.
+fn watch(w: &WatchState, now: u64) {
+    let detail = w
+        .detail
+        .as_ref()
+        .map(|d| format!(" ({d})"))
+        .unwrap_or_default();
+    match w.state {
+        WatchMode::Off => println!("watch: off{detail}; drift is found by the timer alone"),
+        state => println!("watch: {state}, {} directories{detail}", w.directories),
+    }
+    if let Some(at) = w.last_overflow {
+        println!(
+            "    the event queue overflowed {} times, last {} ago: each time a full run",
+            w.overflows,
+            age(now.saturating_sub(at))
+        );
+    }
+    for c in &w.contested {
+        println!(
+            "    contested: {} {} since {} ago ({} repairs within a minute, changed again {} ago): \
+             another process keeps changing it; left to the timer until it is left alone",
+            c.kind,
+            c.key,
+            age(now.saturating_sub(c.since)),
+            c.repairs,
+            age(now.saturating_sub(c.last_change))
+        );
+    }
+}
+
+/// What a `.pacnew` beside an owned file means, for people.
+fn pacnew_advice(p: &Pacnew) -> String {
+    format!(
+        "{}: the package's default changed since the host took the file; review the declaration",
+        p.describe()
+    )
+}
+
+/// `failing since 3 h 10 min, 19 runs: update failed: ...`
+fn failing_words(f: &Failing, now: u64) -> String {
+    format!(
+        "failing since {}, {} run{}: {}",
+        store::duration_words(now.saturating_sub(f.first_seen)),
+        f.runs,
+        if f.runs == 1 { "" } else { "s" },
+        f.last_error
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::Action;
+    use crate::store::{Origin, ResultAction, RunOutcome, Trigger, Triggers};
+
+    /// The JSON `--json` prints, compact: the same keys, sorted, and the same values.
+    fn json(output: &impl Serialize) -> String {
+        serde_json::to_value(output).unwrap().to_string()
+    }
+
+    fn result(action: ResultAction) -> ResourceResult {
+        ResourceResult {
+            kind: "files".into(),
+            key: "/etc/x".into(),
+            action,
+            detail: "d".into(),
+        }
+    }
+
+    #[test]
+    fn check_keeps_its_json_shape() {
+        let checked = Checked {
+            file: Path::new("d.json"),
+            valid: true,
+            revision: Some(2),
+            digest: "ab",
+            resources: 3,
+            signed: true,
+            signatures: vec![SignatureLine {
+                key: "ed25519:k".into(),
+                state: "valid",
+            }],
+            signatures_accepted: false,
+            refusal: Some("no trusted key".into()),
+            expires: None,
+        };
+        assert_eq!(
+            json(&checked),
+            concat!(
+                r#"{"digest":"ab","expires":null,"refusal":"no trusted key","resources":3,"#,
+                r#""revision":2,"signatures":[{"key":"ed25519:k","state":"valid"}],"#,
+                r#""signatures_accepted":false,"signed":true,"valid":true}"#
+            )
+        );
+    }
+
+    #[test]
+    fn a_run_keeps_its_json_shape_with_and_without_the_commands() {
+        let changes = [Planned {
+            kind: "files".into(),
+            key: "/etc/x".into(),
+            symbol: '+',
+            action: Action::Create,
+            details: vec!["content".into(), "mode 0644".into()],
+        }];
+        let failures = [result(ResultAction::Plan)];
+        let deferred = [result(ResultAction::Remove)];
+        let adopted = [result(ResultAction::Adopt)];
+        let pacnew = [Pacnew {
+            path: "/etc/x".into(),
+            suffix: "pacsave".into(),
+            added: 0,
+            removed: 1,
+        }];
+        let traced = ["pacman -Q".to_string()];
+        let mut run = RunOutput {
+            changes: &changes,
+            failures: &failures,
+            deferred: &deferred,
+            adopted: &adopted,
+            in_sync: 4,
+            pacnew: &pacnew,
+            command_count: 1,
+            commands: None,
+            planning: true,
+            notes: &[],
+        };
+        let r = r#"{"action":"ACTION","detail":"d","key":"/etc/x","kind":"files"}"#;
+        let expected = [
+            &format!(r#"{{"adopted":[{}],"#, r.replace("ACTION", "adopt")),
+            r#""changes":[{"action":"create","details":["content","mode 0644"],"#,
+            r#""key":"/etc/x","kind":"files","symbol":"+"}],"command_count":1,COMMANDS"#,
+            &format!(r#""deferred":[{}],"#, r.replace("ACTION", "remove")),
+            &format!(
+                r#""failures":[{}],"in_sync":4,"#,
+                r.replace("ACTION", "plan")
+            ),
+            r#""pacnew":[{"added":0,"path":"/etc/x","removed":1,"suffix":"pacsave"}]}"#,
+        ]
+        .concat();
+        assert_eq!(json(&run), expected.replace("COMMANDS", ""));
+        run.commands = Some(&traced);
+        assert_eq!(
+            json(&run),
+            expected.replace("COMMANDS", r#""commands":["pacman -Q"],"#)
+        );
+    }
+
+    #[test]
+    fn owned_keeps_its_json_shape() {
+        let rows = [OwnedRow {
+            kind: "files".into(),
+            key: "/etc/x".into(),
+            origin: Origin::Adopted,
+            state: "drifted".into(),
+            detail: "content".into(),
+            failing: None,
+            pacnew: Vec::new(),
+        }];
+        assert_eq!(
+            json(&Owned { owned: &rows }),
+            concat!(
+                r#"{"owned":[{"detail":"content","key":"/etc/x","kind":"files","#,
+                r#""origin":"adopted","state":"drifted"}]}"#
+            )
+        );
+    }
+
+    fn service(state: ServicePhase) -> ServiceState {
+        ServiceState {
+            pid: 42,
+            started: 1,
+            link: LinkStatus::Retrying,
+            link_at: Some(9),
+            last_error: Some("refused".into()),
+            next_timer: 7,
+            state,
+            watch: Some(WatchState {
+                state: WatchMode::Partial,
+                detail: Some("on the timer only: packages".into()),
+                directories: 3,
+                overflows: 0,
+                last_overflow: None,
+                contested: Vec::new(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_service_that_said_running_and_is_gone_did_not_stop_cleanly() {
+        let judged = |phase, alive| ServiceStatus::new(service(phase), |_| alive).state;
+        assert_eq!(judged(ServicePhase::Running, true), Liveness::Running);
+        assert_eq!(judged(ServicePhase::Running, false), Liveness::Died);
+        assert_eq!(judged(ServicePhase::Stopped, false), Liveness::Stopped);
+    }
+
+    #[test]
+    fn status_keeps_its_json_shape() {
+        let in_force = InForceHead {
+            source: Source::Local {
+                path: "/root/d.json".into(),
+            },
+            revision: None,
+            digest: "ab".into(),
+            since: 2,
+            control_plane_revision: Some(5),
+            signed_by: vec!["ed25519:k".into()],
+            expires: Some(3),
+        };
+        let run = RunRecord {
+            trigger: Triggers::from_iter([Trigger::Start, Trigger::Timer]),
+            started: 1,
+            ended: 2,
+            outcome: RunOutcome::Failed,
+            revision: None,
+            digest: None,
+            changes: Vec::new(),
+            failures: vec![result(ResultAction::Observe)],
+            deferred: Vec::new(),
+            in_sync: 0,
+            commands: 1,
+            retries: 0,
+            notes: Vec::new(),
+            omitted: 0,
+        };
+        let status = Status {
+            state_dir: Path::new("/var/lib/mesh-host"),
+            in_force: Some(InForceStatus::new(in_force, |_| true, 4)),
+            service: Some(ServiceStatus::new(service(ServicePhase::Running), |_| {
+                false
+            })),
+            runs: vec![run],
+            failing: Vec::new(),
+            pacnew: Vec::new(),
+        };
+        assert_eq!(
+            json(&status),
+            [
+                r#"{"failing":[],"in_force":{"control_plane_revision":5,"digest":"ab","#,
+                r#""expired":true,"expires":3,"revision":null,"signed_by":[{"key":"ed25519:k","#,
+                r#""trusted":true}],"since":2,"source":{"kind":"local","path":"/root/d.json"}},"#,
+                r#""pacnew":[],"runs":[{"changes":[],"commands":1,"deferred":[],"digest":null,"#,
+                r#""ended":2,"failures":[{"action":"observe","detail":"d","key":"/etc/x","#,
+                r#""kind":"files"}],"in_sync":0,"outcome":"failed","revision":null,"started":1,"#,
+                r#""trigger":"start, timer"}],"service":{"last_error":"refused","link":"retrying","#,
+                r#""link_at":9,"next_timer":7,"pid":42,"started":1,"#,
+                r#""state":"not running (it did not stop cleanly)","#,
+                r#""watch":{"contested":[],"detail":"on the timer only: packages","#,
+                r#""directories":3,"overflows":0,"state":"partial"}},"#,
+                r#""state_dir":"/var/lib/mesh-host"}"#,
+            ]
+            .concat()
+        );
+    }
+}
