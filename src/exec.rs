@@ -137,16 +137,17 @@ pub enum Stopped {
     },
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Failure {
-    Spawn(io::Error),
+    /// Could not be started (or its pipes read): the OS error, as text.
+    Spawn(String),
     /// Reached its timeout; how it was stopped; its stderr.
     Timeout(Duration, Stopped, String),
     Exit(Option<i32>, String),
 }
 
 /// A command that could not be run, hung, or failed; carries the command line and its stderr.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CommandError {
     pub command: String,
     pub failure: Failure,
@@ -354,9 +355,9 @@ impl<'p> Runner<'p> {
             // Its own process group, so a timeout kills whatever it started too.
             .process_group(0)
             .spawn()
-            .map_err(|e| error(Failure::Spawn(e)))?;
+            .map_err(|e| error(Failure::Spawn(e.to_string())))?;
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(error(Failure::Spawn(io::Error::other("no pipes"))));
+            return Err(error(Failure::Spawn("no pipes".into())));
         };
         let mut pipes = Pipes {
             stdout,
@@ -377,7 +378,7 @@ impl<'p> Runner<'p> {
             Err(e) => {
                 kill_group(&child, libc::SIGKILL);
                 let _ = child.wait();
-                return Err(error(Failure::Spawn(e)));
+                return Err(error(Failure::Spawn(e.to_string())));
             }
         };
         Ok((

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::{
-    batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, Observations, Outcome,
-    RunContext, Step,
+    batch_then_each, check_argument, Action, Change, Env, Kind, KindError, LedgerAfter,
+    Observations, Outcome, RunContext, Step,
 };
 use crate::codec;
 use crate::config::{Identity, Limits};
@@ -235,7 +235,7 @@ impl Kind for Containers {
         env: &Env,
         _cx: &RunContext,
         keys: &[String],
-    ) -> Result<Observations<Observed>, String> {
+    ) -> Result<Observations<Observed>, KindError> {
         if keys.is_empty() || env.offline {
             // Offline, podman's store is not ours to read: every container change is deferred.
             return Ok(keys.iter().map(|k| (k.clone(), Ok(absent()))).collect());
@@ -245,7 +245,7 @@ impl Kind for Containers {
         let output = env
             .runner
             .run(&env.config.podman, &podman::ps(), &[])
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| KindError::command("observe", e))?;
         let all = observed(&output.stdout)
             .map_err(|e| format!("`podman ps` printed something unexpected: {e}"))?;
         Ok(keys
@@ -415,7 +415,7 @@ impl Kind for Containers {
                 .collect();
         }
         let tool = &env.config.podman;
-        let mut errors: BTreeMap<&str, String> = BTreeMap::new();
+        let mut errors: BTreeMap<&str, KindError> = BTreeMap::new();
         let names = |pick: fn(&Op) -> bool| -> Vec<&str> {
             changes
                 .iter()
@@ -434,12 +434,18 @@ impl Kind for Containers {
             )
         });
         let results = batch_then_each(env.runner, &remove, |batch| {
-            env.runner.run(tool, &podman::remove(), batch).map(drop)
+            env.runner
+                .run(tool, &podman::remove(), batch)
+                .map(drop)
+                .map_err(|e| KindError::command("remove", e))
         });
         record_errors(&mut errors, &remove, results);
         let unpause = names(|op| matches!(op, Op::Unpause { .. }));
         let results = batch_then_each(env.runner, &unpause, |batch| {
-            env.runner.run(tool, &podman::unpause(), batch).map(drop)
+            env.runner
+                .run(tool, &podman::unpause(), batch)
+                .map(drop)
+                .map_err(|e| KindError::command("unpause", e))
         });
         record_errors(&mut errors, &unpause, results);
         let stop: Vec<&str> = names(|op| matches!(op, Op::Stop | Op::Unpause { stop: true }))
@@ -447,7 +453,10 @@ impl Kind for Containers {
             .filter(|name| !errors.contains_key(name))
             .collect();
         let results = batch_then_each(env.runner, &stop, |batch| {
-            env.runner.run(tool, &podman::stop(), batch).map(drop)
+            env.runner
+                .run(tool, &podman::stop(), batch)
+                .map(drop)
+                .map_err(|e| KindError::command("stop", e))
         });
         record_errors(&mut errors, &stop, results);
         for change in changes {
@@ -471,7 +480,10 @@ impl Kind for Containers {
             .map(|c| c.key.as_str())
             .collect();
         let results = batch_then_each(env.runner, &start, |batch| {
-            env.runner.run(tool, &podman::start(), batch).map(drop)
+            env.runner
+                .run(tool, &podman::start(), batch)
+                .map(drop)
+                .map_err(|e| KindError::command("start", e))
         });
         record_errors(&mut errors, &start, results);
         changes
@@ -486,7 +498,7 @@ impl Kind for Containers {
 
 /// `podman create` of `spec`, labelled as the host's with its digest, and, when the container
 /// has an environment, `--env-file` from the store: written just before, removed just after.
-fn create(env: &Env, name: &str, spec: &Spec) -> Result<(), String> {
+fn create(env: &Env, name: &str, spec: &Spec) -> Result<(), KindError> {
     let vars = Some(&spec.env).filter(|v| !v.is_empty());
     let env_file = match (vars, env.store) {
         (None, _) => None,
@@ -509,11 +521,13 @@ fn create(env: &Env, name: &str, spec: &Spec) -> Result<(), String> {
             &command.positional(),
         )
         .map(drop)
-        .map_err(|e| e.to_string());
+        .map_err(|e| KindError::command("create", e));
     match (env_file, env.store) {
-        (Some(_), Some(store)) => {
-            created.and(store.remove_env_file(name).map_err(|e| e.to_string()))
-        }
+        (Some(_), Some(store)) => created.and(
+            store
+                .remove_env_file(name)
+                .map_err(|e| KindError::from(e.to_string())),
+        ),
         _ => created,
     }
 }
@@ -530,9 +544,9 @@ fn env_file(vars: &BTreeMap<String, String>) -> Vec<u8> {
 
 /// Keeps the first error of each resource.
 fn record_errors<'a>(
-    errors: &mut BTreeMap<&'a str, String>,
+    errors: &mut BTreeMap<&'a str, KindError>,
     names: &[&'a str],
-    results: Vec<Result<(), String>>,
+    results: Vec<Result<(), KindError>>,
 ) {
     for (name, result) in names.iter().zip(results) {
         if let Err(e) = result {

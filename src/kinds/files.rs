@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use super::KindError;
 use super::{Action, Change, Env, Kind, LedgerAfter, Observations, Outcome, RunContext, Step};
 use crate::accounts::{Account, Accounts};
 use crate::codec;
@@ -198,7 +199,7 @@ impl Kind for Files {
         env: &Env,
         cx: &RunContext,
         keys: &[String],
-    ) -> Result<Observations<Observed>, String> {
+    ) -> Result<Observations<Observed>, KindError> {
         let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
         let mut accounts: Option<Accounts> = None;
         let mut parents = ParentCache::default();
@@ -257,7 +258,7 @@ impl Kind for Files {
         let fail_all = |message: String| -> Vec<Outcome> {
             changes
                 .iter()
-                .map(|_| Outcome::Failed(message.clone()))
+                .map(|_| Outcome::Failed(message.clone().into()))
                 .collect()
         };
         let root = match Dir::open(env.root) {
@@ -291,7 +292,7 @@ impl Kind for Files {
                 }
                 match apply_one(env, &mut parents, ledger, &change.key, &change.op) {
                     Ok(()) => Outcome::Done,
-                    Err(e) => Outcome::Failed(e),
+                    Err(e) => Outcome::Failed(e.into()),
                 }
             })
             .collect();
@@ -300,11 +301,14 @@ impl Kind for Files {
         for (dir, e) in parents.sync() {
             for (change, outcome) in changes.iter().zip(outcomes.iter_mut()) {
                 if *outcome == Outcome::Done && Path::new(&change.key).parent() == Some(&dir) {
-                    *outcome = Outcome::Failed(format!(
-                        "{}: cannot make the write durable (fsync {}): {e}",
-                        change.key,
-                        dir.display()
-                    ));
+                    *outcome = Outcome::Failed(
+                        format!(
+                            "{}: cannot make the write durable (fsync {}): {e}",
+                            change.key,
+                            dir.display()
+                        )
+                        .into(),
+                    );
                 }
             }
         }

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::{
-    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, LedgerAfter,
-    Observations, Outcome, RunContext, Step,
+    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, KindError,
+    LedgerAfter, Observations, Outcome, RunContext, Step,
 };
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
@@ -106,20 +106,24 @@ impl Kind for Packages {
         env: &Env,
         _cx: &RunContext,
         keys: &[String],
-    ) -> Result<Observations<Observed>, String> {
+    ) -> Result<Observations<Observed>, KindError> {
         if keys.is_empty() {
             return Ok(BTreeMap::new());
         }
         let names: Vec<&str> = keys.iter().map(String::as_str).collect();
         let args = target(env)?.query_info();
         let results = query_by_halves(env.runner, "`pacman -Qi`", &names, |batch| {
-            let output = env.runner.query(&env.config.pacman, &args, batch)?;
+            let observing = |error| KindError::command("observe", error);
+            let output = env
+                .runner
+                .query(&env.config.pacman, &args, batch)
+                .map_err(observing)?;
             // Exit 1 only means "some were not found"; anything else is a real failure.
             if !matches!(output.code, Some(0) | Some(1)) {
-                return Err(CommandError {
+                return Err(observing(CommandError {
                     command: "pacman -Qi".into(),
                     failure: Failure::Exit(output.code, output.stderr),
-                });
+                }));
             }
             let stdout = output.stdout_text();
             let mut installed = pacman::parse_info(&stdout);
@@ -273,28 +277,33 @@ impl Kind for Packages {
         let upgrade = cx.declaration.packages_upgrade;
         // Once pacman itself fails (lock held past the wait, timeout, not startable), every later
         // transaction of this run fails the same way without running: retrying would only wait again.
-        let pacman_failure: RefCell<Option<String>> = RefCell::new(None);
-        let transaction = |args: &dyn Fn(&Pacman) -> Vec<String>,
+        let pacman_failure: RefCell<Option<KindError>> = RefCell::new(None);
+        let transaction = |step: &'static str,
+                           args: &dyn Fn(&Pacman) -> Vec<String>,
                            names: &[&str]|
-         -> Vec<Result<(), String>> {
+         -> Vec<Result<(), KindError>> {
             let args = match target(env) {
                 Ok(pacman) => args(&pacman),
-                Err(e) => return names.iter().map(|_| Err(e.clone())).collect(),
+                Err(e) => return names.iter().map(|_| Err(e.clone().into())).collect(),
             };
             batch_then_each(env.runner, names, |batch| {
                 if let Some(e) = pacman_failure.borrow().as_ref() {
                     return Err(e.clone());
                 }
-                run_waiting_for_lock(env, &args, batch).map_err(|e| match e {
+                run_waiting_for_lock(env, step, &args, batch).map_err(|e| match e {
                     TransactionError::Packages(e) => e,
                     TransactionError::Pacman(e) => pacman_failure.borrow_mut().insert(e).clone(),
                 })
             })
         };
-        let mut results: BTreeMap<&str, Result<(), String>> = BTreeMap::new();
+        let mut results: BTreeMap<&str, Result<(), KindError>> = BTreeMap::new();
         // Marked explicit before any removal, so the `-Rs` cannot take a declared package along.
         let names = pick(Op::MarkExplicit);
-        let outcomes = transaction(&|p| p.mark(InstallReason::Explicit), &names);
+        let outcomes = transaction(
+            "mark explicit",
+            &|p| p.mark(InstallReason::Explicit),
+            &names,
+        );
         results.extend(names.into_iter().zip(outcomes));
 
         // What would be installed is checked against pacman's own metadata first: a package that
@@ -309,19 +318,18 @@ impl Kind for Packages {
                 // Only packages the stale databases do not know: upgrade (which refreshes them)
                 // first, then check and install those below.
                 let outcome = match target(env) {
-                    Ok(pacman) => {
-                        run_waiting_for_lock(env, &upgrade(&pacman), &[]).map_err(|e| match e {
+                    Ok(pacman) => run_waiting_for_lock(env, "upgrade", &upgrade(&pacman), &[])
+                        .map_err(|e| match e {
                             TransactionError::Packages(e) | TransactionError::Pacman(e) => e,
-                        })
-                    }
-                    Err(e) => Err(e),
+                        }),
+                    Err(e) => Err(e.into()),
                 };
                 if let Err(e) = outcome {
                     *pacman_failure.borrow_mut() = Some(e);
                 }
                 Vec::new()
             } else {
-                transaction(&upgrade, &checked)
+                transaction("upgrade", &upgrade, &checked)
             };
             results.extend(checked.iter().copied().zip(outcomes));
             if !unknown.is_empty() {
@@ -335,26 +343,30 @@ impl Kind for Packages {
                     let (checked, unknown) =
                         check_sync_packages(env, &unknown, host_packages, &mut results);
                     for name in unknown {
-                        results.insert(name, Err(not_found(name)));
+                        results.insert(name, Err(not_found(name).into()));
                     }
-                    let outcomes = transaction(&|p| p.install(), &checked);
+                    let outcomes = transaction("install", &|p| p.install(), &checked);
                     results.extend(checked.into_iter().zip(outcomes));
                 }
             }
         } else {
             for name in unknown {
-                results.insert(name, Err(not_found(name)));
+                results.insert(name, Err(not_found(name).into()));
             }
-            let outcomes = transaction(&|p| p.install(), &checked);
+            let outcomes = transaction("install", &|p| p.install(), &checked);
             results.extend(checked.into_iter().zip(outcomes));
         }
 
         let removals = pick(Op::Remove);
         let removals = check_removals(env, &removals, host_packages, &mut results);
-        let outcomes = transaction(&|p| p.remove(), &removals);
+        let outcomes = transaction("remove", &|p| p.remove(), &removals);
         results.extend(removals.into_iter().zip(outcomes));
         let names = pick(Op::MarkDependency);
-        let outcomes = transaction(&|p| p.mark(InstallReason::Dependency), &names);
+        let outcomes = transaction(
+            "mark dependency",
+            &|p| p.mark(InstallReason::Dependency),
+            &names,
+        );
         results.extend(names.into_iter().zip(outcomes));
         changes
             .iter()
@@ -391,16 +403,16 @@ fn check_sync_packages<'n>(
     env: &Env,
     names: &[&'n str],
     host_packages: &[String],
-    results: &mut BTreeMap<&'n str, Result<(), String>>,
+    results: &mut BTreeMap<&'n str, Result<(), KindError>>,
 ) -> (Vec<&'n str>, Vec<&'n str>) {
     if names.is_empty() {
         return (Vec::new(), Vec::new());
     }
-    let output = target(env).and_then(|tool| {
+    let output = target(env).map_err(KindError::from).and_then(|tool| {
         let output = env
             .runner
             .query(&env.config.pacman, &tool.sync_info(), names)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| KindError::command("check what would be installed", e))?;
         // Its exit status counts the names not found; any other complaint is a real failure.
         let complaint = pacman::parse_messages(&output.stderr).iter().any(|m| {
             !matches!(
@@ -410,10 +422,10 @@ fn check_sync_packages<'n>(
         });
         match output.code {
             Some(_) if !complaint => Ok((output.stdout_text(), output.stderr)),
-            code => Err(format!(
+            code => Err(KindError::from(format!(
                 "`pacman -Si` (checking what would be installed) exited with status {code:?}: {}",
                 output.stderr.trim()
-            )),
+            ))),
         }
     });
     let (stdout, stderr) = match output {
@@ -441,7 +453,7 @@ fn check_sync_packages<'n>(
         };
         match takes_over(info, host_packages) {
             Some(why) => {
-                results.insert(name, Err(why));
+                results.insert(name, Err(why.into()));
             }
             None => checked.push(name),
         }
@@ -457,7 +469,7 @@ fn check_removals<'n>(
     env: &Env,
     names: &[&'n str],
     host_packages: &[String],
-    results: &mut BTreeMap<&'n str, Result<(), String>>,
+    results: &mut BTreeMap<&'n str, Result<(), KindError>>,
 ) -> Vec<&'n str> {
     if names.is_empty() {
         return Vec::new();
@@ -484,11 +496,11 @@ fn check_removals<'n>(
             Some(host) => {
                 results.insert(
                     name,
-                    Err(format!(
+                    Err(KindError::from(format!(
                         "refused: removing {name} with its dependencies would remove {host}, \
                          the host's own package (installed as its dependency; pacman -Rsp); \
                          mesh-host never manages itself"
-                    )),
+                    ))),
                 );
             }
             None => allowed.push(name),
@@ -540,9 +552,9 @@ fn takes_over(info: &SyncInfo, host_packages: &[String]) -> Option<String> {
 /// Why a pacman transaction failed.
 enum TransactionError {
     /// pacman refused the packages (one not found, a dependency broken): each alone may succeed.
-    Packages(String),
+    Packages(KindError),
     /// pacman could not run at all (lock held past the wait, timeout, not startable).
-    Pacman(String),
+    Pacman(KindError),
 }
 
 /// Runs a transaction, waiting (bounded) while someone else holds pacman's database lock. A lock
@@ -551,6 +563,7 @@ enum TransactionError {
 /// (only then is it sure that no transaction is half done under it).
 fn run_waiting_for_lock(
     env: &Env,
+    step: &'static str,
     args: &[String],
     names: &[&str],
 ) -> Result<(), TransactionError> {
@@ -568,8 +581,10 @@ fn run_waiting_for_lock(
         };
         let Some(lock) = locked_by(&e) else {
             return Err(match e.failure {
-                Failure::Exit(Some(_), _) => TransactionError::Packages(e.to_string()),
-                _ => TransactionError::Pacman(e.to_string()),
+                Failure::Exit(Some(_), _) => {
+                    TransactionError::Packages(KindError::command(step, e))
+                }
+                _ => TransactionError::Pacman(KindError::command(step, e)),
             });
         };
         let state = match lock_state(env, &lock) {
@@ -586,16 +601,16 @@ fn run_waiting_for_lock(
                 }
             }
             LockState::Held(by) => {
-                return Err(TransactionError::Pacman(format!(
+                return Err(TransactionError::Pacman(KindError::from(format!(
                     "pacman is busy: its database lock {lock} was held by {by} for more than {} \
                      s; it was left alone",
                     wait.as_secs()
-                )))
+                ))))
             }
             LockState::Unheld { predates_boot }
                 if predates_boot && env.config.pacman_remove_stale_lock =>
             {
-                remove_lock(env, &lock).map_err(TransactionError::Pacman)?;
+                remove_lock(env, &lock).map_err(|e| TransactionError::Pacman(e.into()))?;
                 env.runner.note(format!(
                     "removed pacman's stale database lock {lock}: no process had it open and it \
                      predated this boot (pacman_remove_stale_lock)"
@@ -608,11 +623,11 @@ fn run_waiting_for_lock(
                 } else {
                     "no process has it open"
                 };
-                return Err(TransactionError::Pacman(format!(
+                return Err(TransactionError::Pacman(KindError::from(format!(
                     "pacman's database lock {lock} is stale: {why}; it was left alone (remove it \
                      if no package manager is running; pacman_remove_stale_lock lets mesh-host \
                      remove a stale lock older than the boot)"
-                )));
+                ))));
             }
             LockState::Unheld { .. } => unheld_before = true,
         }

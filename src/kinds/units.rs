@@ -15,12 +15,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::{
-    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, LedgerAfter,
-    Observations, Outcome, RunContext, Step,
+    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, KindError,
+    LedgerAfter, Observations, Outcome, RunContext, Step,
 };
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
-use crate::exec::CommandError;
 use crate::fsutil::{self, Dir, FileType};
 use crate::store::{Entry, Ledger, Origin};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
@@ -227,7 +226,7 @@ impl Kind for Units {
         env: &Env,
         _cx: &RunContext,
         keys: &[String],
-    ) -> Result<Observations<Observed>, String> {
+    ) -> Result<Observations<Observed>, KindError> {
         if keys.is_empty() {
             return Ok(BTreeMap::new());
         }
@@ -238,7 +237,7 @@ impl Kind for Units {
             .map(String::as_str)
             .filter(|name| !UnitName::parse(name).is_ok_and(|n| n.is_template()))
             .collect();
-        let queried: Vec<Result<Observed, String>> = if env.offline {
+        let queried: Vec<Result<Observed, KindError>> = if env.offline {
             names
                 .iter()
                 .map(|name| {
@@ -265,6 +264,7 @@ impl Kind for Units {
                 env.runner
                     .run(&env.config.systemctl, &systemctl::show(), batch)
                     .map(|output| systemctl::parse_show(&output.stdout_text()))
+                    .map_err(|e| KindError::command("observe", e))
             });
             let loaded: Vec<&str> = names
                 .iter()
@@ -286,9 +286,9 @@ impl Kind for Units {
                 })
                 .collect()
         };
-        let mut queried: BTreeMap<&str, Result<Observed, String>> =
+        let mut queried: BTreeMap<&str, Result<Observed, KindError>> =
             names.into_iter().zip(queried).collect();
-        let states: Vec<Result<Observed, String>> = keys
+        let states: Vec<Result<Observed, KindError>> = keys
             .iter()
             .map(|key| {
                 queried
@@ -341,7 +341,7 @@ impl Kind for Units {
         _ledger: &mut Ledger,
         changes: &[Change<Op>],
     ) -> Vec<Outcome> {
-        let mut errors: BTreeMap<&str, String> = BTreeMap::new();
+        let mut errors: BTreeMap<&str, KindError> = BTreeMap::new();
         let mut deferred: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         // Stop and disable while the unit file still exists, then files, one reload, then the rest.
         for verb in [Verb::Stop, Verb::Disable] {
@@ -356,7 +356,7 @@ impl Kind for Units {
             match apply_file(env, &dir, &change.key, &change.op.file) {
                 Ok(changed) => files_changed |= changed,
                 Err(e) => {
-                    errors.insert(&change.key, e);
+                    errors.insert(&change.key, e.into());
                 }
             }
         }
@@ -366,7 +366,9 @@ impl Kind for Units {
                 .run(&env.config.systemctl, &systemctl::daemon_reload(), &[])
             {
                 for change in changes {
-                    errors.entry(&change.key).or_insert_with(|| e.to_string());
+                    errors
+                        .entry(&change.key)
+                        .or_insert_with(|| KindError::command("daemon-reload", e.clone()));
                 }
             }
         }
@@ -394,7 +396,7 @@ fn run_verb<'a>(
     env: &Env,
     changes: &'a [Change<Op>],
     verb: Verb,
-    errors: &mut BTreeMap<&'a str, String>,
+    errors: &mut BTreeMap<&'a str, KindError>,
     deferred: &mut BTreeMap<&'a str, Vec<&'static str>>,
 ) {
     let names: Vec<&str> = changes
@@ -413,6 +415,7 @@ fn run_verb<'a>(
         env.runner
             .run(&env.config.systemctl, &args, batch)
             .map(drop)
+            .map_err(|e| KindError::command(verb.as_str(), e))
     });
     for (name, result) in names.iter().zip(results) {
         if let Err(e) = result {
@@ -442,10 +445,10 @@ pub fn digest(spec: &Spec) -> String {
 /// batch answers short it is asked again by halves; a unit whose file is gone gets `""`.
 fn query_enablement(env: &Env, names: &[&str]) -> BTreeMap<String, Option<UnitFileState>> {
     let states = query_by_halves(env.runner, "`systemctl is-enabled`", names, |batch| {
-        let output =
-            env.runner
-                .query(&env.config.systemctl, &systemctl::is_enabled(None), batch)?;
-        Ok::<_, CommandError>(systemctl::parse_is_enabled(&output.stdout_text()))
+        env.runner
+            .query(&env.config.systemctl, &systemctl::is_enabled(None), batch)
+            .map(|output| systemctl::parse_is_enabled(&output.stdout_text()))
+            .map_err(|e| KindError::command("observe", e))
     });
     names
         .iter()
