@@ -118,8 +118,7 @@ impl Kind for Packages {
                 .runner
                 .query(&env.config.pacman, &args, batch)
                 .map_err(observing)?;
-            // Exit 1 only means "some were not found"; anything else is a real failure.
-            if !matches!(output.code, Some(0) | Some(1)) {
+            if !Pacman::answered(output.code) {
                 return Err(observing(CommandError {
                     command: "pacman -Qi".into(),
                     failure: Failure::Exit(output.code, output.stderr),

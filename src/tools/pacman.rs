@@ -52,6 +52,11 @@ impl<'a> Pacman<'a> {
         self.args(&["-Qi"])
     }
 
+    /// Whether a query (`-Qi`) answered: it exits 1 when only some names were not found.
+    pub fn answered(code: Option<i32>) -> bool {
+        matches!(code, Some(0) | Some(1))
+    }
+
     /// `-Si`: sync packages, for `parse_sync_info`. Exits 1 when some are not found.
     pub fn sync_info(&self) -> Vec<String> {
         self.args(&["-Si"])
@@ -217,6 +222,10 @@ pub enum Message<'a> {
     /// `error: failed to init transaction (unable to lock database)` or `error: could not lock
     /// database: ...`: someone holds its database lock (`locked_database` names it).
     Locked,
+    /// `error: unresolvable package conflicts detected` and `error: failed to prepare transaction
+    /// (conflicting dependencies)`: installing would remove a package it conflicts with, which
+    /// `--noconfirm` declines (the pair is named on stdout, `:: A and B are in conflict`).
+    Conflict,
     /// `warning: ...`.
     Warning(&'a str),
     /// Anything else: another error, or a line continuing one.
@@ -240,6 +249,8 @@ pub fn parse_messages(stderr: &str) -> Vec<Message<'_>> {
                 || line.contains("could not lock database")
             {
                 Message::Locked
+            } else if line.starts_with("error: ") && line.contains("conflict") {
+                Message::Conflict
             } else if let Some(text) = line.strip_prefix("warning: ") {
                 Message::Warning(text)
             } else {
@@ -418,10 +429,11 @@ mod tests {
     }
 
     #[test]
-    fn recognises_the_lock_and_not_found_errors_in_real_output() {
+    fn recognises_the_lock_not_found_and_conflict_errors_in_real_output() {
         for fixture in [
             include_str!("../../tests/fixtures/pacman-S-dblck.cmd"),
             include_str!("../../tests/fixtures/pacman-S-notfound.cmd"),
+            include_str!("../../tests/fixtures/pacman-S-conflict.cmd"),
         ] {
             let name = fixture.split_whitespace().last().unwrap_or_default();
             assert_recorded(fixture, PACMAN, &Pacman::running().install(), &[name]);
@@ -441,6 +453,12 @@ mod tests {
             parse_messages(not_found),
             [Message::TargetNotFound("mesh-nope")]
         );
+        let conflict = include_str!("../../tests/fixtures/pacman-S-conflict.stderr");
+        assert_eq!(
+            parse_messages(conflict),
+            [Message::Conflict, Message::Conflict]
+        );
+        assert_eq!(locked_database(conflict), None);
     }
 
     #[test]
