@@ -294,6 +294,34 @@ mod tests {
     }
 
     #[test]
+    fn parses_saved_offline_is_enabled_output() {
+        let root = Path::new("/tmp/mesh-sandbox/systemd/offline-root");
+        assert_recorded(
+            include_str!("../../tests/fixtures/systemctl-offline-is-enabled.cmd"),
+            &["systemctl"],
+            &is_enabled(Some(root)),
+            &["c.service"],
+        );
+        assert_eq!(
+            parse_is_enabled(include_str!(
+                "../../tests/fixtures/systemctl-offline-is-enabled.txt"
+            )),
+            [UnitFileState::Enabled]
+        );
+        // No file: exit 1, nothing on stdout, the reason on stderr only.
+        assert_recorded(
+            include_str!("../../tests/fixtures/systemctl-offline-is-enabled-missing.cmd"),
+            &["systemctl"],
+            &is_enabled(Some(root)),
+            &["nonexistent.service"],
+        );
+        assert!(parse_is_enabled(include_str!(
+            "../../tests/fixtures/systemctl-offline-is-enabled-missing.txt"
+        ))
+        .is_empty());
+    }
+
+    #[test]
     fn offline_verbs_name_the_root() {
         let root = Path::new("/mnt");
         assert_eq!(verb(Verb::Enable, Some(root)), ["--root=/mnt", "enable"]);
