@@ -312,12 +312,12 @@ impl Kind for Packages {
         if upgrade && !(checked.is_empty() && unknown.is_empty()) {
             // The host's package is never upgraded with the rest (a static binary with no
             // dependencies, so holding it back is no partial upgrade).
-            let upgrade = |pacman: &Pacman| pacman.upgrade(&env.config.identity.package_names);
+            let full_upgrade = |pacman: &Pacman| pacman.upgrade(host_packages);
             let outcomes = if checked.is_empty() {
                 // Only packages the stale databases do not know: upgrade (which refreshes them)
                 // first, then check and install those below.
                 let outcome = match target(env) {
-                    Ok(pacman) => run_waiting_for_lock(env, "upgrade", &upgrade(&pacman), &[])
+                    Ok(pacman) => run_waiting_for_lock(env, "upgrade", &full_upgrade(&pacman), &[])
                         .map_err(|e| match e {
                             TransactionError::Packages(e) | TransactionError::Pacman(e) => e,
                         }),
@@ -328,7 +328,7 @@ impl Kind for Packages {
                 }
                 Vec::new()
             } else {
-                transaction("upgrade", &upgrade, &checked)
+                transaction("upgrade", &full_upgrade, &checked)
             };
             results.extend(checked.iter().copied().zip(outcomes));
             if !unknown.is_empty() {
