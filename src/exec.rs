@@ -287,23 +287,7 @@ impl<'p> Runner<'p> {
         args: &[S],
         names: &[&str],
     ) -> Result<Output, CommandError> {
-        let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
-        let args = args.as_slice();
-        let mut all: Option<Output> = None;
-        for chunk in chunks(fixed_bytes(tool, args), names, argv_budget()) {
-            let (command, output) = self.spawn(tool, args, chunk)?;
-            if output.code != Some(0) {
-                return Err(CommandError {
-                    command,
-                    failure: Failure::Exit(output.code, output.stderr),
-                });
-            }
-            all = Some(match all {
-                Some(all) => all.join(output),
-                None => output,
-            });
-        }
-        Ok(all.unwrap_or_default())
+        self.invocations(tool, args, names, true)
     }
 
     /// Runs `tool args -- names` and returns its output whatever its exit code (for queries whose
@@ -315,11 +299,28 @@ impl<'p> Runner<'p> {
         args: &[S],
         names: &[&str],
     ) -> Result<Output, CommandError> {
+        self.invocations(tool, args, names, false)
+    }
+
+    /// `tool args -- names` over as many invocations as the names need, their outputs joined;
+    /// with `exit_zero`, the first that does not exit 0 ends it as a failure.
+    fn invocations<S: AsRef<str>>(
+        &self,
+        tool: &Tool,
+        args: &[S],
+        names: &[&str],
+        exit_zero: bool,
+    ) -> Result<Output, CommandError> {
         let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
-        let args = args.as_slice();
         let mut all: Option<Output> = None;
-        for chunk in chunks(fixed_bytes(tool, args), names, argv_budget()) {
-            let output = self.spawn(tool, args, chunk)?.1;
+        for chunk in chunks(fixed_bytes(tool, &args), names, argv_budget()) {
+            let (command, output) = self.spawn(tool, &args, chunk)?;
+            if exit_zero && output.code != Some(0) {
+                return Err(CommandError {
+                    command,
+                    failure: Failure::Exit(output.code, output.stderr),
+                });
+            }
             all = Some(match all {
                 Some(all) => all.join(output),
                 None => output,
