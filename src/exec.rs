@@ -137,16 +137,17 @@ pub enum Stopped {
     },
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Failure {
-    Spawn(io::Error),
+    /// Could not be started (or its pipes read): the OS error, as text.
+    Spawn(String),
     /// Reached its timeout; how it was stopped; its stderr.
     Timeout(Duration, Stopped, String),
     Exit(Option<i32>, String),
 }
 
 /// A command that could not be run, hung, or failed; carries the command line and its stderr.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CommandError {
     pub command: String,
     pub failure: Failure,
@@ -280,36 +281,46 @@ impl<'p> Runner<'p> {
 
     /// Runs `tool args -- names` and fails unless it exits 0. Names beyond what one command line
     /// can carry go to further invocations of the same command, in order; the first failure ends it.
-    pub fn run(&self, tool: &Tool, args: &[&str], names: &[&str]) -> Result<Output, CommandError> {
-        let mut all: Option<Output> = None;
-        for chunk in chunks(fixed_bytes(tool, args), names, argv_budget()) {
-            let (command, output) = self.spawn(tool, args, chunk)?;
-            if output.code != Some(0) {
-                return Err(CommandError {
-                    command,
-                    failure: Failure::Exit(output.code, output.stderr),
-                });
-            }
-            all = Some(match all {
-                Some(all) => all.join(output),
-                None => output,
-            });
-        }
-        Ok(all.unwrap_or_default())
+    pub fn run<S: AsRef<str>>(
+        &self,
+        tool: &Tool,
+        args: &[S],
+        names: &[&str],
+    ) -> Result<Output, CommandError> {
+        self.invocations(tool, args, names, true)
     }
 
     /// Runs `tool args -- names` and returns its output whatever its exit code (for queries whose
     /// exit code means "some were missing"). Split as `run` is, the outputs are joined in order and
     /// the exit code is the first that is not 0.
-    pub fn query(
+    pub fn query<S: AsRef<str>>(
         &self,
         tool: &Tool,
-        args: &[&str],
+        args: &[S],
         names: &[&str],
     ) -> Result<Output, CommandError> {
+        self.invocations(tool, args, names, false)
+    }
+
+    /// `tool args -- names` over as many invocations as the names need, their outputs joined;
+    /// with `exit_zero`, the first that does not exit 0 ends it as a failure.
+    fn invocations<S: AsRef<str>>(
+        &self,
+        tool: &Tool,
+        args: &[S],
+        names: &[&str],
+        exit_zero: bool,
+    ) -> Result<Output, CommandError> {
+        let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
         let mut all: Option<Output> = None;
-        for chunk in chunks(fixed_bytes(tool, args), names, argv_budget()) {
-            let output = self.spawn(tool, args, chunk)?.1;
+        for chunk in chunks(fixed_bytes(tool, &args), names, argv_budget()) {
+            let (command, output) = self.spawn(tool, &args, chunk)?;
+            if exit_zero && output.code != Some(0) {
+                return Err(CommandError {
+                    command,
+                    failure: Failure::Exit(output.code, output.stderr),
+                });
+            }
             all = Some(match all {
                 Some(all) => all.join(output),
                 None => output,
@@ -324,12 +335,7 @@ impl<'p> Runner<'p> {
         args: &[&str],
         names: &[&str],
     ) -> Result<(String, Output), CommandError> {
-        let mut argv: Vec<&str> = tool.command.iter().map(String::as_str).collect();
-        argv.extend_from_slice(args);
-        if !names.is_empty() {
-            argv.push("--");
-            argv.extend_from_slice(names);
-        }
+        let argv = argv(tool, args, names);
         let command = argv.join(" ");
         self.count.set(self.count.get() + 1);
         if let Some(trace) = &self.trace {
@@ -350,9 +356,9 @@ impl<'p> Runner<'p> {
             // Its own process group, so a timeout kills whatever it started too.
             .process_group(0)
             .spawn()
-            .map_err(|e| error(Failure::Spawn(e)))?;
+            .map_err(|e| error(Failure::Spawn(e.to_string())))?;
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(error(Failure::Spawn(io::Error::other("no pipes"))));
+            return Err(error(Failure::Spawn("no pipes".into())));
         };
         let mut pipes = Pipes {
             stdout,
@@ -373,7 +379,7 @@ impl<'p> Runner<'p> {
             Err(e) => {
                 kill_group(&child, libc::SIGKILL);
                 let _ = child.wait();
-                return Err(error(Failure::Spawn(e)));
+                return Err(error(Failure::Spawn(e.to_string())));
             }
         };
         Ok((
@@ -385,6 +391,25 @@ impl<'p> Runner<'p> {
             },
         ))
     }
+}
+
+/// What runs for `tool args -- names`: the configured command, the arguments, and the names after
+/// `--` (no `--` when there are none).
+fn argv<'a>(tool: &'a Tool, args: &[&'a str], names: &[&'a str]) -> Vec<&'a str> {
+    let mut argv: Vec<&str> = tool.command.iter().map(String::as_str).collect();
+    argv.extend_from_slice(args);
+    if !names.is_empty() {
+        argv.push("--");
+        argv.extend_from_slice(names);
+    }
+    argv
+}
+
+/// The command line `run` and `query` show (in errors and traces) for `tool args -- names`.
+#[cfg(test)]
+pub fn command_line<S: AsRef<str>>(tool: &Tool, args: &[S], names: &[&str]) -> String {
+    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+    argv(tool, &args, names).join(" ")
 }
 
 /// Stops a tool that reached its timeout: its stop signal to its process group, as a Ctrl-C
@@ -526,6 +551,8 @@ impl Pipes {
 mod tests {
     use super::*;
 
+    const NO_ARGS: &[&str] = &[];
+
     fn sh(timeout_ms: u64) -> Tool {
         Tool {
             command: vec!["sh".into(), "-c".into()],
@@ -633,7 +660,7 @@ mod tests {
     #[test]
     fn interrupt_policy_sends_sigint_and_waits_for_a_clean_exit() {
         let err = Runner::new(false)
-            .run(&trapping(Stop::Interrupt, 5000, "exit 130"), &[], &[])
+            .run(&trapping(Stop::Interrupt, 5000, "exit 130"), NO_ARGS, &[])
             .unwrap_err();
         let Failure::Timeout(_, stopped, stderr) = &err.failure else {
             panic!("{err}");
@@ -658,7 +685,7 @@ mod tests {
     fn terminate_policy_sends_sigterm_then_kills_after_the_grace() {
         let started = Instant::now();
         let err = Runner::new(false)
-            .run(&trapping(Stop::Terminate, 300, "true"), &[], &[])
+            .run(&trapping(Stop::Terminate, 300, "true"), NO_ARGS, &[])
             .unwrap_err();
         let Failure::Timeout(_, stopped, stderr) = &err.failure else {
             panic!("{err}");
@@ -696,7 +723,7 @@ mod tests {
             stop: Stop::Terminate,
             grace: Duration::from_secs(1),
         };
-        let err = Runner::new(false).run(&tool, &[], &[]).unwrap_err();
+        let err = Runner::new(false).run(&tool, NO_ARGS, &[]).unwrap_err();
         assert!(err.to_string().contains("could not be started"), "{err}");
     }
 }

@@ -28,6 +28,7 @@ mod service;
 mod store;
 #[cfg(test)]
 mod testutil;
+mod tools;
 mod unitfile;
 
 use cli::Command;

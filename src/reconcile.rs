@@ -233,7 +233,7 @@ fn converge<K: Kind>(
             for key in &keys {
                 report
                     .failures
-                    .push(result(K::NAME, key, ResultAction::Observe, e.clone()));
+                    .push(result(K::NAME, key, ResultAction::Observe, e.to_string()));
             }
             return Ok(());
         }
@@ -246,7 +246,7 @@ fn converge<K: Kind>(
             Some(Err(e)) => {
                 report
                     .failures
-                    .push(result(K::NAME, key, ResultAction::Observe, e.clone()));
+                    .push(result(K::NAME, key, ResultAction::Observe, e.to_string()));
                 continue;
             }
             Some(Ok(observed)) => Some(observed),
@@ -350,7 +350,7 @@ fn converge<K: Kind>(
                 K::NAME,
                 &change.key,
                 change.action.into(),
-                e.clone(),
+                e.to_string(),
             )),
         }
     }
@@ -400,7 +400,8 @@ fn verify<K: Kind>(
             Ok(Some(Ok(observed))) => Some(observed),
             Ok(None) => None,
             Err(e) | Ok(Some(Err(e))) => {
-                *outcome = Outcome::Failed(format!("could not be checked after the change: {e}"));
+                *outcome =
+                    Outcome::Failed(format!("could not be checked after the change: {e}").into());
                 continue;
             }
         };
@@ -408,12 +409,15 @@ fn verify<K: Kind>(
         let owned = ledger.get::<K>(&change.key);
         match K::plan(&fresh, &change.key, desired, observed, owned) {
             Step::Change(still) => {
-                *outcome = Outcome::Failed(format!(
-                    "the tool reported success, but it still differs from the declaration: {}",
-                    still.details.join(", ")
-                ))
+                *outcome = Outcome::Failed(
+                    format!(
+                        "the tool reported success, but it still differs from the declaration: {}",
+                        still.details.join(", ")
+                    )
+                    .into(),
+                )
             }
-            Step::Fail(e) | Step::Skip(e) => *outcome = Outcome::Failed(e),
+            Step::Fail(e) | Step::Skip(e) => *outcome = Outcome::Failed(e.into()),
             Step::InSync | Step::Adopt { .. } => {}
         }
     }
@@ -496,7 +500,7 @@ fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<
         };
         let spec = K::desired(cx.declaration).get(&key);
         let (state, detail) = match observed.as_ref().map(|o| o.get(&key)) {
-            Err(e) | Ok(Some(Err(e))) => ("error", e.clone()),
+            Err(e) | Ok(Some(Err(e))) => ("error", e.to_string()),
             Ok(observed) => match K::plan(
                 cx,
                 &key,

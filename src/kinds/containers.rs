@@ -5,17 +5,17 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    batch_then_each, check_argument, Action, Change, Env, Kind, LedgerAfter, NoOriginal,
+    batch_then_each, check_argument, Action, Change, Env, Kind, KindError, LedgerAfter, NoOriginal,
     Observations, Outcome, RunContext, Step,
 };
 use crate::codec;
 use crate::config::{Identity, Limits};
 use crate::declaration::Fields;
 use crate::store::{Entry, Ledger};
+use crate::tools::podman::{self, State};
 
 pub struct Containers;
 
@@ -59,7 +59,6 @@ pub enum Op {
     Create {
         remove_first: bool,
         start: bool,
-        args: Vec<String>,
     },
     Start,
     Stop,
@@ -234,7 +233,7 @@ impl Kind for Containers {
         env: &Env,
         _cx: &RunContext,
         keys: &[String],
-    ) -> Result<Observations<Observed>, String> {
+    ) -> Result<Observations<Observed>, KindError> {
         if keys.is_empty() || env.offline {
             // Offline, podman's store is not ours to read: every container change is deferred.
             return Ok(keys.iter().map(|k| (k.clone(), Ok(absent()))).collect());
@@ -243,9 +242,9 @@ impl Kind for Containers {
         // fails as a whole.
         let output = env
             .runner
-            .run(&env.config.podman, &["ps", "-a", "--format", "json"], &[])
-            .map_err(|e| e.to_string())?;
-        let all = parse_ps(&output.stdout)
+            .run(&env.config.podman, &podman::ps(), &[])
+            .map_err(|e| KindError::command("observe", e))?;
+        let all = observed(&output.stdout)
             .map_err(|e| format!("`podman ps` printed something unexpected: {e}"))?;
         Ok(keys
             .iter()
@@ -305,7 +304,6 @@ impl Kind for Containers {
                 let create = |remove_first| Op::Create {
                     remove_first,
                     start: spec.running,
-                    args: create_args(key, spec, &spec_digest),
                 };
                 if !obs.exists {
                     return change(
@@ -417,8 +415,8 @@ impl Kind for Containers {
                 .map(|_| Outcome::Deferred("containers need the running system".into()))
                 .collect();
         }
-        let podman = &env.config.podman;
-        let mut errors: BTreeMap<&str, String> = BTreeMap::new();
+        let tool = &env.config.podman;
+        let mut errors: BTreeMap<&str, KindError> = BTreeMap::new();
         let names = |pick: fn(&Op) -> bool| -> Vec<&str> {
             changes
                 .iter()
@@ -438,13 +436,17 @@ impl Kind for Containers {
         });
         let results = batch_then_each(env.runner, &remove, |batch| {
             env.runner
-                .run(podman, &["rm", "-f", "-t", "10"], batch)
+                .run(tool, &podman::remove(), batch)
                 .map(drop)
+                .map_err(|e| KindError::command("remove", e))
         });
         record_errors(&mut errors, &remove, results);
         let unpause = names(|op| matches!(op, Op::Unpause { .. }));
         let results = batch_then_each(env.runner, &unpause, |batch| {
-            env.runner.run(podman, &["unpause"], batch).map(drop)
+            env.runner
+                .run(tool, &podman::unpause(), batch)
+                .map(drop)
+                .map_err(|e| KindError::command("unpause", e))
         });
         record_errors(&mut errors, &unpause, results);
         let stop: Vec<&str> = names(|op| matches!(op, Op::Stop | Op::Unpause { stop: true }))
@@ -453,19 +455,21 @@ impl Kind for Containers {
             .collect();
         let results = batch_then_each(env.runner, &stop, |batch| {
             env.runner
-                .run(podman, &["stop", "-t", "10"], batch)
+                .run(tool, &podman::stop(), batch)
                 .map(drop)
+                .map_err(|e| KindError::command("stop", e))
         });
         record_errors(&mut errors, &stop, results);
         for change in changes {
-            if let Op::Create { args, .. } = &change.op {
-                if errors.contains_key(change.key.as_str()) {
-                    continue;
-                }
-                let vars = cx.declaration.containers.get(&change.key).map(|s| &s.env);
-                if let Err(e) = create(env, &change.key, args, vars) {
-                    errors.insert(&change.key, e);
-                }
+            if !matches!(change.op, Op::Create { .. }) || errors.contains_key(change.key.as_str()) {
+                continue;
+            }
+            let created = match cx.declaration.containers.get(&change.key) {
+                Some(spec) => create(env, &change.key, spec),
+                None => Err("no longer declared, so there is nothing to create it from".into()),
+            };
+            if let Err(e) = created {
+                errors.insert(&change.key, e);
             }
         }
         let start: Vec<&str> = changes
@@ -477,7 +481,10 @@ impl Kind for Containers {
             .map(|c| c.key.as_str())
             .collect();
         let results = batch_then_each(env.runner, &start, |batch| {
-            env.runner.run(podman, &["start"], batch).map(drop)
+            env.runner
+                .run(tool, &podman::start(), batch)
+                .map(drop)
+                .map_err(|e| KindError::command("start", e))
         });
         record_errors(&mut errors, &start, results);
         changes
@@ -490,42 +497,38 @@ impl Kind for Containers {
     }
 }
 
-/// `podman create` with `args` (options, `--`, image and command) and, when the container has
-/// an environment, `--env-file` from the store: written just before, removed just after.
-fn create(
-    env: &Env,
-    name: &str,
-    args: &[String],
-    vars: Option<&BTreeMap<String, String>>,
-) -> Result<(), String> {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (options, positional) =
-        args.split_at(args.iter().position(|a| *a == "--").unwrap_or(args.len()));
-    let positional: Vec<&str> = positional.iter().skip(1).copied().collect();
-    let mut options = options.to_vec();
-    let vars = vars.filter(|v| !v.is_empty());
+/// `podman create` of `spec`, labelled as the host's with its digest, and, when the container
+/// has an environment, `--env-file` from the store: written just before, removed just after.
+fn create(env: &Env, name: &str, spec: &Spec) -> Result<(), KindError> {
+    let vars = Some(&spec.env).filter(|v| !v.is_empty());
     let env_file = match (vars, env.store) {
         (None, _) => None,
-        (Some(vars), Some(store)) => {
-            let path = store
+        (Some(vars), Some(store)) => Some(
+            store
                 .write_env_file(name, &env_file(vars))
-                .map_err(|e| e.to_string())?;
-            Some(format!("--env-file={}", path.display()))
-        }
+                .map_err(|e| e.to_string())?,
+        ),
         (Some(_), None) => return Err("no store to keep its environment file in".into()),
     };
-    if let Some(option) = &env_file {
-        options.push(option);
-    }
+    let env_file_text = env_file.as_ref().map(|p| p.display().to_string());
+    let spec_digest = digest(spec);
+    let labels = labels(&spec_digest);
+    let command = create_command(name, spec, &labels, env_file_text.as_deref());
     let created = env
         .runner
-        .run(&env.config.podman, &options, &positional)
+        .run(
+            &env.config.podman,
+            &command.options(),
+            &command.positional(),
+        )
         .map(drop)
-        .map_err(|e| e.to_string());
+        .map_err(|e| KindError::command("create", e));
     match (env_file, env.store) {
-        (Some(_), Some(store)) => {
-            created.and(store.remove_env_file(name).map_err(|e| e.to_string()))
-        }
+        (Some(_), Some(store)) => created.and(
+            store
+                .remove_env_file(name)
+                .map_err(|e| KindError::from(e.to_string())),
+        ),
         _ => created,
     }
 }
@@ -542,9 +545,9 @@ fn env_file(vars: &BTreeMap<String, String>) -> Vec<u8> {
 
 /// Keeps the first error of each resource.
 fn record_errors<'a>(
-    errors: &mut BTreeMap<&'a str, String>,
+    errors: &mut BTreeMap<&'a str, KindError>,
     names: &[&'a str],
-    results: Vec<Result<(), String>>,
+    results: Vec<Result<(), KindError>>,
 ) {
     for (name, result) in names.iter().zip(results) {
         if let Err(e) = result {
@@ -578,28 +581,30 @@ pub fn digest(spec: &Spec) -> String {
     codec::sha256_hex(text.as_bytes())[..32].to_string()
 }
 
-/// `podman create` arguments: every value is bound to its option (`--publish=P`), and the image
-/// and command come after `--`, so no declared value can become an option. The environment is
-/// not among them: it goes in an `--env-file` (`env_file`), so its values never reach an argv.
-fn create_args(name: &str, spec: &Spec, spec_digest: &str) -> Vec<String> {
-    let mut args = vec![
-        "create".to_string(),
-        format!("--name={name}"),
-        format!("--label={OWNED_LABEL}=1"),
-        format!("--label={SPEC_LABEL}={spec_digest}"),
-    ];
-    args.extend(spec.ports.iter().map(|p| format!("--publish={p}")));
-    args.extend(spec.volumes.iter().map(|v| format!("--volume={v}")));
-    if let Some(n) = &spec.network {
-        args.push(format!("--network={n}"));
+/// The labels of a container the host creates: owned, and the digest of its spec.
+fn labels(spec_digest: &str) -> [(&'static str, &str); 2] {
+    [(OWNED_LABEL, "1"), (SPEC_LABEL, spec_digest)]
+}
+
+/// What `podman create` is given for `spec`. The environment is not in its arguments: it goes
+/// in an `--env-file` (`env_file`), so its values never reach an argv.
+fn create_command<'a>(
+    name: &'a str,
+    spec: &'a Spec,
+    labels: &'a [(&'a str, &'a str)],
+    env_file: Option<&'a str>,
+) -> podman::Create<'a> {
+    podman::Create {
+        name,
+        labels,
+        ports: &spec.ports,
+        volumes: &spec.volumes,
+        network: spec.network.as_deref(),
+        init: spec.init,
+        env_file,
+        image: &spec.image,
+        command: &spec.command,
     }
-    if spec.init {
-        args.push("--init".into());
-    }
-    args.push("--".into());
-    args.push(spec.image.clone());
-    args.extend(spec.command.iter().cloned());
-    args
 }
 
 fn valid_port(p: &str) -> bool {
@@ -748,29 +753,18 @@ fn check_volume_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct PsEntry {
-    names: Vec<String>,
-    state: String,
-    #[serde(default)]
-    labels: Option<BTreeMap<String, String>>,
-}
-
-/// `podman ps -a --format json`, by name.
-pub fn parse_ps(stdout: &[u8]) -> Result<BTreeMap<String, Observed>, serde_json::Error> {
-    let entries: Vec<PsEntry> = serde_json::from_slice(stdout)?;
+/// What `podman ps` says of each container, by name.
+fn observed(stdout: &[u8]) -> Result<BTreeMap<String, Observed>, serde_json::Error> {
     let mut out = BTreeMap::new();
-    for entry in entries {
-        let labels = entry.labels.unwrap_or_default();
+    for container in podman::parse_ps(stdout)? {
         let observed = Observed {
             exists: true,
-            running: entry.state == "running",
-            paused: entry.state == "paused",
-            ours: labels.get(OWNED_LABEL).map(String::as_str) == Some("1"),
-            spec_digest: labels.get(SPEC_LABEL).cloned(),
+            running: container.state == State::Running,
+            paused: container.state == State::Paused,
+            ours: container.labels.get(OWNED_LABEL).map(String::as_str) == Some("1"),
+            spec_digest: container.labels.get(SPEC_LABEL).cloned(),
         };
-        for name in entry.names {
+        for name in container.names {
             out.insert(name, observed.clone());
         }
     }
@@ -826,7 +820,11 @@ mod tests {
     #[test]
     fn create_args_bind_values_to_options() {
         let d = parse_with_defaults(r#"{"schema": 1, "containers": {"web": {"image": "img", "command": ["--rm"], "env": {"A": "--privileged"}}}}"#).unwrap();
-        let args = create_args("web", &d.containers["web"], "abc");
+        let labels = labels("abc");
+        let command = create_command("web", &d.containers["web"], &labels, None);
+        let mut args = command.options();
+        args.push("--".into());
+        args.extend(command.positional().into_iter().map(String::from));
         assert_eq!(
             args,
             vec![
@@ -845,7 +843,13 @@ mod tests {
     fn env_values_reach_podman_only_through_a_file() {
         let d = parse_with_defaults(r#"{"schema": 1, "containers": {"web": {"image": "img", "env": {"TOKEN": "s3cret=1", "EMPTY": ""}}}}"#).unwrap();
         let spec = &d.containers["web"];
-        let args = create_args("web", spec, "abc").join(" ");
+        let labels = labels("abc");
+        let command = create_command("web", spec, &labels, None);
+        let args = format!(
+            "{} {}",
+            command.options().join(" "),
+            command.positional().join(" ")
+        );
         assert!(
             !args.contains("s3cret") && !args.contains("TOKEN"),
             "{args}"
@@ -875,7 +879,7 @@ mod tests {
     fn parses_ps_json() {
         let json = br#"[{"Names": ["web"], "State": "running", "Labels": {"mesh-host.owned": "1", "mesh-host.spec": "abc"}},
                         {"Names": ["other"], "State": "exited", "Labels": null}]"#;
-        let all = parse_ps(json).unwrap();
+        let all = observed(json).unwrap();
         assert_eq!(
             all["web"],
             Observed {
@@ -887,12 +891,12 @@ mod tests {
             }
         );
         assert!(!all["other"].ours && !all["other"].running);
-        assert!(parse_ps(b"garbage").is_err());
+        assert!(observed(b"garbage").is_err());
     }
 
     #[test]
     fn parses_saved_podman_ps() {
-        let all = parse_ps(include_bytes!("../../tests/fixtures/podman-ps.json")).unwrap();
+        let all = observed(include_bytes!("../../tests/fixtures/podman-ps.json")).unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!(
             all["mesh-fix-running"],
@@ -915,7 +919,7 @@ mod tests {
                 spec_digest: None
             }
         );
-        let empty = parse_ps(include_bytes!("../../tests/fixtures/podman-ps-empty.json")).unwrap();
+        let empty = observed(include_bytes!("../../tests/fixtures/podman-ps-empty.json")).unwrap();
         assert!(empty.is_empty());
     }
 

@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::{
-    Action, Change, Env, Kind, LedgerAfter, Listed, Observations, Outcome, RunContext, Step,
+    Action, Change, Env, Kind, KindError, LedgerAfter, Listed, Observations, Outcome, RunContext,
+    Step,
 };
 use crate::accounts::{Account, Accounts};
 use crate::codec;
@@ -203,7 +204,7 @@ impl Kind for Files {
         env: &Env,
         cx: &RunContext,
         keys: &[String],
-    ) -> Result<Observations<Observed>, String> {
+    ) -> Result<Observations<Observed>, KindError> {
         let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
         let mut accounts: Option<Accounts> = None;
         let mut parents = ParentCache::default();
@@ -262,7 +263,7 @@ impl Kind for Files {
         let fail_all = |message: String| -> Vec<Outcome> {
             changes
                 .iter()
-                .map(|_| Outcome::Failed(message.clone()))
+                .map(|_| Outcome::Failed(message.clone().into()))
                 .collect()
         };
         let root = match Dir::open(env.root) {
@@ -296,7 +297,7 @@ impl Kind for Files {
                 }
                 match apply_one(env, &mut parents, ledger, &change.key, &change.op) {
                     Ok(()) => Outcome::Done,
-                    Err(e) => Outcome::Failed(e),
+                    Err(e) => Outcome::Failed(e.into()),
                 }
             })
             .collect();
@@ -305,11 +306,14 @@ impl Kind for Files {
         for (dir, e) in parents.sync() {
             for (change, outcome) in changes.iter().zip(outcomes.iter_mut()) {
                 if *outcome == Outcome::Done && Path::new(&change.key).parent() == Some(&dir) {
-                    *outcome = Outcome::Failed(format!(
-                        "{}: cannot make the write durable (fsync {}): {e}",
-                        change.key,
-                        dir.display()
-                    ));
+                    *outcome = Outcome::Failed(
+                        format!(
+                            "{}: cannot make the write durable (fsync {}): {e}",
+                            change.key,
+                            dir.display()
+                        )
+                        .into(),
+                    );
                 }
             }
         }

@@ -5,6 +5,7 @@
 //! of `registry!`, the one list of kinds.
 
 pub mod containers;
+pub mod error;
 pub mod files;
 pub mod packages;
 pub mod units;
@@ -121,6 +122,7 @@ macro_rules! listed {
     };
 }
 registry!(listed);
+pub use error::{BatchFailure, KindError};
 
 /// The world a kind acts on.
 pub struct Env<'a> {
@@ -228,7 +230,7 @@ pub enum Outcome {
     Done,
     /// Cannot be done into a mounted root; a running system must do it.
     Deferred(String),
-    Failed(String),
+    Failed(KindError),
 }
 
 /// The name an adopted resource's original is kept under in the store.
@@ -265,7 +267,7 @@ pub trait Kind: Listed {
         env: &Env,
         cx: &RunContext,
         keys: &[String],
-    ) -> Result<Observations<Self::Observed>, String>;
+    ) -> Result<Observations<Self::Observed>, KindError>;
     /// Pure: what to do about one resource.
     fn plan(
         cx: &RunContext,
@@ -287,49 +289,29 @@ pub trait Kind: Listed {
 }
 
 /// What observation found of each key: its state, or why that one key could not be observed.
-pub type Observations<O> = BTreeMap<String, Result<O, String>>;
-
-/// A batch's failure: does it blame the names (so each alone may succeed), or the tool itself?
-pub trait BatchFailure: std::fmt::Display {
-    fn blames_names(&self) -> bool;
-}
-
-impl BatchFailure for String {
-    fn blames_names(&self) -> bool {
-        true
-    }
-}
-
-impl BatchFailure for crate::exec::CommandError {
-    /// A tool that exited non-zero refused something; one that hung or could not start would do
-    /// the same again for each name, multiplying its timeout.
-    fn blames_names(&self) -> bool {
-        matches!(self.failure, crate::exec::Failure::Exit(..))
-    }
-}
+pub type Observations<O> = BTreeMap<String, Result<O, KindError>>;
 
 /// Runs `batch` over all `names` at once; if that fails because of the names, over each name
 /// alone, so one bad name fails only its own resource. Returns one result per name, in order.
 /// The calls after the first are counted as retries of the run.
-pub fn batch_then_each<E: BatchFailure>(
+pub fn batch_then_each(
     runner: &Runner,
     names: &[&str],
-    mut batch: impl FnMut(&[&str]) -> Result<(), E>,
-) -> Vec<Result<(), String>> {
+    mut batch: impl FnMut(&[&str]) -> Result<(), KindError>,
+) -> Vec<Result<(), KindError>> {
     if names.is_empty() {
         return Vec::new();
     }
     match batch(names) {
         Ok(()) => names.iter().map(|_| Ok(())).collect(),
         Err(e) if names.len() == 1 || !e.blames_names() => {
-            let message = e.to_string();
-            names.iter().map(|_| Err(message.clone())).collect()
+            names.iter().map(|_| Err(e.clone())).collect()
         }
         Err(_) => names
             .iter()
             .map(|name| {
                 runner.count_retry();
-                batch(std::slice::from_ref(name)).map_err(|e| e.to_string())
+                batch(std::slice::from_ref(name))
             })
             .collect(),
     }
@@ -346,30 +328,30 @@ pub const RETRY_BUDGET: usize = 64;
 /// still observed. A failure that does not blame the names (a timeout, a tool that cannot start)
 /// is given to every name of its batch without retrying, as is any batch left when
 /// `RETRY_BUDGET` is spent. Retries are counted.
-pub fn query_by_halves<T, E: BatchFailure>(
+pub fn query_by_halves<T, E: BatchFailure + Into<KindError>>(
     runner: &Runner,
     what: &str,
     names: &[&str],
     mut query: impl FnMut(&[&str]) -> Result<Vec<T>, E>,
-) -> Vec<Result<T, String>> {
+) -> Vec<Result<T, KindError>> {
     let mut budget = RETRY_BUDGET;
     let mut out = Vec::with_capacity(names.len());
     halves(runner, what, names, &mut query, &mut budget, &mut out);
     out
 }
 
-fn halves<T, E: BatchFailure>(
+fn halves<T, E: BatchFailure + Into<KindError>>(
     runner: &Runner,
     what: &str,
     names: &[&str],
     query: &mut impl FnMut(&[&str]) -> Result<Vec<T>, E>,
     budget: &mut usize,
-    out: &mut Vec<Result<T, String>>,
+    out: &mut Vec<Result<T, KindError>>,
 ) {
     if names.is_empty() {
         return;
     }
-    let (message, blames_names) = match query(names) {
+    let (error, blames_names): (KindError, bool) = match query(names) {
         Ok(items) if items.len() == names.len() => {
             out.extend(items.into_iter().map(Ok));
             return;
@@ -379,13 +361,17 @@ fn halves<T, E: BatchFailure>(
                 "{what} answered for {} of the {} asked about",
                 items.len(),
                 names.len()
-            ),
+            )
+            .into(),
             true,
         ),
-        Err(e) => (e.to_string(), e.blames_names()),
+        Err(e) => {
+            let blames_names = e.blames_names();
+            (e.into(), blames_names)
+        }
     };
     if names.len() == 1 || !blames_names || *budget < 2 {
-        out.extend(names.iter().map(|_| Err(message.clone())));
+        out.extend(names.iter().map(|_| Err(error.clone())));
         return;
     }
     *budget -= 2;
@@ -502,9 +488,9 @@ mod tests {
         blames_names: bool,
     ) -> (Vec<Result<usize, String>>, usize, usize) {
         struct Refused(bool);
-        impl fmt::Display for Refused {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("refused")
+        impl From<Refused> for KindError {
+            fn from(_: Refused) -> KindError {
+                "refused".into()
             }
         }
         impl BatchFailure for Refused {
@@ -512,7 +498,6 @@ mod tests {
                 self.0
             }
         }
-        use std::fmt;
         let runner = Runner::new(false);
         let mut queries = 0;
         let results = query_by_halves(&runner, "the query", names, |batch| {
@@ -523,6 +508,10 @@ mod tests {
                 Ok(batch.iter().map(|n| n.len()).collect())
             }
         });
+        let results = results
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect();
         (results, queries, runner.retries())
     }
 
@@ -567,13 +556,15 @@ mod tests {
         let runner = Runner::new(false);
         let results = query_by_halves(&runner, "`tool`", &["a", "b"], |batch| {
             // One item whatever it is asked: short for two names, right for one.
-            Ok::<_, String>(vec![batch.len().min(1)])
+            Ok::<_, KindError>(vec![batch.len().min(1)])
         });
         assert_eq!(results, vec![Ok(1), Ok(1)]);
-        let results = query_by_halves(&runner, "`tool`", &["a"], |_| Ok::<Vec<u8>, String>(vec![]));
+        let results = query_by_halves(&runner, "`tool`", &["a"], |_| {
+            Ok::<Vec<u8>, KindError>(vec![])
+        });
         assert_eq!(
             results,
-            vec![Err("`tool` answered for 0 of the 1 asked about".to_string())]
+            vec![Err("`tool` answered for 0 of the 1 asked about".into())]
         );
     }
 }

@@ -9,16 +9,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use super::{
-    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, LedgerAfter,
-    Observations, Outcome, RunContext, Step,
+    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, KindError,
+    LedgerAfter, Observations, Outcome, RunContext, Step,
 };
 use crate::config::{Identity, Limits};
 use crate::declaration::Fields;
 use crate::exec::{CommandError, Failure};
 use crate::store::{Entry, Ledger, Origin};
+use crate::tools::pacman::{self, InstallReason, Pacman, SyncInfo};
 
 pub struct Packages;
 
@@ -48,16 +47,6 @@ pub enum Op {
     /// `pacman -D --asdeps`: an adopted package goes back to being a dependency on release.
     MarkDependency,
     Forget,
-}
-
-/// How pacman had installed a package the host adopted: the ledger keeps it (as `"explicit"` or
-/// `"dependency"`) so that releasing the package puts it back. An adopted entry without one
-/// (written by an older version for an explicitly installed package) counts as `Explicit`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum InstallReason {
-    Explicit,
-    Dependency,
 }
 
 /// What packages tell later kinds about a run.
@@ -117,26 +106,36 @@ impl Kind for Packages {
         env: &Env,
         _cx: &RunContext,
         keys: &[String],
-    ) -> Result<Observations<Observed>, String> {
+    ) -> Result<Observations<Observed>, KindError> {
         if keys.is_empty() {
             return Ok(BTreeMap::new());
         }
         let names: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let args = with_root(env, &["-Qi"])?;
+        let args = target(env)?.query_info();
         let results = query_by_halves(env.runner, "`pacman -Qi`", &names, |batch| {
-            let output = env.runner.query(&env.config.pacman, &args, batch)?;
-            // Exit 1 only means "some were not found"; anything else is a real failure.
-            if !matches!(output.code, Some(0) | Some(1)) {
-                return Err(CommandError {
+            let observing = |error| KindError::command("observe", error);
+            let output = env
+                .runner
+                .query(&env.config.pacman, &args, batch)
+                .map_err(observing)?;
+            if !Pacman::answered(output.code) {
+                return Err(observing(CommandError {
                     command: "pacman -Qi".into(),
                     failure: Failure::Exit(output.code, output.stderr),
-                });
+                }));
             }
             let stdout = output.stdout_text();
-            let mut installed = parse_info(&stdout);
+            let mut installed = pacman::parse_info(&stdout);
             Ok(batch
                 .iter()
-                .map(|name| installed.remove(name).unwrap_or(Observed::Missing))
+                .map(|name| match installed.remove(name) {
+                    Some(package) => Observed::Installed {
+                        version: package.version,
+                        explicit: package.reason == InstallReason::Explicit,
+                        required_by: package.required_by,
+                    },
+                    None => Observed::Missing,
+                })
                 .collect())
         });
         Ok(keys.iter().cloned().zip(results).collect())
@@ -272,32 +271,36 @@ impl Kind for Packages {
                 .collect()
         };
         let host_packages = &env.config.identity.package_names;
-        // The host's package is never upgraded with the rest (a static binary with no
-        // dependencies, so holding it back is no partial upgrade).
-        let ignore = format!("--ignore={}", host_packages.join(","));
         let upgrade = cx.declaration.packages_upgrade;
         // Once pacman itself fails (lock held past the wait, timeout, not startable), every later
         // transaction of this run fails the same way without running: retrying would only wait again.
-        let pacman_failure: RefCell<Option<String>> = RefCell::new(None);
-        let transaction = |args: &[&str], names: &[&str]| -> Vec<Result<(), String>> {
-            let args = match with_root(env, args) {
-                Ok(args) => args,
-                Err(e) => return names.iter().map(|_| Err(e.clone())).collect(),
+        let pacman_failure: RefCell<Option<KindError>> = RefCell::new(None);
+        let transaction = |step: &'static str,
+                           args: &dyn Fn(&Pacman) -> Vec<String>,
+                           names: &[&str]|
+         -> Vec<Result<(), KindError>> {
+            let args = match target(env) {
+                Ok(pacman) => args(&pacman),
+                Err(e) => return names.iter().map(|_| Err(e.clone().into())).collect(),
             };
             batch_then_each(env.runner, names, |batch| {
                 if let Some(e) = pacman_failure.borrow().as_ref() {
                     return Err(e.clone());
                 }
-                run_waiting_for_lock(env, &args, batch).map_err(|e| match e {
+                run_waiting_for_lock(env, step, &args, batch).map_err(|e| match e {
                     TransactionError::Packages(e) => e,
                     TransactionError::Pacman(e) => pacman_failure.borrow_mut().insert(e).clone(),
                 })
             })
         };
-        let mut results: BTreeMap<&str, Result<(), String>> = BTreeMap::new();
+        let mut results: BTreeMap<&str, Result<(), KindError>> = BTreeMap::new();
         // Marked explicit before any removal, so the `-Rs` cannot take a declared package along.
         let names = pick(Op::MarkExplicit);
-        let outcomes = transaction(&["-D", "--asexplicit"], &names);
+        let outcomes = transaction(
+            "mark explicit",
+            &|p| p.mark(InstallReason::Explicit),
+            &names,
+        );
         results.extend(names.into_iter().zip(outcomes));
 
         // What would be installed is checked against pacman's own metadata first: a package that
@@ -305,22 +308,25 @@ impl Kind for Packages {
         let wanted = pick(Op::Install);
         let (checked, unknown) = check_sync_packages(env, &wanted, host_packages, &mut results);
         if upgrade && !(checked.is_empty() && unknown.is_empty()) {
-            let args = ["-Syu", ignore.as_str(), "--needed", "--noconfirm"];
+            // The host's package is never upgraded with the rest (a static binary with no
+            // dependencies, so holding it back is no partial upgrade).
+            let full_upgrade = |pacman: &Pacman| pacman.upgrade(host_packages);
             let outcomes = if checked.is_empty() {
                 // Only packages the stale databases do not know: upgrade (which refreshes them)
                 // first, then check and install those below.
-                let outcome = match with_root(env, &args) {
-                    Ok(args) => run_waiting_for_lock(env, &args, &[]).map_err(|e| match e {
-                        TransactionError::Packages(e) | TransactionError::Pacman(e) => e,
-                    }),
-                    Err(e) => Err(e),
+                let outcome = match target(env) {
+                    Ok(pacman) => run_waiting_for_lock(env, "upgrade", &full_upgrade(&pacman), &[])
+                        .map_err(|e| match e {
+                            TransactionError::Packages(e) | TransactionError::Pacman(e) => e,
+                        }),
+                    Err(e) => Err(e.into()),
                 };
                 if let Err(e) = outcome {
                     *pacman_failure.borrow_mut() = Some(e);
                 }
                 Vec::new()
             } else {
-                transaction(&args, &checked)
+                transaction("upgrade", &full_upgrade, &checked)
             };
             results.extend(checked.iter().copied().zip(outcomes));
             if !unknown.is_empty() {
@@ -334,26 +340,30 @@ impl Kind for Packages {
                     let (checked, unknown) =
                         check_sync_packages(env, &unknown, host_packages, &mut results);
                     for name in unknown {
-                        results.insert(name, Err(not_found(name)));
+                        results.insert(name, Err(not_found(name).into()));
                     }
-                    let outcomes = transaction(&["-S", "--needed", "--noconfirm"], &checked);
+                    let outcomes = transaction("install", &|p| p.install(), &checked);
                     results.extend(checked.into_iter().zip(outcomes));
                 }
             }
         } else {
             for name in unknown {
-                results.insert(name, Err(not_found(name)));
+                results.insert(name, Err(not_found(name).into()));
             }
-            let outcomes = transaction(&["-S", "--needed", "--noconfirm"], &checked);
+            let outcomes = transaction("install", &|p| p.install(), &checked);
             results.extend(checked.into_iter().zip(outcomes));
         }
 
         let removals = pick(Op::Remove);
         let removals = check_removals(env, &removals, host_packages, &mut results);
-        let outcomes = transaction(&["-Rs", "--noconfirm"], &removals);
+        let outcomes = transaction("remove", &|p| p.remove(), &removals);
         results.extend(removals.into_iter().zip(outcomes));
         let names = pick(Op::MarkDependency);
-        let outcomes = transaction(&["-D", "--asdeps"], &names);
+        let outcomes = transaction(
+            "mark dependency",
+            &|p| p.mark(InstallReason::Dependency),
+            &names,
+        );
         results.extend(names.into_iter().zip(outcomes));
         changes
             .iter()
@@ -375,22 +385,12 @@ pub fn digest(spec: &Spec) -> String {
     crate::codec::sha256_hex(if spec.present { b"present" } else { b"absent" })
 }
 
-/// Under `--root`, pacman works on the mounted system with its own configuration. A root that is
-/// not UTF-8 is refused: falling back to `/` would change the running system instead.
-fn with_root<'a>(env: &'a Env, args: &[&'a str]) -> Result<Vec<&'a str>, String> {
-    let mut out = Vec::with_capacity(args.len() + 2);
-    if env.offline {
-        let root = env.root.to_str().ok_or_else(|| {
-            format!(
-                "root {} is not UTF-8; pacman's --sysroot cannot be given it",
-                env.root.display()
-            )
-        })?;
-        out.push("--sysroot");
-        out.push(root);
+/// pacman's arguments for the target: under `--root`, the mounted system.
+fn target<'a>(env: &Env<'a>) -> Result<Pacman<'a>, String> {
+    match env.offline {
+        true => Pacman::mounted(env.root),
+        false => Ok(Pacman::running()),
     }
-    out.extend_from_slice(args);
-    Ok(out)
 }
 
 /// Looks `names` up in the sync databases with one `pacman -Si`. Those that replace, conflict with,
@@ -400,28 +400,29 @@ fn check_sync_packages<'n>(
     env: &Env,
     names: &[&'n str],
     host_packages: &[String],
-    results: &mut BTreeMap<&'n str, Result<(), String>>,
+    results: &mut BTreeMap<&'n str, Result<(), KindError>>,
 ) -> (Vec<&'n str>, Vec<&'n str>) {
     if names.is_empty() {
         return (Vec::new(), Vec::new());
     }
-    let output = with_root(env, &["-Si"]).and_then(|args| {
+    let output = target(env).map_err(KindError::from).and_then(|tool| {
         let output = env
             .runner
-            .query(&env.config.pacman, &args, names)
-            .map_err(|e| e.to_string())?;
+            .query(&env.config.pacman, &tool.sync_info(), names)
+            .map_err(|e| KindError::command("check what would be installed", e))?;
         // Its exit status counts the names not found; any other complaint is a real failure.
-        let complaint = output.stderr.lines().any(|line| {
-            let not_found =
-                line.starts_with("error: package '") && line.ends_with("' was not found");
-            !(line.trim().is_empty() || not_found || line.starts_with("warning: "))
+        let complaint = pacman::parse_messages(&output.stderr).iter().any(|m| {
+            !matches!(
+                m,
+                pacman::Message::PackageNotFound(_) | pacman::Message::Warning(_)
+            )
         });
         match output.code {
             Some(_) if !complaint => Ok((output.stdout_text(), output.stderr)),
-            code => Err(format!(
+            code => Err(KindError::from(format!(
                 "`pacman -Si` (checking what would be installed) exited with status {code:?}: {}",
                 output.stderr.trim()
-            )),
+            ))),
         }
     });
     let (stdout, stderr) = match output {
@@ -433,13 +434,14 @@ fn check_sync_packages<'n>(
             return (Vec::new(), Vec::new());
         }
     };
-    let infos = parse_sync_info(&stdout);
+    let infos = pacman::parse_sync_info(&stdout);
+    let missing = pacman::not_found(&stderr);
     let (mut checked, mut unknown) = (Vec::new(), Vec::new());
     for &name in names {
         let Some(info) = infos.iter().find(|i| i.name == name) else {
             // Not found, as pacman says; a tool that says nothing of it leaves the judgement
             // to the transaction (real pacman always says one or the other).
-            if stderr.contains(&format!("error: package '{name}' was not found")) {
+            if missing.contains(name) {
                 unknown.push(name);
             } else {
                 checked.push(name);
@@ -448,7 +450,7 @@ fn check_sync_packages<'n>(
         };
         match takes_over(info, host_packages) {
             Some(why) => {
-                results.insert(name, Err(why));
+                results.insert(name, Err(why.into()));
             }
             None => checked.push(name),
         }
@@ -464,20 +466,19 @@ fn check_removals<'n>(
     env: &Env,
     names: &[&'n str],
     host_packages: &[String],
-    results: &mut BTreeMap<&'n str, Result<(), String>>,
+    results: &mut BTreeMap<&'n str, Result<(), KindError>>,
 ) -> Vec<&'n str> {
     if names.is_empty() {
         return Vec::new();
     }
     let removed_hosts = |batch: &[&str]| -> Option<Vec<String>> {
-        let args = with_root(env, &["-Rsp", "--print-format", "%n"]).ok()?;
+        let args = target(env).ok()?.removal_preview();
         let output = env.runner.query(&env.config.pacman, &args, batch).ok()?;
         (output.code == Some(0)).then(|| {
-            output
-                .stdout_text()
-                .lines()
-                .filter(|line| host_packages.iter().any(|h| h == line.trim()))
-                .map(|line| line.trim().to_string())
+            pacman::parse_removal(&output.stdout_text())
+                .into_iter()
+                .filter(|name| host_packages.iter().any(|h| h == name))
+                .map(str::to_string)
                 .collect()
         })
     };
@@ -492,11 +493,11 @@ fn check_removals<'n>(
             Some(host) => {
                 results.insert(
                     name,
-                    Err(format!(
+                    Err(KindError::from(format!(
                         "refused: removing {name} with its dependencies would remove {host}, \
                          the host's own package (installed as its dependency; pacman -Rsp); \
                          mesh-host never manages itself"
-                    )),
+                    ))),
                 );
             }
             None => allowed.push(name),
@@ -510,59 +511,6 @@ fn not_found(name: &str) -> String {
         "target not found: {name} (no sync database has a package of that name; mesh-host \
          declares packages by name, not groups or provisions)"
     )
-}
-
-/// What `pacman -Si` says of one sync package that matters to the host.
-#[derive(Debug, PartialEq)]
-pub struct SyncInfo<'a> {
-    pub name: &'a str,
-    pub replaces: Vec<&'a str>,
-    pub conflicts: Vec<&'a str>,
-    pub provides: Vec<&'a str>,
-    pub depends: Vec<&'a str>,
-}
-
-/// `pacman -Si` output: one block per package, as `-Qi` prints them. List entries may carry a
-/// version constraint (`nox-mesh-host>=1.0`), kept as printed.
-pub fn parse_sync_info(stdout: &str) -> Vec<SyncInfo<'_>> {
-    let mut out = Vec::new();
-    for block in stdout.split("\n\n") {
-        // `Field : value` lines; a list pacman wraps continues on lines that start blank.
-        let mut fields: Vec<(&str, Vec<&str>)> = Vec::new();
-        for line in block.lines() {
-            match (
-                line.starts_with(char::is_whitespace),
-                line.split_once(" : "),
-            ) {
-                (false, Some((key, value))) => {
-                    fields.push((key.trim_end(), value.split_whitespace().collect()))
-                }
-                (true, _) => {
-                    if let Some((_, words)) = fields.last_mut() {
-                        words.extend(line.split_whitespace());
-                    }
-                }
-                (false, None) => {}
-            }
-        }
-        let list = |name: &str| -> Vec<&str> {
-            match fields.iter().find(|(key, _)| *key == name) {
-                Some((_, words)) if words.as_slice() != ["None"] => words.clone(),
-                _ => Vec::new(),
-            }
-        };
-        let Some(&name) = list("Name").first() else {
-            continue;
-        };
-        out.push(SyncInfo {
-            name,
-            replaces: list("Replaces"),
-            conflicts: list("Conflicts With"),
-            provides: list("Provides"),
-            depends: list("Depends On"),
-        });
-    }
-    out
 }
 
 /// Why installing `info` would take a host package over, if it would.
@@ -601,16 +549,21 @@ fn takes_over(info: &SyncInfo, host_packages: &[String]) -> Option<String> {
 /// Why a pacman transaction failed.
 enum TransactionError {
     /// pacman refused the packages (one not found, a dependency broken): each alone may succeed.
-    Packages(String),
+    Packages(KindError),
     /// pacman could not run at all (lock held past the wait, timeout, not startable).
-    Pacman(String),
+    Pacman(KindError),
 }
 
 /// Runs a transaction, waiting (bounded) while someone else holds pacman's database lock. A lock
 /// no process holds is stale: reported at once, by name, rather than waited on; the lock file is
 /// never removed unless `pacman_remove_stale_lock` allows it and it also predates this boot
 /// (only then is it sure that no transaction is half done under it).
-fn run_waiting_for_lock(env: &Env, args: &[&str], names: &[&str]) -> Result<(), TransactionError> {
+fn run_waiting_for_lock(
+    env: &Env,
+    step: &'static str,
+    args: &[String],
+    names: &[&str],
+) -> Result<(), TransactionError> {
     let wait = env.config.pacman_lock_wait;
     let deadline = Instant::now() + wait;
     // pacman closes its lock a moment before it unlinks it: one sighting of a lock nobody
@@ -625,8 +578,10 @@ fn run_waiting_for_lock(env: &Env, args: &[&str], names: &[&str]) -> Result<(), 
         };
         let Some(lock) = locked_by(&e) else {
             return Err(match e.failure {
-                Failure::Exit(Some(_), _) => TransactionError::Packages(e.to_string()),
-                _ => TransactionError::Pacman(e.to_string()),
+                Failure::Exit(Some(_), _) => {
+                    TransactionError::Packages(KindError::command(step, e))
+                }
+                _ => TransactionError::Pacman(KindError::command(step, e)),
             });
         };
         let state = match lock_state(env, &lock) {
@@ -643,16 +598,16 @@ fn run_waiting_for_lock(env: &Env, args: &[&str], names: &[&str]) -> Result<(), 
                 }
             }
             LockState::Held(by) => {
-                return Err(TransactionError::Pacman(format!(
+                return Err(TransactionError::Pacman(KindError::from(format!(
                     "pacman is busy: its database lock {lock} was held by {by} for more than {} \
                      s; it was left alone",
                     wait.as_secs()
-                )))
+                ))))
             }
             LockState::Unheld { predates_boot }
                 if predates_boot && env.config.pacman_remove_stale_lock =>
             {
-                remove_lock(env, &lock).map_err(TransactionError::Pacman)?;
+                remove_lock(env, &lock).map_err(|e| TransactionError::Pacman(e.into()))?;
                 env.runner.note(format!(
                     "removed pacman's stale database lock {lock}: no process had it open and it \
                      predated this boot (pacman_remove_stale_lock)"
@@ -665,11 +620,11 @@ fn run_waiting_for_lock(env: &Env, args: &[&str], names: &[&str]) -> Result<(), 
                 } else {
                     "no process has it open"
                 };
-                return Err(TransactionError::Pacman(format!(
+                return Err(TransactionError::Pacman(KindError::from(format!(
                     "pacman's database lock {lock} is stale: {why}; it was left alone (remove it \
                      if no package manager is running; pacman_remove_stale_lock lets mesh-host \
                      remove a stale lock older than the boot)"
-                )));
+                ))));
             }
             LockState::Unheld { .. } => unheld_before = true,
         }
@@ -732,57 +687,22 @@ fn remove_lock(env: &Env, lock: &str) -> Result<(), String> {
 
 /// The lock file named in pacman's "unable to lock database" error, if that is the failure.
 fn locked_by(error: &CommandError) -> Option<String> {
-    let Failure::Exit(_, stderr) = &error.failure else {
-        return None;
-    };
-    if !stderr.contains("unable to lock database") && !stderr.contains("could not lock database") {
-        return None;
+    match &error.failure {
+        Failure::Exit(_, stderr) => pacman::locked_database(stderr).map(str::to_string),
+        _ => None,
     }
-    let path = stderr
-        .split_whitespace()
-        .find(|w| w.ends_with("db.lck"))
-        .unwrap_or("db.lck");
-    Some(path.to_string())
-}
-
-/// `pacman -Qi` output: one block of padded `Field : value` lines per installed package, blank-line
-/// separated. Blocks without a name are skipped.
-pub fn parse_info(stdout: &str) -> BTreeMap<&str, Observed> {
-    let mut packages = BTreeMap::new();
-    for block in stdout.split("\n\n") {
-        let field = |name: &str| {
-            block.lines().find_map(|line| {
-                let (key, value) = line.split_once(" : ")?;
-                (key.trim_end() == name).then(|| value.trim())
-            })
-        };
-        let Some(name) = field("Name") else { continue };
-        packages.insert(
-            name,
-            Observed::Installed {
-                version: field("Version").unwrap_or_default().to_string(),
-                explicit: field("Install Reason") == Some("Explicitly installed"),
-                // pacman wraps a long list onto indented lines; the first line says whether any.
-                required_by: match field("Required By") {
-                    None | Some("None") => Vec::new(),
-                    Some(names) => names.split_whitespace().map(str::to_string).collect(),
-                },
-            },
-        );
-    }
-    packages
 }
 
 /// pacman's local database directory, `DBPath/local`, as seen from this process: a transaction
 /// adds or removes an entry in it, which the service's watcher takes as a hint to check packages.
 /// `pacman -v -T` (a dependency test of nothing) prints the paths pacman was configured with.
 pub fn local_db_dir(env: &Env) -> Result<PathBuf, String> {
-    let args = with_root(env, &["-v", "-T"])?;
+    let args = target(env)?.paths();
     let output = env
         .runner
         .run(&env.config.pacman, &args, &[])
         .map_err(|e| e.to_string())?;
-    let db = parse_db_path(&output.stdout_text())
+    let db = pacman::parse_db_path(&output.stdout_text())
         .ok_or_else(|| "`pacman -v -T` printed no `DB Path`".to_string())?;
     // Under --sysroot pacman prints the paths inside the mounted root.
     let db = match env.offline {
@@ -790,14 +710,6 @@ pub fn local_db_dir(env: &Env) -> Result<PathBuf, String> {
         false => db,
     };
     Ok(db.join("local"))
-}
-
-/// The `DB Path   : DIR/` line of `pacman -v` output.
-pub fn parse_db_path(stdout: &str) -> Option<PathBuf> {
-    stdout.lines().find_map(|line| {
-        let (field, value) = line.split_once(" : ")?;
-        (field.trim() == "DB Path" && !value.trim().is_empty()).then(|| PathBuf::from(value.trim()))
-    })
 }
 
 #[cfg(test)]
@@ -841,33 +753,7 @@ mod tests {
 
     #[test]
     fn sync_info_shows_what_would_take_the_host_over() {
-        let stdout = include_str!("../../tests/fixtures/pacman-Si.txt");
-        let infos = parse_sync_info(stdout);
-        assert_eq!(
-            infos,
-            vec![
-                SyncInfo {
-                    name: "mesh-usurper",
-                    replaces: vec!["nox-mesh-host"],
-                    conflicts: vec!["nox-mesh-host"],
-                    provides: vec!["nox-mesh-host=9.0"],
-                    depends: vec![],
-                },
-                SyncInfo {
-                    name: "mesh-a",
-                    replaces: vec![],
-                    conflicts: vec![],
-                    provides: vec![],
-                    depends: vec![],
-                },
-            ]
-        );
-        // A list pacman wraps onto further lines is read whole.
-        let wrapped = "Name            : x\nProvides        : a  b\n                  nox-mesh-host=2\nDepends On      : None\n";
-        assert_eq!(
-            parse_sync_info(wrapped)[0].provides,
-            vec!["a", "b", "nox-mesh-host=2"]
-        );
+        let infos = pacman::parse_sync_info(include_str!("../../tests/fixtures/pacman-Si.txt"));
         let host = vec!["nox-mesh-host".to_string()];
         let why = takes_over(&infos[0], &host).unwrap();
         assert!(
@@ -924,55 +810,6 @@ mod tests {
             explicit: false,
             required_by: by.iter().map(|s| s.to_string()).collect(),
         }
-    }
-
-    #[test]
-    fn parses_info_output_with_install_reasons() {
-        let out = parse_info(include_str!("../../tests/fixtures/pacman-Qi.txt"));
-        assert_eq!(
-            out.into_iter().collect::<Vec<_>>(),
-            vec![
-                ("mesh-a", required("1.0-1", &["mesh-b"])),
-                ("mesh-b", installed("1.0-1", true)),
-                ("mesh-e", installed("1.0-1", true)),
-            ]
-        );
-    }
-
-    #[test]
-    fn parses_info_output_when_some_are_missing() {
-        // Exit 1, the missing one named on stderr only.
-        let out = parse_info(include_str!(
-            "../../tests/fixtures/pacman-Qi-missing.stdout"
-        ));
-        assert_eq!(
-            out.into_iter().collect::<Vec<_>>(),
-            vec![("mesh-a", required("1.0-1", &["mesh-b"]))]
-        );
-        assert!(parse_info("").is_empty());
-    }
-
-    #[test]
-    fn recognises_the_lock_error_in_real_output() {
-        let e = CommandError {
-            command: "pacman -S".into(),
-            failure: Failure::Exit(
-                Some(1),
-                include_str!("../../tests/fixtures/pacman-S-dblck.stderr").into(),
-            ),
-        };
-        assert_eq!(
-            locked_by(&e).as_deref(),
-            Some("/tmp/mesh-sandbox/pacman/root/var/lib/pacman/db.lck")
-        );
-        let not_found = CommandError {
-            command: "pacman -S".into(),
-            failure: Failure::Exit(
-                Some(1),
-                include_str!("../../tests/fixtures/pacman-S-notfound.stderr").into(),
-            ),
-        };
-        assert_eq!(locked_by(&not_found), None);
     }
 
     #[test]
@@ -1038,16 +875,5 @@ mod tests {
             plan(None, &Observed::Missing, Some(&was_dependency)),
             "Forget released; already gone"
         );
-    }
-
-    #[test]
-    fn db_path_from_verbose_output() {
-        assert_eq!(
-            parse_db_path(include_str!("../../tests/fixtures/pacman-v-T.txt")),
-            Some(PathBuf::from(
-                "/tmp/mesh-sandbox/pacman/root/var/lib/pacman/"
-            ))
-        );
-        assert_eq!(parse_db_path("Root      : /\n"), None);
     }
 }

@@ -14,14 +14,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, LedgerAfter,
-    Listed, Observations, Outcome, RunContext, Step,
+    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, KindError,
+    LedgerAfter, Listed, Observations, Outcome, RunContext, Step,
 };
 use crate::config::{Identity, Limits};
 use crate::declaration::Fields;
-use crate::exec::CommandError;
 use crate::fsutil::{self, Dir, FileType};
 use crate::store::{Entry, Ledger, Origin};
+use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
 use crate::unitfile::UnitName;
 
 pub struct Units;
@@ -42,12 +42,13 @@ pub struct Spec {
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Observed {
-    /// `LoadState`: `loaded`, `not-found`, ...; empty offline.
-    pub load: String,
-    /// `ActiveState`: `active`, `inactive`, `failed`, ...; empty offline.
-    pub active: String,
-    /// `UnitFileState` (or `is-enabled` offline): `enabled`, `disabled`, `static`, ...
-    pub enablement: String,
+    /// `None` offline.
+    pub load: Option<LoadState>,
+    /// `None` offline.
+    pub active: Option<ActiveState>,
+    /// `is-enabled` (or `show`'s `UnitFileState` for a unit not loaded); `None` when it has no
+    /// unit file.
+    pub enablement: Option<UnitFileState>,
     /// The unit's file in the unit directory, if there is one and it is a regular file.
     pub file: Option<Vec<u8>>,
     /// Where the unit's name in the unit directory links to, when it is a symlink (a masked unit
@@ -57,13 +58,14 @@ pub struct Observed {
 
 impl Observed {
     fn running(&self) -> bool {
-        matches!(self.active.as_str(), "active" | "activating" | "reloading")
+        self.active.as_ref().is_some_and(ActiveState::running)
     }
     fn masked(&self) -> bool {
-        self.load == "masked" || self.enablement.starts_with("masked")
+        self.load == Some(LoadState::Masked)
+            || self.enablement.as_ref().is_some_and(UnitFileState::masked)
     }
     fn enabled(&self) -> bool {
-        matches!(self.enablement.as_str(), "enabled" | "enabled-runtime")
+        self.enablement.as_ref().is_some_and(UnitFileState::enabled)
     }
 }
 
@@ -76,17 +78,56 @@ pub struct Original {
     file_backup: Option<String>,
 }
 
+/// One unit's change: at most one thing each to its file, its enablement and its activation
+/// (`apply` orders them: stop and disable while the file is still there, then the file, then
+/// the rest).
 #[derive(Debug, Default, PartialEq)]
 pub struct Op {
-    pub write_file: Option<Vec<u8>>,
-    pub restore_file: Option<String>,
-    pub remove_file: bool,
-    pub enable: bool,
-    pub disable: bool,
-    pub start: bool,
-    pub stop: bool,
-    pub restart: bool,
-    pub reload: bool,
+    pub file: FileChange,
+    pub enablement: Enablement,
+    pub activation: Activation,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub enum FileChange {
+    #[default]
+    Keep,
+    Write(Vec<u8>),
+    /// The original the host kept in the store, under this backup name.
+    Restore(String),
+    Remove,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub enum Enablement {
+    #[default]
+    Keep,
+    Enable,
+    Disable,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub enum Activation {
+    #[default]
+    Keep,
+    Start,
+    Stop,
+    Restart,
+    Reload,
+}
+
+impl Op {
+    /// Whether this change asks systemctl for `verb`.
+    fn asks(&self, verb: Verb) -> bool {
+        match verb {
+            Verb::Start => self.activation == Activation::Start,
+            Verb::Stop => self.activation == Activation::Stop,
+            Verb::Restart => self.activation == Activation::Restart,
+            Verb::Reload => self.activation == Activation::Reload,
+            Verb::Enable => self.enablement == Enablement::Enable,
+            Verb::Disable => self.enablement == Enablement::Disable,
+        }
+    }
 }
 
 impl Kind for Units {
@@ -182,7 +223,7 @@ impl Kind for Units {
         env: &Env,
         _cx: &RunContext,
         keys: &[String],
-    ) -> Result<Observations<Observed>, String> {
+    ) -> Result<Observations<Observed>, KindError> {
         if keys.is_empty() {
             return Ok(BTreeMap::new());
         }
@@ -193,17 +234,20 @@ impl Kind for Units {
             .map(String::as_str)
             .filter(|name| !UnitName::parse(name).is_ok_and(|n| n.is_template()))
             .collect();
-        let queried: Vec<Result<Observed, String>> = if env.offline {
+        let queried: Vec<Result<Observed, KindError>> = if env.offline {
             names
                 .iter()
                 .map(|name| {
-                    let args = offline_args(env, "is-enabled");
-                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let args = systemctl::is_enabled(Some(env.root));
                     let enablement = env
                         .runner
                         .query(&env.config.systemctl, &args, &[name])
-                        .map(|o| o.stdout_text().trim().to_string())
-                        .unwrap_or_default();
+                        .ok()
+                        .and_then(|o| {
+                            systemctl::parse_is_enabled(&o.stdout_text())
+                                .into_iter()
+                                .next()
+                        });
                     Ok(Observed {
                         enablement,
                         ..Observed::default()
@@ -213,44 +257,35 @@ impl Kind for Units {
         } else {
             // One name systemctl cannot take fails the whole `show`: asked again by halves, it
             // fails only that unit.
-            let blocks = query_by_halves(env.runner, "`systemctl show`", &names, |batch| {
+            let shown = query_by_halves(env.runner, "`systemctl show`", &names, |batch| {
                 env.runner
-                    .run(
-                        &env.config.systemctl,
-                        &["show", "-p", "Id,LoadState,ActiveState,UnitFileState"],
-                        batch,
-                    )
-                    .map(|output| parse_show(&output.stdout_text()))
+                    .run(&env.config.systemctl, &systemctl::show(), batch)
+                    .map(|output| systemctl::parse_show(&output.stdout_text()))
+                    .map_err(|e| KindError::command("observe", e))
             });
             let loaded: Vec<&str> = names
                 .iter()
-                .zip(&blocks)
-                .filter(|(_, b)| {
-                    b.as_ref()
-                        .is_ok_and(|b| b.get("LoadState").map(String::as_str) == Some("loaded"))
-                })
+                .zip(&shown)
+                .filter(|(_, s)| s.as_ref().is_ok_and(|s| s.load == Some(LoadState::Loaded)))
                 .map(|(name, _)| *name)
                 .collect();
             let mut enablement = query_enablement(env, &loaded);
             names
                 .iter()
-                .zip(blocks)
-                .map(|(name, block)| {
-                    block.map(|b| Observed {
-                        load: b.get("LoadState").cloned().unwrap_or_default(),
-                        active: b.get("ActiveState").cloned().unwrap_or_default(),
-                        enablement: enablement
-                            .remove(*name)
-                            .or_else(|| b.get("UnitFileState").cloned())
-                            .unwrap_or_default(),
+                .zip(shown)
+                .map(|(name, shown)| {
+                    shown.map(|s| Observed {
+                        enablement: enablement.remove(*name).unwrap_or(s.unit_file),
+                        load: s.load,
+                        active: s.active,
                         ..Observed::default()
                     })
                 })
                 .collect()
         };
-        let mut queried: BTreeMap<&str, Result<Observed, String>> =
+        let mut queried: BTreeMap<&str, Result<Observed, KindError>> =
             names.into_iter().zip(queried).collect();
-        let states: Vec<Result<Observed, String>> = keys
+        let states: Vec<Result<Observed, KindError>> = keys
             .iter()
             .map(|key| {
                 queried
@@ -306,80 +341,40 @@ impl Kind for Units {
         _ledger: &mut Ledger,
         changes: &[Change<Op, Original>],
     ) -> Vec<Outcome> {
-        let mut errors: BTreeMap<&str, String> = BTreeMap::new();
+        let mut errors: BTreeMap<&str, KindError> = BTreeMap::new();
         let mut deferred: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         // Stop and disable while the unit file still exists, then files, one reload, then the rest.
-        run_verb(
-            env,
-            changes,
-            "stop",
-            |op| op.stop,
-            &mut errors,
-            &mut deferred,
-        );
-        run_verb(
-            env,
-            changes,
-            "disable",
-            |op| op.disable,
-            &mut errors,
-            &mut deferred,
-        );
+        for verb in [Verb::Stop, Verb::Disable] {
+            run_verb(env, changes, verb, &mut errors, &mut deferred);
+        }
         let dir = unit_dir(env);
         let mut files_changed = false;
         for change in changes {
             if errors.contains_key(change.key.as_str()) {
                 continue;
             }
-            match apply_file(env, &dir, &change.key, &change.op) {
+            match apply_file(env, &dir, &change.key, &change.op.file) {
                 Ok(changed) => files_changed |= changed,
                 Err(e) => {
-                    errors.insert(&change.key, e);
+                    errors.insert(&change.key, e.into());
                 }
             }
         }
         if files_changed && !env.offline {
             if let Err(e) = env
                 .runner
-                .run(&env.config.systemctl, &["daemon-reload"], &[])
+                .run(&env.config.systemctl, &systemctl::daemon_reload(), &[])
             {
                 for change in changes {
-                    errors.entry(&change.key).or_insert_with(|| e.to_string());
+                    errors
+                        .entry(&change.key)
+                        .or_insert_with(|| KindError::command("daemon-reload", e.clone()));
                 }
             }
         }
-        run_verb(
-            env,
-            changes,
-            "enable",
-            |op| op.enable,
-            &mut errors,
-            &mut deferred,
-        );
-        run_verb(
-            env,
-            changes,
-            "start",
-            |op| op.start,
-            &mut errors,
-            &mut deferred,
-        );
-        run_verb(
-            env,
-            changes,
-            "restart",
-            |op| op.restart,
-            &mut errors,
-            &mut deferred,
-        );
-        run_verb(
-            env,
-            changes,
-            "reload",
-            |op| op.reload,
-            &mut errors,
-            &mut deferred,
-        );
+        for verb in [Verb::Enable, Verb::Start, Verb::Restart, Verb::Reload] {
+            run_verb(env, changes, verb, &mut errors, &mut deferred);
+        }
         changes
             .iter()
             .map(
@@ -400,32 +395,27 @@ impl Kind for Units {
 fn run_verb<'a>(
     env: &Env,
     changes: &'a [Change<Op, Original>],
-    verb: &'static str,
-    pick: fn(&Op) -> bool,
-    errors: &mut BTreeMap<&'a str, String>,
+    verb: Verb,
+    errors: &mut BTreeMap<&'a str, KindError>,
     deferred: &mut BTreeMap<&'a str, Vec<&'static str>>,
 ) {
     let names: Vec<&str> = changes
         .iter()
-        .filter(|c| pick(&c.op) && !errors.contains_key(c.key.as_str()))
+        .filter(|c| c.op.asks(verb) && !errors.contains_key(c.key.as_str()))
         .map(|c| c.key.as_str())
         .collect();
-    if env.offline && !matches!(verb, "enable" | "disable") {
+    if env.offline && verb.needs_running_system() {
         for name in names {
-            deferred.entry(name).or_default().push(verb);
+            deferred.entry(name).or_default().push(verb.as_str());
         }
         return;
     }
-    let args = if env.offline {
-        offline_args(env, verb)
-    } else {
-        vec![verb.to_string()]
-    };
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = systemctl::verb(verb, env.offline.then_some(env.root));
     let results = batch_then_each(env.runner, &names, |batch| {
         env.runner
             .run(&env.config.systemctl, &args, batch)
             .map(drop)
+            .map_err(|e| KindError::command(verb.as_str(), e))
     });
     for (name, result) in names.iter().zip(results) {
         if let Err(e) = result {
@@ -453,18 +443,17 @@ pub fn digest(spec: &Spec) -> String {
 /// and can lag an enable or disable (systemd 252 still said `enabled` after `systemctl disable`);
 /// `is-enabled` reads the unit files. It stops at the first unit without a file, so when the
 /// batch answers short it is asked again by halves; a unit whose file is gone gets `""`.
-fn query_enablement(env: &Env, names: &[&str]) -> BTreeMap<String, String> {
+fn query_enablement(env: &Env, names: &[&str]) -> BTreeMap<String, Option<UnitFileState>> {
     let states = query_by_halves(env.runner, "`systemctl is-enabled`", names, |batch| {
-        let output = env
-            .runner
-            .query(&env.config.systemctl, &["is-enabled"], batch)?;
-        let states: Vec<String> = output.stdout_text().lines().map(str::to_string).collect();
-        Ok::<_, CommandError>(states)
+        env.runner
+            .query(&env.config.systemctl, &systemctl::is_enabled(None), batch)
+            .map(|output| systemctl::parse_is_enabled(&output.stdout_text()))
+            .map_err(|e| KindError::command("observe", e))
     });
     names
         .iter()
         .zip(states)
-        .map(|(name, state)| (name.to_string(), state.unwrap_or_default()))
+        .map(|(name, state)| (name.to_string(), state.ok()))
         .collect()
 }
 
@@ -472,35 +461,6 @@ fn query_enablement(env: &Env, names: &[&str]) -> BTreeMap<String, String> {
 pub fn check_unit_name(name: &str) -> Result<(), String> {
     check_argument("unit", name)?;
     UnitName::parse(name).map(|_| ())
-}
-
-/// Property blocks of `systemctl show`, one per unit, in argument order.
-pub fn parse_show(stdout: &str) -> Vec<BTreeMap<String, String>> {
-    let mut blocks = Vec::new();
-    let mut current = BTreeMap::new();
-    for line in stdout.lines() {
-        if line.is_empty() {
-            if !current.is_empty() {
-                blocks.push(std::mem::take(&mut current));
-            }
-        } else if let Some((k, v)) = line.split_once('=') {
-            // A unit's properties never repeat: one seen again starts the next unit, so the
-            // outputs of a batch split over several commands join without a blank line.
-            if current.contains_key(k) {
-                blocks.push(std::mem::take(&mut current));
-            }
-            current.insert(k.to_string(), v.to_string());
-        }
-    }
-    if !current.is_empty() {
-        blocks.push(current);
-    }
-    blocks
-}
-
-/// `systemctl --root=DIR VERB`: the offline form, which only knows unit-file verbs.
-fn offline_args(env: &Env, verb: &str) -> Vec<String> {
-    vec![format!("--root={}", env.root.display()), verb.to_string()]
 }
 
 /// What is at a unit's name in the unit directory.
@@ -549,19 +509,19 @@ fn read_unit_file(env: &Env, dir: Option<&Dir>, name: &str, max: u64) -> Result<
 }
 
 /// Writes, restores or removes the unit's file; `Ok(true)` when the file changed.
-fn apply_file(env: &Env, dir: &Path, name: &str, op: &Op) -> Result<bool, String> {
-    if op.write_file.is_none() && op.restore_file.is_none() && !op.remove_file {
+fn apply_file(env: &Env, dir: &Path, name: &str, change: &FileChange) -> Result<bool, String> {
+    if *change == FileChange::Keep {
         return Ok(false);
     }
     // Only a removal finds the directory missing (anything else creates it): nothing to remove.
-    let Some(d) = open_unit_dir(env, !op.remove_file)? else {
+    let Some(d) = open_unit_dir(env, *change != FileChange::Remove)? else {
         return Ok(false);
     };
     let at = |e: std::io::Error| format!("{}: {e}", dir.join(name).display());
-    if let Some(bytes) = &op.write_file {
+    if let FileChange::Write(bytes) = change {
         d.write_atomic(OsStr::new(name), bytes, 0o644, None)
             .map_err(at)?;
-    } else if let Some(backup) = &op.restore_file {
+    } else if let FileChange::Restore(backup) = change {
         let store = env
             .store
             .ok_or("no store to restore the original unit file from")?;
@@ -619,7 +579,9 @@ fn plan_present(
         None => false,
     };
     if file_changed {
-        op.write_file = spec.content.as_ref().map(|c| c.as_bytes().to_vec());
+        if let Some(content) = &spec.content {
+            op.file = FileChange::Write(content.as_bytes().to_vec());
+        }
         details.push(
             if obs.file.is_some() {
                 "unit file changed"
@@ -629,25 +591,26 @@ fn plan_present(
             .to_string(),
         );
     }
-    if !cx.offline && spec.content.is_none() && obs.load != "loaded" && !obs.masked() {
+    if !cx.offline && spec.content.is_none() && obs.load != Some(LoadState::Loaded) && !obs.masked()
+    {
         return Step::Fail(format!(
             "unit {key} is not loaded (LoadState={}) and the declaration gives no content",
-            obs.load
+            obs.load.as_ref().map_or("", LoadState::as_str)
         ));
     }
     match spec.enabled {
         Some(true)
             if !obs.enabled()
-                && !matches!(
-                    obs.enablement.as_str(),
-                    "static" | "alias" | "indirect" | "generated"
-                ) =>
+                && !obs
+                    .enablement
+                    .as_ref()
+                    .is_some_and(UnitFileState::not_enableable) =>
         {
-            op.enable = true;
+            op.enablement = Enablement::Enable;
             details.push("enable".into());
         }
         Some(false) if obs.enabled() => {
-            op.disable = true;
+            op.enablement = Enablement::Disable;
             details.push("disable".into());
         }
         _ => {}
@@ -666,13 +629,13 @@ fn plan_present(
         .collect();
     if !cx.offline {
         if want_running && !running {
-            op.start = true;
+            op.activation = Activation::Start;
             details.push("start".into());
         } else if !want_running && running {
-            op.stop = true;
+            op.activation = Activation::Stop;
             details.push("stop".into());
         } else if running && (file_changed || !touched.is_empty()) {
-            op.restart = true;
+            op.activation = Activation::Restart;
             let why = if file_changed {
                 "its unit file changed".to_string()
             } else {
@@ -681,13 +644,13 @@ fn plan_present(
             };
             details.push(format!("restart ({why})"));
         } else if running && !reload_touched.is_empty() {
-            op.reload = true;
+            op.activation = Activation::Reload;
             let list: Vec<&str> = reload_touched.iter().map(|s| s.as_str()).collect();
             details.push(format!("reload ({} changed)", list.join(", ")));
         }
     } else if spec.active == Some(true) {
         // A mounted root runs nothing: the start is planned so that it is reported as deferred.
-        op.start = true;
+        op.activation = Activation::Start;
         details.push("start".into());
     }
     let (intent, backup) = match owned {
@@ -713,7 +676,8 @@ fn plan_present(
     }
     Step::Change(Change {
         key: key.to_string(),
-        action: if owned.is_none() && obs.file.is_none() && op.write_file.is_some() {
+        action: if owned.is_none() && obs.file.is_none() && matches!(op.file, FileChange::Write(_))
+        {
             Action::Create
         } else {
             Action::Update
@@ -727,35 +691,49 @@ fn plan_present(
 }
 
 fn plan_absent(key: &str, obs: &Observed, owned: Option<&Entry<Original>>) -> Step<Op, Original> {
-    let op = Op {
-        stop: obs.running(),
-        disable: obs.enabled(),
-        remove_file: obs.file.is_some(),
-        ..Op::default()
-    };
-    remove_step(key, op, owned.is_some(), "declared absent")
+    remove_step(key, removal(obs), owned.is_some(), "declared absent")
+}
+
+/// Stopped, disabled and its file removed, as far as it is any of those now.
+fn removal(obs: &Observed) -> Op {
+    Op {
+        activation: match obs.running() {
+            true => Activation::Stop,
+            false => Activation::Keep,
+        },
+        enablement: match obs.enabled() {
+            true => Enablement::Disable,
+            false => Enablement::Keep,
+        },
+        file: match obs.file {
+            Some(_) => FileChange::Remove,
+            None => FileChange::Keep,
+        },
+    }
 }
 
 fn plan_release(key: &str, obs: &Observed, entry: &Entry<Original>) -> Step<Op, Original> {
     if entry.origin == Origin::Created {
-        let op = Op {
-            stop: obs.running(),
-            disable: obs.enabled(),
-            remove_file: obs.file.is_some(),
-            ..Op::default()
-        };
-        return remove_step(key, op, true, "released; mesh-host wrote it");
+        return remove_step(key, removal(obs), true, "released; mesh-host wrote it");
     }
     let Some(original) = &entry.original else {
         return Step::Fail("the ledger keeps no record of the original".to_string());
     };
     let op = Op {
-        enable: original.enabled && !obs.enabled(),
-        disable: !original.enabled && obs.enabled(),
-        start: original.active && !obs.running(),
-        stop: !original.active && obs.running(),
-        restore_file: original.file_backup.clone(),
-        ..Op::default()
+        enablement: match (original.enabled, obs.enabled()) {
+            (true, false) => Enablement::Enable,
+            (false, true) => Enablement::Disable,
+            _ => Enablement::Keep,
+        },
+        activation: match (original.active, obs.running()) {
+            (true, false) => Activation::Start,
+            (false, true) => Activation::Stop,
+            _ => Activation::Keep,
+        },
+        file: match &original.file_backup {
+            Some(backup) => FileChange::Restore(backup.clone()),
+            None => FileChange::Keep,
+        },
     };
     let mut details = vec!["released; original state restored".to_string()];
     details.extend(describe(&op));
@@ -789,12 +767,15 @@ fn remove_step(key: &str, op: Op, owned: bool, why: &str) -> Step<Op, Original> 
 
 fn describe(op: &Op) -> Vec<String> {
     [
-        (op.stop, "stop"),
-        (op.disable, "disable"),
-        (op.remove_file, "remove unit file"),
-        (op.restore_file.is_some(), "restore unit file"),
-        (op.enable, "enable"),
-        (op.start, "start"),
+        (op.activation == Activation::Stop, "stop"),
+        (op.enablement == Enablement::Disable, "disable"),
+        (op.file == FileChange::Remove, "remove unit file"),
+        (
+            matches!(op.file, FileChange::Restore(_)),
+            "restore unit file",
+        ),
+        (op.enablement == Enablement::Enable, "enable"),
+        (op.activation == Activation::Start, "start"),
     ]
     .iter()
     .filter(|(on, _)| *on)
@@ -901,46 +882,6 @@ mod tests {
     }
 
     #[test]
-    fn parses_show_blocks_in_order() {
-        let text = "Id=a.service\nLoadState=loaded\nActiveState=active\nUnitFileState=enabled\n\nId=b.service\nLoadState=not-found\nActiveState=inactive\nUnitFileState=\n";
-        let blocks = parse_show(text);
-        assert_eq!(blocks.len(), 2);
-        assert_eq!(blocks[0]["ActiveState"], "active");
-        assert_eq!(blocks[1]["LoadState"], "not-found");
-        assert_eq!(blocks[1]["UnitFileState"], "");
-        // Two commands' outputs joined with no blank line between them (a batch split under the
-        // argument limit) still give one block per unit.
-        let joined = "Id=a.service\nLoadState=loaded\nId=b.service\nLoadState=not-found\n";
-        let blocks = parse_show(joined);
-        assert_eq!(blocks.len(), 2, "{blocks:?}");
-        assert_eq!(blocks[1]["Id"], "b.service");
-    }
-
-    #[test]
-    fn parses_saved_show_output() {
-        let blocks = parse_show(include_str!("../../tests/fixtures/systemctl-show.txt"));
-        let summary: Vec<[&str; 4]> = blocks
-            .iter()
-            .map(|b| ["Id", "LoadState", "ActiveState", "UnitFileState"].map(|k| b[k].as_str()))
-            .collect();
-        assert_eq!(
-            summary,
-            [
-                ["a.service", "loaded", "active", "enabled"],
-                ["b.service", "loaded", "inactive", "disabled"],
-                ["nonexistent.service", "not-found", "inactive", ""],
-            ]
-        );
-        assert_eq!(blocks[2]["FragmentPath"], "");
-        // A name without a suffix comes back mangled, exit 0: why names are checked first.
-        let mangled = parse_show(include_str!(
-            "../../tests/fixtures/systemctl-show-nosuffix.txt"
-        ));
-        assert_eq!(mangled.len(), 1);
-        assert_eq!(mangled[0]["Id"], "foo.service");
-    }
-
-    #[test]
     fn offline_plans_start_so_that_it_is_deferred() {
         let d = parse_with_defaults(
             r#"{"schema": 1, "units": {"a.service": {"content": "x", "enabled": true, "active": true}}}"#,
@@ -957,7 +898,7 @@ mod tests {
             panic!("expected a change");
         };
         assert_eq!(c.details, ["unit file written", "enable", "start"]);
-        assert!(c.op.start && !c.op.restart);
+        assert_eq!(c.op.activation, Activation::Start);
     }
 
     fn plan(
@@ -989,9 +930,9 @@ mod tests {
 
     fn loaded(active: &str, enablement: &str) -> Observed {
         Observed {
-            load: "loaded".into(),
-            active: active.into(),
-            enablement: enablement.into(),
+            load: Some(LoadState::Loaded),
+            active: Some(ActiveState::parse(active)),
+            enablement: Some(UnitFileState::parse(enablement)),
             ..Observed::default()
         }
     }
@@ -999,9 +940,9 @@ mod tests {
     #[test]
     fn masked_and_symlinked_units_fail_only_themselves() {
         let masked = Observed {
-            load: "masked".into(),
-            active: "inactive".into(),
-            enablement: "masked".into(),
+            load: Some(LoadState::Masked),
+            active: Some(ActiveState::Inactive),
+            enablement: Some(UnitFileState::Masked),
             link: Some("/dev/null".into()),
             ..Observed::default()
         };
@@ -1131,7 +1072,7 @@ mod tests {
             "~ stop"
         );
         let missing = Observed {
-            load: "not-found".into(),
+            load: Some(LoadState::NotFound),
             ..Observed::default()
         };
         assert_eq!(
@@ -1182,7 +1123,14 @@ mod tests {
         ) else {
             panic!("expected a change");
         };
-        assert!(c.op.enable && c.op.start && !c.op.remove_file);
+        assert_eq!(
+            c.op,
+            Op {
+                file: FileChange::Keep,
+                enablement: Enablement::Enable,
+                activation: Activation::Start
+            }
+        );
         let created = Entry::created();
         let obs = Observed {
             file: Some(b"x".to_vec()),
@@ -1192,7 +1140,14 @@ mod tests {
         else {
             panic!("expected a change");
         };
-        assert!(c.op.stop && c.op.disable && c.op.remove_file);
+        assert_eq!(
+            c.op,
+            Op {
+                file: FileChange::Remove,
+                enablement: Enablement::Disable,
+                activation: Activation::Stop
+            }
+        );
     }
 
     #[test]

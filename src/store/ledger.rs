@@ -165,8 +165,9 @@ mod tests {
     use super::*;
     use crate::kinds::containers::Containers;
     use crate::kinds::files::Files;
-    use crate::kinds::packages::{InstallReason, Packages};
+    use crate::kinds::packages::Packages;
     use crate::kinds::units::Units;
+    use crate::tools::pacman::InstallReason;
 
     /// A ledger as the previous version wrote it (originals as untyped JSON values), with one
     /// entry of each kind and each shape of original: a node upgraded in place must keep it.

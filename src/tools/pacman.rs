@@ -1,0 +1,484 @@
+//! pacman: the arguments the packages kind runs it with, and pure parsers of what it prints
+//! (`-Qi`, `-Si`, `-Rsp`, `-v`, and its stderr's lock and not-found errors). pacman runs with
+//! `LC_ALL=C` (`exec`), so these read its untranslated messages.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// pacman's arguments for one target: the running system, or a mounted root.
+#[derive(Debug, Clone, Copy)]
+pub struct Pacman<'a> {
+    sysroot: Option<&'a str>,
+}
+
+/// Why a package is installed, as `-Qi` says and `-D` sets. The packages kind keeps it in the
+/// ledger for an adopted package (as `"explicit"` or `"dependency"`), so that releasing the
+/// package puts it back; an adopted entry without one (written by an older version for an
+/// explicitly installed package) counts as `Explicit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstallReason {
+    Explicit,
+    Dependency,
+}
+
+impl<'a> Pacman<'a> {
+    /// On the running system.
+    pub fn running() -> Pacman<'a> {
+        Pacman { sysroot: None }
+    }
+
+    /// On a mounted root (`--sysroot`: pacman works on it with its own configuration). A root
+    /// that is not UTF-8 is refused: falling back to `/` would change the running system instead.
+    pub fn mounted(root: &'a Path) -> Result<Pacman<'a>, String> {
+        let root = root.to_str().ok_or_else(|| {
+            format!(
+                "root {} is not UTF-8; pacman's --sysroot cannot be given it",
+                root.display()
+            )
+        })?;
+        Ok(Pacman {
+            sysroot: Some(root),
+        })
+    }
+
+    fn args(&self, args: &[&str]) -> Vec<String> {
+        let root = self.sysroot.map(|root| ["--sysroot", root]);
+        root.iter()
+            .flatten()
+            .chain(args)
+            .map(|a| a.to_string())
+            .collect()
+    }
+
+    /// `-Qi`: installed packages, for `parse_info`. Exits 1 when some are not installed.
+    pub fn query_info(&self) -> Vec<String> {
+        self.args(&["-Qi"])
+    }
+
+    /// Whether a query (`-Qi`) answered: it exits 1 when only some names were not found.
+    pub fn answered(code: Option<i32>) -> bool {
+        matches!(code, Some(0) | Some(1))
+    }
+
+    /// `-Si`: sync packages, for `parse_sync_info`. Exits 1 when some are not found.
+    pub fn sync_info(&self) -> Vec<String> {
+        self.args(&["-Si"])
+    }
+
+    /// Installs what is not installed yet, from the sync databases as they are.
+    pub fn install(&self) -> Vec<String> {
+        self.args(&["-S", "--needed", "--noconfirm"])
+    }
+
+    /// A full upgrade (refreshing the databases) that also installs the names given, holding
+    /// back `held`.
+    pub fn upgrade(&self, held: &[String]) -> Vec<String> {
+        let ignore = format!("--ignore={}", held.join(","));
+        self.args(&["-Syu", &ignore, "--needed", "--noconfirm"])
+    }
+
+    /// Removes packages with the dependencies nothing else needs.
+    pub fn remove(&self) -> Vec<String> {
+        self.args(&["-Rs", "--noconfirm"])
+    }
+
+    /// What `remove` would remove, one name a line (`parse_removal`); changes nothing.
+    pub fn removal_preview(&self) -> Vec<String> {
+        self.args(&["-Rsp", "--print-format", "%n"])
+    }
+
+    /// Sets the install reason of installed packages.
+    pub fn mark(&self, reason: InstallReason) -> Vec<String> {
+        self.args(&[
+            "-D",
+            match reason {
+                InstallReason::Explicit => "--asexplicit",
+                InstallReason::Dependency => "--asdeps",
+            },
+        ])
+    }
+
+    /// A dependency test of nothing: prints only the paths pacman is configured with
+    /// (`parse_db_path`).
+    pub fn paths(&self) -> Vec<String> {
+        self.args(&["-v", "-T"])
+    }
+}
+
+/// What `-Qi` says of one installed package.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Installed {
+    pub version: String,
+    pub reason: InstallReason,
+    /// Installed packages that depend on it (`Required By`).
+    pub required_by: Vec<String>,
+}
+
+/// `pacman -Qi` output: one block of padded `Field : value` lines per installed package,
+/// blank-line separated, by name. Blocks without a name are skipped.
+pub fn parse_info(stdout: &str) -> BTreeMap<&str, Installed> {
+    let mut packages = BTreeMap::new();
+    for block in stdout.split("\n\n") {
+        let field = |name: &str| {
+            block.lines().find_map(|line| {
+                let (key, value) = line.split_once(" : ")?;
+                (key.trim_end() == name).then(|| value.trim())
+            })
+        };
+        let Some(name) = field("Name") else { continue };
+        packages.insert(
+            name,
+            Installed {
+                version: field("Version").unwrap_or_default().to_string(),
+                reason: match field("Install Reason") {
+                    Some("Explicitly installed") => InstallReason::Explicit,
+                    _ => InstallReason::Dependency,
+                },
+                // pacman wraps a long list onto indented lines; the first line says whether any.
+                required_by: match field("Required By") {
+                    None | Some("None") => Vec::new(),
+                    Some(names) => names.split_whitespace().map(str::to_string).collect(),
+                },
+            },
+        );
+    }
+    packages
+}
+
+/// What `pacman -Si` says of one sync package that matters to the host.
+#[derive(Debug, PartialEq)]
+pub struct SyncInfo<'a> {
+    pub name: &'a str,
+    pub replaces: Vec<&'a str>,
+    pub conflicts: Vec<&'a str>,
+    pub provides: Vec<&'a str>,
+    pub depends: Vec<&'a str>,
+}
+
+/// `pacman -Si` output: one block per package, as `-Qi` prints them. List entries may carry a
+/// version constraint (`nox-mesh-host>=1.0`), kept as printed.
+pub fn parse_sync_info(stdout: &str) -> Vec<SyncInfo<'_>> {
+    let mut out = Vec::new();
+    for block in stdout.split("\n\n") {
+        // `Field : value` lines; a list pacman wraps continues on lines that start blank.
+        let mut fields: Vec<(&str, Vec<&str>)> = Vec::new();
+        for line in block.lines() {
+            match (
+                line.starts_with(char::is_whitespace),
+                line.split_once(" : "),
+            ) {
+                (false, Some((key, value))) => {
+                    fields.push((key.trim_end(), value.split_whitespace().collect()))
+                }
+                (true, _) => {
+                    if let Some((_, words)) = fields.last_mut() {
+                        words.extend(line.split_whitespace());
+                    }
+                }
+                (false, None) => {}
+            }
+        }
+        let list = |name: &str| -> Vec<&str> {
+            match fields.iter().find(|(key, _)| *key == name) {
+                Some((_, words)) if words.as_slice() != ["None"] => words.clone(),
+                _ => Vec::new(),
+            }
+        };
+        let Some(&name) = list("Name").first() else {
+            continue;
+        };
+        out.push(SyncInfo {
+            name,
+            replaces: list("Replaces"),
+            conflicts: list("Conflicts With"),
+            provides: list("Provides"),
+            depends: list("Depends On"),
+        });
+    }
+    out
+}
+
+/// `-Rsp --print-format %n` output: the names that would be removed.
+pub fn parse_removal(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect()
+}
+
+/// The `DB Path   : DIR/` line of `pacman -v` output.
+pub fn parse_db_path(stdout: &str) -> Option<PathBuf> {
+    stdout.lines().find_map(|line| {
+        let (field, value) = line.split_once(" : ")?;
+        (field.trim() == "DB Path" && !value.trim().is_empty()).then(|| PathBuf::from(value.trim()))
+    })
+}
+
+/// One line of pacman's stderr, as far as mesh-host tells them apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message<'a> {
+    /// `error: package 'NAME' was not found` (`-Si`, `-Qi`).
+    PackageNotFound(&'a str),
+    /// `error: target not found: NAME` (`-S`, `-R`).
+    TargetNotFound(&'a str),
+    /// `error: failed to init transaction (unable to lock database)` or `error: could not lock
+    /// database: ...`: someone holds its database lock (`locked_database` names it).
+    Locked,
+    /// `error: unresolvable package conflicts detected` and `error: failed to prepare transaction
+    /// (conflicting dependencies)`: installing would remove a package it conflicts with, which
+    /// `--noconfirm` declines (the pair is named on stdout, `:: A and B are in conflict`).
+    Conflict,
+    /// `warning: ...`.
+    Warning(&'a str),
+    /// Anything else: another error, or a line continuing one.
+    Other(&'a str),
+}
+
+/// pacman's stderr, line by line; blank lines are left out.
+pub fn parse_messages(stderr: &str) -> Vec<Message<'_>> {
+    stderr
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            if let Some(name) = line
+                .strip_prefix("error: package '")
+                .and_then(|rest| rest.strip_suffix("' was not found"))
+            {
+                Message::PackageNotFound(name)
+            } else if let Some(name) = line.strip_prefix("error: target not found: ") {
+                Message::TargetNotFound(name.trim())
+            } else if line.contains("unable to lock database")
+                || line.contains("could not lock database")
+            {
+                Message::Locked
+            } else if line.starts_with("error: ") && line.contains("conflict") {
+                Message::Conflict
+            } else if let Some(text) = line.strip_prefix("warning: ") {
+                Message::Warning(text)
+            } else {
+                Message::Other(line)
+            }
+        })
+        .collect()
+}
+
+/// The lock file named in pacman's "unable to lock database" error (it takes four lines, the
+/// path on the last), if that is what stderr says; `db.lck` if it names none.
+pub fn locked_database(stderr: &str) -> Option<&str> {
+    if !parse_messages(stderr).contains(&Message::Locked) {
+        return None;
+    }
+    Some(
+        stderr
+            .split_whitespace()
+            .find(|w| w.ends_with("db.lck"))
+            .unwrap_or("db.lck"),
+    )
+}
+
+/// The names `-Si` (or `-Qi`) said it has no package of.
+pub fn not_found(stderr: &str) -> BTreeSet<&str> {
+    parse_messages(stderr)
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::PackageNotFound(name) => Some(name),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::assert_recorded;
+
+    const PACMAN: &[&str] = &["pacman", "--config", "/tmp/mesh-sandbox/pacman/pacman.conf"];
+
+    fn installed(version: &str, reason: InstallReason, by: &[&str]) -> Installed {
+        Installed {
+            version: version.into(),
+            reason,
+            required_by: by.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn builds_the_mounted_root_form() {
+        let root = Pacman::mounted(Path::new("/mnt")).unwrap();
+        assert_eq!(root.query_info(), ["--sysroot", "/mnt", "-Qi"]);
+        assert_eq!(
+            Pacman::running().upgrade(&["nox-mesh-host".into(), "b".into()]),
+            [
+                "-Syu",
+                "--ignore=nox-mesh-host,b",
+                "--needed",
+                "--noconfirm"
+            ]
+        );
+        assert_eq!(
+            Pacman::running().mark(InstallReason::Dependency),
+            ["-D", "--asdeps"]
+        );
+        use std::os::unix::ffi::OsStrExt;
+        let odd = Path::new(std::ffi::OsStr::from_bytes(b"/mnt/\xff"));
+        assert!(Pacman::mounted(odd).unwrap_err().contains("not UTF-8"));
+    }
+
+    #[test]
+    fn parses_info_output_with_install_reasons() {
+        assert_recorded(
+            include_str!("../../tests/fixtures/pacman-Qi.cmd"),
+            PACMAN,
+            &Pacman::running().query_info(),
+            &["mesh-a", "mesh-b", "mesh-e"],
+        );
+        let out = parse_info(include_str!("../../tests/fixtures/pacman-Qi.txt"));
+        assert_eq!(
+            out.into_iter().collect::<Vec<_>>(),
+            vec![
+                (
+                    "mesh-a",
+                    installed("1.0-1", InstallReason::Dependency, &["mesh-b"])
+                ),
+                ("mesh-b", installed("1.0-1", InstallReason::Explicit, &[])),
+                ("mesh-e", installed("1.0-1", InstallReason::Explicit, &[])),
+            ]
+        );
+    }
+
+    #[test]
+    fn parses_info_output_when_some_are_missing() {
+        assert_recorded(
+            include_str!("../../tests/fixtures/pacman-Qi-missing.cmd"),
+            PACMAN,
+            &Pacman::running().query_info(),
+            &["mesh-a", "mesh-nope"],
+        );
+        // Exit 1, the missing one named on stderr only.
+        let out = parse_info(include_str!(
+            "../../tests/fixtures/pacman-Qi-missing.stdout"
+        ));
+        assert_eq!(
+            out.into_iter().collect::<Vec<_>>(),
+            vec![(
+                "mesh-a",
+                installed("1.0-1", InstallReason::Dependency, &["mesh-b"])
+            )]
+        );
+        assert_eq!(
+            not_found(include_str!(
+                "../../tests/fixtures/pacman-Qi-missing.stderr"
+            )),
+            BTreeSet::from(["mesh-nope"])
+        );
+        assert!(parse_info("").is_empty());
+    }
+
+    #[test]
+    fn parses_sync_info_and_what_it_did_not_find() {
+        assert_recorded(
+            include_str!("../../tests/fixtures/pacman-Si.cmd"),
+            PACMAN,
+            &Pacman::running().sync_info(),
+            &["mesh-usurper", "mesh-a", "mesh-nope"],
+        );
+        let infos = parse_sync_info(include_str!("../../tests/fixtures/pacman-Si.txt"));
+        assert_eq!(
+            infos,
+            vec![
+                SyncInfo {
+                    name: "mesh-usurper",
+                    replaces: vec!["nox-mesh-host"],
+                    conflicts: vec!["nox-mesh-host"],
+                    provides: vec!["nox-mesh-host=9.0"],
+                    depends: vec![],
+                },
+                SyncInfo {
+                    name: "mesh-a",
+                    replaces: vec![],
+                    conflicts: vec![],
+                    provides: vec![],
+                    depends: vec![],
+                },
+            ]
+        );
+        let stderr = include_str!("../../tests/fixtures/pacman-Si.stderr");
+        assert_eq!(
+            parse_messages(stderr),
+            [Message::PackageNotFound("mesh-nope")]
+        );
+        // A list pacman wraps onto further lines is read whole.
+        let wrapped = "Name            : x\nProvides        : a  b\n                  nox-mesh-host=2\nDepends On      : None\n";
+        assert_eq!(
+            parse_sync_info(wrapped)[0].provides,
+            vec!["a", "b", "nox-mesh-host=2"]
+        );
+    }
+
+    #[test]
+    fn parses_what_a_removal_would_take() {
+        assert_recorded(
+            include_str!("../../tests/fixtures/pacman-Rsp.cmd"),
+            PACMAN,
+            &Pacman::running().removal_preview(),
+            &["mesh-b"],
+        );
+        // mesh-a was installed as mesh-b's dependency: it would go too.
+        assert_eq!(
+            parse_removal(include_str!("../../tests/fixtures/pacman-Rsp.txt")),
+            ["mesh-b", "mesh-a"]
+        );
+    }
+
+    #[test]
+    fn recognises_the_lock_not_found_and_conflict_errors_in_real_output() {
+        for fixture in [
+            include_str!("../../tests/fixtures/pacman-S-dblck.cmd"),
+            include_str!("../../tests/fixtures/pacman-S-notfound.cmd"),
+            include_str!("../../tests/fixtures/pacman-S-conflict.cmd"),
+        ] {
+            let name = fixture.split_whitespace().last().unwrap_or_default();
+            assert_recorded(fixture, PACMAN, &Pacman::running().install(), &[name]);
+        }
+        let locked = include_str!("../../tests/fixtures/pacman-S-dblck.stderr");
+        assert_eq!(
+            locked_database(locked),
+            Some("/tmp/mesh-sandbox/pacman/root/var/lib/pacman/db.lck")
+        );
+        assert_eq!(
+            parse_messages(locked)[..2],
+            [Message::Locked, Message::Locked]
+        );
+        let not_found = include_str!("../../tests/fixtures/pacman-S-notfound.stderr");
+        assert_eq!(locked_database(not_found), None);
+        assert_eq!(
+            parse_messages(not_found),
+            [Message::TargetNotFound("mesh-nope")]
+        );
+        let conflict = include_str!("../../tests/fixtures/pacman-S-conflict.stderr");
+        assert_eq!(
+            parse_messages(conflict),
+            [Message::Conflict, Message::Conflict]
+        );
+        assert_eq!(locked_database(conflict), None);
+    }
+
+    #[test]
+    fn db_path_from_verbose_output() {
+        assert_recorded(
+            include_str!("../../tests/fixtures/pacman-v-T.cmd"),
+            PACMAN,
+            &Pacman::running().paths(),
+            &[],
+        );
+        assert_eq!(
+            parse_db_path(include_str!("../../tests/fixtures/pacman-v-T.txt")),
+            Some(PathBuf::from(
+                "/tmp/mesh-sandbox/pacman/root/var/lib/pacman/"
+            ))
+        );
+        assert_eq!(parse_db_path("Root      : /\n"), None);
+    }
+}

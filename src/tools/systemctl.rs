@@ -1,0 +1,332 @@
+//! systemctl: the arguments the units kind runs it with, and pure parsers of what `show` and
+//! `is-enabled` print into systemd's own states. Words a newer systemd adds parse as `Other`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::words;
+
+words! {
+    /// Whether systemd found and loaded the unit's configuration (`LoadState`).
+    LoadState {
+        Stub = "stub",
+        Loaded = "loaded",
+        NotFound = "not-found",
+        BadSetting = "bad-setting",
+        Error = "error",
+        Merged = "merged",
+        Masked = "masked",
+    }
+}
+
+words! {
+    /// Whether the unit runs (`ActiveState`).
+    ActiveState {
+        Active = "active",
+        Reloading = "reloading",
+        Inactive = "inactive",
+        Failed = "failed",
+        Activating = "activating",
+        Deactivating = "deactivating",
+        Maintenance = "maintenance",
+        Refreshing = "refreshing",
+    }
+}
+
+impl ActiveState {
+    /// Running or on its way to it: what `stop` would act on.
+    pub fn running(&self) -> bool {
+        matches!(
+            self,
+            ActiveState::Active | ActiveState::Activating | ActiveState::Reloading
+        )
+    }
+}
+
+words! {
+    /// Whether the unit is enabled, as its unit files say (`UnitFileState`, and what
+    /// `is-enabled` answers).
+    UnitFileState {
+        Enabled = "enabled",
+        EnabledRuntime = "enabled-runtime",
+        Linked = "linked",
+        LinkedRuntime = "linked-runtime",
+        Alias = "alias",
+        Masked = "masked",
+        MaskedRuntime = "masked-runtime",
+        Static = "static",
+        Disabled = "disabled",
+        Indirect = "indirect",
+        Generated = "generated",
+        Transient = "transient",
+        Bad = "bad",
+        NotFound = "not-found",
+    }
+}
+
+impl UnitFileState {
+    pub fn enabled(&self) -> bool {
+        matches!(self, UnitFileState::Enabled | UnitFileState::EnabledRuntime)
+    }
+
+    pub fn masked(&self) -> bool {
+        matches!(self, UnitFileState::Masked | UnitFileState::MaskedRuntime)
+    }
+
+    /// Enabled or not by something other than its own `[Install]` section: `enable` has
+    /// nothing to do for it.
+    pub fn not_enableable(&self) -> bool {
+        matches!(
+            self,
+            UnitFileState::Static
+                | UnitFileState::Alias
+                | UnitFileState::Indirect
+                | UnitFileState::Generated
+        )
+    }
+}
+
+/// What `systemctl` is asked to do to units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Start,
+    Stop,
+    Restart,
+    Reload,
+    Enable,
+    Disable,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Start => "start",
+            Verb::Stop => "stop",
+            Verb::Restart => "restart",
+            Verb::Reload => "reload",
+            Verb::Enable => "enable",
+            Verb::Disable => "disable",
+        }
+    }
+
+    /// Acts on the unit manager, not only on unit files: cannot be done in a mounted root.
+    pub fn needs_running_system(self) -> bool {
+        !matches!(self, Verb::Enable | Verb::Disable)
+    }
+}
+
+/// The properties `show` is asked for, and that `parse_show` reads.
+const SHOWN: &str = "Id,LoadState,ActiveState,UnitFileState";
+
+/// `show`: the state of each unit named, one block each (`parse_show`). Exits 0 for units that
+/// do not exist (`LoadState=not-found`).
+pub fn show() -> Vec<String> {
+    vec!["show".into(), "-p".into(), SHOWN.into()]
+}
+
+/// `is-enabled`, on the running system or offline in a mounted root: one answer a line
+/// (`parse_is_enabled`); it stops at the first unit without a file, exiting 1.
+pub fn is_enabled(root: Option<&Path>) -> Vec<String> {
+    with_root(root, "is-enabled")
+}
+
+/// `VERB`; under a mounted root `--root=DIR VERB`, the offline form (unit-file verbs only).
+pub fn verb(verb: Verb, root: Option<&Path>) -> Vec<String> {
+    with_root(root, verb.as_str())
+}
+
+pub fn daemon_reload() -> Vec<String> {
+    vec!["daemon-reload".into()]
+}
+
+fn with_root(root: Option<&Path>, verb: &str) -> Vec<String> {
+    let root = root.map(|r| format!("--root={}", r.display()));
+    root.into_iter().chain([verb.to_string()]).collect()
+}
+
+/// One unit as `show` describes it. A property it did not print, or printed empty (the
+/// `UnitFileState` of a unit with no file), is `None`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shown {
+    pub id: String,
+    pub load: Option<LoadState>,
+    pub active: Option<ActiveState>,
+    pub unit_file: Option<UnitFileState>,
+}
+
+/// `show` output: one `Shown` per unit, in argument order.
+pub fn parse_show(stdout: &str) -> Vec<Shown> {
+    blocks(stdout)
+        .into_iter()
+        .map(|block| {
+            let word = |name: &str| block.get(name).copied().filter(|v| !v.is_empty());
+            Shown {
+                id: word("Id").unwrap_or_default().to_string(),
+                load: word("LoadState").map(LoadState::parse),
+                active: word("ActiveState").map(ActiveState::parse),
+                unit_file: word("UnitFileState").map(UnitFileState::parse),
+            }
+        })
+        .collect()
+}
+
+/// `key=value` blocks, blank-line separated.
+fn blocks(stdout: &str) -> Vec<BTreeMap<&str, &str>> {
+    let mut blocks = Vec::new();
+    let mut current = BTreeMap::new();
+    for line in stdout.lines() {
+        if line.is_empty() {
+            if !current.is_empty() {
+                blocks.push(std::mem::take(&mut current));
+            }
+        } else if let Some((k, v)) = line.split_once('=') {
+            // A unit's properties never repeat: one seen again starts the next unit, so the
+            // outputs of a batch split over several commands join without a blank line.
+            if current.contains_key(k) {
+                blocks.push(std::mem::take(&mut current));
+            }
+            current.insert(k, v);
+        }
+    }
+    if !current.is_empty() {
+        blocks.push(current);
+    }
+    blocks
+}
+
+/// `is-enabled` output: one state per line, in argument order (short when it stopped early).
+pub fn parse_is_enabled(stdout: &str) -> Vec<UnitFileState> {
+    stdout
+        .lines()
+        .map(|line| UnitFileState::parse(line.trim()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::assert_recorded;
+
+    const SYSTEMCTL: &[&str] = &["systemctl", "--user"];
+
+    fn shown(id: &str, load: &str, active: &str, unit_file: &str) -> Shown {
+        Shown {
+            id: id.into(),
+            load: Some(LoadState::parse(load)),
+            active: Some(ActiveState::parse(active)),
+            unit_file: (!unit_file.is_empty()).then(|| UnitFileState::parse(unit_file)),
+        }
+    }
+
+    #[test]
+    fn parses_saved_show_output() {
+        let names = ["a.service", "b.service", "nonexistent.service"];
+        assert_recorded(
+            include_str!("../../tests/fixtures/systemctl-show.cmd"),
+            SYSTEMCTL,
+            &show(),
+            &names,
+        );
+        assert_eq!(
+            parse_show(include_str!("../../tests/fixtures/systemctl-show.txt")),
+            [
+                shown("a.service", "loaded", "active", "enabled"),
+                shown("b.service", "loaded", "inactive", "disabled"),
+                shown("nonexistent.service", "not-found", "inactive", ""),
+            ]
+        );
+        // A name without a suffix comes back mangled, exit 0: why names are checked first.
+        assert_recorded(
+            include_str!("../../tests/fixtures/systemctl-show-nosuffix.cmd"),
+            SYSTEMCTL,
+            &show(),
+            &["foo"],
+        );
+        let mangled = parse_show(include_str!(
+            "../../tests/fixtures/systemctl-show-nosuffix.txt"
+        ));
+        assert_eq!(mangled, [shown("foo.service", "not-found", "inactive", "")]);
+    }
+
+    #[test]
+    fn show_blocks_split_where_a_property_repeats() {
+        // Two commands' outputs joined with no blank line between them (a batch split under the
+        // argument limit) still give one block per unit.
+        let joined = "Id=a.service\nLoadState=loaded\nId=b.service\nLoadState=not-found\n";
+        let blocks = parse_show(joined);
+        assert_eq!(blocks.len(), 2, "{blocks:?}");
+        assert_eq!(blocks[1].id, "b.service");
+        assert_eq!(blocks[1].active, None);
+        // A word this version does not know is kept.
+        assert_eq!(
+            parse_show("Id=a.service\nActiveState=hibernating\n")[0].active,
+            Some(ActiveState::Other("hibernating".into()))
+        );
+    }
+
+    #[test]
+    fn parses_saved_is_enabled_output() {
+        assert_recorded(
+            include_str!("../../tests/fixtures/systemctl-is-enabled.cmd"),
+            SYSTEMCTL,
+            &is_enabled(None),
+            &["a.service", "b.service"],
+        );
+        assert_eq!(
+            parse_is_enabled(include_str!(
+                "../../tests/fixtures/systemctl-is-enabled.txt"
+            )),
+            [UnitFileState::Enabled, UnitFileState::Disabled]
+        );
+        // Exit 1 at the first unit without a file: the answer is short from there on.
+        assert_recorded(
+            include_str!("../../tests/fixtures/systemctl-is-enabled-missing.cmd"),
+            SYSTEMCTL,
+            &is_enabled(None),
+            &["a.service", "nonexistent.service", "b.service"],
+        );
+        assert_eq!(
+            parse_is_enabled(include_str!(
+                "../../tests/fixtures/systemctl-is-enabled-missing.txt"
+            )),
+            [UnitFileState::Enabled]
+        );
+    }
+
+    #[test]
+    fn parses_saved_offline_is_enabled_output() {
+        let root = Path::new("/tmp/mesh-sandbox/systemd/offline-root");
+        assert_recorded(
+            include_str!("../../tests/fixtures/systemctl-offline-is-enabled.cmd"),
+            &["systemctl"],
+            &is_enabled(Some(root)),
+            &["c.service"],
+        );
+        assert_eq!(
+            parse_is_enabled(include_str!(
+                "../../tests/fixtures/systemctl-offline-is-enabled.txt"
+            )),
+            [UnitFileState::Enabled]
+        );
+        // No file: exit 1, nothing on stdout, the reason on stderr only.
+        assert_recorded(
+            include_str!("../../tests/fixtures/systemctl-offline-is-enabled-missing.cmd"),
+            &["systemctl"],
+            &is_enabled(Some(root)),
+            &["nonexistent.service"],
+        );
+        assert!(parse_is_enabled(include_str!(
+            "../../tests/fixtures/systemctl-offline-is-enabled-missing.txt"
+        ))
+        .is_empty());
+    }
+
+    #[test]
+    fn offline_verbs_name_the_root() {
+        let root = Path::new("/mnt");
+        assert_eq!(verb(Verb::Enable, Some(root)), ["--root=/mnt", "enable"]);
+        assert_eq!(is_enabled(Some(root)), ["--root=/mnt", "is-enabled"]);
+        assert_eq!(verb(Verb::Restart, None), ["restart"]);
+        assert!(Verb::Restart.needs_running_system() && !Verb::Disable.needs_running_system());
+    }
+}
