@@ -279,6 +279,16 @@ impl Dir {
         Ok(true)
     }
 
+    /// `mkdir`, then, when it created the directory, fsyncs this one so the new entry survives a
+    /// crash: the store's subdirectories, and directories made outside a target root.
+    pub fn mkdir_durable(&self, name: &OsStr, mode: u32) -> io::Result<bool> {
+        let created = self.mkdir(name, mode)?;
+        if created {
+            self.sync()?;
+        }
+        Ok(created)
+    }
+
     /// Replaces `name` atomically and durably with `bytes`, `mode` and, if given, `owner` (uid, gid),
     /// all set on the temp file before the rename so the target never has the wrong attributes.
     pub fn write_atomic(
@@ -571,9 +581,10 @@ pub fn walk_to_dir(root: &Dir, path: &Path, create: bool) -> Result<Option<Dir>,
         })
 }
 
-/// Creates `path` and any missing parents, each with exactly `mode` (never the umask's), for
-/// directories the host makes outside a target root (its config directory). Existing ones are
-/// left as they are; symlinks on the way are followed, as for any path an operator names.
+/// Creates `path` and any missing parents, each with exactly `mode` (never the umask's) and
+/// durably (its parent fsynced), for directories the host makes outside a target root (its config
+/// directory, the store's parents). Existing ones are left as they are; symlinks on the way are
+/// followed, as for any path an operator names.
 pub fn create_dir_all(path: &Path, mode: u32) -> io::Result<()> {
     let mut missing = Vec::new();
     let mut current = path;
@@ -593,7 +604,7 @@ pub fn create_dir_all(path: &Path, mode: u32) -> io::Result<()> {
         } else {
             parent
         };
-        Dir::open(parent)?.mkdir(name, mode)?;
+        Dir::open(parent)?.mkdir_durable(name, mode)?;
     }
     Ok(())
 }
