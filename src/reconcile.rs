@@ -290,6 +290,15 @@ fn converge<K: Kind>(
                 change.action.word(),
                 why.clone(),
             )),
+            Outcome::Stopped => {
+                report.interrupted = true;
+                report.deferred.push(result(
+                    K::NAME,
+                    &change.key,
+                    change.action.word(),
+                    "not applied: the host was stopping",
+                ))
+            }
             Outcome::Failed(e) => report.failures.push(result(
                 K::NAME,
                 &change.key,

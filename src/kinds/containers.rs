@@ -3,7 +3,7 @@
 //! a changed spec are visible from podman itself; a container without the label is never touched
 //! by pruning. Missing -> create and start; spec changed -> recreate; stopped -> start.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -418,6 +418,9 @@ impl Kind for Containers {
         }
         let podman = &env.config.podman;
         let mut errors: BTreeMap<&str, String> = BTreeMap::new();
+        // Checked before each batched call and each create: once the host is stopping, what is
+        // left waits for the next run, which observes where it stopped.
+        let mut stopped: BTreeSet<&str> = BTreeSet::new();
         let names = |pick: fn(&Op) -> bool| -> Vec<&str> {
             changes
                 .iter()
@@ -435,21 +438,27 @@ impl Kind for Containers {
                     }
             )
         });
+        let remove = unless_stopping(env, remove, &mut stopped);
         let results = batch_then_each(env.runner, &remove, |batch| {
             env.runner
                 .run(podman, &["rm", "-f", "-t", "10"], batch)
                 .map(drop)
         });
         record_errors(&mut errors, &remove, results);
-        let unpause = names(|op| matches!(op, Op::Unpause { .. }));
+        let unpause = unless_stopping(
+            env,
+            names(|op| matches!(op, Op::Unpause { .. })),
+            &mut stopped,
+        );
         let results = batch_then_each(env.runner, &unpause, |batch| {
             env.runner.run(podman, &["unpause"], batch).map(drop)
         });
         record_errors(&mut errors, &unpause, results);
         let stop: Vec<&str> = names(|op| matches!(op, Op::Stop | Op::Unpause { stop: true }))
             .into_iter()
-            .filter(|name| !errors.contains_key(name))
+            .filter(|name| !errors.contains_key(name) && !stopped.contains(name))
             .collect();
+        let stop = unless_stopping(env, stop, &mut stopped);
         let results = batch_then_each(env.runner, &stop, |batch| {
             env.runner
                 .run(podman, &["stop", "-t", "10"], batch)
@@ -458,7 +467,12 @@ impl Kind for Containers {
         record_errors(&mut errors, &stop, results);
         for change in changes {
             if let Op::Create { args, .. } = &change.op {
-                if errors.contains_key(change.key.as_str()) {
+                if errors.contains_key(change.key.as_str()) || stopped.contains(change.key.as_str())
+                {
+                    continue;
+                }
+                if (env.interrupted)() {
+                    stopped.insert(&change.key);
                     continue;
                 }
                 let vars = cx.declaration.containers.get(&change.key).map(|s| &s.env);
@@ -472,9 +486,11 @@ impl Kind for Containers {
             .filter(|c| {
                 matches!(c.op, Op::Start | Op::Create { start: true, .. })
                     && !errors.contains_key(c.key.as_str())
+                    && !stopped.contains(c.key.as_str())
             })
             .map(|c| c.key.as_str())
             .collect();
+        let start = unless_stopping(env, start, &mut stopped);
         let results = batch_then_each(env.runner, &start, |batch| {
             env.runner.run(podman, &["start"], batch).map(drop)
         });
@@ -483,10 +499,24 @@ impl Kind for Containers {
             .iter()
             .map(|c| match errors.get(c.key.as_str()) {
                 Some(e) => Outcome::Failed(e.clone()),
+                None if stopped.contains(c.key.as_str()) => Outcome::Stopped,
                 None => Outcome::Done,
             })
             .collect()
     }
+}
+
+/// `names`, or none once the host is stopping (they go to `stopped`, for the next run).
+fn unless_stopping<'a>(
+    env: &Env,
+    names: Vec<&'a str>,
+    stopped: &mut BTreeSet<&'a str>,
+) -> Vec<&'a str> {
+    if names.is_empty() || !(env.interrupted)() {
+        return names;
+    }
+    stopped.extend(names);
+    Vec::new()
 }
 
 /// `podman create` with `args` (options, `--`, image and command) and, when the container has

@@ -122,6 +122,9 @@ pub enum Outcome {
     /// Cannot be done into a mounted root; a running system must do it.
     Deferred(String),
     Failed(String),
+    /// Not attempted because the host is stopping: the intent stays in the ledger and the next
+    /// run does it.
+    Stopped,
 }
 
 /// The name an adopted resource's original is kept under in the store.

@@ -5,7 +5,7 @@
 //! one away as a dependency nobody needs any more.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -269,7 +269,17 @@ impl Kind for Packages {
         // Once pacman itself fails (lock held past the wait, timeout, not startable), every later
         // transaction of this run fails the same way without running: retrying would only wait again.
         let pacman_failure: RefCell<Option<String>> = RefCell::new(None);
+        // Checked before each transaction (never within one): once the host is stopping, the
+        // packages of the transactions left wait for the next run.
+        let stopped: RefCell<BTreeSet<String>> = RefCell::new(BTreeSet::new());
         let transaction = |args: &[&str], names: &[&str]| -> Vec<Result<(), String>> {
+            if !names.is_empty() && (env.interrupted)() {
+                stopped
+                    .borrow_mut()
+                    .extend(names.iter().map(|n| n.to_string()));
+                let why = "not applied: the host was stopping".to_string();
+                return names.iter().map(|_| Err(why.clone())).collect();
+            }
             let args = match with_root(env, args) {
                 Ok(args) => args,
                 Err(e) => return names.iter().map(|_| Err(e.clone())).collect(),
@@ -345,9 +355,11 @@ impl Kind for Packages {
         let names = pick(Op::MarkDependency);
         let outcomes = transaction(&["-D", "--asdeps"], &names);
         results.extend(names.into_iter().zip(outcomes));
+        let stopped = stopped.into_inner();
         changes
             .iter()
             .map(|c| match results.get(c.key.as_str()) {
+                _ if stopped.contains(&c.key) => Outcome::Stopped,
                 Some(Err(e)) => Outcome::Failed(e.clone()),
                 _ => Outcome::Done,
             })

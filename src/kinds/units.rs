@@ -308,6 +308,9 @@ impl Kind for Units {
     ) -> Vec<Outcome> {
         let mut errors: BTreeMap<&str, String> = BTreeMap::new();
         let mut deferred: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        // Checked before each unit file and each verb's call: once the host is stopping, what is
+        // left waits for the next run, which observes where it stopped.
+        let mut stopped: BTreeSet<&str> = BTreeSet::new();
         // Stop and disable while the unit file still exists, then files, one reload, then the rest.
         run_verb(
             env,
@@ -316,6 +319,7 @@ impl Kind for Units {
             |op| op.stop,
             &mut errors,
             &mut deferred,
+            &mut stopped,
         );
         run_verb(
             env,
@@ -324,11 +328,16 @@ impl Kind for Units {
             |op| op.disable,
             &mut errors,
             &mut deferred,
+            &mut stopped,
         );
         let dir = unit_dir(env);
         let mut files_changed = false;
         for change in changes {
-            if errors.contains_key(change.key.as_str()) {
+            if errors.contains_key(change.key.as_str()) || stopped.contains(change.key.as_str()) {
+                continue;
+            }
+            if (env.interrupted)() {
+                stopped.insert(&change.key);
                 continue;
             }
             match apply_file(env, &dir, &change.key, &change.op) {
@@ -338,6 +347,8 @@ impl Kind for Units {
                 }
             }
         }
+        // Not skipped when stopping: a unit file written is only whole once systemd has read it
+        // (the next run would find the file as declared and reload nothing).
         if files_changed && !env.offline {
             if let Err(e) = env
                 .runner
@@ -355,6 +366,7 @@ impl Kind for Units {
             |op| op.enable,
             &mut errors,
             &mut deferred,
+            &mut stopped,
         );
         run_verb(
             env,
@@ -363,6 +375,7 @@ impl Kind for Units {
             |op| op.start,
             &mut errors,
             &mut deferred,
+            &mut stopped,
         );
         run_verb(
             env,
@@ -371,6 +384,7 @@ impl Kind for Units {
             |op| op.restart,
             &mut errors,
             &mut deferred,
+            &mut stopped,
         );
         run_verb(
             env,
@@ -379,12 +393,14 @@ impl Kind for Units {
             |op| op.reload,
             &mut errors,
             &mut deferred,
+            &mut stopped,
         );
         changes
             .iter()
             .map(
                 |c| match (errors.get(c.key.as_str()), deferred.get(c.key.as_str())) {
                     (Some(e), _) => Outcome::Failed(e.clone()),
+                    _ if stopped.contains(c.key.as_str()) => Outcome::Stopped,
                     (None, Some(verbs)) => {
                         Outcome::Deferred(format!("{} needs the running system", verbs.join(", ")))
                     }
@@ -396,7 +412,7 @@ impl Kind for Units {
 }
 
 /// Runs one systemctl verb over every unit whose op asks for it and has not failed yet; offline,
-/// verbs that need the running system are deferred.
+/// verbs that need the running system are deferred; once the host is stopping, none is run.
 fn run_verb<'a>(
     env: &Env,
     changes: &'a [Change<Op>],
@@ -404,12 +420,17 @@ fn run_verb<'a>(
     pick: fn(&Op) -> bool,
     errors: &mut BTreeMap<&'a str, String>,
     deferred: &mut BTreeMap<&'a str, Vec<&'static str>>,
+    stopped: &mut BTreeSet<&'a str>,
 ) {
     let names: Vec<&str> = changes
         .iter()
         .filter(|c| pick(&c.op) && !errors.contains_key(c.key.as_str()))
         .map(|c| c.key.as_str())
         .collect();
+    if !names.is_empty() && (env.interrupted)() {
+        stopped.extend(names);
+        return;
+    }
     if env.offline && !matches!(verb, "enable" | "disable") {
         for name in names {
             deferred.entry(name).or_default().push(verb);
