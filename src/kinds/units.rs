@@ -21,7 +21,7 @@ use super::{
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
 use crate::exec::CommandError;
-use crate::fsutil::{self, Dir, FileType};
+use crate::fsutil::{self, Dir, FileType, Found};
 use crate::store::{Entry, Ledger, Origin};
 use crate::unitfile::UnitName;
 
@@ -269,9 +269,9 @@ impl Kind for Units {
             .map(|(name, state)| {
                 let observed = state.and_then(|mut obs| {
                     match read_unit_file(env, dir.as_ref(), name, max)? {
-                        UnitFile::Missing => {}
-                        UnitFile::Regular(bytes) => obs.file = Some(bytes),
-                        UnitFile::Symlink(target) => obs.link = Some(target),
+                        Found::Nothing => {}
+                        Found::File(_, bytes) => obs.file = Some(bytes),
+                        Found::Link(target) => obs.link = Some(target.display().to_string()),
                     }
                     Ok(obs)
                 });
@@ -524,19 +524,11 @@ fn offline_args(env: &Env, verb: &str) -> Vec<String> {
     vec![format!("--root={}", env.root.display()), verb.to_string()]
 }
 
-/// What is at a unit's name in the unit directory.
-enum UnitFile {
-    Missing,
-    Regular(Vec<u8>),
-    Symlink(String),
-}
-
 /// The unit directory, opened from the target root one component at a time, never through a
 /// symlink (under `--root`, a link in the mounted disk must not lead onto the rescue system).
 /// `None` when it does not exist and `create` is not asked.
 fn open_unit_dir(env: &Env, create: bool) -> Result<Option<Dir>, String> {
-    let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
-    fsutil::walk_to_dir(&root, &env.config.unit_dir, create)
+    fsutil::open_dir_below(env.root, &env.config.unit_dir, create)
         .map_err(|e| format!("unit directory {}: {e}", unit_dir(env).display()))
 }
 
@@ -548,25 +540,12 @@ fn unit_dir(env: &Env) -> PathBuf {
 
 /// Reads the unit's file, never following a symlink: a link is reported with its target. A file
 /// over the limit or unreadable fails only this unit.
-fn read_unit_file(env: &Env, dir: Option<&Dir>, name: &str, max: u64) -> Result<UnitFile, String> {
+fn read_unit_file(env: &Env, dir: Option<&Dir>, name: &str, max: u64) -> Result<Found, String> {
     let Some(d) = dir else {
-        return Ok(UnitFile::Missing);
+        return Ok(Found::Nothing);
     };
-    let shown = unit_dir(env).join(name);
-    let at = |e: std::io::Error| format!("unit file {}: {e}", shown.display());
-    match d.stat(OsStr::new(name)).map_err(at)? {
-        None => Ok(UnitFile::Missing),
-        Some(st) if st.file_type == FileType::Symlink => {
-            let target = d.read_link(OsStr::new(name)).map_err(at)?;
-            Ok(target.map_or(UnitFile::Missing, |t| {
-                UnitFile::Symlink(t.display().to_string())
-            }))
-        }
-        Some(_) => Ok(d
-            .read(OsStr::new(name), max)
-            .map_err(at)?
-            .map_or(UnitFile::Missing, |(_, bytes)| UnitFile::Regular(bytes))),
-    }
+    d.read_entry(OsStr::new(name), max)
+        .map_err(|e| format!("unit file {}: {e}", unit_dir(env).join(name).display()))
 }
 
 /// Writes, restores or removes the unit's file; `Ok(true)` when the file changed.
