@@ -119,7 +119,8 @@ impl Store {
                         self.path().join(&at).display()
                     );
                     let _ =
-                        std::fs::rename(dir.join(&name), dir.join(format!("{name}.unreadable")));
+                        std::fs::rename(dir.join(&name), dir.join(format!("{name}.unreadable")))
+                            .and_then(|()| fd.sync());
                 }
             }
         }
