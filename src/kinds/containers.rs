@@ -444,7 +444,7 @@ impl Kind for Containers {
                 .run(podman, &["rm", "-f", "-t", "10"], batch)
                 .map(drop)
         });
-        record_errors(&mut errors, &remove, results);
+        record_errors(&mut errors, &mut stopped, &remove, results);
         let unpause = unless_stopping(
             env,
             names(|op| matches!(op, Op::Unpause { .. })),
@@ -453,7 +453,7 @@ impl Kind for Containers {
         let results = batch_then_each(env.runner, &unpause, |batch| {
             env.runner.run(podman, &["unpause"], batch).map(drop)
         });
-        record_errors(&mut errors, &unpause, results);
+        record_errors(&mut errors, &mut stopped, &unpause, results);
         let stop: Vec<&str> = names(|op| matches!(op, Op::Stop | Op::Unpause { stop: true }))
             .into_iter()
             .filter(|name| !errors.contains_key(name) && !stopped.contains(name))
@@ -464,7 +464,7 @@ impl Kind for Containers {
                 .run(podman, &["stop", "-t", "10"], batch)
                 .map(drop)
         });
-        record_errors(&mut errors, &stop, results);
+        record_errors(&mut errors, &mut stopped, &stop, results);
         for change in changes {
             if let Op::Create { args, .. } = &change.op {
                 if errors.contains_key(change.key.as_str()) || stopped.contains(change.key.as_str())
@@ -494,7 +494,7 @@ impl Kind for Containers {
         let results = batch_then_each(env.runner, &start, |batch| {
             env.runner.run(podman, &["start"], batch).map(drop)
         });
-        record_errors(&mut errors, &start, results);
+        record_errors(&mut errors, &mut stopped, &start, results);
         changes
             .iter()
             .map(|c| match errors.get(c.key.as_str()) {
@@ -570,11 +570,14 @@ fn env_file(vars: &BTreeMap<String, String>) -> Vec<u8> {
 }
 
 /// Keeps the first error of each resource.
+/// Keeps each name's error; names past the results' end were not attempted (the host stopping).
 fn record_errors<'a>(
     errors: &mut BTreeMap<&'a str, String>,
+    stopped: &mut BTreeSet<&'a str>,
     names: &[&'a str],
     results: Vec<Result<(), String>>,
 ) {
+    stopped.extend(names.iter().skip(results.len()));
     for (name, result) in names.iter().zip(results) {
         if let Err(e) = result {
             errors.entry(*name).or_insert(e);

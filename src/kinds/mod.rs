@@ -199,8 +199,10 @@ impl BatchFailure for crate::exec::CommandError {
 }
 
 /// Runs `batch` over all `names` at once; if that fails because of the names, over each name
-/// alone, so one bad name fails only its own resource. Returns one result per name, in order.
-/// The calls after the first are counted as retries of the run.
+/// alone, so one bad name fails only its own resource. Returns one result per name, in order,
+/// except when the host starts stopping during the calls one name at a time: they end there, and
+/// the names past the results' end were not attempted. The calls after the first are counted as
+/// retries of the run.
 pub fn batch_then_each<E: BatchFailure>(
     runner: &Runner,
     names: &[&str],
@@ -215,13 +217,17 @@ pub fn batch_then_each<E: BatchFailure>(
             let message = e.to_string();
             names.iter().map(|_| Err(message.clone())).collect()
         }
-        Err(_) => names
-            .iter()
-            .map(|name| {
+        Err(_) => {
+            let mut results = Vec::with_capacity(names.len());
+            for name in names {
+                if runner.stopping() {
+                    break;
+                }
                 runner.count_retry();
-                batch(std::slice::from_ref(name)).map_err(|e| e.to_string())
-            })
-            .collect(),
+                results.push(batch(std::slice::from_ref(name)).map_err(|e| e.to_string()));
+            }
+            results
+        }
     }
 }
 
@@ -374,6 +380,36 @@ mod tests {
         assert!(results.iter().all(|r| r.is_err()));
         assert_eq!(retries, RETRY_BUDGET);
         assert_eq!(queries, RETRY_BUDGET + 1);
+    }
+
+    #[test]
+    fn one_name_at_a_time_ends_where_the_host_starts_stopping() {
+        // The pulse says "stopping" from its third turn on: two names are tried alone, the rest
+        // are left (not attempted, not failed).
+        let turns = std::cell::Cell::new(0);
+        let pulse = || {
+            turns.set(turns.get() + 1);
+            turns.get() > 2
+        };
+        let runner = Runner::new(false).with_pulse(&pulse);
+        let mut calls = Vec::new();
+        let results = batch_then_each(&runner, &["a", "b", "c", "d"], |batch| {
+            calls.push(batch.join(" "));
+            match batch {
+                [one] if *one != "a" => Ok(()),
+                _ => Err("refused".to_string()),
+            }
+        });
+        assert_eq!(results, vec![Err("refused".to_string()), Ok(())]);
+        assert_eq!(calls, ["a b c d", "a", "b"]);
+        assert_eq!(runner.retries(), 2);
+        // Never stopping: every name gets its answer.
+        let runner = Runner::new(false);
+        let results = batch_then_each(&runner, &["a", "b"], |batch| match batch {
+            [_] => Ok(()),
+            _ => Err("refused".to_string()),
+        });
+        assert_eq!(results, vec![Ok(()), Ok(())]);
     }
 
     #[test]

@@ -277,14 +277,13 @@ impl Kind for Packages {
                 stopped
                     .borrow_mut()
                     .extend(names.iter().map(|n| n.to_string()));
-                let why = "not applied: the host was stopping".to_string();
-                return names.iter().map(|_| Err(why.clone())).collect();
+                return names.iter().map(|_| Err(STOPPING.to_string())).collect();
             }
             let args = match with_root(env, args) {
                 Ok(args) => args,
                 Err(e) => return names.iter().map(|_| Err(e.clone())).collect(),
             };
-            batch_then_each(env.runner, names, |batch| {
+            let mut results = batch_then_each(env.runner, names, |batch| {
                 if let Some(e) = pacman_failure.borrow().as_ref() {
                     return Err(e.clone());
                 }
@@ -292,7 +291,14 @@ impl Kind for Packages {
                     TransactionError::Packages(e) => e,
                     TransactionError::Pacman(e) => pacman_failure.borrow_mut().insert(e).clone(),
                 })
-            })
+            });
+            // Cut short by the host stopping: the rest were not attempted.
+            let left = &names[results.len()..];
+            stopped
+                .borrow_mut()
+                .extend(left.iter().map(|n| n.to_string()));
+            results.extend(left.iter().map(|_| Err(STOPPING.to_string())));
+            results
         };
         let mut results: BTreeMap<&str, Result<(), String>> = BTreeMap::new();
         // Marked explicit before any removal, so the `-Rs` cannot take a declared package along.
@@ -372,6 +378,9 @@ impl Kind for Packages {
         }
     }
 }
+
+/// Why a package's transaction was not run; its outcome is `Outcome::Stopped` all the same.
+const STOPPING: &str = "not applied: the host was stopping";
 
 pub fn digest(spec: &Spec) -> String {
     crate::codec::sha256_hex(if spec.present { b"present" } else { b"absent" })

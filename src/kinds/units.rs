@@ -448,6 +448,8 @@ fn run_verb<'a>(
             .run(&env.config.systemctl, &args, batch)
             .map(drop)
     });
+    // Cut short by the host stopping: the rest were not attempted.
+    stopped.extend(names.iter().skip(results.len()));
     for (name, result) in names.iter().zip(results) {
         if let Err(e) = result {
             errors.insert(name, e);
