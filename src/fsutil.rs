@@ -791,6 +791,7 @@ mod tests {
             .to_string()
             .contains("is a regular file, not a directory"));
     }
+
     #[test]
     fn below_the_root_a_symlink_is_refused_at_every_component() {
         let tmp = TempDir::new("fsutil-below");

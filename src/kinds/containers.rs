@@ -569,8 +569,8 @@ fn env_file(vars: &BTreeMap<String, String>) -> Vec<u8> {
     out
 }
 
-/// Keeps the first error of each resource.
-/// Keeps each name's error; names past the results' end were not attempted (the host stopping).
+/// Keeps the first error of each resource; names past the results' end were not attempted (the
+/// host stopping).
 fn record_errors<'a>(
     errors: &mut BTreeMap<&'a str, String>,
     stopped: &mut BTreeSet<&'a str>,
