@@ -296,7 +296,7 @@ fn converge<K: Kind>(
                     K::NAME,
                     &change.key,
                     change.action.word(),
-                    "not applied: the host was stopping",
+                    crate::kinds::STOPPING,
                 ))
             }
             Outcome::Failed(e) => report.failures.push(result(

@@ -123,9 +123,12 @@ pub enum Outcome {
     Deferred(String),
     Failed(String),
     /// Not attempted because the host is stopping: the intent stays in the ledger and the next
-    /// run does it.
+    /// run does it. Reported as deferred, saying `STOPPING`.
     Stopped,
 }
+
+/// What the report says of a change `Outcome::Stopped`.
+pub const STOPPING: &str = "not applied: the host was stopping";
 
 /// The name an adopted resource's original is kept under in the store.
 pub fn backup_key(kind: &str, key: &str) -> String {

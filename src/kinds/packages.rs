@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::{
     batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, LedgerAfter,
-    Observations, Outcome, RunContext, Step,
+    Observations, Outcome, RunContext, Step, STOPPING,
 };
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
@@ -378,9 +378,6 @@ impl Kind for Packages {
         }
     }
 }
-
-/// Why a package's transaction was not run; its outcome is `Outcome::Stopped` all the same.
-const STOPPING: &str = "not applied: the host was stopping";
 
 pub fn digest(spec: &Spec) -> String {
     crate::codec::sha256_hex(if spec.present { b"present" } else { b"absent" })
