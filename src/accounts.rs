@@ -1,13 +1,12 @@
 //! Users and groups of the target machine, read from its own `/etc/passwd` and `/etc/group` (under
 //! `--root`, the mounted root's), so owners resolve as they will on that machine, not this one.
-//! They are read through the same no-symlink walk as target files: a link in a mounted disk never
-//! leads onto the rescue system's own tables.
+//! They are read through the same no-symlink walk as target files (`fsutil::read_below`): a link
+//! in a mounted disk never leads onto the rescue system's own tables.
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
 use std::path::Path;
 
-use crate::fsutil::{self, Dir};
+use crate::fsutil;
 
 /// Far more than any real table; a larger file is refused rather than read into memory.
 const MAX_TABLE_BYTES: u64 = 64 << 20;
@@ -64,13 +63,7 @@ impl Accounts {
             let shown = |e: &dyn std::fmt::Display| {
                 format!("the target's {} cannot be read: {e}", path.display())
             };
-            let root = Dir::open(root).map_err(|e| shown(&e))?;
-            let Some(parent) =
-                fsutil::walk_to_parent(&root, &path, false).map_err(|e| shown(&e))?
-            else {
-                return Ok(BTreeMap::new());
-            };
-            match parent.dir.read(OsStr::new(name), MAX_TABLE_BYTES) {
+            match fsutil::read_below(root, &path, MAX_TABLE_BYTES) {
                 Ok(Some((_, bytes))) => Ok(parse_table(&String::from_utf8_lossy(&bytes))),
                 Ok(None) => Ok(BTreeMap::new()),
                 Err(e) => Err(shown(&e)),
@@ -156,6 +149,7 @@ mod tests {
             .uid(&Account::parse("intruder").unwrap())
             .unwrap_err();
         assert!(err.contains("/etc/passwd cannot be read"), "{err}");
+        assert!(err.contains("is a symlink"), "{err}");
         assert_eq!(accounts.uid(&Account::parse("4242").unwrap()), Ok(4242));
         assert_eq!(accounts.gid(&Account::parse("wheel").unwrap()), Ok(10));
         // /etc itself a link out of the root: refused too.

@@ -243,6 +243,15 @@ impl<'p> Runner<'p> {
         }
     }
 
+    /// Gives the pulse a turn now and returns its answer: whether the host is stopping (never,
+    /// without a pulse). For a caller between commands, as the kinds are between resources.
+    pub fn stopping(&self) -> bool {
+        self.pulse.as_ref().is_some_and(|(pulse, last)| {
+            last.set(Instant::now());
+            pulse()
+        })
+    }
+
     /// Commands run so far.
     pub fn count(&self) -> usize {
         self.count.get()

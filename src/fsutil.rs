@@ -48,10 +48,19 @@ pub struct FileIdentity {
     pub modified: i64,
 }
 
+/// What is at a name, found without following it: a symlink is reported with its target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    Nothing,
+    File(Stat, Vec<u8>),
+    Link(PathBuf),
+}
+
 /// Why a path could not be walked: names the offending component.
 #[derive(Debug)]
 pub enum WalkError {
-    /// A component is a symlink or not a directory; mesh-host never follows symlinks.
+    /// A component is a symlink or not a directory (for `read_below`, the file itself a
+    /// symlink); mesh-host never follows symlinks.
     NotADirectory {
         path: PathBuf,
         found: FileType,
@@ -265,6 +274,20 @@ impl Dir {
         Ok(Some(PathBuf::from(OsStr::from_bytes(&buf))))
     }
 
+    /// What is at `name`: a regular file read (within `max` bytes, as `read`), a symlink's target
+    /// (never followed), or nothing. Anything else (a directory, a device) is an error.
+    pub fn read_entry(&self, name: &OsStr, max: u64) -> io::Result<Found> {
+        match self.stat(name)? {
+            None => Ok(Found::Nothing),
+            Some(st) if st.file_type == FileType::Symlink => {
+                Ok(self.read_link(name)?.map_or(Found::Nothing, Found::Link))
+            }
+            Some(_) => Ok(self
+                .read(name, max)?
+                .map_or(Found::Nothing, |(st, bytes)| Found::File(st, bytes))),
+        }
+    }
+
     /// Creates child directory `name` with exactly `mode` (set after creation, so the umask never
     /// decides it); `Ok(false)` when it already existed, whose mode is left as it is.
     pub fn mkdir(&self, name: &OsStr, mode: u32) -> io::Result<bool> {
@@ -277,6 +300,16 @@ impl Dir {
         let created = self.child(name)?;
         check(unsafe { libc::fchmod(created.raw(), mode as libc::mode_t) })?;
         Ok(true)
+    }
+
+    /// `mkdir`, then, when it created the directory, fsyncs this one so the new entry survives a
+    /// crash: the store's subdirectories, and directories made outside a target root.
+    pub fn mkdir_durable(&self, name: &OsStr, mode: u32) -> io::Result<bool> {
+        let created = self.mkdir(name, mode)?;
+        if created {
+            self.sync()?;
+        }
+        Ok(created)
     }
 
     /// Replaces `name` atomically and durably with `bytes`, `mode` and, if given, `owner` (uid, gid),
@@ -571,9 +604,52 @@ pub fn walk_to_dir(root: &Dir, path: &Path, create: bool) -> Result<Option<Dir>,
         })
 }
 
-/// Creates `path` and any missing parents, each with exactly `mode` (never the umask's), for
-/// directories the host makes outside a target root (its config directory). Existing ones are
-/// left as they are; symlinks on the way are followed, as for any path an operator names.
+/// Opens the target root `root`, as the walks below start from it.
+fn open_root(root: &Path) -> Result<Dir, WalkError> {
+    Dir::open(root).map_err(|error| WalkError::Io {
+        path: root.to_path_buf(),
+        error,
+    })
+}
+
+/// `walk_to_dir` from the target root at `root`: directory `path` (absolute, as seen on the
+/// target) opened one component at a time, never through a symlink; with `create`, missing
+/// directories are made (0755). `Ok(None)` when it is missing and not to be created.
+pub fn open_dir_below(root: &Path, path: &Path, create: bool) -> Result<Option<Dir>, WalkError> {
+    walk_to_dir(&open_root(root)?, path, create)
+}
+
+/// Reads regular file `path` (absolute, as seen on the target) below the target root at `root`,
+/// within `max` bytes, never through a symlink: one anywhere on the way, or the file itself, is
+/// refused and named. `Ok(None)` when it or a directory on the way is missing.
+pub fn read_below(
+    root: &Path,
+    path: &Path,
+    max: u64,
+) -> Result<Option<(Stat, Vec<u8>)>, WalkError> {
+    let Some(parent) = walk_to_parent(&open_root(root)?, path, false)? else {
+        return Ok(None);
+    };
+    parent
+        .dir
+        .read(&parent.name, max)
+        .map_err(|error| match error.raw_os_error() {
+            // O_NOFOLLOW's answer when the file itself is a symlink.
+            Some(libc::ELOOP) => WalkError::NotADirectory {
+                path: path.to_path_buf(),
+                found: FileType::Symlink,
+            },
+            _ => WalkError::Io {
+                path: path.to_path_buf(),
+                error,
+            },
+        })
+}
+
+/// Creates `path` and any missing parents, each with exactly `mode` (never the umask's) and
+/// durably (its parent fsynced), for directories the host makes outside a target root (its config
+/// directory, the store's parents). Existing ones are left as they are; symlinks on the way are
+/// followed, as for any path an operator names.
 pub fn create_dir_all(path: &Path, mode: u32) -> io::Result<()> {
     let mut missing = Vec::new();
     let mut current = path;
@@ -593,7 +669,7 @@ pub fn create_dir_all(path: &Path, mode: u32) -> io::Result<()> {
         } else {
             parent
         };
-        Dir::open(parent)?.mkdir(name, mode)?;
+        Dir::open(parent)?.mkdir_durable(name, mode)?;
     }
     Ok(())
 }
@@ -714,5 +790,79 @@ mod tests {
         assert!(err
             .to_string()
             .contains("is a regular file, not a directory"));
+    }
+
+    #[test]
+    fn below_the_root_a_symlink_is_refused_at_every_component() {
+        let tmp = TempDir::new("fsutil-below");
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(root.join("etc/app")).unwrap();
+        std::fs::write(root.join("etc/app/conf"), "inside").unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(outside.join("app")).unwrap();
+        std::fs::write(outside.join("app/conf"), "outside").unwrap();
+        let read = |path: &str| read_below(&root, Path::new(path), 100);
+        assert_eq!(read("/etc/app/conf").unwrap().unwrap().1, b"inside");
+        assert!(read("/etc/app/none").unwrap().is_none());
+        assert!(read("/etc/none/conf").unwrap().is_none());
+        assert!(read("/etc/app/conf").is_ok_and(|f| f.unwrap().0.size == 6));
+        assert!(read_below(&root, Path::new("/etc/app/conf"), 2).is_err());
+        // A link as the first component, a middle one, and the file itself: each refused by name,
+        // whatever it points at.
+        let cases = [
+            ("etc2", outside.clone(), "/etc2/app/conf", "/etc2"),
+            (
+                "etc/app2",
+                outside.join("app"),
+                "/etc/app2/conf",
+                "/etc/app2",
+            ),
+            (
+                "etc/app/conf2",
+                outside.join("app/conf"),
+                "/etc/app/conf2",
+                "/etc/app/conf2",
+            ),
+        ];
+        for (link, target, path, named) in cases {
+            std::os::unix::fs::symlink(&target, root.join(link)).unwrap();
+            let err = read(path).err().unwrap().to_string();
+            assert_eq!(
+                err,
+                format!("{named} is a symlink; mesh-host never follows symlinks"),
+                "{path}"
+            );
+        }
+        let err = open_dir_below(&root, Path::new("/etc/app2"), true)
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "/etc/app2 is a symlink; mesh-host never follows symlinks"
+        );
+        assert!(open_dir_below(&root, Path::new("/etc2/app"), false).is_err());
+        assert!(!outside.join("app/app").exists());
+        let made = open_dir_below(&root, Path::new("/etc/new/dir"), true).unwrap();
+        assert!(made.is_some() && root.join("etc/new/dir").is_dir());
+    }
+
+    #[test]
+    fn read_entry_reports_a_link_with_its_target_and_never_follows_it() {
+        let tmp = TempDir::new("fsutil-entry");
+        let dir = Dir::open(tmp.path()).unwrap();
+        std::fs::write(tmp.path().join("file"), "bytes").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", tmp.path().join("link")).unwrap();
+        std::fs::create_dir(tmp.path().join("sub")).unwrap();
+        let entry = |name: &str| dir.read_entry(OsStr::new(name), 100);
+        assert!(
+            matches!(entry("file").unwrap(), Found::File(st, b) if st.size == 5 && b == b"bytes")
+        );
+        assert_eq!(
+            entry("link").unwrap(),
+            Found::Link(PathBuf::from("/etc/passwd"))
+        );
+        assert_eq!(entry("none").unwrap(), Found::Nothing);
+        assert!(entry("sub").is_err(), "a directory is not a file");
+        assert!(dir.read_entry(OsStr::new("file"), 4).is_err());
     }
 }

@@ -346,6 +346,15 @@ fn converge<K: Kind>(
                 change.action.into(),
                 why.clone(),
             )),
+            Outcome::Stopped => {
+                report.interrupted = true;
+                report.deferred.push(result(
+                    K::NAME,
+                    &change.key,
+                    change.action.into(),
+                    crate::kinds::STOPPING,
+                ))
+            }
             Outcome::Failed(e) => report.failures.push(result(
                 K::NAME,
                 &change.key,

@@ -429,3 +429,54 @@ fn env_values_never_reach_an_argv_and_drift_is_still_seen() {
         "{env}"
     );
 }
+
+/// SIGTERM while containers are created, sent by a podman wrapper at the first `create`, so no
+/// timing is involved: that container is created, the next is not, nothing is started, the run
+/// is recorded `interrupted` with both deferred, and the next run does the rest.
+#[test]
+fn sigterm_between_creates_leaves_the_rest_for_the_next_run() {
+    let Some(sb) = sandbox() else { return };
+    let (first, second) = (unique("stop-a"), unique("stop-b"));
+    let _cleanup = Cleanup(vec![first.clone(), second.clone()]);
+    let host = sb.host("ct-sigterm", "");
+    let file = host.declaration(
+        "declaration.json",
+        &declaration(&[(&first, spec(&sb, "")), (&second, spec(&sb, ""))]),
+    );
+    let config_file = host.dir.join("config.json");
+    let config = |podman: &str| {
+        let text = sb.config("").replace(r#"["podman"]"#, podman);
+        std::fs::write(&config_file, text).expect("config");
+    };
+    // Put the declaration in force without converging it: a podman that fails every query.
+    config(r#"["false"]"#);
+    host.apply(&file, 1);
+
+    config(
+        r#"["sh", "-c", "if [ \"$1\" = create ]; then kill -TERM $PPID; fi; exec podman \"$@\"", "sh"]"#,
+    );
+    let mut service = support::service::Service::start(host);
+    assert!(
+        support::wait_until(std::time::Duration::from_secs(60), || !service.alive()),
+        "{}",
+        service.log()
+    );
+    let last = service.runs().last().cloned().unwrap_or_default();
+    assert_eq!(last["outcome"], "interrupted", "{last:#}");
+    let deferred: Vec<&str> = last["deferred"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["detail"] == "not applied: the host was stopping")
+        .filter_map(|d| d["key"].as_str())
+        .collect();
+    assert_eq!(deferred, [&first, &second], "{last:#}");
+    assert_eq!(state(&first).as_deref(), Some("created"));
+    assert_eq!(state(&second), None, "the create after SIGTERM waited");
+
+    config(r#"["podman"]"#);
+    let out = service.host.run(&["reconcile"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(state(&first).as_deref(), Some("running"));
+    assert_eq!(state(&second).as_deref(), Some("running"));
+}

@@ -694,3 +694,54 @@ fn a_release_that_would_remove_the_hosts_package_as_a_dependency_is_refused() {
     drop(pacman);
     let _ = std::fs::remove_dir_all(&private);
 }
+
+/// SIGTERM between transactions, sent by a pacman wrapper during the `-S` (so no timing is
+/// involved): that transaction runs to its end, the removal after it is not started, the run is
+/// recorded `interrupted` with the removal deferred, and the next run does it.
+#[test]
+fn sigterm_between_transactions_leaves_the_rest_for_the_next_run() {
+    let Some(sb) = sandbox() else { return };
+    let pacman = PacmanRoot::new("sigterm", &sb.pacman_repo);
+    let host = pacman.host(&sb, "pkg-sigterm", "");
+    pacman.pacman("-S --noconfirm mesh-e");
+    let file = host.declaration(
+        "declaration.json",
+        r#"{"schema": 1, "packages": {"mesh-b": {}, "mesh-e": {"state": "absent"}}}"#,
+    );
+    let config_file = host.dir.join("config.json");
+    let plain = std::fs::read_to_string(&config_file).expect("config");
+    let config = |command: &str| {
+        let text = plain.replace(r#"["pacman", "#, &format!("[{command}, "));
+        std::fs::write(&config_file, text).expect("config");
+    };
+    // Put the declaration in force without converging it: a pacman that fails every query.
+    config(r#""false""#);
+    host.apply(&file, 1);
+
+    config(
+        r#""sh", "-c", "for a; do [ \"$a\" = -S ] && kill -TERM $PPID; done; exec pacman \"$@\"", "sh""#,
+    );
+    let mut service = support::service::Service::start(host);
+    assert!(
+        wait_until(Duration::from_secs(60), || !service.alive()),
+        "{}",
+        service.log()
+    );
+    let last = service.runs().last().cloned().unwrap_or_default();
+    assert_eq!(last["outcome"], "interrupted", "{last:#}");
+    let deferred: Vec<&str> = last["deferred"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["detail"] == "not applied: the host was stopping")
+        .filter_map(|d| d["key"].as_str())
+        .collect();
+    assert_eq!(deferred, ["mesh-e"], "{last:#}");
+    assert_eq!(pacman.version("mesh-b").as_deref(), Some("1.0-1"));
+    assert!(pacman.version("mesh-e").is_some(), "the removal waited");
+
+    config(r#""pacman""#);
+    let out = service.host.run(&["reconcile"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(pacman.version("mesh-e"), None);
+}

@@ -667,3 +667,126 @@ fn a_refused_declaration_leaves_the_hosts_unit_byte_for_byte_and_running() {
         "the store was touched"
     );
 }
+
+/// SIGTERM while the units kind applies, sent by a systemctl wrapper at `daemon-reload` (after
+/// the unit files, before enable and start), so no timing is involved: the files written are
+/// reloaded, the verbs left are not run, the run is recorded `interrupted` with those units
+/// deferred, and the next run does the rest.
+#[test]
+fn sigterm_during_the_units_apply_leaves_the_rest_for_the_next_run() {
+    let Some(sb) = sandbox() else { return };
+    let units = [unit_name("stop-a"), unit_name("stop-b")];
+    let _cleanup = cleanup(&sb, &[&units[0], &units[1]]);
+    let host = sb.host("units-sigterm", "");
+    let declared: serde_json::Map<String, Value> = units
+        .iter()
+        .map(|u| {
+            let spec = json!({"content": service(u), "enabled": true, "active": true});
+            (u.clone(), spec)
+        })
+        .collect();
+    let file = declare(&host, "d.json", json!({ "units": declared }));
+    let config_file = host.dir.join("config.json");
+    let config = |systemctl: &str| {
+        let text = sb
+            .config("")
+            .replace(r#"["systemctl", "--user"]"#, systemctl);
+        std::fs::write(&config_file, text).expect("config");
+    };
+    // Put the declaration in force without converging it: a systemctl that fails every query.
+    config(r#"["false"]"#);
+    host.apply(&file, 1);
+    assert!(!sb.unit_dir.join(&units[0]).exists());
+
+    config(
+        r#"["sh", "-c", "if [ \"$1\" = daemon-reload ]; then kill -TERM $PPID; fi; exec systemctl --user \"$@\"", "sh"]"#,
+    );
+    let mut service = support::service::Service::start(host);
+    assert!(
+        support::wait_until(std::time::Duration::from_secs(60), || !service.alive()),
+        "{}",
+        service.log()
+    );
+    let last = service.runs().last().cloned().unwrap_or_default();
+    assert_eq!(last["outcome"], "interrupted", "{last:#}");
+    let deferred: Vec<&str> = last["deferred"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["detail"] == "not applied: the host was stopping")
+        .filter_map(|d| d["key"].as_str())
+        .collect();
+    assert_eq!(deferred, [&units[0], &units[1]], "{last:#}");
+    for unit in &units {
+        assert!(
+            sb.unit_dir.join(unit).exists(),
+            "{unit}: its file was written"
+        );
+        assert_eq!(systemctl(&["is-enabled", "--", unit]), "disabled", "{unit}");
+        assert_eq!(systemctl(&["is-active", "--", unit]), "inactive", "{unit}");
+    }
+
+    config(r#"["systemctl", "--user"]"#);
+    let out = service.host.run(&["reconcile"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    for unit in &units {
+        assert_eq!(systemctl(&["is-enabled", "--", unit]), "enabled", "{unit}");
+        assert_eq!(systemctl(&["is-active", "--", unit]), "active", "{unit}");
+    }
+}
+
+/// SIGTERM while a failed batch is retried one unit at a time: a systemctl wrapper refuses
+/// `start` of several units and sends SIGTERM at the first `start` of one. That one is started;
+/// the next is not attempted (deferred, not failed), and the next run starts it.
+#[test]
+fn sigterm_during_a_retry_one_unit_at_a_time_leaves_the_rest_for_the_next_run() {
+    let Some(sb) = sandbox() else { return };
+    let units = [unit_name("retry-a"), unit_name("retry-b")];
+    let _cleanup = cleanup(&sb, &[&units[0], &units[1]]);
+    let host = sb.host("units-sigterm-retry", "");
+    let declared: serde_json::Map<String, Value> = units
+        .iter()
+        .map(|u| {
+            let spec = json!({"content": service(u), "enabled": true, "active": true});
+            (u.clone(), spec)
+        })
+        .collect();
+    let file = declare(&host, "d.json", json!({ "units": declared }));
+    let config_file = host.dir.join("config.json");
+    let config = |systemctl: &str| {
+        let text = sb
+            .config("")
+            .replace(r#"["systemctl", "--user"]"#, systemctl);
+        std::fs::write(&config_file, text).expect("config");
+    };
+    config(r#"["false"]"#);
+    host.apply(&file, 1);
+
+    config(
+        r#"["sh", "-c", "if [ \"$1\" = start ]; then [ $# -gt 3 ] && exit 1; kill -TERM $PPID; fi; exec systemctl --user \"$@\"", "sh"]"#,
+    );
+    let mut service = support::service::Service::start(host);
+    assert!(
+        support::wait_until(std::time::Duration::from_secs(60), || !service.alive()),
+        "{}",
+        service.log()
+    );
+    let last = service.runs().last().cloned().unwrap_or_default();
+    assert_eq!(last["outcome"], "interrupted", "{last:#}");
+    let deferred: Vec<&str> = last["deferred"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["detail"] == "not applied: the host was stopping")
+        .filter_map(|d| d["key"].as_str())
+        .collect();
+    assert_eq!(deferred, [&units[1]], "{last:#}");
+    assert_eq!(last["failures"], json!([]), "{last:#}");
+    assert_eq!(systemctl(&["is-active", "--", &units[0]]), "active");
+    assert_eq!(systemctl(&["is-active", "--", &units[1]]), "inactive");
+
+    config(r#"["systemctl", "--user"]"#);
+    let out = service.host.run(&["reconcile"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(systemctl(&["is-active", "--", &units[1]]), "active");
+}

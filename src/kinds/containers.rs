@@ -3,7 +3,7 @@
 //! a changed spec are visible from podman itself; a container without the label is never touched
 //! by pruning. Missing -> create and start; spec changed -> recreate; stopped -> start.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -417,6 +417,9 @@ impl Kind for Containers {
         }
         let tool = &env.config.podman;
         let mut errors: BTreeMap<&str, KindError> = BTreeMap::new();
+        // Checked before each batched call and each create: once the host is stopping, what is
+        // left waits for the next run, which observes where it stopped.
+        let mut stopped: BTreeSet<&str> = BTreeSet::new();
         let names = |pick: fn(&Op) -> bool| -> Vec<&str> {
             changes
                 .iter()
@@ -434,34 +437,47 @@ impl Kind for Containers {
                     }
             )
         });
+        let remove = unless_stopping(env, remove, &mut stopped);
         let results = batch_then_each(env.runner, &remove, |batch| {
             env.runner
                 .run(tool, &podman::remove(), batch)
                 .map(drop)
                 .map_err(|e| KindError::command("remove", e))
         });
-        record_errors(&mut errors, &remove, results);
-        let unpause = names(|op| matches!(op, Op::Unpause { .. }));
+        record_errors(&mut errors, &mut stopped, &remove, results);
+        let unpause = unless_stopping(
+            env,
+            names(|op| matches!(op, Op::Unpause { .. })),
+            &mut stopped,
+        );
         let results = batch_then_each(env.runner, &unpause, |batch| {
             env.runner
                 .run(tool, &podman::unpause(), batch)
                 .map(drop)
                 .map_err(|e| KindError::command("unpause", e))
         });
-        record_errors(&mut errors, &unpause, results);
+        record_errors(&mut errors, &mut stopped, &unpause, results);
         let stop: Vec<&str> = names(|op| matches!(op, Op::Stop | Op::Unpause { stop: true }))
             .into_iter()
-            .filter(|name| !errors.contains_key(name))
+            .filter(|name| !errors.contains_key(name) && !stopped.contains(name))
             .collect();
+        let stop = unless_stopping(env, stop, &mut stopped);
         let results = batch_then_each(env.runner, &stop, |batch| {
             env.runner
                 .run(tool, &podman::stop(), batch)
                 .map(drop)
                 .map_err(|e| KindError::command("stop", e))
         });
-        record_errors(&mut errors, &stop, results);
+        record_errors(&mut errors, &mut stopped, &stop, results);
         for change in changes {
-            if !matches!(change.op, Op::Create { .. }) || errors.contains_key(change.key.as_str()) {
+            if !matches!(change.op, Op::Create { .. })
+                || errors.contains_key(change.key.as_str())
+                || stopped.contains(change.key.as_str())
+            {
+                continue;
+            }
+            if (env.interrupted)() {
+                stopped.insert(&change.key);
                 continue;
             }
             let created = match cx.declaration.containers.get(&change.key) {
@@ -477,24 +493,40 @@ impl Kind for Containers {
             .filter(|c| {
                 matches!(c.op, Op::Start | Op::Create { start: true, .. })
                     && !errors.contains_key(c.key.as_str())
+                    && !stopped.contains(c.key.as_str())
             })
             .map(|c| c.key.as_str())
             .collect();
+        let start = unless_stopping(env, start, &mut stopped);
         let results = batch_then_each(env.runner, &start, |batch| {
             env.runner
                 .run(tool, &podman::start(), batch)
                 .map(drop)
                 .map_err(|e| KindError::command("start", e))
         });
-        record_errors(&mut errors, &start, results);
+        record_errors(&mut errors, &mut stopped, &start, results);
         changes
             .iter()
             .map(|c| match errors.get(c.key.as_str()) {
                 Some(e) => Outcome::Failed(e.clone()),
+                None if stopped.contains(c.key.as_str()) => Outcome::Stopped,
                 None => Outcome::Done,
             })
             .collect()
     }
+}
+
+/// `names`, or none once the host is stopping (they go to `stopped`, for the next run).
+fn unless_stopping<'a>(
+    env: &Env,
+    names: Vec<&'a str>,
+    stopped: &mut BTreeSet<&'a str>,
+) -> Vec<&'a str> {
+    if names.is_empty() || !(env.interrupted)() {
+        return names;
+    }
+    stopped.extend(names);
+    Vec::new()
 }
 
 /// `podman create` of `spec`, labelled as the host's with its digest, and, when the container
@@ -543,12 +575,15 @@ fn env_file(vars: &BTreeMap<String, String>) -> Vec<u8> {
     out
 }
 
-/// Keeps the first error of each resource.
+/// Keeps the first error of each resource; names past the results' end were not attempted (the
+/// host stopping).
 fn record_errors<'a>(
     errors: &mut BTreeMap<&'a str, KindError>,
+    stopped: &mut BTreeSet<&'a str>,
     names: &[&'a str],
     results: Vec<Result<(), KindError>>,
 ) {
+    stopped.extend(names.iter().skip(results.len()));
     for (name, result) in names.iter().zip(results) {
         if let Err(e) = result {
             errors.entry(*name).or_insert(e);

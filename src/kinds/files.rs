@@ -293,7 +293,7 @@ impl Kind for Files {
             .iter()
             .map(|change| {
                 if (env.interrupted)() {
-                    return Outcome::Deferred("not applied: the host was stopping".into());
+                    return Outcome::Stopped;
                 }
                 match apply_one(env, &mut parents, ledger, &change.key, &change.op) {
                     Ok(()) => Outcome::Done,

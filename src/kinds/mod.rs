@@ -231,7 +231,13 @@ pub enum Outcome {
     /// Cannot be done into a mounted root; a running system must do it.
     Deferred(String),
     Failed(KindError),
+    /// Not attempted because the host is stopping: the intent stays in the ledger and the next
+    /// run does it. Reported as deferred, saying `STOPPING`.
+    Stopped,
 }
+
+/// What the report says of a change `Outcome::Stopped`.
+pub const STOPPING: &str = "not applied: the host was stopping";
 
 /// The name an adopted resource's original is kept under in the store.
 pub fn backup_key(kind: &str, key: &str) -> String {
@@ -292,8 +298,10 @@ pub trait Kind: Listed {
 pub type Observations<O> = BTreeMap<String, Result<O, KindError>>;
 
 /// Runs `batch` over all `names` at once; if that fails because of the names, over each name
-/// alone, so one bad name fails only its own resource. Returns one result per name, in order.
-/// The calls after the first are counted as retries of the run.
+/// alone, so one bad name fails only its own resource. Returns one result per name, in order,
+/// except when the host starts stopping during the calls one name at a time: they end there, and
+/// the names past the results' end were not attempted. The calls after the first are counted as
+/// retries of the run.
 pub fn batch_then_each(
     runner: &Runner,
     names: &[&str],
@@ -307,13 +315,17 @@ pub fn batch_then_each(
         Err(e) if names.len() == 1 || !e.blames_names() => {
             names.iter().map(|_| Err(e.clone())).collect()
         }
-        Err(_) => names
-            .iter()
-            .map(|name| {
+        Err(_) => {
+            let mut results = Vec::with_capacity(names.len());
+            for name in names {
+                if runner.stopping() {
+                    break;
+                }
                 runner.count_retry();
-                batch(std::slice::from_ref(name))
-            })
-            .collect(),
+                results.push(batch(std::slice::from_ref(name)));
+            }
+            results
+        }
     }
 }
 
@@ -549,6 +561,36 @@ mod tests {
         assert!(results.iter().all(|r| r.is_err()));
         assert_eq!(retries, RETRY_BUDGET);
         assert_eq!(queries, RETRY_BUDGET + 1);
+    }
+
+    #[test]
+    fn one_name_at_a_time_ends_where_the_host_starts_stopping() {
+        // The pulse says "stopping" from its third turn on: two names are tried alone, the rest
+        // are left (not attempted, not failed).
+        let turns = std::cell::Cell::new(0);
+        let pulse = || {
+            turns.set(turns.get() + 1);
+            turns.get() > 2
+        };
+        let runner = Runner::new(false).with_pulse(&pulse);
+        let mut calls = Vec::new();
+        let results = batch_then_each(&runner, &["a", "b", "c", "d"], |batch| {
+            calls.push(batch.join(" "));
+            match batch {
+                [one] if *one != "a" => Ok(()),
+                _ => Err(KindError::from("refused")),
+            }
+        });
+        assert_eq!(results, vec![Err(KindError::from("refused")), Ok(())]);
+        assert_eq!(calls, ["a b c d", "a", "b"]);
+        assert_eq!(runner.retries(), 2);
+        // Never stopping: every name gets its answer.
+        let runner = Runner::new(false);
+        let results = batch_then_each(&runner, &["a", "b"], |batch| match batch {
+            [_] => Ok(()),
+            _ => Err(KindError::from("refused")),
+        });
+        assert_eq!(results, vec![Ok(()), Ok(())]);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::{
     batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, KindError,
-    LedgerAfter, Observations, Outcome, RunContext, Step,
+    LedgerAfter, Observations, Outcome, RunContext, Step, STOPPING,
 };
 use crate::config::{Identity, Limits};
 use crate::declaration::Fields;
@@ -275,15 +275,27 @@ impl Kind for Packages {
         // Once pacman itself fails (lock held past the wait, timeout, not startable), every later
         // transaction of this run fails the same way without running: retrying would only wait again.
         let pacman_failure: RefCell<Option<KindError>> = RefCell::new(None);
+        // Checked before each transaction (never within one): once the host is stopping, the
+        // packages of the transactions left wait for the next run.
+        let stopped: RefCell<BTreeSet<String>> = RefCell::new(BTreeSet::new());
         let transaction = |step: &'static str,
                            args: &dyn Fn(&Pacman) -> Vec<String>,
                            names: &[&str]|
          -> Vec<Result<(), KindError>> {
+            if !names.is_empty() && (env.interrupted)() {
+                stopped
+                    .borrow_mut()
+                    .extend(names.iter().map(|n| n.to_string()));
+                return names
+                    .iter()
+                    .map(|_| Err(STOPPING.to_string().into()))
+                    .collect();
+            }
             let args = match target(env) {
                 Ok(pacman) => args(&pacman),
                 Err(e) => return names.iter().map(|_| Err(e.clone().into())).collect(),
             };
-            batch_then_each(env.runner, names, |batch| {
+            let mut results = batch_then_each(env.runner, names, |batch| {
                 if let Some(e) = pacman_failure.borrow().as_ref() {
                     return Err(e.clone());
                 }
@@ -291,7 +303,14 @@ impl Kind for Packages {
                     TransactionError::Packages(e) => e,
                     TransactionError::Pacman(e) => pacman_failure.borrow_mut().insert(e).clone(),
                 })
-            })
+            });
+            // Cut short by the host stopping: the rest were not attempted.
+            let left = &names[results.len()..];
+            stopped
+                .borrow_mut()
+                .extend(left.iter().map(|n| n.to_string()));
+            results.extend(left.iter().map(|_| Err(STOPPING.to_string().into())));
+            results
         };
         let mut results: BTreeMap<&str, Result<(), KindError>> = BTreeMap::new();
         // Marked explicit before any removal, so the `-Rs` cannot take a declared package along.
@@ -365,9 +384,11 @@ impl Kind for Packages {
             &names,
         );
         results.extend(names.into_iter().zip(outcomes));
+        let stopped = stopped.into_inner();
         changes
             .iter()
             .map(|c| match results.get(c.key.as_str()) {
+                _ if stopped.contains(&c.key) => Outcome::Stopped,
                 Some(Err(e)) => Outcome::Failed(e.clone()),
                 _ => Outcome::Done,
             })

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::config::{Identity, Limits};
 use crate::declaration::Fields;
-use crate::fsutil::{self, Dir, FileType};
+use crate::fsutil::{self, Dir, FileType, Found};
 use crate::store::{Entry, Ledger, Origin};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
 use crate::unitfile::UnitName;
@@ -301,9 +301,9 @@ impl Kind for Units {
             .map(|(name, state)| {
                 let observed = state.and_then(|mut obs| {
                     match read_unit_file(env, dir.as_ref(), name, max)? {
-                        UnitFile::Missing => {}
-                        UnitFile::Regular(bytes) => obs.file = Some(bytes),
-                        UnitFile::Symlink(target) => obs.link = Some(target),
+                        Found::Nothing => {}
+                        Found::File(_, bytes) => obs.file = Some(bytes),
+                        Found::Link(target) => obs.link = Some(target.display().to_string()),
                     }
                     Ok(obs)
                 });
@@ -343,14 +343,21 @@ impl Kind for Units {
     ) -> Vec<Outcome> {
         let mut errors: BTreeMap<&str, KindError> = BTreeMap::new();
         let mut deferred: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        // Checked before each unit file and each verb's call: once the host is stopping, what is
+        // left waits for the next run, which observes where it stopped.
+        let mut stopped: BTreeSet<&str> = BTreeSet::new();
         // Stop and disable while the unit file still exists, then files, one reload, then the rest.
         for verb in [Verb::Stop, Verb::Disable] {
-            run_verb(env, changes, verb, &mut errors, &mut deferred);
+            run_verb(env, changes, verb, &mut errors, &mut deferred, &mut stopped);
         }
         let dir = unit_dir(env);
         let mut files_changed = false;
         for change in changes {
-            if errors.contains_key(change.key.as_str()) {
+            if errors.contains_key(change.key.as_str()) || stopped.contains(change.key.as_str()) {
+                continue;
+            }
+            if (env.interrupted)() {
+                stopped.insert(&change.key);
                 continue;
             }
             match apply_file(env, &dir, &change.key, &change.op.file) {
@@ -360,6 +367,8 @@ impl Kind for Units {
                 }
             }
         }
+        // Not skipped when stopping: a unit file written is only whole once systemd has read it
+        // (the next run would find the file as declared and reload nothing).
         if files_changed && !env.offline {
             if let Err(e) = env
                 .runner
@@ -373,13 +382,14 @@ impl Kind for Units {
             }
         }
         for verb in [Verb::Enable, Verb::Start, Verb::Restart, Verb::Reload] {
-            run_verb(env, changes, verb, &mut errors, &mut deferred);
+            run_verb(env, changes, verb, &mut errors, &mut deferred, &mut stopped);
         }
         changes
             .iter()
             .map(
                 |c| match (errors.get(c.key.as_str()), deferred.get(c.key.as_str())) {
                     (Some(e), _) => Outcome::Failed(e.clone()),
+                    _ if stopped.contains(c.key.as_str()) => Outcome::Stopped,
                     (None, Some(verbs)) => {
                         Outcome::Deferred(format!("{} needs the running system", verbs.join(", ")))
                     }
@@ -391,19 +401,24 @@ impl Kind for Units {
 }
 
 /// Runs one systemctl verb over every unit whose op asks for it and has not failed yet; offline,
-/// verbs that need the running system are deferred.
+/// verbs that need the running system are deferred; once the host is stopping, none is run.
 fn run_verb<'a>(
     env: &Env,
     changes: &'a [Change<Op, Original>],
     verb: Verb,
     errors: &mut BTreeMap<&'a str, KindError>,
     deferred: &mut BTreeMap<&'a str, Vec<&'static str>>,
+    stopped: &mut BTreeSet<&'a str>,
 ) {
     let names: Vec<&str> = changes
         .iter()
         .filter(|c| c.op.asks(verb) && !errors.contains_key(c.key.as_str()))
         .map(|c| c.key.as_str())
         .collect();
+    if !names.is_empty() && (env.interrupted)() {
+        stopped.extend(names);
+        return;
+    }
     if env.offline && verb.needs_running_system() {
         for name in names {
             deferred.entry(name).or_default().push(verb.as_str());
@@ -417,6 +432,8 @@ fn run_verb<'a>(
             .map(drop)
             .map_err(|e| KindError::command(verb.as_str(), e))
     });
+    // Cut short by the host stopping: the rest were not attempted.
+    stopped.extend(names.iter().skip(results.len()));
     for (name, result) in names.iter().zip(results) {
         if let Err(e) = result {
             errors.insert(name, e);
@@ -463,19 +480,11 @@ pub fn check_unit_name(name: &str) -> Result<(), String> {
     UnitName::parse(name).map(|_| ())
 }
 
-/// What is at a unit's name in the unit directory.
-enum UnitFile {
-    Missing,
-    Regular(Vec<u8>),
-    Symlink(String),
-}
-
 /// The unit directory, opened from the target root one component at a time, never through a
 /// symlink (under `--root`, a link in the mounted disk must not lead onto the rescue system).
 /// `None` when it does not exist and `create` is not asked.
 fn open_unit_dir(env: &Env, create: bool) -> Result<Option<Dir>, String> {
-    let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
-    fsutil::walk_to_dir(&root, &env.config.unit_dir, create)
+    fsutil::open_dir_below(env.root, &env.config.unit_dir, create)
         .map_err(|e| format!("unit directory {}: {e}", unit_dir(env).display()))
 }
 
@@ -487,25 +496,12 @@ fn unit_dir(env: &Env) -> PathBuf {
 
 /// Reads the unit's file, never following a symlink: a link is reported with its target. A file
 /// over the limit or unreadable fails only this unit.
-fn read_unit_file(env: &Env, dir: Option<&Dir>, name: &str, max: u64) -> Result<UnitFile, String> {
+fn read_unit_file(env: &Env, dir: Option<&Dir>, name: &str, max: u64) -> Result<Found, String> {
     let Some(d) = dir else {
-        return Ok(UnitFile::Missing);
+        return Ok(Found::Nothing);
     };
-    let shown = unit_dir(env).join(name);
-    let at = |e: std::io::Error| format!("unit file {}: {e}", shown.display());
-    match d.stat(OsStr::new(name)).map_err(at)? {
-        None => Ok(UnitFile::Missing),
-        Some(st) if st.file_type == FileType::Symlink => {
-            let target = d.read_link(OsStr::new(name)).map_err(at)?;
-            Ok(target.map_or(UnitFile::Missing, |t| {
-                UnitFile::Symlink(t.display().to_string())
-            }))
-        }
-        Some(_) => Ok(d
-            .read(OsStr::new(name), max)
-            .map_err(at)?
-            .map_or(UnitFile::Missing, |(_, bytes)| UnitFile::Regular(bytes))),
-    }
+    d.read_entry(OsStr::new(name), max)
+        .map_err(|e| format!("unit file {}: {e}", unit_dir(env).join(name).display()))
 }
 
 /// Writes, restores or removes the unit's file; `Ok(true)` when the file changed.

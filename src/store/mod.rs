@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::Dir;
+use crate::fsutil::{self, Dir};
 
 pub use failures::{duration_words, Failing, Notice};
 pub use ledger::{Entry, Ledger, Origin, Sections};
@@ -214,15 +214,14 @@ impl Store {
             message,
         };
         if create {
-            match std::fs::create_dir_all(path.parent().unwrap_or(Path::new("/"))) {
-                Ok(()) => {}
-                Err(e) => return Err(error(format!("cannot create its parent directory: {e}"))),
+            // Each directory made is fsynced into its parent: a crash must not lose the store
+            // its files were durably written into.
+            if let Some(parent) = path.parent() {
+                fsutil::create_dir_all(parent, 0o755)
+                    .map_err(|e| error(format!("cannot create its parent directory: {e}")))?;
             }
-            match std::fs::DirBuilder::new().mode_0700().create(path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(error(format!("cannot be created: {e}"))),
-            }
+            fsutil::create_dir_all(path, 0o700)
+                .map_err(|e| error(format!("cannot be created: {e}")))?;
         }
         let dir = match Dir::open(path) {
             Ok(dir) => dir,
@@ -242,7 +241,7 @@ impl Store {
             ),
         }
         if create {
-            dir.mkdir(OsStr::new(BACKUPS), 0o700)
+            dir.mkdir_durable(OsStr::new(BACKUPS), 0o700)
                 .map_err(|e| error(format!("cannot create {BACKUPS}/: {e}")))?;
         }
         Ok(Some(Store {
@@ -430,16 +429,6 @@ impl Store {
     }
 }
 
-trait DirBuilderExt {
-    fn mode_0700(&mut self) -> &mut Self;
-}
-
-impl DirBuilderExt for std::fs::DirBuilder {
-    fn mode_0700(&mut self) -> &mut Self {
-        std::os::unix::fs::DirBuilderExt::mode(self, 0o700)
-    }
-}
-
 /// Unix seconds now; the store's timestamps.
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now()
@@ -456,14 +445,22 @@ mod tests {
     #[test]
     fn missing_store_reads_as_empty_and_is_created_0700() {
         let tmp = TempDir::new("store-open");
-        let path = tmp.path().join("state");
+        let path = tmp.path().join("var/lib/state");
         assert!(Store::open(&path, false).unwrap().is_none());
         let store = Store::open(&path, true).unwrap().unwrap();
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(
-            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-            0o700
-        );
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        // Explicit modes, never the umask's: the store and its directories 0700, parents 0755.
+        for (dir, expected) in [
+            ("var", 0o755),
+            ("var/lib", 0o755),
+            ("var/lib/state", 0o700),
+            ("var/lib/state/backups", 0o700),
+        ] {
+            assert_eq!(mode(&tmp.path().join(dir)), expected, "{dir}");
+        }
+        store.outbox_len().unwrap();
+        assert_eq!(mode(&path.join("outbox")), 0o700);
         assert!(store.in_force().unwrap().is_none());
         assert!(store.ledger().unwrap().is_empty());
         assert!(store.runs().unwrap().is_empty());

@@ -25,12 +25,10 @@ pub struct OutboxBounds {
 
 impl Store {
     fn outbox_dir(&self) -> Result<PathBuf, StoreError> {
-        let dir = self.path().join(DIR);
-        match std::fs::create_dir(&dir) {
-            Ok(()) => Ok(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(dir),
-            Err(e) => Err(self.error(DIR, format!("cannot be created: {e}"))),
-        }
+        self.dir
+            .mkdir_durable(OsStr::new(DIR), 0o700)
+            .map_err(|e| self.error(DIR, format!("cannot be created: {e}")))?;
+        Ok(self.path().join(DIR))
     }
 
     /// Serialises changes to the outbox between the service and a person's `apply`.
@@ -74,6 +72,7 @@ impl Store {
             dropped += 1;
         }
         if dropped > 0 {
+            self.sync_outbox(&fd)?;
             log::warn!(
                 "outbox over its bounds ({} reports, {} bytes); dropped the {dropped} oldest",
                 bounds.reports,
@@ -120,7 +119,8 @@ impl Store {
                         self.path().join(&at).display()
                     );
                     let _ =
-                        std::fs::rename(dir.join(&name), dir.join(format!("{name}.unreadable")));
+                        std::fs::rename(dir.join(&name), dir.join(format!("{name}.unreadable")))
+                            .and_then(|()| fd.sync());
                 }
             }
         }
@@ -149,7 +149,9 @@ impl Store {
         for old in acked {
             self.remove_outbox_entry(&dir, old)?;
         }
-        Ok(())
+        // One fsync for every removal: an acknowledged report must not come back after a crash
+        // (the control plane would store it twice).
+        self.sync_outbox(&fd)
     }
 
     /// How many reports wait for the control plane's acknowledgement.
@@ -219,6 +221,12 @@ impl Store {
         }
         entries.sort_unstable();
         Ok(entries)
+    }
+
+    /// Makes the removals from the outbox durable.
+    fn sync_outbox(&self, fd: &Dir) -> Result<(), StoreError> {
+        fd.sync()
+            .map_err(|e| self.error(DIR, format!("cannot be synced: {e}")))
     }
 
     fn remove_outbox_entry(&self, dir: &Path, id: u64) -> Result<(), StoreError> {

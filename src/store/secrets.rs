@@ -13,7 +13,7 @@ impl Store {
     /// Writes `bytes` as the environment file of container `name`; returns its path.
     pub fn write_env_file(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, StoreError> {
         let at = |e: std::io::Error| self.error(&format!("{DIR}/{name}"), e);
-        self.dir.mkdir(OsStr::new(DIR), 0o700).map_err(at)?;
+        self.dir.mkdir_durable(OsStr::new(DIR), 0o700).map_err(at)?;
         let dir = self.dir.child(OsStr::new(DIR)).map_err(at)?;
         dir.write_atomic(OsStr::new(name), bytes, 0o600, None)
             .map_err(at)?;
