@@ -69,8 +69,9 @@ fn row(key: &str, origin: &str, state: &str) -> (String, String, String) {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn install_pulls_dependencies_and_a_second_apply_changes_nothing() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let pacman = PacmanRoot::new("install", &sb.pacman_repo);
     let host = pacman.host(&sb, "pkg-install", "");
     let declaration = r#"{"schema": 1, "packages": {"mesh-b": {}}}"#;
@@ -94,8 +95,9 @@ fn install_pulls_dependencies_and_a_second_apply_changes_nothing() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn drift_is_seen_and_repaired() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let pacman = PacmanRoot::new("drift", &sb.pacman_repo);
     let host = pacman.host(&sb, "pkg-drift", "");
     let declaration = r#"{"schema": 1, "packages": {"mesh-e": {}}}"#;
@@ -111,8 +113,9 @@ fn drift_is_seen_and_repaired() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn release_removes_only_what_the_host_installed() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let pacman = PacmanRoot::new("release", &sb.pacman_repo);
     let host = pacman.host(&sb, "pkg-release", "");
     // Installed by hand: mesh-e is then declared (adopted), mesh-d (pulling mesh-c) never is.
@@ -161,8 +164,9 @@ fn release_removes_only_what_the_host_installed() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_declared_dependency_survives_the_release_of_what_pulled_it_in() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let pacman = PacmanRoot::new("dependency", &sb.pacman_repo);
     let host = pacman.host(&sb, "pkg-dependency", "");
     apply(&host, r#"{"schema": 1, "packages": {"mesh-b": {}}}"#, 0);
@@ -181,8 +185,9 @@ fn a_declared_dependency_survives_the_release_of_what_pulled_it_in() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn an_adopted_dependency_is_left_a_dependency_on_release() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let pacman = PacmanRoot::new("adopted-dependency", &sb.pacman_repo);
     let host = pacman.host(&sb, "pkg-adopted-dependency", "");
     pacman.pacman("-S --asdeps --noconfirm mesh-e");
@@ -201,8 +206,9 @@ fn an_adopted_dependency_is_left_a_dependency_on_release() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_released_package_something_else_needs_is_left_to_pacman() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let pacman = PacmanRoot::new("still-needed", &sb.pacman_repo);
     let host = pacman.host(&sb, "pkg-still-needed", "");
     apply(&host, r#"{"schema": 1, "packages": {"mesh-a": {}}}"#, 0);
@@ -228,8 +234,9 @@ fn a_released_package_something_else_needs_is_left_to_pacman() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn declared_absent_removes_a_package_the_host_does_not_own() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let pacman = PacmanRoot::new("absent", &sb.pacman_repo);
     let host = pacman.host(&sb, "pkg-absent", "");
     pacman.pacman("-S --noconfirm mesh-e");
@@ -243,8 +250,9 @@ fn declared_absent_removes_a_package_the_host_does_not_own() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_held_database_lock_fails_the_packages_cleanly_and_the_rest_converges() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let pacman = PacmanRoot::new("lock", &sb.pacman_repo);
     let host = pacman.host(&sb, "pkg-lock", r#""pacman_lock_wait_secs": 1"#);
     let unit = format!("mesh-pkgtest-lock-{}.service", std::process::id());
@@ -302,8 +310,9 @@ fn a_held_database_lock_fails_the_packages_cleanly_and_the_rest_converges() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_stale_database_lock_is_reported_by_name_and_removed_only_when_allowed_and_older_than_boot() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let pacman = PacmanRoot::new("stale", &sb.pacman_repo);
     let lock = pacman.lock_file().display().to_string();
     let declaration = r#"{"schema": 1, "packages": {"mesh-e": {}}}"#;
@@ -373,8 +382,9 @@ fn a_stale_database_lock_is_reported_by_name_and_removed_only_when_allowed_and_o
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_hung_pacman_is_killed_at_its_timeout() {
-    let Some(_sb) = sandbox() else { return };
+    let _sb = sandbox();
     let mut host = Scratch::with_config(
         "pkg-hung",
         r#"{"pacman": {"command": ["sh", "-c", "sleep 30", "sh"], "timeout_secs": 1}}"#,
@@ -391,8 +401,9 @@ fn a_hung_pacman_is_killed_at_its_timeout() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn an_unknown_package_fails_only_itself() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let pacman = PacmanRoot::new("unknown", &sb.pacman_repo);
     let host = pacman.host(&sb, "pkg-unknown", "");
     let report = apply(
@@ -407,8 +418,9 @@ fn an_unknown_package_fails_only_itself() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn packages_upgrade_installs_through_a_full_upgrade() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let (private, repo) = private_repo(&sb, "upgrade");
     let pacman = PacmanRoot::new("upgrade", &repo);
     let host = pacman.host(&sb, "pkg-upgrade", "");
@@ -438,8 +450,9 @@ fn packages_upgrade_installs_through_a_full_upgrade() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn rescue_mode_installs_into_the_mounted_root_through_sysroot() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     // `--sysroot` chroots before reading the conf: the root holds its conf, database and repo.
     let mut host = Scratch::with_config("pkg-rescue", r#"{"pacman": {"command": ["pacman"]}}"#);
     host.offline_root = true;
@@ -497,8 +510,9 @@ fn bump(private: &Path, repo: &Path, packages: &[(&str, &str)]) {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn packages_upgrade_never_upgrades_the_hosts_own_package() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let (private, repo) = private_repo(&sb, "self-upgrade");
     let pacman = PacmanRoot::new("self-upgrade", &repo);
     let host = pacman.host(&sb, "pkg-self-upgrade", "");
@@ -537,8 +551,9 @@ fn packages_upgrade_never_upgrades_the_hosts_own_package() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_package_that_takes_the_host_over_fails_by_name_and_nothing_else_is_held_back() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let pacman = PacmanRoot::new("usurper", &sb.pacman_repo);
     let unit = format!("mesh-pkgtest-usurper-{}.service", std::process::id());
     let host = pacman.host(&sb, "pkg-usurper", "");
@@ -617,8 +632,9 @@ fn publish(repo: &Path, name: &str, pkginfo: &[&str]) {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn packages_upgrade_checks_packages_new_to_the_databases_after_refreshing_them() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let (private, repo) = private_repo(&sb, "self-new");
     let pacman = PacmanRoot::new("self-new", &repo);
     let host = pacman.host(&sb, "pkg-self-new", "");
@@ -663,8 +679,9 @@ fn packages_upgrade_checks_packages_new_to_the_databases_after_refreshing_them()
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_release_that_would_remove_the_hosts_package_as_a_dependency_is_refused() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let (private, repo) = private_repo(&sb, "self-remove");
     publish(&repo, "mesh-addon", &["depend = nox-mesh-host"]);
     let pacman = PacmanRoot::new("self-remove", &repo);

@@ -110,8 +110,9 @@ fn cleanup<'a>(sandbox: &'a Sandbox, units: &[&str]) -> Cleanup<'a> {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn unit_with_content_is_written_enabled_started_then_left_alone() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let unit = unit_name("create");
     let _cleanup = cleanup(&sb, &[&unit]);
     let host = sb.host("units-create", "");
@@ -147,8 +148,9 @@ fn unit_with_content_is_written_enabled_started_then_left_alone() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn drift_is_reported_and_repaired() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let unit = unit_name("drift");
     let _cleanup = cleanup(&sb, &[&unit]);
     let host = sb.host("units-drift", "");
@@ -183,8 +185,9 @@ fn drift_is_reported_and_repaired() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn changed_content_rewrites_reloads_and_restarts() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let unit = unit_name("change");
     let _cleanup = cleanup(&sb, &[&unit]);
     let host = sb.host("units-change", "");
@@ -217,8 +220,9 @@ fn changed_content_rewrites_reloads_and_restarts() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn released_unit_file_the_host_wrote_is_stopped_disabled_and_removed() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let unit = unit_name("release-created");
     let _cleanup = cleanup(&sb, &[&unit]);
     let host = sb.host("units-release-created", "");
@@ -252,8 +256,9 @@ fn released_unit_file_the_host_wrote_is_stopped_disabled_and_removed() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn released_adopted_unit_gets_its_state_back_and_keeps_its_file() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let unit = unit_name("release-adopted");
     let _cleanup = cleanup(&sb, &[&unit]);
     let content = service("placed by hand");
@@ -315,8 +320,9 @@ impl Drop for RemoveDir {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn restart_on_restarts_only_when_the_file_changes() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let unit = unit_name("restart-on");
     let dir = etc_dir("restart-on");
     let _remove_dir = RemoveDir(dir.clone());
@@ -364,8 +370,9 @@ fn restart_on_restarts_only_when_the_file_changes() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn reload_on_reloads_without_restarting() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let unit = unit_name("reload-on");
     let dir = etc_dir("reload-on");
     let _remove_dir = RemoveDir(dir.clone());
@@ -415,8 +422,9 @@ fn reload_on_reloads_without_restarting() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn unit_of_a_package_that_failed_to_install_is_skipped() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let _pacman = PACMAN
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -443,8 +451,9 @@ fn unit_of_a_package_that_failed_to_install_is_skipped() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn declared_absent_unit_not_owned_is_stopped_disabled_and_removed() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let unit = unit_name("absent");
     let _cleanup = cleanup(&sb, &[&unit]);
     install_by_hand(&sb, &unit, &service("absent"));
@@ -470,8 +479,9 @@ fn declared_absent_unit_not_owned_is_stopped_disabled_and_removed() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn rescue_mode_writes_and_enables_offline_and_defers_start() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let unit = unit_name("rescue");
     let host = Scratch::with_config(
         "units-rescue",
@@ -520,8 +530,9 @@ fn rescue_mode_writes_and_enables_offline_and_defers_start() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn the_hosts_own_unit_is_refused_and_nothing_changes() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let unit = unit_name("refused");
     let _cleanup = cleanup(&sb, &[&unit]);
     let host = sb.host("units-refused", "");
@@ -544,8 +555,9 @@ fn the_hosts_own_unit_is_refused_and_nothing_changes() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn an_oversized_unit_file_fails_only_its_own_unit_and_a_template_is_never_queried() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let normal = unit_name("odd-normal");
     let big = unit_name("odd-big");
     let template = format!("mesh-it-{}-odd-tmpl@.service", std::process::id());
@@ -605,8 +617,9 @@ fn an_oversized_unit_file_fails_only_its_own_unit_and_a_template_is_never_querie
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_refused_declaration_leaves_the_hosts_unit_byte_for_byte_and_running() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     // The host's unit, installed by hand, with the config naming it as the host's own.
     let own = unit_name("own");
     let stem = own.trim_end_matches(".service").to_string();

@@ -159,8 +159,7 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
     out
 }
 
-/// The sandbox of real tools, from the environment `tests/run.sh` exports. `None` (and a note)
-/// when there is none, unless `MESH_REQUIRE_SANDBOX=1`, where a missing sandbox fails the test.
+/// The sandbox of real tools, from the environment `tests/run.sh` exports.
 pub struct Sandbox {
     pub pacman_conf: String,
     pub pacman_root: PathBuf,
@@ -170,7 +169,14 @@ pub struct Sandbox {
     pub image: String,
 }
 
-pub fn sandbox() -> Option<Sandbox> {
+/// How to get what the ignored tests need; their `#[ignore]` reasons say the same.
+pub const SETUP: &str = "run ./tests/run.sh as root (it sets up the sandbox, runs every test with \
+     --include-ignored and tears the sandbox down), or set one up with \
+     `MESH_SANDBOX=DIR tests/sandbox/setup.sh; source DIR/env`";
+
+/// The sandbox, for the tests marked `#[ignore = "needs the sandbox: ..."]`. Panics with the
+/// command that sets it up when its environment is missing: a test that did not run must not pass.
+pub fn sandbox() -> Sandbox {
     let var = |name: &str| std::env::var(name).ok();
     match (
         var("MESH_SANDBOX"),
@@ -178,26 +184,28 @@ pub fn sandbox() -> Option<Sandbox> {
         var("MESH_UNIT_DIR"),
         var("MESH_TEST_IMAGE"),
     ) {
-        (Some(_), Some(pacman_conf), Some(unit_dir), Some(image)) => Some(Sandbox {
+        (Some(_), Some(pacman_conf), Some(unit_dir), Some(image)) => Sandbox {
             pacman_conf,
             pacman_root: PathBuf::from(var("MESH_PACMAN_ROOT").unwrap_or_default()),
             pacman_repo: PathBuf::from(var("MESH_PACMAN_REPO").unwrap_or_default()),
             unit_dir: PathBuf::from(unit_dir),
             offline_root: PathBuf::from(var("MESH_SYSTEMD_OFFLINE_ROOT").unwrap_or_default()),
             image,
-        }),
-        _ if var("MESH_REQUIRE_SANDBOX").as_deref() == Some("1") => {
-            panic!(
-                "MESH_REQUIRE_SANDBOX=1 but the sandbox environment is missing; run ./tests/run.sh"
-            )
-        }
-        _ => {
-            eprintln!(
-                "note: no sandbox (run ./tests/run.sh as root); this test checks nothing here"
-            );
-            None
-        }
+        },
+        _ => panic!(
+            "this test needs the sandbox of real pacman, systemctl --user and podman \
+             (MESH_SANDBOX, MESH_PACMAN_CONF, MESH_UNIT_DIR, MESH_TEST_IMAGE are not all set): {SETUP}"
+        ),
     }
+}
+
+/// For the tests marked `#[ignore = "needs root: ..."]`: panics, naming `why`, unless root.
+pub fn require_root(why: &str) {
+    let uid = unsafe { libc::geteuid() };
+    assert_eq!(
+        uid, 0,
+        "this test needs root ({why}) and runs as uid {uid}: {SETUP}"
+    );
 }
 
 impl Sandbox {
