@@ -83,16 +83,10 @@ fn prepared() -> Scratch {
     host
 }
 
+/// `mesh-host ARGS` on `host`, silent: the kill tests look at the store and root, not the output.
 fn command(host: &Scratch, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
+    let mut command = host.command(args);
     command
-        .arg("--state-dir")
-        .arg(host.state())
-        .arg("--config")
-        .arg(host.dir.join("config.json"))
-        .arg("--root")
-        .arg(host.root())
-        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());

@@ -18,7 +18,8 @@ use support::control_plane::{Behaviour, ControlPlane, CpConfig};
 use support::pki::Pki;
 use support::service::Service;
 use support::{
-    fault_seed, peak_rss_kib, rss_kib, sandbox, sh, snapshot, status, wait_until, Scratch, XorShift,
+    failure, failures, fault_seed, peak_rss_kib, rss_kib, sandbox, sh, snapshot, status,
+    wait_until, Scratch, XorShift,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -35,24 +36,6 @@ fn garbage_file(dir: &Path, seed: u64) -> PathBuf {
     let path = dir.join("garbage.bin");
     std::fs::write(&path, bytes).expect("garbage");
     path
-}
-
-fn apply_json(host: &Scratch, json: &str, want: i32) -> Value {
-    let file = host.declaration("declaration.json", json);
-    let out = host.run(&["--json", "apply", file.to_str().expect("utf-8")]);
-    assert_eq!(out.code, want, "{out:?}");
-    out.json()
-}
-
-/// The failure detail for `key` in a `--json` report.
-fn failure(report: &Value, key: &str) -> String {
-    report["failures"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|f| f["key"] == key)
-        .map(|f| format!("{}: {}", f["action"], f["detail"]))
-        .unwrap_or_else(|| panic!("no failure for {key}: {report:#}"))
 }
 
 // ------------------------------------------------------------------------------- full disk
@@ -214,10 +197,10 @@ fn tools_printing_garbage_or_doing_nothing_fail_their_resources_and_the_rest_con
     // pacman and podman print garbage; the real systemctl converges the unit.
     let host = live("garbage", &stub(&cat), &stub(&cat));
     let started = Instant::now();
-    let report = apply_json(&host, &declaration, 1);
+    let report = host.apply_json(&declaration, 1);
     let unit_active = status(&format!("systemctl --user is-active --quiet {unit}"));
-    let podman = failure(&report, "faultweb");
-    let pacman = failure(&report, "mesh-e");
+    let podman = failure(&report, "faultweb").detail;
+    let pacman = failure(&report, "mesh-e").detail;
     eprintln!("garbage podman: {podman}\ngarbage pacman: {pacman}");
     assert!(
         podman.contains("podman ps") && podman.contains("unexpected"),
@@ -233,9 +216,9 @@ fn tools_printing_garbage_or_doing_nothing_fail_their_resources_and_the_rest_con
     // pacman and podman exit 0 having done nothing: caught by the check after the apply.
     let lazy_podman = stub(r#"case "$1" in ps) echo '[]';; esac; exit 0"#);
     let host = live("lazy", &stub("exit 0"), &lazy_podman);
-    let report = apply_json(&host, &declaration, 1);
+    let report = host.apply_json(&declaration, 1);
     for key in ["mesh-e", "faultweb"] {
-        let detail = failure(&report, key);
+        let detail = failure(&report, key).detail;
         eprintln!("did nothing, {key}: {detail}");
         assert!(
             detail.contains("the tool reported success, but it still differs"),
@@ -254,15 +237,14 @@ fn tools_printing_garbage_or_doing_nothing_fail_their_resources_and_the_rest_con
         &format!(r#"{{"systemctl": {}}}"#, stub(&cat)),
     );
     offline.offline_root = true;
-    let report = apply_json(
-        &offline,
+    let report = offline.apply_json(
         &format!(
             r#"{{"schema": 1, "units": {{"{unit}": {{"enabled": true}}}},
                 "files": {{"/etc/motd": {{"content": "still here\n"}}}}}}"#
         ),
         1,
     );
-    let detail = failure(&report, &unit);
+    let detail = failure(&report, &unit).detail;
     eprintln!("garbage systemctl: {detail}");
     assert_eq!(
         std::fs::read_to_string(offline.target("/etc/motd"))
@@ -817,9 +799,9 @@ fn a_masked_and_an_alias_unit_beside_a_normal_one_fail_only_themselves() {
             "{masked}": {{"active": true}},
             "{alias}": {{"enabled": true, "active": true}}}}}}"#
     );
-    let report = apply_json(&host, &declaration, 1);
-    let failures = report["failures"].as_array().cloned().unwrap_or_default();
-    let masked_failure = failure(&report, &masked);
+    let report = host.apply_json(&declaration, 1);
+    let failures = failures(&report);
+    let masked_failure = failure(&report, &masked).detail;
     let normal_active = status(&format!("systemctl --user is-active --quiet {normal}"));
     let real_active = status(&format!("systemctl --user is-active --quiet {real}"));
     let masked_link = std::fs::read_link(dir.join(&masked)).ok();
@@ -882,10 +864,11 @@ fn pacman_at_its_timeout_gets_sigint_then_its_grace_then_sigkill() {
             &format!(r#"{{"pacman": {}}}"#, hanging_pacman(&record, on_int)),
         );
         let started = Instant::now();
-        let report = apply_json(&host, r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 1);
-        let detail = failure(&report, "mesh-e");
+        let report = host.apply_json(r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 1);
+        let failed = failure(&report, "mesh-e");
+        let detail = failed.detail;
         eprintln!("{label}: {detail}");
-        assert!(detail.starts_with("\"create\": "), "{detail}");
+        assert_eq!(failed.action, "create", "{detail}");
         assert!(detail.contains("reached its timeout of 1 s"), "{detail}");
         assert!(detail.contains(says), "{detail}");
         assert!(detail.contains("transaction started"), "{detail}");
@@ -921,17 +904,16 @@ fn a_package_query_failing_as_a_whole_is_retried_by_halves_onto_the_name_that_ca
         .chain(["mesh-poison"])
         .map(|n| format!(r#""{n}": {{"state": "absent"}}"#))
         .collect();
-    let report = apply_json(
-        &host,
+    let report = host.apply_json(
         &format!(r#"{{"schema": 1, "packages": {{{}}}}}"#, members.join(", ")),
         1,
     );
-    let failures = report["failures"].as_array().cloned().unwrap_or_default();
+    let failures = failures(&report);
     assert_eq!(failures.len(), 1, "{report:#}");
-    let detail = failure(&report, "mesh-poison");
+    let failed = failure(&report, "mesh-poison");
     assert!(
-        detail.starts_with("\"observe\"") && detail.contains("database entry of mesh-poison"),
-        "{detail}"
+        failed.action == "observe" && failed.detail.contains("database entry of mesh-poison"),
+        "{failed:?}"
     );
     assert_eq!(report["in_sync"], 7, "{report:#}");
     let runs = host.run(&["status", "--json"]).json();

@@ -7,7 +7,6 @@ mod support;
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -288,12 +287,8 @@ fn join_reading_token(host: &Scratch, cp: &ControlPlane, args: &[&str], stdin: &
     use std::io::Write;
     let url = format!("https://{}", cp.join_addr());
     let hash = cp.ca_hash();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
-        .arg("--config")
-        .arg(host.dir.join("config.json"))
-        .arg("--state-dir")
-        .arg(host.state())
-        .args(["join", "--control-plane", &url, "--ca-hash", &hash])
+    let mut child = host
+        .command(&["join", "--control-plane", &url, "--ca-hash", &hash])
         .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -303,12 +298,7 @@ fn join_reading_token(host: &Scratch, cp: &ControlPlane, args: &[&str], stdin: &
     let mut input = child.stdin.take().expect("stdin");
     input.write_all(stdin.as_bytes()).expect("write stdin");
     drop(input);
-    let out = child.wait_with_output().expect("join");
-    Output {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Output::from(child.wait_with_output().expect("join"))
 }
 
 #[test]
@@ -365,7 +355,7 @@ fn not_root_and_bad_arguments_are_refused() {
     let before = snapshot(&host.dir);
     let hash = format!("sha256:{}", "00".repeat(32));
     // As nobody: refused before anything is read or sent.
-    let out = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+    let out = support::mesh_host()
         .args(["--config", "/nonexistent/config.json", "join"])
         .args(["--control-plane", "https://127.0.0.1:1", "--token", "t"])
         .args(["--ca-hash", &hash])

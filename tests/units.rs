@@ -582,21 +582,13 @@ fn an_oversized_unit_file_fails_only_its_own_unit_and_a_template_is_never_querie
     ]);
     assert_eq!(out.code, 1, "{out:?}");
     let report = out.json();
-    let failures: Vec<(String, String, String)> = report["failures"]
-        .as_array()
-        .expect("failures")
-        .iter()
-        .map(|f| {
-            let text = |k: &str| f[k].as_str().unwrap_or_default().to_string();
-            (text("key"), text("action"), text("detail"))
-        })
-        .collect();
+    let failures = support::failures(&report);
     assert_eq!(failures.len(), 1, "{report:#}");
     let detail = |key: &str| {
         failures
             .iter()
-            .find(|(k, action, _)| k == key && action == "observe")
-            .map(|(_, _, d)| d.clone())
+            .find(|f| f.key == key && f.action == "observe")
+            .map(|f| f.detail.clone())
             .unwrap_or_else(|| panic!("no observe failure for {key}: {report:#}"))
     };
     assert!(

@@ -27,6 +27,21 @@ impl std::fmt::Debug for Output {
     }
 }
 
+impl From<std::process::Output> for Output {
+    fn from(out: std::process::Output) -> Output {
+        Output {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// The `mesh-host` binary under test, with no arguments (`Scratch::command` adds a host's).
+pub fn mesh_host() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+}
+
 impl Output {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
@@ -91,7 +106,7 @@ impl Scratch {
 
     /// `run`, with the process's umask set to `umask` when given.
     pub fn run_with_umask(&self, umask: Option<u32>, args: &[&str]) -> Output {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
+        let mut command = self.command(args);
         if let Some(mask) = umask {
             use std::os::unix::process::CommandExt;
             // Async-signal-safe: umask only.
@@ -102,6 +117,13 @@ impl Scratch {
                 });
             }
         }
+        Output::from(command.output().expect("run mesh-host"))
+    }
+
+    /// The command line of `mesh-host ARGS` on this scratch: its store, its config and (if
+    /// `offline_root`) its root. Every test starts mesh-host through this or `mesh_host()`.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = mesh_host();
         command
             .arg("--state-dir")
             .arg(self.state())
@@ -110,12 +132,8 @@ impl Scratch {
         if self.offline_root {
             command.arg("--root").arg(self.root());
         }
-        let out = command.args(args).output().expect("run mesh-host");
-        Output {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        command.args(args);
+        command
     }
 
     /// `apply FILE` and assert the exit code.
@@ -123,6 +141,20 @@ impl Scratch {
         let out = self.run(&["apply", file.to_str().expect("utf-8 path")]);
         assert_eq!(out.code, want, "{out:?}");
         out
+    }
+
+    /// `--json --trace-commands apply` of `json` (written as declaration.json), asserting the
+    /// exit code; the report, with the tool commands it ran under `commands`.
+    pub fn apply_json(&self, json: &str, want: i32) -> serde_json::Value {
+        let file = self.declaration("declaration.json", json);
+        let out = self.run(&[
+            "--json",
+            "--trace-commands",
+            "apply",
+            file.to_str().expect("utf-8 path"),
+        ]);
+        assert_eq!(out.code, want, "{out:?}");
+        out.json()
     }
 }
 
@@ -132,6 +164,37 @@ impl Drop for Scratch {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// One entry of a `--json` report's `failures`.
+#[derive(Debug)]
+pub struct Failure {
+    pub key: String,
+    pub action: String,
+    pub detail: String,
+}
+
+/// Every failure of a `--json` report, in its order.
+pub fn failures(report: &serde_json::Value) -> Vec<Failure> {
+    let text = |f: &serde_json::Value, k: &str| f[k].as_str().unwrap_or_default().to_string();
+    report["failures"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a report without failures: {report:#}"))
+        .iter()
+        .map(|f| Failure {
+            key: text(f, "key"),
+            action: text(f, "action"),
+            detail: text(f, "detail"),
+        })
+        .collect()
+}
+
+/// The failure of `key` in a `--json` report; panics, showing the report, when it has none.
+pub fn failure(report: &serde_json::Value, key: &str) -> Failure {
+    failures(report)
+        .into_iter()
+        .find(|f| f.key == key)
+        .unwrap_or_else(|| panic!("no failure for {key}: {report:#}"))
 }
 
 /// Every file under `dir` with its content and mode, for "nothing changed" comparisons.

@@ -1,7 +1,7 @@
 //! `mesh-host run` on a scratch host, for the tests that need the service: started, signalled,
 //! inspected and stopped; killed on drop, with its log printed if the test failed.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -94,20 +94,11 @@ impl Drop for Service {
 
 fn spawn(host: &Scratch, env: &[(&str, &std::path::Path)]) -> Child {
     let log = std::fs::File::create(host.dir.join("service.log")).expect("log");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
-    command
-        .arg("--state-dir")
-        .arg(host.state())
-        .arg("--config")
-        .arg(host.dir.join("config.json"));
-    if host.offline_root {
-        command.arg("--root").arg(host.root());
-    }
+    let mut command = host.command(&["run"]);
     for (key, value) in env {
         command.env(key, value);
     }
     command
-        .arg("run")
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
