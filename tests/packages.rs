@@ -6,7 +6,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use support::{
@@ -244,7 +244,6 @@ fn a_held_database_lock_fails_the_packages_cleanly_and_the_rest_converges() {
     assert!(wait_until(Duration::from_secs(5), || pacman
         .lock_file()
         .exists()));
-    let started = Instant::now();
     let report = host.apply_json(&format!(
             r#"{{"schema": 1, "packages": {{"mesh-e": {{}}, "mesh-b": {{}}}},
                 "units": {{"{unit}": {{"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}}}}}}"#
@@ -263,6 +262,8 @@ fn a_held_database_lock_fails_the_packages_cleanly_and_the_rest_converges() {
         let detail = failure(&report, name).detail;
         assert!(detail.contains(&lock), "{detail}");
         assert!(detail.contains("pacman is busy"), "{detail}");
+        // Given up after the configured wait, not a timeout of its own.
+        assert!(detail.contains("for more than 1 s"), "{detail}");
         assert!(
             detail.contains(&format!("held by pid {} (sleep)", holder.id())),
             "{detail}"
@@ -279,7 +280,6 @@ fn a_held_database_lock_fails_the_packages_cleanly_and_the_rest_converges() {
         installs.iter().all(|c| c.ends_with("-- mesh-b mesh-e")),
         "{installs:?}"
     );
-    assert!(started.elapsed() < Duration::from_secs(20));
     assert_eq!(pacman.version("mesh-e"), None);
 }
 
@@ -293,7 +293,6 @@ fn a_stale_database_lock_is_reported_by_name_and_removed_only_when_allowed_and_o
     // Left by a pacman that was killed: nobody has it open.
     std::fs::write(pacman.lock_file(), "").expect("db.lck");
     let host = pacman.host(&sb, "pkg-stale", r#""pacman_lock_wait_secs": 30"#);
-    let started = Instant::now();
     let report = host.apply_json(declaration, 1);
     let detail = failure(&report, "mesh-e").detail;
     assert!(
@@ -303,8 +302,13 @@ fn a_stale_database_lock_is_reported_by_name_and_removed_only_when_allowed_and_o
         "{detail}"
     );
     assert!(!detail.contains("busy"), "{detail}");
-    // Stale is known at once, not after the whole lock wait.
-    assert!(started.elapsed() < Duration::from_secs(20));
+    // Stale is known at once, not after the whole lock wait (30 s of retries twice a second):
+    // the transaction is tried once, and once more to see the lock still unheld.
+    let tries = commands(&report)
+        .iter()
+        .filter(|c| c.contains(" -S"))
+        .count();
+    assert_eq!(tries, 2, "{report:#}");
     assert!(pacman.lock_file().exists(), "never deleted by default");
     let status = host.run(&["status"]);
     assert!(
@@ -360,22 +364,19 @@ fn a_stale_database_lock_is_reported_by_name_and_removed_only_when_allowed_and_o
 }
 
 #[test]
-#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_hung_pacman_is_killed_at_its_timeout() {
-    let _sb = sandbox();
     let mut host = Scratch::with_config(
         "pkg-hung",
         r#"{"pacman": {"command": ["sh", "-c", "sleep 30", "sh"], "timeout_secs": 1}}"#,
     );
     host.offline_root = false;
-    let started = Instant::now();
     let report = host.apply_json(r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 1);
     let detail = failure(&report, "mesh-e").detail;
+    // Stopped at its timeout: left alone, `sleep 30` would have exited 0 and installed nothing.
     assert!(
         detail.contains("reached its timeout of 1 s: sent SIGINT"),
         "{detail}"
     );
-    assert!(started.elapsed() < Duration::from_secs(25));
 }
 
 #[test]
