@@ -84,16 +84,16 @@ fn install_by_hand(sb: &Sandbox, unit: &str, content: &str) {
 }
 
 /// Stops, disables and removes test units however a test ends, so the shared manager stays clean.
-struct Cleanup<'a> {
-    sandbox: &'a Sandbox,
+struct Cleanup {
+    unit_dir: PathBuf,
     units: Vec<String>,
 }
 
-impl Drop for Cleanup<'_> {
+impl Drop for Cleanup {
     fn drop(&mut self) {
         for unit in &self.units {
             systemctl(&["disable", "--now", "--", unit]);
-            let _ = std::fs::remove_file(self.sandbox.unit_dir.join(unit));
+            let _ = std::fs::remove_file(self.unit_dir.join(unit));
         }
         systemctl(&["daemon-reload"]);
         for unit in &self.units {
@@ -102,26 +102,38 @@ impl Drop for Cleanup<'_> {
     }
 }
 
-fn cleanup<'a>(sandbox: &'a Sandbox, units: &[&str]) -> Cleanup<'a> {
+fn cleanup(sandbox: &Sandbox, units: &[&str]) -> Cleanup {
     Cleanup {
-        sandbox,
+        unit_dir: sandbox.unit_dir.clone(),
         units: units.iter().map(|u| u.to_string()).collect(),
     }
+}
+
+/// A test's sandbox, its unit `unit_name(test)` (cleaned up when the `Cleanup` drops) and its
+/// host `units-TEST`.
+fn unit_test(test: &str) -> (Sandbox, String, Scratch, Cleanup) {
+    let sb = sandbox();
+    let unit = unit_name(test);
+    let cleanup = cleanup(&sb, &[&unit]);
+    let host = sb.host(&format!("units-{test}"), "");
+    (sb, unit, host, cleanup)
+}
+
+/// Declares `unit` with `content`, enabled and active, as d.json.
+fn declare_running(host: &Scratch, unit: &str, content: &str) -> PathBuf {
+    declare(
+        host,
+        "d.json",
+        json!({"units": {unit: {"content": content, "enabled": true, "active": true}}}),
+    )
 }
 
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn unit_with_content_is_written_enabled_started_then_left_alone() {
-    let sb = sandbox();
-    let unit = unit_name("create");
-    let _cleanup = cleanup(&sb, &[&unit]);
-    let host = sb.host("units-create", "");
+    let (sb, unit, host, _cleanup) = unit_test("create");
     let content = service("create");
-    let file = declare(
-        &host,
-        "d.json",
-        json!({"units": {&unit: {"content": content, "enabled": true, "active": true}}}),
-    );
+    let file = declare_running(&host, &unit, &content);
 
     let out = apply_traced(&host, &file, 0);
     assert!(
@@ -150,15 +162,8 @@ fn unit_with_content_is_written_enabled_started_then_left_alone() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn drift_is_reported_and_repaired() {
-    let sb = sandbox();
-    let unit = unit_name("drift");
-    let _cleanup = cleanup(&sb, &[&unit]);
-    let host = sb.host("units-drift", "");
-    let file = declare(
-        &host,
-        "d.json",
-        json!({"units": {&unit: {"content": service("drift"), "enabled": true, "active": true}}}),
-    );
+    let (_sb, unit, host, _cleanup) = unit_test("drift");
+    let file = declare_running(&host, &unit, &service("drift"));
     host.apply(&file, 0);
 
     sh(&format!("systemctl --user stop -- {unit}"));
@@ -187,10 +192,7 @@ fn drift_is_reported_and_repaired() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn changed_content_rewrites_reloads_and_restarts() {
-    let sb = sandbox();
-    let unit = unit_name("change");
-    let _cleanup = cleanup(&sb, &[&unit]);
-    let host = sb.host("units-change", "");
+    let (sb, unit, host, _cleanup) = unit_test("change");
     let declaration = |content: String| {
         declare(
             &host,
@@ -222,15 +224,8 @@ fn changed_content_rewrites_reloads_and_restarts() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn released_unit_file_the_host_wrote_is_stopped_disabled_and_removed() {
-    let sb = sandbox();
-    let unit = unit_name("release-created");
-    let _cleanup = cleanup(&sb, &[&unit]);
-    let host = sb.host("units-release-created", "");
-    let file = declare(
-        &host,
-        "d.json",
-        json!({"units": {&unit: {"content": service("release"), "enabled": true, "active": true}}}),
-    );
+    let (sb, unit, host, _cleanup) = unit_test("release-created");
+    let file = declare_running(&host, &unit, &service("release"));
     host.apply(&file, 0);
 
     let out = apply_traced(&host, &declare(&host, "empty.json", json!({})), 0);
@@ -258,13 +253,10 @@ fn released_unit_file_the_host_wrote_is_stopped_disabled_and_removed() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn released_adopted_unit_gets_its_state_back_and_keeps_its_file() {
-    let sb = sandbox();
-    let unit = unit_name("release-adopted");
-    let _cleanup = cleanup(&sb, &[&unit]);
+    let (sb, unit, host, _cleanup) = unit_test("release-adopted");
     let content = service("placed by hand");
     install_by_hand(&sb, &unit, &content);
     sh(&format!("systemctl --user enable --now -- {unit}"));
-    let host = sb.host("units-release-adopted", "");
 
     let adopt = declare(
         &host,
@@ -322,13 +314,10 @@ impl Drop for RemoveDir {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn restart_on_restarts_only_when_the_file_changes() {
-    let sb = sandbox();
-    let unit = unit_name("restart-on");
+    let (sb, unit, host, _cleanup) = unit_test("restart-on");
     let dir = etc_dir("restart-on");
     let _remove_dir = RemoveDir(dir.clone());
-    let _cleanup = cleanup(&sb, &[&unit]);
     let conf = format!("{dir}/app.conf");
-    let host = sb.host("units-restart-on", "");
     let declaration = |name: &str, conf_content: &str| {
         declare(
             &host,
@@ -372,13 +361,10 @@ fn restart_on_restarts_only_when_the_file_changes() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn reload_on_reloads_without_restarting() {
-    let sb = sandbox();
-    let unit = unit_name("reload-on");
+    let (_sb, unit, host, _cleanup) = unit_test("reload-on");
     let dir = etc_dir("reload-on");
     let _remove_dir = RemoveDir(dir.clone());
-    let _cleanup = cleanup(&sb, &[&unit]);
     let conf = format!("{dir}/app.conf");
-    let host = sb.host("units-reload-on", "");
     let reloads = host.dir.join("reloads");
     let content = format!(
         "[Service]\nExecStart=/bin/sleep infinity\nExecReload=/bin/sh -c 'echo reload >> {}'\n",
@@ -453,12 +439,9 @@ fn unit_of_a_package_that_failed_to_install_is_skipped() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn declared_absent_unit_not_owned_is_stopped_disabled_and_removed() {
-    let sb = sandbox();
-    let unit = unit_name("absent");
-    let _cleanup = cleanup(&sb, &[&unit]);
+    let (sb, unit, host, _cleanup) = unit_test("absent");
     install_by_hand(&sb, &unit, &service("absent"));
     sh(&format!("systemctl --user enable --now -- {unit}"));
-    let host = sb.host("units-absent", "");
     let file = declare(
         &host,
         "d.json",
@@ -499,11 +482,7 @@ fn rescue_mode_writes_and_enables_offline_and_defers_start() {
     let unit_dir = host.target("/etc/systemd/system");
     std::fs::create_dir_all(&unit_dir).expect("unit dir");
     let content = service("rescue");
-    let file = declare(
-        &host,
-        "d.json",
-        json!({"units": {&unit: {"content": content, "enabled": true, "active": true}}}),
-    );
+    let file = declare_running(&host, &unit, &content);
 
     let out = host.apply(&file, 0);
     assert!(
@@ -532,10 +511,7 @@ fn rescue_mode_writes_and_enables_offline_and_defers_start() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn the_hosts_own_unit_is_refused_and_nothing_changes() {
-    let sb = sandbox();
-    let unit = unit_name("refused");
-    let _cleanup = cleanup(&sb, &[&unit]);
-    let host = sb.host("units-refused", "");
+    let (sb, unit, host, _cleanup) = unit_test("refused");
     let file = declare(
         &host,
         "d.json",
