@@ -7,6 +7,17 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use support::{snapshot, Scratch};
 
+/// A host that applied the one file `/etc/a` ("a"), and that declaration.
+fn applied_one_file(label: &str) -> (Scratch, std::path::PathBuf) {
+    let host = Scratch::new(label);
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+    );
+    host.apply(&file, 0);
+    (host, file)
+}
+
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::symlink_metadata(path)
         .expect("exists")
@@ -346,12 +357,7 @@ fn under_root_links_in_the_mounted_disk_never_lead_onto_the_rescue_system() {
 #[test]
 fn a_second_apply_while_the_lock_is_held_exits_3_at_once() {
     use std::os::fd::AsRawFd;
-    let host = Scratch::new("lock");
-    let file = host.declaration(
-        "d.json",
-        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
-    );
-    host.apply(&file, 0);
+    let (host, file) = applied_one_file("lock");
     let lock = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -406,12 +412,7 @@ fn check_and_plan_change_nothing() {
 
 #[test]
 fn an_unreadable_store_is_reported_and_left_alone() {
-    let host = Scratch::new("corrupt");
-    let file = host.declaration(
-        "d.json",
-        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
-    );
-    host.apply(&file, 0);
+    let (host, file) = applied_one_file("corrupt");
     std::fs::write(host.state().join("ledger.json"), "{ torn").unwrap();
     let out = host.apply(&file, 4);
     assert!(
@@ -463,12 +464,7 @@ fn directories_the_host_creates_are_0755_whatever_the_umask() {
 
 #[test]
 fn a_store_left_readable_is_made_0700_again_with_a_warning() {
-    let host = Scratch::new("store-mode");
-    let file = host.declaration(
-        "d.json",
-        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
-    );
-    host.apply(&file, 0);
+    let (host, file) = applied_one_file("store-mode");
     assert_eq!(mode(&host.state()), 0o700);
     std::fs::set_permissions(host.state(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = host.apply(&file, 0);
@@ -483,12 +479,7 @@ fn a_store_left_readable_is_made_0700_again_with_a_warning() {
 
 #[test]
 fn a_corrupt_run_history_is_set_aside_and_the_run_still_recorded() {
-    let host = Scratch::new("runs-corrupt");
-    let file = host.declaration(
-        "d.json",
-        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
-    );
-    host.apply(&file, 0);
+    let (host, _) = applied_one_file("runs-corrupt");
     std::fs::write(host.state().join("runs.json"), "[{ torn").unwrap();
     let file = host.declaration(
         "d.json",

@@ -295,12 +295,7 @@ fn a_control_plane_not_signed_by_the_pinned_ca_is_refused() {
 #[test]
 fn hostile_control_planes_drop_the_link_and_the_host_reconnects() {
     let pki = Pki::new();
-    for behaviour in [
-        Behaviour::Garbage,
-        Behaviour::OversizedFrame,
-        Behaviour::HalfFrameThenSilence,
-        Behaviour::Silent,
-    ] {
+    for behaviour in Behaviour::HOSTILE {
         let cp = control_plane(&pki, behaviour);
         let mut node = node("hostile", &pki, Some(&cp), "");
         assert!(
@@ -514,12 +509,7 @@ fn sighup_reloads_the_config_and_a_bad_one_keeps_the_old() {
         .log()
         .contains("reconciling (start)")));
     // A config the host cannot read: the old one stays and the service lives.
-    std::fs::write(
-        node.host.dir.join("config.json"),
-        r#"{"interval_secs": "often"}"#,
-    )
-    .unwrap();
-    node.signal(libc::SIGHUP);
+    node.reload_config(r#"{"interval_secs": "often"}"#);
     assert!(
         wait_until(WAIT, || node.log().contains("configuration not reloaded")),
         "{}",
@@ -532,8 +522,7 @@ fn sighup_reloads_the_config_and_a_bad_one_keeps_the_old() {
         node.host.dir.join("ca.pem").display(),
         node.host.dir.join("secret").display()
     );
-    std::fs::write(node.host.dir.join("config.json"), config).unwrap();
-    node.signal(libc::SIGHUP);
+    node.reload_config(&config);
     assert!(
         wait_until(WAIT, || node.read("/etc/motd").as_deref()
             == Some("joined later\n")),

@@ -166,25 +166,24 @@ fn drift_is_reported_and_repaired() {
     let file = declare_running(&host, &unit, &service("drift"));
     host.apply(&file, 0);
 
-    sh(&format!("systemctl --user stop -- {unit}"));
-    let owned = host.run(&["owned"]);
-    assert!(owned.stdout.contains("drifted: start"), "{owned:?}");
-    let out = host.apply(&file, 0);
-    assert!(
-        out.stdout.contains(&format!("~ units {unit}: start")),
-        "{out:?}"
-    );
-    assert_eq!(systemctl(&["is-active", "--", &unit]), "active");
-
-    sh(&format!("systemctl --user disable -- {unit}"));
-    let owned = host.run(&["owned"]);
-    assert!(owned.stdout.contains("drifted: enable"), "{owned:?}");
-    let out = host.apply(&file, 0);
-    assert!(
-        out.stdout.contains(&format!("~ units {unit}: enable")),
-        "{out:?}"
-    );
-    assert_eq!(systemctl(&["is-enabled", "--", &unit]), "enabled");
+    // (what an admin does by hand, the repair it takes, the query and its answer once repaired)
+    for (by_hand, repair, query, repaired) in [
+        ("stop", "start", "is-active", "active"),
+        ("disable", "enable", "is-enabled", "enabled"),
+    ] {
+        sh(&format!("systemctl --user {by_hand} -- {unit}"));
+        let owned = host.run(&["owned"]);
+        assert!(
+            owned.stdout.contains(&format!("drifted: {repair}")),
+            "{owned:?}"
+        );
+        let out = host.apply(&file, 0);
+        assert!(
+            out.stdout.contains(&format!("~ units {unit}: {repair}")),
+            "{out:?}"
+        );
+        assert_eq!(systemctl(&[query, "--", &unit]), repaired);
+    }
     let again = host.apply(&file, 0);
     assert!(again.stdout.contains("0 changed"), "{again:?}");
 }

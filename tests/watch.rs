@@ -404,12 +404,7 @@ fn sighup_turns_the_watcher_on() {
     assert!(wait_until(WAIT, || node.status()["service"]["watch"]
         ["state"]
         == "off"));
-    std::fs::write(
-        node.host.dir.join("config.json"),
-        r#"{"interval_secs": 600, "watch": true}"#,
-    )
-    .unwrap();
-    node.signal(libc::SIGHUP);
+    node.reload_config(r#"{"interval_secs": 600, "watch": true}"#);
     assert!(
         wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
             .as_u64()

@@ -55,6 +55,12 @@ impl Service {
             .unwrap_or_default()
     }
 
+    /// Writes `config` as the host's config.json and sends SIGHUP to have it read again.
+    pub fn reload_config(&self, config: &str) {
+        std::fs::write(self.host.dir.join("config.json"), config).expect("config");
+        self.signal(libc::SIGHUP);
+    }
+
     pub fn signal(&self, signal: i32) {
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
     }
