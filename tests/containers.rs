@@ -24,6 +24,16 @@ impl Drop for Cleanup {
     }
 }
 
+/// A test's sandbox, its container `unique(test)` (removed when the `Cleanup` drops) and its
+/// host `ct-TEST`.
+fn container_test(test: &str) -> (Sandbox, String, Scratch, Cleanup) {
+    let sb = sandbox();
+    let name = unique(test);
+    let cleanup = Cleanup(vec![name.clone()]);
+    let host = sb.host(&format!("ct-{test}"), "");
+    (sb, name, host, cleanup)
+}
+
 /// Runs podman and returns (exit code, stdout).
 fn podman(args: &[&str]) -> (i32, String) {
     let out = Command::new("podman")
@@ -102,10 +112,7 @@ fn create_by_hand(sb: &Sandbox, name: &str) {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn creates_starts_and_labels_then_second_apply_is_a_no_op() {
-    let sb = sandbox();
-    let name = unique("create");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let host = sb.host("ct-create", "");
+    let (sb, name, host, _cleanup) = container_test("create");
     let json = declaration(&[(&name, spec(&sb, ""))]);
 
     let out = apply(&host, &json, 0);
@@ -131,10 +138,7 @@ fn creates_starts_and_labels_then_second_apply_is_a_no_op() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn drift_is_repaired_removed_recreated_stopped_started() {
-    let sb = sandbox();
-    let name = unique("drift");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let host = sb.host("ct-drift", "");
+    let (sb, name, host, _cleanup) = container_test("drift");
     let json = declaration(&[(&name, spec(&sb, ""))]);
     apply(&host, &json, 0);
 
@@ -174,10 +178,7 @@ fn drift_is_repaired_removed_recreated_stopped_started() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn changed_spec_recreates_with_the_new_spec_label() {
-    let sb = sandbox();
-    let name = unique("respec");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let host = sb.host("ct-respec", "");
+    let (sb, name, host, _cleanup) = container_test("respec");
     apply(&host, &declaration(&[(&name, spec(&sb, ""))]), 0);
     let (old_id, old_digest) = (id(&name), label(&name, "mesh-host.spec"));
 
@@ -245,10 +246,7 @@ fn release_removes_only_what_the_host_created() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn state_absent_removes_the_container() {
-    let sb = sandbox();
-    let name = unique("absent");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let host = sb.host("ct-absent", "");
+    let (sb, name, host, _cleanup) = container_test("absent");
     apply(&host, &declaration(&[(&name, spec(&sb, ""))]), 0);
     assert_eq!(state(&name).as_deref(), Some("running"));
 
@@ -266,10 +264,7 @@ fn state_absent_removes_the_container() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn not_running_is_created_but_stopped() {
-    let sb = sandbox();
-    let name = unique("stopped");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let host = sb.host("ct-stopped", "");
+    let (sb, name, host, _cleanup) = container_test("stopped");
     let stopped = declaration(&[(&name, spec(&sb, r#""running": false"#))]);
     apply(&host, &stopped, 0);
     assert_eq!(state(&name).as_deref(), Some("created"));
@@ -309,10 +304,7 @@ fn not_running_is_created_but_stopped() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn rescue_mode_defers_containers_and_leaves_podman_alone() {
-    let sb = sandbox();
-    let name = unique("rescue");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let mut host = sb.host("ct-rescue", "");
+    let (sb, name, mut host, _cleanup) = container_test("rescue");
     host.offline_root = true;
     let out = host.run(&[
         "apply",
@@ -336,10 +328,7 @@ fn rescue_mode_defers_containers_and_leaves_podman_alone() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn rescue_mode_release_is_deferred_not_forgotten() {
-    let sb = sandbox();
-    let name = unique("rescue-release");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let mut host = sb.host("ct-rescue-release", "");
+    let (sb, name, mut host, _cleanup) = container_test("rescue-release");
     apply(&host, &declaration(&[(&name, spec(&sb, ""))]), 0);
     let before = id(&name);
 
@@ -365,10 +354,7 @@ fn rescue_mode_release_is_deferred_not_forgotten() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn env_values_never_reach_an_argv_and_drift_is_still_seen() {
-    let sb = sandbox();
-    let name = unique("secret");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let host = sb.host("ct-secret", "");
+    let (sb, name, host, _cleanup) = container_test("secret");
     let secret = "hunter2-0f9c1b";
     let with = |value: &str| {
         declaration(&[(

@@ -15,6 +15,14 @@ use support::{
 };
 
 /// A pacman root with its own database and conf, removed when dropped.
+/// A test's own pacman root `TEST` on the sandbox's repo, and its host `pkg-TEST`.
+fn package_test(test: &str) -> (PacmanRoot, Scratch) {
+    let sb = sandbox();
+    let pacman = PacmanRoot::new(test, &sb.pacman_repo);
+    let host = pacman.host(&sb, &format!("pkg-{test}"), "");
+    (pacman, host)
+}
+
 /// The command lines of a `--trace-commands` report.
 fn commands(report: &Value) -> Vec<String> {
     report["commands"]
@@ -48,9 +56,7 @@ fn row(key: &str, origin: &str, state: &str) -> (String, String, String) {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn install_pulls_dependencies_and_a_second_apply_changes_nothing() {
-    let sb = sandbox();
-    let pacman = PacmanRoot::new("install", &sb.pacman_repo);
-    let host = pacman.host(&sb, "pkg-install", "");
+    let (pacman, host) = package_test("install");
     let declaration = r#"{"schema": 1, "packages": {"mesh-b": {}}}"#;
 
     let first = host.apply_json(declaration, 0);
@@ -74,9 +80,7 @@ fn install_pulls_dependencies_and_a_second_apply_changes_nothing() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn drift_is_seen_and_repaired() {
-    let sb = sandbox();
-    let pacman = PacmanRoot::new("drift", &sb.pacman_repo);
-    let host = pacman.host(&sb, "pkg-drift", "");
+    let (pacman, host) = package_test("drift");
     let declaration = r#"{"schema": 1, "packages": {"mesh-e": {}}}"#;
     host.apply_json(declaration, 0);
 
@@ -92,9 +96,7 @@ fn drift_is_seen_and_repaired() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn release_removes_only_what_the_host_installed() {
-    let sb = sandbox();
-    let pacman = PacmanRoot::new("release", &sb.pacman_repo);
-    let host = pacman.host(&sb, "pkg-release", "");
+    let (pacman, host) = package_test("release");
     // Installed by hand: mesh-e is then declared (adopted), mesh-d (pulling mesh-c) never is.
     pacman.pacman("-S --noconfirm mesh-e mesh-d");
     let report = host.apply_json(
@@ -142,9 +144,7 @@ fn release_removes_only_what_the_host_installed() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_declared_dependency_survives_the_release_of_what_pulled_it_in() {
-    let sb = sandbox();
-    let pacman = PacmanRoot::new("dependency", &sb.pacman_repo);
-    let host = pacman.host(&sb, "pkg-dependency", "");
+    let (pacman, host) = package_test("dependency");
     host.apply_json(r#"{"schema": 1, "packages": {"mesh-b": {}}}"#, 0);
     assert_eq!(
         pacman.reason("mesh-a"),
@@ -163,9 +163,7 @@ fn a_declared_dependency_survives_the_release_of_what_pulled_it_in() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn an_adopted_dependency_is_left_a_dependency_on_release() {
-    let sb = sandbox();
-    let pacman = PacmanRoot::new("adopted-dependency", &sb.pacman_repo);
-    let host = pacman.host(&sb, "pkg-adopted-dependency", "");
+    let (pacman, host) = package_test("adopted-dependency");
     pacman.pacman("-S --asdeps --noconfirm mesh-e");
     let report = host.apply_json(r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 0);
     assert_eq!(report["changes"][0]["action"], "update", "{report:#}");
@@ -184,9 +182,7 @@ fn an_adopted_dependency_is_left_a_dependency_on_release() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_released_package_something_else_needs_is_left_to_pacman() {
-    let sb = sandbox();
-    let pacman = PacmanRoot::new("still-needed", &sb.pacman_repo);
-    let host = pacman.host(&sb, "pkg-still-needed", "");
+    let (pacman, host) = package_test("still-needed");
     host.apply_json(r#"{"schema": 1, "packages": {"mesh-a": {}}}"#, 0);
     // A person installs something that needs it; releasing it must not fail on every run.
     pacman.pacman("-S --noconfirm mesh-b");
@@ -212,9 +208,7 @@ fn a_released_package_something_else_needs_is_left_to_pacman() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn declared_absent_removes_a_package_the_host_does_not_own() {
-    let sb = sandbox();
-    let pacman = PacmanRoot::new("absent", &sb.pacman_repo);
-    let host = pacman.host(&sb, "pkg-absent", "");
+    let (pacman, host) = package_test("absent");
     pacman.pacman("-S --noconfirm mesh-e");
     let declaration = r#"{"schema": 1, "packages": {"mesh-e": {"state": "absent"}}}"#;
     let report = host.apply_json(declaration, 0);
@@ -306,7 +300,7 @@ fn a_stale_database_lock_is_reported_by_name_and_removed_only_when_allowed_and_o
     // the transaction is tried once, and once more to see the lock still unheld.
     let tries = commands(&report)
         .iter()
-        .filter(|c| c.contains(" -S"))
+        .filter(|c| c.contains(" -S "))
         .count();
     assert_eq!(tries, 2, "{report:#}");
     assert!(pacman.lock_file().exists(), "never deleted by default");
@@ -382,9 +376,7 @@ fn a_hung_pacman_is_killed_at_its_timeout() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn an_unknown_package_fails_only_itself() {
-    let sb = sandbox();
-    let pacman = PacmanRoot::new("unknown", &sb.pacman_repo);
-    let host = pacman.host(&sb, "pkg-unknown", "");
+    let (pacman, host) = package_test("unknown");
     let report = host.apply_json(
         r#"{"schema": 1, "packages": {"mesh-nope": {}, "mesh-e": {}}}"#,
         1,
