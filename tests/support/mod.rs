@@ -360,19 +360,20 @@ pub fn fault_seed(default: u64) -> u64 {
 
 /// Resident memory of a process in KiB (`VmRSS` in /proc/PID/status).
 pub fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    proc_status_kib(pid, "VmRSS:")
 }
 
 /// Peak resident memory of a process in KiB (`VmHWM` in /proc/PID/status).
 pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    proc_status_kib(pid, "VmHWM:")
+}
+
+/// The `FIELD: N kB` line of /proc/PID/status, as N.
+fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
