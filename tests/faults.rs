@@ -883,7 +883,7 @@ fn pacman_at_its_timeout_gets_sigint_then_its_grace_then_sigkill() {
             signals
         );
         let status = host.run(&["status"]);
-        assert!(status.stdout.contains(says), "{status:?}");
+        status.assert_stdout(says);
     }
 }
 

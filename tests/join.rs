@@ -67,8 +67,8 @@ fn a_join_writes_the_identity_and_the_service_then_connects() {
     let joined = cp.joined();
     assert_eq!(joined.len(), 1);
     let (node, secret) = &joined[0];
-    assert!(out.stdout.contains(&format!("as node {node:?}")), "{out:?}");
-    assert!(out.stdout.contains("the service is not running"), "{out:?}");
+    out.assert_stdout(&format!("as node {node:?}"));
+    out.assert_stdout("the service is not running");
 
     // The config keeps its other fields and its mode, and gains the control plane.
     let c = config(&host);
@@ -125,11 +125,7 @@ fn a_running_service_is_signalled_and_connects() {
     );
     let out = join(host, &cp, "tok-hup", &[]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(
-        out.stdout
-            .contains(&format!("the service (pid {}) reloads", service.pid())),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("the service (pid {}) reloads", service.pid()));
     let node = cp.joined()[0].0.clone();
     assert!(cp.wait_for_hello(&node, WAIT), "{}", service.log());
     assert!(service.log().contains("configuration reloaded"));
@@ -157,13 +153,10 @@ fn a_wrong_ca_hash_writes_nothing_and_spends_no_token() {
     ]);
     assert_eq!(out.code, 2, "{out:?}");
     let actual = cp.ca_hash();
-    assert!(
-        out.stderr.contains(&format!(
-            "the control plane's CA has {actual}, not the {wrong} you gave: check --ca-hash with \
+    out.assert_stderr(&format!(
+        "the control plane's CA has {actual}, not the {wrong} you gave: check --ca-hash with \
              the control plane's operator"
-        )),
-        "{out:?}"
-    );
+    ));
     assert_eq!(snapshot(&host.dir), before);
     assert!(cp.join_requests().is_empty(), "the token was sent");
     // The same token still works with the right hash.
@@ -423,7 +416,7 @@ fn a_server_whose_certificate_does_not_chain_to_the_pinned_ca_gets_no_token() {
     let before = snapshot(&host.dir);
     let out = join(&host, &cp, "stolen", &[]);
     assert_eq!(out.code, 4, "{out:?}");
-    assert!(out.stderr.contains("TLS handshake failed"), "{out:?}");
+    out.assert_stderr("TLS handshake failed");
     assert!(
         cp.join_requests().is_empty(),
         "the token reached the impostor"

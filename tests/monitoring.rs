@@ -60,7 +60,7 @@ fn a_failure_repeating_for_ten_runs_is_logged_once_and_shown_with_its_streak() {
     );
     assert!(failing["first_seen"].as_u64() <= failing["last_seen"].as_u64());
     let status = host.run(&["status"]);
-    assert!(status.stdout.contains("failing: 1 resources"), "{status:?}");
+    status.assert_stdout("failing: 1 resources");
 
     let out = host.apply(&good, 0);
     let cleared = log_lines(&out.stderr, "/etc/fail.conf");
@@ -462,11 +462,7 @@ fn a_package_upgrade_that_leaves_a_pacnew_for_an_owned_file_is_shown_everywhere(
     let plan = host.run(&["--json", "plan", declaration.to_str().expect("utf-8")]);
     assert_eq!(plan.json()["pacnew"], serde_json::json!([want]), "{plan:?}");
     let plan = host.run(&["plan", declaration.to_str().expect("utf-8")]);
-    assert!(
-        plan.stdout
-            .contains("? files /etc/mesh-conf.conf: /etc/mesh-conf.conf.pacnew beside it"),
-        "{plan:?}"
-    );
+    plan.assert_stdout("? files /etc/mesh-conf.conf: /etc/mesh-conf.conf.pacnew beside it");
 
     let run = host.run(&["--json", "reconcile"]);
     assert_eq!(run.code, 0, "{run:?}");

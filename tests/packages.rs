@@ -73,7 +73,7 @@ fn install_pulls_dependencies_and_a_second_apply_changes_nothing() {
         "apply",
         host.dir.join("declaration.json").to_str().expect("utf-8"),
     ]);
-    assert!(text.stdout.contains("0 changed"), "{text:?}");
+    text.assert_stdout("0 changed");
     assert_eq!(owned(&host), vec![row("mesh-b", "created", "in sync")]);
 }
 
@@ -305,10 +305,7 @@ fn a_stale_database_lock_is_reported_by_name_and_removed_only_when_allowed_and_o
     assert_eq!(tries, 2, "{report:#}");
     assert!(pacman.lock_file().exists(), "never deleted by default");
     let status = host.run(&["status"]);
-    assert!(
-        status.stdout.contains(&format!("{lock} is stale")),
-        "{status:?}"
-    );
+    status.assert_stdout(&format!("{lock} is stale"));
 
     // Allowed to remove a stale lock, but this one is from this boot: still left alone.
     let allowed = pacman.host(
@@ -340,21 +337,13 @@ fn a_stale_database_lock_is_reported_by_name_and_removed_only_when_allowed_and_o
         allowed.declaration("d.json", declaration).to_str().unwrap(),
     ]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(
-        out.stdout.contains(&format!(
-            "note: removed pacman's stale database lock {lock}"
-        )),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!(
+        "note: removed pacman's stale database lock {lock}"
+    ));
     assert!(!pacman.lock_file().exists());
     assert!(pacman.version("mesh-e").is_some());
     let status = allowed.run(&["status"]);
-    assert!(
-        status
-            .stdout
-            .contains("note: removed pacman's stale database lock"),
-        "{status:?}"
-    );
+    status.assert_stdout("note: removed pacman's stale database lock");
 }
 
 #[test]

@@ -186,11 +186,11 @@ fn the_tarball_binary_works_in_an_empty_chroot() {
     assert_eq!(out.code, 0, "{out:?}");
     let out = host(&["plan", "--root", "/target", "/decl.json"]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.contains("+ files /etc/motd"), "{out:?}");
+    out.assert_stdout("+ files /etc/motd");
     assert!(!root.join("target/etc").exists(), "plan changed the target");
     let out = host(&["apply", "--root", "/target", "/decl.json"]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.contains("2 changed"), "{out:?}");
+    out.assert_stdout("2 changed");
     let motd = root.join("target/etc/motd");
     assert_eq!(
         std::fs::read_to_string(&motd).unwrap(),
@@ -203,7 +203,7 @@ fn the_tarball_binary_works_in_an_empty_chroot() {
     );
     let out = host(&["apply", "--root", "/target", "/decl.json"]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.contains("0 changed, 2 in sync"), "{out:?}");
+    out.assert_stdout("0 changed, 2 in sync");
     let out = host(&["status"]);
     assert!(
         out.code == 0 && out.stdout.contains("revision 7"),

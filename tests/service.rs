@@ -403,11 +403,7 @@ fn sigterm_during_a_run_ends_cleanly_and_records_it_interrupted() {
     let out = node.host.run(&["apply", declaration.to_str().unwrap()]);
     // The stub exits 0 without installing anything, which the host catches.
     assert_eq!(out.code, 1, "{out:?}");
-    assert!(
-        out.stdout
-            .contains("the tool reported success, but it still differs"),
-        "{out:?}"
-    );
+    out.assert_stdout("the tool reported success, but it still differs");
     std::fs::remove_file(node.host.target("/etc/motd")).unwrap();
     node.restart(&[]);
     assert!(

@@ -136,11 +136,7 @@ fn unit_with_content_is_written_enabled_started_then_left_alone() {
     let file = declare_running(&host, &unit, &content);
 
     let out = apply_traced(&host, &file, 0);
-    assert!(
-        out.stdout
-            .contains(&format!("+ units {unit}: unit file written, enable, start")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("+ units {unit}: unit file written, enable, start"));
     assert_eq!(
         std::fs::read_to_string(sb.unit_dir.join(&unit)).expect("unit file"),
         content
@@ -152,9 +148,9 @@ fn unit_with_content_is_written_enabled_started_then_left_alone() {
     assert_eq!(systemctl(&["is-enabled", "--", &unit]), "enabled");
 
     let again = apply_traced(&host, &file, 0);
-    assert!(again.stdout.contains("0 changed, 1 in sync"), "{again:?}");
+    again.assert_stdout("0 changed, 1 in sync");
     // A no-op only observes: one `show`, one `is-enabled` (`show`'s UnitFileState lags).
-    assert!(again.stdout.contains("(2 commands run)"), "{again:?}");
+    again.assert_stdout("(2 commands run)");
     assert_eq!(traced_verbs(&again, "show"), 1, "{again:?}");
     assert_eq!(traced_verbs(&again, "is-enabled"), 1, "{again:?}");
 }
@@ -173,19 +169,13 @@ fn drift_is_reported_and_repaired() {
     ] {
         sh(&format!("systemctl --user {by_hand} -- {unit}"));
         let owned = host.run(&["owned"]);
-        assert!(
-            owned.stdout.contains(&format!("drifted: {repair}")),
-            "{owned:?}"
-        );
+        owned.assert_stdout(&format!("drifted: {repair}"));
         let out = host.apply(&file, 0);
-        assert!(
-            out.stdout.contains(&format!("~ units {unit}: {repair}")),
-            "{out:?}"
-        );
+        out.assert_stdout(&format!("~ units {unit}: {repair}"));
         assert_eq!(systemctl(&[query, "--", &unit]), repaired);
     }
     let again = host.apply(&file, 0);
-    assert!(again.stdout.contains("0 changed"), "{again:?}");
+    again.assert_stdout("0 changed");
 }
 
 #[test]
@@ -204,12 +194,9 @@ fn changed_content_rewrites_reloads_and_restarts() {
 
     let changed = service("second");
     let out = apply_traced(&host, &declaration(changed.clone()), 0);
-    assert!(
-        out.stdout.contains(&format!(
-            "~ units {unit}: unit file changed, restart (its unit file changed)"
-        )),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!(
+        "~ units {unit}: unit file changed, restart (its unit file changed)"
+    ));
     assert_eq!(traced_verbs(&out, "daemon-reload"), 1, "{out:?}");
     assert_eq!(
         std::fs::read_to_string(sb.unit_dir.join(&unit)).expect("unit file"),
@@ -228,12 +215,9 @@ fn released_unit_file_the_host_wrote_is_stopped_disabled_and_removed() {
     host.apply(&file, 0);
 
     let out = apply_traced(&host, &declare(&host, "empty.json", json!({})), 0);
-    assert!(
-        out.stdout.contains(&format!(
-            "- units {unit}: released; mesh-host wrote it, stop, disable, remove unit file"
-        )),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!(
+        "- units {unit}: released; mesh-host wrote it, stop, disable, remove unit file"
+    ));
     let verbs: Vec<&str> = out
         .stderr
         .lines()
@@ -263,30 +247,20 @@ fn released_adopted_unit_gets_its_state_back_and_keeps_its_file() {
         json!({"units": {&unit: {"enabled": true, "active": true}}}),
     );
     let out = host.apply(&adopt, 0);
-    assert!(
-        out.stdout
-            .contains(&format!("= units {unit}: adopted, already as declared")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("= units {unit}: adopted, already as declared"));
     let stop = declare(
         &host,
         "stop.json",
         json!({"units": {&unit: {"active": false}}}),
     );
     let out = host.apply(&stop, 0);
-    assert!(
-        out.stdout.contains(&format!("~ units {unit}: stop")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("~ units {unit}: stop"));
     assert_eq!(systemctl(&["is-active", "--", &unit]), "inactive");
 
     let out = host.apply(&declare(&host, "empty.json", json!({})), 0);
-    assert!(
-        out.stdout.contains(&format!(
-            "~ units {unit}: released; original state restored, start"
-        )),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!(
+        "~ units {unit}: released; original state restored, start"
+    ));
     assert_eq!(systemctl(&["is-active", "--", &unit]), "active");
     assert_eq!(systemctl(&["is-enabled", "--", &unit]), "enabled");
     assert_eq!(
@@ -328,31 +302,22 @@ fn restart_on_restarts_only_when_the_file_changes() {
         )
     };
     let first = host.apply(&declaration("v1.json", "v1\n"), 0);
-    assert!(
-        first
-            .stdout
-            .contains(&format!("+ units {unit}: unit file written, start")),
-        "{first:?}"
-    );
+    first.assert_stdout(&format!("+ units {unit}: unit file written, start"));
     let pid = main_pid(&unit);
 
     let v2 = declaration("v2.json", "v2\n");
     let out = host.apply(&v2, 0);
-    assert!(
-        out.stdout
-            .contains(&format!("~ units {unit}: restart ({conf} changed)")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("~ units {unit}: restart ({conf} changed)"));
     assert_eq!(std::fs::read_to_string(&conf).expect("conf"), "v2\n");
     let restarted_pid = main_pid(&unit);
     assert_ne!(restarted_pid, pid);
 
     let out = host.apply(&v2, 0);
-    assert!(out.stdout.contains("0 changed"), "{out:?}");
+    out.assert_stdout("0 changed");
     assert_eq!(main_pid(&unit), restarted_pid);
 
     let out = host.apply(&declare(&host, "empty.json", json!({})), 0);
-    assert!(out.stdout.contains("2 changed"), "{out:?}");
+    out.assert_stdout("2 changed");
     assert!(!Path::new(&dir).exists(), "{dir} was left behind");
     assert!(!sb.unit_dir.join(&unit).exists());
 }
@@ -385,11 +350,7 @@ fn reload_on_reloads_without_restarting() {
 
     let v2 = declaration("v2.json", "v2\n");
     let out = host.apply(&v2, 0);
-    assert!(
-        out.stdout
-            .contains(&format!("~ units {unit}: reload ({conf} changed)")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("~ units {unit}: reload ({conf} changed)"));
     assert_eq!(
         std::fs::read_to_string(&reloads).expect("reloaded"),
         "reload\n"
@@ -425,12 +386,9 @@ fn unit_of_a_package_that_failed_to_install_is_skipped() {
         }),
     );
     let out = host.apply(&file, 1);
-    assert!(
-        out.stdout.contains(&format!(
-            "! units {unit}: skipped failed: its package mesh-nope failed to install in this run"
-        )),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!(
+        "! units {unit}: skipped failed: its package mesh-nope failed to install in this run"
+    ));
     assert!(!sb.unit_dir.join(&unit).exists());
     assert_eq!(property(&unit, "LoadState"), "not-found");
 }
@@ -448,12 +406,9 @@ fn declared_absent_unit_not_owned_is_stopped_disabled_and_removed() {
     );
 
     let out = host.apply(&file, 0);
-    assert!(
-        out.stdout.contains(&format!(
-            "- units {unit}: declared absent, stop, disable, remove unit file"
-        )),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!(
+        "- units {unit}: declared absent, stop, disable, remove unit file"
+    ));
     assert!(!sb.unit_dir.join(&unit).exists());
     assert_eq!(property(&unit, "LoadState"), "not-found");
     assert!(host.apply(&file, 0).stdout.contains("0 changed, 1 in sync"));
@@ -521,8 +476,8 @@ fn the_hosts_own_unit_is_refused_and_nothing_changes() {
     );
 
     let out = host.apply(&file, 2);
-    assert!(out.stderr.contains("mesh-host.service"), "{out:?}");
-    assert!(out.stderr.contains("own unit"), "{out:?}");
+    out.assert_stderr("mesh-host.service");
+    out.assert_stderr("own unit");
     assert!(!sb.unit_dir.join(&unit).exists());
     assert!(!sb.unit_dir.join("mesh-host.service").exists());
     assert_eq!(property(&unit, "LoadState"), "not-found");

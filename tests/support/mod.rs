@@ -43,6 +43,24 @@ pub fn mesh_host() -> Command {
 }
 
 impl Output {
+    /// Asserts that stdout holds `text`; fails showing the whole output.
+    #[track_caller]
+    pub fn assert_stdout(&self, text: &str) {
+        assert!(
+            self.stdout.contains(text),
+            "stdout lacks {text:?}: {self:?}"
+        );
+    }
+
+    /// Asserts that stderr holds `text`; fails showing the whole output.
+    #[track_caller]
+    pub fn assert_stderr(&self, text: &str) {
+        assert!(
+            self.stderr.contains(text),
+            "stderr lacks {text:?}: {self:?}"
+        );
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
     }
