@@ -239,7 +239,7 @@ fn a_symlinked_parent_is_refused_and_never_followed() {
 #[test]
 #[ignore = "needs root (chown): run ./tests/run.sh as root"]
 fn owners_resolve_against_the_target_roots_own_accounts() {
-    support::require_root("chown to the declared owners");
+    support::require_root("it chowns files to the declared owners");
     let host = Scratch::new("owners");
     std::fs::write(
         host.target("/etc/passwd"),

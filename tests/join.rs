@@ -49,7 +49,7 @@ fn mode_owner(host: &Scratch, name: &str) -> (u32, u32) {
 #[test]
 #[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn a_join_writes_the_identity_and_the_service_then_connects() {
-    support::require_root("join (mesh-host join refuses to run as anyone else)");
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     cp.add_token("tok-1", HOUR);
@@ -108,7 +108,7 @@ fn a_join_writes_the_identity_and_the_service_then_connects() {
 #[test]
 #[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn a_running_service_is_signalled_and_connects() {
-    support::require_root("join (mesh-host join refuses to run as anyone else)");
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     cp.add_token("tok-hup", HOUR);
@@ -134,7 +134,7 @@ fn a_running_service_is_signalled_and_connects() {
 #[test]
 #[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn a_wrong_ca_hash_writes_nothing_and_spends_no_token() {
-    support::require_root("join (mesh-host join refuses to run as anyone else)");
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     cp.add_token("tok-2", HOUR);
@@ -166,7 +166,7 @@ fn a_wrong_ca_hash_writes_nothing_and_spends_no_token() {
 #[test]
 #[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn a_reused_expired_or_unknown_token_is_refused_with_what_to_do() {
-    support::require_root("join (mesh-host join refuses to run as anyone else)");
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     cp.add_token("once", HOUR);
@@ -199,7 +199,7 @@ fn a_reused_expired_or_unknown_token_is_refused_with_what_to_do() {
 #[test]
 #[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn an_unreachable_control_plane_is_reported() {
-    support::require_root("join (mesh-host join refuses to run as anyone else)");
+    support::require_root("mesh-host join refuses to run as anyone else");
     let port = {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.local_addr().expect("addr").port()
@@ -229,7 +229,7 @@ fn an_unreachable_control_plane_is_reported() {
 #[test]
 #[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn joining_twice_is_refused_unless_forced() {
-    support::require_root("join (mesh-host join refuses to run as anyone else)");
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     for token in ["a", "b"] {
@@ -262,7 +262,7 @@ fn joining_twice_is_refused_unless_forced() {
 #[test]
 #[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn a_missing_config_is_created() {
-    support::require_root("join (mesh-host join refuses to run as anyone else)");
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     cp.add_token("fresh", HOUR);
@@ -297,7 +297,7 @@ fn join_reading_token(host: &Scratch, cp: &ControlPlane, args: &[&str], stdin: &
 #[test]
 #[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn the_token_can_come_from_a_file_or_standard_input() {
-    support::require_root("join (mesh-host join refuses to run as anyone else)");
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     cp.add_token("tok-file", HOUR);
@@ -400,7 +400,7 @@ fn not_root_and_bad_arguments_are_refused() {
 #[test]
 #[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn a_server_whose_certificate_does_not_chain_to_the_pinned_ca_gets_no_token() {
-    support::require_root("join (mesh-host join refuses to run as anyone else)");
+    support::require_root("mesh-host join refuses to run as anyone else");
     // Serves the real CA on /v1/ca (so the hash matches) but presents another CA's certificate.
     let real = Pki::new();
     let rogue = Pki::rogue();

@@ -306,7 +306,7 @@ fn the_control_plane_relays_envelopes_and_the_host_accepts_only_what_its_keys_si
 #[test]
 #[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn join_trust_key_writes_the_trusted_keys_and_refuses_an_impossible_threshold_first() {
-    support::require_root("join (mesh-host join refuses to run as anyone else)");
+    support::require_root("mesh-host join refuses to run as anyone else");
     let signer = Signer::new();
     let (alice, bob) = (signer.keygen("alice"), signer.keygen("bob"));
     let pki = Pki::new();

@@ -285,7 +285,7 @@ pub fn require_root(why: &str) {
     let uid = unsafe { libc::geteuid() };
     assert_eq!(
         uid, 0,
-        "this test needs root ({why}) and runs as uid {uid}: {SETUP}"
+        "this test needs root ({why}) but runs as uid {uid}: run it as root, as ./tests/run.sh does"
     );
 }
 
