@@ -166,12 +166,7 @@ fn absent_removes_a_file_the_host_does_not_own() {
 
 #[test]
 fn an_invalid_declaration_changes_nothing_at_all() {
-    let host = Scratch::new("invalid");
-    let good = host.declaration(
-        "good.json",
-        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
-    );
-    host.apply(&good, 0);
+    let (host, _) = applied_one_file("invalid");
     let before = (snapshot(&host.root()), snapshot(&host.state()));
     let bad = host.declaration(
         "bad.json",

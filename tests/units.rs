@@ -275,6 +275,13 @@ fn etc_dir(test: &str) -> String {
     format!("/etc/mesh-it-{}-{test}", std::process::id())
 }
 
+/// A test's /etc directory, the `app.conf` in it, and the guard that removes the directory.
+fn app_conf(test: &str) -> (String, String, RemoveDir) {
+    let dir = etc_dir(test);
+    let conf = format!("{dir}/app.conf");
+    (dir.clone(), conf, RemoveDir(dir))
+}
+
 /// Removes a test's /etc directory should the test fail before the host released it.
 struct RemoveDir(String);
 
@@ -288,9 +295,7 @@ impl Drop for RemoveDir {
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn restart_on_restarts_only_when_the_file_changes() {
     let (sb, unit, host, _cleanup) = unit_test("restart-on");
-    let dir = etc_dir("restart-on");
-    let _remove_dir = RemoveDir(dir.clone());
-    let conf = format!("{dir}/app.conf");
+    let (dir, conf, _remove_dir) = app_conf("restart-on");
     let declaration = |name: &str, conf_content: &str| {
         declare(
             &host,
@@ -326,9 +331,7 @@ fn restart_on_restarts_only_when_the_file_changes() {
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn reload_on_reloads_without_restarting() {
     let (_sb, unit, host, _cleanup) = unit_test("reload-on");
-    let dir = etc_dir("reload-on");
-    let _remove_dir = RemoveDir(dir.clone());
-    let conf = format!("{dir}/app.conf");
+    let (dir, conf, _remove_dir) = app_conf("reload-on");
     let reloads = host.dir.join("reloads");
     let content = format!(
         "[Service]\nExecStart=/bin/sleep infinity\nExecReload=/bin/sh -c 'echo reload >> {}'\n",
