@@ -1,6 +1,12 @@
 //! Test support: run the real `mesh-host` binary against a scratch directory holding a target
 //! root, a store and a config; and, for the driver tests, the sandbox of real tools that
 //! `tests/run.sh` sets up (tests/sandbox/setup.sh).
+//!
+//! A test that needs what a plain `cargo test` lacks (the sandbox, root, node_exporter) is marked
+//! `#[ignore = "needs ..."]` saying what, and starts with `sandbox()` or `require_root`, which
+//! panic naming the setup: unprepared, it is listed as ignored or fails, never passes unchecked.
+//! `tests/run.sh` runs them all with `--include-ignored`. Every mesh-host command line is built by
+//! `Scratch::command` (or `mesh_host()`); `--json` reports are read with `apply_json`/`failure`.
 #![allow(dead_code)] // each test binary uses part of this module
 
 mod pacman_root;
