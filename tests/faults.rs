@@ -18,7 +18,8 @@ use support::control_plane::{Behaviour, ControlPlane, CpConfig};
 use support::pki::Pki;
 use support::service::Service;
 use support::{
-    fault_seed, peak_rss_kib, rss_kib, sandbox, sh, snapshot, status, wait_until, Scratch, XorShift,
+    failure, failures, fault_seed, peak_rss_kib, rss_kib, sandbox, sh, snapshot, status,
+    wait_until, Scratch, XorShift,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -35,24 +36,6 @@ fn garbage_file(dir: &Path, seed: u64) -> PathBuf {
     let path = dir.join("garbage.bin");
     std::fs::write(&path, bytes).expect("garbage");
     path
-}
-
-fn apply_json(host: &Scratch, json: &str, want: i32) -> Value {
-    let file = host.declaration("declaration.json", json);
-    let out = host.run(&["--json", "apply", file.to_str().expect("utf-8")]);
-    assert_eq!(out.code, want, "{out:?}");
-    out.json()
-}
-
-/// The failure detail for `key` in a `--json` report.
-fn failure(report: &Value, key: &str) -> String {
-    report["failures"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|f| f["key"] == key)
-        .map(|f| format!("{}: {}", f["action"], f["detail"]))
-        .unwrap_or_else(|| panic!("no failure for {key}: {report:#}"))
 }
 
 // ------------------------------------------------------------------------------- full disk
@@ -95,11 +78,9 @@ fn fill(dir: &Path) -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs root (mounts a tmpfs): run ./tests/run.sh as root"]
 fn a_full_store_disk_fails_clearly_and_keeps_the_previous_store() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("note: not root; the full-disk test needs to mount a tmpfs and checks nothing");
-        return;
-    }
+    support::require_root("it mounts a small tmpfs as the store");
     let host = Scratch::new("fulldisk");
     let _tmpfs = Tmpfs::mount(&host.state(), "64k");
     let first = host.declaration(
@@ -182,8 +163,9 @@ fn a_full_store_disk_fails_clearly_and_keeps_the_previous_store() {
 // ------------------------------------------------------------------------------- hostile tools
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn tools_printing_garbage_or_doing_nothing_fail_their_resources_and_the_rest_converges() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let seed = fault_seed(0x0067_6172_6261_6765);
     eprintln!("hostile tools: seed {seed}");
     let probe = Scratch::new("garbage-probe");
@@ -214,11 +196,10 @@ fn tools_printing_garbage_or_doing_nothing_fail_their_resources_and_the_rest_con
     };
     // pacman and podman print garbage; the real systemctl converges the unit.
     let host = live("garbage", &stub(&cat), &stub(&cat));
-    let started = Instant::now();
-    let report = apply_json(&host, &declaration, 1);
+    let report = host.apply_json(&declaration, 1);
     let unit_active = status(&format!("systemctl --user is-active --quiet {unit}"));
-    let podman = failure(&report, "faultweb");
-    let pacman = failure(&report, "mesh-e");
+    let podman = failure(&report, "faultweb").detail;
+    let pacman = failure(&report, "mesh-e").detail;
     eprintln!("garbage podman: {podman}\ngarbage pacman: {pacman}");
     assert!(
         podman.contains("podman ps") && podman.contains("unexpected"),
@@ -229,14 +210,20 @@ fn tools_printing_garbage_or_doing_nothing_fail_their_resources_and_the_rest_con
         "{pacman}"
     );
     assert_eq!(unit_active, 0, "the unit converged beside them: {report:#}");
-    assert!(started.elapsed() < WAIT);
+    // Garbage is judged when it arrives, never waited on until the tools' timeouts.
+    assert!(
+        failures(&report)
+            .iter()
+            .all(|f| !f.detail.contains("reached its timeout")),
+        "{report:#}"
+    );
 
     // pacman and podman exit 0 having done nothing: caught by the check after the apply.
     let lazy_podman = stub(r#"case "$1" in ps) echo '[]';; esac; exit 0"#);
     let host = live("lazy", &stub("exit 0"), &lazy_podman);
-    let report = apply_json(&host, &declaration, 1);
+    let report = host.apply_json(&declaration, 1);
     for key in ["mesh-e", "faultweb"] {
-        let detail = failure(&report, key);
+        let detail = failure(&report, key).detail;
         eprintln!("did nothing, {key}: {detail}");
         assert!(
             detail.contains("the tool reported success, but it still differs"),
@@ -255,15 +242,14 @@ fn tools_printing_garbage_or_doing_nothing_fail_their_resources_and_the_rest_con
         &format!(r#"{{"systemctl": {}}}"#, stub(&cat)),
     );
     offline.offline_root = true;
-    let report = apply_json(
-        &offline,
+    let report = offline.apply_json(
         &format!(
             r#"{{"schema": 1, "units": {{"{unit}": {{"enabled": true}}}},
                 "files": {{"/etc/motd": {{"content": "still here\n"}}}}}}"#
         ),
         1,
     );
-    let detail = failure(&report, &unit);
+    let detail = failure(&report, &unit).detail;
     eprintln!("garbage systemctl: {detail}");
     assert_eq!(
         std::fs::read_to_string(offline.target("/etc/motd"))
@@ -382,17 +368,25 @@ fn a_run_lasting_five_heartbeats_keeps_the_link() {
     );
     let report = cp.reports()[0].clone();
     let took = report["ended"].as_u64().unwrap_or(0) - report["started"].as_u64().unwrap_or(0);
-    assert!(took >= 5, "the run took {took} s: {report:#}");
+    assert!(marker.exists(), "the run had no slow pacman: {report:#}");
     // Long enough after the run for a host that judged the link dead to have come back.
     std::thread::sleep(Duration::from_secs(4));
-    let silence = cp.longest_silence();
-    eprintln!(
-        "a {took} s run: the control plane heard from the host at least every {} ms",
-        silence.as_millis()
-    );
-    assert_eq!(cp.dead_hosts(), 0, "{}", service.log());
-    assert!(silence < Duration::from_secs(3), "silent for {silence:?}");
-    assert_eq!(cp.connections(), 1, "a reconnect: {}", service.log());
+    // Never silent for the control plane's liveness (3 s): it judged no host dead, and the one
+    // link lasted. The longest silence it saw is printed as a figure.
+    let link_kept = |during: &str| {
+        eprintln!(
+            "{during}: the control plane heard from the host at least every {} ms",
+            cp.longest_silence().as_millis()
+        );
+        assert_eq!(cp.dead_hosts(), 0, "{during}: {}", service.log());
+        assert_eq!(
+            cp.connections(),
+            1,
+            "{during}, a reconnect: {}",
+            service.log()
+        );
+    };
+    link_kept(&format!("a {took} s run"));
     assert_eq!(cp.reports().len(), 1, "a second run: {:#?}", cp.reports());
     assert_eq!(service.runs().len(), 1, "{}", service.log());
     assert!(!service.log().contains("link ended"), "{}", service.log());
@@ -415,14 +409,7 @@ fn a_run_lasting_five_heartbeats_keeps_the_link() {
         "{}",
         service.log()
     );
-    let silence = cp.longest_silence();
-    eprintln!(
-        "a 5.5 s wait for the store's lock: heard at least every {} ms",
-        silence.as_millis()
-    );
-    assert_eq!(cp.dead_hosts(), 0, "{}", service.log());
-    assert!(silence < Duration::from_secs(3), "silent for {silence:?}");
-    assert_eq!(cp.connections(), 1, "a reconnect: {}", service.log());
+    link_kept("a 5.5 s wait for the store's lock");
 }
 
 /// A declaration at the limit, escaped the worst way (every byte of its file a `"`: 2 bytes in
@@ -783,8 +770,9 @@ fn check_runs(runs: &[Value], digest_a: &str, digest_b: &str, problems: &mut BTr
 // ---------------------------------------------------------------- odd units beside a normal one
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_masked_and_an_alias_unit_beside_a_normal_one_fail_only_themselves() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let tag = format!("mesh-faults-odd-{}", std::process::id());
     let normal = format!("{tag}-normal.service");
     let masked = format!("{tag}-masked.service");
@@ -817,9 +805,9 @@ fn a_masked_and_an_alias_unit_beside_a_normal_one_fail_only_themselves() {
             "{masked}": {{"active": true}},
             "{alias}": {{"enabled": true, "active": true}}}}}}"#
     );
-    let report = apply_json(&host, &declaration, 1);
-    let failures = report["failures"].as_array().cloned().unwrap_or_default();
-    let masked_failure = failure(&report, &masked);
+    let report = host.apply_json(&declaration, 1);
+    let failures = failures(&report);
+    let masked_failure = failure(&report, &masked).detail;
     let normal_active = status(&format!("systemctl --user is-active --quiet {normal}"));
     let real_active = status(&format!("systemctl --user is-active --quiet {real}"));
     let masked_link = std::fs::read_link(dir.join(&masked)).ok();
@@ -881,11 +869,11 @@ fn pacman_at_its_timeout_gets_sigint_then_its_grace_then_sigkill() {
             label,
             &format!(r#"{{"pacman": {}}}"#, hanging_pacman(&record, on_int)),
         );
-        let started = Instant::now();
-        let report = apply_json(&host, r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 1);
-        let detail = failure(&report, "mesh-e");
+        let report = host.apply_json(r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 1);
+        let failed = failure(&report, "mesh-e");
+        let detail = failed.detail;
         eprintln!("{label}: {detail}");
-        assert!(detail.starts_with("\"create\": "), "{detail}");
+        assert_eq!(failed.action, "create", "{detail}");
         assert!(detail.contains("reached its timeout of 1 s"), "{detail}");
         assert!(detail.contains(says), "{detail}");
         assert!(detail.contains("transaction started"), "{detail}");
@@ -894,9 +882,8 @@ fn pacman_at_its_timeout_gets_sigint_then_its_grace_then_sigkill() {
             std::fs::read_to_string(&record).unwrap_or_default(),
             signals
         );
-        assert!(started.elapsed() < WAIT);
         let status = host.run(&["status"]);
-        assert!(status.stdout.contains(says), "{status:?}");
+        status.assert_stdout(says);
     }
 }
 
@@ -921,17 +908,16 @@ fn a_package_query_failing_as_a_whole_is_retried_by_halves_onto_the_name_that_ca
         .chain(["mesh-poison"])
         .map(|n| format!(r#""{n}": {{"state": "absent"}}"#))
         .collect();
-    let report = apply_json(
-        &host,
+    let report = host.apply_json(
         &format!(r#"{{"schema": 1, "packages": {{{}}}}}"#, members.join(", ")),
         1,
     );
-    let failures = report["failures"].as_array().cloned().unwrap_or_default();
+    let failures = failures(&report);
     assert_eq!(failures.len(), 1, "{report:#}");
-    let detail = failure(&report, "mesh-poison");
+    let failed = failure(&report, "mesh-poison");
     assert!(
-        detail.starts_with("\"observe\"") && detail.contains("database entry of mesh-poison"),
-        "{detail}"
+        failed.action == "observe" && failed.detail.contains("database entry of mesh-poison"),
+        "{failed:?}"
     );
     assert_eq!(report["in_sync"], 7, "{report:#}");
     let runs = host.run(&["status", "--json"]).json();

@@ -7,6 +7,17 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use support::{snapshot, Scratch};
 
+/// A host that applied the one file `/etc/a` ("a"), and that declaration.
+fn applied_one_file(label: &str) -> (Scratch, std::path::PathBuf) {
+    let host = Scratch::new(label);
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+    );
+    host.apply(&file, 0);
+    (host, file)
+}
+
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::symlink_metadata(path)
         .expect("exists")
@@ -25,7 +36,7 @@ fn apply_creates_then_changes_nothing_and_says_so() {
             "/etc/blob.bin": {"content_base64": "AAEC/w=="}}}"#,
     );
     let out = host.apply(&file, 0);
-    assert!(out.stdout.contains("+ files /etc/app/app.conf"), "{out:?}");
+    out.assert_stdout("+ files /etc/app/app.conf");
     assert_eq!(
         std::fs::read(host.target("/etc/app/app.conf")).unwrap(),
         b"port = 80\n"
@@ -38,16 +49,10 @@ fn apply_creates_then_changes_nothing_and_says_so() {
     assert_eq!(mode(&host.target("/etc/blob.bin")), 0o644);
 
     let again = host.apply(&file, 0);
-    assert!(again.stdout.contains("0 changed, 2 in sync"), "{again:?}");
+    again.assert_stdout("0 changed, 2 in sync");
     let status = host.run(&["status"]);
-    assert!(
-        status.stdout.contains("revision 7, from local file"),
-        "{status:?}"
-    );
-    assert!(
-        status.stdout.contains("apply converged (0 changed"),
-        "{status:?}"
-    );
+    status.assert_stdout("revision 7, from local file");
+    status.assert_stdout("apply converged (0 changed");
     let owned = host.run(&["owned", "--json"]).json();
     let states: Vec<&str> = owned["owned"]
         .as_array()
@@ -70,21 +75,16 @@ fn drift_is_seen_by_owned_and_repaired() {
     std::fs::write(&target, "edited by hand\n").unwrap();
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
     let owned = host.run(&["owned"]);
-    assert!(
-        owned
-            .stdout
-            .contains("drifted: content (15 -> 6 bytes), mode 0600 -> 0644"),
-        "{owned:?}"
-    );
+    owned.assert_stdout("drifted: content (15 -> 6 bytes), mode 0600 -> 0644");
     let out = host.run(&["reconcile"]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.contains("~ files /etc/motd"), "{out:?}");
+    out.assert_stdout("~ files /etc/motd");
     assert_eq!(std::fs::read(&target).unwrap(), b"hello\n");
     assert_eq!(mode(&target), 0o644);
     // chmod alone is drift too, repaired without rewriting the content.
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o666)).unwrap();
     let out = host.apply(&file, 0);
-    assert!(out.stdout.contains("mode 0666 -> 0644"), "{out:?}");
+    out.assert_stdout("mode 0666 -> 0644");
     assert_eq!(mode(&target), 0o644);
 }
 
@@ -104,20 +104,12 @@ fn release_removes_created_files_and_restores_adopted_ones_byte_for_byte() {
     host.apply(&declared, 0);
     assert_eq!(std::fs::read(&adopted).unwrap(), b"ALL: LOCAL\n");
     let owned = host.run(&["owned"]);
-    assert!(owned.stdout.contains("adopted"), "{owned:?}");
+    owned.assert_stdout("adopted");
 
     let empty = host.declaration("empty.json", r#"{"schema": 1}"#);
     let out = host.apply(&empty, 0);
-    assert!(
-        out.stdout
-            .contains("- files /etc/new/deep/app.conf: released; mesh-host created it"),
-        "{out:?}"
-    );
-    assert!(
-        out.stdout
-            .contains("~ files /etc/hosts.allow: released; original restored"),
-        "{out:?}"
-    );
+    out.assert_stdout("- files /etc/new/deep/app.conf: released; mesh-host created it");
+    out.assert_stdout("~ files /etc/hosts.allow: released; original restored");
     assert_eq!(std::fs::read(&adopted).unwrap(), original);
     assert_eq!(mode(&adopted), 0o600);
     assert!(
@@ -164,11 +156,7 @@ fn absent_removes_a_file_the_host_does_not_own() {
         r#"{"schema": 1, "files": {"/etc/old.conf": {"state": "absent"}}}"#,
     );
     let out = host.apply(&file, 0);
-    assert!(
-        out.stdout
-            .contains("- files /etc/old.conf: declared absent"),
-        "{out:?}"
-    );
+    out.assert_stdout("- files /etc/old.conf: declared absent");
     assert!(!host.target("/etc/old.conf").exists());
     let status = host.run(&["status", "--json"]).json();
     let run = &status["runs"][0];
@@ -178,12 +166,7 @@ fn absent_removes_a_file_the_host_does_not_own() {
 
 #[test]
 fn an_invalid_declaration_changes_nothing_at_all() {
-    let host = Scratch::new("invalid");
-    let good = host.declaration(
-        "good.json",
-        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
-    );
-    host.apply(&good, 0);
+    let (host, _) = applied_one_file("invalid");
     let before = (snapshot(&host.root()), snapshot(&host.state()));
     let bad = host.declaration(
         "bad.json",
@@ -191,20 +174,9 @@ fn an_invalid_declaration_changes_nothing_at_all() {
             "/etc/c": {"content": "c", "ownr": "root"}}}"#,
     );
     let out = host.apply(&bad, 2);
-    assert!(
-        out.stderr.contains("2 problems; nothing was applied"),
-        "{out:?}"
-    );
-    assert!(
-        out.stderr
-            .contains(r#"files["/etc/b"].mode: "0999" is not an octal mode"#),
-        "{out:?}"
-    );
-    assert!(
-        out.stderr
-            .contains(r#"files["/etc/c"]: unknown field "ownr""#),
-        "{out:?}"
-    );
+    out.assert_stderr("2 problems; nothing was applied");
+    out.assert_stderr(r#"files["/etc/b"].mode: "0999" is not an octal mode"#);
+    out.assert_stderr(r#"files["/etc/c"]: unknown field "ownr""#);
     assert_eq!((snapshot(&host.root()), snapshot(&host.state())), before);
     // Not JSON at all, and over the size limit: the same.
     let garbage = host.declaration("garbage.json", "{\"schema\": 1,");
@@ -221,11 +193,7 @@ fn the_hosts_own_files_are_refused_and_nothing_is_applied() {
             "/etc/mesh-host/config.json": {"content": "{}"}}}"#,
     );
     let out = host.apply(&file, 2);
-    assert!(
-        out.stderr
-            .contains("refused: /etc/mesh-host is the host's own configuration"),
-        "{out:?}"
-    );
+    out.assert_stderr("refused: /etc/mesh-host is the host's own configuration");
     assert!(!host.target("/etc/ok.conf").exists());
     assert!(
         !host.state().exists(),
@@ -247,21 +215,9 @@ fn a_symlinked_parent_is_refused_and_never_followed() {
             "/etc/dir.conf": {"content": "x"}, "/etc/fine.conf": {"content": "x"}}}"#,
     );
     let out = host.apply(&file, 1);
-    assert!(
-        out.stdout
-            .contains("/etc/app is a symlink; mesh-host never follows symlinks"),
-        "{out:?}"
-    );
-    assert!(
-        out.stdout
-            .contains("/etc/link.conf is a symlink; mesh-host does not replace it"),
-        "{out:?}"
-    );
-    assert!(
-        out.stdout
-            .contains("/etc/dir.conf is a directory; mesh-host does not replace it"),
-        "{out:?}"
-    );
+    out.assert_stdout("/etc/app is a symlink; mesh-host never follows symlinks");
+    out.assert_stdout("/etc/link.conf is a symlink; mesh-host does not replace it");
+    out.assert_stdout("/etc/dir.conf is a directory; mesh-host does not replace it");
     assert_eq!(
         std::fs::read_dir(&outside).unwrap().count(),
         0,
@@ -276,7 +232,9 @@ fn a_symlinked_parent_is_refused_and_never_followed() {
 }
 
 #[test]
+#[ignore = "needs root (chown): run ./tests/run.sh as root"]
 fn owners_resolve_against_the_target_roots_own_accounts() {
+    support::require_root("it chowns files to the declared owners");
     let host = Scratch::new("owners");
     std::fs::write(
         host.target("/etc/passwd"),
@@ -291,11 +249,7 @@ fn owners_resolve_against_the_target_roots_own_accounts() {
             "/etc/bad.conf": {"content": "b", "owner": "nobody-here"}}}"#,
     );
     let out = host.apply(&file, 1);
-    assert!(
-        out.stdout
-            .contains(r#"owner: user "nobody-here" does not exist in the target's /etc/passwd"#),
-        "{out:?}"
-    );
+    out.assert_stdout(r#"owner: user "nobody-here" does not exist in the target's /etc/passwd"#);
     let meta = std::fs::metadata(host.target("/etc/web.conf")).unwrap();
     assert_eq!((meta.uid(), meta.gid()), (4321, 4322));
     let meta = std::fs::metadata(host.target("/etc/num.conf")).unwrap();
@@ -344,12 +298,7 @@ fn under_root_links_in_the_mounted_disk_never_lead_onto_the_rescue_system() {
 #[test]
 fn a_second_apply_while_the_lock_is_held_exits_3_at_once() {
     use std::os::fd::AsRawFd;
-    let host = Scratch::new("lock");
-    let file = host.declaration(
-        "d.json",
-        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
-    );
-    host.apply(&file, 0);
+    let (host, file) = applied_one_file("lock");
     let lock = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -361,11 +310,7 @@ fn a_second_apply_while_the_lock_is_held_exits_3_at_once() {
         0
     );
     let out = host.apply(&file, 3);
-    assert!(
-        out.stderr
-            .contains("another reconcile holds the lock (pid 1 (test) since unix time 0)"),
-        "{out:?}"
-    );
+    out.assert_stderr("another reconcile holds the lock (pid 1 (test) since unix time 0)");
     drop(lock);
     host.apply(&file, 0);
 }
@@ -379,14 +324,11 @@ fn check_and_plan_change_nothing() {
     );
     let out = host.run(&["check", file.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.contains("valid (1 resources"), "{out:?}");
+    out.assert_stdout("valid (1 resources");
     let out = host.run(&["plan", file.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(
-        out.stdout.contains("+ files /etc/a: 1 bytes, mode 0644"),
-        "{out:?}"
-    );
-    assert!(out.stdout.contains("1 would change"), "{out:?}");
+    out.assert_stdout("+ files /etc/a: 1 bytes, mode 0644");
+    out.assert_stdout("1 would change");
     assert!(!host.target("/etc/a").exists());
     assert!(!host.state().exists());
     let bad = host.declaration(
@@ -395,27 +337,15 @@ fn check_and_plan_change_nothing() {
     );
     let out = host.run(&["check", bad.to_str().unwrap()]);
     assert_eq!(out.code, 2, "{out:?}");
-    assert!(
-        out.stderr
-            .contains(r#"files["/root/x"]: path is not under /etc"#),
-        "{out:?}"
-    );
+    out.assert_stderr(r#"files["/root/x"]: path is not under /etc"#);
 }
 
 #[test]
 fn an_unreadable_store_is_reported_and_left_alone() {
-    let host = Scratch::new("corrupt");
-    let file = host.declaration(
-        "d.json",
-        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
-    );
-    host.apply(&file, 0);
+    let (host, file) = applied_one_file("corrupt");
     std::fs::write(host.state().join("ledger.json"), "{ torn").unwrap();
     let out = host.apply(&file, 4);
-    assert!(
-        out.stderr.contains("ledger.json: cannot be read"),
-        "{out:?}"
-    );
+    out.assert_stderr("ledger.json: cannot be read");
     assert_eq!(
         std::fs::read(host.state().join("ledger.json")).unwrap(),
         b"{ torn"
@@ -427,13 +357,10 @@ fn usage_errors_exit_2_with_help_pointer() {
     let host = Scratch::new("usage");
     let out = host.run(&["frobnicate"]);
     assert_eq!(out.code, 2);
-    assert!(
-        out.stderr.contains("unknown command \"frobnicate\""),
-        "{out:?}"
-    );
+    out.assert_stderr("unknown command \"frobnicate\"");
     let out = host.run(&["--help"]);
     assert_eq!(out.code, 0);
-    assert!(out.stdout.contains("Exit codes"), "{out:?}");
+    out.assert_stdout("Exit codes");
 }
 
 #[test]
@@ -461,16 +388,11 @@ fn directories_the_host_creates_are_0755_whatever_the_umask() {
 
 #[test]
 fn a_store_left_readable_is_made_0700_again_with_a_warning() {
-    let host = Scratch::new("store-mode");
-    let file = host.declaration(
-        "d.json",
-        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
-    );
-    host.apply(&file, 0);
+    let (host, file) = applied_one_file("store-mode");
     assert_eq!(mode(&host.state()), 0o700);
     std::fs::set_permissions(host.state(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = host.apply(&file, 0);
-    assert!(out.stderr.contains("had mode 0755; set to 0700"), "{out:?}");
+    out.assert_stderr("had mode 0755; set to 0700");
     assert_eq!(mode(&host.state()), 0o700);
     let out = host.apply(&file, 0);
     assert!(
@@ -481,12 +403,7 @@ fn a_store_left_readable_is_made_0700_again_with_a_warning() {
 
 #[test]
 fn a_corrupt_run_history_is_set_aside_and_the_run_still_recorded() {
-    let host = Scratch::new("runs-corrupt");
-    let file = host.declaration(
-        "d.json",
-        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
-    );
-    host.apply(&file, 0);
+    let (host, _) = applied_one_file("runs-corrupt");
     std::fs::write(host.state().join("runs.json"), "[{ torn").unwrap();
     let file = host.declaration(
         "d.json",
@@ -494,7 +411,7 @@ fn a_corrupt_run_history_is_set_aside_and_the_run_still_recorded() {
     );
     // The run changes the machine: it exits 0 and is recorded, never exit 4 with no record.
     let out = host.apply(&file, 0);
-    assert!(out.stderr.contains("runs.json was unreadable"), "{out:?}");
+    out.assert_stderr("runs.json was unreadable");
     assert_eq!(std::fs::read(host.target("/etc/a")).unwrap(), b"b");
     let aside: Vec<String> = std::fs::read_dir(host.state())
         .unwrap()

@@ -7,7 +7,6 @@ mod support;
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -48,7 +47,9 @@ fn mode_owner(host: &Scratch, name: &str) -> (u32, u32) {
 }
 
 #[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn a_join_writes_the_identity_and_the_service_then_connects() {
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     cp.add_token("tok-1", HOUR);
@@ -66,8 +67,8 @@ fn a_join_writes_the_identity_and_the_service_then_connects() {
     let joined = cp.joined();
     assert_eq!(joined.len(), 1);
     let (node, secret) = &joined[0];
-    assert!(out.stdout.contains(&format!("as node {node:?}")), "{out:?}");
-    assert!(out.stdout.contains("the service is not running"), "{out:?}");
+    out.assert_stdout(&format!("as node {node:?}"));
+    out.assert_stdout("the service is not running");
 
     // The config keeps its other fields and its mode, and gains the control plane.
     let c = config(&host);
@@ -105,7 +106,9 @@ fn a_join_writes_the_identity_and_the_service_then_connects() {
 }
 
 #[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn a_running_service_is_signalled_and_connects() {
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     cp.add_token("tok-hup", HOUR);
@@ -122,18 +125,16 @@ fn a_running_service_is_signalled_and_connects() {
     );
     let out = join(host, &cp, "tok-hup", &[]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(
-        out.stdout
-            .contains(&format!("the service (pid {}) reloads", service.pid())),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("the service (pid {}) reloads", service.pid()));
     let node = cp.joined()[0].0.clone();
     assert!(cp.wait_for_hello(&node, WAIT), "{}", service.log());
     assert!(service.log().contains("configuration reloaded"));
 }
 
 #[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn a_wrong_ca_hash_writes_nothing_and_spends_no_token() {
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     cp.add_token("tok-2", HOUR);
@@ -152,13 +153,10 @@ fn a_wrong_ca_hash_writes_nothing_and_spends_no_token() {
     ]);
     assert_eq!(out.code, 2, "{out:?}");
     let actual = cp.ca_hash();
-    assert!(
-        out.stderr.contains(&format!(
-            "the control plane's CA has {actual}, not the {wrong} you gave: check --ca-hash with \
+    out.assert_stderr(&format!(
+        "the control plane's CA has {actual}, not the {wrong} you gave: check --ca-hash with \
              the control plane's operator"
-        )),
-        "{out:?}"
-    );
+    ));
     assert_eq!(snapshot(&host.dir), before);
     assert!(cp.join_requests().is_empty(), "the token was sent");
     // The same token still works with the right hash.
@@ -166,7 +164,9 @@ fn a_wrong_ca_hash_writes_nothing_and_spends_no_token() {
 }
 
 #[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn a_reused_expired_or_unknown_token_is_refused_with_what_to_do() {
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     cp.add_token("once", HOUR);
@@ -197,7 +197,9 @@ fn a_reused_expired_or_unknown_token_is_refused_with_what_to_do() {
 }
 
 #[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn an_unreachable_control_plane_is_reported() {
+    support::require_root("mesh-host join refuses to run as anyone else");
     let port = {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.local_addr().expect("addr").port()
@@ -225,7 +227,9 @@ fn an_unreachable_control_plane_is_reported() {
 }
 
 #[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn joining_twice_is_refused_unless_forced() {
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     for token in ["a", "b"] {
@@ -256,7 +260,9 @@ fn joining_twice_is_refused_unless_forced() {
 }
 
 #[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn a_missing_config_is_created() {
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     cp.add_token("fresh", HOUR);
@@ -274,12 +280,8 @@ fn join_reading_token(host: &Scratch, cp: &ControlPlane, args: &[&str], stdin: &
     use std::io::Write;
     let url = format!("https://{}", cp.join_addr());
     let hash = cp.ca_hash();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
-        .arg("--config")
-        .arg(host.dir.join("config.json"))
-        .arg("--state-dir")
-        .arg(host.state())
-        .args(["join", "--control-plane", &url, "--ca-hash", &hash])
+    let mut child = host
+        .command(&["join", "--control-plane", &url, "--ca-hash", &hash])
         .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -289,16 +291,13 @@ fn join_reading_token(host: &Scratch, cp: &ControlPlane, args: &[&str], stdin: &
     let mut input = child.stdin.take().expect("stdin");
     input.write_all(stdin.as_bytes()).expect("write stdin");
     drop(input);
-    let out = child.wait_with_output().expect("join");
-    Output {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Output::from(child.wait_with_output().expect("join"))
 }
 
 #[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn the_token_can_come_from_a_file_or_standard_input() {
+    support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
     cp.add_token("tok-file", HOUR);
@@ -349,7 +348,7 @@ fn not_root_and_bad_arguments_are_refused() {
     let before = snapshot(&host.dir);
     let hash = format!("sha256:{}", "00".repeat(32));
     // As nobody: refused before anything is read or sent.
-    let out = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+    let out = support::mesh_host()
         .args(["--config", "/nonexistent/config.json", "join"])
         .args(["--control-plane", "https://127.0.0.1:1", "--token", "t"])
         .args(["--ca-hash", &hash])
@@ -399,7 +398,9 @@ fn not_root_and_bad_arguments_are_refused() {
 }
 
 #[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn a_server_whose_certificate_does_not_chain_to_the_pinned_ca_gets_no_token() {
+    support::require_root("mesh-host join refuses to run as anyone else");
     // Serves the real CA on /v1/ca (so the hash matches) but presents another CA's certificate.
     let real = Pki::new();
     let rogue = Pki::rogue();
@@ -415,7 +416,7 @@ fn a_server_whose_certificate_does_not_chain_to_the_pinned_ca_gets_no_token() {
     let before = snapshot(&host.dir);
     let out = join(&host, &cp, "stolen", &[]);
     assert_eq!(out.code, 4, "{out:?}");
-    assert!(out.stderr.contains("TLS handshake failed"), "{out:?}");
+    out.assert_stderr("TLS handshake failed");
     assert!(
         cp.join_requests().is_empty(),
         "the token reached the impostor"

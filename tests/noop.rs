@@ -45,24 +45,11 @@ fn declaration(sb: &Sandbox, per_kind: usize) -> Value {
     })
 }
 
-fn apply_json(host: &Scratch, declaration: &Value) -> (i32, Value) {
-    let file = host.declaration("declaration.json", &declaration.to_string());
-    let out = host.run(&[
-        "apply",
-        "--json",
-        "--trace-commands",
-        file.to_str().expect("utf-8 path"),
-    ]);
-    (out.code, out.json())
-}
-
 /// Applies `per_kind` resources of each kind, then returns the second (no-op) apply's commands.
 fn no_op_commands(sb: &Sandbox, host: &Scratch, per_kind: usize) -> Vec<String> {
     let declaration = declaration(sb, per_kind);
-    let (code, first) = apply_json(host, &declaration);
-    assert_eq!(code, 0, "first apply of {per_kind} per kind: {first:#}");
-    let (code, second) = apply_json(host, &declaration);
-    assert_eq!(code, 0, "no-op apply: {second:#}");
+    host.apply_json(&declaration.to_string(), 0);
+    let second = host.apply_json(&declaration.to_string(), 0);
     for list in ["changes", "failures", "deferred", "adopted"] {
         assert_eq!(second[list], json!([]), "{list} of a no-op: {second:#}");
     }
@@ -86,14 +73,15 @@ fn no_op_commands(sb: &Sandbox, host: &Scratch, per_kind: usize) -> Vec<String> 
 }
 
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn no_op_command_count_does_not_grow_with_resources() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let host = sb.host("noop", "");
     let few = no_op_commands(&sb, &host, 2);
     let many = no_op_commands(&sb, &host, 20);
 
     // Release everything (packages, /etc files, units, containers) before judging.
-    let (code, released) = apply_json(&host, &json!({"schema": 1}));
+    let released = host.apply_json(r#"{"schema": 1}"#, 0);
     let dir = format!("/etc/mesh-it-{}", std::process::id());
     let left = std::path::Path::new(&dir).exists();
 
@@ -109,7 +97,6 @@ fn no_op_command_count_does_not_grow_with_resources() {
         assert!(calls(&many) >= 1, "{tool} observed nothing: {many:?}");
         assert_eq!(calls(&few), calls(&many), "{tool}: {few:?}\n{many:?}");
     }
-    assert_eq!(code, 0, "release: {released:#}");
     assert_eq!(released["failures"], json!([]), "{released:#}");
     assert!(!left, "{dir} is left behind after releasing its files");
 }
@@ -118,8 +105,9 @@ fn no_op_command_count_does_not_grow_with_resources() {
 /// and 2.5 MB of names against the kernel's 2 MB): each batched query is split, still a handful
 /// of commands per kind, and every name is answered.
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn tens_of_thousands_of_names_are_split_under_the_argument_limit() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let host = sb.host("many-names", "");
     let pid = std::process::id();
     let long = "x".repeat(200);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/run.sh - THE test command of mesh-host (as root: `./tests/run.sh [cargo test args]`).
 # Builds a fresh sandbox with real pacman, systemctl --user and podman (tests/sandbox/setup.sh),
-# always tears it down on exit, and runs `cargo test --all-targets "$@"` with the sandbox's env
-# and MESH_REQUIRE_SANDBOX=1. Exits with cargo's status (2 when not root). SKIP_APT=1: no apt-get.
+# always tears it down on exit, and runs `cargo test --all-targets --no-fail-fast "$@"` with the
+# sandbox's env and `--include-ignored`: the tests marked `#[ignore = "needs the sandbox ..."]` or
+# `"needs root ..."` run too. Exits with cargo's status (2 when not root). SKIP_APT=1: no apt-get.
 set -euo pipefail
 if [ "$(id -u)" != 0 ]; then
   echo "tests/run.sh: the integration tests drive real pacman, systemd and podman in a sandbox" >&2
@@ -16,7 +17,14 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 tests/sandbox/setup.sh
 source "$MESH_SANDBOX/env"
-export MESH_REQUIRE_SANDBOX=1
+# The test binaries' own arguments follow a `--`; add --include-ignored to them.
+args=("$@")
+separator=no
+for arg in "${args[@]}"; do
+  [ "$arg" = -- ] && separator=yes
+done
+[ "$separator" = yes ] || args+=(--)
+args+=(--include-ignored)
 status=0
-cargo test --all-targets --no-fail-fast "$@" || status=$?
+cargo test --all-targets --no-fail-fast "${args[@]}" || status=$?
 exit "$status"

@@ -46,6 +46,17 @@ fn node(label: &str, pki: &Pki, cp: Option<&ControlPlane>, extra: &str) -> Servi
     Service::start(host)
 }
 
+/// Waits until the node's /etc/motd is the line `text`; fails with the service's log.
+fn assert_motd(node: &Service, text: &str) {
+    let want = format!("{text}\n");
+    assert!(
+        wait_until(WAIT, || node.read("/etc/motd").as_deref()
+            == Some(want.as_str())),
+        "/etc/motd never became {want:?}\n{}",
+        node.log()
+    );
+}
+
 fn motd(text: &str) -> String {
     format!(
         r#"{{"schema": 1, "files": {{"/etc/motd": {{"content": "{text}\n", "mode": "0644"}}}}}}"#
@@ -77,11 +88,7 @@ fn a_pushed_declaration_is_applied_and_reported() {
     let cp = control_plane(&pki, Behaviour::Normal);
     cp.declare(1, &motd("one"));
     let node = node("push", &pki, Some(&cp), r#""interval_secs": 600"#);
-    assert!(
-        wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("one\n")),
-        "{}",
-        node.log()
-    );
+    assert_motd(&node, "one");
     assert!(
         cp.wait_for(
             |r| has_report(r, |r| r["revision"] == 1
@@ -98,11 +105,7 @@ fn a_pushed_declaration_is_applied_and_reported() {
     assert_eq!(status["service"]["link"], "connected");
     assert_eq!(status["in_force"]["source"]["kind"], "control-plane");
     cp.declare(2, &motd("two"));
-    assert!(
-        wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("two\n")),
-        "{}",
-        node.log()
-    );
+    assert_motd(&node, "two");
 }
 
 #[test]
@@ -112,17 +115,9 @@ fn the_timer_repairs_drift_with_the_link_up_and_with_the_control_plane_gone() {
     cp.declare(1, &motd("held"));
     // The watcher would repair the edits first (tests/watch.rs): this is the timer's test.
     let node = node("drift", &pki, Some(&cp), r#""watch": false"#);
-    assert!(
-        wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")),
-        "{}",
-        node.log()
-    );
+    assert_motd(&node, "held");
     std::fs::write(node.host.target("/etc/motd"), "edited\n").unwrap();
-    assert!(
-        wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")),
-        "{}",
-        node.log()
-    );
+    assert_motd(&node, "held");
     assert!(cp.wait_for(
         |r| has_report(r, |r| triggers(r).contains(&"timer".into())
             && r["drift"][0]["key"] == "/etc/motd"),
@@ -135,11 +130,7 @@ fn the_timer_repairs_drift_with_the_link_up_and_with_the_control_plane_gone() {
         "edited while the mesh is down\n",
     )
     .unwrap();
-    assert!(
-        wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")),
-        "{}",
-        node.log()
-    );
+    assert_motd(&node, "held");
     assert!(wait_until(WAIT, || node.status()["service"]["link"] == "retrying"));
 }
 
@@ -150,11 +141,11 @@ fn after_a_control_plane_restart_the_host_reconnects_and_reports_from_its_outbox
     let addr = cp.addr();
     cp.declare(1, &motd("held"));
     let node = node("outbox", &pki, Some(&cp), r#""watch": false"#);
-    assert!(wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")));
+    assert_motd(&node, "held");
     cp.stop();
     // A run the control plane cannot hear about yet: drift repaired while it is down.
     std::fs::write(node.host.target("/etc/motd"), "edited\n").unwrap();
-    assert!(wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("held\n")));
+    assert_motd(&node, "held");
     // The run record is written just after the file: wait for it rather than race it.
     let runs_with_changes = || {
         node.runs()
@@ -233,7 +224,7 @@ fn a_stale_revision_is_ignored_and_an_invalid_declaration_rejected() {
     let cp = control_plane(&pki, Behaviour::Normal);
     cp.declare(5, &motd("five"));
     let node = node("stale", &pki, Some(&cp), r#""interval_secs": 600"#);
-    assert!(wait_until(WAIT, || node.read("/etc/motd").as_deref() == Some("five\n")));
+    assert_motd(&node, "five");
     cp.send_declare(3, &motd("three"));
     assert!(
         cp.wait_for(
@@ -295,12 +286,7 @@ fn a_control_plane_not_signed_by_the_pinned_ca_is_refused() {
 #[test]
 fn hostile_control_planes_drop_the_link_and_the_host_reconnects() {
     let pki = Pki::new();
-    for behaviour in [
-        Behaviour::Garbage,
-        Behaviour::OversizedFrame,
-        Behaviour::HalfFrameThenSilence,
-        Behaviour::Silent,
-    ] {
+    for behaviour in Behaviour::HOSTILE {
         let cp = control_plane(&pki, behaviour);
         let mut node = node("hostile", &pki, Some(&cp), "");
         assert!(
@@ -381,12 +367,7 @@ fn the_rejection_of_a_huge_bad_declaration_is_capped() {
     assert!(message.contains(r#"files["etc/bad-000000"]: path is not absolute"#));
     assert!(message.contains("more lines"), "the rest is counted");
     cp.declare(6, &motd("after"));
-    assert!(
-        wait_until(WAIT, || node.read("/etc/motd").as_deref()
-            == Some("after\n")),
-        "{}",
-        node.log()
-    );
+    assert_motd(&node, "after");
 }
 
 #[test]
@@ -422,11 +403,7 @@ fn sigterm_during_a_run_ends_cleanly_and_records_it_interrupted() {
     let out = node.host.run(&["apply", declaration.to_str().unwrap()]);
     // The stub exits 0 without installing anything, which the host catches.
     assert_eq!(out.code, 1, "{out:?}");
-    assert!(
-        out.stdout
-            .contains("the tool reported success, but it still differs"),
-        "{out:?}"
-    );
+    out.assert_stdout("the tool reported success, but it still differs");
     std::fs::remove_file(node.host.target("/etc/motd")).unwrap();
     node.restart(&[]);
     assert!(
@@ -460,12 +437,7 @@ fn sigusr1_reconciles_now() {
         .contains("reconciling (start)")));
     std::fs::write(node.host.target("/etc/motd"), "edited\n").unwrap();
     node.signal(libc::SIGUSR1);
-    assert!(
-        wait_until(WAIT, || node.read("/etc/motd").as_deref()
-            == Some("hello\n")),
-        "{}",
-        node.log()
-    );
+    assert_motd(&node, "hello");
     assert!(wait_until(WAIT, || node
         .runs()
         .iter()
@@ -478,8 +450,7 @@ fn a_local_apply_is_reported_and_replaced_by_the_next_declaration() {
     let cp = control_plane(&pki, Behaviour::Normal);
     cp.declare(1, &motd("from the mesh"));
     let node = node("local", &pki, Some(&cp), r#""interval_secs": 600"#);
-    assert!(wait_until(WAIT, || node.read("/etc/motd").as_deref()
-        == Some("from the mesh\n")));
+    assert_motd(&node, "from the mesh");
     let local: PathBuf = node
         .host
         .declaration("local.json", &motd("rescued by hand"));
@@ -496,12 +467,7 @@ fn a_local_apply_is_reported_and_replaced_by_the_next_declaration() {
     );
     assert_eq!(node.status()["in_force"]["source"]["kind"], "local");
     cp.declare(2, &motd("from the mesh again"));
-    assert!(
-        wait_until(WAIT, || node.read("/etc/motd").as_deref()
-            == Some("from the mesh again\n")),
-        "{}",
-        node.log()
-    );
+    assert_motd(&node, "from the mesh again");
 }
 
 #[test]
@@ -514,12 +480,7 @@ fn sighup_reloads_the_config_and_a_bad_one_keeps_the_old() {
         .log()
         .contains("reconciling (start)")));
     // A config the host cannot read: the old one stays and the service lives.
-    std::fs::write(
-        node.host.dir.join("config.json"),
-        r#"{"interval_secs": "often"}"#,
-    )
-    .unwrap();
-    node.signal(libc::SIGHUP);
+    node.reload_config(r#"{"interval_secs": "often"}"#);
     assert!(
         wait_until(WAIT, || node.log().contains("configuration not reloaded")),
         "{}",
@@ -532,14 +493,8 @@ fn sighup_reloads_the_config_and_a_bad_one_keeps_the_old() {
         node.host.dir.join("ca.pem").display(),
         node.host.dir.join("secret").display()
     );
-    std::fs::write(node.host.dir.join("config.json"), config).unwrap();
-    node.signal(libc::SIGHUP);
-    assert!(
-        wait_until(WAIT, || node.read("/etc/motd").as_deref()
-            == Some("joined later\n")),
-        "{}",
-        node.log()
-    );
+    node.reload_config(&config);
+    assert_motd(&node, "joined later");
     assert_eq!(cp.hellos().len(), 1);
 }
 

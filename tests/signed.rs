@@ -103,7 +103,7 @@ fn keygen_sign_check_apply_and_status_on_the_command_line() {
     );
     let again = signer.dir.run(&["keygen", "--out", &signer.key("alice")]);
     assert_eq!(again.code, 2, "{again:?}");
-    assert!(again.stderr.contains("never overwrites a key"), "{again:?}");
+    again.assert_stderr("never overwrites a key");
 
     // sign refuses what no host would apply, and a key file that is not one.
     let invalid = signer
@@ -113,13 +113,13 @@ fn keygen_sign_check_apply_and_status_on_the_command_line() {
         .dir
         .run(&["sign", "--key", &signer.key("alice"), path(&invalid)]);
     assert_eq!(out.code, 2, "{out:?}");
-    assert!(out.stderr.contains("unknown field \"revison\""), "{out:?}");
+    out.assert_stderr("unknown field \"revison\"");
     assert!(out.stdout.is_empty(), "{out:?}");
     let out = signer
         .dir
         .run(&["sign", "--key", path(&invalid), path(&invalid)]);
     assert_eq!(out.code, 2, "{out:?}");
-    assert!(out.stderr.contains("not a PEM private key"), "{out:?}");
+    out.assert_stderr("not a PEM private key");
 
     let plain = motd(1, "signed", None);
     let by_alice = signer.sign("alice", &plain);
@@ -133,24 +133,14 @@ fn keygen_sign_check_apply_and_status_on_the_command_line() {
     // check: who signed, and exit 2 while the config's keys are not satisfied.
     let out = host.run(&["check", path(&file("both.json", &by_both))]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(
-        out.stdout.contains(&format!("signed by {alice}: trusted")),
-        "{out:?}"
-    );
-    assert!(
-        out.stdout.contains(&format!("signed by {bob}: trusted")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("signed by {alice}: trusted"));
+    out.assert_stdout(&format!("signed by {bob}: trusted"));
     let out = host.run(&["check", path(&file("alice.json", &by_alice))]);
     assert_eq!(out.code, 2, "{out:?}");
-    assert!(
-        out.stderr
-            .contains("too few signatures: 1 valid signature by distinct trusted keys, 2 required"),
-        "{out:?}"
-    );
+    out.assert_stderr("too few signatures: 1 valid signature by distinct trusted keys, 2 required");
     let out = host.run(&["check", path(&file("plain.json", &plain))]);
     assert_eq!(out.code, 2, "{out:?}");
-    assert!(out.stderr.contains("unsigned"), "{out:?}");
+    out.assert_stderr("unsigned");
     let out = host.run(&[
         "check",
         "--json",
@@ -163,36 +153,26 @@ fn keygen_sign_check_apply_and_status_on_the_command_line() {
         path(&file("broken.json", r#"{"envelope": 1, "declaration": 7}"#)),
     ]);
     assert_eq!(out.code, 2, "{out:?}");
-    assert!(
-        out.stderr
-            .contains("declaration: must be a string, not a number"),
-        "{out:?}"
-    );
-    assert!(out.stderr.contains("signatures: missing"), "{out:?}");
+    out.assert_stderr("declaration: must be a string, not a number");
+    out.assert_stderr("signatures: missing");
 
     // Without trusted keys nothing is required, but a signature that does not verify still refuses.
     let untrusting = Scratch::new("signed-cli-untrusting");
     let out = untrusting.run(&["check", path(&host.dir.join("alice.json"))]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(
-        out.stdout.contains(&format!(
-            "signed by {alice}: valid, by a key not trusted here"
-        )),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!(
+        "signed by {alice}: valid, by a key not trusted here"
+    ));
     let out = untrusting.run(&["check", path(&host.dir.join("tampered.json"))]);
     assert_eq!(out.code, 2, "{out:?}");
-    assert!(out.stderr.contains("refused: bad signature"), "{out:?}");
+    out.assert_stderr("refused: bad signature");
 
     // apply: root owns the machine; a tampered envelope is refused, anything else applied.
     let before = snapshot(&host.dir.join("root"));
     let out = host.run(&["apply", path(&host.dir.join("tampered.json"))]);
     assert_eq!(out.code, 2, "{out:?}");
-    assert!(
-        out.stderr.contains(
-            "refused: bad signature: the text is not what every signer signed (signatures[0] by"
-        ),
-        "{out:?}"
+    out.assert_stderr(
+        "refused: bad signature: the text is not what every signer signed (signatures[0] by",
     );
     assert_eq!(snapshot(&host.dir.join("root")), before);
     host.apply(&host.dir.join("alice.json"), 0);
@@ -213,20 +193,14 @@ fn keygen_sign_check_apply_and_status_on_the_command_line() {
         "the bytes signed are the bytes hashed"
     );
     let out = host.run(&["status"]);
-    assert!(
-        out.stdout.contains(&format!("signed by {alice} (trusted)")),
-        "{out:?}"
-    );
+    out.assert_stdout(&format!("signed by {alice} (trusted)"));
 
     // Expiry does not stop a local apply, but status says it.
     let expired = signer.sign("alice", &motd(2, "old", Some(now() - 100)));
     host.apply(&file("expired.json", &expired), 0);
     let out = host.run(&["status"]);
-    assert!(out.stdout.contains("expired at unix time"), "{out:?}");
-    assert!(
-        out.stdout.contains("held until a newer one arrives"),
-        "{out:?}"
-    );
+    out.assert_stdout("expired at unix time");
+    out.assert_stdout("held until a newer one arrives");
     assert_eq!(
         host.run(&["status", "--json"]).json()["in_force"]["expired"],
         true
@@ -330,7 +304,9 @@ fn the_control_plane_relays_envelopes_and_the_host_accepts_only_what_its_keys_si
 }
 
 #[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
 fn join_trust_key_writes_the_trusted_keys_and_refuses_an_impossible_threshold_first() {
+    support::require_root("mesh-host join refuses to run as anyone else");
     let signer = Signer::new();
     let (alice, bob) = (signer.keygen("alice"), signer.keygen("bob"));
     let pki = Pki::new();
@@ -345,11 +321,7 @@ fn join_trust_key_writes_the_trusted_keys_and_refuses_an_impossible_threshold_fi
     };
     let out = join(&host, &["--trust-key", &alice]);
     assert_eq!(out.code, 2, "{out:?}");
-    assert!(
-        out.stderr
-            .contains("signatures_required: 2, more than the 1 trusted_keys"),
-        "{out:?}"
-    );
+    out.assert_stderr("signatures_required: 2, more than the 1 trusted_keys");
     assert!(cp.join_requests().is_empty(), "the token was not spent");
 
     std::fs::write(host.dir.join("config.json"), "{}").expect("config");

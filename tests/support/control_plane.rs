@@ -35,6 +35,16 @@ pub enum Behaviour {
     Silent,
 }
 
+impl Behaviour {
+    /// Every behaviour but `Normal`: what the hostile-peer tests go through.
+    pub const HOSTILE: [Behaviour; 4] = [
+        Behaviour::Garbage,
+        Behaviour::OversizedFrame,
+        Behaviour::HalfFrameThenSilence,
+        Behaviour::Silent,
+    ];
+}
+
 #[derive(Debug, Clone)]
 pub struct CpConfig {
     /// `None`: 127.0.0.1 on a free port. A stopped control plane's `addr()` brings it back there.

@@ -1,6 +1,12 @@
 //! Test support: run the real `mesh-host` binary against a scratch directory holding a target
 //! root, a store and a config; and, for the driver tests, the sandbox of real tools that
 //! `tests/run.sh` sets up (tests/sandbox/setup.sh).
+//!
+//! A test that needs what a plain `cargo test` lacks (the sandbox, root, node_exporter) is marked
+//! `#[ignore = "needs ..."]` saying what, and starts with `sandbox()` or `require_root`, which
+//! panic naming the setup: unprepared, it is listed as ignored or fails, never passes unchecked.
+//! `tests/run.sh` runs them all with `--include-ignored`. Every mesh-host command line is built by
+//! `Scratch::command` (or `mesh_host()`); `--json` reports are read with `apply_json`/`failure`.
 #![allow(dead_code)] // each test binary uses part of this module
 
 mod pacman_root;
@@ -27,7 +33,40 @@ impl std::fmt::Debug for Output {
     }
 }
 
+impl From<std::process::Output> for Output {
+    fn from(out: std::process::Output) -> Output {
+        Output {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// The `mesh-host` binary under test, with no arguments (`Scratch::command` adds a host's).
+pub fn mesh_host() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+}
+
 impl Output {
+    /// Asserts that stdout holds `text`; fails showing the whole output.
+    #[track_caller]
+    pub fn assert_stdout(&self, text: &str) {
+        assert!(
+            self.stdout.contains(text),
+            "stdout lacks {text:?}: {self:?}"
+        );
+    }
+
+    /// Asserts that stderr holds `text`; fails showing the whole output.
+    #[track_caller]
+    pub fn assert_stderr(&self, text: &str) {
+        assert!(
+            self.stderr.contains(text),
+            "stderr lacks {text:?}: {self:?}"
+        );
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
     }
@@ -91,7 +130,7 @@ impl Scratch {
 
     /// `run`, with the process's umask set to `umask` when given.
     pub fn run_with_umask(&self, umask: Option<u32>, args: &[&str]) -> Output {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
+        let mut command = self.command(args);
         if let Some(mask) = umask {
             use std::os::unix::process::CommandExt;
             // Async-signal-safe: umask only.
@@ -102,6 +141,13 @@ impl Scratch {
                 });
             }
         }
+        Output::from(command.output().expect("run mesh-host"))
+    }
+
+    /// The command line of `mesh-host ARGS` on this scratch: its store, its config and (if
+    /// `offline_root`) its root. Every test starts mesh-host through this or `mesh_host()`.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = mesh_host();
         command
             .arg("--state-dir")
             .arg(self.state())
@@ -110,12 +156,8 @@ impl Scratch {
         if self.offline_root {
             command.arg("--root").arg(self.root());
         }
-        let out = command.args(args).output().expect("run mesh-host");
-        Output {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        command.args(args);
+        command
     }
 
     /// `apply FILE` and assert the exit code.
@@ -123,6 +165,20 @@ impl Scratch {
         let out = self.run(&["apply", file.to_str().expect("utf-8 path")]);
         assert_eq!(out.code, want, "{out:?}");
         out
+    }
+
+    /// `--json --trace-commands apply` of `json` (written as declaration.json), asserting the
+    /// exit code; the report, with the tool commands it ran under `commands`.
+    pub fn apply_json(&self, json: &str, want: i32) -> serde_json::Value {
+        let file = self.declaration("declaration.json", json);
+        let out = self.run(&[
+            "--json",
+            "--trace-commands",
+            "apply",
+            file.to_str().expect("utf-8 path"),
+        ]);
+        assert_eq!(out.code, want, "{out:?}");
+        out.json()
     }
 }
 
@@ -132,6 +188,37 @@ impl Drop for Scratch {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// One entry of a `--json` report's `failures`.
+#[derive(Debug)]
+pub struct Failure {
+    pub key: String,
+    pub action: String,
+    pub detail: String,
+}
+
+/// Every failure of a `--json` report, in its order.
+pub fn failures(report: &serde_json::Value) -> Vec<Failure> {
+    let text = |f: &serde_json::Value, k: &str| f[k].as_str().unwrap_or_default().to_string();
+    report["failures"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a report without failures: {report:#}"))
+        .iter()
+        .map(|f| Failure {
+            key: text(f, "key"),
+            action: text(f, "action"),
+            detail: text(f, "detail"),
+        })
+        .collect()
+}
+
+/// The failure of `key` in a `--json` report; panics, showing the report, when it has none.
+pub fn failure(report: &serde_json::Value, key: &str) -> Failure {
+    failures(report)
+        .into_iter()
+        .find(|f| f.key == key)
+        .unwrap_or_else(|| panic!("no failure for {key}: {report:#}"))
 }
 
 /// Every file under `dir` with its content and mode, for "nothing changed" comparisons.
@@ -159,8 +246,7 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
     out
 }
 
-/// The sandbox of real tools, from the environment `tests/run.sh` exports. `None` (and a note)
-/// when there is none, unless `MESH_REQUIRE_SANDBOX=1`, where a missing sandbox fails the test.
+/// The sandbox of real tools, from the environment `tests/run.sh` exports.
 pub struct Sandbox {
     pub pacman_conf: String,
     pub pacman_root: PathBuf,
@@ -170,7 +256,14 @@ pub struct Sandbox {
     pub image: String,
 }
 
-pub fn sandbox() -> Option<Sandbox> {
+/// How to get what the ignored tests need; their `#[ignore]` reasons say the same.
+pub const SETUP: &str = "run ./tests/run.sh as root (it sets up the sandbox, runs every test with \
+     --include-ignored and tears the sandbox down), or set one up with \
+     `MESH_SANDBOX=DIR tests/sandbox/setup.sh; source DIR/env`";
+
+/// The sandbox, for the tests marked `#[ignore = "needs the sandbox: ..."]`. Panics with the
+/// command that sets it up when its environment is missing: a test that did not run must not pass.
+pub fn sandbox() -> Sandbox {
     let var = |name: &str| std::env::var(name).ok();
     match (
         var("MESH_SANDBOX"),
@@ -178,26 +271,28 @@ pub fn sandbox() -> Option<Sandbox> {
         var("MESH_UNIT_DIR"),
         var("MESH_TEST_IMAGE"),
     ) {
-        (Some(_), Some(pacman_conf), Some(unit_dir), Some(image)) => Some(Sandbox {
+        (Some(_), Some(pacman_conf), Some(unit_dir), Some(image)) => Sandbox {
             pacman_conf,
             pacman_root: PathBuf::from(var("MESH_PACMAN_ROOT").unwrap_or_default()),
             pacman_repo: PathBuf::from(var("MESH_PACMAN_REPO").unwrap_or_default()),
             unit_dir: PathBuf::from(unit_dir),
             offline_root: PathBuf::from(var("MESH_SYSTEMD_OFFLINE_ROOT").unwrap_or_default()),
             image,
-        }),
-        _ if var("MESH_REQUIRE_SANDBOX").as_deref() == Some("1") => {
-            panic!(
-                "MESH_REQUIRE_SANDBOX=1 but the sandbox environment is missing; run ./tests/run.sh"
-            )
-        }
-        _ => {
-            eprintln!(
-                "note: no sandbox (run ./tests/run.sh as root); this test checks nothing here"
-            );
-            None
-        }
+        },
+        _ => panic!(
+            "this test needs the sandbox of real pacman, systemctl --user and podman \
+             (MESH_SANDBOX, MESH_PACMAN_CONF, MESH_UNIT_DIR, MESH_TEST_IMAGE are not all set): {SETUP}"
+        ),
     }
+}
+
+/// For the tests marked `#[ignore = "needs root: ..."]`: panics, naming `why`, unless root.
+pub fn require_root(why: &str) {
+    let uid = unsafe { libc::geteuid() };
+    assert_eq!(
+        uid, 0,
+        "this test needs root ({why}) but runs as uid {uid}: run it as root, as ./tests/run.sh does"
+    );
 }
 
 impl Sandbox {
@@ -289,19 +384,20 @@ pub fn fault_seed(default: u64) -> u64 {
 
 /// Resident memory of a process in KiB (`VmRSS` in /proc/PID/status).
 pub fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    proc_status_kib(pid, "VmRSS:")
 }
 
 /// Peak resident memory of a process in KiB (`VmHWM` in /proc/PID/status).
 pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    proc_status_kib(pid, "VmHWM:")
+}
+
+/// The `FIELD: N kB` line of /proc/PID/status, as N.
+fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 

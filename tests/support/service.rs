@@ -1,7 +1,7 @@
 //! `mesh-host run` on a scratch host, for the tests that need the service: started, signalled,
 //! inspected and stopped; killed on drop, with its log printed if the test failed.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -55,6 +55,12 @@ impl Service {
             .unwrap_or_default()
     }
 
+    /// Writes `config` as the host's config.json and sends SIGHUP to have it read again.
+    pub fn reload_config(&self, config: &str) {
+        std::fs::write(self.host.dir.join("config.json"), config).expect("config");
+        self.signal(libc::SIGHUP);
+    }
+
     pub fn signal(&self, signal: i32) {
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
     }
@@ -94,20 +100,11 @@ impl Drop for Service {
 
 fn spawn(host: &Scratch, env: &[(&str, &std::path::Path)]) -> Child {
     let log = std::fs::File::create(host.dir.join("service.log")).expect("log");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
-    command
-        .arg("--state-dir")
-        .arg(host.state())
-        .arg("--config")
-        .arg(host.dir.join("config.json"));
-    if host.offline_root {
-        command.arg("--root").arg(host.root());
-    }
+    let mut command = host.command(&["run"]);
     for (key, value) in env {
         command.env(key, value);
     }
     command
-        .arg("run")
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
