@@ -659,8 +659,9 @@ fn a_release_that_would_remove_the_hosts_package_as_a_dependency_is_refused() {
 /// involved): that transaction runs to its end, the removal after it is not started, the run is
 /// recorded `interrupted` with the removal deferred, and the next run does it.
 #[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn sigterm_between_transactions_leaves_the_rest_for_the_next_run() {
-    let Some(sb) = sandbox() else { return };
+    let sb = sandbox();
     let pacman = PacmanRoot::new("sigterm", &sb.pacman_repo);
     let host = pacman.host(&sb, "pkg-sigterm", "");
     pacman.pacman("-S --noconfirm mesh-e");
