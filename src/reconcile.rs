@@ -445,8 +445,7 @@ pub struct OwnedRow {
     pub kind: String,
     pub key: String,
     pub origin: Origin,
-    /// `in sync`, `drifted`, `missing`, `pending release` or `error`.
-    pub state: String,
+    pub state: OwnedState,
     pub detail: String,
     /// Its failure streak, if recent runs failed it (filled in from the store's history).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -454,6 +453,41 @@ pub struct OwnedRow {
     /// A `.pacnew` or `.pacsave` beside an owned file.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pacnew: Vec<Pacnew>,
+}
+
+/// How an owned resource is now, against the declaration in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum OwnedState {
+    #[serde(rename = "in sync")]
+    InSync,
+    #[serde(rename = "drifted")]
+    Drifted,
+    #[serde(rename = "missing")]
+    Missing,
+    /// No longer declared: the next reconcile releases it.
+    #[serde(rename = "pending release")]
+    PendingRelease,
+    /// It could not be observed or judged.
+    #[serde(rename = "error")]
+    Error,
+}
+
+impl OwnedState {
+    pub fn words(self) -> &'static str {
+        match self {
+            OwnedState::InSync => "in sync",
+            OwnedState::Drifted => "drifted",
+            OwnedState::Missing => "missing",
+            OwnedState::PendingRelease => "pending release",
+            OwnedState::Error => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for OwnedState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.words())
+    }
 }
 
 /// Observes every owned resource and compares it with the declaration in force.
@@ -509,7 +543,7 @@ fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<
         };
         let spec = K::desired(cx.declaration).get(&key);
         let (state, detail) = match observed.as_ref().map(|o| o.get(&key)) {
-            Err(e) | Ok(Some(Err(e))) => ("error", e.to_string()),
+            Err(e) | Ok(Some(Err(e))) => (OwnedState::Error, e.to_string()),
             Ok(observed) => match K::plan(
                 cx,
                 &key,
@@ -518,20 +552,22 @@ fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<
                 Some(entry),
             ) {
                 _ if spec.is_none() => (
-                    "pending release",
+                    OwnedState::PendingRelease,
                     "no longer declared; the next reconcile releases it".into(),
                 ),
-                Step::InSync | Step::Adopt { .. } => ("in sync", String::new()),
-                Step::Change(c) if c.action == Action::Create => ("missing", c.details.join(", ")),
-                Step::Change(c) => ("drifted", c.details.join(", ")),
-                Step::Fail(e) | Step::Skip(e) => ("error", e),
+                Step::InSync | Step::Adopt { .. } => (OwnedState::InSync, String::new()),
+                Step::Change(c) if c.action == Action::Create => {
+                    (OwnedState::Missing, c.details.join(", "))
+                }
+                Step::Change(c) => (OwnedState::Drifted, c.details.join(", ")),
+                Step::Fail(e) | Step::Skip(e) => (OwnedState::Error, e),
             },
         };
         rows.push(OwnedRow {
             kind: K::NAME.to_string(),
             key,
             origin: entry.origin,
-            state: state.to_string(),
+            state,
             detail,
             failing: None,
             pacnew: Vec::new(),

@@ -549,7 +549,7 @@ mod tests {
             kind: "files".into(),
             key: "/etc/x".into(),
             origin: Origin::Adopted,
-            state: "drifted".into(),
+            state: crate::reconcile::OwnedState::Drifted,
             detail: "content".into(),
             failing: None,
             pacnew: Vec::new(),
