@@ -6,6 +6,7 @@ mod support;
 
 use std::process::Command;
 
+use support::service::Service;
 use support::{sandbox, Sandbox, Scratch};
 
 /// A container name unique to this test process and test.
@@ -392,38 +393,23 @@ fn sigterm_between_creates_leaves_the_rest_for_the_next_run() {
         "declaration.json",
         &declaration(&[(&first, spec(&sb, "")), (&second, spec(&sb, ""))]),
     );
-    let config_file = host.dir.join("config.json");
-    let config = |podman: &str| {
-        let text = sb.config("").replace(r#"["podman"]"#, podman);
-        std::fs::write(&config_file, text).expect("config");
-    };
     // Put the declaration in force without converging it: a podman that fails every query.
-    config(r#"["false"]"#);
+    let real = host.set_tool("podman", &["false"]);
     host.apply(&file, 1);
 
-    config(
-        r#"["sh", "-c", "if [ \"$1\" = create ]; then kill -TERM $PPID; fi; exec podman \"$@\"", "sh"]"#,
-    );
-    let mut service = support::service::Service::start(host);
-    assert!(
-        support::wait_until(std::time::Duration::from_secs(60), || !service.alive()),
+    let script = r#"if [ "$1" = create ]; then kill -TERM $PPID; fi; exec podman "$@""#;
+    host.set_tool("podman", &["sh", "-c", script, "sh"]);
+    let (service, stopped) = Service::start_until_stopped(host);
+    assert_eq!(
+        stopped,
+        [first.clone(), second.clone()],
         "{}",
         service.log()
     );
-    let last = service.runs().last().cloned().unwrap_or_default();
-    assert_eq!(last["outcome"], "interrupted", "{last:#}");
-    let deferred: Vec<&str> = last["deferred"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|d| d["detail"] == "not applied: the host was stopping")
-        .filter_map(|d| d["key"].as_str())
-        .collect();
-    assert_eq!(deferred, [&first, &second], "{last:#}");
     assert_eq!(state(&first).as_deref(), Some("created"));
     assert_eq!(state(&second), None, "the create after SIGTERM waited");
 
-    config(r#"["podman"]"#);
+    service.host.set_tool("podman", &real);
     let out = service.host.run(&["reconcile"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(state(&first).as_deref(), Some("running"));

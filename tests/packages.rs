@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
+use support::service::Service;
 use support::{
     failure, failures, sandbox, sh, status, sysroot_with_repo, wait_until, PacmanRoot, Sandbox,
     Scratch,
@@ -669,39 +670,23 @@ fn sigterm_between_transactions_leaves_the_rest_for_the_next_run() {
         "declaration.json",
         r#"{"schema": 1, "packages": {"mesh-b": {}, "mesh-e": {"state": "absent"}}}"#,
     );
-    let config_file = host.dir.join("config.json");
-    let plain = std::fs::read_to_string(&config_file).expect("config");
-    let config = |command: &str| {
-        let text = plain.replace(r#"["pacman", "#, &format!("[{command}, "));
-        std::fs::write(&config_file, text).expect("config");
-    };
     // Put the declaration in force without converging it: a pacman that fails every query.
-    config(r#""false""#);
+    let real = host.set_tool("pacman", &["false"]);
     host.apply(&file, 1);
 
-    config(
-        r#""sh", "-c", "for a; do [ \"$a\" = -S ] && kill -TERM $PPID; done; exec pacman \"$@\"", "sh""#,
-    );
-    let mut service = support::service::Service::start(host);
-    assert!(
-        wait_until(Duration::from_secs(60), || !service.alive()),
-        "{}",
-        service.log()
-    );
-    let last = service.runs().last().cloned().unwrap_or_default();
-    assert_eq!(last["outcome"], "interrupted", "{last:#}");
-    let deferred: Vec<&str> = last["deferred"]
-        .as_array()
+    // The wrapper gets the real pacman's arguments (`--config FILE`) before the run's own.
+    let script = r#"for a; do [ "$a" = -S ] && kill -TERM $PPID; done; exec pacman "$@""#;
+    let wrapper: Vec<&str> = ["sh", "-c", script, "sh"]
         .into_iter()
-        .flatten()
-        .filter(|d| d["detail"] == "not applied: the host was stopping")
-        .filter_map(|d| d["key"].as_str())
+        .chain(real.iter().skip(1).map(String::as_str))
         .collect();
-    assert_eq!(deferred, ["mesh-e"], "{last:#}");
+    host.set_tool("pacman", &wrapper);
+    let (service, stopped) = Service::start_until_stopped(host);
+    assert_eq!(stopped, ["mesh-e"], "{}", service.log());
     assert_eq!(pacman.version("mesh-b").as_deref(), Some("1.0-1"));
     assert!(pacman.version("mesh-e").is_some(), "the removal waited");
 
-    config(r#""pacman""#);
+    service.host.set_tool("pacman", &real);
     let out = service.host.run(&["reconcile"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(pacman.version("mesh-e"), None);

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use serde_json::{json, Value};
+use support::service::Service;
 use support::{sandbox, sh, snapshot, Sandbox, Scratch};
 
 /// pacman fails on a locked database: tests of this file that install packages take turns.
@@ -606,17 +607,17 @@ fn a_refused_declaration_leaves_the_hosts_unit_byte_for_byte_and_running() {
     );
 }
 
-/// SIGTERM while the units kind applies, sent by a systemctl wrapper at `daemon-reload` (after
-/// the unit files, before enable and start), so no timing is involved: the files written are
-/// reloaded, the verbs left are not run, the run is recorded `interrupted` with those units
-/// deferred, and the next run does the rest.
-#[test]
-#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
-fn sigterm_during_the_units_apply_leaves_the_rest_for_the_next_run() {
+/// Two running, enabled units declared and put in force without being converged (a systemctl
+/// that fails every query), so that the next run, with the wrapper `systemctl` the test then
+/// sets, does all of them. Returns the real systemctl command too, to set back.
+fn declared_not_converged(test: &str) -> (Sandbox, [String; 2], Scratch, Vec<String>, Cleanup) {
     let sb = sandbox();
-    let units = [unit_name("stop-a"), unit_name("stop-b")];
-    let _cleanup = cleanup(&sb, &[&units[0], &units[1]]);
-    let host = sb.host("units-sigterm", "");
+    let units = [
+        unit_name(&format!("{test}-a")),
+        unit_name(&format!("{test}-b")),
+    ];
+    let cleanup = cleanup(&sb, &[&units[0], &units[1]]);
+    let host = sb.host(&format!("units-{test}"), "");
     let declared: serde_json::Map<String, Value> = units
         .iter()
         .map(|u| {
@@ -625,37 +626,31 @@ fn sigterm_during_the_units_apply_leaves_the_rest_for_the_next_run() {
         })
         .collect();
     let file = declare(&host, "d.json", json!({ "units": declared }));
-    let config_file = host.dir.join("config.json");
-    let config = |systemctl: &str| {
-        let text = sb
-            .config("")
-            .replace(r#"["systemctl", "--user"]"#, systemctl);
-        std::fs::write(&config_file, text).expect("config");
-    };
-    // Put the declaration in force without converging it: a systemctl that fails every query.
-    config(r#"["false"]"#);
+    let real = host.set_tool("systemctl", &["false"]);
     host.apply(&file, 1);
-    assert!(!sb.unit_dir.join(&units[0]).exists());
+    (sb, units, host, real, cleanup)
+}
 
-    config(
-        r#"["sh", "-c", "if [ \"$1\" = daemon-reload ]; then kill -TERM $PPID; fi; exec systemctl --user \"$@\"", "sh"]"#,
+/// SIGTERM while the units kind applies, sent by a systemctl wrapper at `daemon-reload` (after
+/// the unit files, before enable and start), so no timing is involved: the files written are
+/// reloaded, the verbs left are not run, the run is recorded `interrupted` with those units
+/// deferred, and the next run does the rest.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn sigterm_during_the_units_apply_leaves_the_rest_for_the_next_run() {
+    let (sb, units, host, real, _cleanup) = declared_not_converged("stop");
+    assert!(!sb.unit_dir.join(&units[0]).exists());
+    host.set_tool(
+        "systemctl",
+        &[
+            "sh",
+            "-c",
+            r#"if [ "$1" = daemon-reload ]; then kill -TERM $PPID; fi; exec systemctl --user "$@""#,
+            "sh",
+        ],
     );
-    let mut service = support::service::Service::start(host);
-    assert!(
-        support::wait_until(std::time::Duration::from_secs(60), || !service.alive()),
-        "{}",
-        service.log()
-    );
-    let last = service.runs().last().cloned().unwrap_or_default();
-    assert_eq!(last["outcome"], "interrupted", "{last:#}");
-    let deferred: Vec<&str> = last["deferred"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|d| d["detail"] == "not applied: the host was stopping")
-        .filter_map(|d| d["key"].as_str())
-        .collect();
-    assert_eq!(deferred, [&units[0], &units[1]], "{last:#}");
+    let (service, stopped) = Service::start_until_stopped(host);
+    assert_eq!(stopped, units, "{}", service.log());
     for unit in &units {
         assert!(
             sb.unit_dir.join(unit).exists(),
@@ -665,7 +660,7 @@ fn sigterm_during_the_units_apply_leaves_the_rest_for_the_next_run() {
         assert_eq!(systemctl(&["is-active", "--", unit]), "inactive", "{unit}");
     }
 
-    config(r#"["systemctl", "--user"]"#);
+    service.host.set_tool("systemctl", &real);
     let out = service.host.run(&["reconcile"]);
     assert_eq!(out.code, 0, "{out:?}");
     for unit in &units {
@@ -680,52 +675,24 @@ fn sigterm_during_the_units_apply_leaves_the_rest_for_the_next_run() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn sigterm_during_a_retry_one_unit_at_a_time_leaves_the_rest_for_the_next_run() {
-    let sb = sandbox();
-    let units = [unit_name("retry-a"), unit_name("retry-b")];
-    let _cleanup = cleanup(&sb, &[&units[0], &units[1]]);
-    let host = sb.host("units-sigterm-retry", "");
-    let declared: serde_json::Map<String, Value> = units
-        .iter()
-        .map(|u| {
-            let spec = json!({"content": service(u), "enabled": true, "active": true});
-            (u.clone(), spec)
-        })
-        .collect();
-    let file = declare(&host, "d.json", json!({ "units": declared }));
-    let config_file = host.dir.join("config.json");
-    let config = |systemctl: &str| {
-        let text = sb
-            .config("")
-            .replace(r#"["systemctl", "--user"]"#, systemctl);
-        std::fs::write(&config_file, text).expect("config");
-    };
-    config(r#"["false"]"#);
-    host.apply(&file, 1);
-
-    config(
-        r#"["sh", "-c", "if [ \"$1\" = start ]; then [ $# -gt 3 ] && exit 1; kill -TERM $PPID; fi; exec systemctl --user \"$@\"", "sh"]"#,
+    let (_sb, units, host, real, _cleanup) = declared_not_converged("retry");
+    host.set_tool(
+        "systemctl",
+        &[
+            "sh",
+            "-c",
+            r#"if [ "$1" = start ]; then [ $# -gt 3 ] && exit 1; kill -TERM $PPID; fi; exec systemctl --user "$@""#,
+            "sh",
+        ],
     );
-    let mut service = support::service::Service::start(host);
-    assert!(
-        support::wait_until(std::time::Duration::from_secs(60), || !service.alive()),
-        "{}",
-        service.log()
-    );
+    let (service, stopped) = Service::start_until_stopped(host);
+    assert_eq!(stopped, [units[1].clone()], "{}", service.log());
     let last = service.runs().last().cloned().unwrap_or_default();
-    assert_eq!(last["outcome"], "interrupted", "{last:#}");
-    let deferred: Vec<&str> = last["deferred"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|d| d["detail"] == "not applied: the host was stopping")
-        .filter_map(|d| d["key"].as_str())
-        .collect();
-    assert_eq!(deferred, [&units[1]], "{last:#}");
     assert_eq!(last["failures"], json!([]), "{last:#}");
     assert_eq!(systemctl(&["is-active", "--", &units[0]]), "active");
     assert_eq!(systemctl(&["is-active", "--", &units[1]]), "inactive");
 
-    config(r#"["systemctl", "--user"]"#);
+    service.host.set_tool("systemctl", &real);
     let out = service.host.run(&["reconcile"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(systemctl(&["is-active", "--", &units[1]]), "active");

@@ -116,6 +116,25 @@ impl Scratch {
         self.root().join(path.trim_start_matches('/'))
     }
 
+    /// Sets the command `tool` (`pacman`, `systemctl`, `podman`) runs as in this host's
+    /// config.json, keeping the rest, and returns the command it had.
+    pub fn set_tool<S: AsRef<str>>(&self, tool: &str, command: &[S]) -> Vec<String> {
+        let path = self.dir.join("config.json");
+        let text = std::fs::read_to_string(&path).expect("config");
+        let mut config: serde_json::Value = serde_json::from_str(&text).expect("config JSON");
+        let previous = config[tool]["command"]
+            .as_array()
+            .map(|words| {
+                let words = words.iter().filter_map(|w| w.as_str());
+                words.map(str::to_string).collect()
+            })
+            .unwrap_or_else(|| vec![tool.to_string()]);
+        let command: Vec<&str> = command.iter().map(AsRef::as_ref).collect();
+        config[tool]["command"] = serde_json::json!(command);
+        std::fs::write(&path, config.to_string()).expect("config");
+        previous
+    }
+
     /// Writes a declaration file and returns its path.
     pub fn declaration(&self, name: &str, json: &str) -> PathBuf {
         let path = self.dir.join(name);

@@ -31,6 +31,29 @@ impl Service {
         self.child = spawn(&self.host, env);
     }
 
+    /// Starts the service on `host`, whose tool wrapper sends it SIGTERM during its first run,
+    /// and waits for it to stop. Checks that run is recorded `interrupted` and returns the
+    /// service (stopped, for the next steps) with the keys the run deferred because the host
+    /// was stopping.
+    pub fn start_until_stopped(host: Scratch) -> (Service, Vec<String>) {
+        let mut service = Service::start(host);
+        assert!(
+            wait_until(Duration::from_secs(60), || !service.alive()),
+            "{}",
+            service.log()
+        );
+        let last = service.runs().last().cloned().unwrap_or_default();
+        assert_eq!(last["outcome"], "interrupted", "{last:#}");
+        let stopped = last["deferred"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["detail"] == "not applied: the host was stopping")
+            .filter_map(|d| d["key"].as_str().map(str::to_string))
+            .collect();
+        (service, stopped)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
