@@ -165,6 +165,21 @@ impl Dir {
     /// Reads regular file `name` (never through a symlink) with its metadata, refusing files larger
     /// than `max` bytes. `None` when it does not exist.
     pub fn read(&self, name: &OsStr, max: u64) -> io::Result<Option<(Stat, Vec<u8>)>> {
+        let mut bytes = Vec::new();
+        Ok(self
+            .read_into(name, max, &mut bytes)?
+            .map(|stat| (stat, bytes)))
+    }
+
+    /// `read` into `bytes` (cleared first), so a caller reading many files to compare them reuses
+    /// one buffer instead of allocating one per file.
+    pub fn read_into(
+        &self,
+        name: &OsStr,
+        max: u64,
+        bytes: &mut Vec<u8>,
+    ) -> io::Result<Option<Stat>> {
+        bytes.clear();
         let c = cstring(name)?;
         let fd = match retry(|| unsafe {
             libc::openat(
@@ -197,7 +212,7 @@ impl Dir {
         // thousands of files that probe is a system call per file. A file that grew meanwhile
         // (the read filled the extra byte) is read on to its end, within the limit.
         let size = stat.size as usize;
-        let mut bytes = vec![0; size + 1];
+        bytes.resize(size + 1, 0);
         let mut filled = 0;
         loop {
             match io::Read::read(&mut file, &mut bytes[filled..]) {
@@ -213,7 +228,7 @@ impl Dir {
         bytes.truncate(filled);
         if filled > size {
             let rest = (max + 1).saturating_sub(filled as u64);
-            io::Read::read_to_end(&mut io::Read::take(&mut file, rest), &mut bytes)?;
+            io::Read::read_to_end(&mut io::Read::take(&mut file, rest), bytes)?;
         }
         if bytes.len() as u64 > max {
             return Err(io::Error::new(
@@ -221,7 +236,7 @@ impl Dir {
                 format!("grew past the limit of {max} bytes while being read"),
             ));
         }
-        Ok(Some((stat, bytes)))
+        Ok(Some(stat))
     }
 
     /// Which file `name` is (device and inode) and when it was last modified, without following
