@@ -307,6 +307,22 @@ impl Dir {
         self.sync()
     }
 
+    /// `write_atomic` of what `fill` writes, streamed to the temp file through a buffer: a large
+    /// store file (the ledger, the declaration in force) is never built whole in memory first.
+    pub fn write_atomic_streamed(
+        &self,
+        name: &OsStr,
+        mode: u32,
+        fill: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.write_temp_then_rename(name, mode, None, |file| {
+            let mut out = io::BufWriter::with_capacity(64 * 1024, file);
+            fill(&mut out)?;
+            io::Write::flush(&mut out)
+        })?;
+        self.sync()
+    }
+
     /// `write_atomic` whose rename is durable only once the caller syncs this directory: many
     /// files written into one directory then cost one directory fsync, not one each. The file's
     /// own bytes are durable before the rename, so the name never points at unwritten data.
@@ -316,6 +332,20 @@ impl Dir {
         bytes: &[u8],
         mode: u32,
         owner: Option<(u32, u32)>,
+    ) -> io::Result<()> {
+        self.write_temp_then_rename(name, mode, owner, |mut file| {
+            io::Write::write_all(&mut file, bytes)
+        })
+    }
+
+    /// The temp file beside `name`, filled by `fill`, given its attributes, synced and renamed
+    /// over `name`; removed again on any failure.
+    fn write_temp_then_rename(
+        &self,
+        name: &OsStr,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        fill: impl FnOnce(&std::fs::File) -> io::Result<()>,
     ) -> io::Result<()> {
         let mut tmp_name = Vec::from(b".".as_slice());
         tmp_name.extend_from_slice(name.as_bytes());
@@ -334,7 +364,7 @@ impl Dir {
         })?;
         let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
         let result = (|| {
-            io::Write::write_all(&mut &file, bytes)?;
+            fill(&file)?;
             if let Some((uid, gid)) = owner {
                 check(unsafe { libc::fchown(file.as_raw_fd(), uid, gid) })?;
             }
@@ -631,6 +661,29 @@ mod tests {
         assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"two");
         assert!(dir.read(OsStr::new("a"), 2).is_err());
         assert!(dir.read(OsStr::new("missing"), 2).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_streamed_write_replaces_whole_or_not_at_all() {
+        let tmp = TempDir::new("fsutil-streamed");
+        let dir = Dir::open(tmp.path()).unwrap();
+        let big = vec![b'x'; 200_000];
+        dir.write_atomic_streamed(OsStr::new("a"), 0o600, |out| {
+            out.write_all(b"[")?;
+            out.write_all(&big)?;
+            out.write_all(b"]")
+        })
+        .unwrap();
+        let (st, bytes) = dir.read(OsStr::new("a"), 1 << 20).unwrap().unwrap();
+        assert_eq!((st.mode, bytes.len()), (0o600, 200_002));
+        // A writer that fails halfway leaves the old file and no temp file.
+        let failed = dir.write_atomic_streamed(OsStr::new("a"), 0o600, |out| {
+            out.write_all(&big)?;
+            Err(io::Error::other("serialiser failed"))
+        });
+        assert!(failed.is_err());
+        assert_eq!(std::fs::read(tmp.path().join("a")).unwrap().len(), 200_002);
+        assert_eq!(dir.names().unwrap(), vec![OsString::from("a")]);
     }
 
     #[test]
