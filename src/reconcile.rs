@@ -235,20 +235,14 @@ fn converge<K: Kind>(
             Step::Skip(e) => report.failures.push(result(K::NAME, key, "skipped", e)),
         }
     }
-    let planned: Vec<Planned> = changes
-        .iter()
-        .map(|c| Planned {
-            kind: K::NAME.to_string(),
-            key: c.key.clone(),
-            symbol: c.action.symbol(),
-            action: c.action.word().to_string(),
-            details: c.details.clone(),
-        })
-        .collect();
     if mode == Mode::Plan {
         for change in &changes {
             K::note(cx, change, &Outcome::Done);
         }
+        // Each change becomes its row (its key and details moved, not copied).
+        let planned = changes
+            .into_iter()
+            .map(|c| planned_row(K::NAME, c.key, c.action, c.details));
         report.changes.extend(planned);
         return Ok(());
     }
@@ -266,13 +260,14 @@ fn converge<K: Kind>(
     let mut outcomes = K::apply(env, cx, ledger, &changes);
     let mut released_backups = Vec::new();
     verify::<K>(env, cx, ledger, &changes, &mut outcomes);
-    for ((change, planned), outcome) in changes.iter().zip(planned).zip(&outcomes) {
-        K::note(cx, change, outcome);
+    let changed = !changes.is_empty();
+    for (change, outcome) in changes.into_iter().zip(&outcomes) {
+        K::note(cx, &change, outcome);
         match outcome {
             Outcome::Done => {
-                match &change.after {
+                match change.after {
                     LedgerAfter::Applied(digest) => {
-                        ledger.set_applied(K::NAME, &change.key, digest.clone())
+                        ledger.set_applied(K::NAME, &change.key, digest)
                     }
                     LedgerAfter::Disown => {
                         if let Some(entry) = ledger.remove(K::NAME, &change.key) {
@@ -282,7 +277,8 @@ fn converge<K: Kind>(
                         }
                     }
                 }
-                report.changes.push(planned);
+                let row = planned_row(K::NAME, change.key, change.action, change.details);
+                report.changes.push(row);
             }
             Outcome::Deferred(why) => report.deferred.push(result(
                 K::NAME,
@@ -300,7 +296,7 @@ fn converge<K: Kind>(
     }
     // The kind may have changed its own bookkeeping (directories it created) even when nothing
     // else changed, so the ledger is written whenever there were changes.
-    save(env, ledger, !changes.is_empty())?;
+    save(env, ledger, changed)?;
     // Only once the ledger no longer points at them: a crash before this leaves an unused
     // backup, never an adopted resource whose original is gone.
     if let Some(store) = env.store {
@@ -309,6 +305,16 @@ fn converge<K: Kind>(
         }
     }
     Ok(())
+}
+
+fn planned_row(kind: &str, key: String, action: Action, details: Vec<String>) -> Planned {
+    Planned {
+        kind: kind.to_string(),
+        key,
+        symbol: action.symbol(),
+        action: action.word().to_string(),
+        details,
+    }
 }
 
 /// A tool that exits 0 having done nothing must not pass for success: resources whose change
