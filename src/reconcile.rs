@@ -235,6 +235,9 @@ fn converge<K: Kind>(
             Step::Skip(e) => report.failures.push(result(K::NAME, key, "skipped", e)),
         }
     }
+    // Planned: the observation is not needed again (`verify` makes its own), so it is not held
+    // beside the next one.
+    drop(observed);
     if mode == Mode::Plan {
         for change in &changes {
             K::note(cx, change, &Outcome::Done);
