@@ -180,63 +180,50 @@ impl Dir {
         bytes: &mut Vec<u8>,
     ) -> io::Result<Option<Stat>> {
         bytes.clear();
+        let Some(fd) = self.open_to_read(name)? else {
+            return Ok(None);
+        };
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+        let stat = stat_of(&st);
+        read_opened(fd, &stat, max, bytes)?;
+        Ok(Some(stat))
+    }
+
+    /// `read_into` of a file the caller has just looked at (`stat`, from `Dir::stat`), without a
+    /// second look through the opened file: one system call less a file when observing
+    /// thousands. A file swapped meanwhile is still never read through a symlink (`O_NOFOLLOW`),
+    /// a directory fails the read, and a longer file is read to its end within `max`; at worst
+    /// the caller gets content newer than `stat`, which the next run sees. `false` when gone.
+    pub fn read_after_stat(
+        &self,
+        name: &OsStr,
+        stat: &Stat,
+        max: u64,
+        bytes: &mut Vec<u8>,
+    ) -> io::Result<bool> {
+        bytes.clear();
+        let Some(fd) = self.open_to_read(name)? else {
+            return Ok(false);
+        };
+        read_opened(fd, stat, max, bytes)?;
+        Ok(true)
+    }
+
+    /// Opens `name` for reading, never through a symlink and never blocking on a FIFO.
+    fn open_to_read(&self, name: &OsStr) -> io::Result<Option<OwnedFd>> {
         let c = cstring(name)?;
-        let fd = match retry(|| unsafe {
+        match retry(|| unsafe {
             libc::openat(
                 self.raw(),
                 c.as_ptr(),
                 libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
             )
         }) {
-            Ok(fd) => unsafe { OwnedFd::from_raw_fd(fd) },
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-        let stat = stat_of(&st);
-        if stat.file_type != FileType::Regular {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("is {}", stat.file_type.describe()),
-            ));
+            Ok(fd) => Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         }
-        if stat.size > max {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("is {} bytes, more than the limit of {max}", stat.size),
-            ));
-        }
-        let mut file = std::fs::File::from(fd);
-        // One read of the size fstat gave, with no second read to find the end: on a no-op over
-        // thousands of files that probe is a system call per file. A file that grew meanwhile
-        // (the read filled the extra byte) is read on to its end, within the limit.
-        let size = stat.size as usize;
-        bytes.resize(size + 1, 0);
-        let mut filled = 0;
-        loop {
-            match io::Read::read(&mut file, &mut bytes[filled..]) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
-            if (size > 0 && filled == size) || filled == bytes.len() {
-                break;
-            }
-        }
-        bytes.truncate(filled);
-        if filled > size {
-            let rest = (max + 1).saturating_sub(filled as u64);
-            io::Read::read_to_end(&mut io::Read::take(&mut file, rest), bytes)?;
-        }
-        if bytes.len() as u64 > max {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("grew past the limit of {max} bytes while being read"),
-            ));
-        }
-        Ok(Some(stat))
     }
 
     /// Which file `name` is (device and inode) and when it was last modified, without following
@@ -485,6 +472,53 @@ impl Dir {
         check(unsafe { libc::fchmod(self.raw(), mode as libc::mode_t) })?;
         Ok(Some(had))
     }
+}
+
+/// Reads an opened file of `stat`'s type and size into `bytes` (empty), refusing one that is not
+/// regular or is larger than `max`.
+fn read_opened(fd: OwnedFd, stat: &Stat, max: u64, bytes: &mut Vec<u8>) -> io::Result<()> {
+    if stat.file_type != FileType::Regular {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("is {}", stat.file_type.describe()),
+        ));
+    }
+    if stat.size > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("is {} bytes, more than the limit of {max}", stat.size),
+        ));
+    }
+    let mut file = std::fs::File::from(fd);
+    // One read of the size the stat gave, with no second read to find the end: on a no-op over
+    // thousands of files that probe is a system call per file. A file that grew meanwhile
+    // (the read filled the extra byte) is read on to its end, within the limit.
+    let size = stat.size as usize;
+    bytes.resize(size + 1, 0);
+    let mut filled = 0;
+    loop {
+        match io::Read::read(&mut file, &mut bytes[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        if (size > 0 && filled == size) || filled == bytes.len() {
+            break;
+        }
+    }
+    bytes.truncate(filled);
+    if filled > size {
+        let rest = (max + 1).saturating_sub(filled as u64);
+        io::Read::read_to_end(&mut io::Read::take(&mut file, rest), bytes)?;
+    }
+    if bytes.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("grew past the limit of {max} bytes while being read"),
+        ));
+    }
+    Ok(())
 }
 
 fn stat_of(st: &libc::stat) -> Stat {

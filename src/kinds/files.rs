@@ -436,8 +436,8 @@ fn observe_one(
                     held: Held::Unread,
                 };
             };
-            match dir.read_into(name, max, buffer) {
-                Ok(Some(stat)) => {
+            match dir.read_after_stat(name, &stat, max, buffer) {
+                Ok(true) => {
                     let held = if buffer.as_slice() == declared {
                         Held::Declared
                     } else {
@@ -445,7 +445,7 @@ fn observe_one(
                     };
                     State::Regular { stat, held }
                 }
-                Ok(None) => State::Missing,
+                Ok(false) => State::Missing,
                 Err(e) => State::Blocked(format!("{key}: {e}")),
             }
         }
