@@ -394,7 +394,8 @@ fn parse_mode(text: &str) -> Option<u32> {
 /// walk from the root (each still opened one component at a time, never through a symlink).
 #[derive(Default)]
 struct ParentCache {
-    dirs: HashMap<PathBuf, Result<Option<Dir>, String>>,
+    /// By the directory's path (keys are normalised, so its text is its identity).
+    dirs: HashMap<String, Result<Option<Dir>, String>>,
 }
 
 /// Observes one file. With `declared` content, the file is read into `buffer` (reused across
@@ -407,16 +408,17 @@ fn observe_one(
     max: u64,
     buffer: &mut Vec<u8>,
 ) -> State {
-    let path = Path::new(key);
-    let (Some(parent_path), Some(name)) = (path.parent(), path.file_name()) else {
+    // Keys are normalised absolute paths (`check_path`): the parent is what precedes the last '/'.
+    let Some((parent_path, name)) = key.rsplit_once('/') else {
         return State::Blocked(format!("{key}: not a file path"));
     };
+    let name = std::ffi::OsStr::new(name);
     if !parents.dirs.contains_key(parent_path) {
-        let found = match fsutil::walk_to_parent(root, path, false) {
+        let found = match fsutil::walk_to_parent(root, Path::new(key), false) {
             Ok(found) => Ok(found.map(|p| p.dir)),
             Err(e) => Err(e.to_string()),
         };
-        parents.dirs.insert(parent_path.to_path_buf(), found);
+        parents.dirs.insert(parent_path.to_string(), found);
     }
     let Some(parent) = parents.dirs.get(parent_path) else {
         return State::Blocked(format!("{key}: its directory was not looked at"));
