@@ -3,7 +3,7 @@
 //! into the typed model the rest of the host uses. Every problem is collected, each naming where it
 //! is, so a person sees them all at once; one problem means nothing is applied.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -173,43 +173,41 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
     }
 }
 
-/// Validates one resource and keeps it if it has no problem. Returns whether it was kept.
+/// Validates one resource: its spec if it has no problem.
 fn parse_resource<K: Kind>(
     key: &str,
     value: &Value,
     cx: &Context,
     problems: &mut Problems,
-    out: &mut BTreeMap<String, K::Spec>,
-) -> bool {
-    let location = format!("{}[{}]", K::NAME, Value::String(key.to_string()));
+) -> Option<K::Spec> {
     let before = problems.0.len();
     if let Err(message) = K::check_key(key) {
-        problems.push(location.clone(), message);
+        problems.push(resource_location(K::NAME, key), message);
     }
     let Value::Object(object) = value else {
         problems.push(
-            location,
+            resource_location(K::NAME, key),
             format!("must be an object, not {}", type_name(value)),
         );
-        return false;
+        return None;
     };
-    let mut fields = Fields::new(object, location.clone(), problems);
+    let mut fields = Fields::for_resource(object, K::NAME, key, problems);
     let spec = K::parse(key, &mut fields, cx.limits);
     fields.finish();
-    let Some(spec) = spec else {
-        return false;
-    };
+    let spec = spec?;
     if let Some(refusal) = K::refuse_self(key, &spec, cx.identity) {
         problems.push(
-            location,
+            resource_location(K::NAME, key),
             format!("refused: {refusal}; mesh-host never manages itself"),
         );
     }
-    if problems.0.len() != before {
-        return false;
-    }
-    out.insert(key.to_string(), spec);
-    true
+    (problems.0.len() == before).then_some(spec)
+}
+
+/// Where a resource is, for messages: `files["/etc/x"]`. Formatted only for a problem, never for
+/// each of thousands of valid resources.
+fn resource_location(kind: &str, key: &str) -> String {
+    format!("{kind}[{}]", Value::String(key.to_string()))
 }
 
 /// The top level as it streams in: the kinds' sections are validated resource by resource
@@ -341,12 +339,26 @@ impl<'de, K: Kind> Visitor<'de> for SectionSeed<'_, '_, K> {
         let mut rejected = BTreeSet::new();
         let mut problems = Problems::default();
         while let Some(key) = map.next_key::<String>()? {
-            if resources.contains_key(&key) || rejected.contains(&key) {
-                return Err(de::Error::custom(format!("duplicate key {key:?}")));
-            }
             let StrictValue(value) = map.next_value()?;
-            if !parse_resource::<K>(&key, &value, self.cx, &mut problems, &mut resources) {
-                rejected.insert(key);
+            // A duplicate is found after its value is read (the error discards the section), so
+            // a valid resource costs one walk of the map, its insertion.
+            let duplicate = |key: &str| de::Error::custom(format!("duplicate key {key:?}"));
+            if rejected.contains(&key) {
+                return Err(duplicate(&key));
+            }
+            match parse_resource::<K>(&key, &value, self.cx, &mut problems) {
+                Some(spec) => match resources.entry(key) {
+                    btree_map::Entry::Vacant(slot) => {
+                        slot.insert(spec);
+                    }
+                    btree_map::Entry::Occupied(slot) => return Err(duplicate(slot.key())),
+                },
+                None if resources.contains_key(&key) => return Err(duplicate(&key)),
+                None => {
+                    if let Some(key) = rejected.replace(key) {
+                        return Err(duplicate(&key));
+                    }
+                }
             }
         }
         Ok(Ok(Section(resources, problems)))
@@ -420,9 +432,15 @@ pub fn type_name(v: &Value) -> &'static str {
 /// (a typo such as `"enabeld"` must never be silently ignored).
 pub struct Fields<'a, 'p> {
     object: &'a Map<String, Value>,
-    location: String,
+    location: Location<'a>,
     known: Vec<&'static str>,
     pub problems: &'p mut Problems,
+}
+
+/// Where the object `Fields` reads is, kept unformatted until a problem needs it.
+enum Location<'a> {
+    Text(String),
+    Resource { kind: &'static str, key: &'a str },
 }
 
 impl<'a, 'p> Fields<'a, 'p> {
@@ -433,18 +451,39 @@ impl<'a, 'p> Fields<'a, 'p> {
     ) -> Self {
         Fields {
             object,
-            location,
+            location: Location::Text(location),
             known: Vec::new(),
             problems,
         }
     }
 
+    /// The fields of resource `key` of `kind`.
+    pub fn for_resource(
+        object: &'a Map<String, Value>,
+        kind: &'static str,
+        key: &'a str,
+        problems: &'p mut Problems,
+    ) -> Self {
+        Fields {
+            object,
+            location: Location::Resource { kind, key },
+            known: Vec::new(),
+            problems,
+        }
+    }
+
+    fn location(&self) -> String {
+        match &self.location {
+            Location::Text(text) => text.clone(),
+            Location::Resource { kind, key } => resource_location(kind, key),
+        }
+    }
+
     /// The location of field `name`, for messages.
     pub fn at(&self, name: &str) -> String {
-        if self.location.is_empty() {
-            name.to_string()
-        } else {
-            format!("{}.{name}", self.location)
+        match self.location() {
+            location if location.is_empty() => name.to_string(),
+            location => format!("{location}.{name}"),
         }
     }
 
@@ -552,7 +591,7 @@ impl<'a, 'p> Fields<'a, 'p> {
     pub fn finish(self) {
         for key in self.object.keys() {
             if !self.known.contains(&key.as_str()) {
-                let at = self.location.clone();
+                let at = self.location();
                 let mut known = self.known.clone();
                 known.sort_unstable();
                 known.dedup();
@@ -673,6 +712,21 @@ pub mod tests {
                 found[0].contains(needle),
                 "{:?} does not mention {needle:?}",
                 found[0]
+            );
+        }
+    }
+
+    #[test]
+    fn a_resource_declared_twice_is_refused_whether_or_not_it_is_valid() {
+        for (first, second) in [
+            (r#"{"content": "a"}"#, r#"{"content": "b"}"#),
+            (r#"{"mode": "x"}"#, r#"{"content": "b"}"#),
+            (r#"{"content": "a"}"#, r#"{"mode": "x"}"#),
+            (r#"{"mode": "x"}"#, r#"{"mode": "y"}"#),
+        ] {
+            check_refused(
+                &format!(r#"{{"schema": 1, "files": {{"/etc/x": {first}, "/etc/x": {second}}}}}"#),
+                &["duplicate key \"/etc/x\""],
             );
         }
     }

@@ -106,6 +106,37 @@ fn cstring(name: &OsStr) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))
 }
 
+/// A name as the system calls take it (NUL-terminated), on the stack when it fits a file name's
+/// 255 bytes: looking at thousands of files then allocates nothing per call. (Large by design:
+/// it lives on the stack for one call, and boxing it would be the allocation it avoids.)
+#[allow(clippy::large_enum_variant)]
+enum CName {
+    Stack([u8; 256]),
+    Heap(CString),
+}
+
+impl CName {
+    fn new(name: &OsStr) -> io::Result<CName> {
+        let bytes = name.as_bytes();
+        if bytes.len() >= 256 {
+            return cstring(name).map(CName::Heap);
+        }
+        if bytes.contains(&0) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"));
+        }
+        let mut buffer = [0u8; 256];
+        buffer[..bytes.len()].copy_from_slice(bytes);
+        Ok(CName::Stack(buffer))
+    }
+
+    fn as_ptr(&self) -> *const libc::c_char {
+        match self {
+            CName::Stack(buffer) => buffer.as_ptr() as *const libc::c_char,
+            CName::Heap(c) => c.as_ptr(),
+        }
+    }
+}
+
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
         Err(io::Error::last_os_error())
@@ -160,7 +191,7 @@ impl Dir {
 
     /// `None` when `name` does not exist.
     pub fn stat(&self, name: &OsStr) -> io::Result<Option<Stat>> {
-        let c = cstring(name)?;
+        let c = CName::new(name)?;
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         match retry(|| unsafe {
             libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
@@ -174,63 +205,65 @@ impl Dir {
     /// Reads regular file `name` (never through a symlink) with its metadata, refusing files larger
     /// than `max` bytes. `None` when it does not exist.
     pub fn read(&self, name: &OsStr, max: u64) -> io::Result<Option<(Stat, Vec<u8>)>> {
-        let c = cstring(name)?;
-        let fd = match retry(|| unsafe {
+        let mut bytes = Vec::new();
+        Ok(self
+            .read_into(name, max, &mut bytes)?
+            .map(|stat| (stat, bytes)))
+    }
+
+    /// `read` into `bytes` (cleared first), so a caller reading many files to compare them reuses
+    /// one buffer instead of allocating one per file.
+    pub fn read_into(
+        &self,
+        name: &OsStr,
+        max: u64,
+        bytes: &mut Vec<u8>,
+    ) -> io::Result<Option<Stat>> {
+        bytes.clear();
+        let Some(fd) = self.open_to_read(name)? else {
+            return Ok(None);
+        };
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+        let stat = stat_of(&st);
+        read_opened(fd, &stat, max, bytes)?;
+        Ok(Some(stat))
+    }
+
+    /// `read_into` of a file the caller has just looked at (`stat`, from `Dir::stat`), without a
+    /// second look through the opened file: one system call less a file when observing
+    /// thousands. A file swapped meanwhile is still never read through a symlink (`O_NOFOLLOW`),
+    /// a directory fails the read, and a longer file is read to its end within `max`; at worst
+    /// the caller gets content newer than `stat`, which the next run sees. `false` when gone.
+    pub fn read_after_stat(
+        &self,
+        name: &OsStr,
+        stat: &Stat,
+        max: u64,
+        bytes: &mut Vec<u8>,
+    ) -> io::Result<bool> {
+        bytes.clear();
+        let Some(fd) = self.open_to_read(name)? else {
+            return Ok(false);
+        };
+        read_opened(fd, stat, max, bytes)?;
+        Ok(true)
+    }
+
+    /// Opens `name` for reading, never through a symlink and never blocking on a FIFO.
+    fn open_to_read(&self, name: &OsStr) -> io::Result<Option<OwnedFd>> {
+        let c = CName::new(name)?;
+        match retry(|| unsafe {
             libc::openat(
                 self.raw(),
                 c.as_ptr(),
                 libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
             )
         }) {
-            Ok(fd) => unsafe { OwnedFd::from_raw_fd(fd) },
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-        let stat = stat_of(&st);
-        if stat.file_type != FileType::Regular {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("is {}", stat.file_type.describe()),
-            ));
+            Ok(fd) => Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         }
-        if stat.size > max {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("is {} bytes, more than the limit of {max}", stat.size),
-            ));
-        }
-        let mut file = std::fs::File::from(fd);
-        // One read of the size fstat gave, with no second read to find the end: on a no-op over
-        // thousands of files that probe is a system call per file. A file that grew meanwhile
-        // (the read filled the extra byte) is read on to its end, within the limit.
-        let size = stat.size as usize;
-        let mut bytes = vec![0; size + 1];
-        let mut filled = 0;
-        loop {
-            match io::Read::read(&mut file, &mut bytes[filled..]) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
-            if (size > 0 && filled == size) || filled == bytes.len() {
-                break;
-            }
-        }
-        bytes.truncate(filled);
-        if filled > size {
-            let rest = (max + 1).saturating_sub(filled as u64);
-            io::Read::read_to_end(&mut io::Read::take(&mut file, rest), &mut bytes)?;
-        }
-        if bytes.len() as u64 > max {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("grew past the limit of {max} bytes while being read"),
-            ));
-        }
-        Ok(Some((stat, bytes)))
     }
 
     /// Which file `name` is (device and inode) and when it was last modified, without following
@@ -325,6 +358,22 @@ impl Dir {
         self.sync()
     }
 
+    /// `write_atomic` of what `fill` writes, streamed to the temp file through a buffer: a large
+    /// store file (the ledger, the declaration in force) is never built whole in memory first.
+    pub fn write_atomic_streamed(
+        &self,
+        name: &OsStr,
+        mode: u32,
+        fill: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.write_temp_then_rename(name, mode, None, |file| {
+            let mut out = io::BufWriter::with_capacity(64 * 1024, file);
+            fill(&mut out)?;
+            io::Write::flush(&mut out)
+        })?;
+        self.sync()
+    }
+
     /// `write_atomic` whose rename is durable only once the caller syncs this directory: many
     /// files written into one directory then cost one directory fsync, not one each. The file's
     /// own bytes are durable before the rename, so the name never points at unwritten data.
@@ -334,6 +383,20 @@ impl Dir {
         bytes: &[u8],
         mode: u32,
         owner: Option<(u32, u32)>,
+    ) -> io::Result<()> {
+        self.write_temp_then_rename(name, mode, owner, |mut file| {
+            io::Write::write_all(&mut file, bytes)
+        })
+    }
+
+    /// The temp file beside `name`, filled by `fill`, given its attributes, synced and renamed
+    /// over `name`; removed again on any failure.
+    fn write_temp_then_rename(
+        &self,
+        name: &OsStr,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        fill: impl FnOnce(&std::fs::File) -> io::Result<()>,
     ) -> io::Result<()> {
         let mut tmp_name = Vec::from(b".".as_slice());
         tmp_name.extend_from_slice(name.as_bytes());
@@ -352,7 +415,7 @@ impl Dir {
         })?;
         let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
         let result = (|| {
-            io::Write::write_all(&mut &file, bytes)?;
+            fill(&file)?;
             if let Some((uid, gid)) = owner {
                 check(unsafe { libc::fchown(file.as_raw_fd(), uid, gid) })?;
             }
@@ -473,6 +536,53 @@ impl Dir {
         check(unsafe { libc::fchmod(self.raw(), mode as libc::mode_t) })?;
         Ok(Some(had))
     }
+}
+
+/// Reads an opened file of `stat`'s type and size into `bytes` (empty), refusing one that is not
+/// regular or is larger than `max`.
+fn read_opened(fd: OwnedFd, stat: &Stat, max: u64, bytes: &mut Vec<u8>) -> io::Result<()> {
+    if stat.file_type != FileType::Regular {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("is {}", stat.file_type.describe()),
+        ));
+    }
+    if stat.size > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("is {} bytes, more than the limit of {max}", stat.size),
+        ));
+    }
+    let mut file = std::fs::File::from(fd);
+    // One read of the size the stat gave, with no second read to find the end: on a no-op over
+    // thousands of files that probe is a system call per file. A file that grew meanwhile
+    // (the read filled the extra byte) is read on to its end, within the limit.
+    let size = stat.size as usize;
+    bytes.resize(size + 1, 0);
+    let mut filled = 0;
+    loop {
+        match io::Read::read(&mut file, &mut bytes[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        if (size > 0 && filled == size) || filled == bytes.len() {
+            break;
+        }
+    }
+    bytes.truncate(filled);
+    if filled > size {
+        let rest = (max + 1).saturating_sub(filled as u64);
+        io::Read::read_to_end(&mut io::Read::take(&mut file, rest), bytes)?;
+    }
+    if bytes.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("grew past the limit of {max} bytes while being read"),
+        ));
+    }
+    Ok(())
 }
 
 fn stat_of(st: &libc::stat) -> Stat {
@@ -692,6 +802,46 @@ mod tests {
         assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"two");
         assert!(dir.read(OsStr::new("a"), 2).is_err());
         assert!(dir.read(OsStr::new("missing"), 2).unwrap().is_none());
+    }
+
+    #[test]
+    fn names_for_system_calls_are_nul_terminated_on_the_stack_or_heap() {
+        let text = |c: &CName| {
+            unsafe { std::ffi::CStr::from_ptr(c.as_ptr()) }
+                .to_bytes()
+                .to_vec()
+        };
+        let short = CName::new(OsStr::new("a.conf")).unwrap();
+        assert!(matches!(short, CName::Stack(_)));
+        assert_eq!(text(&short), b"a.conf");
+        let long = "x".repeat(300);
+        let long_name = CName::new(OsStr::new(&long)).unwrap();
+        assert!(matches!(long_name, CName::Heap(_)));
+        assert_eq!(text(&long_name), long.as_bytes());
+        assert!(CName::new(OsStr::new("a\0b")).is_err());
+    }
+
+    #[test]
+    fn a_streamed_write_replaces_whole_or_not_at_all() {
+        let tmp = TempDir::new("fsutil-streamed");
+        let dir = Dir::open(tmp.path()).unwrap();
+        let big = vec![b'x'; 200_000];
+        dir.write_atomic_streamed(OsStr::new("a"), 0o600, |out| {
+            out.write_all(b"[")?;
+            out.write_all(&big)?;
+            out.write_all(b"]")
+        })
+        .unwrap();
+        let (st, bytes) = dir.read(OsStr::new("a"), 1 << 20).unwrap().unwrap();
+        assert_eq!((st.mode, bytes.len()), (0o600, 200_002));
+        // A writer that fails halfway leaves the old file and no temp file.
+        let failed = dir.write_atomic_streamed(OsStr::new("a"), 0o600, |out| {
+            out.write_all(&big)?;
+            Err(io::Error::other("serialiser failed"))
+        });
+        assert!(failed.is_err());
+        assert_eq!(std::fs::read(tmp.path().join("a")).unwrap().len(), 200_002);
+        assert_eq!(dir.names().unwrap(), vec![OsString::from("a")]);
     }
 
     #[test]

@@ -291,20 +291,17 @@ fn converge<K: Kind>(
                 .push(result(K::NAME, key, ResultAction::Skipped, e)),
         }
     }
-    let planned: Vec<Planned> = changes
-        .iter()
-        .map(|c| Planned {
-            kind: K::NAME.to_string(),
-            key: c.key.clone(),
-            symbol: c.action.symbol(),
-            action: c.action,
-            details: c.details.clone(),
-        })
-        .collect();
+    // Planned: the observation is not needed again (`verify` makes its own), so it is not held
+    // beside the next one.
+    drop(observed);
     if mode == Mode::Plan {
         for change in &changes {
             K::note(K::facts_mut(&mut cx.facts), change, &Outcome::Done);
         }
+        // Each change becomes its row (its key and details moved, not copied).
+        let planned = changes
+            .into_iter()
+            .map(|c| planned_row(K::NAME, c.key, c.action, c.details));
         report.changes.extend(planned);
         return Ok(());
     }
@@ -322,14 +319,13 @@ fn converge<K: Kind>(
     let mut outcomes = K::apply(env, cx, ledger, &changes);
     let mut released_backups = Vec::new();
     verify::<K>(env, cx, ledger, &changes, &mut outcomes);
-    for ((change, planned), outcome) in changes.iter().zip(planned).zip(&outcomes) {
-        K::note(K::facts_mut(&mut cx.facts), change, outcome);
+    let changed = !changes.is_empty();
+    for (change, outcome) in changes.into_iter().zip(&outcomes) {
+        K::note(K::facts_mut(&mut cx.facts), &change, outcome);
         match outcome {
             Outcome::Done => {
-                match &change.after {
-                    LedgerAfter::Applied(digest) => {
-                        ledger.set_applied::<K>(&change.key, digest.clone())
-                    }
+                match change.after {
+                    LedgerAfter::Applied(digest) => ledger.set_applied::<K>(&change.key, digest),
                     LedgerAfter::Disown => {
                         if let Some(entry) = ledger.remove::<K>(&change.key) {
                             if entry.origin == Origin::Adopted {
@@ -338,7 +334,8 @@ fn converge<K: Kind>(
                         }
                     }
                 }
-                report.changes.push(planned);
+                let row = planned_row(K::NAME, change.key, change.action, change.details);
+                report.changes.push(row);
             }
             Outcome::Deferred(why) => report.deferred.push(result(
                 K::NAME,
@@ -365,7 +362,7 @@ fn converge<K: Kind>(
     }
     // The kind may have changed its own bookkeeping (directories it created) even when nothing
     // else changed, so the ledger is written whenever there were changes.
-    save(env, ledger, !changes.is_empty())?;
+    save(env, ledger, changed)?;
     // Only once the ledger no longer points at them: a crash before this leaves an unused
     // backup, never an adopted resource whose original is gone.
     if let Some(store) = env.store {
@@ -374,6 +371,16 @@ fn converge<K: Kind>(
         }
     }
     Ok(())
+}
+
+fn planned_row(kind: &str, key: String, action: Action, details: Vec<String>) -> Planned {
+    Planned {
+        kind: kind.to_string(),
+        key,
+        symbol: action.symbol(),
+        action,
+        details,
+    }
 }
 
 /// A tool that exits 0 having done nothing must not pass for success: resources whose change

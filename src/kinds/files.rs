@@ -48,7 +48,7 @@ enum State {
     Missing,
     Regular {
         stat: Stat,
-        bytes: Vec<u8>,
+        held: Held,
     },
     /// A directory, symlink or special file where a file is declared.
     Other(FileType),
@@ -63,6 +63,17 @@ pub struct Facts {
     pub changed: BTreeSet<String>,
 }
 
+/// What planning needs of a regular file's content. Observation compares it with the declared
+/// content as it reads it and keeps the bytes only when they differ (the original to back up if
+/// the host adopts the file), so a no-op over many files holds none of them.
+#[derive(Debug)]
+enum Held {
+    Declared,
+    Other(Vec<u8>),
+    /// No content is declared for it (declared absent, or being released): not read.
+    Unread,
+}
+
 /// The original of an adopted file, as the ledger keeps it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Original {
@@ -74,8 +85,9 @@ pub struct Original {
 
 #[derive(Debug)]
 pub enum Op {
+    /// Writes the declared content (taken from the declaration when applied, not copied into the
+    /// plan).
     Write {
-        bytes: Vec<u8>,
         mode: u32,
         owner: Option<(u32, u32)>,
     },
@@ -208,12 +220,16 @@ impl Kind for Files {
         let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
         let mut accounts: Option<Accounts> = None;
         let mut parents = ParentCache::default();
+        let mut buffer = Vec::new();
         let mut out = BTreeMap::new();
         for key in keys {
-            let spec = cx.declaration.files.get(key);
-            let (owner, group) = match spec {
-                Some(Spec::Present(c)) => (c.owner.as_ref(), c.group.as_ref()),
-                _ => (None, None),
+            let content = match cx.declaration.files.get(key) {
+                Some(Spec::Present(c)) => Some(c),
+                _ => None,
+            };
+            let (owner, group) = match content {
+                Some(c) => (c.owner.as_ref(), c.group.as_ref()),
+                None => (None, None),
             };
             let mut resolve =
                 |account: Option<&Account>, user: bool| -> Result<Option<u32>, String> {
@@ -230,7 +246,9 @@ impl Kind for Files {
                 };
             let uid = resolve(owner, true);
             let gid = resolve(group, false);
-            let state = observe_one(&root, &mut parents, key, env.config.limits.max_file_bytes);
+            let declared = content.map(|c| c.bytes.as_slice());
+            let max = env.config.limits.max_file_bytes;
+            let state = observe_one(&root, &mut parents, key, declared, max, &mut buffer);
             // A path that cannot be read is that file's own problem (`State::Blocked`).
             out.insert(key.clone(), Ok(Observed { state, uid, gid }));
         }
@@ -295,7 +313,7 @@ impl Kind for Files {
                 if (env.interrupted)() {
                     return Outcome::Stopped;
                 }
-                match apply_one(env, &mut parents, ledger, &change.key, &change.op) {
+                match apply_one(env, cx, &mut parents, ledger, &change.key, &change.op) {
                     Ok(()) => Outcome::Done,
                     Err(e) => Outcome::Failed(e.into()),
                 }
@@ -385,21 +403,35 @@ fn parse_mode(text: &str) -> Option<u32> {
 /// walk from the root (each still opened one component at a time, never through a symlink).
 #[derive(Default)]
 struct ParentCache {
-    dirs: BTreeMap<PathBuf, Result<Option<Dir>, String>>,
+    /// By the directory's path (keys are normalised, so its text is its identity).
+    dirs: HashMap<String, Result<Option<Dir>, String>>,
 }
 
-fn observe_one(root: &Dir, parents: &mut ParentCache, key: &str, max: u64) -> State {
-    let path = Path::new(key);
-    let (Some(parent_path), Some(name)) = (path.parent(), path.file_name()) else {
+/// Observes one file. With `declared` content, the file is read into `buffer` (reused across
+/// files) and compared; without, it is only looked at.
+fn observe_one(
+    root: &Dir,
+    parents: &mut ParentCache,
+    key: &str,
+    declared: Option<&[u8]>,
+    max: u64,
+    buffer: &mut Vec<u8>,
+) -> State {
+    // Keys are normalised absolute paths (`check_path`): the parent is what precedes the last '/'.
+    let Some((parent_path, name)) = key.rsplit_once('/') else {
         return State::Blocked(format!("{key}: not a file path"));
     };
-    let parent = parents
-        .dirs
-        .entry(parent_path.to_path_buf())
-        .or_insert_with(|| match fsutil::walk_to_parent(root, path, false) {
+    let name = std::ffi::OsStr::new(name);
+    if !parents.dirs.contains_key(parent_path) {
+        let found = match fsutil::walk_to_parent(root, Path::new(key), false) {
             Ok(found) => Ok(found.map(|p| p.dir)),
             Err(e) => Err(e.to_string()),
-        });
+        };
+        parents.dirs.insert(parent_path.to_string(), found);
+    }
+    let Some(parent) = parents.dirs.get(parent_path) else {
+        return State::Blocked(format!("{key}: its directory was not looked at"));
+    };
     let dir = match parent {
         Ok(Some(dir)) => dir,
         Ok(None) => return State::Missing,
@@ -408,11 +440,26 @@ fn observe_one(root: &Dir, parents: &mut ParentCache, key: &str, max: u64) -> St
     match dir.stat(name) {
         Ok(None) => State::Missing,
         Ok(Some(st)) if st.file_type != FileType::Regular => State::Other(st.file_type),
-        Ok(Some(_)) => match dir.read(name, max) {
-            Ok(Some((stat, bytes))) => State::Regular { stat, bytes },
-            Ok(None) => State::Missing,
-            Err(e) => State::Blocked(format!("{key}: {e}")),
-        },
+        Ok(Some(stat)) => {
+            let Some(declared) = declared else {
+                return State::Regular {
+                    stat,
+                    held: Held::Unread,
+                };
+            };
+            match dir.read_after_stat(name, &stat, max, buffer) {
+                Ok(true) => {
+                    let held = if buffer.as_slice() == declared {
+                        Held::Declared
+                    } else {
+                        Held::Other(std::mem::take(buffer))
+                    };
+                    State::Regular { stat, held }
+                }
+                Ok(false) => State::Missing,
+                Err(e) => State::Blocked(format!("{key}: {e}")),
+            }
+        }
         Err(e) => State::Blocked(format!("{key}: {e}")),
     }
 }
@@ -447,20 +494,21 @@ fn plan_present(
                 intent: owned.is_none().then(Entry::created),
                 backup: None,
                 after: after(),
-                op: Op::Write {
-                    bytes: content.bytes.clone(),
-                    mode,
-                    owner,
-                },
+                op: Op::Write { mode, owner },
             })
         }
-        State::Regular { stat, bytes } => {
+        State::Regular { stat, held } => {
             let mut details = Vec::new();
-            let content_differs = *bytes != content.bytes;
+            let original = match held {
+                Held::Declared => &content.bytes,
+                Held::Other(bytes) => bytes,
+                Held::Unread => return Step::Fail(format!("{key} was not read")),
+            };
+            let content_differs = matches!(held, Held::Other(_));
             if content_differs {
                 details.push(format!(
                     "content ({} -> {} bytes)",
-                    bytes.len(),
+                    original.len(),
                     content.bytes.len()
                 ));
             }
@@ -477,7 +525,7 @@ fn plan_present(
             }
             let (intent, backup) = match owned {
                 Some(_) => (None, None),
-                None => (Some(adopted_entry(key, stat)), Some(bytes.clone())),
+                None => (Some(adopted_entry(key, stat)), Some(original.clone())),
             };
             if details.is_empty() {
                 return match (intent, backup) {
@@ -487,11 +535,7 @@ fn plan_present(
             }
             let owner = Some((new_uid, new_gid));
             let op = if content_differs {
-                Op::Write {
-                    bytes: content.bytes.clone(),
-                    mode,
-                    owner,
-                }
+                Op::Write { mode, owner }
             } else {
                 Op::SetAttributes { mode, owner }
             };
@@ -594,6 +638,7 @@ fn plan_release(
 
 fn apply_one(
     env: &Env,
+    cx: &RunContext,
     parents: &mut ParentDirs,
     ledger: &mut Ledger,
     key: &str,
@@ -609,12 +654,16 @@ fn apply_one(
     ledger.directories.extend(parent.created.iter().cloned());
     let io = |what: &str, e: std::io::Error| format!("{key}: cannot {what}: {e}");
     match op {
-        Op::Write { bytes, mode, owner } => refuse_non_file(&parent, key).and_then(|()| {
+        Op::Write { mode, owner } => {
+            let Some(Spec::Present(content)) = cx.declaration.files.get(key) else {
+                return Err(format!("{key}: the declaration has no content to write"));
+            };
+            refuse_non_file(&parent, key)?;
             parent
                 .dir
-                .write_atomic_unsynced(&parent.name, bytes, *mode, *owner)
+                .write_atomic_unsynced(&parent.name, &content.bytes, *mode, *owner)
                 .map_err(|e| io("write", e))
-        }),
+        }
         Op::SetAttributes { mode, owner } => refuse_non_file(&parent, key).and_then(|()| {
             parent
                 .dir
@@ -946,16 +995,29 @@ mod tests {
         }
     }
 
+    fn stat(size: usize, mode: u32) -> Stat {
+        Stat {
+            file_type: FileType::Regular,
+            mode,
+            uid: 0,
+            gid: 0,
+            size: size as u64,
+        }
+    }
+
+    /// A file holding something other than the declared content.
     fn regular(bytes: &[u8], mode: u32) -> State {
         State::Regular {
-            stat: Stat {
-                file_type: FileType::Regular,
-                mode,
-                uid: 0,
-                gid: 0,
-                size: bytes.len() as u64,
-            },
-            bytes: bytes.to_vec(),
+            stat: stat(bytes.len(), mode),
+            held: Held::Other(bytes.to_vec()),
+        }
+    }
+
+    /// A file holding the declared content.
+    fn as_declared(size: usize, mode: u32) -> State {
+        State::Regular {
+            stat: stat(size, mode),
+            held: Held::Declared,
         }
     }
 
@@ -1020,19 +1082,19 @@ mod tests {
             ),
             (
                 r#"{"content": "hi"}"#,
-                regular(b"hi", 0o600),
+                as_declared(2, 0o600),
                 None,
                 "adopt Adopted",
             ),
             (
                 r#"{"content": "hi"}"#,
-                regular(b"hi", 0o600),
+                as_declared(2, 0o600),
                 Some(&created),
                 "in sync",
             ),
             (
                 r#"{"content": "hi", "mode": "0644"}"#,
-                regular(b"hi", 0o600),
+                as_declared(2, 0o600),
                 Some(&created),
                 "~ mode 0600 -> 0644 intent=None backup=false SetAttributes",
             ),
@@ -1111,6 +1173,37 @@ mod tests {
             vec![PathBuf::from("/etc/app/a"), PathBuf::from("/etc/app/a/b")]
         );
         assert!(missing_directories(&root, Path::new("/etc/app/conf")).is_empty());
+    }
+
+    #[test]
+    fn observation_keeps_a_files_content_only_when_it_differs() {
+        let tmp = crate::testutil::TempDir::new("observe-held");
+        std::fs::create_dir_all(tmp.path().join("etc/app")).unwrap();
+        std::fs::write(tmp.path().join("etc/app/same"), "declared").unwrap();
+        std::fs::write(tmp.path().join("etc/app/other"), "edited").unwrap();
+        let root = Dir::open(tmp.path()).unwrap();
+        let mut parents = ParentCache::default();
+        let mut buffer = Vec::new();
+        let mut observe = |key: &str, declared: Option<&[u8]>| match observe_one(
+            &root,
+            &mut parents,
+            key,
+            declared,
+            100,
+            &mut buffer,
+        ) {
+            State::Regular { held, .. } => format!("{held:?}"),
+            other => format!("{other:?}"),
+        };
+        assert_eq!(observe("/etc/app/same", Some(b"declared")), "Declared");
+        assert_eq!(
+            observe("/etc/app/other", Some(b"declared")),
+            format!("{:?}", Held::Other(b"edited".to_vec()))
+        );
+        assert_eq!(observe("/etc/app/other", None), "Unread");
+        assert_eq!(observe("/etc/app/gone", Some(b"declared")), "Missing");
+        // The directory was walked to once for all four.
+        assert_eq!(parents.dirs.len(), 1);
     }
 
     #[test]

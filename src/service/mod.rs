@@ -93,8 +93,9 @@ struct Service<'h> {
     watch_scope: Option<Scope>,
     /// pacman's local database, once looked up (`Err`: packages are on the timer, and why).
     pacman_db: Option<Result<std::path::PathBuf, String>>,
-    /// The declaration's digest and the owned files and packages the watches were set for.
-    watched_for: Option<(String, Vec<String>, Vec<String>)>,
+    /// A digest of the declaration's digest and the owned files and packages the watches were set
+    /// for (`watching::watch_source`): not the lists themselves, which the service would keep.
+    watched_for: Option<[u8; 32]>,
 }
 
 pub fn run(host: &mut Host) -> Result<i32, Fatal> {

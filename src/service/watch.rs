@@ -5,8 +5,10 @@
 //! hint, never a verdict: the loop observes what it touched before anything runs. The syscalls
 //! are in `inotify.rs`.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use crate::declaration::Declaration;
@@ -181,8 +183,63 @@ pub enum Due {
 struct Group {
     /// The declared paths of this directory's files, without their names: `/etc/nginx`.
     files_in: String,
-    names: BTreeMap<OsString, Hint>,
+    names: Names,
     any: Option<Hint>,
+}
+
+/// A directory's watched names with their hints, sorted and packed into one buffer rather than
+/// an allocation each: with thousands of owned files they are the bulk of what the service keeps
+/// between runs, and small allocations made among a large declaration's would pin its freed
+/// memory long after it is gone.
+#[derive(Debug, Default, PartialEq)]
+struct Names {
+    /// The names one after another.
+    bytes: Vec<u8>,
+    /// Where each name ends in `bytes`.
+    ends: Vec<u32>,
+    hints: Vec<Hint>,
+}
+
+impl Names {
+    fn packed(names: BTreeMap<OsString, Hint>) -> Names {
+        let mut packed = Names {
+            bytes: Vec::with_capacity(names.keys().map(|n| n.len()).sum()),
+            ends: Vec::with_capacity(names.len()),
+            hints: Vec::with_capacity(names.len()),
+        };
+        for (name, hint) in names {
+            packed.bytes.extend_from_slice(name.as_bytes());
+            packed.ends.push(packed.bytes.len() as u32);
+            packed.hints.push(hint);
+        }
+        packed
+    }
+
+    fn name(&self, i: usize) -> &OsStr {
+        let start = i
+            .checked_sub(1)
+            .map_or(0, |before| self.ends[before] as usize);
+        OsStr::from_bytes(&self.bytes[start..self.ends[i] as usize])
+    }
+
+    /// Binary search: the names are sorted.
+    fn get(&self, name: &OsStr) -> Option<(&OsStr, &Hint)> {
+        let (mut low, mut high) = (0, self.ends.len());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match self.name(mid).cmp(name) {
+                Ordering::Less => low = mid + 1,
+                Ordering::Greater => high = mid,
+                Ordering::Equal => return Some((self.name(mid), &self.hints[mid])),
+            }
+        }
+        None
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&OsStr, &Hint)> {
+        let names = (0..self.hints.len()).map(|i| self.name(i));
+        names.zip(&self.hints)
+    }
 }
 
 /// What an event on one entry means.
@@ -195,13 +252,13 @@ struct Hint {
 }
 
 impl Group {
-    fn hints(&self) -> impl Iterator<Item = (Option<&OsString>, &Hint)> {
+    fn hints(&self) -> impl Iterator<Item = (Option<&OsStr>, &Hint)> {
         let named = self.names.iter().map(|(name, hint)| (Some(name), hint));
         named.chain(self.any.iter().map(|hint| (None, hint)))
     }
 
     /// Every resource an event on `name` (with `hint`) touches.
-    fn resources(&self, name: Option<&OsString>, hint: &Hint, out: &mut Vec<Resource>) {
+    fn resources(&self, name: Option<&OsStr>, hint: &Hint, out: &mut Vec<Resource>) {
         if let (true, Some(name)) = (hint.file, name) {
             let key = format!("{}/{}", self.files_in, name.to_string_lossy());
             out.push((Files::NAME, key));
@@ -264,22 +321,30 @@ pub struct Watch {
 impl Watch {
     /// Replaces what is watched (after every run: the declaration or ledger may have changed).
     pub fn set_targets(&mut self, targets: Vec<Target>) {
-        let mut groups: BTreeMap<PathBuf, Group> = BTreeMap::new();
+        // Gathered by name first, then each directory's names packed (`Names`).
+        let mut gathered: BTreeMap<PathBuf, (Group, BTreeMap<OsString, Hint>)> = BTreeMap::new();
         for target in targets {
-            let group = groups.entry(target.dir).or_default();
+            let (group, names) = gathered.entry(target.dir).or_default();
             if let Some((files_in, _)) = target.file.as_deref().and_then(|k| k.rsplit_once('/')) {
                 if group.files_in.is_empty() {
                     group.files_in = files_in.to_string();
                 }
             }
             let hint = match target.name {
-                Some(name) => group.names.entry(name).or_default(),
+                Some(name) => names.entry(name).or_default(),
                 None => group.any.get_or_insert_with(Hint::default),
             };
             hint.file |= target.file.is_some();
             hint.resources.extend(target.resources);
             hint.refresh |= target.refresh;
         }
+        let groups: BTreeMap<PathBuf, Group> = gathered
+            .into_iter()
+            .map(|(dir, (group, names))| {
+                let names = Names::packed(names);
+                (dir, Group { names, ..group })
+            })
+            .collect();
         if groups != self.groups {
             self.groups = groups;
             self.resync = true;
@@ -371,7 +436,7 @@ impl Watch {
 
     /// Takes in one event at `now`.
     pub fn handle(&mut self, now: u64, event: Event) {
-        let touched: Vec<(&Group, Option<&OsString>, &Hint)> = match event {
+        let touched: Vec<(&Group, Option<&OsStr>, &Hint)> = match event {
             Event::Overflow => {
                 self.overflows += 1;
                 self.last_overflow = Some(now);
@@ -410,7 +475,7 @@ impl Watch {
                     self.resync = true;
                 }
                 let own = self.groups.get(dir).filter(|_| watched.own);
-                let exact = own.and_then(|g| Some((g, g.names.get_key_value(&name)?)));
+                let exact = own.and_then(|g| Some((g, g.names.get(&name)?)));
                 let exact = exact.map(|(g, (name, hint))| (g, Some(name), hint));
                 let any = own.and_then(|g| Some((g, None, g.any.as_ref()?)));
                 let below = below.into_iter().flatten();
@@ -652,6 +717,35 @@ mod tests {
 
     fn check(keys: &[&str]) -> Option<Due> {
         Some(Due::Check(keys.iter().map(|k| res(k)).collect()))
+    }
+
+    #[test]
+    fn packed_names_are_found_by_binary_search() {
+        let names: BTreeMap<OsString, Hint> = ["b.conf", "a", "c", "ab"]
+            .into_iter()
+            .map(|n| {
+                (
+                    OsString::from(n),
+                    Hint {
+                        file: true,
+                        ..Hint::default()
+                    },
+                )
+            })
+            .collect();
+        let packed = Names::packed(names);
+        let listed: Vec<&OsStr> = packed.iter().map(|(name, _)| name).collect();
+        assert_eq!(listed, ["a", "ab", "b.conf", "c"]);
+        for name in ["a", "ab", "b.conf", "c"] {
+            assert_eq!(
+                packed.get(OsStr::new(name)).map(|(n, _)| n),
+                Some(OsStr::new(name))
+            );
+        }
+        for name in ["", "b", "aa", "d"] {
+            assert!(packed.get(OsStr::new(name)).is_none(), "{name}");
+        }
+        assert!(Names::default().get(OsStr::new("a")).is_none());
     }
 
     #[test]

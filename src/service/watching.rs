@@ -153,11 +153,7 @@ impl Service<'_> {
             let ledger = store.ledger()?;
             // What the targets depend on: unchanged, the watches stay (and nothing is parsed,
             // not even the declaration's text read).
-            let source = (
-                head.digest,
-                ledger.keys::<Files>(),
-                ledger.keys::<Packages>(),
-            );
+            let source = watch_source(&head.digest, &ledger);
             if self.watched_for.as_ref() == Some(&source) {
                 return Ok(Some(None));
             }
@@ -248,6 +244,20 @@ impl Service<'_> {
             Err(e) => log::error!("watch: could not check: {}", e.message()),
         }
     }
+}
+
+/// What the watches depend on, as one digest: the declaration in force (its digest) and the
+/// files and packages the ledger owns. A NUL cannot be in a key, so it separates them.
+fn watch_source(declaration_digest: &str, ledger: &store::Ledger) -> [u8; 32] {
+    let mut text = Vec::from(declaration_digest.as_bytes());
+    for keys in [ledger.keys::<Files>(), ledger.keys::<Packages>()] {
+        text.push(b'\n');
+        for key in keys {
+            text.extend_from_slice(key.as_bytes());
+            text.push(0);
+        }
+    }
+    crate::codec::sha256(&text)
 }
 
 /// Whether `status` must be written again for the watcher. Times converted from the monotonic

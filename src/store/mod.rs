@@ -275,10 +275,12 @@ impl Store {
         }
     }
 
+    /// Streams `value` as JSON into the file's replacement (see `Dir::write_atomic_streamed`).
     fn write_json<T: Serialize>(&self, name: &str, value: &T) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec_pretty(value).map_err(|e| self.error(name, e))?;
         self.dir
-            .write_atomic(OsStr::new(name), &bytes, 0o600, None)
+            .write_atomic_streamed(OsStr::new(name), 0o600, |out| {
+                serde_json::to_writer_pretty(out, value).map_err(io::Error::from)
+            })
             .map_err(|e| self.error(name, format!("cannot be written: {e}")))
     }
 
