@@ -57,7 +57,9 @@ impl TimerFd {
                 tv_nsec: 0,
             },
             it_value: libc::timespec {
-                tv_sec: (delay_ms / 1000) as libc::time_t,
+                // `as _`: `time_t` is deprecated on musl (it is moving to 64 bits); the delay
+                // is clamped so it fits either width.
+                tv_sec: (delay_ms / 1000).min(i32::MAX as u64) as _,
                 tv_nsec: ((delay_ms % 1000) * 1_000_000) as libc::c_long,
             },
         };
