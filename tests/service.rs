@@ -426,12 +426,7 @@ fn sigusr1_reconciles_now() {
     let pki = Pki::new();
     let node = node("usr1", &pki, None, r#""interval_secs": 600"#);
     let declaration = node.host.declaration("d.json", &motd("hello"));
-    assert_eq!(
-        node.host
-            .run(&["apply", declaration.to_str().unwrap()])
-            .code,
-        0
-    );
+    node.host.apply_waiting(&declaration, 0);
     assert!(wait_until(WAIT, || node
         .log()
         .contains("reconciling (start)")));

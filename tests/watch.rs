@@ -234,7 +234,7 @@ fn a_persons_apply_is_not_taken_for_drift_and_the_watches_follow_it() {
         r#""/etc/extra/new.conf": {"content": "x\n"}, "/etc/marker""#,
     );
     let file = node.host.declaration("next.json", &next);
-    node.host.apply(&file, 0);
+    node.host.apply_waiting(&file, 0);
     // Its writes are the host's own: no watch run for them.
     let runs = after_the_marker(&node);
     assert_eq!(runs.len(), 1, "{runs:#?}");
@@ -249,7 +249,7 @@ fn a_persons_apply_is_not_taken_for_drift_and_the_watches_follow_it() {
     );
     // Declared no more: released, and its directory no longer watched.
     let file = node.host.declaration("d.json", DECLARATION);
-    node.host.apply(&file, 0);
+    node.host.apply_waiting(&file, 0);
     assert!(node.read("/etc/extra/new.conf").is_none());
     assert!(
         wait_until(WAIT, || directories() == before),

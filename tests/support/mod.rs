@@ -186,6 +186,14 @@ impl Scratch {
         out
     }
 
+    /// `apply --wait FILE` and assert the exit code: a person applying while the service runs,
+    /// who waits for the service's run to end rather than exit 3 on its lock.
+    pub fn apply_waiting(&self, file: &Path, want: i32) -> Output {
+        let out = self.run(&["apply", "--wait", file.to_str().expect("utf-8 path")]);
+        assert_eq!(out.code, want, "{out:?}");
+        out
+    }
+
     /// `--json --trace-commands apply` of `json` (written as declaration.json), asserting the
     /// exit code; the report, with the tool commands it ran under `commands`.
     pub fn apply_json(&self, json: &str, want: i32) -> serde_json::Value {
