@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -45,12 +46,49 @@ impl Entry {
 pub struct Ledger {
     version: u32,
     /// kind -> key -> entry.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "dense_sections")]
     resources: BTreeMap<String, BTreeMap<String, Entry>>,
     /// Directories the host created for the files it wrote (absolute target paths); removed once
     /// empty and no longer needed.
     #[serde(default)]
     pub directories: BTreeSet<PathBuf>,
+}
+
+/// Reads each kind's section into a map built at once from its sorted entries, whose nodes are
+/// full, rather than by insertions in key order (the file's order), which leave them about half
+/// empty: for 20,000 owned files that is about a megabyte kept through every run.
+fn dense_sections<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, BTreeMap<String, Entry>>, D::Error> {
+    let sections = BTreeMap::<String, Dense<Entry>>::deserialize(deserializer)?;
+    Ok(sections
+        .into_iter()
+        .map(|(kind, Dense(m))| (kind, m))
+        .collect())
+}
+
+/// A JSON object read as a list first, then made a map (see `dense_sections`). A key given twice
+/// keeps its last value, as serde's own map does.
+struct Dense<V>(BTreeMap<String, V>);
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Dense<V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Pairs<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for Pairs<V> {
+            type Value = Dense<V>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Dense<V>, A::Error> {
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some(pair) = map.next_entry::<String, V>()? {
+                    pairs.push(pair);
+                }
+                Ok(Dense(pairs.into_iter().collect()))
+            }
+        }
+        deserializer.deserialize_map(Pairs(std::marker::PhantomData))
+    }
 }
 
 impl Default for Ledger {
@@ -151,6 +189,30 @@ mod tests {
         l.remove("files", "/etc/b");
         assert!(l.is_empty());
         assert_eq!(l.keys("files"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_ledger_read_back_is_the_one_written() {
+        let mut l = Ledger::default();
+        for i in (0..100).rev() {
+            l.insert(
+                "files",
+                &format!("/etc/f{i:03}"),
+                Entry::new(Origin::Created, Value::Null),
+            );
+        }
+        l.insert("packages", "vim", Entry::new(Origin::Adopted, Value::Null));
+        let text = serde_json::to_string(&l).unwrap();
+        let back: Ledger = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.keys("files"), l.keys("files"));
+        assert_eq!(back.keys("packages"), vec!["vim"]);
+        assert_eq!(serde_json::to_string(&back).unwrap(), text);
+        let twice = r#"{"version": 1, "resources": {"files": {"/etc/a": {"origin": "created", "applied": "1"}, "/etc/a": {"origin": "created", "applied": "2"}}}}"#;
+        let read: Ledger = serde_json::from_str(twice).unwrap();
+        assert_eq!(
+            read.get("files", "/etc/a").unwrap().applied.as_deref(),
+            Some("2")
+        );
     }
 
     #[test]
