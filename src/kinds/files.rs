@@ -215,7 +215,8 @@ impl Kind for Files {
         let mut accounts: Option<Accounts> = None;
         let mut parents = ParentCache::default();
         let mut buffer = Vec::new();
-        let mut out = BTreeMap::new();
+        // Listed, then made a map at once: full B-tree nodes (see `declaration`'s sections).
+        let mut out = Vec::with_capacity(keys.len());
         for key in keys {
             let content = match cx.declaration.files.get(key) {
                 Some(Spec::Present(c)) => Some(c),
@@ -244,9 +245,9 @@ impl Kind for Files {
             let max = env.config.limits.max_file_bytes;
             let state = observe_one(&root, &mut parents, key, declared, max, &mut buffer);
             // A path that cannot be read is that file's own problem (`State::Blocked`).
-            out.insert(key.clone(), Ok(Observed { state, uid, gid }));
+            out.push((key.clone(), Ok(Observed { state, uid, gid })));
         }
-        Ok(out)
+        Ok(out.into_iter().collect())
     }
 
     fn plan(
