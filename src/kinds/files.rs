@@ -12,7 +12,7 @@ use crate::accounts::{Account, Accounts};
 use crate::codec;
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
-use crate::fsutil::{self, Dir, FileType, Stat, WalkError};
+use crate::fsutil::{self, Dir, FileType, PendingWrite, Stat, WalkError};
 use crate::store::{Entry, Ledger, Origin};
 
 pub struct Files;
@@ -302,18 +302,46 @@ impl Kind for Files {
             }
         }
         let mut parents = ParentDirs::new(&root);
+        let mut written = Vec::new();
         let mut outcomes: Vec<Outcome> = changes
             .iter()
-            .map(|change| {
+            .enumerate()
+            .map(|(i, change)| {
                 if (env.interrupted)() {
                     return Outcome::Deferred("not applied: the host was stopping".into());
                 }
                 match apply_one(env, cx, &mut parents, ledger, &change.key, &change.op) {
-                    Ok(()) => Outcome::Done,
+                    Ok(Some(pending)) => {
+                        written.push((i, pending));
+                        Outcome::Done
+                    }
+                    Ok(None) => Outcome::Done,
                     Err(e) => Outcome::Failed(e),
                 }
             })
             .collect();
+        // The new contents are written but not in place: made durable all at once (one sync per
+        // filesystem instead of an fsync per file), then renamed, so no name ever points at data
+        // that is not on disk.
+        let synced = match written.is_empty() {
+            true => Ok(()),
+            false => parents.sync_filesystems(),
+        };
+        for (i, pending) in written {
+            let key = &changes[i].key;
+            let dir = Path::new(key).parent().unwrap_or(Path::new("/"));
+            outcomes[i] = match (&synced, parents.dirs.get(dir)) {
+                (Ok(()), Some((dir, _))) => match dir.rename_pending(pending) {
+                    Ok(()) => Outcome::Done,
+                    Err(e) => Outcome::Failed(format!("{key}: cannot write: {e}")),
+                },
+                (Err(e), Some((dir, _))) => {
+                    dir.discard_pending(pending);
+                    Outcome::Failed(format!("{key}: cannot make the write durable: {e}"))
+                }
+                (_, None) => Outcome::Failed(format!("{key}: its directory was lost")),
+            };
+        }
         // The renames are durable once their directories are: a write whose directory cannot be
         // synced has not happened as far as the ledger is concerned.
         for (dir, e) in parents.sync() {
@@ -626,6 +654,8 @@ fn plan_release(key: &str, observed: &Observed, owned: Option<&Entry>) -> Step<O
     })
 }
 
+/// Carries out one change; a write gives back its temp file, to be renamed once every written
+/// file is durable (see `Files::apply`).
 fn apply_one(
     env: &Env,
     cx: &RunContext,
@@ -633,12 +663,12 @@ fn apply_one(
     ledger: &mut Ledger,
     key: &str,
     op: &Op,
-) -> Result<(), String> {
+) -> Result<Option<PendingWrite>, String> {
     let path = Path::new(key);
     let create = matches!(op, Op::Write { .. } | Op::Restore(_));
     let parent = match parents.get(path, create) {
         Ok(Some(parent)) => parent,
-        Ok(None) => return Ok(()), // removing: a missing parent means nothing to remove
+        Ok(None) => return Ok(None), // removing: a missing parent means nothing to remove
         Err(e) => return Err(e.to_string()),
     };
     ledger.directories.extend(parent.created.iter().cloned());
@@ -651,19 +681,24 @@ fn apply_one(
             refuse_non_file(&parent, key)?;
             parent
                 .dir
-                .write_atomic_unsynced(&parent.name, &content.bytes, *mode, *owner)
+                .write_temp_unsynced(&parent.name, &content.bytes, *mode, *owner)
+                .map(Some)
                 .map_err(|e| io("write", e))
         }
         Op::SetAttributes { mode, owner } => refuse_non_file(&parent, key).and_then(|()| {
             parent
                 .dir
                 .set_attributes(&parent.name, *mode, *owner)
+                .map(|()| None)
                 .map_err(|e| io("set mode and owner", e))
         }),
+        // With the temp file a crash between a write and its rename may have left beside it: the
+        // file was owned (written ahead in the ledger) before that write began.
         Op::Remove => parent
             .dir
             .remove(&parent.name)
-            .map(drop)
+            .and_then(|_| parent.dir.remove_temp(&parent.name))
+            .map(|()| None)
             .map_err(|e| io("remove", e)),
         Op::Restore(original) => {
             let store = env.store.ok_or("no store to restore the original from")?;
@@ -679,9 +714,14 @@ fn apply_one(
                     original.mode,
                     Some((original.uid, original.gid)),
                 )
+                .map(|()| None)
                 .map_err(|e| io("restore the original", e))
         }
-        Op::Forget => Ok(()),
+        Op::Forget => parent
+            .dir
+            .remove_temp(&parent.name)
+            .map(|()| None)
+            .map_err(|e| io("remove", e)),
     }
 }
 
@@ -732,6 +772,22 @@ impl<'r> ParentDirs<'r> {
             name: name.to_os_string(),
             created,
         }))
+    }
+
+    /// Makes the data of every file written so far durable: one `syncfs` per filesystem the
+    /// directories written into are on.
+    fn sync_filesystems(&self) -> Result<(), String> {
+        let mut synced = HashSet::new();
+        for (path, (dir, _)) in self.dirs.iter().filter(|(_, (_, dirty))| *dirty) {
+            let device = dir
+                .device()
+                .map_err(|e| format!("fstat {}: {e}", path.display()))?;
+            if synced.insert(device) {
+                dir.sync_filesystem()
+                    .map_err(|e| format!("syncfs {}: {e}", path.display()))?;
+            }
+        }
+        Ok(())
     }
 
     /// Syncs each directory written into; the ones that failed, with why.
