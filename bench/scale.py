@@ -92,7 +92,8 @@ def figure():
         "`mesh-host apply` of N files under /etc in a scratch `--root` (500 to a directory, 80 bytes "
         f"each, mode 0644, tools stubbed), the static binary; `/usr/bin/time`, no-op the median of {runs} "
         "runs; peak RSS of `apply` (the worst of converge and the no-ops), `plan` and `owned`. Every "
-        "write is atomic and durable (temp file fsynced, renamed, each directory fsynced once).\n\n"
+        "write is atomic and durable (temp files written, one syncfs, renamed, each directory fsynced "
+        "once).\n\n"
         + bench.table(["N", "declaration", "converge (new files)", "no-op", "peak RSS MiB apply / plan / owned",
                        "goal (3 × declaration + 4 MiB)", "worst ÷ declaration", "verdict"], rows)
         + "\n\n"
