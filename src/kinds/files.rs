@@ -25,11 +25,30 @@ pub enum Spec {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Content {
-    pub bytes: Vec<u8>,
+    /// Exactly the declared bytes (no spare capacity: thousands of files are held at once).
+    pub bytes: Box<[u8]>,
     /// Unmanaged when not declared; a new file then gets 0644.
     pub mode: Option<u32>,
+    /// Owner and group, when either is declared: boxed, as most files declare neither and a
+    /// declaration holds thousands of files.
+    pub ownership: Option<Box<Ownership>>,
+}
+
+/// A file's declared owner and group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ownership {
     pub owner: Option<Account>,
     pub group: Option<Account>,
+}
+
+impl Content {
+    pub fn owner(&self) -> Option<&Account> {
+        self.ownership.as_ref()?.owner.as_ref()
+    }
+
+    pub fn group(&self) -> Option<&Account> {
+        self.ownership.as_ref()?.group.as_ref()
+    }
 }
 
 const DEFAULT_MODE: u32 = 0o644;
@@ -182,17 +201,18 @@ impl Kind for Files {
         };
         let owner = account("owner", owner);
         let group = account("group", group);
+        let ownership =
+            (owner.is_some() || group.is_some()).then(|| Box::new(Ownership { owner, group }));
         Some(Spec::Present(Content {
-            bytes: bytes?,
+            bytes: bytes?.into_boxed_slice(),
             mode,
-            owner,
-            group,
+            ownership,
         }))
     }
 
     fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
         let content = match spec {
-            Spec::Present(c) => Some(c.bytes.as_slice()),
+            Spec::Present(c) => Some(&c.bytes[..]),
             Spec::Absent => None,
         };
         crate::selfref::refuse_file(key, content, identity)
@@ -223,7 +243,7 @@ impl Kind for Files {
                 _ => None,
             };
             let (owner, group) = match content {
-                Some(c) => (c.owner.as_ref(), c.group.as_ref()),
+                Some(c) => (c.owner(), c.group()),
                 None => (None, None),
             };
             let mut resolve =
@@ -241,7 +261,7 @@ impl Kind for Files {
                 };
             let uid = resolve(owner, true);
             let gid = resolve(group, false);
-            let declared = content.map(|c| c.bytes.as_slice());
+            let declared = content.map(|c| &c.bytes[..]);
             let max = env.config.limits.max_file_bytes;
             let state = observe_one(&root, &mut parents, key, declared, max, &mut buffer);
             // A path that cannot be read is that file's own problem (`State::Blocked`).
@@ -380,8 +400,8 @@ fn content_digest(c: &Content) -> String {
         "present\n{}\n{:?}\n{:?}\n{:?}",
         codec::sha256_hex(&c.bytes),
         c.mode,
-        c.owner.as_ref().map(Account::display),
-        c.group.as_ref().map(Account::display)
+        c.owner().map(Account::display),
+        c.group().map(Account::display)
     );
     codec::sha256_hex(text.as_bytes())
 }
@@ -522,8 +542,8 @@ fn plan_present(
         State::Regular { stat, held } => {
             let mut details = Vec::new();
             let original = match held {
-                Held::Declared => &content.bytes,
-                Held::Other(bytes) => bytes,
+                Held::Declared => &content.bytes[..],
+                Held::Other(bytes) => &bytes[..],
                 Held::Unread => return Step::Fail(format!("{key} was not read")),
             };
             let content_differs = matches!(held, Held::Other(_));
@@ -547,7 +567,7 @@ fn plan_present(
             }
             let (intent, backup) = match owned {
                 Some(_) => (None, None),
-                None => (Some(adopted_entry(key, stat)), Some(original.clone())),
+                None => (Some(adopted_entry(key, stat)), Some(original.to_vec())),
             };
             if details.is_empty() {
                 return match (intent, backup) {
