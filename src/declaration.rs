@@ -3,7 +3,7 @@
 //! into the typed model the rest of the host uses. Every problem is collected, each naming where it
 //! is, so a person sees them all at once; one problem means nothing is applied.
 
-use std::collections::{btree_map, BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -335,25 +335,17 @@ impl<'de, K: Kind> Visitor<'de> for SectionSeed<'_, '_, K> {
         write!(f, "the {} of a declaration", K::NAME)
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut resources = BTreeMap::new();
+        // Gathered in a list and built into the map at once: a map filled by insertions in key
+        // order (as sections usually come) leaves its nodes about half empty; built from the
+        // whole sorted list, they are full.
+        let mut resources = Vec::new();
         let mut rejected = BTreeSet::new();
         let mut problems = Problems::default();
+        let duplicate = |key: &str| de::Error::custom(format!("duplicate key {key:?}"));
         while let Some(key) = map.next_key::<String>()? {
             let StrictValue(value) = map.next_value()?;
-            // A duplicate is found after its value is read (the error discards the section), so
-            // a valid resource costs one walk of the map, its insertion.
-            let duplicate = |key: &str| de::Error::custom(format!("duplicate key {key:?}"));
-            if rejected.contains(&key) {
-                return Err(duplicate(&key));
-            }
             match parse_resource::<K>(&key, &value, self.cx, &mut problems) {
-                Some(spec) => match resources.entry(key) {
-                    btree_map::Entry::Vacant(slot) => {
-                        slot.insert(spec);
-                    }
-                    btree_map::Entry::Occupied(slot) => return Err(duplicate(slot.key())),
-                },
-                None if resources.contains_key(&key) => return Err(duplicate(&key)),
+                Some(spec) => resources.push((key, spec)),
                 None => {
                     if let Some(key) = rejected.replace(key) {
                         return Err(duplicate(&key));
@@ -361,6 +353,16 @@ impl<'de, K: Kind> Visitor<'de> for SectionSeed<'_, '_, K> {
                 }
             }
         }
+        // Duplicates are found once all are read (the error discards the section).
+        resources.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(pair) = resources.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+            return Err(duplicate(&pair[0].0));
+        }
+        let sorted = |key: &String| resources.binary_search_by(|(k, _)| k.cmp(key)).is_ok();
+        if let Some(key) = rejected.iter().find(|key| sorted(key)) {
+            return Err(duplicate(key));
+        }
+        let resources: BTreeMap<String, K::Spec> = resources.into_iter().collect();
         Ok(Ok(Section(resources, problems)))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {

@@ -106,6 +106,21 @@ fn cstring(name: &OsStr) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))
 }
 
+/// A temp file written beside its target and not yet renamed over it (`Dir::write_temp_unsynced`).
+#[derive(Debug)]
+pub struct PendingWrite {
+    tmp: CString,
+    target: CString,
+}
+
+/// `.NAME.mesh-host.tmp`: where an atomic write of `name` is prepared.
+fn temp_name(name: &OsStr) -> io::Result<CString> {
+    let mut tmp_name = Vec::from(b".".as_slice());
+    tmp_name.extend_from_slice(name.as_bytes());
+    tmp_name.extend_from_slice(b".mesh-host.tmp");
+    CString::new(tmp_name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))
+}
+
 /// A name as the system calls take it (NUL-terminated), on the stack when it fits a file name's
 /// 255 bytes: looking at thousands of files then allocates nothing per call. (Large by design:
 /// it lives on the stack for one call, and boxing it would be the allocation it avoids.)
@@ -398,11 +413,23 @@ impl Dir {
         owner: Option<(u32, u32)>,
         fill: impl FnOnce(&std::fs::File) -> io::Result<()>,
     ) -> io::Result<()> {
-        let mut tmp_name = Vec::from(b".".as_slice());
-        tmp_name.extend_from_slice(name.as_bytes());
-        tmp_name.extend_from_slice(b".mesh-host.tmp");
-        let tmp = CString::new(tmp_name)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
+        let pending = self.write_temp(name, mode, owner, true, fill)?;
+        self.rename_pending(pending)
+    }
+
+    /// The first half of an atomic write: the temp file beside `name`, filled by `fill` and given
+    /// its attributes, fsynced when `sync` is set. Without it, the caller makes the data durable
+    /// for many files at once (`sync_filesystem`) before any of them is renamed.
+    fn write_temp(
+        &self,
+        name: &OsStr,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        sync: bool,
+        fill: impl FnOnce(&std::fs::File) -> io::Result<()>,
+    ) -> io::Result<PendingWrite> {
+        let target = cstring(name)?;
+        let tmp = temp_name(name)?;
         // A temp file left by a crash is ours: remove it so O_EXCL can create a fresh one.
         let _ = retry(|| unsafe { libc::unlinkat(self.raw(), tmp.as_ptr(), 0) });
         let fd = retry(|| unsafe {
@@ -421,17 +448,80 @@ impl Dir {
             }
             // After fchown, which clears setuid/setgid bits.
             check(unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) })?;
-            file.sync_all()?;
-            let target = cstring(name)?;
-            retry(|| unsafe {
-                libc::renameat(self.raw(), tmp.as_ptr(), self.raw(), target.as_ptr())
-            })
-            .map(drop)
+            if sync {
+                file.sync_all()?;
+            }
+            Ok(())
         })();
-        if result.is_err() {
-            let _ = unsafe { libc::unlinkat(self.raw(), tmp.as_ptr(), 0) };
+        match result {
+            Ok(()) => Ok(PendingWrite { tmp, target }),
+            Err(e) => {
+                let _ = unsafe { libc::unlinkat(self.raw(), tmp.as_ptr(), 0) };
+                Err(e)
+            }
         }
-        result
+    }
+
+    /// `write_atomic_unsynced` in two halves for writing many files: this one leaves the temp
+    /// file beside `name` written but neither synced nor renamed. Once every file is written,
+    /// `sync_filesystem` makes all their data durable at once (one call, not an fsync each), and
+    /// only then does `rename_pending` put each in place, so a name never points at unwritten
+    /// data. A crash before the rename leaves the old file and a temp that the next write of
+    /// `name`, or `remove_temp`, removes.
+    pub fn write_temp_unsynced(
+        &self,
+        name: &OsStr,
+        bytes: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<PendingWrite> {
+        self.write_temp(name, mode, owner, false, |mut file| {
+            io::Write::write_all(&mut file, bytes)
+        })
+    }
+
+    /// Renames a written temp file over its target (removing it if that fails); durable once the
+    /// caller syncs this directory.
+    pub fn rename_pending(&self, pending: PendingWrite) -> io::Result<()> {
+        let result = retry(|| unsafe {
+            libc::renameat(
+                self.raw(),
+                pending.tmp.as_ptr(),
+                self.raw(),
+                pending.target.as_ptr(),
+            )
+        });
+        if result.is_err() {
+            let _ = unsafe { libc::unlinkat(self.raw(), pending.tmp.as_ptr(), 0) };
+        }
+        result.map(drop)
+    }
+
+    /// Removes a written temp file instead of renaming it.
+    pub fn discard_pending(&self, pending: PendingWrite) {
+        let _ = unsafe { libc::unlinkat(self.raw(), pending.tmp.as_ptr(), 0) };
+    }
+
+    /// Removes the temp file a crash may have left beside `name` (nothing when there is none).
+    pub fn remove_temp(&self, name: &OsStr) -> io::Result<()> {
+        let tmp = temp_name(name)?;
+        match retry(|| unsafe { libc::unlinkat(self.raw(), tmp.as_ptr(), 0) }) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Flushes every written file of this directory's filesystem to disk (`syncfs`).
+    pub fn sync_filesystem(&self) -> io::Result<()> {
+        check(unsafe { libc::syncfs(self.raw()) }).map(drop)
+    }
+
+    /// The device this directory is on: which filesystem `sync_filesystem` flushes.
+    pub fn device(&self) -> io::Result<u64> {
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        check(unsafe { libc::fstat(self.raw(), &mut st) })?;
+        Ok(st.st_dev)
     }
 
     /// Sets mode and owner of an existing regular file in place, without following a symlink.
@@ -819,6 +909,32 @@ mod tests {
         assert!(matches!(long_name, CName::Heap(_)));
         assert_eq!(text(&long_name), long.as_bytes());
         assert!(CName::new(OsStr::new("a\0b")).is_err());
+    }
+
+    #[test]
+    fn a_pending_write_is_in_place_only_once_renamed() {
+        let tmp = TempDir::new("fsutil-pending");
+        let dir = Dir::open(tmp.path()).unwrap();
+        std::fs::write(tmp.path().join("a"), "old").unwrap();
+        let pending = dir
+            .write_temp_unsynced(OsStr::new("a"), b"new", 0o640, None)
+            .unwrap();
+        assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"old");
+        dir.sync_filesystem().unwrap();
+        dir.rename_pending(pending).unwrap();
+        let (st, bytes) = dir.read(OsStr::new("a"), 10).unwrap().unwrap();
+        assert_eq!((st.mode, bytes.as_slice()), (0o640, b"new".as_slice()));
+        // Discarded, or left by a crash and removed: no temp file stays.
+        let pending = dir
+            .write_temp_unsynced(OsStr::new("a"), b"newer", 0o640, None)
+            .unwrap();
+        dir.discard_pending(pending);
+        dir.write_temp_unsynced(OsStr::new("b"), b"b", 0o600, None)
+            .unwrap();
+        dir.remove_temp(OsStr::new("b")).unwrap();
+        dir.remove_temp(OsStr::new("b")).unwrap();
+        assert_eq!(dir.names().unwrap(), vec![OsString::from("a")]);
+        assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"new");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! through a symlink; an adopted file's original is kept in the store and put back on release;
 //! directories the host had to create are removed again once empty.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::{
@@ -13,7 +13,7 @@ use crate::accounts::{Account, Accounts};
 use crate::codec;
 use crate::config::{Identity, Limits};
 use crate::declaration::Fields;
-use crate::fsutil::{self, Dir, FileType, Stat, WalkError};
+use crate::fsutil::{self, Dir, FileType, PendingWrite, Stat, WalkError};
 use crate::store::{Entry, Ledger, Origin};
 
 pub struct Files;
@@ -26,11 +26,30 @@ pub enum Spec {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Content {
-    pub bytes: Vec<u8>,
+    /// Exactly the declared bytes (no spare capacity: thousands of files are held at once).
+    pub bytes: Box<[u8]>,
     /// Unmanaged when not declared; a new file then gets 0644.
     pub mode: Option<u32>,
+    /// Owner and group, when either is declared: boxed, as most files declare neither and a
+    /// declaration holds thousands of files.
+    pub ownership: Option<Box<Ownership>>,
+}
+
+/// A file's declared owner and group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ownership {
     pub owner: Option<Account>,
     pub group: Option<Account>,
+}
+
+impl Content {
+    pub fn owner(&self) -> Option<&Account> {
+        self.ownership.as_ref()?.owner.as_ref()
+    }
+
+    pub fn group(&self) -> Option<&Account> {
+        self.ownership.as_ref()?.group.as_ref()
+    }
 }
 
 const DEFAULT_MODE: u32 = 0o644;
@@ -192,17 +211,18 @@ impl Kind for Files {
         };
         let owner = account("owner", owner);
         let group = account("group", group);
+        let ownership =
+            (owner.is_some() || group.is_some()).then(|| Box::new(Ownership { owner, group }));
         Some(Spec::Present(Content {
-            bytes: bytes?,
+            bytes: bytes?.into_boxed_slice(),
             mode,
-            owner,
-            group,
+            ownership,
         }))
     }
 
     fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
         let content = match spec {
-            Spec::Present(c) => Some(c.bytes.as_slice()),
+            Spec::Present(c) => Some(&c.bytes[..]),
             Spec::Absent => None,
         };
         crate::selfref::refuse_file(key, content, identity)
@@ -221,14 +241,15 @@ impl Kind for Files {
         let mut accounts: Option<Accounts> = None;
         let mut parents = ParentCache::default();
         let mut buffer = Vec::new();
-        let mut out = BTreeMap::new();
+        // Listed, then made a map at once: full B-tree nodes (see `declaration`'s sections).
+        let mut out = Vec::with_capacity(keys.len());
         for key in keys {
             let content = match cx.declaration.files.get(key) {
                 Some(Spec::Present(c)) => Some(c),
                 _ => None,
             };
             let (owner, group) = match content {
-                Some(c) => (c.owner.as_ref(), c.group.as_ref()),
+                Some(c) => (c.owner(), c.group()),
                 None => (None, None),
             };
             let mut resolve =
@@ -246,13 +267,13 @@ impl Kind for Files {
                 };
             let uid = resolve(owner, true);
             let gid = resolve(group, false);
-            let declared = content.map(|c| c.bytes.as_slice());
+            let declared = content.map(|c| &c.bytes[..]);
             let max = env.config.limits.max_file_bytes;
             let state = observe_one(&root, &mut parents, key, declared, max, &mut buffer);
             // A path that cannot be read is that file's own problem (`State::Blocked`).
-            out.insert(key.clone(), Ok(Observed { state, uid, gid }));
+            out.push((key.clone(), Ok(Observed { state, uid, gid })));
         }
-        Ok(out)
+        Ok(out.into_iter().collect())
     }
 
     fn plan(
@@ -307,18 +328,46 @@ impl Kind for Files {
             }
         }
         let mut parents = ParentDirs::new(&root);
+        let mut written = Vec::new();
         let mut outcomes: Vec<Outcome> = changes
             .iter()
-            .map(|change| {
+            .enumerate()
+            .map(|(i, change)| {
                 if (env.interrupted)() {
                     return Outcome::Stopped;
                 }
                 match apply_one(env, cx, &mut parents, ledger, &change.key, &change.op) {
-                    Ok(()) => Outcome::Done,
+                    Ok(Some(pending)) => {
+                        written.push((i, pending));
+                        Outcome::Done
+                    }
+                    Ok(None) => Outcome::Done,
                     Err(e) => Outcome::Failed(e.into()),
                 }
             })
             .collect();
+        // The new contents are written but not in place: made durable all at once (one sync per
+        // filesystem instead of an fsync per file), then renamed, so no name ever points at data
+        // that is not on disk.
+        let synced = match written.is_empty() {
+            true => Ok(()),
+            false => parents.sync_filesystems(),
+        };
+        for (i, pending) in written {
+            let key = &changes[i].key;
+            let dir = Path::new(key).parent().unwrap_or(Path::new("/"));
+            outcomes[i] = match (&synced, parents.dirs.get(dir)) {
+                (Ok(()), Some((dir, _))) => match dir.rename_pending(pending) {
+                    Ok(()) => Outcome::Done,
+                    Err(e) => Outcome::Failed(format!("{key}: cannot write: {e}").into()),
+                },
+                (Err(e), Some((dir, _))) => {
+                    dir.discard_pending(pending);
+                    Outcome::Failed(format!("{key}: cannot make the write durable: {e}").into())
+                }
+                (_, None) => Outcome::Failed(format!("{key}: its directory was lost").into()),
+            };
+        }
         // The renames are durable once their directories are: a write whose directory cannot be
         // synced has not happened as far as the ledger is concerned.
         for (dir, e) in parents.sync() {
@@ -360,8 +409,8 @@ fn content_digest(c: &Content) -> String {
         "present\n{}\n{:?}\n{:?}\n{:?}",
         codec::sha256_hex(&c.bytes),
         c.mode,
-        c.owner.as_ref().map(Account::display),
-        c.group.as_ref().map(Account::display)
+        c.owner().map(Account::display),
+        c.group().map(Account::display)
     );
     codec::sha256_hex(text.as_bytes())
 }
@@ -500,8 +549,8 @@ fn plan_present(
         State::Regular { stat, held } => {
             let mut details = Vec::new();
             let original = match held {
-                Held::Declared => &content.bytes,
-                Held::Other(bytes) => bytes,
+                Held::Declared => &content.bytes[..],
+                Held::Other(bytes) => &bytes[..],
                 Held::Unread => return Step::Fail(format!("{key} was not read")),
             };
             let content_differs = matches!(held, Held::Other(_));
@@ -525,7 +574,7 @@ fn plan_present(
             }
             let (intent, backup) = match owned {
                 Some(_) => (None, None),
-                None => (Some(adopted_entry(key, stat)), Some(original.clone())),
+                None => (Some(adopted_entry(key, stat)), Some(original.to_vec())),
             };
             if details.is_empty() {
                 return match (intent, backup) {
@@ -636,6 +685,8 @@ fn plan_release(
     })
 }
 
+/// Carries out one change; a write gives back its temp file, to be renamed once every written
+/// file is durable (see `Files::apply`).
 fn apply_one(
     env: &Env,
     cx: &RunContext,
@@ -643,12 +694,12 @@ fn apply_one(
     ledger: &mut Ledger,
     key: &str,
     op: &Op,
-) -> Result<(), String> {
+) -> Result<Option<PendingWrite>, String> {
     let path = Path::new(key);
     let create = matches!(op, Op::Write { .. } | Op::Restore(_));
     let parent = match parents.get(path, create) {
         Ok(Some(parent)) => parent,
-        Ok(None) => return Ok(()), // removing: a missing parent means nothing to remove
+        Ok(None) => return Ok(None), // removing: a missing parent means nothing to remove
         Err(e) => return Err(e.to_string()),
     };
     ledger.directories.extend(parent.created.iter().cloned());
@@ -661,19 +712,24 @@ fn apply_one(
             refuse_non_file(&parent, key)?;
             parent
                 .dir
-                .write_atomic_unsynced(&parent.name, &content.bytes, *mode, *owner)
+                .write_temp_unsynced(&parent.name, &content.bytes, *mode, *owner)
+                .map(Some)
                 .map_err(|e| io("write", e))
         }
         Op::SetAttributes { mode, owner } => refuse_non_file(&parent, key).and_then(|()| {
             parent
                 .dir
                 .set_attributes(&parent.name, *mode, *owner)
+                .map(|()| None)
                 .map_err(|e| io("set mode and owner", e))
         }),
+        // With the temp file a crash between a write and its rename may have left beside it: the
+        // file was owned (written ahead in the ledger) before that write began.
         Op::Remove => parent
             .dir
             .remove(&parent.name)
-            .map(drop)
+            .and_then(|_| parent.dir.remove_temp(&parent.name))
+            .map(|()| None)
             .map_err(|e| io("remove", e)),
         Op::Restore(original) => {
             let store = env.store.ok_or("no store to restore the original from")?;
@@ -689,9 +745,14 @@ fn apply_one(
                     original.mode,
                     Some((original.uid, original.gid)),
                 )
+                .map(|()| None)
                 .map_err(|e| io("restore the original", e))
         }
-        Op::Forget => Ok(()),
+        Op::Forget => parent
+            .dir
+            .remove_temp(&parent.name)
+            .map(|()| None)
+            .map_err(|e| io("remove", e)),
     }
 }
 
@@ -742,6 +803,22 @@ impl<'r> ParentDirs<'r> {
             name: name.to_os_string(),
             created,
         }))
+    }
+
+    /// Makes the data of every file written so far durable: one `syncfs` per filesystem the
+    /// directories written into are on.
+    fn sync_filesystems(&self) -> Result<(), String> {
+        let mut synced = HashSet::new();
+        for (path, (dir, _)) in self.dirs.iter().filter(|(_, (_, dirty))| *dirty) {
+            let device = dir
+                .device()
+                .map_err(|e| format!("fstat {}: {e}", path.display()))?;
+            if synced.insert(device) {
+                dir.sync_filesystem()
+                    .map_err(|e| format!("syncfs {}: {e}", path.display()))?;
+            }
+        }
+        Ok(())
     }
 
     /// Syncs each directory written into; the ones that failed, with why.

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::kinds::{self, Kind, Visit};
@@ -61,7 +62,11 @@ macro_rules! sections {
         #[serde(deny_unknown_fields)]
         pub struct Sections {
             $(
-                #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+                #[serde(
+                    default,
+                    skip_serializing_if = "BTreeMap::is_empty",
+                    deserialize_with = "dense"
+                )]
                 pub $name: BTreeMap<String, Entry<<$kind as Kind>::Original>>,
             )*
         }
@@ -79,6 +84,39 @@ pub struct Ledger {
     /// empty and no longer needed.
     #[serde(default)]
     pub directories: BTreeSet<PathBuf>,
+}
+
+/// Reads a kind's section into a map built at once from its sorted entries, whose nodes are
+/// full, rather than by insertions in key order (the file's order), which leave them about half
+/// empty: for 20,000 owned files that is about a megabyte kept through every run.
+fn dense<'de, D: Deserializer<'de>, V: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, V>, D::Error> {
+    Dense::deserialize(deserializer).map(|Dense(map)| map)
+}
+
+/// A JSON object read as a list first, then made a map (see `dense`). A key given twice
+/// keeps its last value, as serde's own map does.
+struct Dense<V>(BTreeMap<String, V>);
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Dense<V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Pairs<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for Pairs<V> {
+            type Value = Dense<V>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Dense<V>, A::Error> {
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some(pair) = map.next_entry::<String, V>()? {
+                    pairs.push(pair);
+                }
+                Ok(Dense(pairs.into_iter().collect()))
+            }
+        }
+        deserializer.deserialize_map(Pairs(std::marker::PhantomData))
+    }
 }
 
 impl Default for Ledger {
@@ -264,6 +302,26 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&l).unwrap(),
             r#"{"version":1,"resources":{},"directories":[]}"#
+        );
+    }
+
+    #[test]
+    fn a_ledger_read_back_is_the_one_written() {
+        let mut l = Ledger::default();
+        for i in (0..100).rev() {
+            l.insert::<Files>(&format!("/etc/f{i:03}"), Entry::created());
+        }
+        l.insert::<Packages>("vim", Entry::adopted(None));
+        let text = serde_json::to_string(&l).unwrap();
+        let back: Ledger = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.keys::<Files>(), l.keys::<Files>());
+        assert_eq!(back.keys::<Packages>(), vec!["vim"]);
+        assert_eq!(serde_json::to_string(&back).unwrap(), text);
+        let twice = r#"{"version": 1, "resources": {"files": {"/etc/a": {"origin": "created", "applied": "1"}, "/etc/a": {"origin": "created", "applied": "2"}}}}"#;
+        let read: Ledger = serde_json::from_str(twice).unwrap();
+        assert_eq!(
+            read.get::<Files>("/etc/a").unwrap().applied.as_deref(),
+            Some("2")
         );
     }
 
