@@ -631,6 +631,20 @@ fn declared_not_converged(test: &str) -> (Sandbox, [String; 2], Scratch, Vec<Str
     (sb, units, host, real, cleanup)
 }
 
+/// Runs systemctl through `sh -c`: `before` (which sees systemctl's arguments as "$@"), then the
+/// sandbox's `systemctl --user`.
+fn wrap_systemctl(host: &Scratch, before: &str) {
+    let script = format!(r#"{before}; exec systemctl --user "$@""#);
+    host.set_tool("systemctl", &["sh", "-c", &script, "sh"]);
+}
+
+/// Sets systemctl back to `real` and reconciles, which must converge.
+fn reconcile_with(host: &Scratch, real: &[String]) {
+    host.set_tool("systemctl", real);
+    let out = host.run(&["reconcile"]);
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
 /// SIGTERM while the units kind applies, sent by a systemctl wrapper at `daemon-reload` (after
 /// the unit files, before enable and start), so no timing is involved: the files written are
 /// reloaded, the verbs left are not run, the run is recorded `interrupted` with those units
@@ -640,14 +654,9 @@ fn declared_not_converged(test: &str) -> (Sandbox, [String; 2], Scratch, Vec<Str
 fn sigterm_during_the_units_apply_leaves_the_rest_for_the_next_run() {
     let (sb, units, host, real, _cleanup) = declared_not_converged("stop");
     assert!(!sb.unit_dir.join(&units[0]).exists());
-    host.set_tool(
-        "systemctl",
-        &[
-            "sh",
-            "-c",
-            r#"if [ "$1" = daemon-reload ]; then kill -TERM $PPID; fi; exec systemctl --user "$@""#,
-            "sh",
-        ],
+    wrap_systemctl(
+        &host,
+        r#"if [ "$1" = daemon-reload ]; then kill -TERM $PPID; fi"#,
     );
     let (service, stopped) = Service::start_until_stopped(host);
     assert_eq!(stopped, units, "{}", service.log());
@@ -660,9 +669,7 @@ fn sigterm_during_the_units_apply_leaves_the_rest_for_the_next_run() {
         assert_eq!(systemctl(&["is-active", "--", unit]), "inactive", "{unit}");
     }
 
-    service.host.set_tool("systemctl", &real);
-    let out = service.host.run(&["reconcile"]);
-    assert_eq!(out.code, 0, "{out:?}");
+    reconcile_with(&service.host, &real);
     for unit in &units {
         assert_eq!(systemctl(&["is-enabled", "--", unit]), "enabled", "{unit}");
         assert_eq!(systemctl(&["is-active", "--", unit]), "active", "{unit}");
@@ -676,14 +683,9 @@ fn sigterm_during_the_units_apply_leaves_the_rest_for_the_next_run() {
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn sigterm_during_a_retry_one_unit_at_a_time_leaves_the_rest_for_the_next_run() {
     let (_sb, units, host, real, _cleanup) = declared_not_converged("retry");
-    host.set_tool(
-        "systemctl",
-        &[
-            "sh",
-            "-c",
-            r#"if [ "$1" = start ]; then [ $# -gt 3 ] && exit 1; kill -TERM $PPID; fi; exec systemctl --user "$@""#,
-            "sh",
-        ],
+    wrap_systemctl(
+        &host,
+        r#"if [ "$1" = start ]; then [ $# -gt 3 ] && exit 1; kill -TERM $PPID; fi"#,
     );
     let (service, stopped) = Service::start_until_stopped(host);
     assert_eq!(stopped, [units[1].clone()], "{}", service.log());
@@ -692,8 +694,6 @@ fn sigterm_during_a_retry_one_unit_at_a_time_leaves_the_rest_for_the_next_run() 
     assert_eq!(systemctl(&["is-active", "--", &units[0]]), "active");
     assert_eq!(systemctl(&["is-active", "--", &units[1]]), "inactive");
 
-    service.host.set_tool("systemctl", &real);
-    let out = service.host.run(&["reconcile"]);
-    assert_eq!(out.code, 0, "{out:?}");
+    reconcile_with(&service.host, &real);
     assert_eq!(systemctl(&["is-active", "--", &units[1]]), "active");
 }
