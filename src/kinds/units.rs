@@ -1004,101 +1004,90 @@ mod tests {
             active: false,
             file_backup: None,
         }));
-        assert_eq!(
-            plan(
-                r#"{"enabled": true, "active": true}"#,
-                loaded("inactive", "disabled"),
-                None,
-                &[]
-            ),
-            "~ enable, start"
-        );
-        assert_eq!(
-            plan(
-                r#"{"enabled": true, "active": true}"#,
-                loaded("active", "enabled"),
-                None,
-                &[]
-            ),
-            "adopt Adopted"
-        );
-        assert_eq!(
-            plan(
-                r#"{"enabled": true, "active": true}"#,
-                loaded("active", "enabled"),
-                Some(&owned),
-                &[]
-            ),
-            "in sync"
-        );
-        assert_eq!(
-            plan(
-                r#"{"active": true, "restart_on": ["/etc/app.conf"]}"#,
-                loaded("active", "enabled"),
-                Some(&owned),
-                &["/etc/app.conf"]
-            ),
-            "~ restart (/etc/app.conf changed)"
-        );
-        assert_eq!(
-            plan(
-                r#"{"active": true, "restart_on": ["/etc/app.conf"]}"#,
-                loaded("active", "enabled"),
-                Some(&owned),
-                &[]
-            ),
-            "in sync"
-        );
-        assert_eq!(
-            plan(
-                r#"{"active": true, "reload_on": ["/etc/app.conf"]}"#,
-                loaded("active", "enabled"),
-                Some(&owned),
-                &["/etc/app.conf"]
-            ),
-            "~ reload (/etc/app.conf changed)"
-        );
-        assert_eq!(
-            plan(
-                r#"{"active": false}"#,
-                loaded("active", "enabled"),
-                Some(&owned),
-                &[]
-            ),
-            "~ stop"
-        );
         let missing = Observed {
             load: Some(LoadState::NotFound),
             ..Observed::default()
         };
-        assert_eq!(
-            plan(
-                r#"{"content": "[Service]\n", "active": true}"#,
-                missing.clone(),
-                None,
-                &[]
-            ),
-            "+ unit file written, start"
-        );
-        assert!(plan(r#"{"active": true}"#, missing, None, &[])
-            .starts_with("fail: unit a.service is not loaded"));
         let with_file = Observed {
             file: Some(b"old".to_vec()),
             ..loaded("active", "enabled")
         };
-        assert_eq!(
-            plan(r#"{"content": "new"}"#, with_file, Some(&owned), &[]),
-            "~ unit file changed, restart (its unit file changed)"
-        );
-        assert_eq!(
-            plan(
-                r#"{"state": "absent"}"#,
-                loaded("active", "enabled"),
+        let running = || loaded("active", "enabled");
+        let restart_on = r#"{"active": true, "restart_on": ["/etc/app.conf"]}"#;
+        let reload_on = r#"{"active": true, "reload_on": ["/etc/app.conf"]}"#;
+        let changed: &[&str] = &["/etc/app.conf"];
+        // (spec, observed, owned, files changed in the run, plan)
+        let cases: [(&str, Observed, Option<&Entry<Original>>, &[&str], &str); 10] = [
+            (
+                r#"{"enabled": true, "active": true}"#,
+                loaded("inactive", "disabled"),
                 None,
-                &[]
+                &[],
+                "~ enable, start",
             ),
-            "- declared absent, stop, disable"
-        );
+            (
+                r#"{"enabled": true, "active": true}"#,
+                running(),
+                None,
+                &[],
+                "adopt Adopted",
+            ),
+            (
+                r#"{"enabled": true, "active": true}"#,
+                running(),
+                Some(&owned),
+                &[],
+                "in sync",
+            ),
+            (
+                restart_on,
+                running(),
+                Some(&owned),
+                changed,
+                "~ restart (/etc/app.conf changed)",
+            ),
+            (restart_on, running(), Some(&owned), &[], "in sync"),
+            (
+                reload_on,
+                running(),
+                Some(&owned),
+                changed,
+                "~ reload (/etc/app.conf changed)",
+            ),
+            (
+                r#"{"active": false}"#,
+                running(),
+                Some(&owned),
+                &[],
+                "~ stop",
+            ),
+            (
+                r#"{"content": "[Service]\n", "active": true}"#,
+                missing.clone(),
+                None,
+                &[],
+                "+ unit file written, start",
+            ),
+            (
+                r#"{"content": "new"}"#,
+                with_file,
+                Some(&owned),
+                &[],
+                "~ unit file changed, restart (its unit file changed)",
+            ),
+            (
+                r#"{"state": "absent"}"#,
+                running(),
+                None,
+                &[],
+                "- declared absent, stop, disable",
+            ),
+        ];
+        for (spec, observed, owned, changed, want) in cases {
+            assert_eq!(plan(spec, observed, owned, changed), want, "{spec}");
+        }
+        assert!(plan(r#"{"active": true}"#, missing, None, &[])
+            .starts_with("fail: unit a.service is not loaded"));
     }
 
     #[test]
