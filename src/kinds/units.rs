@@ -1016,8 +1016,15 @@ mod tests {
         let restart_on = r#"{"active": true, "restart_on": ["/etc/app.conf"]}"#;
         let reload_on = r#"{"active": true, "reload_on": ["/etc/app.conf"]}"#;
         let changed: &[&str] = &["/etc/app.conf"];
-        // (spec, observed, owned, files changed in the run, plan)
-        let cases: [(&str, Observed, Option<&Entry<Original>>, &[&str], &str); 10] = [
+        /// The spec, what was observed, the ledger's entry, the files changed in the run, the plan.
+        type Case<'a> = (
+            &'a str,
+            Observed,
+            Option<&'a Entry<Original>>,
+            &'a [&'a str],
+            &'a str,
+        );
+        let cases: [Case; 10] = [
             (
                 r#"{"enabled": true, "active": true}"#,
                 loaded("inactive", "disabled"),
