@@ -40,6 +40,35 @@ pub struct Stat {
     pub size: u64,
 }
 
+/// Everything `fstatat` says of a file that changes when its content or attributes do, as git's
+/// index keeps it: no user process can set the ctime, so any write, chmod or chown changes the
+/// stamp (see `store::FilesIndex`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub device: u64,
+    pub inode: u64,
+    pub size: u64,
+    /// The whole `st_mode`: type and permission bits.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Unix nanoseconds.
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+/// The time the kernel stamps files with (`CLOCK_REALTIME_COARSE`), in unix nanoseconds: a file
+/// changed from now on gets a ctime at least this.
+pub fn file_clock_now_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Cannot fail for a valid clock id and pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    ts.tv_sec.saturating_mul(1_000_000_000) + ts.tv_nsec
+}
+
 /// A file's identity and modification time (unix seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileIdentity {
@@ -212,6 +241,19 @@ impl Dir {
             libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
         }) {
             Ok(_) => Ok(Some(stat_of(&st))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `stat` with the file's `Stamp`, from the same one system call.
+    pub fn stat_stamped(&self, name: &OsStr) -> io::Result<Option<(Stat, Stamp)>> {
+        let c = CName::new(name)?;
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        match retry(|| unsafe {
+            libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+        }) {
+            Ok(_) => Ok(Some((stat_of(&st), stamp_of(&st)))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
@@ -688,6 +730,20 @@ fn stat_of(st: &libc::stat) -> Stat {
         uid: st.st_uid,
         gid: st.st_gid,
         size: st.st_size as u64,
+    }
+}
+
+fn stamp_of(st: &libc::stat) -> Stamp {
+    let ns = |sec: i64, nsec: i64| sec.saturating_mul(1_000_000_000).saturating_add(nsec);
+    Stamp {
+        device: st.st_dev,
+        inode: st.st_ino,
+        size: st.st_size as u64,
+        mode: st.st_mode,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        mtime_ns: ns(st.st_mtime, st.st_mtime_nsec),
+        ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),
     }
 }
 
