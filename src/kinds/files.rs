@@ -244,8 +244,15 @@ impl Kind for Files {
         let mut index = IndexUse::load(env.store);
         // Listed, then made a map at once: full B-tree nodes (see `declaration`'s sections).
         let mut out = Vec::with_capacity(keys.len());
+        // Keys come in order: the declared files are walked beside them, not searched for each.
+        let mut declared_files = cx.declaration.files.iter().peekable();
         for key in keys {
-            let content = match cx.declaration.files.get(key) {
+            while declared_files.next_if(|(k, _)| *k < key).is_some() {}
+            let spec = match declared_files.peek() {
+                Some((k, spec)) if *k == key => Some(*spec),
+                _ => cx.declaration.files.get(key),
+            };
+            let content = match spec {
                 Some(Spec::Present(c)) => Some(c),
                 _ => None,
             };
@@ -414,14 +421,29 @@ pub fn digest(spec: &Spec) -> String {
     }
 }
 
+/// The digest of `present\n{sha256 hex}\n{mode:?}\n{owner:?}\n{group:?}` (the `Debug` of each
+/// `Option`), built without the formatting machinery: the reconciler takes it of every in-sync
+/// file of a run, thousands of them.
 fn content_digest(c: &Content) -> String {
-    let text = format!(
-        "present\n{}\n{:?}\n{:?}\n{:?}",
-        codec::sha256_hex(&c.bytes),
-        c.mode,
-        c.owner().map(Account::display),
-        c.group().map(Account::display)
-    );
+    let mut text = String::with_capacity(96);
+    text.push_str("present\n");
+    text.push_str(&codec::sha256_hex(&c.bytes));
+    text.push('\n');
+    match c.mode {
+        Some(mode) => {
+            text.push_str("Some(");
+            text.push_str(&mode.to_string());
+            text.push(')');
+        }
+        None => text.push_str("None"),
+    }
+    for account in [c.owner(), c.group()] {
+        text.push('\n');
+        match account {
+            Some(a) => text.push_str(&format!("{:?}", Some(a.display()))),
+            None => text.push_str("None"),
+        }
+    }
     codec::sha256_hex(text.as_bytes())
 }
 
@@ -1568,5 +1590,36 @@ mod tests {
             "Declared"
         );
         assert!(store.files_index().get("/etc/app/conf").is_some());
+    }
+
+    #[test]
+    fn the_content_digest_is_what_earlier_versions_stored() {
+        let earlier = |c: &Content| {
+            codec::sha256_hex(
+                format!(
+                    "present\n{}\n{:?}\n{:?}\n{:?}",
+                    codec::sha256_hex(&c.bytes),
+                    c.mode,
+                    c.owner().map(Account::display),
+                    c.group().map(Account::display)
+                )
+                .as_bytes(),
+            )
+        };
+        for spec in [
+            r#"{"content": "a"}"#,
+            r#"{"content": "a", "mode": "4755"}"#,
+            r#"{"content": "", "owner": "www-data", "group": "7"}"#,
+            r#"{"content": "b", "group": "wheel"}"#,
+        ] {
+            let d = parse_with_defaults(&format!(
+                r#"{{"schema": 1, "files": {{"/etc/x": {spec}}}}}"#
+            ))
+            .unwrap();
+            let Some(Spec::Present(c)) = d.files.get("/etc/x") else {
+                panic!("{spec}: not present");
+            };
+            assert_eq!(content_digest(c), earlier(c), "{spec}");
+        }
     }
 }
