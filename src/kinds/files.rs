@@ -548,7 +548,7 @@ impl<'k> IndexUse<'k> {
         let Some(store) = store.filter(|_| !self.updates.is_empty()) else {
             return;
         };
-        if let Err(e) = store.save_files_index(&self.old.updated(self.updates)) {
+        if let Err(e) = store.save_files_index(&self.old, self.updates) {
             log::warn!("{e}; the next run reads the files again");
         }
     }
@@ -1496,8 +1496,12 @@ mod tests {
             digest: crate::codec::sha256(b"12345678"),
             ..cached
         };
-        let bytes = FilesIndex::default().updated(vec![("/etc/app/conf", Some(forged))]);
-        store.save_files_index(&bytes).unwrap();
+        store
+            .save_files_index(
+                &FilesIndex::default(),
+                vec![("/etc/app/conf", Some(forged))],
+            )
+            .unwrap();
         assert_eq!(
             observe_indexed(&root, &store, b"12345678", LATER),
             "Declared"

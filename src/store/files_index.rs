@@ -9,7 +9,6 @@
 //! mixed write (two commands saving at once) reads as corrupt, never as a wrong entry.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io;
 
@@ -113,23 +112,62 @@ impl FilesIndex {
         Some(self.cached_at(self.records[found]))
     }
 
-    /// This index with `updates` (an entry set, or dropped with `None`), encoded.
-    pub fn updated(&self, updates: Vec<(&str, Option<Cached>)>) -> Vec<u8> {
-        let mut entries: BTreeMap<&str, Cached> = self
-            .records
-            .iter()
-            .filter_map(|&at| {
-                let key = std::str::from_utf8(self.key_at(at)).ok()?;
-                Some((key, self.cached_at(at)))
-            })
-            .collect();
-        for (key, cached) in updates {
-            match cached {
-                Some(cached) => entries.insert(key, cached),
-                None => entries.remove(key),
+    /// Writes this index with `updates` (an entry set, or dropped with `None`) to `out`, merged
+    /// as both are in key order: no copy of the whole index is built in memory (the first run
+    /// after a large converge records every file).
+    pub fn write_updated(
+        &self,
+        mut updates: Vec<(&str, Option<Cached>)>,
+        out: &mut dyn io::Write,
+    ) -> io::Result<()> {
+        // Stable: of two updates of one key, the later is written.
+        updates.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = Checksummed {
+            out,
+            digest: ring::digest::Context::new(&ring::digest::SHA256),
+        };
+        out.write(HEADER)?;
+        let mut old = self.records.iter().peekable();
+        let mut updates = updates.into_iter().peekable();
+        loop {
+            let old_key = old.peek().map(|&&at| self.key_at(at));
+            let update_key = updates.peek().map(|(key, _)| key.as_bytes());
+            let old_first = match (old_key, update_key) {
+                (None, None) => break,
+                (Some(o), Some(u)) => o < u,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
             };
+            if old_first {
+                if let (Some(&at), Some(key)) = (old.next(), old_key) {
+                    let len = 2 + key.len() + FIXED;
+                    out.write(&self.bytes[at as usize..at as usize + len])?;
+                }
+                continue;
+            }
+            if old_key.is_some() && old_key == update_key {
+                old.next();
+            }
+            let Some((key, cached)) = updates.next() else {
+                break;
+            };
+            let superseded = updates.peek().is_some_and(|(next, _)| *next == key);
+            if let (Some(cached), false) = (cached, superseded) {
+                write_record(&mut out, key, &cached)?;
+            }
         }
-        encode(&entries)
+        let checksum = out.digest.finish();
+        out.out.write_all(checksum.as_ref())
+    }
+
+    /// This index with `updates`, as its file's bytes.
+    #[cfg(test)]
+    pub fn updated(&self, updates: Vec<(&str, Option<Cached>)>) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        if let Err(e) = self.write_updated(updates, &mut bytes) {
+            panic!("writing to memory: {e}");
+        }
+        bytes
     }
 
     fn key_at(&self, at: u32) -> &[u8] {
@@ -188,32 +226,40 @@ impl Fields<'_> {
     }
 }
 
-/// The index file of `entries`. Keys longer than a `u16` cannot be file paths (`check_path`
-/// allows 4096 bytes) and are left out.
-pub fn encode(entries: &BTreeMap<&str, Cached>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER.len() + entries.len() * (40 + FIXED) + CHECKSUM);
-    out.extend_from_slice(HEADER);
-    for (key, cached) in entries {
-        let Ok(len) = u16::try_from(key.len()) else {
-            continue;
-        };
-        let s = &cached.stamp;
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(key.as_bytes());
-        for n in [s.device, s.inode, s.size] {
-            out.extend_from_slice(&n.to_le_bytes());
-        }
-        for n in [s.mode, s.uid, s.gid] {
-            out.extend_from_slice(&n.to_le_bytes());
-        }
-        for n in [s.mtime_ns, s.ctime_ns] {
-            out.extend_from_slice(&n.to_le_bytes());
-        }
-        out.extend_from_slice(&cached.digest);
+/// What is written to the index file, hashed on the way for its trailing checksum.
+struct Checksummed<'a> {
+    out: &'a mut dyn io::Write,
+    digest: ring::digest::Context,
+}
+
+impl Checksummed<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.digest.update(bytes);
+        self.out.write_all(bytes)
     }
-    let checksum = codec::sha256(&out);
-    out.extend_from_slice(&checksum);
-    out
+}
+
+/// One record. Keys longer than a `u16` cannot be file paths (`check_path` allows 4096 bytes)
+/// and are left out.
+fn write_record(out: &mut Checksummed, key: &str, cached: &Cached) -> io::Result<()> {
+    let Ok(len) = u16::try_from(key.len()) else {
+        return Ok(());
+    };
+    let s = &cached.stamp;
+    let mut record = Vec::with_capacity(2 + key.len() + FIXED);
+    record.extend_from_slice(&len.to_le_bytes());
+    record.extend_from_slice(key.as_bytes());
+    for n in [s.device, s.inode, s.size] {
+        record.extend_from_slice(&n.to_le_bytes());
+    }
+    for n in [s.mode, s.uid, s.gid] {
+        record.extend_from_slice(&n.to_le_bytes());
+    }
+    for n in [s.mtime_ns, s.ctime_ns] {
+        record.extend_from_slice(&n.to_le_bytes());
+    }
+    record.extend_from_slice(&cached.digest);
+    out.write(&record)
 }
 
 impl Store {
@@ -235,11 +281,17 @@ impl Store {
         }
     }
 
-    /// Replaces the files index with `bytes` (from `FilesIndex::updated` or `encode`).
-    pub fn save_files_index(&self, bytes: &[u8]) -> Result<(), StoreError> {
+    /// Replaces the files index with `old` and `updates` (see `FilesIndex::write_updated`).
+    pub fn save_files_index(
+        &self,
+        old: &FilesIndex,
+        updates: Vec<(&str, Option<Cached>)>,
+    ) -> Result<(), StoreError> {
         self.dir
-            .write_atomic_streamed(OsStr::new(FILE), 0o600, |out| out.write_all(bytes))
-            .map_err(|e: io::Error| self.error(FILE, format!("cannot be written: {e}")))
+            .write_atomic_streamed(OsStr::new(FILE), 0o600, |out| {
+                old.write_updated(updates, out)
+            })
+            .map_err(|e| self.error(FILE, format!("cannot be written: {e}")))
     }
 }
 
@@ -267,10 +319,17 @@ mod tests {
         }
     }
 
+    fn two_entries() -> Vec<u8> {
+        FilesIndex::default().updated(vec![
+            ("/etc/b", Some(cached(20, 2))),
+            ("/etc/a", Some(cached(9, 9))),
+            ("/etc/a", Some(cached(10, 1))),
+        ])
+    }
+
     #[test]
     fn entries_round_trip_and_updates_set_and_drop() {
-        let entries = BTreeMap::from([("/etc/a", cached(10, 1)), ("/etc/b", cached(20, 2))]);
-        let index = FilesIndex::decode(encode(&entries)).expect("valid");
+        let index = FilesIndex::decode(two_entries()).expect("valid");
         assert_eq!(index.get("/etc/a"), Some(cached(10, 1)));
         assert_eq!(index.get("/etc/b"), Some(cached(20, 2)));
         assert_eq!(index.get("/etc/c"), None);
@@ -287,8 +346,7 @@ mod tests {
 
     #[test]
     fn a_damaged_or_other_version_index_is_refused() {
-        let entries = BTreeMap::from([("/etc/a", cached(10, 1)), ("/etc/b", cached(20, 2))]);
-        let good = encode(&entries);
+        let good = two_entries();
         let mut flipped = good.clone();
         flipped[HEADER.len() + 12] ^= 1;
         let mut other_version = good.clone();
