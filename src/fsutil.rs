@@ -40,6 +40,35 @@ pub struct Stat {
     pub size: u64,
 }
 
+/// Everything `fstatat` says of a file that changes when its content or attributes do, as git's
+/// index keeps it: no user process can set the ctime, so any write, chmod or chown changes the
+/// stamp (see `store::FilesIndex`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub device: u64,
+    pub inode: u64,
+    pub size: u64,
+    /// The whole `st_mode`: type and permission bits.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Unix nanoseconds.
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+/// The time the kernel stamps files with (`CLOCK_REALTIME_COARSE`), in unix nanoseconds: a file
+/// changed from now on gets a ctime at least this.
+pub fn file_clock_now_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Cannot fail for a valid clock id and pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    ts.tv_sec.saturating_mul(1_000_000_000) + ts.tv_nsec
+}
+
 /// A file's identity and modification time (unix seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileIdentity {
@@ -212,6 +241,19 @@ impl Dir {
             libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
         }) {
             Ok(_) => Ok(Some(stat_of(&st))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `stat` with the file's `Stamp`, from the same one system call.
+    pub fn stat_stamped(&self, name: &OsStr) -> io::Result<Option<(Stat, Stamp)>> {
+        let c = CName::new(name)?;
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        match retry(|| unsafe {
+            libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+        }) {
+            Ok(_) => Ok(Some((stat_of(&st), stamp_of(&st)))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
@@ -570,9 +612,10 @@ impl Dir {
         }
     }
 
-    /// The names in this directory (not `.` and `..`), read in one pass: cheaper than asking after
-    /// each of many names that are usually absent.
-    pub fn names(&self) -> io::Result<Vec<OsString>> {
+    /// The names in this directory (not `.` and `..`) that `keep` accepts, read in one pass:
+    /// cheaper than asking after each of many names that are usually absent, and only the names
+    /// kept are copied.
+    pub fn names_where(&self, keep: impl Fn(&OsStr) -> bool) -> io::Result<Vec<OsString>> {
         // fdopendir takes the descriptor it is given: give it a fresh one of this same directory.
         let fd = retry(|| unsafe {
             libc::openat(
@@ -602,7 +645,7 @@ impl Dir {
             }
             let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) };
             let name = OsStr::from_bytes(name.to_bytes());
-            if name != "." && name != ".." {
+            if name != "." && name != ".." && keep(name) {
                 names.push(name.to_os_string());
             }
         };
@@ -688,6 +731,20 @@ fn stat_of(st: &libc::stat) -> Stat {
         uid: st.st_uid,
         gid: st.st_gid,
         size: st.st_size as u64,
+    }
+}
+
+fn stamp_of(st: &libc::stat) -> Stamp {
+    let ns = |sec: i64, nsec: i64| sec.saturating_mul(1_000_000_000).saturating_add(nsec);
+    Stamp {
+        device: st.st_dev,
+        inode: st.st_ino,
+        size: st.st_size as u64,
+        mode: st.st_mode,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        mtime_ns: ns(st.st_mtime, st.st_mtime_nsec),
+        ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),
     }
 }
 
@@ -933,7 +990,10 @@ mod tests {
             .unwrap();
         dir.remove_temp(OsStr::new("b")).unwrap();
         dir.remove_temp(OsStr::new("b")).unwrap();
-        assert_eq!(dir.names().unwrap(), vec![OsString::from("a")]);
+        assert_eq!(
+            dir.names_where(|_| true).unwrap(),
+            vec![OsString::from("a")]
+        );
         assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"new");
     }
 
@@ -957,7 +1017,10 @@ mod tests {
         });
         assert!(failed.is_err());
         assert_eq!(std::fs::read(tmp.path().join("a")).unwrap().len(), 200_002);
-        assert_eq!(dir.names().unwrap(), vec![OsString::from("a")]);
+        assert_eq!(
+            dir.names_where(|_| true).unwrap(),
+            vec![OsString::from("a")]
+        );
     }
 
     #[test]
@@ -969,7 +1032,7 @@ mod tests {
                 .unwrap();
         }
         dir.sync().unwrap();
-        let mut names = dir.names().unwrap();
+        let mut names = dir.names_where(|_| true).unwrap();
         names.sort();
         assert_eq!(names, ["a", "a.pacnew", "b"]);
         // Empty and exactly-sized files read whole; the limit still holds.

@@ -4,7 +4,7 @@
 //! means the package's default moved since the host took the file, so the declaration deserves a
 //! review. This finds them (through `fsutil`, never following a symlink) and sizes the difference.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsStr;
 use std::path::Path;
 
@@ -46,49 +46,57 @@ pub fn find(root: &Path, paths: &[String], max_bytes: u64) -> Vec<Pacnew> {
         return Vec::new();
     };
     // Owned paths are normalised and absolute: the parent is what stands before the last '/'.
-    let mut by_parent: HashMap<&str, HashMap<&str, &str>> = HashMap::new();
+    // They come sorted, so a directory's files mostly follow each other: one set insert each.
+    let mut parents: HashSet<&str> = HashSet::new();
+    let mut last = None;
     for path in paths {
-        if let Some(at) = path.rfind('/') {
-            let (parent, name) = (&path[..at.max(1)], &path[at + 1..]);
-            by_parent.entry(parent).or_default().insert(name, path);
+        let parent = path.rfind('/').map(|at| &path[..at.max(1)]);
+        if parent != last {
+            parents.extend(parent);
+            last = parent;
         }
     }
+    // Made only when some name ends so, which is rare: a no-op pays nothing for it.
+    let mut owned: Option<HashSet<&str>> = None;
     let mut found = Vec::new();
-    for (parent, owned) in by_parent {
+    for parent in parents {
         let Ok(Some(dir)) = fsutil::walk_to_dir(&root, Path::new(parent), false) else {
             continue;
         };
-        let names = match dir.names() {
+        let names = match dir.names_where(|n| beside_name(n).is_some()) {
             Ok(names) => names,
             Err(e) => {
                 log::warn!("{parent}: cannot be listed: {e}");
                 continue;
             }
         };
-        // Usually no name in the directory ends so: nothing else is looked at, nothing allocated.
         for beside in &names {
-            let Some(beside_str) = beside.to_str() else {
+            let Some((name, suffix)) = beside_name(beside) else {
                 continue;
             };
-            for suffix in SUFFIXES {
-                let Some(name) = beside_str
-                    .strip_suffix(suffix)
-                    .and_then(|n| n.strip_suffix('.'))
-                else {
-                    continue;
-                };
-                if let Some(path) = owned.get(name) {
-                    if let Some(p) =
-                        compare(&dir, OsStr::new(name), beside, path, suffix, max_bytes)
-                    {
-                        found.push(p);
-                    }
+            let path = match parent {
+                "/" => format!("/{name}"),
+                _ => format!("{parent}/{name}"),
+            };
+            let owned = owned.get_or_insert_with(|| paths.iter().map(String::as_str).collect());
+            if owned.contains(path.as_str()) {
+                if let Some(p) = compare(&dir, OsStr::new(name), beside, &path, suffix, max_bytes) {
+                    found.push(p);
                 }
             }
         }
     }
     found.sort_by(|a, b| (&a.path, &a.suffix).cmp(&(&b.path, &b.suffix)));
     found
+}
+
+/// The file a `.pacnew`/`.pacsave` name is beside, and which suffix it has.
+fn beside_name(beside: &OsStr) -> Option<(&str, &'static str)> {
+    let beside = beside.to_str()?;
+    SUFFIXES.iter().find_map(|&suffix| {
+        let name = beside.strip_suffix(suffix)?.strip_suffix('.')?;
+        Some((name, suffix))
+    })
 }
 
 /// Sizes the difference between owned file `name` and `beside` (its `.pacnew`/`.pacsave`).

@@ -89,6 +89,52 @@ fn drift_is_seen_by_owned_and_repaired() {
 }
 
 #[test]
+fn an_edit_that_keeps_size_and_mtime_is_still_drift() {
+    let host = Scratch::new("index-drift");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/motd": {"content": "hello\n"}}}"#,
+    );
+    host.apply(&file, 0);
+    let target = host.target("/etc/motd");
+    // The files index keeps a stamp only once the file clock is past the file's last change
+    // (git's "racy" case): wait for that on the real clock, as it is the kernel's ctime that
+    // is tested here.
+    let written = std::fs::symlink_metadata(&target).expect("written");
+    let changed_ns = written.ctime() as i128 * 1_000_000_000 + written.ctime_nsec() as i128;
+    while std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as i128
+        <= changed_ns + 100_000_000
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    host.apply(&file, 0).assert_stdout("0 changed, 1 in sync");
+    let index = std::fs::read(host.state().join("files-index")).expect("the index is kept");
+    assert!(index.windows(9).any(|w| w == b"/etc/motd"), "{index:?}");
+
+    // Same size, and the mtime put back as `touch -r` would: only the ctime tells.
+    std::fs::write(&target, "HELLO\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&target)
+        .unwrap()
+        .set_modified(written.modified().unwrap())
+        .unwrap();
+    let edited = std::fs::symlink_metadata(&target).unwrap();
+    assert_eq!(
+        (edited.len(), edited.mtime(), edited.mtime_nsec()),
+        (written.len(), written.mtime(), written.mtime_nsec())
+    );
+    host.run(&["owned"])
+        .assert_stdout("drifted: content (6 -> 6 bytes)");
+    let out = host.apply(&file, 0);
+    out.assert_stdout("~ files /etc/motd");
+    assert_eq!(std::fs::read(&target).unwrap(), b"hello\n");
+}
+
+#[test]
 fn release_removes_created_files_and_restores_adopted_ones_byte_for_byte() {
     let host = Scratch::new("release");
     let adopted = host.target("/etc/hosts.allow");

@@ -13,8 +13,8 @@ use crate::accounts::{Account, Accounts};
 use crate::codec;
 use crate::config::{Identity, Limits};
 use crate::declaration::Fields;
-use crate::fsutil::{self, Dir, FileType, PendingWrite, Stat, WalkError};
-use crate::store::{Entry, Ledger, Origin};
+use crate::fsutil::{self, Dir, FileType, PendingWrite, Stamp, Stat, WalkError};
+use crate::store::{self, Cached, Entry, FilesIndex, Ledger, Origin, Store};
 
 pub struct Files;
 
@@ -241,10 +241,18 @@ impl Kind for Files {
         let mut accounts: Option<Accounts> = None;
         let mut parents = ParentCache::default();
         let mut buffer = Vec::new();
+        let mut index = IndexUse::load(env.store);
         // Listed, then made a map at once: full B-tree nodes (see `declaration`'s sections).
         let mut out = Vec::with_capacity(keys.len());
+        // Keys come in order: the declared files are walked beside them, not searched for each.
+        let mut declared_files = cx.declaration.files.iter().peekable();
         for key in keys {
-            let content = match cx.declaration.files.get(key) {
+            while declared_files.next_if(|(k, _)| *k < key).is_some() {}
+            let spec = match declared_files.peek() {
+                Some((k, spec)) if *k == key => Some(*spec),
+                _ => cx.declaration.files.get(key),
+            };
+            let content = match spec {
                 Some(Spec::Present(c)) => Some(c),
                 _ => None,
             };
@@ -269,10 +277,19 @@ impl Kind for Files {
             let gid = resolve(group, false);
             let declared = content.map(|c| &c.bytes[..]);
             let max = env.config.limits.max_file_bytes;
-            let state = observe_one(&root, &mut parents, key, declared, max, &mut buffer);
+            let state = observe_one(
+                &root,
+                &mut parents,
+                key,
+                declared,
+                max,
+                &mut buffer,
+                &mut index,
+            );
             // A path that cannot be read is that file's own problem (`State::Blocked`).
             out.push((key.clone(), Ok(Observed { state, uid, gid })));
         }
+        index.save(env.store);
         Ok(out.into_iter().collect())
     }
 
@@ -404,14 +421,29 @@ pub fn digest(spec: &Spec) -> String {
     }
 }
 
+/// The digest of `present\n{sha256 hex}\n{mode:?}\n{owner:?}\n{group:?}` (the `Debug` of each
+/// `Option`), built without the formatting machinery: the reconciler takes it of every in-sync
+/// file of a run, thousands of them.
 fn content_digest(c: &Content) -> String {
-    let text = format!(
-        "present\n{}\n{:?}\n{:?}\n{:?}",
-        codec::sha256_hex(&c.bytes),
-        c.mode,
-        c.owner().map(Account::display),
-        c.group().map(Account::display)
-    );
+    let mut text = String::with_capacity(96);
+    text.push_str("present\n");
+    text.push_str(&codec::sha256_hex(&c.bytes));
+    text.push('\n');
+    match c.mode {
+        Some(mode) => {
+            text.push_str("Some(");
+            text.push_str(&mode.to_string());
+            text.push(')');
+        }
+        None => text.push_str("None"),
+    }
+    for account in [c.owner(), c.group()] {
+        text.push('\n');
+        match account {
+            Some(a) => text.push_str(&format!("{:?}", Some(a.display()))),
+            None => text.push_str("None"),
+        }
+    }
     codec::sha256_hex(text.as_bytes())
 }
 
@@ -456,15 +488,104 @@ struct ParentCache {
     dirs: HashMap<String, Result<Option<Dir>, String>>,
 }
 
+/// The files index during one observation (see `store::FilesIndex`): the index as read, when
+/// the observation began on the file clock, and the entries it changes.
+struct IndexUse<'k> {
+    old: FilesIndex,
+    observed_from_ns: i64,
+    updates: Vec<(&'k str, Option<Cached>)>,
+}
+
+impl<'k> IndexUse<'k> {
+    /// Without a store (planning before the first apply) every file is read.
+    fn load(store: Option<&Store>) -> IndexUse<'k> {
+        IndexUse {
+            // Taken before any file is looked at: only files changed before it can be trusted.
+            observed_from_ns: fsutil::file_clock_now_ns(),
+            old: store.map(Store::files_index).unwrap_or_default(),
+            updates: Vec::new(),
+        }
+    }
+
+    /// Whether the index says the file `key`, now stamped `stamp`, holds `declared`: it had that
+    /// stamp when the host last saw it hold content with the declared digest.
+    fn vouches(&self, key: &str, stamp: &Stamp, declared: &[u8]) -> bool {
+        match self.old.get(key) {
+            Some(cached) => {
+                cached.stamp == *stamp
+                    && stamp.size == declared.len() as u64
+                    && cached.digest == crate::codec::sha256(declared)
+            }
+            None => false,
+        }
+    }
+
+    /// The file `key` was read with `stamp` and holds `declared`: kept, unless it changed too
+    /// recently for its stamp to tell a later change (`store::is_cacheable`).
+    fn confirm(&mut self, key: &'k str, stamp: Stamp, declared: &[u8]) {
+        if !store::is_cacheable(&stamp, self.observed_from_ns) {
+            return self.forget(key);
+        }
+        let cached = Cached {
+            stamp,
+            digest: crate::codec::sha256(declared),
+        };
+        if self.old.get(key) != Some(cached) {
+            self.updates.push((key, Some(cached)));
+        }
+    }
+
+    /// The file `key` is not (or no longer known to be) as declared.
+    fn forget(&mut self, key: &'k str) {
+        if self.old.get(key).is_some() {
+            self.updates.push((key, None));
+        }
+    }
+
+    /// Writes the index back if any entry changed. A cache: failing to save it costs the next
+    /// run reading files again, so it is only logged.
+    fn save(self, store: Option<&Store>) {
+        let Some(store) = store.filter(|_| !self.updates.is_empty()) else {
+            return;
+        };
+        if let Err(e) = store.save_files_index(&self.old, self.updates) {
+            log::warn!("{e}; the next run reads the files again");
+        }
+    }
+}
+
 /// Observes one file. With `declared` content, the file is read into `buffer` (reused across
-/// files) and compared; without, it is only looked at.
-fn observe_one(
+/// files) and compared, unless the files index vouches for it; without, it is only looked at.
+fn observe_one<'k>(
     root: &Dir,
     parents: &mut ParentCache,
-    key: &str,
+    key: &'k str,
     declared: Option<&[u8]>,
     max: u64,
     buffer: &mut Vec<u8>,
+    index: &mut IndexUse<'k>,
+) -> State {
+    let state = observe_stamped(root, parents, key, declared, max, buffer, index);
+    if !matches!(
+        state,
+        State::Regular {
+            held: Held::Declared,
+            ..
+        }
+    ) {
+        index.forget(key);
+    }
+    state
+}
+
+fn observe_stamped<'k>(
+    root: &Dir,
+    parents: &mut ParentCache,
+    key: &'k str,
+    declared: Option<&[u8]>,
+    max: u64,
+    buffer: &mut Vec<u8>,
+    index: &mut IndexUse<'k>,
 ) -> State {
     // Keys are normalised absolute paths (`check_path`): the parent is what precedes the last '/'.
     let Some((parent_path, name)) = key.rsplit_once('/') else {
@@ -486,19 +607,26 @@ fn observe_one(
         Ok(None) => return State::Missing,
         Err(e) => return State::Blocked(e.clone()),
     };
-    match dir.stat(name) {
+    match dir.stat_stamped(name) {
         Ok(None) => State::Missing,
-        Ok(Some(st)) if st.file_type != FileType::Regular => State::Other(st.file_type),
-        Ok(Some(stat)) => {
+        Ok(Some((st, _))) if st.file_type != FileType::Regular => State::Other(st.file_type),
+        Ok(Some((stat, stamp))) => {
             let Some(declared) = declared else {
                 return State::Regular {
                     stat,
                     held: Held::Unread,
                 };
             };
+            if index.vouches(key, &stamp, declared) {
+                return State::Regular {
+                    stat,
+                    held: Held::Declared,
+                };
+            }
             match dir.read_after_stat(name, &stat, max, buffer) {
                 Ok(true) => {
                     let held = if buffer.as_slice() == declared {
+                        index.confirm(key, stamp, declared);
                         Held::Declared
                     } else {
                         Held::Other(std::mem::take(buffer))
@@ -1261,13 +1389,15 @@ mod tests {
         let root = Dir::open(tmp.path()).unwrap();
         let mut parents = ParentCache::default();
         let mut buffer = Vec::new();
-        let mut observe = |key: &str, declared: Option<&[u8]>| match observe_one(
+        let mut index = IndexUse::load(None);
+        let mut observe = |key: &'static str, declared: Option<&[u8]>| match observe_one(
             &root,
             &mut parents,
             key,
             declared,
             100,
             &mut buffer,
+            &mut index,
         ) {
             State::Regular { held, .. } => format!("{held:?}"),
             other => format!("{other:?}"),
@@ -1297,5 +1427,203 @@ mod tests {
         };
         let step = Files::plan(&cx, "/etc/x", d.files.get("/etc/x"), Some(&obs), None);
         assert_eq!(summary(step), "fail: owner: user \"www\" does not exist");
+    }
+
+    /// A scratch root holding `/etc/app/conf` ("declared") and a store beside it.
+    fn root_with_one_file(label: &str) -> (crate::testutil::TempDir, Dir, Store) {
+        let tmp = crate::testutil::TempDir::new(label);
+        std::fs::create_dir_all(tmp.path().join("root/etc/app")).unwrap();
+        std::fs::write(tmp.path().join("root/etc/app/conf"), "declared").unwrap();
+        let root = Dir::open(&tmp.path().join("root")).unwrap();
+        let store = Store::open(&tmp.path().join("store"), true)
+            .unwrap()
+            .unwrap();
+        (tmp, root, store)
+    }
+
+    /// Observes `/etc/app/conf` against `declared` with the store's index, saving it after; the
+    /// `Held` found. `observed_from_ns` stands for when the observation began.
+    fn observe_indexed(
+        root: &Dir,
+        store: &Store,
+        declared: &[u8],
+        observed_from_ns: i64,
+    ) -> String {
+        let mut index = IndexUse::load(Some(store));
+        index.observed_from_ns = observed_from_ns;
+        let state = observe_one(
+            root,
+            &mut ParentCache::default(),
+            "/etc/app/conf",
+            Some(declared),
+            100,
+            &mut Vec::new(),
+            &mut index,
+        );
+        index.save(Some(store));
+        match state {
+            State::Regular { held, .. } => format!("{held:?}"),
+            other => format!("{other:?}"),
+        }
+    }
+
+    fn stamp_of_conf(root: &Dir) -> Stamp {
+        let etc = fsutil::walk_to_dir(root, Path::new("/etc/app"), false)
+            .unwrap()
+            .unwrap();
+        etc.stat_stamped(std::ffi::OsStr::new("conf"))
+            .unwrap()
+            .unwrap()
+            .1
+    }
+
+    /// Well after any file in the test changed.
+    const LATER: i64 = i64::MAX / 2;
+
+    #[test]
+    fn a_file_the_index_vouches_for_is_not_read() {
+        let (_tmp, root, store) = root_with_one_file("index-hit");
+        assert_eq!(
+            observe_indexed(&root, &store, b"declared", LATER),
+            "Declared"
+        );
+        let cached = store.files_index().get("/etc/app/conf").expect("recorded");
+        assert_eq!(cached.stamp, stamp_of_conf(&root));
+        assert_eq!(cached.digest, crate::codec::sha256(b"declared"));
+        // An index claiming the file holds other content of the same size, with the file's very
+        // stamp: believed, which shows the file was not read.
+        let forged = Cached {
+            digest: crate::codec::sha256(b"12345678"),
+            ..cached
+        };
+        store
+            .save_files_index(
+                &FilesIndex::default(),
+                vec![("/etc/app/conf", Some(forged))],
+            )
+            .unwrap();
+        assert_eq!(
+            observe_indexed(&root, &store, b"12345678", LATER),
+            "Declared"
+        );
+        // Another declared content does not match the entry's digest: read and compared.
+        assert_eq!(
+            observe_indexed(&root, &store, b"declared", LATER),
+            "Declared",
+            "read: the file does hold it"
+        );
+        assert_eq!(
+            store.files_index().get("/etc/app/conf").map(|c| c.digest),
+            Some(crate::codec::sha256(b"declared"))
+        );
+    }
+
+    #[test]
+    fn every_stamp_field_that_differs_means_the_file_is_read() {
+        let (_tmp, root, store) = root_with_one_file("index-fields");
+        assert_eq!(
+            observe_indexed(&root, &store, b"declared", LATER),
+            "Declared"
+        );
+        let cached = store.files_index().get("/etc/app/conf").expect("recorded");
+        let changes: [fn(&mut Stamp); 8] = [
+            |s| s.device += 1,
+            |s| s.inode += 1,
+            |s| s.size += 1,
+            |s| s.mode ^= 0o002,
+            |s| s.uid += 1,
+            |s| s.gid += 1,
+            |s| s.mtime_ns += 1,
+            |s| s.ctime_ns += 1,
+        ];
+        for change in changes {
+            // The index says the file held other content with a stamp differing in one field:
+            // not believed, the file is read (and holds the declared content after all).
+            let mut stamp = cached.stamp;
+            change(&mut stamp);
+            let other = Cached {
+                stamp,
+                digest: crate::codec::sha256(b"12345678"),
+            };
+            let mut index = IndexUse::load(None);
+            index.old = FilesIndex::decode(
+                FilesIndex::default().updated(vec![("/etc/app/conf", Some(other))]),
+            )
+            .unwrap();
+            assert!(!index.vouches("/etc/app/conf", &cached.stamp, b"12345678"));
+        }
+        let mut index = IndexUse::load(Some(&store));
+        assert!(index.vouches("/etc/app/conf", &cached.stamp, b"declared"));
+        index.old = FilesIndex::default();
+        assert!(!index.vouches("/etc/app/conf", &cached.stamp, b"declared"));
+    }
+
+    #[test]
+    fn a_file_changed_in_the_tick_of_its_read_is_not_kept_in_the_index() {
+        let (tmp, root, store) = root_with_one_file("index-racy");
+        // The observation began when the file was just written (git's "racy" case): a change
+        // right after the read could keep the stamp, so it is not recorded.
+        let ctime = stamp_of_conf(&root).ctime_ns;
+        assert_eq!(
+            observe_indexed(&root, &store, b"declared", ctime),
+            "Declared"
+        );
+        assert_eq!(store.files_index().get("/etc/app/conf"), None);
+        // A later observation, once that tick is past, records it.
+        assert_eq!(
+            observe_indexed(&root, &store, b"declared", LATER),
+            "Declared"
+        );
+        assert!(store.files_index().get("/etc/app/conf").is_some());
+        // A file found to differ is dropped from the index.
+        std::fs::write(tmp.path().join("root/etc/app/conf"), "edited!!").unwrap();
+        assert_eq!(
+            observe_indexed(&root, &store, b"declared", LATER),
+            format!("{:?}", Held::Other(b"edited!!".to_vec()))
+        );
+        assert_eq!(store.files_index().get("/etc/app/conf"), None);
+    }
+
+    #[test]
+    fn a_corrupt_index_is_rebuilt_by_reading_the_files() {
+        let (tmp, root, store) = root_with_one_file("index-corrupt");
+        std::fs::write(tmp.path().join("store/files-index"), "{not an index").unwrap();
+        assert!(store.files_index().get("/etc/app/conf").is_none());
+        assert_eq!(
+            observe_indexed(&root, &store, b"declared", LATER),
+            "Declared"
+        );
+        assert!(store.files_index().get("/etc/app/conf").is_some());
+    }
+
+    #[test]
+    fn the_content_digest_is_what_earlier_versions_stored() {
+        let earlier = |c: &Content| {
+            codec::sha256_hex(
+                format!(
+                    "present\n{}\n{:?}\n{:?}\n{:?}",
+                    codec::sha256_hex(&c.bytes),
+                    c.mode,
+                    c.owner().map(Account::display),
+                    c.group().map(Account::display)
+                )
+                .as_bytes(),
+            )
+        };
+        for spec in [
+            r#"{"content": "a"}"#,
+            r#"{"content": "a", "mode": "4755"}"#,
+            r#"{"content": "", "owner": "www-data", "group": "7"}"#,
+            r#"{"content": "b", "group": "wheel"}"#,
+        ] {
+            let d = parse_with_defaults(&format!(
+                r#"{{"schema": 1, "files": {{"/etc/x": {spec}}}}}"#
+            ))
+            .unwrap();
+            let Some(Spec::Present(c)) = d.files.get("/etc/x") else {
+                panic!("{spec}: not present");
+            };
+            assert_eq!(content_digest(c), earlier(c), "{spec}");
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! a file that cannot be read is reported, never silently replaced.
 
 mod failures;
+mod files_index;
 mod ledger;
 mod lock;
 mod outbox;
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::fsutil::{self, Dir};
 
 pub use failures::{duration_words, Failing, Notice};
+pub use files_index::{is_cacheable, Cached, FilesIndex};
 pub use ledger::{Entry, Ledger, Origin, Sections};
 pub use lock::{Lock, LockError};
 pub use outbox::OutboxBounds;
