@@ -260,7 +260,7 @@ fn converge<K: Kind>(
                 // or when an equivalent spec was declared).
                 if let (Mode::Apply, Some(spec), Some(entry)) = (mode, spec, ledger.get::<K>(key)) {
                     let digest = K::digest(spec);
-                    if entry.applied.as_deref() != Some(digest.as_str()) {
+                    if entry.applied.as_ref() != Some(&digest) {
                         ledger.set_applied::<K>(key, digest);
                         ledger_dirty = true;
                     }

@@ -14,7 +14,7 @@ use crate::codec;
 use crate::config::{Identity, Limits};
 use crate::declaration::Fields;
 use crate::fsutil::{self, Dir, FileType, PendingWrite, Stat, WalkError};
-use crate::store::{Entry, Ledger, Origin};
+use crate::store::{Digest, Entry, Ledger, Origin};
 
 pub struct Files;
 
@@ -228,7 +228,7 @@ impl Kind for Files {
         crate::selfref::refuse_file(key, content, identity)
     }
 
-    fn digest(spec: &Spec) -> String {
+    fn digest(spec: &Spec) -> Digest {
         digest(spec)
     }
 
@@ -397,22 +397,22 @@ impl Kind for Files {
 }
 
 /// The digest the ledger keeps of an applied spec.
-pub fn digest(spec: &Spec) -> String {
+pub fn digest(spec: &Spec) -> Digest {
     match spec {
-        Spec::Absent => codec::sha256_hex(b"absent"),
+        Spec::Absent => Digest::of(b"absent"),
         Spec::Present(c) => content_digest(c),
     }
 }
 
-fn content_digest(c: &Content) -> String {
-    let text = format!(
+/// Hashed as it is formatted, the content's own digest too: no string is built for it.
+fn content_digest(c: &Content) -> Digest {
+    Digest::of_text(format_args!(
         "present\n{}\n{:?}\n{:?}\n{:?}",
-        codec::sha256_hex(&c.bytes),
+        codec::Hex32(&codec::sha256(&c.bytes)),
         c.mode,
         c.owner().map(Account::display),
         c.group().map(Account::display)
-    );
-    codec::sha256_hex(text.as_bytes())
+    ))
 }
 
 /// Absolute, normalised, under /etc, and not /etc itself.

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::fsutil::{self, Dir};
 
 pub use failures::{duration_words, Failing, Notice};
-pub use ledger::{Entry, Ledger, Origin, Sections};
+pub use ledger::{Digest, Entry, Ledger, Origin, Sections};
 pub use lock::{Lock, LockError};
 pub use outbox::OutboxBounds;
 pub use runs::{ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers};
