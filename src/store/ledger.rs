@@ -238,6 +238,14 @@ impl Ledger {
         K::owned(&self.resources).keys().cloned().collect()
     }
 
+    /// Owned keys of `K`, sorted, borrowed.
+    pub fn owned_keys<'l, K: Kind>(&'l self) -> impl Iterator<Item = &'l str>
+    where
+        K::Original: 'l,
+    {
+        K::owned(&self.resources).keys().map(String::as_str)
+    }
+
     /// Every adopted resource as (kind, key): the ones whose originals the store keeps.
     pub fn adopted(&self) -> Vec<(&'static str, String)> {
         struct Adopted<'l>(&'l Ledger);
@@ -256,6 +264,13 @@ impl Ledger {
 
     pub fn insert<K: Kind>(&mut self, key: &str, entry: Entry<K::Original>) {
         K::owned_mut(&mut self.resources).insert(key.to_string(), entry);
+    }
+
+    /// Inserts many entries at once: the section is built again with full nodes (see `dense`),
+    /// not grown by insertions in key order (a plan's order), which leave them half empty.
+    pub fn insert_all<K: Kind>(&mut self, entries: Vec<(String, Entry<K::Original>)>) {
+        let mut added: BTreeMap<_, _> = entries.into_iter().collect();
+        K::owned_mut(&mut self.resources).append(&mut added);
     }
 
     pub fn remove<K: Kind>(&mut self, key: &str) -> Option<Entry<K::Original>> {

@@ -275,6 +275,25 @@ impl Store {
         }
     }
 
+    /// `read_json`, parsed as it is read through a 64 KiB buffer: for a large file (the ledger of
+    /// thousands of resources, the declaration in force) whose bytes would otherwise be held
+    /// beside what is parsed from them.
+    fn read_json_streamed<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, StoreError> {
+        match self.dir.open_reader(OsStr::new(name), MAX_STORE_FILE) {
+            Ok(None) => Ok(None),
+            Ok(Some(file)) => {
+                let reader = io::BufReader::with_capacity(64 << 10, file);
+                serde_json::from_reader(reader).map(Some).map_err(|e| {
+                    self.error(
+                        name,
+                        format!("cannot be read ({e}); it was left as it is for you to inspect"),
+                    )
+                })
+            }
+            Err(e) => Err(self.error(name, format!("cannot be read: {e}"))),
+        }
+    }
+
     /// Streams `value` as JSON into the file's replacement (see `Dir::write_atomic_streamed`).
     fn write_json<T: Serialize>(&self, name: &str, value: &T) -> Result<(), StoreError> {
         self.dir
@@ -294,7 +313,7 @@ impl Store {
     }
 
     pub fn in_force(&self) -> Result<Option<InForce>, StoreError> {
-        self.read_json(IN_FORCE)
+        self.read_json_streamed(IN_FORCE)
     }
 
     pub fn in_force_head(&self) -> Result<Option<InForceHead>, StoreError> {
@@ -314,7 +333,7 @@ impl Store {
     }
 
     pub fn ledger(&self) -> Result<Ledger, StoreError> {
-        let ledger: Ledger = self.read_json(LEDGER)?.unwrap_or_default();
+        let ledger: Ledger = self.read_json_streamed(LEDGER)?.unwrap_or_default();
         ledger.check().map_err(|e| self.error(LEDGER, e))?;
         Ok(ledger)
     }
