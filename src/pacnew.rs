@@ -41,7 +41,11 @@ impl Pacnew {
 /// not regular, a symlink on the way) are logged and left out: they are not worth failing for.
 /// Each parent directory is walked to and listed once, so the cost follows the number of
 /// directories, not of owned files (a no-op over thousands of files pays almost nothing here).
-pub fn find(root: &Path, paths: &[String], max_bytes: u64) -> Vec<Pacnew> {
+pub fn find<'p>(
+    root: &Path,
+    paths: impl IntoIterator<Item = &'p str>,
+    max_bytes: u64,
+) -> Vec<Pacnew> {
     let Ok(root) = Dir::open(root) else {
         return Vec::new();
     };
@@ -185,7 +189,7 @@ mod tests {
             "/etc/none/x.conf",
         ]
         .map(String::from);
-        let found = find(tmp.path(), &owned, 1 << 20);
+        let found = find(tmp.path(), owned.iter().map(String::as_str), 1 << 20);
         assert_eq!(
             found,
             vec![

@@ -155,7 +155,7 @@ pub fn run_scoped(
     // After the run's pacman transactions, and on every run (someone else may have upgraded).
     report.pacnew = pacnew::find(
         env.root,
-        &ledger.keys::<Files>(),
+        ledger.owned_keys::<Files>(),
         env.config.limits.max_file_bytes,
     );
     Ok(report)
@@ -494,9 +494,10 @@ pub struct OwnedRow {
     pub origin: Origin,
     pub state: OwnedState,
     pub detail: String,
-    /// Its failure streak, if recent runs failed it (filled in from the store's history).
+    /// Its failure streak, if recent runs failed it (filled in from the store's history); boxed,
+    /// as most rows have none and `owned` may list thousands.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub failing: Option<Failing>,
+    pub failing: Option<Box<Failing>>,
     /// A `.pacnew` or `.pacsave` beside an owned file.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pacnew: Vec<Pacnew>,
@@ -544,13 +545,13 @@ pub fn owned(env: &Env, declaration: &Declaration, ledger: &Ledger) -> Vec<Owned
         env,
         cx: &cx,
         ledger,
-        rows: Vec::new(),
+        rows: Vec::with_capacity(ledger.owned_count()),
     };
     kinds::each(&mut inspecting);
     let mut rows = inspecting.rows;
     let found = pacnew::find(
         env.root,
-        &ledger.keys::<Files>(),
+        ledger.owned_keys::<Files>(),
         env.config.limits.max_file_bytes,
     );
     for row in rows.iter_mut().filter(|r| r.kind == Files::NAME) {

@@ -373,7 +373,7 @@ impl Host {
         );
         let history = store.failures()?;
         for row in &mut rows {
-            row.failing = history.find(row.kind, &row.key);
+            row.failing = history.find(row.kind, &row.key).map(Box::new);
         }
         render::owned(
             self.args.json,

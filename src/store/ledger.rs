@@ -217,8 +217,8 @@ impl Ledger {
         self.owned_count() == 0 && self.directories.is_empty()
     }
 
-    #[cfg(test)]
-    fn owned_count(&self) -> usize {
+    /// How many resources the ledger lists, of every kind.
+    pub fn owned_count(&self) -> usize {
         struct Count<'l>(&'l Ledger);
         impl Visit for Count<'_> {
             type Out = usize;
