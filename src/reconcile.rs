@@ -179,9 +179,10 @@ fn remove_unreferenced_backups(store: &Store, ledger: &Ledger) -> Result<(), Sto
 }
 
 /// How many resources of a kind are observed at once: a chunk's observations are planned and
-/// dropped before the next chunk is observed, so a run over 20,000 files holds 4,096 of them at
-/// a time, while a batched query (pacman, systemctl) still asks about thousands in one spawn.
-const OBSERVED_AT_ONCE: usize = 4096;
+/// dropped before the next chunk is observed, so a run over 20,000 files holds 1,024 of them at
+/// a time, while a batched query (pacman, systemctl) still asks about a thousand names in one
+/// spawn.
+const OBSERVED_AT_ONCE: usize = 1024;
 
 /// One run's kinds, converged in the registry's order; a store error or the host being stopped
 /// ends it before the next kind.
@@ -539,8 +540,10 @@ impl std::fmt::Display for OwnedState {
 }
 
 /// Observes every owned resource and compares it with the declaration in force.
-pub fn owned(env: &Env, declaration: &Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
-    let cx = RunContext::new(declaration, env.offline);
+/// The declaration is taken to be dropped once the kinds are inspected: the `.pacnew` search
+/// after them does not hold it too.
+pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
+    let cx = RunContext::new(&declaration, env.offline);
     let mut inspecting = Inspecting {
         env,
         cx: &cx,
@@ -549,6 +552,8 @@ pub fn owned(env: &Env, declaration: &Declaration, ledger: &Ledger) -> Vec<Owned
     };
     kinds::each(&mut inspecting);
     let mut rows = inspecting.rows;
+    drop(cx);
+    drop(declaration);
     let found = pacnew::find(
         env.root,
         ledger.owned_keys::<Files>(),

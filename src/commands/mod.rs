@@ -368,7 +368,7 @@ impl Host {
         let runner = Runner::new(self.args.trace_commands);
         let mut rows = reconcile::owned(
             &self.env(Some(&store), &runner, &never),
-            &declaration,
+            declaration,
             &ledger,
         );
         let history = store.failures()?;
