@@ -179,10 +179,10 @@ fn remove_unreferenced_backups(store: &Store, ledger: &Ledger) -> Result<(), Sto
 }
 
 /// How many resources of a kind are observed at once: a chunk's observations are planned and
-/// dropped before the next chunk is observed, so a run over 20,000 files holds 1,024 of them at
-/// a time, while a batched query (pacman, systemctl) still asks about a thousand names in one
-/// spawn.
-const OBSERVED_AT_ONCE: usize = 1024;
+/// dropped before the next chunk is observed, so a run over 20,000 files holds 4,096 of them at
+/// a time, while a batched query (pacman, systemctl) still asks about thousands of names in one
+/// spawn (a handful of spawns for 20,000 packages: `tests/noop.rs`).
+const OBSERVED_AT_ONCE: usize = 4096;
 
 /// One run's kinds, converged in the registry's order; a store error or the host being stopped
 /// ends it before the next kind.
