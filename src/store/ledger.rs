@@ -464,6 +464,37 @@ mod tests {
         assert_eq!(files::digest(&Spec::Absent).to_string(), hex(b"absent"));
     }
 
+    /// Many entries put in at once are the ones put in one by one, a key given again keeping
+    /// the newer entry.
+    #[test]
+    fn entries_inserted_at_once_are_as_inserted_one_by_one() {
+        let mut at_once = Ledger::default();
+        let mut one_by_one = Ledger::default();
+        for l in [&mut at_once, &mut one_by_one] {
+            l.insert::<Files>("/etc/b", Entry::created());
+            l.insert::<Files>("/etc/d", Entry::created());
+        }
+        let added: Vec<_> = ["/etc/a", "/etc/b", "/etc/c"]
+            .into_iter()
+            .map(|k| (k.to_string(), Entry::adopted(None)))
+            .collect();
+        for (key, entry) in added.clone() {
+            one_by_one.insert::<Files>(&key, entry);
+        }
+        at_once.insert_all::<Files>(added);
+        assert_eq!(
+            serde_json::to_string(&at_once).unwrap(),
+            serde_json::to_string(&one_by_one).unwrap()
+        );
+        assert_eq!(
+            at_once.get::<Files>("/etc/b").unwrap().origin,
+            Origin::Adopted
+        );
+        let keys: Vec<&str> = at_once.owned_keys::<Files>().collect();
+        assert_eq!(keys, ["/etc/a", "/etc/b", "/etc/c", "/etc/d"]);
+        assert_eq!(at_once.owned_count(), 4);
+    }
+
     #[test]
     fn unknown_version_is_refused() {
         let l: Ledger = serde_json::from_str(r#"{"version": 9}"#).unwrap();

@@ -553,6 +553,38 @@ mod tests {
         assert_eq!(store.runs().unwrap().len(), 1);
     }
 
+    /// The ledger is parsed as it is read: what was saved reads back, and a file that is not
+    /// one ledger (trailing bytes, a symlink, larger than the limit) is refused, never half read.
+    #[test]
+    fn a_streamed_ledger_reads_back_and_a_bad_one_is_refused() {
+        use crate::kinds::files::Files;
+        let tmp = TempDir::new("store-streamed");
+        let store = Store::open(&tmp.path().join("s"), true).unwrap().unwrap();
+        let mut ledger = Ledger::default();
+        ledger.insert::<Files>("/etc/a", Entry::created());
+        ledger.set_applied::<Files>("/etc/a", Digest::of(b"a"));
+        store.save_ledger(&ledger).unwrap();
+        let back = store.ledger().unwrap();
+        assert_eq!(back.get::<Files>("/etc/a"), ledger.get::<Files>("/etc/a"));
+        let file = store.path().join(LEDGER);
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, format!("{text} {{}}")).unwrap();
+        let e = store.ledger().unwrap_err().to_string();
+        assert!(
+            e.contains("ledger.json: cannot be read (trailing characters"),
+            "{e}"
+        );
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("elsewhere"), &file).unwrap();
+        let e = store.ledger().unwrap_err().to_string();
+        assert!(e.contains("ledger.json: cannot be read:"), "{e}");
+        std::fs::remove_file(&file).unwrap();
+        let big = std::fs::File::create(&file).unwrap();
+        big.set_len(MAX_STORE_FILE + 1).unwrap();
+        let e = store.ledger().unwrap_err().to_string();
+        assert!(e.contains("more than the limit"), "{e}");
+    }
+
     #[test]
     fn temp_files_a_crash_left_are_removed() {
         let tmp = TempDir::new("store-temps");
