@@ -9,6 +9,39 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
     out
 }
 
+/// SHA-256 of the text `args` formats, hashed as it is formatted: no string is built.
+pub fn sha256_of_text(args: std::fmt::Arguments) -> [u8; 32] {
+    struct Hashing(ring::digest::Context);
+    impl std::fmt::Write for Hashing {
+        fn write_str(&mut self, text: &str) -> std::fmt::Result {
+            self.0.update(text.as_bytes());
+            Ok(())
+        }
+    }
+    let mut hashing = Hashing(ring::digest::Context::new(&ring::digest::SHA256));
+    // Hashing never fails; only a `Display` that fails would, and none used here does.
+    let _ = std::fmt::write(&mut hashing, args);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(hashing.0.finish().as_ref());
+    out
+}
+
+/// Lower-case hex of 32 bytes, formatted from the stack (a digest written or hashed again).
+pub struct Hex32<'a>(pub &'a [u8; 32]);
+
+impl std::fmt::Display for Hex32<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut text = [0u8; 64];
+        for (pair, b) in text.chunks_exact_mut(2).zip(self.0) {
+            pair[0] = DIGITS[(b >> 4) as usize];
+            pair[1] = DIGITS[(b & 15) as usize];
+        }
+        // Hex digits are ASCII.
+        f.write_str(std::str::from_utf8(&text).unwrap_or_default())
+    }
+}
+
 /// Lower-case hex of SHA-256, the form digests take in the store and in output.
 pub fn sha256_hex(data: &[u8]) -> String {
     hex(&sha256(data))
@@ -22,6 +55,26 @@ pub fn hex(bytes: &[u8]) -> String {
         s.push(DIGITS[(b & 15) as usize] as char);
     }
     s
+}
+
+/// The 32 bytes that 64 lower-case hex digits spell (the form `hex` writes), if `text` is that.
+pub fn hex_decode_32(text: &str) -> Option<[u8; 32]> {
+    fn value(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    let digits = text.as_bytes();
+    if digits.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = value(pair[0])? << 4 | value(pair[1])?;
+    }
+    Some(out)
 }
 
 /// Decodes standard base64 (RFC 4648, with padding; ASCII whitespace is ignored, as in PEM).

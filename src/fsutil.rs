@@ -268,6 +268,35 @@ impl Dir {
             .map(|stat| (stat, bytes)))
     }
 
+    /// Regular file `name` (never through a symlink) opened to be read as a stream, no further
+    /// than `max` bytes (a larger file is refused), for a caller that parses as it reads rather
+    /// than holding the whole file. `None` when it does not exist.
+    pub fn open_reader(
+        &self,
+        name: &OsStr,
+        max: u64,
+    ) -> io::Result<Option<io::Take<std::fs::File>>> {
+        let Some(fd) = self.open_to_read(name)? else {
+            return Ok(None);
+        };
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+        let stat = stat_of(&st);
+        if stat.file_type != FileType::Regular {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("is {}", stat.file_type.describe()),
+            ));
+        }
+        if stat.size > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("is {} bytes, more than the limit of {max}", stat.size),
+            ));
+        }
+        Ok(Some(io::Read::take(std::fs::File::from(fd), max)))
+    }
+
     /// `read` into `bytes` (cleared first), so a caller reading many files to compare them reuses
     /// one buffer instead of allocating one per file.
     pub fn read_into(

@@ -41,7 +41,11 @@ impl Pacnew {
 /// not regular, a symlink on the way) are logged and left out: they are not worth failing for.
 /// Each parent directory is walked to and listed once, so the cost follows the number of
 /// directories, not of owned files (a no-op over thousands of files pays almost nothing here).
-pub fn find(root: &Path, paths: &[String], max_bytes: u64) -> Vec<Pacnew> {
+pub fn find<'p>(
+    root: &Path,
+    paths: impl IntoIterator<Item = &'p str> + Clone,
+    max_bytes: u64,
+) -> Vec<Pacnew> {
     let Ok(root) = Dir::open(root) else {
         return Vec::new();
     };
@@ -49,7 +53,7 @@ pub fn find(root: &Path, paths: &[String], max_bytes: u64) -> Vec<Pacnew> {
     // They come sorted, so a directory's files mostly follow each other: one set insert each.
     let mut parents: HashSet<&str> = HashSet::new();
     let mut last = None;
-    for path in paths {
+    for path in paths.clone() {
         let parent = path.rfind('/').map(|at| &path[..at.max(1)]);
         if parent != last {
             parents.extend(parent);
@@ -78,7 +82,7 @@ pub fn find(root: &Path, paths: &[String], max_bytes: u64) -> Vec<Pacnew> {
                 "/" => format!("/{name}"),
                 _ => format!("{parent}/{name}"),
             };
-            let owned = owned.get_or_insert_with(|| paths.iter().map(String::as_str).collect());
+            let owned = owned.get_or_insert_with(|| paths.clone().into_iter().collect());
             if owned.contains(path.as_str()) {
                 if let Some(p) = compare(&dir, OsStr::new(name), beside, &path, suffix, max_bytes) {
                     found.push(p);
@@ -193,7 +197,7 @@ mod tests {
             "/etc/none/x.conf",
         ]
         .map(String::from);
-        let found = find(tmp.path(), &owned, 1 << 20);
+        let found = find(tmp.path(), owned.iter().map(String::as_str), 1 << 20);
         assert_eq!(
             found,
             vec![

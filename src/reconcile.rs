@@ -155,7 +155,7 @@ pub fn run_scoped(
     // After the run's pacman transactions, and on every run (someone else may have upgraded).
     report.pacnew = pacnew::find(
         env.root,
-        &ledger.keys::<Files>(),
+        ledger.owned_keys::<Files>(),
         env.config.limits.max_file_bytes,
     );
     Ok(report)
@@ -177,6 +177,12 @@ fn remove_unreferenced_backups(store: &Store, ledger: &Ledger) -> Result<(), Sto
     }
     Ok(())
 }
+
+/// How many resources of a kind are observed at once: a chunk's observations are planned and
+/// dropped before the next chunk is observed, so a run over 20,000 files holds 4,096 of them at
+/// a time, while a batched query (pacman, systemctl) still asks about thousands of names in one
+/// spawn (a handful of spawns for 20,000 packages: `tests/noop.rs`).
+const OBSERVED_AT_ONCE: usize = 4096;
 
 /// One run's kinds, converged in the registry's order; a store error or the host being stopped
 /// ends it before the next kind.
@@ -217,83 +223,103 @@ fn converge<K: Kind>(
 ) -> Result<(), StoreError> {
     report.checked.push(K::NAME);
     let desired = K::desired(cx.declaration);
-    let keys: BTreeSet<String> = desired
+    // Declared and owned, each key copied once (sorted, without a set built by insertions).
+    let mut keys: Vec<&str> = desired
         .keys()
-        .cloned()
-        .chain(ledger.keys::<K>())
+        .map(String::as_str)
+        .chain(ledger.owned_keys::<K>())
         .filter(|key| scope.includes(K::NAME, key))
         .collect();
     if keys.is_empty() {
         return Ok(());
     }
-    let keys: Vec<String> = keys.into_iter().collect();
-    let observed = match K::observe(env, cx, &keys) {
-        Ok(observed) => observed,
-        Err(e) => {
-            for key in &keys {
-                report
-                    .failures
-                    .push(result(K::NAME, key, ResultAction::Observe, e.to_string()));
-            }
-            return Ok(());
-        }
-    };
+    keys.sort_unstable();
+    keys.dedup();
+    let keys: Vec<String> = keys.into_iter().map(str::to_string).collect();
     let mut changes = Vec::new();
     let mut ledger_dirty = false;
-    for key in &keys {
-        let spec = desired.get(key);
-        let observed = match observed.get(key) {
-            Some(Err(e)) => {
-                report
-                    .failures
-                    .push(result(K::NAME, key, ResultAction::Observe, e.to_string()));
-                continue;
+    for (at, chunk) in keys.chunks(OBSERVED_AT_ONCE).enumerate() {
+        let observed = match K::observe(env, cx, chunk) {
+            Ok(observed) => observed,
+            Err(e) => {
+                // The kind's tool failed: these and the keys after them fail, unasked; what the
+                // chunks before planned (observed as they are) is still converged.
+                for key in &keys[at * OBSERVED_AT_ONCE..] {
+                    report.failures.push(result(
+                        K::NAME,
+                        key,
+                        ResultAction::Observe,
+                        e.to_string(),
+                    ));
+                }
+                // Nothing observed, nothing to do: the kind is left as it is, as it always was.
+                if at == 0 {
+                    return Ok(());
+                }
+                break;
             }
-            Some(Ok(observed)) => Some(observed),
-            None => None,
         };
-        match K::plan(cx, key, spec, observed, ledger.get::<K>(key)) {
-            Step::InSync => {
-                report.in_sync += 1;
-                *report.in_sync_by_kind.entry(K::NAME).or_default() += 1;
-                // Owned and as declared: make the ledger's digest say so (after a crash mid-apply,
-                // or when an equivalent spec was declared).
-                if let (Mode::Apply, Some(spec), Some(entry)) = (mode, spec, ledger.get::<K>(key)) {
-                    let digest = K::digest(spec);
-                    if entry.applied.as_deref() != Some(digest.as_str()) {
-                        ledger.set_applied::<K>(key, digest);
+        for key in chunk {
+            let spec = desired.get(key);
+            let observed = match observed.get(key) {
+                Some(Err(e)) => {
+                    report.failures.push(result(
+                        K::NAME,
+                        key,
+                        ResultAction::Observe,
+                        e.to_string(),
+                    ));
+                    continue;
+                }
+                Some(Ok(observed)) => Some(observed),
+                None => None,
+            };
+            match K::plan(cx, key, spec, observed, ledger.get::<K>(key)) {
+                Step::InSync => {
+                    report.in_sync += 1;
+                    *report.in_sync_by_kind.entry(K::NAME).or_default() += 1;
+                    // Owned and as declared: make the ledger's digest say so (after a crash mid-apply,
+                    // or when an equivalent spec was declared).
+                    if let (Mode::Apply, Some(spec), Some(entry)) =
+                        (mode, spec, ledger.get::<K>(key))
+                    {
+                        let digest = K::digest(spec);
+                        if entry.applied.as_ref() != Some(&digest) {
+                            ledger.set_applied::<K>(key, digest);
+                            ledger_dirty = true;
+                        }
+                    }
+                }
+                Step::Adopt { mut intent, backup } => {
+                    report.adopted.push(result(
+                        K::NAME,
+                        key,
+                        ResultAction::Adopt,
+                        "already as declared",
+                    ));
+                    if mode == Mode::Apply {
+                        if let (Some(bytes), Some(store)) = (&backup, env.store) {
+                            store.save_backup(&backup_key(K::NAME, key), bytes)?;
+                        }
+                        intent.applied = spec.map(K::digest);
+                        ledger.insert::<K>(key, intent);
                         ledger_dirty = true;
                     }
                 }
-            }
-            Step::Adopt { mut intent, backup } => {
-                report.adopted.push(result(
-                    K::NAME,
-                    key,
-                    ResultAction::Adopt,
-                    "already as declared",
-                ));
-                if mode == Mode::Apply {
-                    if let (Some(bytes), Some(store)) = (&backup, env.store) {
-                        store.save_backup(&backup_key(K::NAME, key), bytes)?;
-                    }
-                    intent.applied = spec.map(K::digest);
-                    ledger.insert::<K>(key, intent);
-                    ledger_dirty = true;
+                Step::Change(change) => changes.push(change),
+                Step::Fail(e) => report
+                    .failures
+                    .push(result(K::NAME, key, ResultAction::Plan, e)),
+                Step::Skip(e) => {
+                    report
+                        .failures
+                        .push(result(K::NAME, key, ResultAction::Skipped, e))
                 }
             }
-            Step::Change(change) => changes.push(change),
-            Step::Fail(e) => report
-                .failures
-                .push(result(K::NAME, key, ResultAction::Plan, e)),
-            Step::Skip(e) => report
-                .failures
-                .push(result(K::NAME, key, ResultAction::Skipped, e)),
         }
+        // Planned: the chunk's observation is not needed again (`verify` makes its own), so it
+        // is not held beside the next one.
     }
-    // Planned: the observation is not needed again (`verify` makes its own), so it is not held
-    // beside the next one.
-    drop(observed);
     if mode == Mode::Plan {
         for change in &changes {
             K::note(K::facts_mut(&mut cx.facts), change, &Outcome::Done);
@@ -306,15 +332,17 @@ fn converge<K: Kind>(
         return Ok(());
     }
     // Write-ahead: originals and new ownership are durable before anything is touched.
+    let mut intents = Vec::new();
     for change in &changes {
         if let (Some(bytes), Some(store)) = (&change.backup, env.store) {
             store.save_backup(&backup_key(K::NAME, &change.key), bytes)?;
         }
         if let Some(intent) = &change.intent {
-            ledger.insert::<K>(&change.key, intent.clone());
-            ledger_dirty = true;
+            intents.push((change.key.clone(), intent.clone()));
         }
     }
+    ledger_dirty |= !intents.is_empty();
+    ledger.insert_all::<K>(intents);
     save(env, ledger, ledger_dirty)?;
     let mut outcomes = K::apply(env, cx, ledger, &changes);
     let mut released_backups = Vec::new();
@@ -396,46 +424,59 @@ fn verify<K: Kind>(
     let done = |change: &Change<K::Op, K::Original>, outcome: &Outcome| {
         *outcome == Outcome::Done && matches!(change.after, LedgerAfter::Applied(_))
     };
-    let keys: Vec<String> = changes
-        .iter()
-        .zip(outcomes.iter())
-        .filter(|(c, o)| done(c, o))
-        .map(|(c, _)| c.key.clone())
-        .collect();
-    if keys.is_empty() {
-        return;
-    }
     // What this run changed must not count again: a restart on a changed file is done.
     let fresh = RunContext::new(cx.declaration, cx.offline);
-    let observed = K::observe(env, &fresh, &keys);
-    for (change, outcome) in changes.iter().zip(outcomes.iter_mut()) {
-        if !done(change, outcome) {
-            continue;
+    // Observed a chunk at a time, as when planned.
+    let mut pending = changes.iter().zip(outcomes.iter_mut()).peekable();
+    while pending.peek().is_some() {
+        let chunk: Vec<_> = pending
+            .by_ref()
+            .filter(|(c, o)| done(c, o))
+            .take(OBSERVED_AT_ONCE)
+            .collect();
+        if chunk.is_empty() {
+            return;
         }
-        let observed = match observed.as_ref().map(|o| o.get(&change.key)) {
-            Ok(Some(Ok(observed))) => Some(observed),
-            Ok(None) => None,
-            Err(e) | Ok(Some(Err(e))) => {
-                *outcome =
-                    Outcome::Failed(format!("could not be checked after the change: {e}").into());
-                continue;
-            }
-        };
-        let desired = K::desired(cx.declaration).get(&change.key);
-        let owned = ledger.get::<K>(&change.key);
-        match K::plan(&fresh, &change.key, desired, observed, owned) {
-            Step::Change(still) => {
-                *outcome = Outcome::Failed(
-                    format!(
-                        "the tool reported success, but it still differs from the declaration: {}",
-                        still.details.join(", ")
-                    )
-                    .into(),
+        let keys: Vec<String> = chunk.iter().map(|(c, _)| c.key.clone()).collect();
+        let observed = K::observe(env, &fresh, &keys);
+        for (change, outcome) in chunk {
+            check::<K>(&fresh, cx, ledger, change, outcome, &observed);
+        }
+    }
+}
+
+/// Checks one change against its observation after it was applied.
+fn check<K: Kind>(
+    fresh: &RunContext,
+    cx: &RunContext,
+    ledger: &Ledger,
+    change: &Change<K::Op, K::Original>,
+    outcome: &mut Outcome,
+    observed: &Result<kinds::Observations<K::Observed>, kinds::KindError>,
+) {
+    let observed = match observed.as_ref().map(|o| o.get(&change.key)) {
+        Ok(Some(Ok(observed))) => Some(observed),
+        Ok(None) => None,
+        Err(e) | Ok(Some(Err(e))) => {
+            *outcome =
+                Outcome::Failed(format!("could not be checked after the change: {e}").into());
+            return;
+        }
+    };
+    let desired = K::desired(cx.declaration).get(&change.key);
+    let owned = ledger.get::<K>(&change.key);
+    match K::plan(fresh, &change.key, desired, observed, owned) {
+        Step::Change(still) => {
+            *outcome = Outcome::Failed(
+                format!(
+                    "the tool reported success, but it still differs from the declaration: {}",
+                    still.details.join(", ")
                 )
-            }
-            Step::Fail(e) | Step::Skip(e) => *outcome = Outcome::Failed(e.into()),
-            Step::InSync | Step::Adopt { .. } => {}
+                .into(),
+            )
         }
+        Step::Fail(e) | Step::Skip(e) => *outcome = Outcome::Failed(e.into()),
+        Step::InSync | Step::Adopt { .. } => {}
     }
 }
 
@@ -449,14 +490,15 @@ fn save(env: &Env, ledger: &Ledger, dirty: bool) -> Result<(), StoreError> {
 /// One owned resource as observed now.
 #[derive(Debug, Serialize)]
 pub struct OwnedRow {
-    pub kind: String,
+    pub kind: &'static str,
     pub key: String,
     pub origin: Origin,
     pub state: OwnedState,
     pub detail: String,
-    /// Its failure streak, if recent runs failed it (filled in from the store's history).
+    /// Its failure streak, if recent runs failed it (filled in from the store's history); boxed,
+    /// as most rows have none and `owned` may list thousands.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub failing: Option<Failing>,
+    pub failing: Option<Box<Failing>>,
     /// A `.pacnew` or `.pacsave` beside an owned file.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pacnew: Vec<Pacnew>,
@@ -498,19 +540,23 @@ impl std::fmt::Display for OwnedState {
 }
 
 /// Observes every owned resource and compares it with the declaration in force.
-pub fn owned(env: &Env, declaration: &Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
-    let cx = RunContext::new(declaration, env.offline);
+/// The declaration is taken to be dropped once the kinds are inspected: the `.pacnew` search
+/// after them does not hold it too.
+pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
+    let cx = RunContext::new(&declaration, env.offline);
     let mut inspecting = Inspecting {
         env,
         cx: &cx,
         ledger,
-        rows: Vec::new(),
+        rows: Vec::with_capacity(ledger.owned_count()),
     };
     kinds::each(&mut inspecting);
     let mut rows = inspecting.rows;
+    drop(cx);
+    drop(declaration);
     let found = pacnew::find(
         env.root,
-        &ledger.keys::<Files>(),
+        ledger.owned_keys::<Files>(),
         env.config.limits.max_file_bytes,
     );
     for row in rows.iter_mut().filter(|r| r.kind == Files::NAME) {
@@ -539,10 +585,21 @@ impl Visit for Inspecting<'_, '_> {
 }
 
 fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<OwnedRow>) {
-    let keys = ledger.keys::<K>();
-    if keys.is_empty() {
-        return;
+    let mut keys = ledger.owned_keys::<K>().peekable();
+    while keys.peek().is_some() {
+        let chunk = keys.by_ref().take(OBSERVED_AT_ONCE).map(str::to_string);
+        inspect_chunk::<K>(env, cx, ledger, chunk.collect(), rows);
     }
+}
+
+/// `inspect` of some of the owned keys, observed at once (see `OBSERVED_AT_ONCE`).
+fn inspect_chunk<K: Kind>(
+    env: &Env,
+    cx: &RunContext,
+    ledger: &Ledger,
+    keys: Vec<String>,
+    rows: &mut Vec<OwnedRow>,
+) {
     let observed = K::observe(env, cx, &keys);
     for key in keys {
         let Some(entry) = ledger.get::<K>(&key) else {
@@ -571,7 +628,7 @@ fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<
             },
         };
         rows.push(OwnedRow {
-            kind: K::NAME.to_string(),
+            kind: K::NAME,
             key,
             origin: entry.origin,
             state,

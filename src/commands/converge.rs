@@ -71,6 +71,7 @@ impl Host {
         let d = self
             .validate(in_force.text.as_bytes())
             .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+        drop(in_force); // its text, before the ledger is read
         let mut ledger = store.ledger()?;
         let runner = Runner::new(false);
         let env = self.env(Some(&store), &runner, &never);
@@ -109,7 +110,6 @@ impl Host {
         if let Err(e) = store.clean_after_crash() {
             log::warn!("{e}");
         }
-        let mut ledger = store.ledger()?;
         // A run that changes the machine is always recorded: an unreadable history is set aside
         // now, before anything changes, and the run's report says so.
         let runs_note = store.set_aside_unreadable_runs()?;
@@ -151,6 +151,9 @@ impl Host {
                 (&from_store, in_force.revision)
             }
         };
+        // Read only now: the declaration's text (stored, or parsed from the store) is dropped,
+        // so it and the ledger are never held at once (3 MB each for 20,000 files).
+        let mut ledger = store.ledger()?;
         // The same check the reconciler makes between resources also runs while a tool runs.
         let runner = Runner::new(self.args.trace_commands).with_pulse(interrupted);
         let outcome = reconcile::run_scoped(

@@ -355,7 +355,7 @@ impl Host {
             );
             return Ok(EXIT_OK);
         };
-        let ledger = store.ledger()?;
+        // The text dropped once parsed, before the ledger is read: never both held at once.
         let declaration = match store.in_force()? {
             Some(in_force) => self
                 .validate(in_force.text.as_bytes())
@@ -364,15 +364,16 @@ impl Host {
                 .validate(br#"{"schema": 1}"#)
                 .map_err(|_| Fatal::Error("the empty declaration was refused".into()))?,
         };
+        let ledger = store.ledger()?;
         let runner = Runner::new(self.args.trace_commands);
         let mut rows = reconcile::owned(
             &self.env(Some(&store), &runner, &never),
-            &declaration,
+            declaration,
             &ledger,
         );
         let history = store.failures()?;
         for row in &mut rows {
-            row.failing = history.find(&row.kind, &row.key);
+            row.failing = history.find(row.kind, &row.key).map(Box::new);
         }
         render::owned(
             self.args.json,

@@ -546,7 +546,7 @@ mod tests {
     #[test]
     fn owned_keeps_its_json_shape() {
         let rows = [OwnedRow {
-            kind: "files".into(),
+            kind: "files",
             key: "/etc/x".into(),
             origin: Origin::Adopted,
             state: crate::reconcile::OwnedState::Drifted,

@@ -14,7 +14,7 @@ use super::{
 use crate::codec;
 use crate::config::{Identity, Limits};
 use crate::declaration::Fields;
-use crate::store::{Entry, Ledger};
+use crate::store::{Digest, Entry, Ledger};
 use crate::tools::podman::{self, State};
 
 pub struct Containers;
@@ -225,8 +225,8 @@ impl Kind for Containers {
         })
     }
 
-    fn digest(spec: &Spec) -> String {
-        digest(spec)
+    fn digest(spec: &Spec) -> Digest {
+        Digest::parse(&digest(spec))
     }
 
     fn observe(
@@ -284,7 +284,7 @@ impl Kind for Containers {
                     Action::Update,
                     needs_system(),
                     None,
-                    LedgerAfter::Applied(digest(spec)),
+                    LedgerAfter::Applied(Digest::parse(&digest(spec))),
                     Op::Forget,
                 ),
                 (_, Some(_)) => change(
@@ -300,7 +300,7 @@ impl Kind for Containers {
         match desired {
             Some(spec) if spec.present => {
                 let spec_digest = digest(spec);
-                let after = LedgerAfter::Applied(spec_digest.clone());
+                let after = LedgerAfter::Applied(Digest::parse(&spec_digest));
                 let create = |remove_first| Op::Create {
                     remove_first,
                     start: spec.running,

@@ -14,7 +14,7 @@ use crate::codec;
 use crate::config::{Identity, Limits};
 use crate::declaration::Fields;
 use crate::fsutil::{self, Dir, FileType, PendingWrite, Stamp, Stat, WalkError};
-use crate::store::{self, Cached, Entry, FilesIndex, Ledger, Origin, Store};
+use crate::store::{self, Cached, Digest, Entry, FilesIndex, Ledger, Origin, Store};
 
 pub struct Files;
 
@@ -228,7 +228,7 @@ impl Kind for Files {
         crate::selfref::refuse_file(key, content, identity)
     }
 
-    fn digest(spec: &Spec) -> String {
+    fn digest(spec: &Spec) -> Digest {
         digest(spec)
     }
 
@@ -414,37 +414,22 @@ impl Kind for Files {
 }
 
 /// The digest the ledger keeps of an applied spec.
-pub fn digest(spec: &Spec) -> String {
+pub fn digest(spec: &Spec) -> Digest {
     match spec {
-        Spec::Absent => codec::sha256_hex(b"absent"),
+        Spec::Absent => Digest::of(b"absent"),
         Spec::Present(c) => content_digest(c),
     }
 }
 
-/// The digest of `present\n{sha256 hex}\n{mode:?}\n{owner:?}\n{group:?}` (the `Debug` of each
-/// `Option`), built without the formatting machinery: the reconciler takes it of every in-sync
-/// file of a run, thousands of them.
-fn content_digest(c: &Content) -> String {
-    let mut text = String::with_capacity(96);
-    text.push_str("present\n");
-    text.push_str(&codec::sha256_hex(&c.bytes));
-    text.push('\n');
-    match c.mode {
-        Some(mode) => {
-            text.push_str("Some(");
-            text.push_str(&mode.to_string());
-            text.push(')');
-        }
-        None => text.push_str("None"),
-    }
-    for account in [c.owner(), c.group()] {
-        text.push('\n');
-        match account {
-            Some(a) => text.push_str(&format!("{:?}", Some(a.display()))),
-            None => text.push_str("None"),
-        }
-    }
-    codec::sha256_hex(text.as_bytes())
+/// Hashed as it is formatted, the content's own digest too: no string is built for it.
+fn content_digest(c: &Content) -> Digest {
+    Digest::of_text(format_args!(
+        "present\n{}\n{:?}\n{:?}\n{:?}",
+        codec::Hex32(&codec::sha256(&c.bytes)),
+        c.mode,
+        c.owner().map(Account::display),
+        c.group().map(Account::display)
+    ))
 }
 
 /// Absolute, normalised, under /etc, and not /etc itself.
@@ -1623,7 +1608,7 @@ mod tests {
             let Some(Spec::Present(c)) = d.files.get("/etc/x") else {
                 panic!("{spec}: not present");
             };
-            assert_eq!(content_digest(c), earlier(c), "{spec}");
+            assert_eq!(content_digest(c).to_string(), earlier(c), "{spec}");
         }
     }
 }

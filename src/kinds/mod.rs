@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Config, Identity, Limits};
 use crate::declaration::{Declaration, Fields};
 use crate::exec::Runner;
-use crate::store::{Entry, Ledger, Sections, Store};
+use crate::store::{Digest, Entry, Ledger, Sections, Store};
 
 /// The one list of resource kinds, as `name: Type` (the name is the kind's key in a declaration
 /// and its section of the ledger). The order is the converge order: what later kinds need comes
@@ -191,7 +191,7 @@ impl Action {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LedgerAfter {
     /// Owned, with this spec digest applied.
-    Applied(String),
+    Applied(Digest),
     /// No longer owned (released or explicitly removed).
     Disown,
 }
@@ -265,7 +265,7 @@ pub trait Kind: Listed {
     /// Why this resource is the host itself, if it is.
     fn refuse_self(key: &str, spec: &Self::Spec, identity: &Identity) -> Option<String>;
     /// The digest the ledger keeps of an applied spec.
-    fn digest(spec: &Self::Spec) -> String;
+    fn digest(spec: &Self::Spec) -> Digest;
     /// Observes `keys` (declared and owned) in one batched query: a result per key, so one odd
     /// resource fails only itself; `Err` only when the kind as a whole could not be observed
     /// (its tool hung or could not start, the root cannot be opened).

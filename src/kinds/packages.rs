@@ -16,7 +16,7 @@ use super::{
 use crate::config::{Identity, Limits};
 use crate::declaration::Fields;
 use crate::exec::{CommandError, Failure};
-use crate::store::{Entry, Ledger, Origin};
+use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::pacman::{self, InstallReason, Pacman, SyncInfo};
 
 pub struct Packages;
@@ -98,7 +98,7 @@ impl Kind for Packages {
         })
     }
 
-    fn digest(spec: &Spec) -> String {
+    fn digest(spec: &Spec) -> Digest {
         digest(spec)
     }
 
@@ -402,8 +402,8 @@ impl Kind for Packages {
     }
 }
 
-pub fn digest(spec: &Spec) -> String {
-    crate::codec::sha256_hex(if spec.present { b"present" } else { b"absent" })
+pub fn digest(spec: &Spec) -> Digest {
+    Digest::of(if spec.present { b"present" } else { b"absent" })
 }
 
 /// pacman's arguments for the target: under `--root`, the mounted system.

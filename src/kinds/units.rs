@@ -20,7 +20,7 @@ use super::{
 use crate::config::{Identity, Limits};
 use crate::declaration::Fields;
 use crate::fsutil::{self, Dir, FileType, Found};
-use crate::store::{Entry, Ledger, Origin};
+use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
 use crate::unitfile::UnitName;
 
@@ -215,7 +215,7 @@ impl Kind for Units {
         crate::selfref::refuse_unit(key, spec.content.as_deref(), identity)
     }
 
-    fn digest(spec: &Spec) -> String {
+    fn digest(spec: &Spec) -> Digest {
         digest(spec)
     }
 
@@ -441,8 +441,8 @@ fn run_verb<'a>(
     }
 }
 
-pub fn digest(spec: &Spec) -> String {
-    let text = format!(
+pub fn digest(spec: &Spec) -> Digest {
+    Digest::of_text(format_args!(
         "{}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
         spec.present,
         spec.enabled,
@@ -452,8 +452,7 @@ pub fn digest(spec: &Spec) -> String {
             .map(|c| crate::codec::sha256_hex(c.as_bytes())),
         spec.restart_on,
         spec.reload_on
-    );
-    crate::codec::sha256_hex(text.as_bytes())
+    ))
 }
 
 /// `is-enabled` of loaded units, by name. `show`'s `UnitFileState` is the manager's cached view

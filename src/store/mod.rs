@@ -24,7 +24,7 @@ use crate::fsutil::{self, Dir};
 
 pub use failures::{duration_words, Failing, Notice};
 pub use files_index::{is_cacheable, Cached, FilesIndex};
-pub use ledger::{Entry, Ledger, Origin, Sections};
+pub use ledger::{Digest, Entry, Ledger, Origin, Sections};
 pub use lock::{Lock, LockError};
 pub use outbox::OutboxBounds;
 pub use runs::{ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers};
@@ -277,6 +277,25 @@ impl Store {
         }
     }
 
+    /// `read_json`, parsed as it is read through a 64 KiB buffer: for a large file (the ledger of
+    /// thousands of resources, the declaration in force) whose bytes would otherwise be held
+    /// beside what is parsed from them.
+    fn read_json_streamed<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, StoreError> {
+        match self.dir.open_reader(OsStr::new(name), MAX_STORE_FILE) {
+            Ok(None) => Ok(None),
+            Ok(Some(file)) => {
+                let reader = io::BufReader::with_capacity(64 << 10, file);
+                serde_json::from_reader(reader).map(Some).map_err(|e| {
+                    self.error(
+                        name,
+                        format!("cannot be read ({e}); it was left as it is for you to inspect"),
+                    )
+                })
+            }
+            Err(e) => Err(self.error(name, format!("cannot be read: {e}"))),
+        }
+    }
+
     /// Streams `value` as JSON into the file's replacement (see `Dir::write_atomic_streamed`).
     fn write_json<T: Serialize>(&self, name: &str, value: &T) -> Result<(), StoreError> {
         self.dir
@@ -296,7 +315,7 @@ impl Store {
     }
 
     pub fn in_force(&self) -> Result<Option<InForce>, StoreError> {
-        self.read_json(IN_FORCE)
+        self.read_json_streamed(IN_FORCE)
     }
 
     pub fn in_force_head(&self) -> Result<Option<InForceHead>, StoreError> {
@@ -316,7 +335,7 @@ impl Store {
     }
 
     pub fn ledger(&self) -> Result<Ledger, StoreError> {
-        let ledger: Ledger = self.read_json(LEDGER)?.unwrap_or_default();
+        let ledger: Ledger = self.read_json_streamed(LEDGER)?.unwrap_or_default();
         ledger.check().map_err(|e| self.error(LEDGER, e))?;
         Ok(ledger)
     }
@@ -534,6 +553,38 @@ mod tests {
         };
         store.record_run(&run).unwrap();
         assert_eq!(store.runs().unwrap().len(), 1);
+    }
+
+    /// The ledger is parsed as it is read: what was saved reads back, and a file that is not
+    /// one ledger (trailing bytes, a symlink, larger than the limit) is refused, never half read.
+    #[test]
+    fn a_streamed_ledger_reads_back_and_a_bad_one_is_refused() {
+        use crate::kinds::files::Files;
+        let tmp = TempDir::new("store-streamed");
+        let store = Store::open(&tmp.path().join("s"), true).unwrap().unwrap();
+        let mut ledger = Ledger::default();
+        ledger.insert::<Files>("/etc/a", Entry::created());
+        ledger.set_applied::<Files>("/etc/a", Digest::of(b"a"));
+        store.save_ledger(&ledger).unwrap();
+        let back = store.ledger().unwrap();
+        assert_eq!(back.get::<Files>("/etc/a"), ledger.get::<Files>("/etc/a"));
+        let file = store.path().join(LEDGER);
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, format!("{text} {{}}")).unwrap();
+        let e = store.ledger().unwrap_err().to_string();
+        assert!(
+            e.contains("ledger.json: cannot be read (trailing characters"),
+            "{e}"
+        );
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("elsewhere"), &file).unwrap();
+        let e = store.ledger().unwrap_err().to_string();
+        assert!(e.contains("ledger.json: cannot be read:"), "{e}");
+        std::fs::remove_file(&file).unwrap();
+        let big = std::fs::File::create(&file).unwrap();
+        big.set_len(MAX_STORE_FILE + 1).unwrap();
+        let e = store.ledger().unwrap_err().to_string();
+        assert!(e.contains("more than the limit"), "{e}");
     }
 
     #[test]
