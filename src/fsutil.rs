@@ -218,19 +218,20 @@ impl Dir {
         self.fd.as_raw_fd()
     }
 
+    /// `openat` of `name` in this directory with `flags` (never creating), retried on EINTR.
+    fn open_at(&self, name: &OsStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+        let c = CName::new(name)?;
+        let fd = retry(|| unsafe { libc::openat(self.raw(), c.as_ptr(), flags) })?;
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
     /// Opens child directory `name` without following a symlink.
     pub fn child(&self, name: &OsStr) -> io::Result<Dir> {
-        let c = cstring(name)?;
-        let fd = retry(|| unsafe {
-            libc::openat(
-                self.raw(),
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        })?;
-        Ok(Dir {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = self.open_at(
+            name,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )?;
+        Ok(Dir { fd })
     }
 
     /// `None` when `name` does not exist.
@@ -282,18 +283,7 @@ impl Dir {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
         let stat = stat_of(&st);
-        if stat.file_type != FileType::Regular {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("is {}", stat.file_type.describe()),
-            ));
-        }
-        if stat.size > max {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("is {} bytes, more than the limit of {max}", stat.size),
-            ));
-        }
+        readable(&stat, max)?;
         Ok(Some(io::Read::take(std::fs::File::from(fd), max)))
     }
 
@@ -338,15 +328,11 @@ impl Dir {
 
     /// Opens `name` for reading, never through a symlink and never blocking on a FIFO.
     fn open_to_read(&self, name: &OsStr) -> io::Result<Option<OwnedFd>> {
-        let c = CName::new(name)?;
-        match retry(|| unsafe {
-            libc::openat(
-                self.raw(),
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
-            )
-        }) {
-            Ok(fd) => Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) })),
+        match self.open_at(
+            name,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        ) {
+            Ok(fd) => Ok(Some(fd)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
@@ -602,15 +588,10 @@ impl Dir {
         mode: u32,
         owner: Option<(u32, u32)>,
     ) -> io::Result<()> {
-        let c = cstring(name)?;
-        let fd = retry(|| unsafe {
-            libc::openat(
-                self.raw(),
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
-            )
-        })?;
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = self.open_at(
+            name,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        )?;
         if let Some((uid, gid)) = owner {
             check(unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) })?;
         }
@@ -700,9 +681,8 @@ impl Dir {
     }
 }
 
-/// Reads an opened file of `stat`'s type and size into `bytes` (empty), refusing one that is not
-/// regular or is larger than `max`.
-fn read_opened(fd: OwnedFd, stat: &Stat, max: u64, bytes: &mut Vec<u8>) -> io::Result<()> {
+/// Refuses a file that is not regular or is larger than `max`, before it is read.
+fn readable(stat: &Stat, max: u64) -> io::Result<()> {
     if stat.file_type != FileType::Regular {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -715,6 +695,13 @@ fn read_opened(fd: OwnedFd, stat: &Stat, max: u64, bytes: &mut Vec<u8>) -> io::R
             format!("is {} bytes, more than the limit of {max}", stat.size),
         ));
     }
+    Ok(())
+}
+
+/// Reads an opened file of `stat`'s type and size into `bytes` (empty), refusing one that is not
+/// regular or is larger than `max`.
+fn read_opened(fd: OwnedFd, stat: &Stat, max: u64, bytes: &mut Vec<u8>) -> io::Result<()> {
+    readable(stat, max)?;
     let mut file = std::fs::File::from(fd);
     // One read of the size the stat gave, with no second read to find the end: on a no-op over
     // thousands of files that probe is a system call per file. A file that grew meanwhile
