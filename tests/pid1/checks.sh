@@ -275,9 +275,13 @@ check_crash_during_transaction() {
   echo "the scriptlet said: $(tr '\n' ' ' < "$log")"
   unlocked() { [ ! -e "$ROOT/var/lib/pacman/db.lck" ]; }
   wait_until 60 "the killed host's pacman transaction ended (no db.lck)" unlocked
-  in_ct sh -c 'tail -n 4 /var/log/pacman.log'
-  in_ct sh -c 'grep "transaction" /var/log/pacman.log | tail -n1' | contains 'transaction completed' \
-    || why "pacman.log: the last transaction completed"
+  in_ct sh -c 'tail -n 6 /var/log/pacman.log'
+  # The killed host's transaction (the one that installed pid1-slow-crash) ended completed. Not
+  # "the last transaction": the restarted host may already be in its own next one.
+  in_ct awk '/installed pid1-slow-crash/ { seen = 1; next }
+             seen && /\[ALPM\] transaction (started|completed|interrupted|failed)/ { print; exit }' \
+    /var/log/pacman.log | contains 'transaction completed' \
+    || why "pacman.log: the transaction that installed pid1-slow-crash completed"
   back() { local p; p=$(main_pid); [ -n "$p" ] && [ "$p" != 0 ] && [ "$p" != "$old" ]; }
   wait_until 60 "Restart= brings the host back (a new MainPID)" back
   [ "$(in_ct systemctl show -p NRestarts --value mesh-host.service)" -gt "$restarts" ] || why "NRestarts grew"
