@@ -198,6 +198,13 @@ fn left(deadline: Instant) -> Result<Duration, Error> {
         .ok_or(Error::Timeout)
 }
 
+/// The socket's read and write timeouts set to what is left before `deadline`.
+fn arm(socket: &TcpStream, deadline: Instant) -> Result<(), Error> {
+    let left = left(deadline)?;
+    socket.set_read_timeout(Some(left)).map_err(classify)?;
+    socket.set_write_timeout(Some(left)).map_err(classify)
+}
+
 /// One request: `POST` with `body` (JSON) when given, `GET` otherwise. Each address the host
 /// resolves to is tried in turn within `connect_timeout`; the whole exchange ends by `timeout`.
 /// A body over `max_body` bytes is an error.
@@ -259,20 +266,15 @@ pub fn request(
     );
     let mut out = head.into_bytes();
     out.extend_from_slice(json_body.unwrap_or_default().as_bytes());
-    stream
-        .sock
-        .set_write_timeout(Some(left(deadline)?))
-        .map_err(classify)?;
+    // Both: the handshake reads and writes while the request is written.
+    arm(&stream.sock, deadline)?;
     stream.write_all(&out).map_err(classify)?;
     stream.flush().map_err(classify)?;
 
     let mut received = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {
-        stream
-            .sock
-            .set_read_timeout(Some(left(deadline)?))
-            .map_err(classify)?;
+        arm(&stream.sock, deadline)?;
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
             // A peer closing without close_notify ends the stream as a close does: a body that
