@@ -309,6 +309,11 @@ pub fn parse_response(
     eof: bool,
     max_body: usize,
 ) -> Result<Option<Response>, String> {
+    // Framing (chunk sizes, extensions, trailers) may not stretch the answer without bound.
+    let most = MAX_HEAD + 2 * max_body;
+    if bytes.len() > most {
+        return Err(format!("the answer is over {most} bytes"));
+    }
     let mut start = 0;
     loop {
         let rest = &bytes[start..];
@@ -562,6 +567,10 @@ mod tests {
         let mut chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
         chunked.extend_from_slice(format!("{:x}\r\n", MAX + 1).as_bytes());
         assert!(error(&chunked, false).contains("over the 1024 bytes allowed"));
+        let mut stretched = chunked.clone();
+        stretched.extend_from_slice(b"1;");
+        stretched.extend(std::iter::repeat_n(b'x', MAX_HEAD + 2 * MAX));
+        assert!(error(&stretched, false).contains("the answer is over"));
         let mut closed = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
         closed.extend(std::iter::repeat_n(b'x', MAX + 1));
         assert!(error(&closed, false).contains("over the 1024 bytes allowed"));
