@@ -6,14 +6,12 @@
 use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
 
 use crate::cli::{self, Args, Join, Token};
 use crate::codec;
@@ -22,8 +20,10 @@ use crate::config::{Config, DEFAULT_CONFIG_PATH};
 use crate::fsutil::Dir;
 use crate::store::Store;
 
+mod https;
+
 /// The most the host reads of any response body.
-const MAX_BODY: u64 = 1 << 20;
+const MAX_BODY: usize = 1 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -273,10 +273,10 @@ fn parse_ca(pem: &str) -> Result<CertificateDer<'static>, String> {
 
 /// Step 1: the CA, over TLS that checks nothing; its authenticity is the hash alone.
 fn fetch_ca(url: &str, ca_hash: &str) -> Result<Ca, Fatal> {
-    let agent = agent(None);
-    let body = get(
-        &agent,
+    let body = send(
         &format!("{url}/v1/ca"),
+        None,
+        None,
         "fetching the control plane's CA",
     )?;
     let raw: RawCa = serde_json::from_str(&body).map_err(|e| {
@@ -320,17 +320,9 @@ struct Identity {
 
 /// Step 2: the token for the identity, over TLS verified against the pinned CA alone.
 fn exchange(url: &str, ca: &Ca, token: &str, hostname: &str) -> Result<Identity, Fatal> {
-    let agent = agent(Some(&ca.der));
     let endpoint = format!("{url}/v1/join");
     let request = json!({"token": token, "hostname": hostname}).to_string();
-    let body = match agent
-        .post(&endpoint)
-        .header("Content-Type", "application/json")
-        .send(&request)
-    {
-        Ok(response) => read_body(response, &endpoint)?,
-        Err(e) => return Err(unreachable(&endpoint, "joining", e)),
-    };
+    let body = send(&endpoint, Some(&request), Some(&ca.der), "joining")?;
     let bad = |why: String| {
         Fatal::Error(format!(
             "{endpoint}: {why}; nothing was written: tell the control plane's operator (the \
@@ -362,50 +354,34 @@ fn exchange(url: &str, ca: &Ca, token: &str, hostname: &str) -> Result<Identity,
     })
 }
 
-/// An agent trusting `root` alone, or (`None`) verifying nothing. No proxy (as the link), no
-/// redirects, TLS through the link's rustls with ring.
-fn agent(root: Option<&CertificateDer<'static>>) -> ureq::Agent {
-    let tls = TlsConfig::builder()
-        .provider(TlsProvider::Rustls)
-        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()));
-    let tls = match root {
-        Some(der) => tls.root_certs(RootCerts::new_with_certs(&[Certificate::from_der(
-            der.as_ref(),
-        )
-        .to_owned()])),
-        None => tls.disable_verification(true),
-    };
-    ureq::Agent::config_builder()
-        .tls_config(tls.build())
-        .https_only(true)
-        .proxy(None)
-        .max_redirects(0)
-        .http_status_as_error(false)
-        .timeout_connect(Some(CONNECT_TIMEOUT))
-        .timeout_global(Some(TIMEOUT))
-        .build()
-        .into()
-}
-
-fn get(agent: &ureq::Agent, endpoint: &str, doing: &str) -> Result<String, Fatal> {
-    match agent.get(endpoint).call() {
-        Ok(response) => read_body(response, endpoint),
-        Err(e) => Err(unreachable(endpoint, doing, e)),
-    }
+/// One request to `endpoint` (a `POST` of `json_body` when given), trusting `root` alone or
+/// (`None`) any certificate; the body of a 200.
+fn send(
+    endpoint: &str,
+    json_body: Option<&str>,
+    root: Option<&CertificateDer<'static>>,
+    doing: &str,
+) -> Result<String, Fatal> {
+    let response = https::request(
+        endpoint,
+        json_body,
+        root,
+        CONNECT_TIMEOUT,
+        TIMEOUT,
+        MAX_BODY,
+    )
+    .map_err(|e| unreachable(endpoint, doing, e))?;
+    read_body(response, endpoint)
 }
 
 /// The body of a 200; a refusal's `error`, with what to do, otherwise.
-fn read_body(
-    mut response: ureq::http::Response<ureq::Body>,
-    endpoint: &str,
-) -> Result<String, Fatal> {
-    let status = response.status().as_u16();
-    let body = response
-        .body_mut()
-        .with_config()
-        .limit(MAX_BODY)
-        .read_to_string()
-        .map_err(|e| Fatal::Error(format!("{endpoint}: reading the answer: {e}")))?;
+fn read_body(response: https::Response, endpoint: &str) -> Result<String, Fatal> {
+    let status = response.status;
+    let body = String::from_utf8(response.body).map_err(|_| {
+        Fatal::Error(format!(
+            "{endpoint}: reading the answer: HTTP {status} with a body that is not UTF-8 text"
+        ))
+    })?;
     if status == 200 {
         return Ok(body);
     }
@@ -428,16 +404,20 @@ fn read_body(
     })
 }
 
-fn unreachable(endpoint: &str, doing: &str, e: ureq::Error) -> Fatal {
-    // rustls errors reach us directly or inside an I/O error, depending on where they happen.
-    let tls = match &e {
-        ureq::Error::Rustls(_) | ureq::Error::Tls(_) => true,
-        ureq::Error::Io(io) => io
-            .get_ref()
-            .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()),
-        _ => false,
-    };
-    if tls {
+fn unreachable(endpoint: &str, doing: &str, e: https::Error) -> Fatal {
+    match &e {
+        https::Error::Url(why) => {
+            return Fatal::Invalid(format!("{endpoint}: {why}; give https://HOST:PORT"))
+        }
+        https::Error::Response(why) => {
+            return Fatal::Error(format!(
+                "{endpoint}: reading the answer: {why}; nothing was changed: is this a mesh \
+                 control plane? (tell its operator)"
+            ))
+        }
+        _ => {}
+    }
+    if let https::Error::Tls(_) = e {
         return Fatal::Error(format!(
             "TLS with the control plane failed ({doing}, {endpoint}): {e}: the TLS handshake \
              failed; if the CA's hash matched, the server's certificate does not chain to that \
@@ -447,8 +427,10 @@ fn unreachable(endpoint: &str, doing: &str, e: ureq::Error) -> Fatal {
         ));
     }
     let hint = match &e {
-        ureq::Error::HostNotFound => "the name does not resolve: check the host in --control-plane",
-        ureq::Error::Timeout(_) => {
+        https::Error::HostNotFound(_) => {
+            "the name does not resolve: check the host in --control-plane"
+        }
+        https::Error::Timeout => {
             "no answer in time: check the address, and that a firewall lets this host reach it"
         }
         _ => {

@@ -423,3 +423,94 @@ fn a_server_whose_certificate_does_not_chain_to_the_pinned_ca_gets_no_token() {
     );
     assert_eq!(snapshot(&host.dir), before);
 }
+
+/// A TLS server with the test PKI's certificate that answers the nth connection with
+/// `answers[n]`, raw, then closes (with close_notify); returns its `https://` URL.
+fn raw_server(pki: &Pki, answers: Vec<Vec<u8>>) -> String {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let tls = pki.server_config();
+    std::thread::spawn(move || {
+        for answer in answers {
+            let Ok((tcp, _)) = listener.accept() else {
+                return;
+            };
+            let Ok(conn) = rustls::ServerConnection::new(tls.clone()) else {
+                return;
+            };
+            let mut stream = rustls::StreamOwned::new(conn, tcp);
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = stream.write_all(&answer);
+            stream.conn.send_close_notify();
+            let _ = stream.flush();
+        }
+    });
+    format!("https://127.0.0.1:{port}")
+}
+
+fn join_at(host: &Scratch, url: &str, ca_hash: &str) -> Output {
+    host.run(&[
+        "join",
+        "--control-plane",
+        url,
+        "--token",
+        "t",
+        "--ca-hash",
+        ca_hash,
+    ])
+}
+
+#[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
+fn an_answer_without_an_http_status_line_is_refused_naming_the_endpoint() {
+    support::require_root("mesh-host join refuses to run as anyone else");
+    let pki = Pki::new();
+    let url = raw_server(&pki, vec![b"SSH-2.0-OpenSSH_9.6\r\n\r\n".to_vec()]);
+    let host = host("no-http", "{}");
+    let before = snapshot(&host.dir);
+    let out = join_at(&host, &url, &support::control_plane::ca_hash(&pki.ca_pem));
+    assert_eq!(out.code, 4, "{out:?}");
+    out.assert_stderr(&format!(
+        "{url}/v1/ca: reading the answer: no HTTP status line"
+    ));
+    assert_eq!(snapshot(&host.dir), before);
+}
+
+#[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
+fn chunked_answers_are_read_whole() {
+    support::require_root("mesh-host join refuses to run as anyone else");
+    let pki = Pki::new();
+    let chunked = |status: &str, body: &str| {
+        let (a, b) = body.split_at(body.len() / 2);
+        format!(
+            "HTTP/1.1 {status}\r\nTransfer-Encoding: chunked\r\n\r\n{:x};ext=1\r\n{a}\r\n{:x}\r\n\
+             {b}\r\n0\r\nX-Trailer: t\r\n\r\n",
+            a.len(),
+            b.len()
+        )
+        .into_bytes()
+    };
+    let ca = serde_json::json!({"ca_pem": pki.ca_pem}).to_string();
+    let url = raw_server(
+        &pki,
+        vec![
+            chunked("200 OK", &ca),
+            chunked("403 Forbidden", r#"{"error": "token already used"}"#),
+        ],
+    );
+    let host = host("chunked", "{}");
+    let before = snapshot(&host.dir);
+    let out = join_at(&host, &url, &support::control_plane::ca_hash(&pki.ca_pem));
+    assert_eq!(out.code, 2, "{out:?}");
+    out.assert_stderr("refused the token (HTTP 403: token already used)");
+    assert_eq!(snapshot(&host.dir), before);
+}
