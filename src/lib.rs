@@ -30,6 +30,7 @@ mod store;
 mod testutil;
 mod tools;
 mod unitfile;
+mod words;
 
 use cli::Command;
 use commands::{Fatal, Host};

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use super::words::expiry;
 use super::{invalid, never, Fatal, Host, EXIT_FAILED, EXIT_OK};
 use crate::declaration::Declaration;
 use crate::exec::Runner;
@@ -18,6 +17,7 @@ use crate::store::{
     self, Failing, InForce, LastRun, LinkStatus, LockError, Notice, RunOutcome, RunRecord,
     ServicePhase, Source, Store, StoreError, Trigger, Triggers,
 };
+use crate::words::expiry;
 
 /// What one converging run did.
 pub struct RunResult {

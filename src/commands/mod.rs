@@ -5,7 +5,6 @@
 
 mod converge;
 mod render;
-mod words;
 
 use std::path::{Path, PathBuf};
 

@@ -6,13 +6,13 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::words::{age, expiry};
 use crate::pacnew::Pacnew;
 use crate::reconcile::{OwnedRow, Planned};
 use crate::store::{
-    self, Failing, InForceHead, LinkStatus, ResourceResult, RunRecord, ServicePhase, ServiceState,
+    Failing, InForceHead, LinkStatus, ResourceResult, RunRecord, ServicePhase, ServiceState,
     Source, WatchMode, WatchState,
 };
+use crate::words::{age, duration_words, expiry};
 
 /// Prints `output` as pretty JSON. Through `serde_json::Value`, so every object's keys come out
 /// sorted, nested records included, whatever the order of their fields.
@@ -437,7 +437,7 @@ fn pacnew_advice(p: &Pacnew) -> String {
 fn failing_words(f: &Failing, now: u64) -> String {
     format!(
         "failing since {}, {} run{}: {}",
-        store::duration_words(now.saturating_sub(f.first_seen)),
+        duration_words(now.saturating_sub(f.first_seen)),
         f.runs,
         if f.runs == 1 { "" } else { "s" },
         f.last_error

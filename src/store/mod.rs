@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fsutil::{self, Dir};
 
-pub use failures::{duration_words, Failing, Notice};
+pub use failures::{Failing, Notice};
 pub use files_index::{is_cacheable, Cached, FilesIndex};
 pub use ledger::{Digest, Entry, Ledger, Origin, Sections};
 pub use lock::{Lock, LockError};
