@@ -80,6 +80,9 @@ enum State {
 pub struct Facts {
     /// Files (absolute target paths) changed in this run: units restart or reload on them.
     pub changed: BTreeSet<String>,
+    /// The files index as the run's last observation left it unchanged: kept for the next
+    /// chunk of files, so a run reads and checks the index once, not once per 4,096 files.
+    index: std::cell::RefCell<Option<FilesIndex>>,
 }
 
 /// What planning needs of a regular file's content. Observation compares it with the declared
@@ -241,7 +244,7 @@ impl Kind for Files {
         let mut accounts: Option<Accounts> = None;
         let mut parents = ParentCache::default();
         let mut buffer = Vec::new();
-        let mut index = IndexUse::load(env.store);
+        let mut index = IndexUse::load(env.store, cx.facts.files.index.take());
         // Listed, then made a map at once: full B-tree nodes (see `declaration`'s sections).
         let mut out = Vec::with_capacity(keys.len());
         // Keys come in order: the declared files are walked beside them, not searched for each.
@@ -289,7 +292,7 @@ impl Kind for Files {
             // A path that cannot be read is that file's own problem (`State::Blocked`).
             out.push((key.clone(), Ok(Observed { state, uid, gid })));
         }
-        index.save(env.store);
+        *cx.facts.files.index.borrow_mut() = index.save(env.store);
         Ok(out.into_iter().collect())
     }
 
@@ -482,12 +485,15 @@ struct IndexUse<'k> {
 }
 
 impl<'k> IndexUse<'k> {
-    /// Without a store (planning before the first apply) every file is read.
-    fn load(store: Option<&Store>) -> IndexUse<'k> {
+    /// Without a store (planning before the first apply) every file is read. `kept`: the index
+    /// an earlier observation in this run read and left unchanged, used instead of reading it.
+    fn load(store: Option<&Store>, kept: Option<FilesIndex>) -> IndexUse<'k> {
         IndexUse {
             // Taken before any file is looked at: only files changed before it can be trusted.
             observed_from_ns: fsutil::file_clock_now_ns(),
-            old: store.map(Store::files_index).unwrap_or_default(),
+            old: kept
+                .or_else(|| store.map(Store::files_index))
+                .unwrap_or_default(),
             updates: Vec::new(),
         }
     }
@@ -528,14 +534,17 @@ impl<'k> IndexUse<'k> {
     }
 
     /// Writes the index back if any entry changed. A cache: failing to save it costs the next
-    /// run reading files again, so it is only logged.
-    fn save(self, store: Option<&Store>) {
-        let Some(store) = store.filter(|_| !self.updates.is_empty()) else {
-            return;
-        };
+    /// run reading files again, so it is only logged. The index as read when nothing changed
+    /// (it is still the file's), to be used by the next observation.
+    fn save(self, store: Option<&Store>) -> Option<FilesIndex> {
+        let store = store?;
+        if self.updates.is_empty() {
+            return Some(self.old);
+        }
         if let Err(e) = store.save_files_index(&self.old, self.updates) {
             log::warn!("{e}; the next run reads the files again");
         }
+        None
     }
 }
 
@@ -1374,7 +1383,7 @@ mod tests {
         let root = Dir::open(tmp.path()).unwrap();
         let mut parents = ParentCache::default();
         let mut buffer = Vec::new();
-        let mut index = IndexUse::load(None);
+        let mut index = IndexUse::load(None, None);
         let mut observe = |key: &'static str, declared: Option<&[u8]>| match observe_one(
             &root,
             &mut parents,
@@ -1434,7 +1443,7 @@ mod tests {
         declared: &[u8],
         observed_from_ns: i64,
     ) -> String {
-        let mut index = IndexUse::load(Some(store));
+        let mut index = IndexUse::load(Some(store), None);
         index.observed_from_ns = observed_from_ns;
         let state = observe_one(
             root,
@@ -1464,6 +1473,34 @@ mod tests {
 
     /// Well after any file in the test changed.
     const LATER: i64 = i64::MAX / 2;
+
+    #[test]
+    fn an_index_is_kept_for_the_next_chunk_only_while_unchanged() {
+        let (_tmp, root, store) = root_with_one_file("index-kept");
+        let observe = |index: &mut IndexUse| {
+            observe_one(
+                &root,
+                &mut ParentCache::default(),
+                "/etc/app/conf",
+                Some(b"declared"),
+                100,
+                &mut Vec::new(),
+                index,
+            )
+        };
+        // The first observation records the file: the index changed, so it is read again.
+        let mut index = IndexUse::load(Some(&store), None);
+        index.observed_from_ns = LATER;
+        observe(&mut index);
+        assert!(index.save(Some(&store)).is_none());
+        // The next finds it as recorded: the index as read is handed on, and vouches again.
+        let mut index = IndexUse::load(Some(&store), None);
+        index.observed_from_ns = LATER;
+        observe(&mut index);
+        let kept = index.save(Some(&store)).expect("unchanged, kept");
+        let index = IndexUse::load(None, Some(kept));
+        assert!(index.vouches("/etc/app/conf", &stamp_of_conf(&root), b"declared"));
+    }
 
     #[test]
     fn a_file_the_index_vouches_for_is_not_read() {
@@ -1530,14 +1567,14 @@ mod tests {
                 stamp,
                 digest: crate::codec::sha256(b"12345678"),
             };
-            let mut index = IndexUse::load(None);
+            let mut index = IndexUse::load(None, None);
             index.old = FilesIndex::decode(
                 FilesIndex::default().updated(vec![("/etc/app/conf", Some(other))]),
             )
             .unwrap();
             assert!(!index.vouches("/etc/app/conf", &cached.stamp, b"12345678"));
         }
-        let mut index = IndexUse::load(Some(&store));
+        let mut index = IndexUse::load(Some(&store), None);
         assert!(index.vouches("/etc/app/conf", &cached.stamp, b"declared"));
         index.old = FilesIndex::default();
         assert!(!index.vouches("/etc/app/conf", &cached.stamp, b"declared"));

@@ -6,14 +6,14 @@
 //! The format is compact binary, written whole (atomically, durably) only when it changed: a
 //! header line, records sorted by key (`u16` key length, the key, the stamp's fields and the
 //! 32-byte SHA-256 of the content, little-endian), then the SHA-256 of all that, so a torn or
-//! mixed write (two commands saving at once) reads as corrupt, never as a wrong entry.
+//! mixed write (two commands saving at once) reads as corrupt, never as a wrong entry. It is
+//! read as a stream and kept as its open file (`FilesIndex`), not as its bytes.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::io;
 
 use super::{Store, StoreError};
-use crate::codec;
 use crate::fsutil::Stamp;
 
 const FILE: &str = "files-index";
@@ -39,15 +39,30 @@ pub struct Cached {
     pub digest: [u8; 32],
 }
 
-/// The index as read: its bytes, and where each record starts (in key order).
+/// The index as read, held as its open file and where each record starts (4 bytes a file), not
+/// as its bytes: records are read when asked for, through a window that moves forward with the
+/// lookups, so a 20,000-file index costs ~100 KB of memory rather than its 2.2 MB. The file is
+/// only ever replaced by a rename, so the open file keeps the content its checksum was checked on.
 #[derive(Debug, Default)]
 pub struct FilesIndex {
-    bytes: Vec<u8>,
+    file: Option<std::fs::File>,
     records: Vec<u32>,
-    /// The record after the last one found: observation asks in key order, so the next key is
-    /// usually there (one comparison, not a binary search).
-    next: Cell<usize>,
+    /// Where the records end (the checksum follows).
+    body_len: u32,
+    window: RefCell<Window>,
 }
+
+/// Bytes of the index file from `start`, and the record after the last one found: observation
+/// asks in key order, so the next key is usually there (one comparison, not a binary search).
+#[derive(Debug, Default)]
+struct Window {
+    start: u32,
+    bytes: Vec<u8>,
+    next: usize,
+}
+
+/// How much of the index file is read at once when lookups move forward.
+const WINDOW: usize = 64 * 1024;
 
 /// Whether a file with `stamp`, looked at by an observation that began when the file clock read
 /// `observed_from_ns` (`fsutil::file_clock_now_ns`), can be trusted by its stamp from now on: it
@@ -63,58 +78,149 @@ pub fn is_cacheable(stamp: &Stamp, observed_from_ns: i64) -> bool {
 }
 
 impl FilesIndex {
-    /// Parses an index file; `Err` says what is wrong with it.
-    pub fn decode(bytes: Vec<u8>) -> Result<FilesIndex, String> {
-        let body_len = bytes
-            .len()
-            .checked_sub(CHECKSUM)
-            .filter(|&n| n >= HEADER.len())
+    /// Checks an index file, reading it once as a stream; `Err` says what is wrong with it.
+    pub fn open(mut file: std::fs::File) -> Result<FilesIndex, String> {
+        let size = file.metadata().map_err(|e| e.to_string())?.len();
+        let body_len = size
+            .checked_sub(CHECKSUM as u64)
+            .filter(|&n| n >= HEADER.len() as u64)
             .ok_or("too short")?;
-        if !bytes.starts_with(HEADER) {
+        let body_len = u32::try_from(body_len).map_err(|_| "too large")?;
+        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut records = Vec::new();
+        // Bytes read and not yet parsed: at most one record plus one chunk.
+        let mut pending: Vec<u8> = Vec::with_capacity(2 * WINDOW);
+        let mut pending_at: u32 = 0;
+        let mut previous: Vec<u8> = Vec::new();
+        let mut chunk = vec![0; WINDOW];
+        let mut read: u64 = 0;
+        let mut tail = Vec::with_capacity(CHECKSUM);
+        // What is wrong with the records, told only once the checksum matched: a damaged file
+        // is reported as damaged, whatever the damage looks like.
+        let mut broken: Option<&str> = None;
+        loop {
+            let n = match io::Read::read(&mut file, &mut chunk) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.to_string()),
+            };
+            let body_in_chunk = (u64::from(body_len).saturating_sub(read) as usize).min(n);
+            read += n as u64;
+            let (body, rest) = chunk[..n].split_at(body_in_chunk);
+            digest.update(body);
+            tail.extend_from_slice(rest);
+            if broken.is_some() {
+                continue;
+            }
+            pending.extend_from_slice(body);
+            if pending_at == 0 {
+                if pending.len() < HEADER.len() {
+                    continue;
+                }
+                if !pending.starts_with(HEADER) {
+                    return Err("not a files index of this version".into());
+                }
+                pending.drain(..HEADER.len());
+                pending_at = HEADER.len() as u32;
+            }
+            let mut at = 0;
+            while let Some(key) = record_key(&pending, at) {
+                if std::str::from_utf8(key).is_err() {
+                    broken = Some("a key is not UTF-8");
+                    break;
+                }
+                if !previous.is_empty() && previous.as_slice() >= key {
+                    broken = Some("its records are not in key order");
+                    break;
+                }
+                previous.clear();
+                previous.extend_from_slice(key);
+                records.push(pending_at + at as u32);
+                at += 2 + key.len() + FIXED;
+            }
+            pending.drain(..at);
+            pending_at += at as u32;
+        }
+        if read != size || tail.len() != CHECKSUM {
+            return Err("it changed while being read".into());
+        }
+        if pending_at == 0 {
             return Err("not a files index of this version".into());
         }
-        if codec::sha256(&bytes[..body_len])[..] != bytes[body_len..] {
+        if digest.finish().as_ref() != tail.as_slice() {
             return Err("its checksum does not match".into());
         }
-        let mut records = Vec::new();
-        let mut at = HEADER.len();
-        let mut previous: Option<&[u8]> = None;
-        while at < body_len {
-            let start = u32::try_from(at).map_err(|_| "too large")?;
-            let key = record_key(&bytes[..body_len], at).ok_or("a record is cut short")?;
-            if std::str::from_utf8(key).is_err() {
-                return Err("a key is not UTF-8".into());
-            }
-            if previous.is_some_and(|p| p >= key) {
-                return Err("its records are not in key order".into());
-            }
-            previous = Some(key);
-            at += 2 + key.len() + FIXED;
-            records.push(start);
+        if let Some(broken) = broken {
+            return Err(broken.into());
+        }
+        if !pending.is_empty() {
+            return Err("a record is cut short".into());
         }
         Ok(FilesIndex {
-            bytes,
+            file: Some(file),
             records,
-            next: Cell::new(0),
+            body_len,
+            window: RefCell::default(),
         })
     }
 
     pub fn get(&self, key: &str) -> Option<Cached> {
-        let next = self.next.get();
-        let found = match self.records.get(next) {
-            Some(&at) if self.key_at(at) == key.as_bytes() => next,
-            _ => self
-                .records
-                .binary_search_by(|&at| self.key_at(at).cmp(key.as_bytes()))
-                .ok()?,
+        let key = key.as_bytes();
+        let next = self.window.borrow().next;
+        let found = match self.with_record(next, true, |r| record_key_of(r) == key) {
+            Some(true) => next,
+            _ => {
+                // Binary search, reading only the records it looks at.
+                let (mut low, mut high) = (0, self.records.len());
+                loop {
+                    if low >= high {
+                        return None;
+                    }
+                    let middle = low + (high - low) / 2;
+                    match self.with_record(middle, false, |r| record_key_of(r).cmp(key))? {
+                        std::cmp::Ordering::Less => low = middle + 1,
+                        std::cmp::Ordering::Greater => high = middle,
+                        std::cmp::Ordering::Equal => break middle,
+                    }
+                }
+            }
         };
-        self.next.set(found + 1);
-        Some(self.cached_at(self.records[found]))
+        self.window.borrow_mut().next = found + 1;
+        self.with_record(found, true, cached_of)
+    }
+
+    /// Calls `f` with the bytes of record `i`, read into the window if they are not there
+    /// (`ahead`: with the records after it, for lookups moving forward). `None` when there is no
+    /// such record or the file cannot be read (the entry is then unknown, as in a lost index).
+    fn with_record<R>(&self, i: usize, ahead: bool, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        use std::os::unix::fs::FileExt;
+        let start = *self.records.get(i)?;
+        let end = self.records.get(i + 1).copied().unwrap_or(self.body_len);
+        let mut window = self.window.borrow_mut();
+        let window_end = window.start as usize + window.bytes.len();
+        if start < window.start || end as usize > window_end {
+            let len = match ahead {
+                true => (end - start).max(WINDOW as u32).min(self.body_len - start),
+                false => end - start,
+            };
+            window.bytes.resize(len as usize, 0);
+            window.start = start;
+            let file = self.file.as_ref()?;
+            if let Err(e) = file.read_exact_at(&mut window.bytes, u64::from(start)) {
+                log::warn!("the files index cannot be read: {e}");
+                window.bytes.clear();
+                return None;
+            }
+        }
+        let from = (start - window.start) as usize;
+        Some(f(&window.bytes[from..from + (end - start) as usize]))
     }
 
     /// Writes this index with `updates` (an entry set, or dropped with `None`) to `out`, merged
-    /// as both are in key order: no copy of the whole index is built in memory (the first run
-    /// after a large converge records every file).
+    /// as both are in key order: the old records are read from the file as they are copied, and
+    /// no copy of the whole index is built in memory (the first run after a large converge
+    /// records every file).
     pub fn write_updated(
         &self,
         mut updates: Vec<(&str, Option<Cached>)>,
@@ -127,26 +233,27 @@ impl FilesIndex {
             digest: ring::digest::Context::new(&ring::digest::SHA256),
         };
         out.write(HEADER)?;
-        let mut old = self.records.iter().peekable();
+        let mut old = 0;
         let mut updates = updates.into_iter().peekable();
         loop {
-            let old_key = old.peek().map(|&&at| self.key_at(at));
-            let update_key = updates.peek().map(|(key, _)| key.as_bytes());
-            let old_first = match (old_key, update_key) {
-                (None, None) => break,
-                (Some(o), Some(u)) => o < u,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-            };
-            if old_first {
-                if let (Some(&at), Some(key)) = (old.next(), old_key) {
-                    let len = 2 + key.len() + FIXED;
-                    out.write(&self.bytes[at as usize..at as usize + len])?;
+            if old < self.records.len() {
+                let update_key = updates.peek().map(|(key, _)| key.as_bytes());
+                let copied = self
+                    .with_record(old, true, |record| {
+                        let key = record_key_of(record);
+                        match update_key {
+                            Some(u) if u <= key => Ok((false, u == key)),
+                            _ => out.write(record).map(|()| (true, false)),
+                        }
+                    })
+                    .ok_or_else(|| io::Error::other("the old files index cannot be read"))?;
+                match copied? {
+                    (true, _) => {
+                        old += 1;
+                        continue;
+                    }
+                    (false, replaced) => old += usize::from(replaced),
                 }
-                continue;
-            }
-            if old_key.is_some() && old_key == update_key {
-                old.next();
             }
             let Some((key, cached)) = updates.next() else {
                 break;
@@ -160,6 +267,16 @@ impl FilesIndex {
         out.out.write_all(checksum.as_ref())
     }
 
+    /// An index file holding `bytes`, opened.
+    #[cfg(test)]
+    pub fn decode(bytes: Vec<u8>) -> Result<FilesIndex, String> {
+        let dir = crate::testutil::TempDir::new("files-index");
+        let path = dir.path().join(FILE);
+        std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
+        // The open file outlives its directory's removal, as an index replaced by a rename.
+        FilesIndex::open(std::fs::File::open(&path).map_err(|e| e.to_string())?)
+    }
+
     /// This index with `updates`, as its file's bytes.
     #[cfg(test)]
     pub fn updated(&self, updates: Vec<(&str, Option<Cached>)>) -> Vec<u8> {
@@ -169,27 +286,30 @@ impl FilesIndex {
         }
         bytes
     }
+}
 
-    fn key_at(&self, at: u32) -> &[u8] {
-        record_key(&self.bytes, at as usize).unwrap_or_default()
-    }
+/// The key of a whole record (`open` checked its length).
+fn record_key_of(record: &[u8]) -> &[u8] {
+    record
+        .get(2..record.len().saturating_sub(FIXED))
+        .unwrap_or_default()
+}
 
-    fn cached_at(&self, at: u32) -> Cached {
-        let key = self.key_at(at);
-        let mut fields = Fields(&self.bytes[at as usize + 2 + key.len()..]);
-        Cached {
-            stamp: Stamp {
-                device: fields.u64(),
-                inode: fields.u64(),
-                size: fields.u64(),
-                mode: fields.u32(),
-                uid: fields.u32(),
-                gid: fields.u32(),
-                mtime_ns: fields.u64() as i64,
-                ctime_ns: fields.u64() as i64,
-            },
-            digest: fields.digest(),
-        }
+/// The entry of a whole record.
+fn cached_of(record: &[u8]) -> Cached {
+    let mut fields = Fields(&record[record.len().saturating_sub(FIXED)..]);
+    Cached {
+        stamp: Stamp {
+            device: fields.u64(),
+            inode: fields.u64(),
+            size: fields.u64(),
+            mode: fields.u32(),
+            uid: fields.u32(),
+            gid: fields.u32(),
+            mtime_ns: fields.u64() as i64,
+            ctime_ns: fields.u64() as i64,
+        },
+        digest: fields.digest(),
     }
 }
 
@@ -200,7 +320,7 @@ fn record_key(bytes: &[u8], at: usize) -> Option<&[u8]> {
     bytes.get(at + 2..at + 2 + len)
 }
 
-/// Reads a record's fixed fields in order (`decode` checked they are all there).
+/// Reads a record's fixed fields in order (`open` checked they are all there).
 struct Fields<'a>(&'a [u8]);
 
 impl Fields<'_> {
@@ -265,9 +385,12 @@ fn write_record(out: &mut Checksummed, key: &str, cached: &Cached) -> io::Result
 impl Store {
     /// The files index; empty when there is none or it cannot be used (it is rebuilt).
     pub fn files_index(&self) -> FilesIndex {
-        match self.dir.read(OsStr::new(FILE), super::MAX_STORE_FILE) {
+        match self
+            .dir
+            .open_reader(OsStr::new(FILE), super::MAX_STORE_FILE)
+        {
             Ok(None) => FilesIndex::default(),
-            Ok(Some((_, bytes))) => FilesIndex::decode(bytes).unwrap_or_else(|e| {
+            Ok(Some(file)) => FilesIndex::open(file.into_inner()).unwrap_or_else(|e| {
                 log::info!(
                     "{}: {e}; files are read and compared to rebuild it",
                     self.path.join(FILE).display()
@@ -342,6 +465,31 @@ mod tests {
         assert_eq!(index.get("/etc/a"), None);
         assert_eq!(index.get("/etc/b"), Some(cached(21, 2)));
         assert_eq!(index.get("/etc/c"), Some(cached(30, 3)));
+    }
+
+    #[test]
+    fn a_large_index_is_read_across_its_windows_in_any_order() {
+        // 3,000 records of ~120 bytes: several windows, records cut by a window's end.
+        let keys: Vec<String> = (0..3000)
+            .map(|i| format!("/etc/scale/f{i:05}.conf"))
+            .collect();
+        let entries = keys.iter().enumerate();
+        let index = FilesIndex::decode(
+            FilesIndex::default().updated(
+                entries
+                    .map(|(i, k)| (k.as_str(), Some(cached(i as i64, i as u8))))
+                    .collect(),
+            ),
+        )
+        .expect("valid");
+        for (i, key) in keys.iter().enumerate().chain(keys.iter().enumerate().rev()) {
+            assert_eq!(index.get(key), Some(cached(i as i64, i as u8)), "{key}");
+        }
+        assert_eq!(index.get("/etc/scale/f99999.conf"), None);
+        let updated = index.updated(vec![(keys[1500].as_str(), None)]);
+        let index = FilesIndex::decode(updated).expect("valid");
+        assert_eq!(index.get(&keys[1500]), None);
+        assert_eq!(index.get(&keys[2999]), Some(cached(2999, 2999_u32 as u8)));
     }
 
     #[test]
