@@ -6,7 +6,7 @@
 //! are in `inotify.rs`.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
@@ -151,33 +151,51 @@ impl Targets {
         self.dirs.find(0..self.groups.len(), dir.as_os_str())
     }
 
-    /// Every resource an event on `name` in group `g` touches (on every entry of it when
-    /// `None`: the directory itself went); whether the targets must be worked out again.
-    fn touched(&self, g: usize, name: Option<&OsStr>, out: &mut Vec<Resource>) -> bool {
+    /// The entries of group `g` an event on `name` touches (every entry when `None`: the
+    /// directory itself went).
+    fn entries(&self, g: usize, name: Option<&OsStr>) -> Range<usize> {
         let group = &self.groups[g];
         let all = group.start as usize..group.end as usize;
-        let entries = match name {
+        match name {
             None => all,
             Some(name) => self.names.find(all, name).map_or(0..0, |i| i..i + 1),
-        };
-        let mut refresh = false;
+        }
+    }
+
+    /// Whether an event on `entries` means the targets must be worked out again.
+    fn refreshes(&self, entries: Range<usize>) -> bool {
+        self.flags[entries].iter().any(|f| f & REFRESH != 0)
+    }
+
+    /// Whether an event on `entries` of group `g` touches any resource at all.
+    fn touches(&self, g: usize, entries: Range<usize>) -> bool {
+        !self.groups[g].any.is_empty()
+            || self.flags[entries.clone()].iter().any(|f| f & FILE != 0)
+            || !self.more(entries).is_empty()
+    }
+
+    /// What `entries` touch besides their files.
+    fn more(&self, entries: Range<usize>) -> &[(u32, Resource)] {
+        let from = self
+            .resources
+            .partition_point(|(i, _)| (*i as usize) < entries.start);
+        let to = self
+            .resources
+            .partition_point(|(i, _)| (*i as usize) < entries.end);
+        &self.resources[from..to.max(from)]
+    }
+
+    /// The resources an event on `entries` of group `g` touches, without what any entry of
+    /// the group touches (`Group::any`).
+    fn resources(&self, g: usize, entries: Range<usize>, out: &mut Vec<Resource>) {
         for i in entries.clone() {
             if self.flags[i] & FILE != 0 {
                 let files_in = self.files_in.get(g).to_string_lossy();
                 let name = self.names.get(i).to_string_lossy();
                 out.push((Files::NAME, format!("{files_in}/{name}")));
             }
-            refresh |= self.flags[i] & REFRESH != 0;
         }
-        let from = self
-            .resources
-            .partition_point(|(i, _)| (*i as usize) < entries.start);
-        let more = self.resources[from..]
-            .iter()
-            .take_while(|(i, _)| (*i as usize) < entries.end);
-        out.extend(more.map(|(_, resource)| resource.clone()));
-        out.extend(group.any.iter().cloned());
-        refresh
+        out.extend(self.more(entries).iter().map(|(_, r)| r.clone()));
     }
 }
 
@@ -443,8 +461,10 @@ struct Watched {
 
 #[derive(Debug)]
 struct Contest {
-    /// Times of repairs by watch runs within the window.
-    repairs: VecDeque<u64>,
+    /// Times of the last repairs by watch runs within the window, oldest first: the first
+    /// `repaired` of them (no more are needed to tell a contest).
+    repairs: [u64; CONTEST_REPAIRS],
+    repaired: usize,
     /// When it became contested, and how many repairs it took.
     contested: Option<(u64, usize)>,
     /// The last change seen while contested: it settles once this is `SETTLE_MS` old.
@@ -473,11 +493,21 @@ pub struct Watch {
     resync: bool,
     /// The store's declaration or ledger changed: work out the targets again.
     refresh: bool,
+    /// Touched since the last check: entries and groups (whose `any` was touched) by their
+    /// index in `targets`, so that a storm over 20,000 files makes no key per event; and
+    /// resources touched under targets since replaced, or while some are contested.
+    pending_entries: Vec<bool>,
+    pending_groups: Vec<bool>,
     pending: BTreeSet<Resource>,
     full: bool,
     first_at: Option<u64>,
     last_at: u64,
     contests: BTreeMap<Resource, Contest>,
+    /// Whether any of `contests` is contested (their events are then looked at one by one).
+    any_contested: bool,
+    /// When the repairs of resources nobody fights over are all older than the window and
+    /// can be forgotten.
+    forget_at: Option<u64>,
     overflows: u64,
     last_overflow: Option<u64>,
     /// The watch limit was met before: a full run is owed only the first time.
@@ -488,6 +518,11 @@ impl Watch {
     /// Replaces what is watched (after every run: the declaration or ledger may have changed).
     pub fn set_targets(&mut self, targets: Targets) {
         if targets != self.targets {
+            // What is pending was named by the old targets' indices: kept by name.
+            let pending = self.take_pending();
+            self.pending = pending;
+            self.pending_entries = vec![false; targets.flags.len()];
+            self.pending_groups = vec![false; targets.groups.len()];
             self.targets = targets;
             self.resync = true;
         }
@@ -620,13 +655,42 @@ impl Watch {
                 own.into_iter().chain(below).collect()
             }
         };
-        let mut resources = Vec::new();
         for (g, name) in touched {
-            self.refresh |= self.targets.touched(g, name.as_deref(), &mut resources);
+            let entries = self.targets.entries(g, name.as_deref());
+            self.refresh |= self.targets.refreshes(entries.clone());
+            if self.any_contested {
+                let mut resources = Vec::new();
+                self.targets.resources(g, entries, &mut resources);
+                resources.extend(self.targets.groups[g].any.iter().cloned());
+                for resource in resources {
+                    self.touch(now, resource);
+                }
+            } else if self.targets.touches(g, entries.clone()) {
+                self.pending_entries[entries].fill(true);
+                self.pending_groups[g] = true;
+                self.note(now);
+            }
         }
-        for resource in resources {
-            self.touch(now, resource);
+    }
+
+    /// Everything pending, by name; none of it is pending any more.
+    fn take_pending(&mut self) -> BTreeSet<Resource> {
+        let mut pending = std::mem::take(&mut self.pending);
+        let mut resources = Vec::new();
+        for g in 0..self.targets.groups.len() {
+            let group = &self.targets.groups[g];
+            let all = group.start as usize..group.end as usize;
+            for i in all.filter(|i| self.pending_entries[*i]) {
+                self.targets.resources(g, i..i + 1, &mut resources);
+            }
+            if self.pending_groups[g] {
+                resources.extend(group.any.iter().cloned());
+            }
         }
+        self.pending_entries.fill(false);
+        self.pending_groups.fill(false);
+        pending.extend(resources);
+        pending
     }
 
     fn touch(&mut self, now: u64, resource: Resource) {
@@ -656,10 +720,7 @@ impl Watch {
             .filter(|c| c.contested.is_some())
             .map(|c| c.last_change + SETTLE_MS)
             .min();
-        match (check, settle) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [check, settle, self.forget_at].into_iter().flatten().min()
     }
 
     /// What is due at `now`, if anything; contested resources left alone long enough settle
@@ -674,10 +735,13 @@ impl Watch {
         for resource in &settled {
             self.contests.remove(resource);
         }
+        if !settled.is_empty() || self.forget_at.is_some_and(|at| now >= at) {
+            self.forget(now);
+        }
         let due = match self.first_at {
             Some(first) if now >= (self.last_at + DEBOUNCE_MS).min(first + MAX_DELAY_MS) => {
                 self.first_at = None;
-                let pending = std::mem::take(&mut self.pending);
+                let pending = self.take_pending();
                 if std::mem::take(&mut self.full) {
                     Some(Due::Full)
                 } else if pending.is_empty() {
@@ -694,6 +758,8 @@ impl Watch {
     /// A full run is about to converge everything: nothing pending is owed any more.
     pub fn covered(&mut self) {
         self.pending.clear();
+        self.pending_entries.fill(false);
+        self.pending_groups.fill(false);
         self.full = false;
         self.first_at = None;
     }
@@ -706,32 +772,44 @@ impl Watch {
                 .contests
                 .entry(resource.clone())
                 .or_insert_with(|| Contest {
-                    repairs: VecDeque::new(),
+                    repairs: [0; CONTEST_REPAIRS],
+                    repaired: 0,
                     contested: None,
                     last_change: now,
                 });
-            contest.repairs.push_back(now);
-            while contest
-                .repairs
-                .front()
-                .is_some_and(|t| now.saturating_sub(*t) > CONTEST_WINDOW_MS)
-            {
-                contest.repairs.pop_front();
-            }
-            if contest.contested.is_none() && contest.repairs.len() >= CONTEST_REPAIRS {
-                contest.contested = Some((now, contest.repairs.len()));
+            let before = &contest.repairs[..contest.repaired];
+            let outside = before
+                .iter()
+                .take_while(|t| now.saturating_sub(**t) > CONTEST_WINDOW_MS)
+                .count();
+            // The oldest go: those outside the window, and one more when all are needed.
+            let gone = outside.max((contest.repaired + 1).saturating_sub(CONTEST_REPAIRS));
+            contest.repairs.copy_within(gone..contest.repaired, 0);
+            contest.repaired -= gone;
+            contest.repairs[contest.repaired] = now;
+            contest.repaired += 1;
+            if contest.contested.is_none() && contest.repaired >= CONTEST_REPAIRS {
+                contest.contested = Some((now, contest.repaired));
                 contest.last_change = now;
                 newly.push(contested(resource, contest));
             }
         }
-        // Resources nobody fights over need no bookkeeping once their window has passed.
+        self.forget(now);
+        newly
+    }
+
+    /// Resources nobody fights over need no bookkeeping once their window has passed: what is
+    /// left is forgotten when it has (`forget_at`), not only at the next repair.
+    fn forget(&mut self, now: u64) {
         self.contests.retain(|_, c| {
             c.contested.is_some()
-                || c.repairs
-                    .back()
+                || c.repairs[..c.repaired]
+                    .last()
                     .is_some_and(|t| now.saturating_sub(*t) <= CONTEST_WINDOW_MS)
         });
-        newly
+        let watched = self.contests.values().any(|c| c.contested.is_none());
+        self.forget_at = watched.then_some(now + CONTEST_WINDOW_MS + 1);
+        self.any_contested = self.contests.values().any(|c| c.contested.is_some());
     }
 
     pub fn contested(&self) -> Vec<Contested> {
@@ -1170,6 +1248,45 @@ mod tests {
         assert!(f.watch.contested().is_empty());
         f.entry(200_000, "/etc", "motd");
         assert_eq!(f.watch.take_due(201_000).0, check(&["/etc/motd"]));
+    }
+
+    #[test]
+    fn repairs_nobody_fights_over_are_forgotten_after_the_window() {
+        let mut f = Fake::new(files(&["/etc/motd", "/etc/hosts"]), &["/etc"]);
+        let motd = vec![res("/etc/motd")];
+        for t in 0..CONTEST_REPAIRS as u64 {
+            f.watch.repaired(t * 10_000, &motd);
+        }
+        // Contested: the events on it are left to the timer, the other file's are not.
+        f.watch.repaired(45_000, &[res("/etc/hosts")]);
+        f.entry(46_000, "/etc", "motd");
+        f.entry(46_000, "/etc", "hosts");
+        assert_eq!(f.watch.take_due(47_000).0, check(&["/etc/hosts"]));
+        // The one repair of hosts is forgotten once its window has passed, waking for it.
+        let forget = 45_000 + CONTEST_WINDOW_MS + 1;
+        assert_eq!(f.watch.deadline(), Some(forget));
+        assert_eq!(f.watch.take_due(forget), (None, vec![]));
+        assert_eq!(f.watch.contests.len(), 1, "only the contested one is kept");
+        assert_eq!(f.watch.deadline(), Some(46_000 + SETTLE_MS));
+        assert_eq!(f.watch.take_due(46_000 + SETTLE_MS).1, motd);
+        assert!(f.watch.contests.is_empty());
+        assert_eq!(f.watch.deadline(), None);
+    }
+
+    #[test]
+    fn what_is_pending_survives_new_targets() {
+        let mut f = Fake::new(files(&["/etc/motd", "/etc/hosts"]), &["/etc"]);
+        f.entry(0, "/etc", "motd");
+        f.watch.set_targets(files(&["/etc/a", "/etc/hosts"]));
+        f.sync();
+        f.entry(10, "/etc", "hosts");
+        f.entry(10, "/etc", "motd");
+        assert_eq!(
+            f.watch.take_due(10 + DEBOUNCE_MS).0,
+            check(&["/etc/hosts", "/etc/motd"]),
+            "motd was touched while it was a target"
+        );
+        assert_eq!(f.watch.take_due(5_000).0, None, "nothing is pending twice");
     }
 
     #[test]

@@ -227,10 +227,17 @@ impl Service<'_> {
         match self.host.drifted(&scope) {
             Ok(changes) if changes.is_empty() => {}
             Ok(changes) => {
-                let names: Vec<String> = changes
+                // A few by name: the logger keeps the room a line took, and drift in 20,000
+                // files would be a line of a megabyte.
+                const NAMED: usize = 10;
+                let mut names: Vec<String> = changes
                     .iter()
+                    .take(NAMED)
                     .map(|c| format!("{} {}", c.kind, c.key))
                     .collect();
+                if changes.len() > NAMED {
+                    names.push(format!("{} more", changes.len() - NAMED));
+                }
                 log::info!("watch: drift in {}", names.join(", "));
                 self.watch_scope = Some(match self.watch_scope.take() {
                     Some(Scope::Only(mut before)) => {
