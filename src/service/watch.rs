@@ -68,10 +68,13 @@ pub fn targets(places: &Places, declaration: &Declaration, ledger: &Ledger) -> T
         let units = units_on.get(key).map_or(&[][..], Vec::as_slice);
         builder.file(key, units);
     }
-    let unit_dir = under(places.root, &places.unit_dir.to_string_lossy());
-    let unit_dir = builder.dir(unit_dir);
-    for (unit, spec) in &declaration.units {
-        if spec.content.is_some() {
+    let mut unit_files = declaration
+        .units
+        .iter()
+        .filter(|(_, s)| s.content.is_some());
+    if let Some((first, _)) = unit_files.next() {
+        let unit_dir = builder.dir(under(places.root, &places.unit_dir.to_string_lossy()));
+        for unit in std::iter::once(first).chain(unit_files.map(|(unit, _)| unit)) {
             builder.entry(unit_dir, unit, 0, Some(unit));
         }
     }
@@ -1045,6 +1048,17 @@ mod tests {
         );
         let mut ledger = Ledger::default();
         ledger.insert::<Files>("/etc/app.conf", crate::store::Entry::created());
+        // Units without a unit file of ours: the unit directory is not watched for them.
+        let no_unit_files = declared(
+            r#"{"schema": 1, "files": {"/etc/app.conf": {"content": "x"}},
+            "units": {"a.service": {"restart_on": ["/etc/app.conf"]}}}"#,
+        );
+        let without = targets(&places(), &no_unit_files, &ledger);
+        let dirs: Vec<&Path> = without.dirs().collect();
+        assert_eq!(
+            dirs,
+            [Path::new("/mnt/etc"), Path::new("/var/lib/mesh-host")]
+        );
         let places = Places {
             pacman_db: None,
             ..places()
