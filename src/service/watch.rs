@@ -185,7 +185,7 @@ impl Targets {
         let to = self
             .resources
             .partition_point(|(i, _)| (*i as usize) < entries.end);
-        &self.resources[from..to.max(from)]
+        &self.resources[from..to]
     }
 
     /// The resources an event on `entries` of group `g` touches, without what any entry of
