@@ -98,7 +98,6 @@ def figure():
                        "goal (3 × declaration + 4 MiB)", "worst ÷ declaration", "verdict"], rows)
         + "\n\n"
         + bench.table(["figure", "value", "goal", "verdict"], services)
-        + "\n\nWith `watch` on, what stays is the watcher's own tables (about 1 MiB for 20,000 files, "
-        "packed per directory) and the allocator's partly used pages from parsing the declaration "
-        "for them; see the notes below."
+        + "\n\nWith `watch` on, what stays is the watcher's own tables (about 0.3 MiB for 20,000 files, "
+        "a few buffers for all directories); see the notes below."
     )

@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::watch::{AddError, Event, Target, Watch};
+use super::watch::{AddError, Event, Targets, Watch};
 
 /// Changes to a directory's entries, and the directory itself going away.
 const MASK: u32 = libc::IN_CREATE
@@ -152,7 +152,7 @@ impl Watcher {
         self.fd.as_ref().map(Inotify::raw)
     }
 
-    pub fn set_targets(&mut self, now: u64, targets: Vec<Target>) {
+    pub fn set_targets(&mut self, now: u64, targets: Targets) {
         if self.fd.is_some() {
             self.watch.set_targets(targets);
             self.sync(now);

@@ -6,8 +6,9 @@
 //! are in `inotify.rs`.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
+use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -38,32 +39,6 @@ pub const CONTEST_WINDOW_MS: u64 = 60_000;
 /// A contested resource nobody changed for this long is watched again.
 pub const SETTLE_MS: u64 = 60_000;
 
-/// One thing to watch: the entry `name` of directory `dir` (any entry when `None`, as for pacman's
-/// local database), and the resources a change to it touches; or, with `refresh`, a file of the
-/// store whose change (a person's `apply`) means the targets themselves must be worked out again.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Target {
-    pub dir: PathBuf,
-    pub name: Option<OsString>,
-    /// The declared path, when the entry is a resource of kind `files`.
-    pub file: Option<String>,
-    /// What else a change touches: units restarted on the file, a unit file, the packages.
-    pub resources: Vec<Resource>,
-    pub refresh: bool,
-}
-
-impl Target {
-    fn entry(path: &Path, resources: Vec<Resource>) -> Option<Target> {
-        Some(Target {
-            dir: path.parent()?.to_path_buf(),
-            name: Some(path.file_name()?.to_os_string()),
-            file: None,
-            resources,
-            refresh: false,
-        })
-    }
-}
-
 /// Where the watched things are: the target root, the unit directory inside it, and pacman's
 /// local database (when it could be found).
 pub struct Places<'a> {
@@ -78,71 +53,373 @@ pub struct Places<'a> {
 /// ledger. A file's event also touches the units restarted or reloaded on it, so the check plans
 /// their restart. Containers have no cheap hint; they, and units without a file of ours, stay on
 /// the timer.
-pub fn targets(places: &Places, declaration: &Declaration, ledger: &Ledger) -> Vec<Target> {
-    let mut out = store_targets(places.store);
-    let mut units_on: BTreeMap<&str, Vec<Resource>> = BTreeMap::new();
+pub fn targets(places: &Places, declaration: &Declaration, ledger: &Ledger) -> Targets {
+    let mut units_on: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (unit, spec) in &declaration.units {
         for file in units::watched_files(spec) {
-            units_on
-                .entry(file)
-                .or_default()
-                .push((Units::NAME, unit.clone()));
+            units_on.entry(file).or_default().push(unit);
         }
     }
-    let files: BTreeSet<String> = declaration
-        .files
-        .keys()
-        .cloned()
-        .chain(ledger.keys::<Files>())
-        .collect();
-    for key in files {
-        let units = units_on.remove(key.as_str()).unwrap_or_default();
-        if let Some(target) = Target::entry(&under(places.root, &key), units) {
-            out.push(Target {
-                file: Some(key),
-                ..target
-            });
-        }
+    let mut builder = Builder::new(places.root);
+    builder.store(places.store);
+    // A file both declared and owned comes twice; `finish` makes it one entry.
+    let files = declaration.files.keys().map(String::as_str);
+    for key in files.chain(ledger.owned_keys::<Files>()) {
+        let units = units_on.get(key).map_or(&[][..], Vec::as_slice);
+        builder.file(key, units);
     }
-    let unit_dir = under(places.root, &places.unit_dir.to_string_lossy());
-    for (unit, spec) in &declaration.units {
-        if spec.content.is_some() {
-            let resources = vec![(Units::NAME, unit.clone())];
-            out.extend(Target::entry(&unit_dir.join(unit), resources));
+    let mut unit_files = declaration
+        .units
+        .iter()
+        .filter(|(_, s)| s.content.is_some());
+    if let Some((first, _)) = unit_files.next() {
+        let unit_dir = builder.dir(under(places.root, &places.unit_dir.to_string_lossy()));
+        for unit in std::iter::once(first).chain(unit_files.map(|(unit, _)| unit)) {
+            builder.entry(unit_dir, unit, 0, Some(unit));
         }
     }
     let packages: Vec<Resource> = declaration
         .packages
         .keys()
-        .cloned()
-        .chain(ledger.keys::<Packages>())
+        .map(String::as_str)
+        .chain(ledger.owned_keys::<Packages>())
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .map(|name| (Packages::NAME, name))
+        .map(|name| (Packages::NAME, name.to_string()))
         .collect();
     if let (Some(db), false) = (places.pacman_db, packages.is_empty()) {
-        out.push(Target {
-            dir: db.to_path_buf(),
-            name: None,
-            file: None,
-            resources: packages,
-            refresh: false,
-        });
+        let db = builder.dir(db.to_path_buf());
+        builder.any(db, packages);
     }
-    out
+    builder.finish()
 }
 
 /// The store's declaration and ledger: what to watch before anything is in force.
-pub fn store_targets(store: &Path) -> Vec<Target> {
-    [store::IN_FORCE, store::LEDGER]
-        .into_iter()
-        .filter_map(|name| Target::entry(&store.join(name), Vec::new()))
-        .map(|t| Target { refresh: true, ..t })
-        .collect()
+pub fn store_targets(store: &Path) -> Targets {
+    let mut builder = Builder::new(Path::new("/"));
+    builder.store(store);
+    builder.finish()
 }
 
 fn under(root: &Path, absolute: &str) -> PathBuf {
     root.join(absolute.trim_start_matches('/'))
+}
+
+/// An event on the entry touches the declared file `files_in` + `/` + its name.
+const FILE: u8 = 1;
+/// An event on the entry (a file of the store) means the targets must be worked out again.
+const REFRESH: u8 = 2;
+
+/// What to watch: each directory, the entries in it whose events mean something, and what they
+/// touch. Kept as a few buffers for all directories (every name one after another, where each
+/// ends, a flag byte each, and a short list of the few names that touch more than their own
+/// file) rather than an allocation per directory or name: with thousands of owned files these
+/// are what the service keeps between runs, and allocations made among a large declaration's
+/// would pin its freed memory long after it is gone. 20,000 files in 200 directories hold 200
+/// paths and 20,000 names.
+#[derive(Debug, Default, PartialEq)]
+pub struct Targets {
+    /// The watched directories' paths, sorted by their bytes.
+    dirs: Packed,
+    /// By directory: the declared paths of its files, without their names (`/etc/nginx`).
+    files_in: Packed,
+    /// By directory: its entries and what any entry touches.
+    groups: Vec<Group>,
+    /// The entries' names, each directory's sorted, one directory after another.
+    names: Packed,
+    /// By entry: `FILE`, `REFRESH`.
+    flags: Vec<u8>,
+    /// What else an entry's event touches (units restarted on the file, a unit file), by the
+    /// entry's index, sorted.
+    resources: Vec<(u32, Resource)>,
+}
+
+/// One watched directory's part of `Targets`.
+#[derive(Debug, Default, PartialEq)]
+struct Group {
+    /// Its entries' indices in `Targets::names`.
+    start: u32,
+    end: u32,
+    /// What an event on any entry touches (pacman's local database: every package).
+    any: Vec<Resource>,
+}
+
+impl Targets {
+    fn dirs(&self) -> impl Iterator<Item = &Path> {
+        (0..self.groups.len()).map(|g| Path::new(self.dirs.get(g)))
+    }
+
+    /// The group watching `dir`: binary search, the paths are sorted.
+    fn group(&self, dir: &Path) -> Option<usize> {
+        self.dirs.find(0..self.groups.len(), dir.as_os_str())
+    }
+
+    /// The entries of group `g` an event on `name` touches (every entry when `None`: the
+    /// directory itself went).
+    fn entries(&self, g: usize, name: Option<&OsStr>) -> Range<usize> {
+        let group = &self.groups[g];
+        let all = group.start as usize..group.end as usize;
+        match name {
+            None => all,
+            Some(name) => self.names.find(all, name).map_or(0..0, |i| i..i + 1),
+        }
+    }
+
+    /// Whether an event on `entries` means the targets must be worked out again.
+    fn refreshes(&self, entries: Range<usize>) -> bool {
+        self.flags[entries].iter().any(|f| f & REFRESH != 0)
+    }
+
+    /// Whether an event on `entries` of group `g` touches any resource at all.
+    fn touches(&self, g: usize, entries: Range<usize>) -> bool {
+        !self.groups[g].any.is_empty()
+            || self.flags[entries.clone()].iter().any(|f| f & FILE != 0)
+            || !self.more(entries).is_empty()
+    }
+
+    /// What `entries` touch besides their files.
+    fn more(&self, entries: Range<usize>) -> &[(u32, Resource)] {
+        let from = self
+            .resources
+            .partition_point(|(i, _)| (*i as usize) < entries.start);
+        let to = self
+            .resources
+            .partition_point(|(i, _)| (*i as usize) < entries.end);
+        &self.resources[from..to]
+    }
+
+    /// The resources an event on `entries` of group `g` touches, without what any entry of
+    /// the group touches (`Group::any`).
+    fn resources(&self, g: usize, entries: Range<usize>, out: &mut Vec<Resource>) {
+        for i in entries.clone() {
+            if self.flags[i] & FILE != 0 {
+                let files_in = self.files_in.get(g).to_string_lossy();
+                let name = self.names.get(i).to_string_lossy();
+                out.push((Files::NAME, format!("{files_in}/{name}")));
+            }
+        }
+        out.extend(self.more(entries).iter().map(|(_, r)| r.clone()));
+    }
+}
+
+/// Names one after another in one buffer, with where each ends.
+#[derive(Debug, Default, PartialEq)]
+struct Packed {
+    bytes: Vec<u8>,
+    ends: Vec<u32>,
+}
+
+impl Packed {
+    /// Room for exactly `count` names of `bytes` in all.
+    fn with_capacity(count: usize, bytes: usize) -> Packed {
+        Packed {
+            bytes: Vec::with_capacity(bytes),
+            ends: Vec::with_capacity(count),
+        }
+    }
+
+    fn push(&mut self, name: &[u8]) {
+        self.bytes.extend_from_slice(name);
+        // The declaration and the ledger are far below 4 GiB, so their names are.
+        self.ends.push(self.bytes.len() as u32);
+    }
+
+    fn get(&self, i: usize) -> &OsStr {
+        let start = i
+            .checked_sub(1)
+            .map_or(0, |before| self.ends[before] as usize);
+        OsStr::from_bytes(&self.bytes[start..self.ends[i] as usize])
+    }
+
+    /// Binary search among the names `within`, which are sorted.
+    fn find(&self, within: Range<usize>, name: &OsStr) -> Option<usize> {
+        let (mut low, mut high) = (within.start, within.end);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match self.get(mid).as_bytes().cmp(name.as_bytes()) {
+                Ordering::Less => low = mid + 1,
+                Ordering::Greater => high = mid,
+                Ordering::Equal => return Some(mid),
+            }
+        }
+        None
+    }
+}
+
+/// Gathers targets as borrowed entries, then packs them into `Targets` in one go: counted, each
+/// buffer allocated at its exact size, then filled, so no growing buffer leaves holes.
+struct Builder<'a> {
+    root: &'a Path,
+    dirs: Vec<Dir<'a>>,
+    /// Files' directories by their declared text, to their index in `dirs`.
+    file_dirs: BTreeMap<&'a str, u32>,
+    entries: Vec<Entry<'a>>,
+}
+
+struct Dir<'a> {
+    path: PathBuf,
+    files_in: Option<&'a str>,
+    any: Vec<Resource>,
+}
+
+struct Entry<'a> {
+    dir: u32,
+    name: &'a str,
+    flags: u8,
+    /// A unit an event on the entry touches.
+    unit: Option<&'a str>,
+}
+
+impl<'a> Builder<'a> {
+    fn new(root: &'a Path) -> Builder<'a> {
+        Builder {
+            root,
+            dirs: Vec::new(),
+            file_dirs: BTreeMap::new(),
+            entries: Vec::new(),
+        }
+    }
+
+    fn dir(&mut self, path: PathBuf) -> u32 {
+        self.dirs.push(Dir {
+            path,
+            files_in: None,
+            any: Vec::new(),
+        });
+        self.dirs.len() as u32 - 1
+    }
+
+    /// The store's declaration and ledger: a change means the targets must be worked out again.
+    fn store(&mut self, store: &'a Path) {
+        let dir = self.dir(store.to_path_buf());
+        for name in [store::IN_FORCE, store::LEDGER] {
+            self.entry(dir, name, REFRESH, None);
+        }
+    }
+
+    /// The declared file `key` (a normalised absolute path) and the units restarted on it.
+    fn file(&mut self, key: &'a str, units: &[&'a str]) {
+        let Some((files_in, name)) = key.rsplit_once('/') else {
+            return;
+        };
+        let dir = match self.file_dirs.get(files_in) {
+            Some(dir) => *dir,
+            None => {
+                let path = match files_in {
+                    "" => self.root.to_path_buf(),
+                    _ => under(self.root, files_in),
+                };
+                let dir = self.dir(path);
+                self.dirs[dir as usize].files_in = Some(files_in);
+                self.file_dirs.insert(files_in, dir);
+                dir
+            }
+        };
+        self.entry(dir, name, FILE, None);
+        for unit in units {
+            self.entry(dir, name, FILE, Some(unit));
+        }
+    }
+
+    fn entry(&mut self, dir: u32, name: &'a str, flags: u8, unit: Option<&'a str>) {
+        if !name.is_empty() {
+            let entry = Entry {
+                dir,
+                name,
+                flags,
+                unit,
+            };
+            self.entries.push(entry);
+        }
+    }
+
+    /// Any entry of `dir` touches `resources`.
+    fn any(&mut self, dir: u32, resources: Vec<Resource>) {
+        self.dirs[dir as usize].any.extend(resources);
+    }
+
+    fn finish(self) -> Targets {
+        let Builder {
+            mut dirs,
+            mut entries,
+            ..
+        } = self;
+        let mut anys: Vec<Vec<Resource>> = dirs
+            .iter_mut()
+            .map(|d| std::mem::take(&mut d.any))
+            .collect();
+        // The directories in path order, each path once (a unit directory may hold declared
+        // files too): `order[runs[g]]` are the `dirs` of group `g`.
+        let path = |d: u32| dirs[d as usize].path.as_os_str().as_bytes();
+        let mut order: Vec<u32> = (0..dirs.len() as u32).collect();
+        order.sort_unstable_by(|a, b| path(*a).cmp(path(*b)));
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        let mut renumbered = vec![0; dirs.len()];
+        for (at, d) in order.iter().enumerate() {
+            match runs.last_mut() {
+                Some(run) if path(order[run.start]) == path(*d) => run.end = at + 1,
+                _ => runs.push(at..at + 1),
+            }
+            renumbered[*d as usize] = runs.len() as u32 - 1;
+        }
+        for entry in &mut entries {
+            entry.dir = renumbered[entry.dir as usize];
+        }
+        // By directory and name, so that each directory's names are sorted and the same entry
+        // (a file both declared and owned) comes together, its units in order.
+        entries.sort_unstable_by(|a, b| (a.dir, a.name, a.unit).cmp(&(b.dir, b.name, b.unit)));
+        let firsts = entries.iter().enumerate().filter(|(i, e)| {
+            let before = i.checked_sub(1).map(|i| &entries[i]);
+            before.is_none_or(|b| (b.dir, b.name) != (e.dir, e.name))
+        });
+        let (count, name_bytes) = firsts.fold((0, 0), |(n, b), (_, e)| (n + 1, b + e.name.len()));
+        let files_in = |run: &Range<usize>| {
+            let mut texts = order[run.clone()]
+                .iter()
+                .filter_map(|d| dirs[*d as usize].files_in);
+            texts.next().unwrap_or("")
+        };
+        let dir_bytes = runs.iter().map(|run| path(order[run.start]).len()).sum();
+        let files_in_bytes = runs.iter().map(|run| files_in(run).len()).sum();
+        let mut targets = Targets {
+            dirs: Packed::with_capacity(runs.len(), dir_bytes),
+            files_in: Packed::with_capacity(runs.len(), files_in_bytes),
+            groups: Vec::with_capacity(runs.len()),
+            names: Packed::with_capacity(count, name_bytes),
+            flags: Vec::with_capacity(count),
+            resources: Vec::new(),
+        };
+        let mut entries = entries.iter().peekable();
+        for (g, run) in runs.iter().enumerate() {
+            targets.dirs.push(path(order[run.start]));
+            targets.files_in.push(files_in(run).as_bytes());
+            let start = targets.flags.len() as u32;
+            let mut last = None;
+            while let Some(entry) = entries.next_if(|e| e.dir as usize == g) {
+                if last != Some(entry.name) {
+                    targets.names.push(entry.name.as_bytes());
+                    targets.flags.push(0);
+                    last = Some(entry.name);
+                }
+                let i = targets.flags.len() - 1;
+                targets.flags[i] |= entry.flags;
+                if let Some(unit) = entry.unit {
+                    let resource = (Units::NAME, unit.to_string());
+                    targets.resources.push((i as u32, resource));
+                }
+            }
+            let any = order[run.clone()]
+                .iter()
+                .flat_map(|d| std::mem::take(&mut anys[*d as usize]));
+            targets.groups.push(Group {
+                start,
+                end: targets.flags.len() as u32,
+                any: any.collect(),
+            });
+        }
+        targets.resources.dedup();
+        targets
+    }
 }
 
 /// An inotify event, reduced to what the decisions need.
@@ -176,109 +453,21 @@ pub enum Due {
     Full,
 }
 
-/// The targets in one directory, by entry name (or for any entry). Kept per directory rather
-/// than per target, and a file's key made from the directory's and its name, so that 20,000
-/// files in 200 directories hold 200 paths and 20,000 names.
-#[derive(Debug, Default, PartialEq)]
-struct Group {
-    /// The declared paths of this directory's files, without their names: `/etc/nginx`.
-    files_in: String,
-    names: Names,
-    any: Option<Hint>,
-}
-
-/// A directory's watched names with their hints, sorted and packed into one buffer rather than
-/// an allocation each: with thousands of owned files they are the bulk of what the service keeps
-/// between runs, and small allocations made among a large declaration's would pin its freed
-/// memory long after it is gone.
-#[derive(Debug, Default, PartialEq)]
-struct Names {
-    /// The names one after another.
-    bytes: Vec<u8>,
-    /// Where each name ends in `bytes`.
-    ends: Vec<u32>,
-    hints: Vec<Hint>,
-}
-
-impl Names {
-    fn packed(names: BTreeMap<OsString, Hint>) -> Names {
-        let mut packed = Names {
-            bytes: Vec::with_capacity(names.keys().map(|n| n.len()).sum()),
-            ends: Vec::with_capacity(names.len()),
-            hints: Vec::with_capacity(names.len()),
-        };
-        for (name, hint) in names {
-            packed.bytes.extend_from_slice(name.as_bytes());
-            packed.ends.push(packed.bytes.len() as u32);
-            packed.hints.push(hint);
-        }
-        packed
-    }
-
-    fn name(&self, i: usize) -> &OsStr {
-        let start = i
-            .checked_sub(1)
-            .map_or(0, |before| self.ends[before] as usize);
-        OsStr::from_bytes(&self.bytes[start..self.ends[i] as usize])
-    }
-
-    /// Binary search: the names are sorted.
-    fn get(&self, name: &OsStr) -> Option<(&OsStr, &Hint)> {
-        let (mut low, mut high) = (0, self.ends.len());
-        while low < high {
-            let mid = low + (high - low) / 2;
-            match self.name(mid).cmp(name) {
-                Ordering::Less => low = mid + 1,
-                Ordering::Greater => high = mid,
-                Ordering::Equal => return Some((self.name(mid), &self.hints[mid])),
-            }
-        }
-        None
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&OsStr, &Hint)> {
-        let names = (0..self.hints.len()).map(|i| self.name(i));
-        names.zip(&self.hints)
-    }
-}
-
-/// What an event on one entry means.
-#[derive(Debug, Default, PartialEq)]
-struct Hint {
-    /// The entry is a file of the declaration (`files`, `Group::files_in` + `/` + its name).
-    file: bool,
-    resources: Vec<Resource>,
-    refresh: bool,
-}
-
-impl Group {
-    fn hints(&self) -> impl Iterator<Item = (Option<&OsStr>, &Hint)> {
-        let named = self.names.iter().map(|(name, hint)| (Some(name), hint));
-        named.chain(self.any.iter().map(|hint| (None, hint)))
-    }
-
-    /// Every resource an event on `name` (with `hint`) touches.
-    fn resources(&self, name: Option<&OsStr>, hint: &Hint, out: &mut Vec<Resource>) {
-        if let (true, Some(name)) = (hint.file, name) {
-            let key = format!("{}/{}", self.files_in, name.to_string_lossy());
-            out.push((Files::NAME, key));
-        }
-        out.extend(hint.resources.iter().cloned());
-    }
-}
-
 /// What one watched directory stands for: its own group of targets (`own`), and groups in
-/// directories below its entries while the directories on the way are missing (`below`).
+/// directories below its entries while the directories on the way are missing (`below`, by
+/// their index in `Targets`).
 #[derive(Debug, Default)]
 struct Watched {
     own: bool,
-    below: BTreeMap<OsString, Vec<PathBuf>>,
+    below: BTreeMap<OsString, Vec<usize>>,
 }
 
 #[derive(Debug)]
 struct Contest {
-    /// Times of repairs by watch runs within the window.
-    repairs: VecDeque<u64>,
+    /// Times of the last repairs by watch runs within the window, oldest first: the first
+    /// `repaired` of them (no more are needed to tell a contest).
+    repairs: [u64; CONTEST_REPAIRS],
+    repaired: usize,
     /// When it became contested, and how many repairs it took.
     contested: Option<(u64, usize)>,
     /// The last change seen while contested: it settles once this is `SETTLE_MS` old.
@@ -296,7 +485,7 @@ pub struct Contested {
 
 #[derive(Debug, Default)]
 pub struct Watch {
-    groups: BTreeMap<PathBuf, Group>,
+    targets: Targets,
     /// Wanted directory -> what it watches; `wds` maps the kernel's descriptors to them.
     dirs: BTreeMap<PathBuf, Watched>,
     wds: BTreeMap<i32, PathBuf>,
@@ -307,11 +496,21 @@ pub struct Watch {
     resync: bool,
     /// The store's declaration or ledger changed: work out the targets again.
     refresh: bool,
+    /// Touched since the last check: entries and groups (whose `any` was touched) by their
+    /// index in `targets`, so that a storm over 20,000 files makes no key per event; and
+    /// resources touched under targets since replaced, or while some are contested.
+    pending_entries: Vec<bool>,
+    pending_groups: Vec<bool>,
     pending: BTreeSet<Resource>,
     full: bool,
     first_at: Option<u64>,
     last_at: u64,
     contests: BTreeMap<Resource, Contest>,
+    /// Whether any of `contests` is contested (their events are then looked at one by one).
+    any_contested: bool,
+    /// When the repairs of resources nobody fights over are all older than the window and
+    /// can be forgotten.
+    forget_at: Option<u64>,
     overflows: u64,
     last_overflow: Option<u64>,
     /// The watch limit was met before: a full run is owed only the first time.
@@ -320,33 +519,14 @@ pub struct Watch {
 
 impl Watch {
     /// Replaces what is watched (after every run: the declaration or ledger may have changed).
-    pub fn set_targets(&mut self, targets: Vec<Target>) {
-        // Gathered by name first, then each directory's names packed (`Names`).
-        let mut gathered: BTreeMap<PathBuf, (Group, BTreeMap<OsString, Hint>)> = BTreeMap::new();
-        for target in targets {
-            let (group, names) = gathered.entry(target.dir).or_default();
-            if let Some((files_in, _)) = target.file.as_deref().and_then(|k| k.rsplit_once('/')) {
-                if group.files_in.is_empty() {
-                    group.files_in = files_in.to_string();
-                }
-            }
-            let hint = match target.name {
-                Some(name) => names.entry(name).or_default(),
-                None => group.any.get_or_insert_with(Hint::default),
-            };
-            hint.file |= target.file.is_some();
-            hint.resources.extend(target.resources);
-            hint.refresh |= target.refresh;
-        }
-        let groups: BTreeMap<PathBuf, Group> = gathered
-            .into_iter()
-            .map(|(dir, (group, names))| {
-                let names = Names::packed(names);
-                (dir, Group { names, ..group })
-            })
-            .collect();
-        if groups != self.groups {
-            self.groups = groups;
+    pub fn set_targets(&mut self, targets: Targets) {
+        if targets != self.targets {
+            // What is pending was named by the old targets' indices: kept by name.
+            let pending = self.take_pending();
+            self.pending = pending;
+            self.pending_entries = vec![false; targets.flags.len()];
+            self.pending_groups = vec![false; targets.groups.len()];
+            self.targets = targets;
             self.resync = true;
         }
     }
@@ -361,8 +541,8 @@ impl Watch {
     pub fn plan(&mut self, is_dir: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
         self.resync = false;
         let mut dirs: BTreeMap<PathBuf, Watched> = BTreeMap::new();
-        for dir in self.groups.keys() {
-            let mut at = dir.as_path();
+        for (g, dir) in self.targets.dirs().enumerate() {
+            let mut at = dir;
             while !is_dir(at) {
                 match at.parent() {
                     Some(parent) => at = parent,
@@ -378,7 +558,7 @@ impl Watch {
                 .and_then(|rest| rest.components().next())
             {
                 let below = watched.below.entry(next.to_os_string()).or_default();
-                below.push(dir.clone());
+                below.push(g);
             }
         }
         let have: BTreeSet<&PathBuf> = self.wds.values().collect();
@@ -436,7 +616,8 @@ impl Watch {
 
     /// Takes in one event at `now`.
     pub fn handle(&mut self, now: u64, event: Event) {
-        let touched: Vec<(&Group, Option<&OsStr>, &Hint)> = match event {
+        // (group, the entry's name or every entry) pairs the event touches.
+        let touched: Vec<(usize, Option<OsString>)> = match event {
             Event::Overflow => {
                 self.overflows += 1;
                 self.last_overflow = Some(now);
@@ -455,12 +636,9 @@ impl Watch {
                 let Some(watched) = self.dirs.get(&dir) else {
                     return;
                 };
-                let own = self.groups.get(&dir).filter(|_| watched.own);
-                let below = watched.below.values().flatten();
-                own.into_iter()
-                    .chain(below.filter_map(|d| self.groups.get(d)))
-                    .flat_map(|g| g.hints().map(move |(name, hint)| (g, name, hint)))
-                    .collect()
+                let own = self.targets.group(&dir).filter(|_| watched.own);
+                let below = watched.below.values().flatten().copied();
+                own.into_iter().chain(below).map(|g| (g, None)).collect()
             }
             Event::Entry { wd, name } => {
                 let Some(dir) = self.wds.get(&wd) else {
@@ -474,31 +652,48 @@ impl Watch {
                     // A directory on the way came or went: the watch moves.
                     self.resync = true;
                 }
-                let own = self.groups.get(dir).filter(|_| watched.own);
-                let exact = own.and_then(|g| Some((g, g.names.get(&name)?)));
-                let exact = exact.map(|(g, (name, hint))| (g, Some(name), hint));
-                let any = own.and_then(|g| Some((g, None, g.any.as_ref()?)));
-                let below = below.into_iter().flatten();
-                exact
-                    .into_iter()
-                    .chain(any)
-                    .chain(
-                        below
-                            .filter_map(|d| self.groups.get(d))
-                            .flat_map(|g| g.hints().map(move |(name, hint)| (g, name, hint))),
-                    )
-                    .collect()
+                let below = below.into_iter().flatten().map(|g| (*g, None));
+                let own = self.targets.group(dir).filter(|_| watched.own);
+                let own = own.map(|g| (g, Some(name)));
+                own.into_iter().chain(below).collect()
             }
         };
-        let refresh = touched.iter().any(|(_, _, h)| h.refresh);
+        for (g, name) in touched {
+            let entries = self.targets.entries(g, name.as_deref());
+            self.refresh |= self.targets.refreshes(entries.clone());
+            if self.any_contested {
+                let mut resources = Vec::new();
+                self.targets.resources(g, entries, &mut resources);
+                resources.extend(self.targets.groups[g].any.iter().cloned());
+                for resource in resources {
+                    self.touch(now, resource);
+                }
+            } else if self.targets.touches(g, entries.clone()) {
+                self.pending_entries[entries].fill(true);
+                self.pending_groups[g] = true;
+                self.note(now);
+            }
+        }
+    }
+
+    /// Everything pending, by name; none of it is pending any more.
+    fn take_pending(&mut self) -> BTreeSet<Resource> {
+        let mut pending = std::mem::take(&mut self.pending);
         let mut resources = Vec::new();
-        for (group, name, hint) in touched {
-            group.resources(name, hint, &mut resources);
+        for g in 0..self.targets.groups.len() {
+            let group = &self.targets.groups[g];
+            let all = group.start as usize..group.end as usize;
+            for i in all.filter(|i| self.pending_entries[*i]) {
+                self.targets.resources(g, i..i + 1, &mut resources);
+            }
+            if self.pending_groups[g] {
+                resources.extend(group.any.iter().cloned());
+            }
         }
-        self.refresh |= refresh;
-        for resource in resources {
-            self.touch(now, resource);
-        }
+        self.pending_entries.fill(false);
+        self.pending_groups.fill(false);
+        pending.extend(resources);
+        pending
     }
 
     fn touch(&mut self, now: u64, resource: Resource) {
@@ -528,10 +723,7 @@ impl Watch {
             .filter(|c| c.contested.is_some())
             .map(|c| c.last_change + SETTLE_MS)
             .min();
-        match (check, settle) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [check, settle, self.forget_at].into_iter().flatten().min()
     }
 
     /// What is due at `now`, if anything; contested resources left alone long enough settle
@@ -546,10 +738,13 @@ impl Watch {
         for resource in &settled {
             self.contests.remove(resource);
         }
+        if !settled.is_empty() || self.forget_at.is_some_and(|at| now >= at) {
+            self.forget(now);
+        }
         let due = match self.first_at {
             Some(first) if now >= (self.last_at + DEBOUNCE_MS).min(first + MAX_DELAY_MS) => {
                 self.first_at = None;
-                let pending = std::mem::take(&mut self.pending);
+                let pending = self.take_pending();
                 if std::mem::take(&mut self.full) {
                     Some(Due::Full)
                 } else if pending.is_empty() {
@@ -566,6 +761,8 @@ impl Watch {
     /// A full run is about to converge everything: nothing pending is owed any more.
     pub fn covered(&mut self) {
         self.pending.clear();
+        self.pending_entries.fill(false);
+        self.pending_groups.fill(false);
         self.full = false;
         self.first_at = None;
     }
@@ -578,32 +775,44 @@ impl Watch {
                 .contests
                 .entry(resource.clone())
                 .or_insert_with(|| Contest {
-                    repairs: VecDeque::new(),
+                    repairs: [0; CONTEST_REPAIRS],
+                    repaired: 0,
                     contested: None,
                     last_change: now,
                 });
-            contest.repairs.push_back(now);
-            while contest
-                .repairs
-                .front()
-                .is_some_and(|t| now.saturating_sub(*t) > CONTEST_WINDOW_MS)
-            {
-                contest.repairs.pop_front();
-            }
-            if contest.contested.is_none() && contest.repairs.len() >= CONTEST_REPAIRS {
-                contest.contested = Some((now, contest.repairs.len()));
+            let before = &contest.repairs[..contest.repaired];
+            let outside = before
+                .iter()
+                .take_while(|t| now.saturating_sub(**t) > CONTEST_WINDOW_MS)
+                .count();
+            // The oldest go: those outside the window, and one more when all are needed.
+            let gone = outside.max((contest.repaired + 1).saturating_sub(CONTEST_REPAIRS));
+            contest.repairs.copy_within(gone..contest.repaired, 0);
+            contest.repaired -= gone;
+            contest.repairs[contest.repaired] = now;
+            contest.repaired += 1;
+            if contest.contested.is_none() && contest.repaired >= CONTEST_REPAIRS {
+                contest.contested = Some((now, contest.repaired));
                 contest.last_change = now;
                 newly.push(contested(resource, contest));
             }
         }
-        // Resources nobody fights over need no bookkeeping once their window has passed.
+        self.forget(now);
+        newly
+    }
+
+    /// Resources nobody fights over need no bookkeeping once their window has passed: what is
+    /// left is forgotten when it has (`forget_at`), not only at the next repair.
+    fn forget(&mut self, now: u64) {
         self.contests.retain(|_, c| {
             c.contested.is_some()
-                || c.repairs
-                    .back()
+                || c.repairs[..c.repaired]
+                    .last()
                     .is_some_and(|t| now.saturating_sub(*t) <= CONTEST_WINDOW_MS)
         });
-        newly
+        let watched = self.contests.values().any(|c| c.contested.is_none());
+        self.forget_at = watched.then_some(now + CONTEST_WINDOW_MS + 1);
+        self.any_contested = self.contests.values().any(|c| c.contested.is_some());
     }
 
     pub fn contested(&self) -> Vec<Contested> {
@@ -643,12 +852,13 @@ fn contested(resource: &Resource, contest: &Contest) -> Contested {
 mod tests {
     use super::*;
 
-    fn file(path: &str) -> Target {
-        let target = Target::entry(Path::new(path), Vec::new()).unwrap();
-        Target {
-            file: Some(path.to_string()),
-            ..target
+    /// The targets of declared files at `paths`, under root `/`.
+    fn files(paths: &[&str]) -> Targets {
+        let mut builder = Builder::new(Path::new("/"));
+        for path in paths {
+            builder.file(path, &[]);
         }
+        builder.finish()
     }
 
     fn res(key: &str) -> Resource {
@@ -663,7 +873,7 @@ mod tests {
     }
 
     impl Fake {
-        fn new(targets: Vec<Target>, dirs: &[&str]) -> Fake {
+        fn new(targets: Targets, dirs: &[&str]) -> Fake {
             let mut fake = Fake {
                 watch: Watch::default(),
                 dirs: dirs.iter().map(PathBuf::from).collect(),
@@ -721,97 +931,183 @@ mod tests {
 
     #[test]
     fn packed_names_are_found_by_binary_search() {
-        let names: BTreeMap<OsString, Hint> = ["b.conf", "a", "c", "ab"]
-            .into_iter()
-            .map(|n| {
-                (
-                    OsString::from(n),
-                    Hint {
-                        file: true,
-                        ..Hint::default()
-                    },
-                )
-            })
-            .collect();
-        let packed = Names::packed(names);
-        let listed: Vec<&OsStr> = packed.iter().map(|(name, _)| name).collect();
-        assert_eq!(listed, ["a", "ab", "b.conf", "c"]);
-        for name in ["a", "ab", "b.conf", "c"] {
+        let mut packed = Packed::default();
+        for name in ["a", "ab", "b.conf", "c", "a", "z"] {
+            packed.push(name.as_bytes());
+        }
+        let within = 0..4;
+        for (i, name) in ["a", "ab", "b.conf", "c"].into_iter().enumerate() {
+            assert_eq!(packed.find(within.clone(), OsStr::new(name)), Some(i));
+        }
+        for name in ["", "b", "aa", "d", "z"] {
             assert_eq!(
-                packed.get(OsStr::new(name)).map(|(n, _)| n),
-                Some(OsStr::new(name))
+                packed.find(within.clone(), OsStr::new(name)),
+                None,
+                "{name}"
             );
         }
-        for name in ["", "b", "aa", "d"] {
-            assert!(packed.get(OsStr::new(name)).is_none(), "{name}");
-        }
-        assert!(Names::default().get(OsStr::new("a")).is_none());
+        assert_eq!(packed.find(4..6, OsStr::new("a")), Some(4));
+        assert_eq!(packed.find(4..6, OsStr::new("z")), Some(5));
+        assert_eq!(Packed::default().find(0..0, OsStr::new("a")), None);
     }
 
-    #[test]
-    fn targets_of_a_declaration_and_ledger() {
+    /// Each watched entry as `dir name refresh=… [what its event touches]`, `*` for any entry.
+    fn listed(targets: &Targets) -> Vec<String> {
+        let mut out = Vec::new();
+        let show = |resources: Vec<Resource>| {
+            let shown: Vec<String> = resources.iter().map(|(k, r)| format!("{k} {r}")).collect();
+            shown.join(", ")
+        };
+        for (g, group) in targets.groups.iter().enumerate() {
+            let dir = targets.dirs.get(g).to_string_lossy();
+            for i in group.start as usize..group.end as usize {
+                let name = targets.names.get(i).to_string_lossy();
+                let mut resources = Vec::new();
+                if targets.flags[i] & FILE != 0 {
+                    let files_in = targets.files_in.get(g).to_string_lossy();
+                    resources.push((Files::NAME, format!("{files_in}/{name}")));
+                }
+                let more = targets.resources.iter().filter(|(at, _)| *at as usize == i);
+                resources.extend(more.map(|(_, r)| r.clone()));
+                let refresh = targets.flags[i] & REFRESH != 0;
+                out.push(format!(
+                    "{dir} {name} refresh={refresh} [{}]",
+                    show(resources)
+                ));
+            }
+            if !group.any.is_empty() {
+                out.push(format!(
+                    "{dir} * refresh=false [{}]",
+                    show(group.any.clone())
+                ));
+            }
+        }
+        out
+    }
+
+    fn declared(json: &str) -> Declaration {
         let config = crate::declaration::tests::test_config();
-        let json = r#"{"schema": 1,
-            "packages": {"nginx": {}},
-            "files": {"/etc/nginx/nginx.conf": {"content": "x"}},
-            "units": {"nginx.service": {"reload_on": ["/etc/nginx/nginx.conf"]},
-                      "app.service": {"content": "[Service]\nExecStart=/bin/true\n"}}}"#;
-        let d = crate::declaration::parse(
-            json.as_bytes(),
-            &crate::declaration::Context {
-                limits: &config.limits,
-                identity: &config.identity,
-            },
-        )
-        .unwrap();
-        let mut ledger = Ledger::default();
-        ledger.insert::<Files>("/etc/old.conf", crate::store::Entry::created());
-        ledger.insert::<Packages>("vim", crate::store::Entry::created());
-        let places = Places {
+        let context = crate::declaration::Context {
+            limits: &config.limits,
+            identity: &config.identity,
+        };
+        crate::declaration::parse(json.as_bytes(), &context).unwrap()
+    }
+
+    fn places() -> Places<'static> {
+        Places {
             root: Path::new("/mnt"),
             store: Path::new("/var/lib/mesh-host"),
             unit_dir: Path::new("/etc/systemd/system"),
             pacman_db: Some(Path::new("/mnt/var/lib/pacman/local")),
-        };
-        let got: Vec<String> = targets(&places, &d, &ledger)
-            .iter()
-            .map(|t| {
-                let name = t.name.as_ref().map(|n| n.to_string_lossy().into_owned());
-                let file = t.file.iter().map(|key| ("files", key.clone()));
-                let resources: Vec<String> = file
-                    .chain(t.resources.iter().cloned())
-                    .map(|(k, r)| format!("{k} {r}"))
-                    .collect();
-                format!(
-                    "{} {} refresh={} [{}]",
-                    t.dir.display(),
-                    name.as_deref().unwrap_or("*"),
-                    t.refresh,
-                    resources.join(", ")
-                )
-            })
-            .collect();
+        }
+    }
+
+    #[test]
+    fn targets_of_a_declaration_and_ledger() {
+        let d = declared(
+            r#"{"schema": 1,
+            "packages": {"nginx": {}},
+            "files": {"/etc/nginx/nginx.conf": {"content": "x"}},
+            "units": {"nginx.service": {"reload_on": ["/etc/nginx/nginx.conf"]},
+                      "app.service": {"content": "[Service]\nExecStart=/bin/true\n"}}}"#,
+        );
+        let mut ledger = Ledger::default();
+        ledger.insert::<Files>("/etc/old.conf", crate::store::Entry::created());
+        ledger.insert::<Packages>("vim", crate::store::Entry::created());
         assert_eq!(
-            got,
+            listed(&targets(&places(), &d, &ledger)),
+            [
+                "/mnt/etc old.conf refresh=false [files /etc/old.conf]",
+                "/mnt/etc/nginx nginx.conf refresh=false [files /etc/nginx/nginx.conf, units nginx.service]",
+                "/mnt/etc/systemd/system app.service refresh=false [units app.service]",
+                "/mnt/var/lib/pacman/local * refresh=false [packages nginx, packages vim]",
+                "/var/lib/mesh-host declaration.json refresh=true []",
+                "/var/lib/mesh-host ledger.json refresh=true []",
+            ]
+        );
+        assert_eq!(
+            listed(&store_targets(places().store)),
             [
                 "/var/lib/mesh-host declaration.json refresh=true []",
                 "/var/lib/mesh-host ledger.json refresh=true []",
-                "/mnt/etc/nginx nginx.conf refresh=false [files /etc/nginx/nginx.conf, units nginx.service]",
-                "/mnt/etc old.conf refresh=false [files /etc/old.conf]",
-                "/mnt/etc/systemd/system app.service refresh=false [units app.service]",
-                "/mnt/var/lib/pacman/local * refresh=false [packages nginx, packages vim]",
             ]
         );
     }
 
     #[test]
+    fn an_entry_named_twice_is_one_entry_with_everything_it_touches() {
+        // Declared and owned, restarting two units; a unit file also declared as a file.
+        let d = declared(
+            r#"{"schema": 1,
+            "files": {"/etc/app.conf": {"content": "x"},
+                      "/etc/systemd/system/b.service": {"content": "[Service]\nExecStart=/bin/true\n"}},
+            "units": {"a.service": {"restart_on": ["/etc/app.conf"]},
+                      "b.service": {"restart_on": ["/etc/app.conf"],
+                                    "content": "[Service]\nExecStart=/bin/true\n"}}}"#,
+        );
+        let mut ledger = Ledger::default();
+        ledger.insert::<Files>("/etc/app.conf", crate::store::Entry::created());
+        // Units without a unit file of ours: the unit directory is not watched for them.
+        let no_unit_files = declared(
+            r#"{"schema": 1, "files": {"/etc/app.conf": {"content": "x"}},
+            "units": {"a.service": {"restart_on": ["/etc/app.conf"]}}}"#,
+        );
+        let without = targets(&places(), &no_unit_files, &ledger);
+        let dirs: Vec<&Path> = without.dirs().collect();
+        assert_eq!(
+            dirs,
+            [Path::new("/mnt/etc"), Path::new("/var/lib/mesh-host")]
+        );
+        let places = Places {
+            pacman_db: None,
+            ..places()
+        };
+        let targets = targets(&places, &d, &ledger);
+        assert_eq!(
+            listed(&targets),
+            [
+                "/mnt/etc app.conf refresh=false [files /etc/app.conf, units a.service, units b.service]",
+                "/mnt/etc/systemd/system b.service refresh=false [files /etc/systemd/system/b.service, units b.service]",
+                "/var/lib/mesh-host declaration.json refresh=true []",
+                "/var/lib/mesh-host ledger.json refresh=true []",
+            ]
+        );
+        let mut f = Fake::new(
+            targets,
+            &[
+                "/mnt",
+                "/mnt/etc",
+                "/mnt/etc/systemd",
+                "/mnt/etc/systemd/system",
+                "/var",
+                "/var/lib",
+                "/var/lib/mesh-host",
+            ],
+        );
+        f.entry(0, "/mnt/etc", "app.conf");
+        let touched = [
+            ("files", "/etc/app.conf"),
+            ("units", "a.service"),
+            ("units", "b.service"),
+        ];
+        let touched = touched.map(|(k, r)| (k, r.to_string()));
+        assert_eq!(
+            f.watch.take_due(DEBOUNCE_MS).0,
+            Some(Due::Check(touched.into()))
+        );
+        f.entry(1_000, "/var/lib/mesh-host", "ledger.json");
+        assert!(
+            f.watch.take_refresh(),
+            "a change to the store works the targets out again"
+        );
+        assert!(!f.watch.take_refresh());
+    }
+
+    #[test]
     fn parents_are_watched_once_and_events_map_to_their_files() {
         let mut f = Fake::new(
-            vec![
-                file("/r/etc/motd"),
-                file("/r/etc/hosts"),
-                file("/r/etc/ssh/sshd_config"),
-            ],
+            files(&["/r/etc/motd", "/r/etc/hosts", "/r/etc/ssh/sshd_config"]),
             &["/r", "/r/etc", "/r/etc/ssh"],
         );
         assert_eq!(f.watched(), ["/r/etc", "/r/etc/ssh"]);
@@ -830,7 +1126,7 @@ mod tests {
 
     #[test]
     fn a_steady_trickle_is_checked_after_the_longest_delay() {
-        let mut f = Fake::new(vec![file("/etc/motd")], &["/etc"]);
+        let mut f = Fake::new(files(&["/etc/motd"]), &["/etc"]);
         let mut now = 0;
         while now < 5_000 {
             f.entry(now, "/etc", "motd");
@@ -845,10 +1141,7 @@ mod tests {
 
     #[test]
     fn a_missing_parent_is_watched_through_its_nearest_ancestor() {
-        let mut f = Fake::new(
-            vec![file("/r/etc/nginx/conf.d/site.conf")],
-            &["/r", "/r/etc"],
-        );
+        let mut f = Fake::new(files(&["/r/etc/nginx/conf.d/site.conf"]), &["/r", "/r/etc"]);
         assert_eq!(f.watched(), ["/r/etc"]);
         // nginx/ appears: the file below it is checked and the watch moves down.
         f.dirs.insert("/r/etc/nginx".into());
@@ -882,13 +1175,12 @@ mod tests {
     fn any_entry_of_the_package_database_touches_every_package() {
         let packages = vec![("packages", "a".into()), ("packages", "b".into())];
         let mut f = Fake::new(
-            vec![Target {
-                dir: "/var/lib/pacman/local".into(),
-                name: None,
-                file: None,
-                resources: packages.clone(),
-                refresh: false,
-            }],
+            {
+                let mut builder = Builder::new(Path::new("/"));
+                let db = builder.dir("/var/lib/pacman/local".into());
+                builder.any(db, packages.clone());
+                builder.finish()
+            },
             &[
                 "/var",
                 "/var/lib",
@@ -905,23 +1197,20 @@ mod tests {
 
     #[test]
     fn targets_follow_the_declaration() {
-        let mut f = Fake::new(
-            vec![file("/etc/motd"), file("/srv/x/y")],
-            &["/etc", "/srv/x"],
-        );
+        let mut f = Fake::new(files(&["/etc/motd", "/srv/x/y"]), &["/etc", "/srv/x"]);
         assert_eq!(f.watched(), ["/etc", "/srv/x"]);
-        f.watch.set_targets(vec![file("/etc/motd")]);
+        f.watch.set_targets(files(&["/etc/motd"]));
         assert!(f.watch.needs_sync());
         f.sync();
         assert_eq!(f.watched(), ["/etc"]);
         assert_eq!(f.watch.take_stale(), vec![2]);
-        f.watch.set_targets(vec![file("/etc/motd")]);
+        f.watch.set_targets(files(&["/etc/motd"]));
         assert!(!f.watch.needs_sync(), "the same targets need no look");
     }
 
     #[test]
     fn overflow_and_the_watch_limit_ask_for_a_full_run() {
-        let mut f = Fake::new(vec![file("/etc/motd")], &["/etc"]);
+        let mut f = Fake::new(files(&["/etc/motd"]), &["/etc"]);
         f.entry(0, "/etc", "motd");
         f.watch.handle(10, Event::Overflow);
         assert_eq!(f.watch.take_due(10 + DEBOUNCE_MS).0, Some(Due::Full));
@@ -929,7 +1218,7 @@ mod tests {
         assert!(f.watch.needs_sync());
 
         let mut w = Watch::default();
-        w.set_targets(vec![file("/etc/motd"), file("/srv/a")]);
+        w.set_targets(files(&["/etc/motd", "/srv/a"]));
         let add = w.plan(&|_| true);
         assert_eq!(add.len(), 2);
         w.added(add[0].clone(), 1);
@@ -948,7 +1237,7 @@ mod tests {
 
     #[test]
     fn a_fought_over_resource_is_contested_then_settles() {
-        let mut f = Fake::new(vec![file("/etc/motd")], &["/etc"]);
+        let mut f = Fake::new(files(&["/etc/motd"]), &["/etc"]);
         let motd = vec![res("/etc/motd")];
         for t in 0..CONTEST_REPAIRS as u64 - 1 {
             assert!(f.watch.repaired(t * 10_000, &motd).is_empty());
@@ -976,6 +1265,45 @@ mod tests {
     }
 
     #[test]
+    fn repairs_nobody_fights_over_are_forgotten_after_the_window() {
+        let mut f = Fake::new(files(&["/etc/motd", "/etc/hosts"]), &["/etc"]);
+        let motd = vec![res("/etc/motd")];
+        for t in 0..CONTEST_REPAIRS as u64 {
+            f.watch.repaired(t * 10_000, &motd);
+        }
+        // Contested: the events on it are left to the timer, the other file's are not.
+        f.watch.repaired(45_000, &[res("/etc/hosts")]);
+        f.entry(46_000, "/etc", "motd");
+        f.entry(46_000, "/etc", "hosts");
+        assert_eq!(f.watch.take_due(47_000).0, check(&["/etc/hosts"]));
+        // The one repair of hosts is forgotten once its window has passed, waking for it.
+        let forget = 45_000 + CONTEST_WINDOW_MS + 1;
+        assert_eq!(f.watch.deadline(), Some(forget));
+        assert_eq!(f.watch.take_due(forget), (None, vec![]));
+        assert_eq!(f.watch.contests.len(), 1, "only the contested one is kept");
+        assert_eq!(f.watch.deadline(), Some(46_000 + SETTLE_MS));
+        assert_eq!(f.watch.take_due(46_000 + SETTLE_MS).1, motd);
+        assert!(f.watch.contests.is_empty());
+        assert_eq!(f.watch.deadline(), None);
+    }
+
+    #[test]
+    fn what_is_pending_survives_new_targets() {
+        let mut f = Fake::new(files(&["/etc/motd", "/etc/hosts"]), &["/etc"]);
+        f.entry(0, "/etc", "motd");
+        f.watch.set_targets(files(&["/etc/a", "/etc/hosts"]));
+        f.sync();
+        f.entry(10, "/etc", "hosts");
+        f.entry(10, "/etc", "motd");
+        assert_eq!(
+            f.watch.take_due(10 + DEBOUNCE_MS).0,
+            check(&["/etc/hosts", "/etc/motd"]),
+            "motd was touched while it was a target"
+        );
+        assert_eq!(f.watch.take_due(5_000).0, None, "nothing is pending twice");
+    }
+
+    #[test]
     fn repairs_spread_out_are_no_contest() {
         let mut w = Watch::default();
         let motd = vec![res("/etc/motd")];
@@ -987,7 +1315,7 @@ mod tests {
 
     #[test]
     fn a_storm_of_events_makes_one_check() {
-        let mut f = Fake::new(vec![file("/etc/motd"), file("/etc/hosts")], &["/etc"]);
+        let mut f = Fake::new(files(&["/etc/motd", "/etc/hosts"]), &["/etc"]);
         let mut dues = 0;
         for i in 0..10_000u64 {
             let now = i / 10; // 10,000 events in one second

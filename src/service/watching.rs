@@ -180,7 +180,8 @@ impl Service<'_> {
                 return;
             }
         };
-        let has_packages = !d.packages.is_empty() || !ledger.keys::<Packages>().is_empty();
+        let has_packages =
+            !d.packages.is_empty() || ledger.owned_keys::<Packages>().next().is_some();
         if has_packages && self.pacman_db.is_none() {
             let db = self.host.pacman_local_db();
             if let Err(e) = &db {
@@ -201,6 +202,8 @@ impl Service<'_> {
             pacman_db: self.pacman_db.as_ref().and_then(|db| db.as_deref().ok()),
         };
         let targets = watch::targets(&places, &d, &ledger);
+        // Freed before the watches are set, so what that allocates goes where they were.
+        drop((d, ledger));
         self.watcher.set_targets(now, targets);
     }
 
@@ -224,10 +227,17 @@ impl Service<'_> {
         match self.host.drifted(&scope) {
             Ok(changes) if changes.is_empty() => {}
             Ok(changes) => {
-                let names: Vec<String> = changes
+                // A few by name: the logger keeps the room a line took, and drift in 20,000
+                // files would be a line of a megabyte.
+                const NAMED: usize = 10;
+                let mut names: Vec<String> = changes
                     .iter()
+                    .take(NAMED)
                     .map(|c| format!("{} {}", c.kind, c.key))
                     .collect();
+                if changes.len() > NAMED {
+                    names.push(format!("{} more", changes.len() - NAMED));
+                }
                 log::info!("watch: drift in {}", names.join(", "));
                 self.watch_scope = Some(match self.watch_scope.take() {
                     Some(Scope::Only(mut before)) => {
@@ -247,17 +257,26 @@ impl Service<'_> {
 }
 
 /// What the watches depend on, as one digest: the declaration in force (its digest) and the
-/// files and packages the ledger owns. A NUL cannot be in a key, so it separates them.
+/// files and packages the ledger owns, hashed as they are listed (no copy of 20,000 keys). A NUL
+/// cannot be in a key, so it separates them.
 fn watch_source(declaration_digest: &str, ledger: &store::Ledger) -> [u8; 32] {
-    let mut text = Vec::from(declaration_digest.as_bytes());
-    for keys in [ledger.keys::<Files>(), ledger.keys::<Packages>()] {
-        text.push(b'\n');
-        for key in keys {
-            text.extend_from_slice(key.as_bytes());
-            text.push(0);
+    struct Source<'a>(&'a str, &'a store::Ledger);
+    impl std::fmt::Display for Source<'_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            let Source(digest, ledger) = self;
+            f.write_str(digest)?;
+            f.write_str("\n")?;
+            for key in ledger.owned_keys::<Files>() {
+                write!(f, "{key}\0")?;
+            }
+            f.write_str("\n")?;
+            for key in ledger.owned_keys::<Packages>() {
+                write!(f, "{key}\0")?;
+            }
+            Ok(())
         }
     }
-    crate::codec::sha256(&text)
+    crate::codec::sha256_of_text(format_args!("{}", Source(declaration_digest, ledger)))
 }
 
 /// Whether `status` must be written again for the watcher. Times converted from the monotonic

@@ -234,6 +234,7 @@ impl Ledger {
     }
 
     /// Owned keys of `K`, sorted.
+    #[cfg(test)]
     pub fn keys<K: Kind>(&self) -> Vec<String> {
         K::owned(&self.resources).keys().cloned().collect()
     }
