@@ -233,6 +233,12 @@ impl Ledger {
         K::owned(&self.resources).get(key)
     }
 
+    /// What the host owns of `K`, by key: for walking in step with sorted keys
+    /// (`sorted::Walk`) rather than a search per key.
+    pub fn section<K: Kind>(&self) -> &BTreeMap<String, Entry<K::Original>> {
+        K::owned(&self.resources)
+    }
+
     /// Owned keys of `K`, sorted.
     pub fn keys<K: Kind>(&self) -> Vec<String> {
         K::owned(&self.resources).keys().cloned().collect()
@@ -262,6 +268,7 @@ impl Ledger {
         kinds::each(&mut Adopted(self)).concat()
     }
 
+    #[cfg(test)]
     pub fn insert<K: Kind>(&mut self, key: &str, entry: Entry<K::Original>) {
         K::owned_mut(&mut self.resources).insert(key.to_string(), entry);
     }
