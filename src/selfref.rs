@@ -160,6 +160,14 @@ pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<S
 /// Why writing (or removing) the file `path` with `content` reaches the host, if it does: its
 /// config, credentials or store, or what systemd reads for one of its units.
 pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
+    let own = [&identity.config_dir]
+        .into_iter()
+        .chain(&identity.config_files)
+        .chain(&identity.state_dirs)
+        .chain(&identity.unit_dirs);
+    if own.clone().all(|own| surely_outside(path, own)) {
+        return None;
+    }
     let path = Path::new(path);
     if path.starts_with(&identity.config_dir) {
         return Some(format!(
@@ -236,6 +244,46 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
             .map(|why| format!("{key} is read by systemd as a unit file: {why}"));
     }
     None
+}
+
+/// Whether `path` is surely neither `own` nor below it, told by text: each check below parses both
+/// paths' components, which a declaration of thousands of files would pay for every file, while
+/// almost none is near the host's own paths. For absolute paths `Path` compares the pieces
+/// between slashes, leaving out empty ones and `.`; anything else is left to those checks.
+fn surely_outside(path: &str, own: &Path) -> bool {
+    let Some(own) = own.to_str() else {
+        return false;
+    };
+    if !path.starts_with('/') || !own.starts_with('/') {
+        return false;
+    }
+    let mut path = Pieces(path.as_bytes());
+    for own in Pieces(own.as_bytes()) {
+        match path.next() {
+            Some(at) if at == own => {}
+            // Differs there, or `path` is above `own`.
+            _ => return true,
+        }
+    }
+    false
+}
+
+/// The pieces of a path between slashes, as `Path::components` reads them: no empty piece, no `.`.
+struct Pieces<'p>(&'p [u8]);
+
+impl<'p> Iterator for Pieces<'p> {
+    type Item = &'p [u8];
+    fn next(&mut self) -> Option<&'p [u8]> {
+        loop {
+            let start = self.0.iter().position(|&b| b != b'/')?;
+            let rest = &self.0[start..];
+            let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+            self.0 = &rest[end..];
+            if &rest[..end] != b"." {
+                return Some(&rest[..end]);
+            }
+        }
+    }
 }
 
 /// Which unit a file or drop-in directory named `name` belongs to.
@@ -334,6 +382,51 @@ pub fn refuse_mount(source: &str, writes: &str, identity: &Identity) -> Option<S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn surely_outside_only_what_path_says_is_outside() {
+        let paths = [
+            "/etc/scale/d1/f1.conf",
+            "/etc/mesh-host",
+            "/etc/mesh-host/",
+            "/etc/mesh-host/config.json",
+            "/etc//mesh-host/x",
+            "/etc/./mesh-host/x",
+            "/etc/mesh-hostx/y",
+            "/etc/../etc/mesh-host/x",
+            "/etc",
+            "/",
+            "etc/mesh-host/x",
+            "./etc/mesh-host",
+        ];
+        for own in [
+            "/etc/mesh-host",
+            "/etc/mesh-host/",
+            "/etc//mesh-host",
+            "/",
+            "etc/mesh-host",
+        ] {
+            for path in paths {
+                let under = Path::new(path).starts_with(own);
+                if surely_outside(path, Path::new(own)) {
+                    assert!(!under, "{path} is under {own}");
+                }
+            }
+        }
+        assert!(surely_outside(
+            "/etc/scale/f.conf",
+            Path::new("/etc/mesh-host")
+        ));
+        assert!(surely_outside(
+            "/etc/scale/f.conf",
+            Path::new("/var/lib/mesh-host")
+        ));
+        assert!(surely_outside("/etc", Path::new("/etc/mesh-host")));
+        assert!(!surely_outside(
+            "/etc/mesh-host/a",
+            Path::new("/etc/mesh-host")
+        ));
+    }
     use crate::config::Config;
     use crate::declaration::tests::{check_refused, problems};
     use crate::declaration::{parse, Context};
