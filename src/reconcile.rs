@@ -284,7 +284,7 @@ fn converge<K: Kind>(
                     // Owned and as declared: make the ledger's digest say so (after a crash mid-apply,
                     // or when an equivalent spec was declared).
                     if let (Mode::Apply, Some(spec), Some(entry)) = (mode, spec, entry) {
-                        let digest = K::digest(spec);
+                        let digest = K::digest_observed(spec, observed);
                         if entry.applied.as_ref() != Some(&digest) {
                             applied_now.push((key, digest));
                         }
