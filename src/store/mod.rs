@@ -334,20 +334,26 @@ impl Store {
         self.write_json(SERVICE, state)
     }
 
+    /// Read a line at a time as `save_ledger` writes it (`Ledger::read_lines`); a ledger laid out
+    /// otherwise (edited by hand, written by an earlier version, or damaged) is parsed as JSON,
+    /// which says what is wrong with it.
     pub fn ledger(&self) -> Result<Ledger, StoreError> {
-        let ledger: Ledger = self.read_json_streamed(LEDGER)?.unwrap_or_default();
+        let by_lines = match self.dir.open_reader(OsStr::new(LEDGER), MAX_STORE_FILE) {
+            Ok(Some(file)) => Ledger::read_lines(io::BufReader::with_capacity(64 << 10, file)),
+            Ok(None) | Err(_) => None,
+        };
+        let ledger: Ledger = match by_lines {
+            Some(ledger) => ledger,
+            None => self.read_json_streamed(LEDGER)?.unwrap_or_default(),
+        };
         ledger.check().map_err(|e| self.error(LEDGER, e))?;
         Ok(ledger)
     }
 
-    /// Written compact, a resource a line (`EntryPerLine`): a third smaller than pretty JSON
-    /// and as much quicker to read back, every run, while `grep` and a pager still show it.
+    /// Written a resource a line (`Ledger::write`).
     pub fn save_ledger(&self, ledger: &Ledger) -> Result<(), StoreError> {
         self.dir
-            .write_atomic_streamed(OsStr::new(LEDGER), 0o600, |out| {
-                let mut json = serde_json::Serializer::with_formatter(out, EntryPerLine::default());
-                ledger.serialize(&mut json).map_err(io::Error::from)
-            })
+            .write_atomic_streamed(OsStr::new(LEDGER), 0o600, |out| ledger.write(out))
             .map_err(|e| self.error(LEDGER, format!("cannot be written: {e}")))
     }
 
@@ -465,39 +471,6 @@ pub fn unix_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-/// Compact JSON with a line break before each key of the outer three levels of objects: the
-/// ledger's top, its kinds and each kind's resources, so each owned resource is one line.
-#[derive(Default)]
-struct EntryPerLine {
-    depth: usize,
-}
-
-impl serde_json::ser::Formatter for EntryPerLine {
-    fn begin_object<W: ?Sized + io::Write>(&mut self, out: &mut W) -> io::Result<()> {
-        self.depth += 1;
-        out.write_all(b"{")
-    }
-
-    fn end_object<W: ?Sized + io::Write>(&mut self, out: &mut W) -> io::Result<()> {
-        self.depth -= 1;
-        out.write_all(b"}")
-    }
-
-    fn begin_object_key<W: ?Sized + io::Write>(
-        &mut self,
-        out: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
-        if !first {
-            out.write_all(b",")?;
-        }
-        if self.depth <= 3 {
-            out.write_all(b"\n")?;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
