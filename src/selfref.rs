@@ -4,6 +4,7 @@
 //! kinds' `refuse_self` ask it; it is pure (the host's package is checked against pacman's own
 //! metadata in `kinds::packages`, before the transaction).
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
 use crate::config::Identity;
@@ -248,41 +249,16 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
 
 /// Whether `path` is surely neither `own` nor below it, told by text: each check below parses both
 /// paths' components, which a declaration of thousands of files would pay for every file, while
-/// almost none is near the host's own paths. For absolute paths `Path` compares the pieces
-/// between slashes, leaving out empty ones and `.`; anything else is left to those checks.
+/// almost none is near the host's own paths. Where the texts first differ, if neither has a `/`
+/// or a `.` there, both are inside a component that starts at the same place and differs, and
+/// everything before it is the same text: their components differ there, whatever `Path` leaves
+/// out (empty and `.` components). Anything else is left to the checks.
 fn surely_outside(path: &str, own: &Path) -> bool {
-    let Some(own) = own.to_str() else {
-        return false;
-    };
-    if !path.starts_with('/') || !own.starts_with('/') {
-        return false;
-    }
-    let mut path = Pieces(path.as_bytes());
-    for own in Pieces(own.as_bytes()) {
-        match path.next() {
-            Some(at) if at == own => {}
-            // Differs there, or `path` is above `own`.
-            _ => return true,
-        }
-    }
-    false
-}
-
-/// The pieces of a path between slashes, as `Path::components` reads them: no empty piece, no `.`.
-struct Pieces<'p>(&'p [u8]);
-
-impl<'p> Iterator for Pieces<'p> {
-    type Item = &'p [u8];
-    fn next(&mut self) -> Option<&'p [u8]> {
-        loop {
-            let start = self.0.iter().position(|&b| b != b'/')?;
-            let rest = &self.0[start..];
-            let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
-            self.0 = &rest[end..];
-            if &rest[..end] != b"." {
-                return Some(&rest[..end]);
-            }
-        }
+    let (path, own) = (path.as_bytes(), own.as_os_str().as_bytes());
+    let same = path.iter().zip(own).take_while(|(a, b)| a == b).count();
+    match (path.get(same), own.get(same)) {
+        (Some(a), Some(b)) => ![a, b].iter().any(|c| matches!(c, b'/' | b'.')),
+        _ => false,
     }
 }
 
@@ -398,8 +374,16 @@ mod tests {
             "/",
             "etc/mesh-host/x",
             "./etc/mesh-host",
+            "/etc/mesh-host/../x",
+            "/etc/mesh-host/.",
+            "/etc/mesh-hos",
+            "/etc/.mesh-host/x",
+            "/etc/mesh-host.d/x",
+            ".",
         ];
         for own in [
+            "/etc/./mesh-host",
+            "/etc/.mesh-host",
             "/etc/mesh-host",
             "/etc/mesh-host/",
             "/etc//mesh-host",
@@ -421,7 +405,6 @@ mod tests {
             "/etc/scale/f.conf",
             Path::new("/var/lib/mesh-host")
         ));
-        assert!(surely_outside("/etc", Path::new("/etc/mesh-host")));
         assert!(!surely_outside(
             "/etc/mesh-host/a",
             Path::new("/etc/mesh-host")
