@@ -239,6 +239,7 @@ fn converge<K: Kind>(
     // kept here and made once planning is done.
     let mut applied_now = Vec::new();
     let mut adopted = Vec::new();
+    let mut in_sync = 0;
     let (mut wanted, mut owned) = (Walk::new(desired), Walk::new(ledger.section::<K>()));
     for (at, chunk) in keys.chunks(OBSERVED_AT_ONCE).enumerate() {
         let observed = match K::observe(env, cx, chunk) {
@@ -279,8 +280,7 @@ fn converge<K: Kind>(
             };
             match K::plan(cx, key, spec, observed, entry) {
                 Step::InSync => {
-                    report.in_sync += 1;
-                    *report.in_sync_by_kind.entry(K::NAME).or_default() += 1;
+                    in_sync += 1;
                     // Owned and as declared: make the ledger's digest say so (after a crash mid-apply,
                     // or when an equivalent spec was declared).
                     if let (Mode::Apply, Some(spec), Some(entry)) = (mode, spec, entry) {
@@ -318,6 +318,10 @@ fn converge<K: Kind>(
         }
         // Planned: the chunk's observation is not needed again (`verify` makes its own), so it
         // is not held beside the next one.
+    }
+    if in_sync > 0 {
+        report.in_sync += in_sync;
+        *report.in_sync_by_kind.entry(K::NAME).or_default() += in_sync;
     }
     let mut ledger_dirty = !applied_now.is_empty() || !adopted.is_empty();
     for (key, digest) in applied_now {
