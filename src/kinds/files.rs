@@ -57,9 +57,6 @@ const DEFAULT_MODE: u32 = 0o644;
 #[derive(Debug)]
 pub struct Observed {
     state: State,
-    /// The declared content's SHA-256, computed once to compare it with the files index and
-    /// kept for the digest of a file found in sync (`Kind::digest_observed`).
-    declared_sha: Option<[u8; 32]>,
     /// Declared owner and group resolved against the target's own tables.
     uid: Result<Option<u32>, String>,
     gid: Result<Option<u32>, String>,
@@ -93,7 +90,11 @@ pub struct Facts {
 /// the host adopts the file), so a no-op over many files holds none of them.
 #[derive(Debug)]
 enum Held {
-    Declared,
+    /// As declared; the content's SHA-256, computed once to compare it with the files index, is
+    /// kept for the ledger's digest of a file found in sync (`Kind::digest_observed`).
+    Declared {
+        sha: [u8; 32],
+    },
     Other(Vec<u8>),
     /// No content is declared for it (declared absent, or being released): not read.
     Unread,
@@ -239,8 +240,14 @@ impl Kind for Files {
     }
 
     fn digest_observed(spec: &Spec, observed: Option<&Observed>) -> Digest {
-        match (spec, observed.and_then(|o| o.declared_sha)) {
-            (Spec::Present(c), Some(sha)) => content_digest_of(c, &sha),
+        match (spec, observed.map(|o| &o.state)) {
+            (
+                Spec::Present(c),
+                Some(State::Regular {
+                    held: Held::Declared { sha },
+                    ..
+                }),
+            ) => content_digest_of(c, sha),
             _ => digest(spec),
         }
     }
@@ -300,16 +307,7 @@ impl Kind for Files {
                 &mut index,
             );
             // A path that cannot be read is that file's own problem (`State::Blocked`).
-            let declared_sha = declared.map(|d| d.sha);
-            out.push((
-                key.clone(),
-                Ok(Observed {
-                    state,
-                    declared_sha,
-                    uid,
-                    gid,
-                }),
-            ));
+            out.push((key.clone(), Ok(Observed { state, uid, gid })));
         }
         *cx.facts.files.index.borrow_mut() = index.save(env.store);
         Ok(out.into_iter().collect())
@@ -603,7 +601,7 @@ fn observe_one<'k>(
     if !matches!(
         state,
         State::Regular {
-            held: Held::Declared,
+            held: Held::Declared { .. },
             ..
         }
     ) {
@@ -654,14 +652,14 @@ fn observe_stamped<'k>(
             if index.vouches(key, &stamp, declared) {
                 return State::Regular {
                     stat,
-                    held: Held::Declared,
+                    held: Held::Declared { sha: declared.sha },
                 };
             }
             match dir.read_after_stat(name, &stat, max, buffer) {
                 Ok(true) => {
                     let held = if buffer.as_slice() == declared.bytes {
                         index.confirm(key, stamp, declared);
-                        Held::Declared
+                        Held::Declared { sha: declared.sha }
                     } else {
                         Held::Other(std::mem::take(buffer))
                     };
@@ -711,7 +709,7 @@ fn plan_present(
         State::Regular { stat, held } => {
             let mut details = Vec::new();
             let original = match held {
-                Held::Declared => &content.bytes[..],
+                Held::Declared { .. } => &content.bytes[..],
                 Held::Other(bytes) => &bytes[..],
                 Held::Unread => return Step::Fail(format!("{key} was not read")),
             };
@@ -1229,7 +1227,6 @@ mod tests {
     fn observed(state: State) -> Observed {
         Observed {
             state,
-            declared_sha: None,
             uid: Ok(None),
             gid: Ok(None),
         }
@@ -1257,7 +1254,7 @@ mod tests {
     fn as_declared(size: usize, mode: u32) -> State {
         State::Regular {
             stat: stat(size, mode),
-            held: Held::Declared,
+            held: Held::Declared { sha: [0; 32] },
         }
     }
 
@@ -1434,6 +1431,10 @@ mod tests {
             &mut buffer,
             &mut index,
         ) {
+            State::Regular {
+                held: Held::Declared { .. },
+                ..
+            } => "Declared".to_string(),
             State::Regular { held, .. } => format!("{held:?}"),
             other => format!("{other:?}"),
         };
@@ -1456,7 +1457,6 @@ mod tests {
         .unwrap();
         let cx = RunContext::new(&d, false);
         let obs = Observed {
-            declared_sha: None,
             state: State::Missing,
             uid: Err("user \"www\" does not exist".into()),
             gid: Ok(None),
@@ -1498,6 +1498,10 @@ mod tests {
         );
         index.save(Some(store));
         match state {
+            State::Regular {
+                held: Held::Declared { .. },
+                ..
+            } => "Declared".to_string(),
             State::Regular { held, .. } => format!("{held:?}"),
             other => format!("{other:?}"),
         }
@@ -1693,8 +1697,12 @@ mod tests {
             };
             assert_eq!(content_digest(c).to_string(), earlier(c), "{spec}");
             // Found in sync, the digest is made from the SHA-256 observation computed.
-            let mut obs = observed(State::Missing);
-            obs.declared_sha = Some(Declared::of(&c.bytes).sha);
+            let obs = observed(State::Regular {
+                stat: stat(c.bytes.len(), 0o644),
+                held: Held::Declared {
+                    sha: Declared::of(&c.bytes).sha,
+                },
+            });
             let spec = Spec::Present(c.clone());
             assert_eq!(Files::digest_observed(&spec, Some(&obs)), digest(&spec));
             assert_eq!(Files::digest_observed(&spec, None), digest(&spec));
