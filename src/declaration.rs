@@ -454,7 +454,8 @@ impl<'a, 'p> Fields<'a, 'p> {
         Fields {
             object,
             location: Location::Text(location),
-            known: Vec::new(),
+            // A resource's kind asks for a handful of fields: room for them at once.
+            known: Vec::with_capacity(8),
             problems,
         }
     }
@@ -469,7 +470,8 @@ impl<'a, 'p> Fields<'a, 'p> {
         Fields {
             object,
             location: Location::Resource { kind, key },
-            known: Vec::new(),
+            // A resource's kind asks for a handful of fields: room for them at once.
+            known: Vec::with_capacity(8),
             problems,
         }
     }

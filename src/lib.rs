@@ -25,6 +25,7 @@ mod process;
 mod reconcile;
 mod selfref;
 mod service;
+mod sorted;
 mod store;
 #[cfg(test)]
 mod testutil;

@@ -252,16 +252,23 @@ pub fn write(path: &Path, text: &str) -> Result<(), String> {
         .map_err(|e| format!("metrics_file {}: cannot be written: {e}", path.display()))
 }
 
-/// `(kind -> state -> count)` for `STATES`, from per-resource states.
+/// `(kind -> state -> count)` for `STATES`, from `(kind, state, how many)`: the in-sync
+/// resources of a kind come as one count, not one item each (20,000 of them in a no-op).
 pub fn count_states<'a>(
-    states: impl IntoIterator<Item = (&'a str, &'static str)>,
+    states: impl IntoIterator<Item = (&'a str, &'static str, u64)>,
 ) -> BTreeMap<String, BTreeMap<String, u64>> {
     let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    for (kind, state) in states {
-        *out.entry(kind.to_string())
-            .or_default()
-            .entry(state.to_string())
-            .or_default() += 1;
+    for (kind, state, n) in states {
+        let by_state = match out.get_mut(kind) {
+            Some(by_state) => by_state,
+            None => out.entry(kind.to_string()).or_default(),
+        };
+        match by_state.get_mut(state) {
+            Some(count) => *count += n,
+            None => {
+                by_state.insert(state.to_string(), n);
+            }
+        }
     }
     out
 }
@@ -288,9 +295,9 @@ mod tests {
                 outcome: RunOutcome::Failed,
             },
             count_states([
-                ("files", "failed"),
-                ("files", "in_sync"),
-                ("files", "in_sync"),
+                ("files", "failed", 1),
+                ("files", "in_sync", 1),
+                ("files", "in_sync", 1),
             ]),
             Some(vec![Pacnew {
                 path: "/etc/x.conf".into(),

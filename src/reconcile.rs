@@ -13,6 +13,7 @@ use crate::kinds::{
     RunContext, Step, Visit,
 };
 use crate::pacnew::{self, Pacnew};
+use crate::sorted::{self, Walk};
 use crate::store::{Failing, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,21 +224,23 @@ fn converge<K: Kind>(
 ) -> Result<(), StoreError> {
     report.checked.push(K::NAME);
     let desired = K::desired(cx.declaration);
-    // Declared and owned, each key copied once (sorted, without a set built by insertions).
-    let mut keys: Vec<&str> = desired
-        .keys()
-        .map(String::as_str)
-        .chain(ledger.owned_keys::<K>())
-        .filter(|key| scope.includes(K::NAME, key))
-        .collect();
+    // Declared and owned, each key copied once (both lists are sorted: merged, not sorted).
+    let keys: Vec<String> =
+        sorted::union(desired.keys().map(String::as_str), ledger.owned_keys::<K>())
+            .into_iter()
+            .filter(|key| scope.includes(K::NAME, key))
+            .map(str::to_string)
+            .collect();
     if keys.is_empty() {
         return Ok(());
     }
-    keys.sort_unstable();
-    keys.dedup();
-    let keys: Vec<String> = keys.into_iter().map(str::to_string).collect();
     let mut changes = Vec::new();
-    let mut ledger_dirty = false;
+    // The ledger is read in step with the keys while planning; what planning changes in it is
+    // kept here and made once planning is done.
+    let mut applied_now = Vec::new();
+    let mut adopted = Vec::new();
+    let mut in_sync = 0;
+    let (mut wanted, mut owned) = (Walk::new(desired), Walk::new(ledger.section::<K>()));
     for (at, chunk) in keys.chunks(OBSERVED_AT_ONCE).enumerate() {
         let observed = match K::observe(env, cx, chunk) {
             Ok(observed) => observed,
@@ -259,9 +262,10 @@ fn converge<K: Kind>(
                 break;
             }
         };
+        let mut seen = Walk::new(&observed);
         for key in chunk {
-            let spec = desired.get(key);
-            let observed = match observed.get(key) {
+            let (spec, entry) = (wanted.at(key), owned.at(key));
+            let observed = match seen.at(key) {
                 Some(Err(e)) => {
                     report.failures.push(result(
                         K::NAME,
@@ -274,19 +278,15 @@ fn converge<K: Kind>(
                 Some(Ok(observed)) => Some(observed),
                 None => None,
             };
-            match K::plan(cx, key, spec, observed, ledger.get::<K>(key)) {
+            match K::plan(cx, key, spec, observed, entry) {
                 Step::InSync => {
-                    report.in_sync += 1;
-                    *report.in_sync_by_kind.entry(K::NAME).or_default() += 1;
+                    in_sync += 1;
                     // Owned and as declared: make the ledger's digest say so (after a crash mid-apply,
                     // or when an equivalent spec was declared).
-                    if let (Mode::Apply, Some(spec), Some(entry)) =
-                        (mode, spec, ledger.get::<K>(key))
-                    {
-                        let digest = K::digest(spec);
+                    if let (Mode::Apply, Some(spec), Some(entry)) = (mode, spec, entry) {
+                        let digest = K::digest_observed(spec, observed);
                         if entry.applied.as_ref() != Some(&digest) {
-                            ledger.set_applied::<K>(key, digest);
-                            ledger_dirty = true;
+                            applied_now.push((key, digest));
                         }
                     }
                 }
@@ -302,8 +302,7 @@ fn converge<K: Kind>(
                             store.save_backup(&backup_key(K::NAME, key), bytes)?;
                         }
                         intent.applied = spec.map(K::digest);
-                        ledger.insert::<K>(key, intent);
-                        ledger_dirty = true;
+                        adopted.push((key.clone(), intent));
                     }
                 }
                 Step::Change(change) => changes.push(change),
@@ -320,6 +319,15 @@ fn converge<K: Kind>(
         // Planned: the chunk's observation is not needed again (`verify` makes its own), so it
         // is not held beside the next one.
     }
+    if in_sync > 0 {
+        report.in_sync += in_sync;
+        *report.in_sync_by_kind.entry(K::NAME).or_default() += in_sync;
+    }
+    let mut ledger_dirty = !applied_now.is_empty() || !adopted.is_empty();
+    for (key, digest) in applied_now {
+        ledger.set_applied::<K>(key, digest);
+    }
+    ledger.insert_all::<K>(adopted);
     if mode == Mode::Plan {
         for change in &changes {
             K::note(K::facts_mut(&mut cx.facts), change, &Outcome::Done);
@@ -601,12 +609,17 @@ fn inspect_chunk<K: Kind>(
     rows: &mut Vec<OwnedRow>,
 ) {
     let observed = K::observe(env, cx, &keys);
+    let mut seen = observed.as_ref().map(Walk::new);
+    let (mut wanted, mut owned) = (
+        Walk::new(K::desired(cx.declaration)),
+        Walk::new(ledger.section::<K>()),
+    );
     for key in keys {
-        let Some(entry) = ledger.get::<K>(&key) else {
+        let Some(entry) = owned.at(&key) else {
             continue;
         };
-        let spec = K::desired(cx.declaration).get(&key);
-        let (state, detail) = match observed.as_ref().map(|o| o.get(&key)) {
+        let spec = wanted.at(&key);
+        let (state, detail) = match seen.as_mut().map(|s| s.at(&key)).map_err(|e| *e) {
             Err(e) | Ok(Some(Err(e))) => (OwnedState::Error, e.to_string()),
             Ok(observed) => match K::plan(
                 cx,

@@ -4,6 +4,7 @@
 //! kinds' `refuse_self` ask it; it is pure (the host's package is checked against pacman's own
 //! metadata in `kinds::packages`, before the transaction).
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
 use crate::config::Identity;
@@ -160,6 +161,14 @@ pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<S
 /// Why writing (or removing) the file `path` with `content` reaches the host, if it does: its
 /// config, credentials or store, or what systemd reads for one of its units.
 pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
+    let own = [&identity.config_dir]
+        .into_iter()
+        .chain(&identity.config_files)
+        .chain(&identity.state_dirs)
+        .chain(&identity.unit_dirs);
+    if own.clone().all(|own| surely_outside(path, own)) {
+        return None;
+    }
     let path = Path::new(path);
     if path.starts_with(&identity.config_dir) {
         return Some(format!(
@@ -236,6 +245,21 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
             .map(|why| format!("{key} is read by systemd as a unit file: {why}"));
     }
     None
+}
+
+/// Whether `path` is surely neither `own` nor below it, told by text: each check below parses both
+/// paths' components, which a declaration of thousands of files would pay for every file, while
+/// almost none is near the host's own paths. Where the texts first differ, if neither has a `/`
+/// or a `.` there, both are inside a component that starts at the same place and differs, and
+/// everything before it is the same text: their components differ there, whatever `Path` leaves
+/// out (empty and `.` components). Anything else is left to the checks.
+fn surely_outside(path: &str, own: &Path) -> bool {
+    let (path, own) = (path.as_bytes(), own.as_os_str().as_bytes());
+    let same = path.iter().zip(own).take_while(|(a, b)| a == b).count();
+    match (path.get(same), own.get(same)) {
+        (Some(a), Some(b)) => ![a, b].iter().any(|c| matches!(c, b'/' | b'.')),
+        _ => false,
+    }
 }
 
 /// Which unit a file or drop-in directory named `name` belongs to.
@@ -334,6 +358,58 @@ pub fn refuse_mount(source: &str, writes: &str, identity: &Identity) -> Option<S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn surely_outside_only_what_path_says_is_outside() {
+        let paths = [
+            "/etc/scale/d1/f1.conf",
+            "/etc/mesh-host",
+            "/etc/mesh-host/",
+            "/etc/mesh-host/config.json",
+            "/etc//mesh-host/x",
+            "/etc/./mesh-host/x",
+            "/etc/mesh-hostx/y",
+            "/etc/../etc/mesh-host/x",
+            "/etc",
+            "/",
+            "etc/mesh-host/x",
+            "./etc/mesh-host",
+            "/etc/mesh-host/../x",
+            "/etc/mesh-host/.",
+            "/etc/mesh-hos",
+            "/etc/.mesh-host/x",
+            "/etc/mesh-host.d/x",
+            ".",
+        ];
+        for own in [
+            "/etc/./mesh-host",
+            "/etc/.mesh-host",
+            "/etc/mesh-host",
+            "/etc/mesh-host/",
+            "/etc//mesh-host",
+            "/",
+            "etc/mesh-host",
+        ] {
+            for path in paths {
+                let under = Path::new(path).starts_with(own);
+                if surely_outside(path, Path::new(own)) {
+                    assert!(!under, "{path} is under {own}");
+                }
+            }
+        }
+        assert!(surely_outside(
+            "/etc/scale/f.conf",
+            Path::new("/etc/mesh-host")
+        ));
+        assert!(surely_outside(
+            "/etc/scale/f.conf",
+            Path::new("/var/lib/mesh-host")
+        ));
+        assert!(!surely_outside(
+            "/etc/mesh-host/a",
+            Path::new("/etc/mesh-host")
+        ));
+    }
     use crate::config::Config;
     use crate::declaration::tests::{check_refused, problems};
     use crate::declaration::{parse, Context};

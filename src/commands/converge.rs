@@ -321,21 +321,32 @@ fn resource_states(report: &Report) -> BTreeMap<String, BTreeMap<String, u64>> {
                 } else {
                     "drifted"
                 },
+                1,
             )
         })
-        .chain(report.adopted.iter().map(|a| (a.kind.as_str(), "in_sync")))
-        .chain(report.failures.iter().map(|f| (f.kind.as_str(), "failed")))
+        .chain(
+            report
+                .adopted
+                .iter()
+                .map(|a| (a.kind.as_str(), "in_sync", 1)),
+        )
+        .chain(
+            report
+                .failures
+                .iter()
+                .map(|f| (f.kind.as_str(), "failed", 1)),
+        )
         .chain(
             report
                 .deferred
                 .iter()
-                .map(|d| (d.kind.as_str(), "deferred")),
+                .map(|d| (d.kind.as_str(), "deferred", 1)),
         )
         .chain(
             report
                 .in_sync_by_kind
                 .iter()
-                .flat_map(|(kind, n)| std::iter::repeat_n((*kind, "in_sync"), *n)),
+                .map(|(kind, n)| (*kind, "in_sync", *n as u64)),
         );
     let mut states = metrics::count_states(found);
     for kind in &report.checked {

@@ -229,6 +229,10 @@ impl Kind for Containers {
         Digest::parse(&digest(spec))
     }
 
+    fn digest_observed(spec: &Spec, _: Option<&Observed>) -> Digest {
+        Self::digest(spec)
+    }
+
     fn observe(
         env: &Env,
         _cx: &RunContext,

@@ -90,7 +90,11 @@ pub struct Facts {
 /// the host adopts the file), so a no-op over many files holds none of them.
 #[derive(Debug)]
 enum Held {
-    Declared,
+    /// As declared; the content's SHA-256, computed once to compare it with the files index, is
+    /// kept for the ledger's digest of a file found in sync (`Kind::digest_observed`).
+    Declared {
+        sha: [u8; 32],
+    },
     Other(Vec<u8>),
     /// No content is declared for it (declared absent, or being released): not read.
     Unread,
@@ -235,6 +239,19 @@ impl Kind for Files {
         digest(spec)
     }
 
+    fn digest_observed(spec: &Spec, observed: Option<&Observed>) -> Digest {
+        match (spec, observed.map(|o| &o.state)) {
+            (
+                Spec::Present(c),
+                Some(State::Regular {
+                    held: Held::Declared { sha },
+                    ..
+                }),
+            ) => content_digest_of(c, sha),
+            _ => digest(spec),
+        }
+    }
+
     fn observe(
         env: &Env,
         cx: &RunContext,
@@ -278,13 +295,13 @@ impl Kind for Files {
                 };
             let uid = resolve(owner, true);
             let gid = resolve(group, false);
-            let declared = content.map(|c| &c.bytes[..]);
+            let declared = content.map(|c| Declared::of(&c.bytes));
             let max = env.config.limits.max_file_bytes;
             let state = observe_one(
                 &root,
                 &mut parents,
                 key,
-                declared,
+                declared.as_ref(),
                 max,
                 &mut buffer,
                 &mut index,
@@ -426,9 +443,14 @@ pub fn digest(spec: &Spec) -> Digest {
 
 /// Hashed as it is formatted, the content's own digest too: no string is built for it.
 fn content_digest(c: &Content) -> Digest {
+    content_digest_of(c, &codec::sha256(&c.bytes))
+}
+
+/// `content_digest`, given the SHA-256 of the content.
+fn content_digest_of(c: &Content, sha: &[u8; 32]) -> Digest {
     Digest::of_text(format_args!(
         "present\n{}\n{:?}\n{:?}\n{:?}",
-        codec::Hex32(&codec::sha256(&c.bytes)),
+        codec::Hex32(sha),
         c.mode,
         c.owner().map(Account::display),
         c.group().map(Account::display)
@@ -500,12 +522,12 @@ impl<'k> IndexUse<'k> {
 
     /// Whether the index says the file `key`, now stamped `stamp`, holds `declared`: it had that
     /// stamp when the host last saw it hold content with the declared digest.
-    fn vouches(&self, key: &str, stamp: &Stamp, declared: &[u8]) -> bool {
+    fn vouches(&self, key: &str, stamp: &Stamp, declared: &Declared) -> bool {
         match self.old.get(key) {
             Some(cached) => {
                 cached.stamp == *stamp
-                    && stamp.size == declared.len() as u64
-                    && cached.digest == crate::codec::sha256(declared)
+                    && stamp.size == declared.bytes.len() as u64
+                    && cached.digest == declared.sha
             }
             None => false,
         }
@@ -513,13 +535,13 @@ impl<'k> IndexUse<'k> {
 
     /// The file `key` was read with `stamp` and holds `declared`: kept, unless it changed too
     /// recently for its stamp to tell a later change (`store::is_cacheable`).
-    fn confirm(&mut self, key: &'k str, stamp: Stamp, declared: &[u8]) {
+    fn confirm(&mut self, key: &'k str, stamp: Stamp, declared: &Declared) {
         if !store::is_cacheable(&stamp, self.observed_from_ns) {
             return self.forget(key);
         }
         let cached = Cached {
             stamp,
-            digest: crate::codec::sha256(declared),
+            digest: declared.sha,
         };
         if self.old.get(key) != Some(cached) {
             self.updates.push((key, Some(cached)));
@@ -548,13 +570,29 @@ impl<'k> IndexUse<'k> {
     }
 }
 
+/// Declared content, with its SHA-256 (what the files index keeps of it).
+#[derive(Debug, Clone, Copy)]
+struct Declared<'c> {
+    bytes: &'c [u8],
+    sha: [u8; 32],
+}
+
+impl<'c> Declared<'c> {
+    fn of(bytes: &'c [u8]) -> Declared<'c> {
+        Declared {
+            bytes,
+            sha: codec::sha256(bytes),
+        }
+    }
+}
+
 /// Observes one file. With `declared` content, the file is read into `buffer` (reused across
 /// files) and compared, unless the files index vouches for it; without, it is only looked at.
 fn observe_one<'k>(
     root: &Dir,
     parents: &mut ParentCache,
     key: &'k str,
-    declared: Option<&[u8]>,
+    declared: Option<&Declared>,
     max: u64,
     buffer: &mut Vec<u8>,
     index: &mut IndexUse<'k>,
@@ -563,7 +601,7 @@ fn observe_one<'k>(
     if !matches!(
         state,
         State::Regular {
-            held: Held::Declared,
+            held: Held::Declared { .. },
             ..
         }
     ) {
@@ -576,7 +614,7 @@ fn observe_stamped<'k>(
     root: &Dir,
     parents: &mut ParentCache,
     key: &'k str,
-    declared: Option<&[u8]>,
+    declared: Option<&Declared>,
     max: u64,
     buffer: &mut Vec<u8>,
     index: &mut IndexUse<'k>,
@@ -614,14 +652,14 @@ fn observe_stamped<'k>(
             if index.vouches(key, &stamp, declared) {
                 return State::Regular {
                     stat,
-                    held: Held::Declared,
+                    held: Held::Declared { sha: declared.sha },
                 };
             }
             match dir.read_after_stat(name, &stat, max, buffer) {
                 Ok(true) => {
-                    let held = if buffer.as_slice() == declared {
+                    let held = if buffer.as_slice() == declared.bytes {
                         index.confirm(key, stamp, declared);
-                        Held::Declared
+                        Held::Declared { sha: declared.sha }
                     } else {
                         Held::Other(std::mem::take(buffer))
                     };
@@ -671,7 +709,7 @@ fn plan_present(
         State::Regular { stat, held } => {
             let mut details = Vec::new();
             let original = match held {
-                Held::Declared => &content.bytes[..],
+                Held::Declared { .. } => &content.bytes[..],
                 Held::Other(bytes) => &bytes[..],
                 Held::Unread => return Step::Fail(format!("{key} was not read")),
             };
@@ -1216,7 +1254,7 @@ mod tests {
     fn as_declared(size: usize, mode: u32) -> State {
         State::Regular {
             stat: stat(size, mode),
-            held: Held::Declared,
+            held: Held::Declared { sha: [0; 32] },
         }
     }
 
@@ -1388,11 +1426,15 @@ mod tests {
             &root,
             &mut parents,
             key,
-            declared,
+            declared.map(Declared::of).as_ref(),
             100,
             &mut buffer,
             &mut index,
         ) {
+            State::Regular {
+                held: Held::Declared { .. },
+                ..
+            } => "Declared".to_string(),
             State::Regular { held, .. } => format!("{held:?}"),
             other => format!("{other:?}"),
         };
@@ -1449,13 +1491,17 @@ mod tests {
             root,
             &mut ParentCache::default(),
             "/etc/app/conf",
-            Some(declared),
+            Some(&Declared::of(declared)),
             100,
             &mut Vec::new(),
             &mut index,
         );
         index.save(Some(store));
         match state {
+            State::Regular {
+                held: Held::Declared { .. },
+                ..
+            } => "Declared".to_string(),
             State::Regular { held, .. } => format!("{held:?}"),
             other => format!("{other:?}"),
         }
@@ -1482,7 +1528,7 @@ mod tests {
                 &root,
                 &mut ParentCache::default(),
                 "/etc/app/conf",
-                Some(b"declared"),
+                Some(&Declared::of(b"declared")),
                 100,
                 &mut Vec::new(),
                 index,
@@ -1499,7 +1545,11 @@ mod tests {
         observe(&mut index);
         let kept = index.save(Some(&store)).expect("unchanged, kept");
         let index = IndexUse::load(None, Some(kept));
-        assert!(index.vouches("/etc/app/conf", &stamp_of_conf(&root), b"declared"));
+        assert!(index.vouches(
+            "/etc/app/conf",
+            &stamp_of_conf(&root),
+            &Declared::of(b"declared")
+        ));
     }
 
     #[test]
@@ -1572,12 +1622,12 @@ mod tests {
                 FilesIndex::default().updated(vec![("/etc/app/conf", Some(other))]),
             )
             .unwrap();
-            assert!(!index.vouches("/etc/app/conf", &cached.stamp, b"12345678"));
+            assert!(!index.vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"12345678")));
         }
         let mut index = IndexUse::load(Some(&store), None);
-        assert!(index.vouches("/etc/app/conf", &cached.stamp, b"declared"));
+        assert!(index.vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"declared")));
         index.old = FilesIndex::default();
-        assert!(!index.vouches("/etc/app/conf", &cached.stamp, b"declared"));
+        assert!(!index.vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"declared")));
     }
 
     #[test]
@@ -1646,6 +1696,20 @@ mod tests {
                 panic!("{spec}: not present");
             };
             assert_eq!(content_digest(c).to_string(), earlier(c), "{spec}");
+            // Found in sync, the digest is made from the SHA-256 observation computed.
+            let obs = observed(State::Regular {
+                stat: stat(c.bytes.len(), 0o644),
+                held: Held::Declared {
+                    sha: Declared::of(&c.bytes).sha,
+                },
+            });
+            let spec = Spec::Present(c.clone());
+            assert_eq!(Files::digest_observed(&spec, Some(&obs)), digest(&spec));
+            assert_eq!(Files::digest_observed(&spec, None), digest(&spec));
         }
+        assert_eq!(
+            Files::digest_observed(&Spec::Absent, Some(&observed(State::Missing))),
+            digest(&Spec::Absent)
+        );
     }
 }

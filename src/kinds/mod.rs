@@ -266,6 +266,9 @@ pub trait Kind: Listed {
     fn refuse_self(key: &str, spec: &Self::Spec, identity: &Identity) -> Option<String>;
     /// The digest the ledger keeps of an applied spec.
     fn digest(spec: &Self::Spec) -> Digest;
+    /// `digest`, for a resource found in sync, from what observing it already computed where it
+    /// can (files hash each declared content): a no-op checks it for every resource.
+    fn digest_observed(spec: &Self::Spec, observed: Option<&Self::Observed>) -> Digest;
     /// Observes `keys` (declared and owned) in one batched query: a result per key, so one odd
     /// resource fails only itself; `Err` only when the kind as a whole could not be observed
     /// (its tool hung or could not start, the root cannot be opened).

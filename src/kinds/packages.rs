@@ -102,6 +102,10 @@ impl Kind for Packages {
         digest(spec)
     }
 
+    fn digest_observed(spec: &Spec, _: Option<&Observed>) -> Digest {
+        Self::digest(spec)
+    }
+
     fn observe(
         env: &Env,
         _cx: &RunContext,

@@ -219,6 +219,10 @@ impl Kind for Units {
         digest(spec)
     }
 
+    fn digest_observed(spec: &Spec, _: Option<&Observed>) -> Digest {
+        Self::digest(spec)
+    }
+
     fn observe(
         env: &Env,
         _cx: &RunContext,

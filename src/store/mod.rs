@@ -334,14 +334,27 @@ impl Store {
         self.write_json(SERVICE, state)
     }
 
+    /// Read a line at a time as `save_ledger` writes it (`Ledger::read_lines`); a ledger laid out
+    /// otherwise (edited by hand, written by an earlier version, or damaged) is parsed as JSON,
+    /// which says what is wrong with it.
     pub fn ledger(&self) -> Result<Ledger, StoreError> {
-        let ledger: Ledger = self.read_json_streamed(LEDGER)?.unwrap_or_default();
+        let by_lines = match self.dir.open_reader(OsStr::new(LEDGER), MAX_STORE_FILE) {
+            Ok(Some(file)) => Ledger::read_lines(io::BufReader::with_capacity(64 << 10, file)),
+            Ok(None) | Err(_) => None,
+        };
+        let ledger: Ledger = match by_lines {
+            Some(ledger) => ledger,
+            None => self.read_json_streamed(LEDGER)?.unwrap_or_default(),
+        };
         ledger.check().map_err(|e| self.error(LEDGER, e))?;
         Ok(ledger)
     }
 
+    /// Written a resource a line (`Ledger::write`).
     pub fn save_ledger(&self, ledger: &Ledger) -> Result<(), StoreError> {
-        self.write_json(LEDGER, ledger)
+        self.dir
+            .write_atomic_streamed(OsStr::new(LEDGER), 0o600, |out| ledger.write(out))
+            .map_err(|e| self.error(LEDGER, format!("cannot be written: {e}")))
     }
 
     pub fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
@@ -585,6 +598,55 @@ mod tests {
         big.set_len(MAX_STORE_FILE + 1).unwrap();
         let e = store.ledger().unwrap_err().to_string();
         assert!(e.contains("more than the limit"), "{e}");
+    }
+
+    /// Saved compact, one owned resource a line; a ledger a person pretty-printed by hand reads
+    /// the same.
+    #[test]
+    fn the_ledger_is_saved_a_resource_a_line_and_read_in_any_layout() {
+        use crate::kinds::files::Files;
+        use crate::kinds::packages::Packages;
+        let tmp = TempDir::new("store-lines");
+        let store = Store::open(&tmp.path().join("s"), true).unwrap().unwrap();
+        let mut ledger = Ledger::default();
+        for key in ["/etc/a", "/etc/b"] {
+            ledger.insert::<Files>(key, Entry::created());
+            ledger.set_applied::<Files>(key, Digest::of(key.as_bytes()));
+        }
+        ledger.insert::<Packages>("vim", Entry::created());
+        store.save_ledger(&ledger).unwrap();
+        let file = store.path().join(LEDGER);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let entry = |key: &str| {
+            format!(
+                "\"{key}\":{{\"origin\":\"created\",\"applied\":\"{}\"}}",
+                Digest::of(key.as_bytes())
+            )
+        };
+        assert!(
+            lines.contains(&format!("{},", entry("/etc/a")).as_str()),
+            "{text}"
+        );
+        assert!(
+            lines.iter().any(|l| l.starts_with(&entry("/etc/b"))),
+            "{text}"
+        );
+        assert!(
+            lines.contains(&"\"vim\":{\"origin\":\"created\",\"applied\":null}},"),
+            "{text}"
+        );
+        let reread = |store: &Store| {
+            let back = store.ledger().unwrap();
+            for key in ["/etc/a", "/etc/b"] {
+                assert_eq!(back.get::<Files>(key), ledger.get::<Files>(key));
+            }
+            assert_eq!(back.get::<Packages>("vim"), ledger.get::<Packages>("vim"));
+        };
+        reread(&store);
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        std::fs::write(&file, serde_json::to_string_pretty(&value).unwrap()).unwrap();
+        reread(&store);
     }
 
     #[test]

@@ -1,0 +1,106 @@
+//! Sorted key lists and maps walked in step. A run visits a kind's keys in ascending order, and
+//! the maps it looks them up in (the declaration's section, the observation, the ledger's
+//! section) are sorted the same way: walking each once costs about one string comparison a key,
+//! where a search costs about twenty-five at 20,000 keys (and musl's `memcmp` goes a byte at a
+//! time over the long prefix such keys share).
+
+use std::cmp::Ordering;
+use std::collections::btree_map;
+use std::collections::BTreeMap;
+use std::iter::Peekable;
+
+/// The keys of two ascending lists, ascending and each once, in one pass (no sort).
+pub fn union<'k>(
+    a: impl Iterator<Item = &'k str>,
+    b: impl Iterator<Item = &'k str>,
+) -> Vec<&'k str> {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    let mut keys = Vec::with_capacity(a.size_hint().0.max(b.size_hint().0));
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => match x.cmp(y) {
+                Ordering::Less => a.next(),
+                Ordering::Greater => b.next(),
+                Ordering::Equal => {
+                    b.next();
+                    a.next()
+                }
+            },
+            (Some(_), None) => a.next(),
+            (None, Some(_)) => b.next(),
+            (None, None) => return keys,
+        };
+        keys.extend(next);
+    }
+}
+
+/// Lookups in a sorted map by keys asked in ascending order: the map is walked forward once.
+pub struct Walk<'m, V> {
+    rest: Peekable<btree_map::Iter<'m, String, V>>,
+}
+
+impl<'m, V> Walk<'m, V> {
+    pub fn new(map: &'m BTreeMap<String, V>) -> Walk<'m, V> {
+        Walk {
+            rest: map.iter().peekable(),
+        }
+    }
+
+    /// The value at `key`. Each key asked must be greater than the one asked before; a key
+    /// asked out of order is not found.
+    pub fn at(&mut self, key: &str) -> Option<&'m V> {
+        while let Some((at, value)) = self.rest.peek() {
+            match at.as_str().cmp(key) {
+                Ordering::Less => {
+                    self.rest.next();
+                }
+                Ordering::Equal => {
+                    let value = *value;
+                    self.rest.next();
+                    return Some(value);
+                }
+                Ordering::Greater => return None,
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn union_is_ascending_and_each_key_once() {
+        let a = ["a", "c", "d", "f"];
+        let b = ["b", "c", "f", "g", "h"];
+        assert_eq!(
+            union(a.into_iter(), b.into_iter()),
+            ["a", "b", "c", "d", "f", "g", "h"]
+        );
+        assert_eq!(union(a.into_iter(), [].into_iter()), a);
+        assert_eq!(union([].into_iter(), b.into_iter()), b);
+        assert!(union([].into_iter(), [].into_iter()).is_empty());
+    }
+
+    #[test]
+    fn walk_finds_what_a_search_finds_for_ascending_keys() {
+        let map: BTreeMap<String, usize> = ["b", "d", "e", "x"]
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.to_string(), i))
+            .collect();
+        let mut walk = Walk::new(&map);
+        for key in ["a", "b", "c", "d", "e", "f", "x", "y"] {
+            assert_eq!(walk.at(key), map.get(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn walk_does_not_go_back() {
+        let map: BTreeMap<String, u8> = [("a".to_string(), 1), ("b".to_string(), 2)].into();
+        let mut walk = Walk::new(&map);
+        assert_eq!(walk.at("b"), Some(&2));
+        assert_eq!(walk.at("a"), None);
+    }
+}
