@@ -52,15 +52,20 @@ pub struct Hex32<'a>(pub &'a [u8; 32]);
 
 impl std::fmt::Display for Hex32<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut text = [0u8; 64];
-        for (pair, b) in text.chunks_exact_mut(2).zip(self.0) {
-            pair[0] = DIGITS[(b >> 4) as usize];
-            pair[1] = DIGITS[(b & 15) as usize];
-        }
         // Hex digits are ASCII.
-        f.write_str(std::str::from_utf8(&text).unwrap_or_default())
+        f.write_str(std::str::from_utf8(&hex32(self.0)).unwrap_or_default())
     }
+}
+
+/// Lower-case hex of 32 bytes, as ASCII on the stack.
+pub fn hex32(bytes: &[u8; 32]) -> [u8; 64] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = [0u8; 64];
+    for (pair, b) in text.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[(b >> 4) as usize];
+        pair[1] = DIGITS[(b & 15) as usize];
+    }
+    text
 }
 
 /// Lower-case hex of SHA-256, the form digests take in the store and in output.

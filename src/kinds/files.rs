@@ -448,6 +448,10 @@ fn content_digest(c: &Content) -> Digest {
 
 /// `content_digest`, given the SHA-256 of the content.
 fn content_digest_of(c: &Content, sha: &[u8; 32]) -> Digest {
+    if c.owner().is_none() && c.group().is_none() {
+        let (text, len) = unowned_digest_text(sha, c.mode);
+        return Digest::of(&text[..len]);
+    }
     Digest::of_text(format_args!(
         "present\n{}\n{:?}\n{:?}\n{:?}",
         codec::Hex32(sha),
@@ -455,6 +459,42 @@ fn content_digest_of(c: &Content, sha: &[u8; 32]) -> Digest {
         c.owner().map(Account::display),
         c.group().map(Account::display)
     ))
+}
+
+/// The text `content_digest_of` hashes for a file declared with no owner or group (nearly every
+/// file), put together on the stack: the same bytes as its format (tested), for a fraction of
+/// what formatting it piece by piece costs, which a no-op pays for every file found in sync.
+fn unowned_digest_text(sha: &[u8; 32], mode: Option<u32>) -> ([u8; 100], usize) {
+    let mut text = [0u8; 100];
+    let mut len = 0;
+    let mut put = |bytes: &[u8]| {
+        for &b in bytes {
+            text[len] = b;
+            len += 1;
+        }
+    };
+    put(b"present\n");
+    put(&codec::hex32(sha));
+    match mode {
+        None => put(b"\nNone"),
+        Some(mut mode) => {
+            let mut digits = [0u8; 10];
+            let mut at = digits.len();
+            loop {
+                at -= 1;
+                digits[at] = b'0' + (mode % 10) as u8;
+                mode /= 10;
+                if mode == 0 {
+                    break;
+                }
+            }
+            put(b"\nSome(");
+            put(&digits[at..]);
+            put(b")");
+        }
+    }
+    put(b"\nNone\nNone");
+    (text, len)
 }
 
 /// Absolute, normalised, under /etc, and not /etc itself.
@@ -1685,6 +1725,9 @@ mod tests {
         for spec in [
             r#"{"content": "a"}"#,
             r#"{"content": "a", "mode": "4755"}"#,
+            r#"{"content": "a", "mode": "0000"}"#,
+            r#"{"content": "a", "mode": "7777"}"#,
+            r#"{"content": "a", "mode": "0644", "owner": "root"}"#,
             r#"{"content": "", "owner": "www-data", "group": "7"}"#,
             r#"{"content": "b", "group": "wheel"}"#,
         ] {
