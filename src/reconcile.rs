@@ -9,11 +9,13 @@ use serde::Serialize;
 
 use crate::declaration::Declaration;
 use crate::kinds::{
-    self, backup_key, files::Files, Action, Change, Env, Kind, LedgerAfter, Listed, Outcome,
-    RunContext, Step, Visit,
+    self, backup_key, files::Files, Action, Change, Details, Env, Kind, LedgerAfter, Listed,
+    Outcome, RunContext, Step, Visit,
 };
 use crate::pacnew::{self, Pacnew};
-use crate::store::{Failing, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError};
+use crate::store::{
+    Entry, Failing, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -42,16 +44,17 @@ pub struct Report {
     pub in_sync_by_kind: BTreeMap<&'static str, usize>,
 }
 
-/// One change a run made or (planning) would make.
+/// One change a run made or (planning) would make: a run's report holds one for each of
+/// thousands of changes, so its kind is the registry's name and its details one string.
 #[derive(Debug, Clone, Serialize)]
 pub struct Planned {
-    pub kind: String,
+    pub kind: &'static str,
     pub key: String,
     /// `+`, `~` or `-`: the action's sign, kept for the JSON of `plan` and `apply`.
     pub symbol: char,
     #[serde(serialize_with = "action_word")]
     pub action: Action,
-    pub details: Vec<String>,
+    pub details: Details,
 }
 
 fn action_word<S: serde::Serializer>(action: &Action, s: S) -> Result<S::Ok, S::Error> {
@@ -61,7 +64,7 @@ fn action_word<S: serde::Serializer>(action: &Action, s: S) -> Result<S::Ok, S::
 impl Planned {
     pub fn as_result(&self) -> ResourceResult {
         ResourceResult {
-            kind: self.kind.clone(),
+            kind: self.kind.to_string(),
             key: self.key.clone(),
             action: self.action.into(),
             detail: self.details.join(", "),
@@ -238,7 +241,14 @@ fn converge<K: Kind>(
     let keys: Vec<String> = keys.into_iter().map(str::to_string).collect();
     let mut changes = Vec::new();
     let mut ledger_dirty = false;
+    let in_chunks = mode == Mode::Apply && K::APPLIED_IN_CHUNKS;
     for (at, chunk) in keys.chunks(OBSERVED_AT_ONCE).enumerate() {
+        // Applied a chunk at a time, the kind stops between chunks as the run does between
+        // kinds: what the chunks before did is recorded, the rest is left for the next run.
+        if in_chunks && at > 0 && (report.interrupted || (env.interrupted)()) {
+            report.interrupted = true;
+            return save(env, ledger, ledger_dirty);
+        }
         let observed = match K::observe(env, cx, chunk) {
             Ok(observed) => observed,
             Err(e) => {
@@ -318,7 +328,12 @@ fn converge<K: Kind>(
             }
         }
         // Planned: the chunk's observation is not needed again (`verify` makes its own), so it
-        // is not held beside the next one.
+        // is not held beside the next one, nor beside the chunk's changes being applied.
+        drop(observed);
+        if in_chunks && !changes.is_empty() {
+            let dirty = std::mem::take(&mut ledger_dirty);
+            apply_planned::<K>(env, cx, ledger, std::mem::take(&mut changes), dirty, report)?;
+        }
     }
     if mode == Mode::Plan {
         for change in &changes {
@@ -331,6 +346,20 @@ fn converge<K: Kind>(
         report.changes.extend(planned);
         return Ok(());
     }
+    apply_planned::<K>(env, cx, ledger, changes, ledger_dirty, report)
+}
+
+/// Applies planned changes of a kind (all of them, or one chunk's: `Kind::APPLIED_IN_CHUNKS`):
+/// written ahead, applied, verified, recorded. `ledger_dirty` says planning changed the ledger
+/// (an adoption, an applied digest brought up to date), which is then saved with the intents.
+fn apply_planned<K: Kind>(
+    env: &Env,
+    cx: &mut RunContext,
+    ledger: &mut Ledger,
+    changes: Vec<Change<K::Op, K::Original>>,
+    mut ledger_dirty: bool,
+    report: &mut Report,
+) -> Result<(), StoreError> {
     // Write-ahead: originals and new ownership are durable before anything is touched.
     let mut intents = Vec::new();
     for change in &changes {
@@ -338,7 +367,7 @@ fn converge<K: Kind>(
             store.save_backup(&backup_key(K::NAME, &change.key), bytes)?;
         }
         if let Some(intent) = &change.intent {
-            intents.push((change.key.clone(), intent.clone()));
+            intents.push((change.key.clone(), Entry::clone(intent)));
         }
     }
     ledger_dirty |= !intents.is_empty();
@@ -401,9 +430,9 @@ fn converge<K: Kind>(
     Ok(())
 }
 
-fn planned_row(kind: &str, key: String, action: Action, details: Vec<String>) -> Planned {
+fn planned_row(kind: &'static str, key: String, action: Action, details: Details) -> Planned {
     Planned {
-        kind: kind.to_string(),
+        kind,
         key,
         symbol: action.symbol(),
         action,

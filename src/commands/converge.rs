@@ -315,7 +315,7 @@ fn resource_states(report: &Report) -> BTreeMap<String, BTreeMap<String, u64>> {
         .iter()
         .map(|c| {
             (
-                c.kind.as_str(),
+                c.kind,
                 if c.action == Action::Create {
                     "missing"
                 } else {

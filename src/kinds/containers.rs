@@ -72,6 +72,9 @@ pub enum Op {
 
 impl Kind for Containers {
     const ABOUT: &'static str = "podman containers";
+    // In phases over every container (removals, then stops, then creates): split, a create
+    // could come before the removal that frees its name or port.
+    const APPLIED_IN_CHUNKS: bool = false;
     type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
@@ -262,12 +265,12 @@ impl Kind for Containers {
         let Some(obs) = observed else {
             return Step::Fail(format!("container {key} was not observed"));
         };
-        let change = |action, details: Vec<String>, intent, after, op| {
+        let change = |action, details: Vec<String>, intent: Option<Entry<_>>, after, op| {
             Step::Change(Change {
                 key: key.to_string(),
                 action,
-                details,
-                intent,
+                details: details.into(),
+                intent: intent.map(Box::new),
                 backup: None,
                 after,
                 op,

@@ -125,6 +125,9 @@ pub enum Op {
 
 impl Kind for Files {
     const ABOUT: &'static str = "files under /etc";
+    // Each file is written, renamed and synced on its own: nothing spans two chunks but the
+    // directories they share, which are looked up and made again as needed.
+    const APPLIED_IN_CHUNKS: bool = true;
     type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
@@ -325,6 +328,9 @@ impl Kind for Files {
                 .map(|_| Outcome::Failed(message.clone().into()))
                 .collect()
         };
+        // The index a chunk's observation kept describes the files before this apply: the next
+        // chunk reads the one `verify` leaves.
+        cx.facts.files.index.take();
         let root = match Dir::open(env.root) {
             Ok(root) => root,
             Err(e) => return fail_all(format!("root {}: {e}", env.root.display())),
@@ -661,8 +667,8 @@ fn plan_present(
             Step::Change(Change {
                 key: key.to_string(),
                 action: Action::Create,
-                details: vec![format!("{} bytes, mode {mode:04o}", content.bytes.len())],
-                intent: owned.is_none().then(Entry::created),
+                details: vec![format!("{} bytes, mode {mode:04o}", content.bytes.len())].into(),
+                intent: owned.is_none().then(|| Box::new(Entry::created())),
                 backup: None,
                 after: after(),
                 op: Op::Write { mode, owner },
@@ -713,9 +719,9 @@ fn plan_present(
             Step::Change(Change {
                 key: key.to_string(),
                 action: Action::Update,
-                details,
-                intent,
-                backup,
+                details: details.into(),
+                intent: intent.map(Box::new),
+                backup: backup.map(Vec::into_boxed_slice),
                 after: after(),
                 op,
             })
@@ -753,7 +759,7 @@ fn plan_absent(
     Step::Change(Change {
         key: key.to_string(),
         action: Action::Remove,
-        details: vec![detail.to_string()],
+        details: vec![detail.to_string()].into(),
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
@@ -799,7 +805,7 @@ fn plan_release(
     Step::Change(Change {
         key: key.to_string(),
         action,
-        details: vec![detail],
+        details: vec![detail].into(),
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
