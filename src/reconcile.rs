@@ -343,7 +343,12 @@ fn converge<K: Kind>(
     }
     if mode == Mode::Plan {
         for change in &changes {
-            K::note(K::facts_mut(&mut cx.facts), change, &Outcome::Done);
+            K::note(
+                cx.declaration,
+                K::facts_mut(&mut cx.facts),
+                change,
+                &Outcome::Done,
+            );
         }
         // Each change becomes its row (its key and details moved, not copied).
         let planned = changes
@@ -384,7 +389,12 @@ fn apply_planned<K: Kind>(
     verify::<K>(env, cx, ledger, &changes, &mut outcomes);
     let changed = !changes.is_empty();
     for (change, outcome) in changes.into_iter().zip(&outcomes) {
-        K::note(K::facts_mut(&mut cx.facts), &change, outcome);
+        K::note(
+            cx.declaration,
+            K::facts_mut(&mut cx.facts),
+            &change,
+            outcome,
+        );
         match outcome {
             Outcome::Done => {
                 match change.after {

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::codec;
 use crate::config::{Identity, Limits};
-use crate::declaration::Fields;
+use crate::declaration::{Declaration, Fields};
 use crate::store::{Digest, Entry, Ledger};
 use crate::tools::podman::{self, State};
 
@@ -404,7 +404,7 @@ impl Kind for Containers {
     }
 
     /// Nothing comes after containers.
-    fn note(_: &mut (), _: &Change<Op, NoOriginal>, _: &Outcome) {}
+    fn note(_: &Declaration, _: &mut (), _: &Change<Op, NoOriginal>, _: &Outcome) {}
 
     fn apply(
         env: &Env,

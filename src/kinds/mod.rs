@@ -328,8 +328,14 @@ pub trait Kind: Listed {
         ledger: &mut Ledger,
         changes: &[Change<Self::Op, Self::Original>],
     ) -> Vec<Outcome>;
-    /// Records in its own facts what later kinds need to know of a change's outcome.
-    fn note(facts: &mut Self::Facts, change: &Change<Self::Op, Self::Original>, outcome: &Outcome);
+    /// Records in its own facts what later kinds need to know of a change's outcome (what the
+    /// `declaration` has them act on).
+    fn note(
+        declaration: &Declaration,
+        facts: &mut Self::Facts,
+        change: &Change<Self::Op, Self::Original>,
+        outcome: &Outcome,
+    );
 }
 
 /// What observation found of each key: its state, or why that one key could not be observed.

@@ -14,7 +14,7 @@ use super::{
     LedgerAfter, Observations, Outcome, RunContext, Step, STOPPING,
 };
 use crate::config::{Identity, Limits};
-use crate::declaration::Fields;
+use crate::declaration::{Declaration, Fields};
 use crate::exec::{CommandError, Failure};
 use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::pacman::{self, InstallReason, Pacman, SyncInfo};
@@ -398,7 +398,12 @@ impl Kind for Packages {
             .collect()
     }
 
-    fn note(facts: &mut Facts, change: &Change<Op, InstallReason>, outcome: &Outcome) {
+    fn note(
+        _: &Declaration,
+        facts: &mut Facts,
+        change: &Change<Op, InstallReason>,
+        outcome: &Outcome,
+    ) {
         if change.op == Op::Install && *outcome != Outcome::Done {
             facts.failed.insert(change.key.clone());
         }

@@ -18,7 +18,7 @@ use super::{
     LedgerAfter, Listed, Observations, Outcome, RunContext, Step,
 };
 use crate::config::{Identity, Limits};
-use crate::declaration::Fields;
+use crate::declaration::{Declaration, Fields};
 use crate::fsutil::{self, Dir, FileType, Found};
 use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
@@ -337,7 +337,7 @@ impl Kind for Units {
     }
 
     /// Later kinds need nothing of units.
-    fn note(_: &mut (), _: &Change<Op, Original>, _: &Outcome) {}
+    fn note(_: &Declaration, _: &mut (), _: &Change<Op, Original>, _: &Outcome) {}
 
     fn apply(
         env: &Env,
