@@ -476,7 +476,7 @@ fn a_corrupt_run_history_is_set_aside_and_the_run_still_recorded() {
     assert_eq!(runs.len(), 1, "{status:#}");
 }
 
-/// More files than a run applies at once (files are applied 4,096 at a time): every chunk is
+/// More files than a run applies at once (files are applied 2,048 at a time): every chunk is
 /// written ahead, applied and recorded, a file that fails in the first chunk fails only itself,
 /// an adopted file in a later chunk keeps its original, and the release crosses chunks too,
 /// removing the directories the host made.
@@ -511,7 +511,7 @@ fn a_converge_of_several_chunks_owns_and_releases_every_file() {
         N + 1
     ));
     out.assert_stdout("! files /etc/a-blocker/x.conf");
-    for i in [0, 4095, 4096, N - 1] {
+    for i in [0, 2047, 2048, 4096, N - 1] {
         let content = std::fs::read_to_string(host.target(&path(i))).unwrap();
         assert_eq!(content, format!("file {i}\n"));
     }
