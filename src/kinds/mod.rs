@@ -198,26 +198,64 @@ pub enum LedgerAfter {
 
 /// What differs about a resource, for people: `content`, `mode 0600 -> 0644`, `restore
 /// original`. Kept as one string, a line per detail, since a plan and a run's report of 20,000
-/// changes hold 20,000 of them (one allocation each, not a list and a string per detail); a
-/// detail's own line breaks become spaces. In JSON, a list of the details.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Details(Box<str>);
+/// changes hold 20,000 of them: in place when short (a new file's `80 bytes, mode 0644`), else
+/// one allocation, never a list and a string per detail. A detail's own line breaks become
+/// spaces. In JSON, a list of the details.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Details(Lines);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Lines {
+    Short { len: u8, bytes: [u8; SHORT_DETAILS] },
+    Long(Box<str>),
+}
+
+/// The longest details kept in place: what fits beside the length in the space of a boxed str
+/// and its tag.
+const SHORT_DETAILS: usize = 22;
+
+impl Default for Details {
+    fn default() -> Details {
+        Details::from(Vec::new())
+    }
+}
 
 impl Details {
+    /// The details' lines.
+    fn text(&self) -> &str {
+        match &self.0 {
+            // Copied from a `str` at a line's end: valid UTF-8 (an empty text otherwise).
+            Lines::Short { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Lines::Long(text) => text,
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &str> {
-        self.0.split('\n').filter(|_| !self.0.is_empty())
+        let text = self.text();
+        text.split('\n').filter(move |_| !text.is_empty())
     }
 
     /// The details in one line, `sep` between them.
     pub fn join(&self, sep: &str) -> String {
-        self.0.replace('\n', sep)
+        self.text().replace('\n', sep)
     }
 }
 
 impl From<Vec<String>> for Details {
     fn from(details: Vec<String>) -> Details {
         let lines: Vec<String> = details.into_iter().map(|d| d.replace('\n', " ")).collect();
-        Details(lines.join("\n").into_boxed_str())
+        let text = lines.join("\n");
+        if text.len() > SHORT_DETAILS {
+            return Details(Lines::Long(text.into_boxed_str()));
+        }
+        let mut bytes = [0; SHORT_DETAILS];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        Details(Lines::Short {
+            len: text.len() as u8,
+            bytes,
+        })
     }
 }
 
@@ -546,6 +584,19 @@ mod tests {
         let none = Details::from(Vec::new());
         assert_eq!(none.iter().count(), 0);
         assert_eq!(serde_json::to_string(&none).unwrap(), "[]");
+        // Kept in place up to 22 bytes, boxed beyond: the same details either way.
+        for text in [
+            "80 bytes, mode 0644",
+            "1234567890123456789012",
+            "é",
+            "a, b, c, d, e, f, g, h, i",
+        ] {
+            let lines: Vec<String> = text.split(", ").map(str::to_string).collect();
+            let details = Details::from(lines.clone());
+            assert_eq!(details.iter().collect::<Vec<_>>(), lines);
+            assert_eq!(details.join(", "), text);
+        }
+        assert!(std::mem::size_of::<Details>() <= 24);
     }
 
     #[test]
