@@ -699,3 +699,55 @@ fn inspect_chunk<K: Kind>(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::declaration::tests::{parse_with_defaults, test_config};
+    use crate::exec::Runner;
+    use crate::testutil::TempDir;
+
+    /// Stopping between the chunks of a kind applied in chunks, as between kinds: what the first
+    /// chunk did is recorded, the chunks after are not observed, the run is interrupted.
+    #[test]
+    fn a_host_stopping_between_chunks_keeps_the_first_and_leaves_the_rest() {
+        let scratch = TempDir::new("chunks-stop");
+        let root = scratch.path().join("root");
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        let store = Store::open(&scratch.path().join("state"), true)
+            .unwrap()
+            .unwrap();
+        let path = |i: usize| format!("/etc/many/f{i:05}.conf");
+        let files: Vec<String> = (0..APPLIED_AT_ONCE + 10)
+            .map(|i| format!(r#""{}": {{"content": "{i}"}}"#, path(i)))
+            .collect();
+        let text = format!(r#"{{"schema": 1, "files": {{{}}}}}"#, files.join(","));
+        let declaration = parse_with_defaults(&text).unwrap();
+        let config = test_config();
+        let runner = Runner::new(false);
+        // The host starts stopping once the first chunk's files are in place.
+        let last_of_first = root.join(&path(APPLIED_AT_ONCE - 1)[1..]);
+        let interrupted = || last_of_first.exists();
+        let env = Env {
+            root: &root,
+            offline: true,
+            config: &config,
+            runner: &runner,
+            store: Some(&store),
+            interrupted: &interrupted,
+        };
+        let mut ledger = store.ledger().unwrap();
+        let report = run(&env, &declaration, &mut ledger, Mode::Apply).unwrap();
+        assert!(report.interrupted);
+        assert_eq!(report.changes.len(), APPLIED_AT_ONCE);
+        assert!(report.failures.is_empty(), "{:?}", report.failures);
+        assert!(report.deferred.is_empty(), "{:?}", report.deferred);
+        assert!(last_of_first.exists());
+        assert!(!root.join(&path(APPLIED_AT_ONCE)[1..]).exists());
+        // The stored ledger says the same: the first chunk owned, with its digests; the rest not.
+        let stored = store.ledger().unwrap();
+        assert_eq!(stored.owned_keys::<Files>().count(), APPLIED_AT_ONCE);
+        let first = stored.get::<Files>(&path(0)).unwrap();
+        assert!(first.applied.is_some());
+    }
+}
