@@ -8,6 +8,7 @@ use std::cmp::Ordering;
 use std::collections::btree_map;
 use std::collections::BTreeMap;
 use std::iter::Peekable;
+use std::ops::Bound;
 
 /// The keys of two ascending lists, ascending and each once, in one pass (no sort).
 pub fn union<'k>(
@@ -36,13 +37,22 @@ pub fn union<'k>(
 
 /// Lookups in a sorted map by keys asked in ascending order: the map is walked forward once.
 pub struct Walk<'m, V> {
-    rest: Peekable<btree_map::Iter<'m, String, V>>,
+    rest: Peekable<btree_map::Range<'m, String, V>>,
 }
 
 impl<'m, V> Walk<'m, V> {
     pub fn new(map: &'m BTreeMap<String, V>) -> Walk<'m, V> {
         Walk {
-            rest: map.iter().peekable(),
+            rest: map.range::<str, _>(..).peekable(),
+        }
+    }
+
+    /// A walk of `map` from `first` on (found by one search): for keys asked from `first` up.
+    pub fn from(map: &'m BTreeMap<String, V>, first: &str) -> Walk<'m, V> {
+        Walk {
+            rest: map
+                .range::<str, _>((Bound::Included(first), Bound::Unbounded))
+                .peekable(),
         }
     }
 
@@ -94,6 +104,21 @@ mod tests {
         for key in ["a", "b", "c", "d", "e", "f", "x", "y"] {
             assert_eq!(walk.at(key), map.get(key), "{key}");
         }
+    }
+
+    #[test]
+    fn a_walk_from_a_key_finds_it_and_what_follows() {
+        let map: BTreeMap<String, u8> = [("a", 1), ("b", 2), ("d", 4)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into();
+        let mut walk = Walk::from(&map, "b");
+        assert_eq!(walk.at("a"), None);
+        let mut walk = Walk::from(&map, "b");
+        assert_eq!(
+            (walk.at("b"), walk.at("c"), walk.at("d")),
+            (Some(&2), None, Some(&4))
+        );
+        assert_eq!(Walk::from(&map, "c").at("d"), Some(&4));
     }
 
     #[test]

@@ -475,3 +475,68 @@ fn a_corrupt_run_history_is_set_aside_and_the_run_still_recorded() {
     let runs = status["runs"].as_array().cloned().unwrap_or_default();
     assert_eq!(runs.len(), 1, "{status:#}");
 }
+
+/// More files than a run applies at once (files are applied 2,048 at a time): every chunk is
+/// written ahead, applied and recorded, a file that fails in the first chunk fails only itself,
+/// an adopted file in a later chunk keeps its original, and the release crosses chunks too,
+/// removing the directories the host made.
+#[test]
+fn a_converge_of_several_chunks_owns_and_releases_every_file() {
+    const N: usize = 9000;
+    let host = Scratch::new("chunks");
+    std::fs::write(host.target("/etc/a-blocker"), "a file, not a directory").unwrap();
+    std::fs::create_dir_all(host.target("/etc/zz")).unwrap();
+    std::fs::write(host.target("/etc/zz/adopted.conf"), "original").unwrap();
+    let path = |i: usize| format!("/etc/many/d{}/f{i:05}.conf", i / 500);
+    let mut files = serde_json::Map::new();
+    for i in 0..N {
+        files.insert(
+            path(i),
+            serde_json::json!({"content": format!("file {i}\n")}),
+        );
+    }
+    files.insert(
+        "/etc/a-blocker/x.conf".into(),
+        serde_json::json!({"content": "x"}),
+    );
+    files.insert(
+        "/etc/zz/adopted.conf".into(),
+        serde_json::json!({"content": "declared"}),
+    );
+    let text = serde_json::json!({"schema": 1, "files": files}).to_string();
+    let file = host.declaration("d.json", &text);
+    let out = host.apply(&file, 1);
+    out.assert_stdout(&format!(
+        "{} changed, 0 in sync, 0 adopted, 0 deferred, 1 failed",
+        N + 1
+    ));
+    out.assert_stdout("! files /etc/a-blocker/x.conf");
+    for i in [0, 2047, 2048, 4096, N - 1] {
+        let content = std::fs::read_to_string(host.target(&path(i))).unwrap();
+        assert_eq!(content, format!("file {i}\n"));
+    }
+    let owned = host.run(&["owned", "--json"]).json();
+    let owned = owned["owned"].as_array().unwrap();
+    assert_eq!(
+        owned.len(),
+        N + 1,
+        "every written file is owned, the failed one is not"
+    );
+    assert!(owned.iter().all(|row| row["state"] == "in sync"));
+
+    let again = host.apply(&file, 1);
+    again.assert_stdout(&format!("0 changed, {} in sync", N + 1));
+
+    let empty = host.declaration("empty.json", r#"{"schema": 1}"#);
+    let released = host.apply(&empty, 0);
+    released.assert_stdout(&format!("{} changed", N + 1));
+    assert!(
+        !host.target("/etc/many").exists(),
+        "the directories it made are gone"
+    );
+    assert_eq!(
+        std::fs::read(host.target("/etc/zz/adopted.conf")).unwrap(),
+        b"original"
+    );
+    assert_eq!(host.run(&["owned"]).stdout.trim(), "mesh-host owns nothing");
+}

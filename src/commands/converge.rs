@@ -12,10 +12,10 @@ use crate::kinds::Action;
 use crate::link;
 use crate::metrics;
 use crate::pacnew::Pacnew;
-use crate::reconcile::{self, Mode, Report};
+use crate::reconcile::{self, Mode, Planned, Report};
 use crate::store::{
-    self, Failing, InForce, LastRun, LinkStatus, LockError, Notice, RunOutcome, RunRecord,
-    ServicePhase, Source, Store, StoreError, Trigger, Triggers,
+    self, Failing, InForce, LastRun, LinkStatus, LockError, Notice, ResourceResult, RunOutcome,
+    RunRecord, ServicePhase, Source, Store, StoreError, Trigger, Triggers, LISTED,
 };
 use crate::words::expiry;
 
@@ -178,7 +178,7 @@ impl Host {
                     &runner,
                 );
                 let message = join_lines(&runs_note, &e.to_string());
-                self.queue_report(&store, &record, &[], &[], &message);
+                self.queue_report(&store, &record, &[], &[], &[], &message);
                 let _ = store.record_run(&record);
                 self.note_run(&store, &record, None);
                 return Err(e.into());
@@ -208,7 +208,8 @@ impl Host {
         // never a recorded run the control plane is not told of.
         let failing = note_failures(&store, &report, record.ended);
         let message = join_lines(&runs_note, &notes.join("; "));
-        self.queue_report(&store, &record, &failing, &report.pacnew, &message);
+        let changes = &report.changes;
+        self.queue_report(&store, &record, changes, &failing, &report.pacnew, &message);
         store.record_run(&record)?;
         self.note_run(&store, &record, Some(&report));
         Ok(Some(RunResult {
@@ -218,11 +219,13 @@ impl Host {
         }))
     }
 
-    /// Puts a run's report in the outbox, for the control plane, when there is one.
+    /// Puts a run's report in the outbox, for the control plane, when there is one; it lists
+    /// every change (`changes`, the run's report), where the record keeps the first few.
     fn queue_report(
         &self,
         store: &Store,
         record: &RunRecord,
+        changes: &[Planned],
         failing: &[Failing],
         pacnew: &[Pacnew],
         message: &str,
@@ -230,7 +233,7 @@ impl Host {
         if self.config.control_plane.is_none() {
             return;
         }
-        let mut report = report_of(record, message);
+        let mut report = report_of(record, changes, message);
         report.failing = failing.to_vec();
         report.pacnew = pacnew.to_vec();
         if let Err(e) = store.outbox_push(&mut report, self.config.outbox_bounds()) {
@@ -315,7 +318,7 @@ fn resource_states(report: &Report) -> BTreeMap<String, BTreeMap<String, u64>> {
         .iter()
         .map(|c| {
             (
-                c.kind.as_str(),
+                c.kind,
                 if c.action == Action::Create {
                     "missing"
                 } else {
@@ -408,19 +411,25 @@ fn record(
         outcome,
         revision,
         digest: Some(d.digest.clone()),
-        changes: report.changes.iter().map(|c| c.as_result()).collect(),
+        // As many as the store keeps: a run of 20,000 changes is not listed twice in memory (the
+        // wire report lists them all, from `report`).
+        changes: (report.changes.iter().take(LISTED))
+            .map(Planned::as_result)
+            .collect(),
         failures: report.failures.clone(),
         deferred: report.deferred.clone(),
         in_sync: report.in_sync,
         commands: runner.count(),
         retries: runner.retries(),
         notes: runner.notes(),
-        omitted: 0,
+        omitted: report.changes.len().saturating_sub(LISTED),
     }
 }
 
-/// The control plane's view of a run. Changes in a run no new declaration caused repair drift.
-pub fn report_of(record: &RunRecord, message: &str) -> link::Report {
+/// The control plane's view of a run, with its `changes`. Changes in a run no new declaration
+/// caused repair drift.
+pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link::Report {
+    let changes: Vec<ResourceResult> = changes.iter().map(Planned::as_result).collect();
     let new_declaration =
         record.trigger.contains(Trigger::Declaration) || record.trigger.contains(Trigger::Apply);
     link::Report {
@@ -431,14 +440,14 @@ pub fn report_of(record: &RunRecord, message: &str) -> link::Report {
         outcome: record.outcome.into(),
         started: record.started,
         ended: record.ended,
-        changes: record.changes.clone(),
-        failures: record.failures.clone(),
-        deferred: record.deferred.clone(),
         drift: if new_declaration {
             Vec::new()
         } else {
-            record.changes.clone()
+            changes.clone()
         },
+        changes,
+        failures: record.failures.clone(),
+        deferred: record.deferred.clone(),
         message: message.to_string(),
         failing: Vec::new(),
         pacnew: Vec::new(),

@@ -494,11 +494,11 @@ mod tests {
     #[test]
     fn a_run_keeps_its_json_shape_with_and_without_the_commands() {
         let changes = [Planned {
-            kind: "files".into(),
+            kind: "files",
             key: "/etc/x".into(),
             symbol: '+',
             action: Action::Create,
-            details: vec!["content".into(), "mode 0644".into()],
+            details: vec!["content".into(), "mode 0644".into()].into(),
         }];
         let failures = [result(ResultAction::Plan)];
         let deferred = [result(ResultAction::Remove)];

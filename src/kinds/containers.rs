@@ -13,7 +13,7 @@ use super::{
 };
 use crate::codec;
 use crate::config::{Identity, Limits};
-use crate::declaration::Fields;
+use crate::declaration::{Declaration, Fields};
 use crate::store::{Digest, Entry, Ledger};
 use crate::tools::podman::{self, State};
 
@@ -72,6 +72,9 @@ pub enum Op {
 
 impl Kind for Containers {
     const ABOUT: &'static str = "podman containers";
+    // In phases over every container (removals, then stops, then creates): split, a create
+    // could come before the removal that frees its name or port.
+    const APPLIED_IN_CHUNKS: bool = false;
     type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
@@ -266,12 +269,12 @@ impl Kind for Containers {
         let Some(obs) = observed else {
             return Step::Fail(format!("container {key} was not observed"));
         };
-        let change = |action, details: Vec<String>, intent, after, op| {
+        let change = |action, details: Vec<String>, intent: Option<Entry<_>>, after, op| {
             Step::Change(Change {
                 key: key.to_string(),
                 action,
-                details,
-                intent,
+                details: details.into(),
+                intent: intent.map(Box::new),
                 backup: None,
                 after,
                 op,
@@ -405,7 +408,7 @@ impl Kind for Containers {
     }
 
     /// Nothing comes after containers.
-    fn note(_: &mut (), _: &Change<Op, NoOriginal>, _: &Outcome) {}
+    fn note(_: &Declaration, _: &mut (), _: &Change<Op, NoOriginal>, _: &Outcome) {}
 
     fn apply(
         env: &Env,

@@ -12,7 +12,7 @@ use super::{
 use crate::accounts::{Account, Accounts};
 use crate::codec;
 use crate::config::{Identity, Limits};
-use crate::declaration::Fields;
+use crate::declaration::{Declaration, Fields};
 use crate::fsutil::{self, Dir, FileType, PendingWrite, Stamp, Stat, WalkError};
 use crate::store::{self, Cached, Digest, Entry, FilesIndex, Ledger, Origin, Store};
 
@@ -78,8 +78,12 @@ enum State {
 /// What files tell later kinds about a run.
 #[derive(Debug, Default)]
 pub struct Facts {
-    /// Files (absolute target paths) changed in this run: units restart or reload on them.
+    /// Files (absolute target paths) changed in this run that a declared unit restarts or
+    /// reloads on: only those, as a run may change 20,000 files.
     pub changed: BTreeSet<String>,
+    /// Every path a declared unit restarts or reloads on, gathered when the first change is
+    /// noted.
+    units_act_on: Option<HashSet<String>>,
     /// The files index as the run's last observation left it unchanged: kept for the next
     /// chunk of files, so a run reads and checks the index once, not once per 4,096 files.
     index: std::cell::RefCell<Option<FilesIndex>>,
@@ -129,6 +133,9 @@ pub enum Op {
 
 impl Kind for Files {
     const ABOUT: &'static str = "files under /etc";
+    // Each file is written, renamed and synced on its own: nothing spans two chunks but the
+    // directories they share, which are looked up and made again as needed.
+    const APPLIED_IN_CHUNKS: bool = true;
     type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
@@ -342,6 +349,9 @@ impl Kind for Files {
                 .map(|_| Outcome::Failed(message.clone().into()))
                 .collect()
         };
+        // The index a chunk's observation kept describes the files before this apply: the next
+        // chunk reads the one `verify` leaves.
+        cx.facts.files.index.take();
         let root = match Dir::open(env.root) {
             Ok(root) => root,
             Err(e) => return fail_all(format!("root {}: {e}", env.root.display())),
@@ -426,8 +436,22 @@ impl Kind for Files {
         outcomes
     }
 
-    fn note(facts: &mut Facts, change: &Change<Op, Original>, outcome: &Outcome) {
-        if *outcome == Outcome::Done && !matches!(change.op, Op::Forget) {
+    fn note(
+        declaration: &Declaration,
+        facts: &mut Facts,
+        change: &Change<Op, Original>,
+        outcome: &Outcome,
+    ) {
+        if *outcome != Outcome::Done || matches!(change.op, Op::Forget) {
+            return;
+        }
+        let units_act_on = facts.units_act_on.get_or_insert_with(|| {
+            (declaration.units.values())
+                .flat_map(|unit| unit.restart_on.iter().chain(&unit.reload_on))
+                .cloned()
+                .collect()
+        });
+        if units_act_on.contains(&change.key) {
             facts.changed.insert(change.key.clone());
         }
     }
@@ -739,8 +763,8 @@ fn plan_present(
             Step::Change(Change {
                 key: key.to_string(),
                 action: Action::Create,
-                details: vec![format!("{} bytes, mode {mode:04o}", content.bytes.len())],
-                intent: owned.is_none().then(Entry::created),
+                details: vec![format!("{} bytes, mode {mode:04o}", content.bytes.len())].into(),
+                intent: owned.is_none().then(|| Box::new(Entry::created())),
                 backup: None,
                 after: after(),
                 op: Op::Write { mode, owner },
@@ -791,9 +815,9 @@ fn plan_present(
             Step::Change(Change {
                 key: key.to_string(),
                 action: Action::Update,
-                details,
-                intent,
-                backup,
+                details: details.into(),
+                intent: intent.map(Box::new),
+                backup: backup.map(Vec::into_boxed_slice),
                 after: after(),
                 op,
             })
@@ -831,7 +855,7 @@ fn plan_absent(
     Step::Change(Change {
         key: key.to_string(),
         action: Action::Remove,
-        details: vec![detail.to_string()],
+        details: vec![detail.to_string()].into(),
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
@@ -877,7 +901,7 @@ fn plan_release(
     Step::Change(Change {
         key: key.to_string(),
         action,
-        details: vec![detail],
+        details: vec![detail].into(),
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
@@ -1119,6 +1143,7 @@ fn remove_unneeded_directories(root: &Dir, cx: &RunContext, ledger: &mut Ledger)
 mod tests {
     use super::*;
     use crate::declaration::tests::{check_refused, parse_with_defaults, problems};
+    use crate::kinds::Details;
 
     #[test]
     fn path_rules() {
@@ -1706,6 +1731,48 @@ mod tests {
             "Declared"
         );
         assert!(store.files_index().get("/etc/app/conf").is_some());
+    }
+
+    #[test]
+    fn a_run_keeps_only_the_changed_files_a_unit_acts_on() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "files": {"/etc/app.conf": {"content": "a"},
+                "/etc/other.conf": {"content": "b"}, "/etc/app.env": {"content": "c"}},
+                "units": {"app.service": {"restart_on": ["/etc/app.conf"],
+                    "reload_on": ["/etc/app.env"]}}}"#,
+        )
+        .unwrap();
+        let change = |key: &str, op| Change {
+            key: key.to_string(),
+            action: Action::Update,
+            details: Details::default(),
+            intent: None,
+            backup: None,
+            after: LedgerAfter::Disown,
+            op,
+        };
+        let mut facts = Facts::default();
+        let write = || Op::Write {
+            mode: 0o644,
+            owner: None,
+        };
+        for key in ["/etc/app.conf", "/etc/other.conf", "/etc/app.env"] {
+            Files::note(&d, &mut facts, &change(key, write()), &Outcome::Done);
+        }
+        // Failed, or only the ledger changed: the file did not change.
+        let failed = Outcome::Failed("no".into());
+        Files::note(&d, &mut facts, &change("/etc/app.conf", write()), &failed);
+        let kept: Vec<&str> = facts.changed.iter().map(String::as_str).collect();
+        assert_eq!(kept, ["/etc/app.conf", "/etc/app.env"]);
+        let mut facts = Facts::default();
+        Files::note(
+            &d,
+            &mut facts,
+            &change("/etc/app.conf", Op::Forget),
+            &Outcome::Done,
+        );
+        Files::note(&d, &mut facts, &change("/etc/app.env", write()), &failed);
+        assert!(facts.changed.is_empty());
     }
 
     #[test]

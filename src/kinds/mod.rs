@@ -196,17 +196,86 @@ pub enum LedgerAfter {
     Disown,
 }
 
-/// One planned change to one resource; `O` is its kind's `Original`.
+/// What differs about a resource, for people: `content`, `mode 0600 -> 0644`, `restore
+/// original`. Kept as one string, a line per detail, since a plan and a run's report of 20,000
+/// changes hold 20,000 of them: in place when short (a new file's `80 bytes, mode 0644`), else
+/// one allocation, never a list and a string per detail. A detail's own line breaks become
+/// spaces. In JSON, a list of the details.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Details(Lines);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Lines {
+    Short { len: u8, bytes: [u8; SHORT_DETAILS] },
+    Long(Box<str>),
+}
+
+/// The longest details kept in place: what fits beside the length in the space of a boxed str
+/// and its tag.
+const SHORT_DETAILS: usize = 22;
+
+impl Default for Details {
+    fn default() -> Details {
+        Details::from(Vec::new())
+    }
+}
+
+impl Details {
+    /// The details' lines.
+    fn text(&self) -> &str {
+        match &self.0 {
+            // Copied from a `str` at a line's end: valid UTF-8 (an empty text otherwise).
+            Lines::Short { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Lines::Long(text) => text,
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        let text = self.text();
+        text.split('\n').filter(move |_| !text.is_empty())
+    }
+
+    /// The details in one line, `sep` between them.
+    pub fn join(&self, sep: &str) -> String {
+        self.text().replace('\n', sep)
+    }
+}
+
+impl From<Vec<String>> for Details {
+    fn from(details: Vec<String>) -> Details {
+        let lines: Vec<String> = details.into_iter().map(|d| d.replace('\n', " ")).collect();
+        let text = lines.join("\n");
+        if text.len() > SHORT_DETAILS {
+            return Details(Lines::Long(text.into_boxed_str()));
+        }
+        let mut bytes = [0; SHORT_DETAILS];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        Details(Lines::Short {
+            len: text.len() as u8,
+            bytes,
+        })
+    }
+}
+
+impl Serialize for Details {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
+/// One planned change to one resource; `O` is its kind's `Original`. A converge holds thousands
+/// at once, so what few changes carry (an intent, an original) is boxed.
 #[derive(Debug)]
 pub struct Change<Op, O> {
     pub key: String,
     pub action: Action,
-    /// What differs, for people: `content`, `mode 0600 -> 0644`, `restore original`.
-    pub details: Vec<String>,
+    pub details: Details,
     /// Written to the ledger before acting, for a resource the host does not own yet.
-    pub intent: Option<Entry<O>>,
+    pub intent: Option<Box<Entry<O>>>,
     /// An original to keep in the store before acting (`Store::save_backup(backup_key(..))`).
-    pub backup: Option<Vec<u8>>,
+    pub backup: Option<Box<[u8]>>,
     pub after: LedgerAfter,
     pub op: Op,
 }
@@ -249,6 +318,13 @@ pub fn backup_key(kind: &str, key: &str) -> String {
 pub trait Kind: Listed {
     /// What it manages, for the usage text: `files under /etc`.
     const ABOUT: &'static str;
+    /// Whether a run may apply the kind's changes a chunk at a time (`reconcile`'s
+    /// `OBSERVED_AT_ONCE` resources: each chunk planned, written ahead, applied, verified and
+    /// recorded before the next is observed), so a converge holds one chunk's changes, not the
+    /// kind's. Only for a kind whose changes stand alone: not where its tool acts on all of them
+    /// in one transaction or in phases (every removal, then every install), which a split would
+    /// reorder.
+    const APPLIED_IN_CHUNKS: bool;
     type Spec: std::fmt::Debug + Clone;
     type Observed: std::fmt::Debug;
     type Op: std::fmt::Debug;
@@ -293,8 +369,14 @@ pub trait Kind: Listed {
         ledger: &mut Ledger,
         changes: &[Change<Self::Op, Self::Original>],
     ) -> Vec<Outcome>;
-    /// Records in its own facts what later kinds need to know of a change's outcome.
-    fn note(facts: &mut Self::Facts, change: &Change<Self::Op, Self::Original>, outcome: &Outcome);
+    /// Records in its own facts what later kinds need to know of a change's outcome (what the
+    /// `declaration` has them act on).
+    fn note(
+        declaration: &Declaration,
+        facts: &mut Self::Facts,
+        change: &Change<Self::Op, Self::Original>,
+        outcome: &Outcome,
+    );
 }
 
 /// What observation found of each key: its state, or why that one key could not be observed.
@@ -493,6 +575,53 @@ mod tests {
         assert_eq!(found.len(), 2, "{found:#?}");
         assert!(found[0].starts_with("packages["), "{found:#?}");
         assert!(found[1].starts_with("containers["), "{found:#?}");
+    }
+
+    #[test]
+    fn details_are_one_string_and_a_list_in_json() {
+        let details = Details::from(vec!["content".to_string(), "mode\n0644".to_string()]);
+        assert_eq!(details.iter().collect::<Vec<_>>(), ["content", "mode 0644"]);
+        assert_eq!(details.join(", "), "content, mode 0644");
+        let json = serde_json::to_string(&details).unwrap();
+        assert_eq!(json, r#"["content","mode 0644"]"#);
+        let none = Details::from(Vec::new());
+        assert_eq!(none.iter().count(), 0);
+        assert_eq!(serde_json::to_string(&none).unwrap(), "[]");
+        // Kept in place up to 22 bytes, boxed beyond: the same details either way.
+        for text in [
+            "80 bytes, mode 0644",
+            "1234567890123456789012",
+            "é",
+            "a, b, c, d, e, f, g, h, i",
+        ] {
+            let lines: Vec<String> = text.split(", ").map(str::to_string).collect();
+            let details = Details::from(lines.clone());
+            assert_eq!(details.iter().collect::<Vec<_>>(), lines);
+            assert_eq!(details.join(", "), text);
+        }
+        assert!(std::mem::size_of::<Details>() <= 24);
+    }
+
+    #[test]
+    fn only_files_are_applied_a_chunk_at_a_time() {
+        struct Chunked;
+        impl Visit for Chunked {
+            type Out = (&'static str, bool);
+            fn visit<K: Kind>(&mut self) -> Self::Out {
+                (K::NAME, K::APPLIED_IN_CHUNKS)
+            }
+        }
+        // Packages are one pacman transaction; units and containers go in phases over all of
+        // theirs (every stop before any start, one daemon-reload); each file stands alone.
+        assert_eq!(
+            each(&mut Chunked),
+            [
+                ("packages", false),
+                ("files", true),
+                ("units", false),
+                ("containers", false)
+            ]
+        );
     }
 
     /// A query that fails as a whole when any of `bad` is in its batch, blaming the names (or

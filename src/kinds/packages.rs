@@ -14,7 +14,7 @@ use super::{
     LedgerAfter, Observations, Outcome, RunContext, Step, STOPPING,
 };
 use crate::config::{Identity, Limits};
-use crate::declaration::Fields;
+use crate::declaration::{Declaration, Fields};
 use crate::exec::{CommandError, Failure};
 use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::pacman::{self, InstallReason, Pacman, SyncInfo};
@@ -58,6 +58,9 @@ pub struct Facts {
 
 impl Kind for Packages {
     const ABOUT: &'static str = "pacman packages";
+    // One pacman transaction for the kind: a package removed in one chunk may be needed by one
+    // removed in a later chunk, which pacman refuses apart.
+    const APPLIED_IN_CHUNKS: bool = false;
     type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
@@ -167,12 +170,12 @@ impl Kind for Packages {
             Observed::Installed { required_by, .. } => required_by.join(" "),
             Observed::Missing => String::new(),
         };
-        let change = |action, detail: &str, intent, after, op| {
+        let change = |action, detail: &str, intent: Option<Entry<_>>, after, op| {
             Step::Change(Change {
                 key: key.to_string(),
                 action,
-                details: vec![detail.to_string()],
-                intent,
+                details: vec![detail.to_string()].into(),
+                intent: intent.map(Box::new),
                 backup: None,
                 after,
                 op,
@@ -399,7 +402,12 @@ impl Kind for Packages {
             .collect()
     }
 
-    fn note(facts: &mut Facts, change: &Change<Op, InstallReason>, outcome: &Outcome) {
+    fn note(
+        _: &Declaration,
+        facts: &mut Facts,
+        change: &Change<Op, InstallReason>,
+        outcome: &Outcome,
+    ) {
         if change.op == Op::Install && *outcome != Outcome::Done {
             facts.failed.insert(change.key.clone());
         }

@@ -18,7 +18,7 @@ use super::{
     LedgerAfter, Listed, Observations, Outcome, RunContext, Step,
 };
 use crate::config::{Identity, Limits};
-use crate::declaration::Fields;
+use crate::declaration::{Declaration, Fields};
 use crate::fsutil::{self, Dir, FileType, Found};
 use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
@@ -132,6 +132,10 @@ impl Op {
 
 impl Kind for Units {
     const ABOUT: &'static str = "systemd units";
+    // In phases over every unit (stop, disable, files, one daemon-reload, then each verb in one
+    // systemctl call): split, a unit would start before a unit file it needs is written and
+    // read, and every chunk would cost a daemon-reload.
+    const APPLIED_IN_CHUNKS: bool = false;
     type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
@@ -337,7 +341,7 @@ impl Kind for Units {
     }
 
     /// Later kinds need nothing of units.
-    fn note(_: &mut (), _: &Change<Op, Original>, _: &Outcome) {}
+    fn note(_: &Declaration, _: &mut (), _: &Change<Op, Original>, _: &Outcome) {}
 
     fn apply(
         env: &Env,
@@ -681,9 +685,9 @@ fn plan_present(
         } else {
             Action::Update
         },
-        details,
-        intent,
-        backup,
+        details: details.into(),
+        intent: intent.map(Box::new),
+        backup: backup.map(Vec::into_boxed_slice),
         after: LedgerAfter::Applied(digest(spec)),
         op,
     })
@@ -739,7 +743,7 @@ fn plan_release(key: &str, obs: &Observed, entry: &Entry<Original>) -> Step<Op, 
     Step::Change(Change {
         key: key.to_string(),
         action: Action::Update,
-        details,
+        details: details.into(),
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
@@ -756,7 +760,7 @@ fn remove_step(key: &str, op: Op, owned: bool, why: &str) -> Step<Op, Original> 
     Step::Change(Change {
         key: key.to_string(),
         action: Action::Remove,
-        details,
+        details: details.into(),
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
@@ -896,7 +900,8 @@ mod tests {
         ) else {
             panic!("expected a change");
         };
-        assert_eq!(c.details, ["unit file written", "enable", "start"]);
+        let details: Vec<&str> = c.details.iter().collect();
+        assert_eq!(details, ["unit file written", "enable", "start"]);
         assert_eq!(c.op.activation, Activation::Start);
     }
 

@@ -378,8 +378,8 @@ impl Service<'_> {
         // A repair that failed (changed back before it could be checked) was fought too.
         let repaired: Vec<_> = match &converged {
             Ok(Some(result)) => {
-                let changes = result.report.changes.iter().map(|c| (&c.kind, &c.key));
-                let failures = result.report.failures.iter().map(|f| (&f.kind, &f.key));
+                let changes = result.report.changes.iter().map(|c| (c.kind, &c.key));
+                let failures = (result.report.failures.iter()).map(|f| (f.kind.as_str(), &f.key));
                 changes
                     .chain(failures)
                     .filter_map(|(kind, key)| Some((watch::kind(kind)?, key.clone())))

@@ -27,7 +27,7 @@ pub use files_index::{is_cacheable, Cached, FilesIndex};
 pub use ledger::{Digest, Entry, Ledger, Origin, Sections};
 pub use lock::{Lock, LockError};
 pub use outbox::OutboxBounds;
-pub use runs::{ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers};
+pub use runs::{ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers, LISTED};
 pub use stats::{LastRun, RunStats};
 
 pub const IN_FORCE: &str = "declaration.json";

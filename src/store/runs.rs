@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 /// How many runs the store keeps.
 pub const KEEP: usize = 50;
 /// How many resources of each list a kept record lists: the history stays small however large
-/// the runs (the control plane's report of each run is complete).
-const LISTED: usize = 100;
+/// the runs (the control plane's report of each run is complete). A run's record is made with
+/// no more changes than this (`commands::converge`), the rest counted in `omitted`.
+pub const LISTED: usize = 100;
 
 /// Why a run happens; a run lists every trigger that collapsed into it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
