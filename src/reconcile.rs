@@ -240,13 +240,25 @@ fn converge<K: Kind>(
 ) -> Result<(), StoreError> {
     report.checked.push(K::NAME);
     let desired = K::desired(cx.declaration);
-    // Declared and owned, each key copied once (both lists are sorted: merged, not sorted).
-    let keys: Vec<String> =
-        sorted::union(desired.keys().map(String::as_str), ledger.owned_keys::<K>())
-            .into_iter()
-            .filter(|key| scope.includes(K::NAME, key))
-            .map(str::to_string)
-            .collect();
+    // Declared and owned (both lists are sorted: merged, not sorted). A declared key is borrowed
+    // from the declaration; one only owned (to be released) is copied, as the run changes the
+    // ledger: 20,000 declared files copy nothing.
+    let mut declared = desired.keys().peekable();
+    let released: Vec<String> = ledger
+        .owned_keys::<K>()
+        .filter(|key| {
+            while declared.next_if(|d| d.as_str() < *key).is_some() {}
+            declared.peek().map(|d| d.as_str()) != Some(*key)
+        })
+        .map(str::to_string)
+        .collect();
+    let keys: Vec<&str> = sorted::union(
+        desired.keys().map(String::as_str),
+        released.iter().map(String::as_str),
+    )
+    .into_iter()
+    .filter(|key| scope.includes(K::NAME, key))
+    .collect();
     if keys.is_empty() {
         return Ok(());
     }
@@ -290,7 +302,7 @@ fn converge<K: Kind>(
         let mut applied_now = Vec::new();
         let mut adopted = Vec::new();
         let mut in_sync = 0;
-        let mut owned = Walk::from(ledger.section::<K>(), &chunk[0]);
+        let mut owned = Walk::from(ledger.section::<K>(), chunk[0]);
         let mut seen = Walk::new(&observed);
         for key in chunk {
             let (spec, entry) = (wanted.at(key), owned.at(key));
@@ -331,7 +343,7 @@ fn converge<K: Kind>(
                             store.save_backup(&backup_key(K::NAME, key), bytes)?;
                         }
                         intent.applied = spec.map(K::digest);
-                        adopted.push((key.clone(), intent));
+                        adopted.push((key.to_string(), intent));
                     }
                 }
                 Step::Change(change) => changes.push(change),
@@ -508,7 +520,7 @@ fn verify<K: Kind>(
         if chunk.is_empty() {
             return;
         }
-        let keys: Vec<String> = chunk.iter().map(|(c, _)| c.key.clone()).collect();
+        let keys: Vec<&str> = chunk.iter().map(|(c, _)| c.key.as_str()).collect();
         let observed = K::observe(env, &fresh, &keys);
         for (change, outcome) in chunk {
             check::<K>(&fresh, cx, ledger, change, outcome, &observed);
@@ -658,7 +670,7 @@ impl Visit for Inspecting<'_, '_> {
 fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<OwnedRow>) {
     let mut keys = ledger.owned_keys::<K>().peekable();
     while keys.peek().is_some() {
-        let chunk = keys.by_ref().take(OBSERVED_AT_ONCE).map(str::to_string);
+        let chunk = keys.by_ref().take(OBSERVED_AT_ONCE);
         inspect_chunk::<K>(env, cx, ledger, chunk.collect(), rows);
     }
 }
@@ -668,25 +680,28 @@ fn inspect_chunk<K: Kind>(
     env: &Env,
     cx: &RunContext,
     ledger: &Ledger,
-    keys: Vec<String>,
+    keys: Vec<&str>,
     rows: &mut Vec<OwnedRow>,
 ) {
+    let Some(&first) = keys.first() else {
+        return;
+    };
     let observed = K::observe(env, cx, &keys);
     let mut seen = observed.as_ref().map(Walk::new);
     let (mut wanted, mut owned) = (
-        Walk::new(K::desired(cx.declaration)),
-        Walk::new(ledger.section::<K>()),
+        Walk::from(K::desired(cx.declaration), first),
+        Walk::from(ledger.section::<K>(), first),
     );
     for key in keys {
-        let Some(entry) = owned.at(&key) else {
+        let Some(entry) = owned.at(key) else {
             continue;
         };
-        let spec = wanted.at(&key);
-        let (state, detail) = match seen.as_mut().map(|s| s.at(&key)).map_err(|e| *e) {
+        let spec = wanted.at(key);
+        let (state, detail) = match seen.as_mut().map(|s| s.at(key)).map_err(|e| *e) {
             Err(e) | Ok(Some(Err(e))) => (OwnedState::Error, e.to_string()),
             Ok(observed) => match K::plan(
                 cx,
-                &key,
+                key,
                 spec,
                 observed.and_then(|o| o.as_ref().ok()),
                 Some(entry),
@@ -705,7 +720,7 @@ fn inspect_chunk<K: Kind>(
         };
         rows.push(OwnedRow {
             kind: K::NAME,
-            key,
+            key: key.to_string(),
             origin: entry.origin,
             state,
             detail,

@@ -239,11 +239,11 @@ impl Kind for Containers {
     fn observe(
         env: &Env,
         _cx: &RunContext,
-        keys: &[String],
+        keys: &[&str],
     ) -> Result<Observations<Observed>, KindError> {
         if keys.is_empty() || env.offline {
             // Offline, podman's store is not ours to read: every container change is deferred.
-            return Ok(keys.iter().map(|k| (k.clone(), Ok(absent()))).collect());
+            return Ok(keys.iter().map(|k| (k.to_string(), Ok(absent()))).collect());
         }
         // `podman ps` names no container, so no container can make it fail: when it does, it
         // fails as a whole.
@@ -255,7 +255,12 @@ impl Kind for Containers {
             .map_err(|e| format!("`podman ps` printed something unexpected: {e}"))?;
         Ok(keys
             .iter()
-            .map(|k| (k.clone(), Ok(all.get(k).cloned().unwrap_or_else(absent))))
+            .map(|&k| {
+                (
+                    k.to_string(),
+                    Ok(all.get(k).cloned().unwrap_or_else(absent)),
+                )
+            })
             .collect())
     }
 

@@ -262,7 +262,7 @@ impl Kind for Files {
     fn observe(
         env: &Env,
         cx: &RunContext,
-        keys: &[String],
+        keys: &[&str],
     ) -> Result<Observations<Observed>, KindError> {
         let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
         let mut accounts: Option<Accounts> = None;
@@ -273,10 +273,10 @@ impl Kind for Files {
         let mut out = Vec::with_capacity(keys.len());
         // Keys come in order: the declared files are walked beside them, not searched for each.
         let mut declared_files = cx.declaration.files.iter().peekable();
-        for key in keys {
-            while declared_files.next_if(|(k, _)| *k < key).is_some() {}
+        for &key in keys {
+            while declared_files.next_if(|(k, _)| k.as_str() < key).is_some() {}
             let spec = match declared_files.peek() {
-                Some((k, spec)) if *k == key => Some(*spec),
+                Some((k, spec)) if k.as_str() == key => Some(*spec),
                 _ => cx.declaration.files.get(key),
             };
             let content = match spec {
@@ -314,7 +314,7 @@ impl Kind for Files {
                 &mut index,
             );
             // A path that cannot be read is that file's own problem (`State::Blocked`).
-            out.push((key.clone(), Ok(Observed { state, uid, gid })));
+            out.push((key.to_string(), Ok(Observed { state, uid, gid })));
         }
         *cx.facts.files.index.borrow_mut() = index.save(env.store);
         Ok(out.into_iter().collect())

@@ -351,7 +351,7 @@ pub trait Kind: Listed {
     fn observe(
         env: &Env,
         cx: &RunContext,
-        keys: &[String],
+        keys: &[&str],
     ) -> Result<Observations<Self::Observed>, KindError>;
     /// Pure: what to do about one resource.
     fn plan(

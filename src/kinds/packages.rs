@@ -112,14 +112,13 @@ impl Kind for Packages {
     fn observe(
         env: &Env,
         _cx: &RunContext,
-        keys: &[String],
+        keys: &[&str],
     ) -> Result<Observations<Observed>, KindError> {
         if keys.is_empty() {
             return Ok(BTreeMap::new());
         }
-        let names: Vec<&str> = keys.iter().map(String::as_str).collect();
         let args = target(env)?.query_info();
-        let results = query_by_halves(env.runner, "`pacman -Qi`", &names, |batch| {
+        let results = query_by_halves(env.runner, "`pacman -Qi`", keys, |batch| {
             let observing = |error| KindError::command("observe", error);
             let output = env
                 .runner
@@ -145,7 +144,7 @@ impl Kind for Packages {
                 })
                 .collect())
         });
-        Ok(keys.iter().cloned().zip(results).collect())
+        Ok(keys.iter().map(|k| k.to_string()).zip(results).collect())
     }
 
     fn plan(

@@ -230,7 +230,7 @@ impl Kind for Units {
     fn observe(
         env: &Env,
         _cx: &RunContext,
-        keys: &[String],
+        keys: &[&str],
     ) -> Result<Observations<Observed>, KindError> {
         if keys.is_empty() {
             return Ok(BTreeMap::new());
@@ -239,7 +239,7 @@ impl Kind for Units {
         // never about it (`show` refuses the name and would fail the batch).
         let names: Vec<&str> = keys
             .iter()
-            .map(String::as_str)
+            .copied()
             .filter(|name| !UnitName::parse(name).is_ok_and(|n| n.is_template()))
             .collect();
         let queried: Vec<Result<Observed, KindError>> = if env.offline {
@@ -297,7 +297,7 @@ impl Kind for Units {
             .iter()
             .map(|key| {
                 queried
-                    .remove(key.as_str())
+                    .remove(key)
                     .unwrap_or_else(|| Ok(Observed::default()))
             })
             .collect();
@@ -315,7 +315,7 @@ impl Kind for Units {
                     }
                     Ok(obs)
                 });
-                (name.clone(), observed)
+                (name.to_string(), observed)
             })
             .collect())
     }
