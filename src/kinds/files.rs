@@ -14,6 +14,7 @@ use crate::codec;
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
 use crate::fsutil::{self, Dir, FileType, PendingWrite, Stamp, Stat, WalkError};
+use crate::sorted;
 use crate::store::{self, Cached, Digest, Entry, FilesIndex, Ledger, Origin, Store};
 
 pub struct Files;
@@ -274,9 +275,12 @@ impl Kind for Files {
         // Keys come in order: the declared files are walked beside them, not searched for each.
         let mut declared_files = cx.declaration.files.iter().peekable();
         for &key in keys {
-            while declared_files.next_if(|(k, _)| k.as_str() < key).is_some() {}
+            while declared_files
+                .next_if(|(k, _)| sorted::compare(k, key).is_lt())
+                .is_some()
+            {}
             let spec = match declared_files.peek() {
-                Some((k, spec)) if k.as_str() == key => Some(*spec),
+                Some((k, spec)) if sorted::compare(k, key).is_eq() => Some(*spec),
                 _ => cx.declaration.files.get(key),
             };
             let content = match spec {

@@ -15,6 +15,7 @@ use std::io;
 
 use super::{Store, StoreError};
 use crate::fsutil::Stamp;
+use crate::sorted;
 
 const FILE: &str = "files-index";
 const HEADER: &[u8] = b"mesh-host files-index 1\n";
@@ -168,7 +169,8 @@ impl FilesIndex {
     pub fn get(&self, key: &str) -> Option<Cached> {
         let key = key.as_bytes();
         let next = self.window.borrow().next;
-        let found = match self.with_record(next, true, |r| record_key_of(r) == key) {
+        let same = |r: &[u8]| sorted::compare_bytes(record_key_of(r), key).is_eq();
+        let found = match self.with_record(next, true, same) {
             Some(true) => next,
             _ => {
                 // Binary search, reading only the records it looks at.
