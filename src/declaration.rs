@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 use crate::codec;
 use crate::config::{Identity, Limits};
 use crate::kinds::{self, files, units, Kind, Visit};
+use crate::sorted;
 
 pub const SCHEMA: u64 = 1;
 
@@ -354,8 +355,9 @@ impl<'de, K: Kind> Visitor<'de> for SectionSeed<'_, '_, K> {
             }
         }
         // Duplicates are found once all are read (the error discards the section).
-        resources.sort_by(|a, b| a.0.cmp(&b.0));
-        if let Some(pair) = resources.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        resources.sort_by(|a, b| sorted::compare(&a.0, &b.0));
+        let same = |pair: &&[(String, K::Spec)]| sorted::compare(&pair[0].0, &pair[1].0).is_eq();
+        if let Some(pair) = resources.windows(2).find(same) {
             return Err(duplicate(&pair[0].0));
         }
         let sorted = |key: &String| resources.binary_search_by(|(k, _)| k.cmp(key)).is_ok();

@@ -150,35 +150,23 @@ fn temp_name(name: &OsStr) -> io::Result<CString> {
     CString::new(tmp_name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))
 }
 
-/// A name as the system calls take it (NUL-terminated), on the stack when it fits a file name's
-/// 255 bytes: looking at thousands of files then allocates nothing per call. (Large by design:
-/// it lives on the stack for one call, and boxing it would be the allocation it avoids.)
-#[allow(clippy::large_enum_variant)]
-enum CName {
-    Stack([u8; 256]),
-    Heap(CString),
-}
-
-impl CName {
-    fn new(name: &OsStr) -> io::Result<CName> {
-        let bytes = name.as_bytes();
-        if bytes.len() >= 256 {
-            return cstring(name).map(CName::Heap);
-        }
-        if bytes.contains(&0) {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"));
-        }
-        let mut buffer = [0u8; 256];
-        buffer[..bytes.len()].copy_from_slice(bytes);
-        Ok(CName::Stack(buffer))
+/// Runs `f` with `name` as a NUL-terminated string for a system call: in a buffer on the stack
+/// when it is short (every name under 256 bytes, which is every name most filesystems allow), so
+/// looking at thousands of files allocates nothing, and the buffer is never moved.
+fn with_c_name<T>(
+    name: &OsStr,
+    f: impl FnOnce(*const libc::c_char) -> io::Result<T>,
+) -> io::Result<T> {
+    let bytes = name.as_bytes();
+    if bytes.len() >= 256 {
+        return f(cstring(name)?.as_ptr());
     }
-
-    fn as_ptr(&self) -> *const libc::c_char {
-        match self {
-            CName::Stack(buffer) => buffer.as_ptr() as *const libc::c_char,
-            CName::Heap(c) => c.as_ptr(),
-        }
+    if bytes.contains(&0) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"));
     }
+    let mut buffer = [0u8; 256];
+    buffer[..bytes.len()].copy_from_slice(bytes);
+    f(buffer.as_ptr() as *const libc::c_char)
 }
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -220,8 +208,9 @@ impl Dir {
 
     /// `openat` of `name` in this directory with `flags` (never creating), retried on EINTR.
     fn open_at(&self, name: &OsStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-        let c = CName::new(name)?;
-        let fd = retry(|| unsafe { libc::openat(self.raw(), c.as_ptr(), flags) })?;
+        let fd = with_c_name(name, |c| {
+            retry(|| unsafe { libc::openat(self.raw(), c, flags) })
+        })?;
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
@@ -236,10 +225,9 @@ impl Dir {
 
     /// `None` when `name` does not exist.
     pub fn stat(&self, name: &OsStr) -> io::Result<Option<Stat>> {
-        let c = CName::new(name)?;
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        match retry(|| unsafe {
-            libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+        match with_c_name(name, |c| {
+            retry(|| unsafe { libc::fstatat(self.raw(), c, &mut st, libc::AT_SYMLINK_NOFOLLOW) })
         }) {
             Ok(_) => Ok(Some(stat_of(&st))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -249,10 +237,9 @@ impl Dir {
 
     /// `stat` with the file's `Stamp`, from the same one system call.
     pub fn stat_stamped(&self, name: &OsStr) -> io::Result<Option<(Stat, Stamp)>> {
-        let c = CName::new(name)?;
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        match retry(|| unsafe {
-            libc::fstatat(self.raw(), c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+        match with_c_name(name, |c| {
+            retry(|| unsafe { libc::fstatat(self.raw(), c, &mut st, libc::AT_SYMLINK_NOFOLLOW) })
         }) {
             Ok(_) => Ok(Some((stat_of(&st), stamp_of(&st)))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -969,19 +956,16 @@ mod tests {
 
     #[test]
     fn names_for_system_calls_are_nul_terminated_on_the_stack_or_heap() {
-        let text = |c: &CName| {
-            unsafe { std::ffi::CStr::from_ptr(c.as_ptr()) }
-                .to_bytes()
-                .to_vec()
+        let text = |name: &str| {
+            with_c_name(OsStr::new(name), |c| {
+                Ok(unsafe { std::ffi::CStr::from_ptr(c) }.to_bytes().to_vec())
+            })
         };
-        let short = CName::new(OsStr::new("a.conf")).unwrap();
-        assert!(matches!(short, CName::Stack(_)));
-        assert_eq!(text(&short), b"a.conf");
+        assert_eq!(text("a.conf").unwrap(), b"a.conf");
         let long = "x".repeat(300);
-        let long_name = CName::new(OsStr::new(&long)).unwrap();
-        assert!(matches!(long_name, CName::Heap(_)));
-        assert_eq!(text(&long_name), long.as_bytes());
-        assert!(CName::new(OsStr::new("a\0b")).is_err());
+        assert_eq!(text(&long).unwrap(), long.as_bytes());
+        assert!(text("a\0b").is_err());
+        assert!(text(&format!("{long}\0")).is_err());
     }
 
     #[test]
