@@ -223,6 +223,13 @@ impl Dir {
         Ok(Dir { fd })
     }
 
+    /// This directory's own `Stamp`.
+    pub fn stamp(&self) -> io::Result<Stamp> {
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        check(unsafe { libc::fstat(self.raw(), &mut st) })?;
+        Ok(stamp_of(&st))
+    }
+
     /// `None` when `name` does not exist.
     pub fn stat(&self, name: &OsStr) -> io::Result<Option<Stat>> {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };

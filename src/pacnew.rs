@@ -10,7 +10,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::{self, Dir};
+use crate::fsutil::{self, Dir, Stamp};
+use crate::store;
 
 const SUFFIXES: [&str; 2] = ["pacnew", "pacsave"];
 
@@ -37,14 +38,46 @@ impl Pacnew {
     }
 }
 
+/// Directories last listed with no `.pacnew` or `.pacsave` in them, each with its stamp then: one
+/// whose stamp has not changed since need not be listed again, as an entry added, removed or
+/// renamed in a directory changes its mtime and ctime. Kept in the store between runs; a stamp is
+/// kept only once it is older than the listing by more than the file clock's tick (the files
+/// index's rule, `store::is_cacheable`), so a name added in the same tick is not missed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QuietDirs(BTreeMap<String, DirStamp>);
+
+/// What `QuietDirs` keeps of a directory's stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DirStamp {
+    device: u64,
+    inode: u64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+}
+
+impl From<&Stamp> for DirStamp {
+    fn from(s: &Stamp) -> DirStamp {
+        DirStamp {
+            device: s.device,
+            inode: s.inode,
+            mtime_ns: s.mtime_ns,
+            ctime_ns: s.ctime_ns,
+        }
+    }
+}
+
 /// Looks beside each owned file of `paths` under `root`. Files that cannot be read (too large,
 /// not regular, a symlink on the way) are logged and left out: they are not worth failing for.
 /// Each parent directory is walked to and listed once, so the cost follows the number of
-/// directories, not of owned files (a no-op over thousands of files pays almost nothing here).
+/// directories, not of owned files; one in `quiet` and unchanged is not listed (`QuietDirs`),
+/// and `quiet` is left saying what this search found. `listed_from_ns`: the file clock
+/// (`fsutil::file_clock_now_ns`) before the search.
 pub fn find<'p>(
     root: &Path,
     paths: impl IntoIterator<Item = &'p str> + Clone,
     max_bytes: u64,
+    quiet: &mut QuietDirs,
+    listed_from_ns: i64,
 ) -> Vec<Pacnew> {
     let Ok(root) = Dir::open(root) else {
         return Vec::new();
@@ -63,10 +96,17 @@ pub fn find<'p>(
     // Made only when some name ends so, which is rare: a no-op pays nothing for it.
     let mut owned: Option<HashSet<&str>> = None;
     let mut found = Vec::new();
+    let mut still_quiet = BTreeMap::new();
     for parent in parents {
         let Ok(Some(dir)) = fsutil::walk_to_dir(&root, Path::new(parent), false) else {
             continue;
         };
+        let stamp = dir.stamp().ok();
+        let unchanged = |s: &Stamp| quiet.0.get(parent) == Some(&DirStamp::from(s));
+        if let Some(stamp) = stamp.as_ref().filter(|s| unchanged(s)) {
+            still_quiet.insert(parent.to_string(), DirStamp::from(stamp));
+            continue;
+        }
         let names = match dir.names_where(|n| beside_name(n).is_some()) {
             Ok(names) => names,
             Err(e) => {
@@ -74,6 +114,11 @@ pub fn find<'p>(
                 continue;
             }
         };
+        if let Some(stamp) =
+            stamp.filter(|s| names.is_empty() && store::is_cacheable(s, listed_from_ns))
+        {
+            still_quiet.insert(parent.to_string(), DirStamp::from(&stamp));
+        }
         for beside in &names {
             let Some((name, suffix)) = beside_name(beside) else {
                 continue;
@@ -90,6 +135,7 @@ pub fn find<'p>(
             }
         }
     }
+    quiet.0 = still_quiet;
     found.sort_by(|a, b| (&a.path, &a.suffix).cmp(&(&b.path, &b.suffix)));
     found
 }
@@ -180,6 +226,50 @@ mod tests {
         }
     }
 
+    /// A directory found with nothing beside its files is kept as quiet and not listed while its
+    /// stamp holds; one changed in the tick of its listing is not kept; a name added is found.
+    #[test]
+    fn a_quiet_directory_is_listed_again_only_once_it_changes() {
+        let tmp = TempDir::new("pacnew-quiet");
+        let etc = tmp.path().join("etc");
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::write(etc.join("a.conf"), "port 1\n").unwrap();
+        let owned = ["/etc/a.conf"];
+        let search = |quiet: &mut QuietDirs, listed_from_ns| {
+            find(tmp.path(), owned, 1 << 20, quiet, listed_from_ns)
+        };
+        let mut quiet = QuietDirs::default();
+        assert!(search(&mut quiet, fsutil::file_clock_now_ns()).is_empty());
+        // Its mtime set far back, so a name added below changes it whatever the clock's tick.
+        let long_ago = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 30);
+        let times = std::fs::FileTimes::new().set_modified(long_ago);
+        std::fs::File::open(&etc).unwrap().set_times(times).unwrap();
+        assert_eq!(
+            quiet,
+            QuietDirs::default(),
+            "changed in the tick of its listing"
+        );
+        let later = fsutil::file_clock_now_ns() + 60_000_000_000;
+        assert!(search(&mut quiet, later).is_empty());
+        let stamp = DirStamp::from(&Dir::open(&etc).unwrap().stamp().unwrap());
+        assert_eq!(quiet.0.get("/etc"), Some(&stamp));
+        // Kept as quiet, it is not listed: a name that could only appear with a new stamp is
+        // not seen while the stamp is the one kept.
+        std::fs::write(etc.join("a.conf.pacnew"), "port 2\n").unwrap();
+        let mut kept = QuietDirs(
+            [(
+                "/etc".to_string(),
+                DirStamp::from(&Dir::open(&etc).unwrap().stamp().unwrap()),
+            )]
+            .into(),
+        );
+        assert!(search(&mut kept, later).is_empty());
+        // As it really is, the new name changed the directory's stamp: listed, and found.
+        let found = search(&mut quiet, later);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(quiet, QuietDirs::default());
+    }
+
     #[test]
     fn finds_pacnew_and_pacsave_beside_owned_files_only() {
         let tmp = TempDir::new("pacnew");
@@ -197,7 +287,13 @@ mod tests {
             "/etc/none/x.conf",
         ]
         .map(String::from);
-        let found = find(tmp.path(), owned.iter().map(String::as_str), 1 << 20);
+        let found = find(
+            tmp.path(),
+            owned.iter().map(String::as_str),
+            1 << 20,
+            &mut QuietDirs::default(),
+            fsutil::file_clock_now_ns(),
+        );
         assert_eq!(
             found,
             vec![

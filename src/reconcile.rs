@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::declaration::Declaration;
+use crate::fsutil;
 use crate::kinds::{
     self, backup_key, files::Files, Action, Change, Details, Env, Kind, LedgerAfter, Listed,
     Outcome, RunContext, Step, Visit,
@@ -157,11 +158,21 @@ pub fn run_scoped(
         remove_unreferenced_backups(store, ledger)?;
     }
     // After the run's pacman transactions, and on every run (someone else may have upgraded).
+    let mut quiet = env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default();
+    let before = quiet.clone();
     report.pacnew = pacnew::find(
         env.root,
         ledger.owned_keys::<Files>(),
         env.config.limits.max_file_bytes,
+        &mut quiet,
+        fsutil::file_clock_now_ns(),
     );
+    // Only a run writes it: it holds the store's lock (planning and `owned` do not).
+    if let (Mode::Apply, Some(store), true) = (mode, env.store, quiet != before) {
+        if let Err(e) = store.save_pacnew_quiet_dirs(&quiet) {
+            log::warn!("{e}; the next run lists every directory for .pacnew files");
+        }
+    }
     Ok(report)
 }
 
@@ -641,6 +652,8 @@ pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedR
         env.root,
         ledger.owned_keys::<Files>(),
         env.config.limits.max_file_bytes,
+        &mut env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default(),
+        fsutil::file_clock_now_ns(),
     );
     for row in rows.iter_mut().filter(|r| r.kind == Files::NAME) {
         row.pacnew = found

@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil::{self, Dir};
+use crate::pacnew::QuietDirs;
 
 pub use failures::{Failing, Notice};
 pub use files_index::{is_cacheable, Cached, FilesIndex};
@@ -34,6 +35,7 @@ pub const IN_FORCE: &str = "declaration.json";
 const SERVICE: &str = "service.json";
 pub const LEDGER: &str = "ledger.json";
 const RUNS: &str = "runs.json";
+const PACNEW_QUIET: &str = "pacnew-quiet.json";
 const BACKUPS: &str = "backups";
 /// What `Dir::write_atomic` appends to the name of the file it writes before renaming it.
 const TEMP_SUFFIX: &str = ".mesh-host.tmp";
@@ -357,6 +359,20 @@ impl Store {
             .map_err(|e| self.error(LEDGER, format!("cannot be written: {e}")))
     }
 
+    /// The directories the last `.pacnew` search found nothing in (`pacnew::QuietDirs`): a
+    /// cache, so one that cannot be read is as none (every directory is listed).
+    pub fn pacnew_quiet_dirs(&self) -> QuietDirs {
+        self.read_json(PACNEW_QUIET)
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    /// Written by a run, under the store's lock.
+    pub fn save_pacnew_quiet_dirs(&self, dirs: &QuietDirs) -> Result<(), StoreError> {
+        self.write_json(PACNEW_QUIET, dirs)
+    }
+
     pub fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
         Ok(self.read_json(RUNS)?.unwrap_or_default())
     }
@@ -367,7 +383,7 @@ impl Store {
     pub fn clean_after_crash(&self) -> Result<(), StoreError> {
         // Only the files written under the store's lock: others (service.json, the outbox's id
         // floor) have writers that do not take it, and their own next write replaces the temp.
-        for name in [IN_FORCE, LEDGER, RUNS] {
+        for name in [IN_FORCE, LEDGER, RUNS, PACNEW_QUIET] {
             let temp = format!(".{name}{TEMP_SUFFIX}");
             let removed = self
                 .dir
