@@ -2,7 +2,9 @@
 //! knows their JSON shape; unknown fields are ignored so either side can grow.
 
 use std::fmt;
+use std::ops::Range;
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 use crate::pacnew::Pacnew;
@@ -131,6 +133,221 @@ impl fmt::Display for ReportOutcome {
             ReportOutcome::Contested => "contested",
         })
     }
+}
+
+/// A frame's body as a message. A `declare` is read without a copy of its declaration: the JSON
+/// string is unescaped in place, to the front of the frame's own buffer, which then becomes the
+/// text. (serde would hold the frame, its scratch buffer and the string at once: a frame at the
+/// size limit three times.) Every other message is small and goes through serde.
+pub fn decode(body: Vec<u8>) -> Result<Message, String> {
+    let not_a_message = |e: &dyn fmt::Display| format!("a frame that is not a message: {e}");
+    let declare = member(&body, "type").is_some_and(|r| string_is(&body[r], "declare"));
+    if !declare {
+        return serde_json::from_slice(&body).map_err(|e| not_a_message(&e));
+    }
+    /// The whole frame checked as JSON and as a `declare`, its declaration skipped unbuffered.
+    #[derive(Deserialize)]
+    struct Head {
+        #[serde(rename = "type")]
+        _type: IgnoredAny,
+        revision: u64,
+        #[serde(rename = "declaration")]
+        _declaration: IgnoredAny,
+    }
+    let head: Head = serde_json::from_slice(&body).map_err(|e| not_a_message(&e))?;
+    let span = member(&body, "declaration")
+        .filter(|r| body[r.start] == b'"')
+        .ok_or_else(|| not_a_message(&"`declaration` is not a string"))?;
+    let declaration = unescape_in_place(body, span).map_err(|e| not_a_message(&e))?;
+    Ok(Message::Declare {
+        revision: head.revision,
+        declaration,
+    })
+}
+
+/// Where the value of the top-level member `name` of the JSON object `json` is, or `None` when
+/// it has none or is not an object. Only for text serde has checked: it skips values by their
+/// shape (strings by their quotes, nesting by brackets) and never fails on any input.
+fn member(json: &[u8], name: &str) -> Option<Range<usize>> {
+    let mut at = skip_space(json, 0);
+    if json.get(at) != Some(&b'{') {
+        return None;
+    }
+    at += 1;
+    loop {
+        let key_start = skip_space(json, at);
+        if json.get(key_start) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(json, key_start)?;
+        let colon = skip_space(json, key_end);
+        if json.get(colon) != Some(&b':') {
+            return None;
+        }
+        let value_start = skip_space(json, colon + 1);
+        let value_end = value_end(json, value_start)?;
+        if string_is(&json[key_start..key_end], name) {
+            return Some(value_start..value_end);
+        }
+        at = skip_space(json, value_end);
+        if json.get(at) != Some(&b',') {
+            return None;
+        }
+        at += 1;
+    }
+}
+
+fn skip_space(json: &[u8], mut at: usize) -> usize {
+    while json.get(at).is_some_and(|b| b" \t\r\n".contains(b)) {
+        at += 1;
+    }
+    at
+}
+
+/// Just past the string that starts (with its quote) at `start`.
+fn string_end(json: &[u8], start: usize) -> Option<usize> {
+    let mut at = start + 1;
+    loop {
+        match json.get(at)? {
+            b'"' => return Some(at + 1),
+            b'\\' => at += 2,
+            _ => at += 1,
+        }
+    }
+}
+
+/// Just past the value that starts at `start`.
+fn value_end(json: &[u8], start: usize) -> Option<usize> {
+    match json.get(start)? {
+        b'"' => string_end(json, start),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut at = start;
+            loop {
+                match json.get(at)? {
+                    b'"' => at = string_end(json, at)?,
+                    b'{' | b'[' => {
+                        depth += 1;
+                        at += 1;
+                    }
+                    b'}' | b']' => {
+                        depth -= 1;
+                        at += 1;
+                        if depth == 0 {
+                            return Some(at);
+                        }
+                    }
+                    _ => at += 1,
+                }
+            }
+        }
+        _ => {
+            let len = json[start..]
+                .iter()
+                .position(|b| b",}] \t\r\n".contains(b))
+                .unwrap_or(json.len() - start);
+            Some(start + len)
+        }
+    }
+}
+
+/// Whether the JSON string `quoted` (with its quotes) says `text`, however it is escaped.
+fn string_is(quoted: &[u8], text: &str) -> bool {
+    if !quoted.contains(&b'\\') {
+        return quoted.get(1..quoted.len().saturating_sub(1)) == Some(text.as_bytes());
+    }
+    let span = 0..quoted.len();
+    unescape_in_place(quoted.to_vec(), span).is_ok_and(|s| s == text)
+}
+
+/// The JSON string at `span` of `buf` (its quotes included), unescaped and moved to the front of
+/// `buf`, which becomes it: unescaping only ever shortens, so it writes behind where it reads.
+fn unescape_in_place(mut buf: Vec<u8>, span: Range<usize>) -> Result<String, String> {
+    let end = span.end - 1; // the closing quote
+    let mut read = span.start + 1;
+    let mut write = 0;
+    while read < end {
+        let plain = buf[read..end]
+            .iter()
+            .position(|&b| b == b'\\' || b < 0x20)
+            .unwrap_or(end - read);
+        buf.copy_within(read..read + plain, write);
+        read += plain;
+        write += plain;
+        if read == end {
+            break;
+        }
+        if buf[read] != b'\\' {
+            return Err(format!(
+                "a control character (0x{:02x}) in a string",
+                buf[read]
+            ));
+        }
+        if read + 1 == end {
+            return Err("a string that ends in \\".into());
+        }
+        let escape = buf[read + 1];
+        read += 2;
+        let byte = match escape {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'/' => b'/',
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                let (c, used) = unicode_escape(&buf[read..end])?;
+                read += used;
+                let mut utf8 = [0u8; 4];
+                let encoded = c.encode_utf8(&mut utf8).as_bytes();
+                buf[write..write + encoded.len()].copy_from_slice(encoded);
+                write += encoded.len();
+                continue;
+            }
+            other => return Err(format!("\\{} is not an escape", other as char)),
+        };
+        buf[write] = byte;
+        write += 1;
+    }
+    buf.truncate(write);
+    buf.shrink_to_fit();
+    String::from_utf8(buf).map_err(|e| format!("not UTF-8: {e}"))
+}
+
+/// The character of a `\u` escape, `after` starting just past the `\u`, and how many bytes of
+/// `after` it took: 4, or 10 for a surrogate pair (`\ud83d\ude00`).
+fn unicode_escape(after: &[u8]) -> Result<(char, usize), String> {
+    let hex = |at: usize| -> Result<u32, String> {
+        let digits = after.get(at..at + 4).ok_or("a \\u escape cut short")?;
+        match std::str::from_utf8(digits) {
+            Ok(d) if digits.iter().all(u8::is_ascii_hexdigit) => {
+                Ok(u32::from_str_radix(d, 16).unwrap_or_default())
+            }
+            _ => Err(format!(
+                "\\u{} is not an escape",
+                String::from_utf8_lossy(digits)
+            )),
+        }
+    };
+    let first = hex(0)?;
+    if !(0xd800..0xdc00).contains(&first) {
+        return char::from_u32(first)
+            .map(|c| (c, 4))
+            .ok_or_else(|| format!("\\u{first:04x}: a lone surrogate"));
+    }
+    let second = match after.get(4..6) {
+        Some(b"\\u") => hex(6)?,
+        _ => return Err(format!("\\u{first:04x}: a lone surrogate")),
+    };
+    if !(0xdc00..0xe000).contains(&second) {
+        return Err(format!("\\u{first:04x}: a lone surrogate"));
+    }
+    let c = 0x10000 + ((first - 0xd800) << 10) + (second - 0xdc00);
+    char::from_u32(c)
+        .map(|c| (c, 10))
+        .ok_or_else(|| format!("\\u{first:04x}\\u{second:04x} is not a character"))
 }
 
 /// The largest report the host sends: a control plane must accept frames of at least this size
@@ -349,6 +566,158 @@ mod tests {
                 r#""contested" contested"#,
             ]
         );
+    }
+
+    /// What serde makes of a frame's body: what `decode` must agree with, but for the copies.
+    fn by_serde(body: &[u8]) -> Result<Message, ()> {
+        serde_json::from_slice(body).map_err(|_| ())
+    }
+
+    #[test]
+    fn a_declare_is_unescaped_in_its_own_buffer_to_what_serde_reads() {
+        let texts = [
+            String::new(),
+            "{\"schema\": 1}".into(),
+            "plain".into(),
+            "quote \" backslash \\ slash / controls \u{8}\u{c}\n\r\t\u{1}\u{1f} end".into(),
+            "é ü 日本 🦀 \u{7f} \u{80} \u{ffff} \u{10ffff}".into(),
+            "\\\"\\\\".repeat(1000),
+        ];
+        for text in &texts {
+            let frames = [
+                serde_json::to_vec(&Message::Declare {
+                    revision: 9,
+                    declaration: text.clone(),
+                })
+                .unwrap(),
+                // Members in another order, spaces, unknown ones holding what looks like a member.
+                format!(
+                    r#" {{ "declaration" : {} , "x": {{"declaration": "no", "a": [1, "]", {{}}]}}, "revision":9, "type" :"declare", "n": -1.5e3}} "#,
+                    serde_json::to_string(text).unwrap()
+                )
+                .into_bytes(),
+                // Every character \u-escaped, the way some encoders write non-ASCII (pairs for
+                // characters past the BMP).
+                format!(
+                    r#"{{"type":"decl\u0061re","revision":9,"declaration":"{}"}}"#,
+                    text.encode_utf16()
+                        .map(|u| format!("\\u{u:04X}"))
+                        .collect::<String>()
+                )
+                .into_bytes(),
+            ];
+            for body in frames {
+                let decoded = decode(body.clone()).unwrap();
+                assert_eq!(Ok(&decoded), by_serde(&body).as_ref(), "{text:?}");
+                let Message::Declare { declaration, .. } = decoded else {
+                    unreachable!()
+                };
+                assert_eq!(&declaration, text);
+                assert_eq!(
+                    declaration.capacity(),
+                    declaration.len(),
+                    "no spare buffer kept"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_declare_is_refused_by_name_as_serde_would_refuse_it() {
+        let refused = [
+            (
+                r#"{"type":"declare","revision":1,"declaration":5}"#,
+                "not a string",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":{"a":"b"}}"#,
+                "not a string",
+            ),
+            (
+                r#"{"type":"declare","revision":1}"#,
+                "missing field `declaration`",
+            ),
+            (
+                r#"{"type":"declare","declaration":""}"#,
+                "missing field `revision`",
+            ),
+            (
+                r#"{"type":"declare","revision":-1,"declaration":""}"#,
+                "invalid value",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":"a","declaration":"b"}"#,
+                "duplicate field",
+            ),
+            (
+                r#"{"type":"declare","type":"declare","revision":1,"declaration":""}"#,
+                "duplicate field",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":"\ud800"}"#,
+                "surrogate",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":"\udc00\ud800"}"#,
+                "surrogate",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":"\x"}"#,
+                "escape",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":"\u12g4"}"#,
+                "escape",
+            ),
+            (
+                "{\"type\":\"declare\",\"revision\":1,\"declaration\":\"a\nb\"}",
+                "control character",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":"abc"#,
+                "EOF",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":""} x"#,
+                "trailing",
+            ),
+        ];
+        for (body, why) in refused {
+            let e = decode(body.as_bytes().to_vec()).unwrap_err();
+            assert!(
+                e.starts_with("a frame that is not a message: ") && e.contains(why),
+                "{body}: {e}"
+            );
+            assert!(by_serde(body.as_bytes()).is_err(), "{body}");
+        }
+        let mut invalid_utf8 = br#"{"type":"declare","revision":1,"declaration":"#.to_vec();
+        invalid_utf8.extend_from_slice(b"\"\xff\"}");
+        assert!(decode(invalid_utf8).unwrap_err().contains("UTF-8"));
+    }
+
+    /// Every prefix of a declare and every byte of it replaced: `decode` never panics and agrees
+    /// with serde on what is a message and what it says (the fuzz target `link_input` goes on).
+    #[test]
+    fn a_damaged_declare_decodes_as_serde_reads_it_or_not_at_all() {
+        let body = br#"{"type": "declare", "revision": 12, "declaration": "{\"files\": {\"/etc/\u00e9\": [1, \"\\\/\"]}} \ud83e\udd80"}"#;
+        let mut damaged: Vec<Vec<u8>> = (0..body.len()).map(|n| body[..n].to_vec()).collect();
+        for at in 0..body.len() {
+            for byte in [
+                b'"', b'\\', b'{', b'}', b'[', b']', b',', b':', b'u', b'0', b' ', 0x01, 0xc3, 0xff,
+            ] {
+                let mut one = body.to_vec();
+                one[at] = byte;
+                damaged.push(one);
+            }
+        }
+        for one in damaged {
+            assert_eq!(
+                decode(one.clone()).ok(),
+                by_serde(&one).ok(),
+                "{}",
+                String::from_utf8_lossy(&one)
+            );
+        }
     }
 
     #[test]
