@@ -3,6 +3,7 @@
 //! replaces a whole file atomically and durably, so a crash leaves the previous or the new state;
 //! a file that cannot be read is reported, never silently replaced.
 
+mod elide;
 mod failures;
 mod files_index;
 mod ledger;
@@ -318,8 +319,25 @@ impl Store {
         self.read_json_streamed(IN_FORCE)
     }
 
+    /// Read without the text, which is never in memory for it: a 64 MiB declaration in force
+    /// is not read whole to be skipped while a new one and its parse are held.
     pub fn in_force_head(&self) -> Result<Option<InForceHead>, StoreError> {
-        self.read_json(IN_FORCE)
+        let cannot = |e: &dyn fmt::Display| {
+            self.error(
+                IN_FORCE,
+                format!("cannot be read ({e}); it was left as it is for you to inspect"),
+            )
+        };
+        match self.dir.open_reader(OsStr::new(IN_FORCE), MAX_STORE_FILE) {
+            Ok(None) => Ok(None),
+            Ok(Some(file)) => {
+                let head = elide::without_member(file, b"text").map_err(|e| cannot(&e))?;
+                serde_json::from_slice(&head)
+                    .map(Some)
+                    .map_err(|e| cannot(&e))
+            }
+            Err(e) => Err(self.error(IN_FORCE, format!("cannot be read: {e}"))),
+        }
     }
 
     pub fn set_in_force(&self, in_force: &InForce) -> Result<(), StoreError> {
@@ -608,6 +626,45 @@ mod tests {
         store.clean_after_crash().unwrap();
         assert!(!temp.exists());
         assert_eq!(store.in_force().unwrap().unwrap().revision, Some(1));
+    }
+
+    #[test]
+    fn the_head_of_the_declaration_in_force_is_read_without_its_text() {
+        let tmp = TempDir::new("store-head");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        assert!(store.in_force_head().unwrap().is_none());
+        // A text that holds what the head's own members look like, escapes of every kind.
+        let text = r#"{"text": "x", "digest": "forged", "revision": 99, "a": "\"\\/"}"#;
+        store
+            .set_in_force(&InForce {
+                source: Source::Local {
+                    path: "/srv/d.json".into(),
+                },
+                revision: Some(4),
+                digest: "d4".into(),
+                since: 17,
+                text: text.repeat(1000),
+                control_plane_revision: Some(3),
+                signed_by: vec!["ed25519:k".into()],
+                expires: Some(99),
+            })
+            .unwrap();
+        let head = store.in_force_head().unwrap().unwrap();
+        assert_eq!(
+            (head.revision, head.digest.as_str(), head.since),
+            (Some(4), "d4", 17)
+        );
+        assert_eq!(
+            (head.control_plane_revision, head.signed_by, head.expires),
+            (Some(3), vec!["ed25519:k".to_string()], Some(99))
+        );
+        assert_eq!(store.in_force().unwrap().unwrap().text, text.repeat(1000));
+        // What is not JSON is refused by name, as any store file is.
+        let file = store.path().join(IN_FORCE);
+        let json = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, &json[..json.len() / 2]).unwrap();
+        let e = store.in_force_head().unwrap_err().to_string();
+        assert!(e.contains("declaration.json: cannot be read (EOF"), "{e}");
     }
 
     #[test]
