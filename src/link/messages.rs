@@ -208,10 +208,13 @@ fn skip_space(json: &[u8], mut at: usize) -> usize {
 fn string_end(json: &[u8], start: usize) -> Option<usize> {
     let mut at = start + 1;
     loop {
-        match json.get(at)? {
+        at += json
+            .get(at..)?
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\')?;
+        match json[at] {
             b'"' => return Some(at + 1),
-            b'\\' => at += 2,
-            _ => at += 1,
+            _ => at += 2,
         }
     }
 }
