@@ -3,7 +3,6 @@
 //! replaces a whole file atomically and durably, so a crash leaves the previous or the new state;
 //! a file that cannot be read is reported, never silently replaced.
 
-mod elide;
 mod failures;
 mod files_index;
 mod ledger;
@@ -363,7 +362,7 @@ impl Store {
         match self.dir.open_reader(OsStr::new(IN_FORCE), MAX_STORE_FILE) {
             Ok(None) => Ok(None),
             Ok(Some(file)) => {
-                let head = elide::without_member(file, b"text").map_err(|e| cannot(&e))?;
+                let head = json_in_place::without_member(file, b"text").map_err(|e| cannot(&e))?;
                 serde_json::from_slice(&head)
                     .map(Some)
                     .map_err(|e| cannot(&e))
