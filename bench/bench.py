@@ -454,7 +454,7 @@ def main(args):
     import scale
     import watcher
     figures = {**FIGURES, "fleet": ("6. Fleet: reconnects after a control-plane restart", fleet.figure),
-               "scale": ("11. Scale: 500, 5,000 and 20,000 files", scale.figure), **watcher.FIGURES}
+               "scale": ("11. Scale: 500, 5,000 and 20,000 files, and the size limit", scale.figure), **watcher.FIGURES}
     names = [a for a in args if a != "QUICK=1"] or list(figures)
     status = 0
     for name in names:

@@ -1,7 +1,8 @@
 """Figure 11: scale. N = 500, 5,000 and 20,000 files under /etc (a scratch `--root`, 500 to a
-directory, tools stubbed): converge, no-op, and the peak RSS of apply, plan and owned beside the
-declaration's size; then the service's idle RSS, fresh and after a 20,000-file run. Uses
-bench.py's helpers."""
+directory, tools stubbed): converge, no-op, and the peak RSS of apply, plan, owned and of the
+service receiving the declaration from the control plane and running it, beside the
+declaration's size; the same at the declaration size limit (not with QUICK=1); then the
+service's idle RSS, fresh and after a 20,000-file run. Uses bench.py's helpers."""
 
 import json
 import re
@@ -27,6 +28,89 @@ def declaration(n):
     return {"schema": 1, "files": {
         f"/etc/scale/d{i // 500}/f{i}.conf": {"content": f"# managed\nsetting_{i} = {'x' * 64}\n", "mode": "0644"}
         for i in range(n)}}
+
+
+# config.rs's defaults: `max_declaration_bytes` 64 MiB, `max_file_bytes` 8 MiB.
+MAX_DECLARATION = 64 << 20
+MAX_FILE = 8 << 20
+
+
+def at_limit(count):
+    """`count` files of config text (lines of 64 bytes), as large as they can be for the whole
+    declaration to stay 64 KiB under the size limit (and each file within `max_file_bytes`)."""
+    line_bytes = 65  # 63 characters and "\n", which JSON writes as two
+    per_file = (MAX_DECLARATION - (64 << 10)) // count - 100  # the key, mode and punctuation
+    size = min(MAX_FILE, per_file * 64 // line_bytes)
+
+    def content(i):
+        line = f"option_{i} = ".ljust(63, "v") + "\n"
+        return (line * (size // len(line) + 1))[:size - 1] + "\n"
+    return {"schema": 1, "files": {
+        f"/etc/limit/d{i // 500}/f{i}.conf": {"content": content(i), "mode": "0644"} for i in range(count)}}
+
+
+def service_peak(name, text, host=None, extra=None):
+    """Peak RSS (KiB) of a service receiving `text` as revision 1 from the reference control
+    plane and running it, read once the run is recorded: VmHWM, so it covers the frame arriving,
+    the declaration stored and the run. On a fresh host, or on `host` (a host dir that applied
+    the same declaration already: the run is a no-op, and what is left is the service's part).
+    `extra`: more of the host's config."""
+    cp = bench.ControlPlane(f"{name}-cp", text)
+    config = dict(bench.STUBS, **cp.link(), **(extra or {}))
+    if host is None:
+        d = bench.host_dir(name, config)
+    else:
+        d = host
+        (d / "config.json").write_text(json.dumps(config))
+    child = bench.run_host(d)
+    try:
+        def recorded():
+            out = subprocess.run(bench.mesh(d, "status", "--json"), capture_output=True, text=True)
+            try:
+                return any(r.get("revision") == 1 for r in json.loads(out.stdout).get("runs", []))
+            except ValueError:
+                return False
+        bench.wait_until(f"{name}: the run of the declaration", recorded, 600)
+        peak = int(re.search(r"^VmHWM:\s+(\d+)", open(f"/proc/{child.pid}/status").read(), re.M).group(1))
+    finally:
+        bench.kill(child, signal.SIGTERM)
+        bench.kill(cp.child)
+    return peak
+
+
+def signed_service_peak(decl):
+    """The declaration's size, its envelope's (signed by a key `keygen` makes), and the peak RSS
+    (KiB) of a fresh service that trusts that key receiving the envelope and running it."""
+    keys = bench.TMP / "signing"
+    keys.mkdir(exist_ok=True)
+    run = lambda *args: subprocess.run([str(bench.BIN), *args], capture_output=True, text=True, check=True).stdout
+    public = run("keygen", "--out", str(keys / "key.pem")).strip()
+    path = keys / "declaration.json"
+    path.write_text(json.dumps(dict(decl, revision=1)))  # a signed declaration carries its revision
+    envelope = run("sign", "--key", str(keys / "key.pem"), str(path))
+    return path.stat().st_size, len(envelope), service_peak("signed", envelope, extra={"trusted_keys": [public]})
+
+
+PEAKS = ("converge", "no-op", "plan", "owned", "service", "service (no-op run)")
+
+
+def peaks_of(name, decl, runs):
+    """Converge time, no-op median, and the peak RSS (KiB) of each command and of the service,
+    for one declaration on fresh hosts; with the declaration's size in bytes."""
+    d = bench.host_dir(name, bench.STUBS, decl)
+    path = d / "declaration.json"
+    size = path.stat().st_size
+    converge, converge_rss = measured(bench.mesh(d, "apply", str(path)))
+    noops = [measured(bench.mesh(d, "apply", str(path))) for _ in range(runs)]
+    peaks = {
+        "converge": converge_rss,
+        "no-op": max(r for _, r in noops),
+        "plan": measured(bench.mesh(d, "plan", str(path)))[1],
+        "owned": measured(bench.mesh(d, "owned"))[1],
+        "service": service_peak(f"{name}-service", path.read_text()),
+        "service (no-op run)": service_peak(f"{name}-in-place", path.read_text(), host=d),
+    }
+    return size, converge, bench.median([t for t, _ in noops]), peaks
 
 
 def service_rss(d):
@@ -58,25 +142,34 @@ def figure():
     runs = 3 if bench.QUICK else 7
     rows = []
     for n in sizes:
-        d = bench.host_dir(f"scale{n}", bench.STUBS, declaration(n))
-        path = d / "declaration.json"
-        size = path.stat().st_size
-        converge, converge_rss = measured(bench.mesh(d, "apply", str(path)))
-        noops = [measured(bench.mesh(d, "apply", str(path))) for _ in range(runs)]
-        noop = bench.median([t for t, _ in noops])
-        peaks = {
-            "apply": max(r for _, r in noops + [(converge, converge_rss)]),
-            "plan": measured(bench.mesh(d, "plan", str(path)))[1],
-            "owned": measured(bench.mesh(d, "owned"))[1],
-        }
+        size, converge, noop, peaks = peaks_of(f"scale{n}", declaration(n), runs)
         goal = 3 * size / 1024 + 4096  # KiB
         worst = max(peaks.values())
         rows.append([
             f"{n:,}", f"{size / 1e6:.2f} MB",
             f"{converge:.2f} s" + (" (goal ≤ 5 s)" if n == 20000 else ""),
             f"{1000 * noop:.0f} ms ({1e6 * noop / n:.1f} µs a file)" + (" (goal ≤ 100 ms)" if n == 20000 else ""),
-            " / ".join(f"{bench.mib(peaks[k]):.1f}" for k in ("apply", "plan", "owned")),
+            " / ".join(f"{bench.mib(peaks[k]):.1f}" for k in PEAKS),
             f"{bench.mib(goal):.1f} MiB", f"{worst / (size / 1024):.1f}×", bench.verdict(worst <= goal),
+        ])
+    limits = []
+    for count, what in ([] if bench.QUICK else [(8, "the largest files `max_file_bytes` allows"),
+                                                 (16000, "config files")]):
+        decl = at_limit(count)
+        file_bytes = len(next(iter(decl["files"].values()))["content"])
+        size, converge, noop, peaks = peaks_of(f"limit{count}", decl, 3)
+        if count == 8:
+            signed = signed_service_peak(decl)
+        del decl
+        goal = 3 * size / 1024 + 4096
+        worst = max(peaks.values())
+        limits.append([
+            f"{count:,} files of "
+            + (f"{file_bytes / 1e6:.2f} MB" if file_bytes >= 1e6 else f"{file_bytes / 1e3:.1f} kB") + f" ({what})",
+            f"{size / 1e6:.2f} MB ({size / MAX_DECLARATION:.1%} of the limit)",
+            f"{converge:.2f} s", f"{1000 * noop:.0f} ms",
+            " / ".join(f"{bench.mib(peaks[k]):.1f}" for k in PEAKS),
+            f"{bench.mib(goal):.1f} MiB", f"{worst / (size / 1024):.2f}×", bench.verdict(worst <= goal),
         ])
     big = sizes[-1]
     services = []
@@ -88,14 +181,33 @@ def figure():
             f"service idle RSS, `watch: {str(watch).lower()}`: fresh / after a {big:,}-file run",
             f"{bench.mib(fresh):.2f} / {bench.mib(after):.2f} MiB", "within 1 MiB",
             bench.verdict(after - fresh <= 1024)])
+    if limits:
+        size, envelope, peak = signed
+        goal = 3 * size / 1024 + 4096
+        services.append([
+            f"service peak RSS receiving the 8 files at the limit signed (`trusted_keys` set; a "
+            f"{envelope / 1e6:.2f} MB envelope of the {size / 1e6:.2f} MB declaration)",
+            f"{bench.mib(peak):.1f} MiB ({peak / (size / 1024):.2f}×)", f"≤ {bench.mib(goal):.1f} MiB",
+            bench.verdict(peak <= goal)])
+    limit_table = "" if not limits else (
+        "\n\nAt the size limit (64 MiB, `max_declaration_bytes`' default), each declaration "
+        "written as files of config text (64-byte lines) just under it; no-op the median of 3 runs.\n\n"
+        + bench.table(["declaration", "bytes", "converge (new files)", "no-op",
+                       "peak RSS MiB " + " / ".join(PEAKS),
+                       "goal (3 × declaration + 4 MiB)", "worst ÷ declaration", "verdict"], limits))
     return (
         "`mesh-host apply` of N files under /etc in a scratch `--root` (500 to a directory, 80 bytes "
         f"each, mode 0644, tools stubbed), the static binary; `/usr/bin/time`, no-op the median of {runs} "
-        "runs; peak RSS of `apply` (the worst of converge and the no-ops), `plan` and `owned`. Every "
-        "write is atomic and durable (temp files written, one syncfs, renamed, each directory fsynced "
-        "once).\n\n"
-        + bench.table(["N", "declaration", "converge (new files)", "no-op", "peak RSS MiB apply / plan / owned",
+        "runs; peak RSS of `apply` converging and of its no-ops (the worst), `plan` and `owned`; and "
+        "of `mesh-host run` on a fresh host (default config, so the watcher on) receiving the same "
+        "declaration from the reference control plane (examples/control-plane.rs) and running it: "
+        "its VmHWM once the run is recorded; and of the same on the host `apply` converged (the files in "
+        "place, its run a no-op: the service's own part, receiving and storing). Every write is atomic and durable (temp files written, "
+        "one syncfs, renamed, each directory fsynced once).\n\n"
+        + bench.table(["N", "declaration", "converge (new files)", "no-op",
+                       "peak RSS MiB " + " / ".join(PEAKS),
                        "goal (3 × declaration + 4 MiB)", "worst ÷ declaration", "verdict"], rows)
+        + limit_table
         + "\n\n"
         + bench.table(["figure", "value", "goal", "verdict"], services)
         + "\n\nWith `watch` on, what stays is the watcher's own tables (about 0.3 MiB for 20,000 files, "

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::codec;
 use crate::declaration::{self, type_name, Declaration, Fields, Problems};
+use crate::json_in_place;
 
 /// The envelope format's version, the value of its `envelope` member.
 pub const VERSION: u64 = 1;
@@ -339,13 +340,21 @@ struct Probe {
 /// a JSON object with an `envelope` member (a plain declaration, or bytes the declaration parser
 /// will explain), the envelope when it is one, or every problem with it, each located.
 pub fn open(bytes: &[u8]) -> Result<Option<Envelope>, Problems> {
-    if !may_name_envelope(bytes) {
-        return Ok(None);
+    if is_envelope(bytes) {
+        parse(bytes).map(Some)
+    } else {
+        Ok(None)
     }
-    match serde_json::from_slice::<Probe>(bytes) {
-        Ok(Probe { envelope: Some(_) }) => parse(bytes).map(Some),
-        _ => Ok(None),
-    }
+}
+
+/// Whether `bytes` are a JSON object with an `envelope` member (else a plain declaration, or
+/// bytes the declaration parser will explain).
+pub fn is_envelope(bytes: &[u8]) -> bool {
+    may_name_envelope(bytes)
+        && matches!(
+            serde_json::from_slice::<Probe>(bytes),
+            Ok(Probe { envelope: Some(_) })
+        )
 }
 
 /// Whether the text could have an `envelope` member: its name spelled out, or a `\u` escape that
@@ -357,6 +366,30 @@ fn may_name_envelope(bytes: &[u8]) -> bool {
         // Not text: the declaration parser says so.
         Err(_) => false,
     }
+}
+
+/// `open` for bytes `is_envelope` said are one, given up by the caller: the envelope is parsed
+/// with its declaration's characters left out, and the declaration unescaped in place in the
+/// bytes, which become it. A 64 MiB envelope is held once, not beside serde's buffer for the
+/// string and the string it copies from that. Every problem is `open`'s, located the same.
+pub fn open_in_place(bytes: Vec<u8>) -> Result<Envelope, Problems> {
+    let without_text = json_in_place::without_member(bytes.as_slice(), b"declaration");
+    let Ok(mut envelope) = parse(&without_text.unwrap_or_default()) else {
+        // The problems as located in the bytes given: a JSON error's column moves without the
+        // declaration's characters. (Only a bad envelope pays for the second reading.)
+        return parse(&bytes);
+    };
+    let span = json_in_place::member(&bytes, "declaration");
+    envelope.declaration = match span {
+        Some(span) => json_in_place::unescape_in_place(bytes, span),
+        None => Err("not found".into()),
+    }
+    .map_err(|e| {
+        let mut problems = Problems::default();
+        problems.push("declaration", e);
+        problems
+    })?;
+    Ok(envelope)
 }
 
 fn parse(bytes: &[u8]) -> Result<Envelope, Problems> {
@@ -518,15 +551,14 @@ pub fn accept(
             if count == 1 { "" } else { "s" }
         ))
     };
-    let envelope = open(text.as_bytes()).map_err(|p| located(&p))?;
-    let (text, verification) = match envelope {
-        Some(envelope) => {
-            drop(text); // the envelope holds its own copy of the declaration
-            let trusted = arrival.trust.map_or(&[][..], |t| &t.keys);
-            let verification = envelope.verify(trusted);
-            (envelope.declaration, Some(verification))
-        }
-        None => (text, None),
+    let (text, verification) = if is_envelope(text.as_bytes()) {
+        // The frame's text becomes the declaration's (unescaped in place).
+        let envelope = open_in_place(text.into_bytes()).map_err(|p| located(&p))?;
+        let trusted = arrival.trust.map_or(&[][..], |t| &t.keys);
+        let verification = envelope.verify(trusted);
+        (envelope.declaration, Some(verification))
+    } else {
+        (text, None)
     };
     if let Some(refusal) = refusal(verification.as_ref(), arrival.trust) {
         return Err(Refused::Rejected(format!(
@@ -851,6 +883,27 @@ mod tests {
     }
 
     #[test]
+    fn an_envelope_opened_in_place_is_the_one_open_reads() {
+        let texts = [
+            decl(3),
+            "{\"a\": \"quote \\\" backslash \\\\ é 🦀 \\u0000\"}".to_string(),
+            String::new(),
+        ];
+        for text in texts {
+            let json = signed(&text, &[&key(1), &key(2)]).to_json();
+            let opened = open(json.as_bytes()).unwrap().unwrap();
+            assert_eq!(opened.declaration, text);
+            assert_eq!(open_in_place(json.into_bytes()).unwrap(), opened);
+            // Members in another order, the declaration's name escaped.
+            let json = format!(
+                r#" {{ "signatures": [], "decl\u0061ration": {}, "envelope": 1 }} "#,
+                serde_json::to_string(&text).unwrap()
+            );
+            assert_eq!(open_in_place(json.into_bytes()).unwrap().declaration, text);
+        }
+    }
+
+    #[test]
     fn malformed_envelopes_have_every_problem_located() {
         let good_key = public_key(&key(1)).to_string();
         let cases: &[(&str, &[&str])] = &[
@@ -904,6 +957,9 @@ mod tests {
                 .iter()
                 .map(ToString::to_string)
                 .collect();
+            let in_place = open_in_place(json.as_bytes().to_vec()).unwrap_err();
+            let in_place: Vec<String> = in_place.0.iter().map(ToString::to_string).collect();
+            assert_eq!(in_place, problems, "{json}: read in place");
             assert_eq!(problems.len(), wants.len(), "{json}: {problems:#?}");
             for (problem, want) in problems.iter().zip(wants.iter()) {
                 assert!(problem.contains(want), "{json}: {problem:?} lacks {want:?}");

@@ -15,6 +15,7 @@ mod envelope;
 mod exec;
 mod fsutil;
 mod join;
+mod json_in_place;
 mod keys;
 mod kinds;
 mod link;

@@ -140,13 +140,13 @@ impl Host {
             )));
         }
         let raw = std::fs::read(file).map_err(cannot)?;
-        let (bytes, verification) = match envelope::open(&raw).map_err(|p| invalid(file, &p))? {
-            Some(envelope) => {
-                drop(raw); // the envelope holds its own copy of the declaration
-                let verification = envelope.verify(self.trusted_keys());
-                (envelope.declaration.into_bytes(), Some(verification))
-            }
-            None => (raw, None),
+        let (bytes, verification) = if envelope::is_envelope(&raw) {
+            // The file's bytes become the declaration's text (unescaped in place).
+            let envelope = envelope::open_in_place(raw).map_err(|p| invalid(file, &p))?;
+            let verification = envelope.verify(self.trusted_keys());
+            (envelope.declaration.into_bytes(), Some(verification))
+        } else {
+            (raw, None)
         };
         let declaration = self.validate(&bytes).map_err(|p| invalid(file, &p))?;
         Ok(ReadDeclaration {

@@ -3,8 +3,10 @@
 
 use std::fmt;
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
+use crate::json_in_place::{member, string_is, unescape_in_place};
 use crate::pacnew::Pacnew;
 use crate::store::{Failing, ResourceResult, RunOutcome, Triggers};
 
@@ -131,6 +133,36 @@ impl fmt::Display for ReportOutcome {
             ReportOutcome::Contested => "contested",
         })
     }
+}
+
+/// A frame's body as a message. A `declare` is read without a copy of its declaration: the JSON
+/// string is unescaped in place, to the front of the frame's own buffer, which then becomes the
+/// text. (serde would hold the frame, its scratch buffer and the string at once: a frame at the
+/// size limit three times.) Every other message is small and goes through serde.
+pub fn decode(body: Vec<u8>) -> Result<Message, String> {
+    let not_a_message = |e: &dyn fmt::Display| format!("a frame that is not a message: {e}");
+    let declare = member(&body, "type").is_some_and(|r| string_is(&body[r], "declare"));
+    if !declare {
+        return serde_json::from_slice(&body).map_err(|e| not_a_message(&e));
+    }
+    /// The whole frame checked as JSON and as a `declare`, its declaration skipped unbuffered.
+    #[derive(Deserialize)]
+    struct Head {
+        #[serde(rename = "type")]
+        _type: IgnoredAny,
+        revision: u64,
+        #[serde(rename = "declaration")]
+        _declaration: IgnoredAny,
+    }
+    let head: Head = serde_json::from_slice(&body).map_err(|e| not_a_message(&e))?;
+    let span = member(&body, "declaration")
+        .filter(|r| body[r.start] == b'"')
+        .ok_or_else(|| not_a_message(&"`declaration` is not a string"))?;
+    let declaration = unescape_in_place(body, span).map_err(|e| not_a_message(&e))?;
+    Ok(Message::Declare {
+        revision: head.revision,
+        declaration,
+    })
 }
 
 /// The largest report the host sends: a control plane must accept frames of at least this size
@@ -349,6 +381,158 @@ mod tests {
                 r#""contested" contested"#,
             ]
         );
+    }
+
+    /// What serde makes of a frame's body: what `decode` must agree with, but for the copies.
+    fn by_serde(body: &[u8]) -> Result<Message, ()> {
+        serde_json::from_slice(body).map_err(|_| ())
+    }
+
+    #[test]
+    fn a_declare_is_unescaped_in_its_own_buffer_to_what_serde_reads() {
+        let texts = [
+            String::new(),
+            "{\"schema\": 1}".into(),
+            "plain".into(),
+            "quote \" backslash \\ slash / controls \u{8}\u{c}\n\r\t\u{1}\u{1f} end".into(),
+            "é ü 日本 🦀 \u{7f} \u{80} \u{ffff} \u{10ffff}".into(),
+            "\\\"\\\\".repeat(1000),
+        ];
+        for text in &texts {
+            let frames = [
+                serde_json::to_vec(&Message::Declare {
+                    revision: 9,
+                    declaration: text.clone(),
+                })
+                .unwrap(),
+                // Members in another order, spaces, unknown ones holding what looks like a member.
+                format!(
+                    r#" {{ "declaration" : {} , "x": {{"declaration": "no", "a": [1, "]", {{}}]}}, "revision":9, "type" :"declare", "n": -1.5e3}} "#,
+                    serde_json::to_string(text).unwrap()
+                )
+                .into_bytes(),
+                // Every character \u-escaped, the way some encoders write non-ASCII (pairs for
+                // characters past the BMP).
+                format!(
+                    r#"{{"type":"decl\u0061re","revision":9,"declaration":"{}"}}"#,
+                    text.encode_utf16()
+                        .map(|u| format!("\\u{u:04X}"))
+                        .collect::<String>()
+                )
+                .into_bytes(),
+            ];
+            for body in frames {
+                let decoded = decode(body.clone()).unwrap();
+                assert_eq!(Ok(&decoded), by_serde(&body).as_ref(), "{text:?}");
+                let Message::Declare { declaration, .. } = decoded else {
+                    unreachable!()
+                };
+                assert_eq!(&declaration, text);
+                assert_eq!(
+                    declaration.capacity(),
+                    declaration.len(),
+                    "no spare buffer kept"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_declare_is_refused_by_name_as_serde_would_refuse_it() {
+        let refused = [
+            (
+                r#"{"type":"declare","revision":1,"declaration":5}"#,
+                "not a string",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":{"a":"b"}}"#,
+                "not a string",
+            ),
+            (
+                r#"{"type":"declare","revision":1}"#,
+                "missing field `declaration`",
+            ),
+            (
+                r#"{"type":"declare","declaration":""}"#,
+                "missing field `revision`",
+            ),
+            (
+                r#"{"type":"declare","revision":-1,"declaration":""}"#,
+                "invalid value",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":"a","declaration":"b"}"#,
+                "duplicate field",
+            ),
+            (
+                r#"{"type":"declare","type":"declare","revision":1,"declaration":""}"#,
+                "duplicate field",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":"\ud800"}"#,
+                "surrogate",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":"\udc00\ud800"}"#,
+                "surrogate",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":"\x"}"#,
+                "escape",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":"\u12g4"}"#,
+                "escape",
+            ),
+            (
+                "{\"type\":\"declare\",\"revision\":1,\"declaration\":\"a\nb\"}",
+                "control character",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":"abc"#,
+                "EOF",
+            ),
+            (
+                r#"{"type":"declare","revision":1,"declaration":""} x"#,
+                "trailing",
+            ),
+        ];
+        for (body, why) in refused {
+            let e = decode(body.as_bytes().to_vec()).unwrap_err();
+            assert!(
+                e.starts_with("a frame that is not a message: ") && e.contains(why),
+                "{body}: {e}"
+            );
+            assert!(by_serde(body.as_bytes()).is_err(), "{body}");
+        }
+        let mut invalid_utf8 = br#"{"type":"declare","revision":1,"declaration":"#.to_vec();
+        invalid_utf8.extend_from_slice(b"\"\xff\"}");
+        assert!(decode(invalid_utf8).unwrap_err().contains("UTF-8"));
+    }
+
+    /// Every prefix of a declare and every byte of it replaced: `decode` never panics and agrees
+    /// with serde on what is a message and what it says (the fuzz target `link_input` goes on).
+    #[test]
+    fn a_damaged_declare_decodes_as_serde_reads_it_or_not_at_all() {
+        let body = br#"{"type": "declare", "revision": 12, "declaration": "{\"files\": {\"/etc/\u00e9\": [1, \"\\\/\"]}} \ud83e\udd80"}"#;
+        let mut damaged: Vec<Vec<u8>> = (0..body.len()).map(|n| body[..n].to_vec()).collect();
+        for at in 0..body.len() {
+            for byte in [
+                b'"', b'\\', b'{', b'}', b'[', b']', b',', b':', b'u', b'0', b' ', 0x01, 0xc3, 0xff,
+            ] {
+                let mut one = body.to_vec();
+                one[at] = byte;
+                damaged.push(one);
+            }
+        }
+        for one in damaged {
+            assert_eq!(
+                decode(one.clone()).ok(),
+                by_serde(&one).ok(),
+                "{}",
+                String::from_utf8_lossy(&one)
+            );
+        }
     }
 
     #[test]

@@ -76,7 +76,7 @@ enum State {
 
 pub struct Link {
     state: State,
-    inbound: Vec<u8>,
+    inbound: frame::Reader,
     outbound: Vec<u8>,
     events: VecDeque<Event>,
     heartbeat_ms: u64,
@@ -101,7 +101,7 @@ impl Link {
     pub fn new(now: u64, hello: Message, heartbeat_ms: u64, max_frame: usize) -> Link {
         let mut link = Link {
             state: State::AwaitingWelcome,
-            inbound: Vec::new(),
+            inbound: frame::Reader::default(),
             outbound: Vec::new(),
             events: VecDeque::new(),
             heartbeat_ms: heartbeat_ms.max(1),
@@ -154,38 +154,31 @@ impl Link {
             return Ok(());
         }
         self.last_received = now;
-        self.inbound.extend_from_slice(bytes);
-        let mut start = 0;
+        let mut rest = bytes;
+        let mut completed = false;
         let result = loop {
-            match frame::decode(&self.inbound[start..], self.max_frame) {
-                Ok(Some((used, body))) => {
-                    let message = serde_json::from_slice::<Message>(body).map_err(|e| {
-                        LinkError::Protocol(format!("a frame that is not a message: {e}"))
-                    });
-                    start += used;
-                    if let Err(e) = message.and_then(|m| self.handle_message(now, m)) {
-                        break Err(e);
-                    }
+            if rest.is_empty() {
+                break Ok(());
+            }
+            let body = match self.inbound.read(rest, self.max_frame) {
+                Ok((used, body)) => {
+                    rest = &rest[used..];
+                    body
                 }
-                Ok(None) => break Ok(()),
                 Err(e) => break Err(LinkError::Frame(e)),
+            };
+            let Some(body) = body else { continue };
+            completed = true;
+            // The frame's buffer goes with its message (a declaration's text is that buffer).
+            let message = messages::decode(body).map_err(LinkError::Protocol);
+            if let Err(e) = message.and_then(|m| self.handle_message(now, m)) {
+                break Err(e);
             }
         };
-        self.inbound.drain(..start);
-        if self.inbound.capacity() > 64 * 1024 && self.inbound.len() < 16 * 1024 {
-            // Give back the memory a large declaration took.
-            self.inbound.shrink_to(16 * 1024);
-        }
         if self.inbound.is_empty() {
             self.frame_started = None;
-        } else if start > 0 || self.frame_started.is_none() {
+        } else if completed || self.frame_started.is_none() {
             self.frame_started = Some(now);
-        }
-        if let Some(length) = self.announced().filter(|l| *l <= self.max_frame as u64) {
-            // Exactly what the frame needs, not what doubling a vector would take.
-            let needed = (frame::HEADER as u64 + length) as usize;
-            self.inbound
-                .reserve_exact(needed.saturating_sub(self.inbound.len()));
         }
         result
     }
@@ -267,16 +260,10 @@ impl Link {
         self.events.pop_front()
     }
 
-    /// The length the buffered, incomplete frame announced, once its header is in.
-    fn announced(&self) -> Option<u64> {
-        let header = self.inbound.get(..frame::HEADER)?;
-        Some(u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as u64)
-    }
-
     /// When the frame now arriving must be complete.
     fn frame_deadline(&self) -> Option<u64> {
         let started = self.frame_started?;
-        let length = self.announced().unwrap_or(0);
+        let length = self.inbound.announced().unwrap_or(0);
         Some(started + 3 * self.heartbeat_ms + length / MIN_FRAME_RATE)
     }
 
@@ -290,7 +277,7 @@ impl Link {
         if let (Some(deadline), Some(started)) = (self.frame_deadline(), self.frame_started) {
             if now >= deadline {
                 return Err(LinkError::Stalled {
-                    length: self.announced(),
+                    length: self.inbound.announced(),
                     waited_ms: now - started,
                 });
             }
@@ -341,13 +328,13 @@ mod tests {
 
     /// The control plane's side, as far as tests need it: frames in, messages out.
     struct Peer {
-        inbound: Vec<u8>,
+        inbound: frame::Reader,
     }
 
     impl Peer {
         fn new() -> Peer {
             Peer {
-                inbound: Vec::new(),
+                inbound: frame::Reader::default(),
             }
         }
         fn frame(message: &Message) -> Vec<u8> {
@@ -357,14 +344,15 @@ mod tests {
         }
         /// Takes everything the link has to send and decodes it.
         fn receive(&mut self, link: &mut Link) -> Vec<Message> {
-            self.inbound.extend_from_slice(link.pending_output());
+            let mut bytes = link.pending_output();
+            let mut out = Vec::new();
+            while !bytes.is_empty() {
+                let (used, body) = self.inbound.read(bytes, 1 << 20).unwrap();
+                out.extend(body.map(|b| serde_json::from_slice(&b).unwrap()));
+                bytes = &bytes[used..];
+            }
             let n = link.pending_output().len();
             link.consume_output(n);
-            let mut out = Vec::new();
-            while let Some((used, body)) = frame::decode(&self.inbound, 1 << 20).unwrap() {
-                out.push(serde_json::from_slice(body).unwrap());
-                self.inbound.drain(..used);
-            }
             out
         }
     }

@@ -17,10 +17,11 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil::{self, Dir};
+use crate::json_in_place;
 use crate::pacnew::QuietDirs;
 
 pub use failures::{Failing, Notice};
@@ -65,15 +66,17 @@ pub enum Source {
 }
 
 /// The declaration the host holds the machine to, kept verbatim so its digest stays meaningful.
+/// (`Text` is only ever `String` outside this file; the file is checked as `InForce<IgnoredAny>`,
+/// its text skipped, before the text is read where it lies.)
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct InForce {
+pub struct InForce<Text = String> {
     pub source: Source,
     pub revision: Option<u64>,
     pub digest: String,
     /// Unix seconds when it became the declaration in force.
     pub since: u64,
-    pub text: String,
+    pub text: Text,
     /// The newest revision accepted from the control plane, kept across local overrides: a
     /// `declare` must be newer than this to be applied.
     #[serde(default)]
@@ -316,12 +319,58 @@ impl Store {
         Lock::acquire_pulsing(&self.path.join("lock"), holder, pulse)
     }
 
+    /// Read whole, then checked as JSON with its text skipped; the text is unescaped in place in
+    /// the file's bytes, which become it: the file is held once (serde would hold its scratch
+    /// buffer for the text and a copy of that as well).
     pub fn in_force(&self) -> Result<Option<InForce>, StoreError> {
-        self.read_json_streamed(IN_FORCE)
+        let cannot = |e: &dyn fmt::Display| {
+            self.error(
+                IN_FORCE,
+                format!("cannot be read ({e}); it was left as it is for you to inspect"),
+            )
+        };
+        let bytes = match self.dir.read(OsStr::new(IN_FORCE), MAX_STORE_FILE) {
+            Ok(None) => return Ok(None),
+            Ok(Some((_, bytes))) => bytes,
+            Err(e) => return Err(self.error(IN_FORCE, format!("cannot be read: {e}"))),
+        };
+        let checked: InForce<IgnoredAny> =
+            serde_json::from_slice(&bytes).map_err(|e| cannot(&e))?;
+        let span = json_in_place::member(&bytes, "text")
+            .filter(|r| bytes[r.start] == b'"')
+            .ok_or_else(|| cannot(&"its text is not a string"))?;
+        let text = json_in_place::unescape_in_place(bytes, span).map_err(|e| cannot(&e))?;
+        Ok(Some(InForce {
+            source: checked.source,
+            revision: checked.revision,
+            digest: checked.digest,
+            since: checked.since,
+            text,
+            control_plane_revision: checked.control_plane_revision,
+            signed_by: checked.signed_by,
+            expires: checked.expires,
+        }))
     }
 
+    /// Read without the text, which is never in memory for it: a 64 MiB declaration in force
+    /// is not read whole to be skipped while a new one and its parse are held.
     pub fn in_force_head(&self) -> Result<Option<InForceHead>, StoreError> {
-        self.read_json(IN_FORCE)
+        let cannot = |e: &dyn fmt::Display| {
+            self.error(
+                IN_FORCE,
+                format!("cannot be read ({e}); it was left as it is for you to inspect"),
+            )
+        };
+        match self.dir.open_reader(OsStr::new(IN_FORCE), MAX_STORE_FILE) {
+            Ok(None) => Ok(None),
+            Ok(Some(file)) => {
+                let head = json_in_place::without_member(file, b"text").map_err(|e| cannot(&e))?;
+                serde_json::from_slice(&head)
+                    .map(Some)
+                    .map_err(|e| cannot(&e))
+            }
+            Err(e) => Err(self.error(IN_FORCE, format!("cannot be read: {e}"))),
+        }
     }
 
     pub fn set_in_force(&self, in_force: &InForce) -> Result<(), StoreError> {
@@ -686,6 +735,75 @@ mod tests {
         store.clean_after_crash().unwrap();
         assert!(!temp.exists());
         assert_eq!(store.in_force().unwrap().unwrap().revision, Some(1));
+    }
+
+    #[test]
+    fn the_head_of_the_declaration_in_force_is_read_without_its_text() {
+        let tmp = TempDir::new("store-head");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        assert!(store.in_force_head().unwrap().is_none());
+        // A text that holds what the head's own members look like, escapes of every kind.
+        let text = r#"{"text": "x", "digest": "forged", "revision": 99, "a": "\"\\/"}"#;
+        store
+            .set_in_force(&InForce {
+                source: Source::Local {
+                    path: "/srv/d.json".into(),
+                },
+                revision: Some(4),
+                digest: "d4".into(),
+                since: 17,
+                text: text.repeat(1000),
+                control_plane_revision: Some(3),
+                signed_by: vec!["ed25519:k".into()],
+                expires: Some(99),
+            })
+            .unwrap();
+        let head = store.in_force_head().unwrap().unwrap();
+        assert_eq!(
+            (head.revision, head.digest.as_str(), head.since),
+            (Some(4), "d4", 17)
+        );
+        assert_eq!(
+            (head.control_plane_revision, head.signed_by, head.expires),
+            (Some(3), vec!["ed25519:k".to_string()], Some(99))
+        );
+        assert_eq!(store.in_force().unwrap().unwrap().text, text.repeat(1000));
+        // What is not JSON, or not a declaration in force, is refused by name, as any store
+        // file is; neither read changes the file.
+        let file = store.path().join(IN_FORCE);
+        let json = std::fs::read_to_string(&file).unwrap();
+        for (changed, why) in [
+            (
+                json.replacen("\"since\"", "\"sinse\"", 1),
+                "unknown field `sinse`",
+            ),
+            (
+                json.replacen("\"text\": \"", "\"text\": 5, \"x\": \"", 1),
+                "unknown field `x`",
+            ),
+            (
+                json.replacen("\"source\"", "\"text\": 5, \"source\"", 1),
+                "duplicate field `text`",
+            ),
+        ] {
+            std::fs::write(&file, &changed).unwrap();
+            let e = store.in_force().unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("declaration.json: cannot be read ({why}")),
+                "{e}"
+            );
+        }
+        let not_a_string = r#"{"source": {"kind": "control-plane"}, "revision": 1, "digest": "d", "since": 0, "text": 5}"#;
+        std::fs::write(&file, not_a_string).unwrap();
+        let e = store.in_force().unwrap_err().to_string();
+        assert!(
+            e.contains("cannot be read (its text is not a string)"),
+            "{e}"
+        );
+        std::fs::write(&file, &json).unwrap();
+        std::fs::write(&file, &json[..json.len() / 2]).unwrap();
+        let e = store.in_force_head().unwrap_err().to_string();
+        assert!(e.contains("declaration.json: cannot be read (EOF"), "{e}");
     }
 
     #[test]
