@@ -429,10 +429,26 @@ fn record(
 /// The control plane's view of a run, with its `changes`. Changes in a run no new declaration
 /// caused repair drift.
 pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link::Report {
-    let changes: Vec<ResourceResult> = changes.iter().map(Planned::as_result).collect();
+    let changes_len = changes.len();
+    // No more entries than a report can carry are made (a converge of 20,000 files would make
+    // 3 MB of them for `abridge` to cut to 1 MiB); the rest are counted as left out.
+    let mut room = link::MAX_REPORT_BYTES;
+    let fits = |entry: &ResourceResult| {
+        let len = link::json_len(entry) + 1;
+        room = room.saturating_sub(len);
+        room > 0
+    };
+    let changes: Vec<ResourceResult> = changes
+        .iter()
+        .map(Planned::as_result)
+        .take_while(fits)
+        .collect();
     let new_declaration =
         record.trigger.contains(Trigger::Declaration) || record.trigger.contains(Trigger::Apply);
-    link::Report {
+    // Drift repeats the changes: what is left out of one is left out of both.
+    let lists = if new_declaration { 1 } else { 2 };
+    let left_out = (changes_len - changes.len()) * lists;
+    let mut report = link::Report {
         id: 0,
         revision: record.revision,
         digest: record.digest.clone(),
@@ -451,7 +467,11 @@ pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link
         message: message.to_string(),
         failing: Vec::new(),
         pacnew: Vec::new(),
+    };
+    if left_out > 0 {
+        report.abridge_counting(left_out);
     }
+    report
 }
 
 fn join_lines(a: &str, b: &str) -> String {
@@ -461,4 +481,60 @@ fn join_lines(a: &str, b: &str) -> String {
         .copied()
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(trigger: Trigger) -> RunRecord {
+        RunRecord {
+            trigger: Triggers::one(trigger),
+            started: 1,
+            ended: 2,
+            outcome: RunOutcome::Converged,
+            revision: Some(1),
+            digest: None,
+            changes: Vec::new(),
+            failures: Vec::new(),
+            deferred: Vec::new(),
+            in_sync: 0,
+            commands: 0,
+            retries: 0,
+            notes: Vec::new(),
+            omitted: 0,
+        }
+    }
+
+    /// A run of 30,000 changes makes a report of only the entries that fit, and says how many
+    /// it left out, drift counted too; a small one is whole.
+    #[test]
+    fn a_report_makes_no_more_entries_than_fit() {
+        let changes: Vec<Planned> = (0..30_000)
+            .map(|i| Planned {
+                kind: "files",
+                key: format!("/etc/scale/d{}/f{i}.conf", i / 500),
+                symbol: '+',
+                action: Action::Create,
+                details: vec!["80 bytes, mode 0644".to_string()].into(),
+            })
+            .collect();
+        for (trigger, lists) in [(Trigger::Declaration, 1), (Trigger::Timer, 2)] {
+            let report = report_of(&record(trigger), &changes, "");
+            assert!(link::json_len(&report) <= link::MAX_REPORT_BYTES);
+            let kept = report.changes.len() + report.drift.len();
+            assert!(kept > 1000, "{kept}");
+            let left_out = 30_000 * lists - kept;
+            assert!(
+                report
+                    .message
+                    .starts_with(&format!("{left_out} resource entries left out")),
+                "{}",
+                report.message
+            );
+        }
+        let small = report_of(&record(Trigger::Timer), &changes[..3], "note");
+        assert_eq!((small.changes.len(), small.drift.len()), (3, 3));
+        assert_eq!(small.message, "note");
+    }
 }

@@ -169,6 +169,25 @@ pub fn decode(body: Vec<u8>) -> Result<Message, String> {
 /// (docs/protocol.md). A report over it is abridged, so one huge run or one huge rejected
 /// declaration cannot exceed the control plane's limit and block every later report.
 pub const MAX_REPORT_BYTES: usize = 1 << 20;
+/// How many bytes `value` is as JSON, counted as it is written (a report of 20,000 entries is
+/// not built as a 3 MB buffer to be measured).
+pub fn json_len<T: Serialize>(value: &T) -> usize {
+    struct Counting(usize);
+    impl std::io::Write for Counting {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counting = Counting(0);
+    // Writing to a counter cannot fail; a value that cannot be JSON counts as nothing.
+    let _ = serde_json::to_writer(&mut counting, value);
+    counting.0
+}
+
 /// The most of `message` a report carries (the first lines: a rejection's count and first problems).
 pub const MAX_MESSAGE_BYTES: usize = 64 << 10;
 
@@ -177,9 +196,14 @@ impl Report {
     /// `MAX_MESSAGE_BYTES`, then the resource lists halved until it fits; what was left out is
     /// counted at the end of `message`.
     pub fn abridge(&mut self) {
+        self.abridge_counting(0);
+    }
+
+    /// `abridge`, counting `omitted` entries its maker already left out (`report_of` builds no
+    /// more entries than can fit) with those it leaves out.
+    pub fn abridge_counting(&mut self, mut omitted: usize) {
         self.message = abridge_text(&self.message, MAX_MESSAGE_BYTES);
-        let mut omitted = 0;
-        while serde_json::to_vec(self).map_or(0, |j| j.len()) > MAX_REPORT_BYTES {
+        while json_len(self) > MAX_REPORT_BYTES {
             // The longest list is halved, whichever it is (they hold different records).
             let lengths = [
                 self.changes.len(),

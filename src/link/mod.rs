@@ -9,7 +9,7 @@ pub mod messages;
 use std::collections::VecDeque;
 use std::fmt;
 
-pub use messages::{Message, ReconnectPolicy, Report, ReportOutcome};
+pub use messages::{json_len, Message, ReconnectPolicy, Report, ReportOutcome, MAX_REPORT_BYTES};
 
 /// What the link tells the host.
 #[derive(Debug, PartialEq)]
