@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::{Lock, Store, StoreError, MAX_STORE_FILE};
 use crate::fsutil::Dir;
-use crate::link::Report;
+use crate::link::{json_len, Report};
 
 const DIR: &str = "outbox";
 const LAST_ID: &str = "last-report-id";
@@ -54,12 +54,15 @@ impl Store {
         report.id = floor.max(newest) + 1;
         report.abridge();
         let name = entry_name(report.id);
-        let bytes = serde_json::to_vec(report).map_err(|e| self.error(DIR, e))?;
-        fd.write_atomic(OsStr::new(&name), &bytes, 0o600, None)
-            .map_err(|e| self.error(&format!("{DIR}/{name}"), format!("cannot be written: {e}")))?;
+        // Streamed to its file: a report of up to a MiB is not built whole in memory beside it.
+        let size = json_len(report) as u64;
+        fd.write_atomic_streamed(OsStr::new(&name), 0o600, |out| {
+            serde_json::to_writer(out, report).map_err(std::io::Error::from)
+        })
+        .map_err(|e| self.error(&format!("{DIR}/{name}"), format!("cannot be written: {e}")))?;
         self.write_json(LAST_ID, &report.id)?;
         let mut kept: Vec<(u64, u64)> = entries;
-        kept.push((report.id, bytes.len() as u64));
+        kept.push((report.id, size));
         let mut total: u64 = kept.iter().map(|(_, size)| size).sum();
         let mut dropped = 0;
         // The newest report always stays.
