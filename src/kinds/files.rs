@@ -896,7 +896,7 @@ fn plan_release(
         (Origin::Adopted, _) => match &entry.original {
             Some(original) => (
                 Action::Update,
-                Op::Restore(original.clone()),
+                Op::Restore(Original::clone(original)),
                 "released; original restored".to_string(),
             ),
             None => return Step::Fail("the ledger keeps no record of the original".to_string()),

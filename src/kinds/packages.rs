@@ -239,13 +239,15 @@ impl Kind for Packages {
                 LedgerAfter::Disown,
                 Op::Remove,
             ),
-            (None, true, Some(e)) if e.original == Some(InstallReason::Dependency) => change(
-                Action::Update,
-                "released; was installed as a dependency before mesh-host, marked so again",
-                None,
-                LedgerAfter::Disown,
-                Op::MarkDependency,
-            ),
+            (None, true, Some(e)) if e.original.as_deref() == Some(&InstallReason::Dependency) => {
+                change(
+                    Action::Update,
+                    "released; was installed as a dependency before mesh-host, marked so again",
+                    None,
+                    LedgerAfter::Disown,
+                    Op::MarkDependency,
+                )
+            }
             (None, true, Some(_)) => change(
                 Action::Update,
                 "released; was installed before mesh-host, left installed",

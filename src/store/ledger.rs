@@ -102,9 +102,11 @@ pub struct Entry<O> {
     /// so a crash mid-apply still leaves the resource owned and its original known).
     pub applied: Option<Digest>,
     /// What the resource was before the host adopted it, in the kind's own type; `None` when
-    /// there is nothing to put back (created, or adopted with nothing to restore).
+    /// there is nothing to put back (created, or adopted with nothing to restore). Boxed: most
+    /// owned resources were created and have none, and a file's original would take 40 bytes
+    /// in every entry (0.6 MiB of a 20,000-file ledger).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub original: Option<O>,
+    pub original: Option<Box<O>>,
 }
 
 impl<O> Entry<O> {
@@ -122,7 +124,7 @@ impl<O> Entry<O> {
         Entry {
             origin: Origin::Adopted,
             applied: None,
-            original,
+            original: original.map(Box::new),
         }
     }
 }
@@ -500,7 +502,7 @@ mod tests {
         l.check().unwrap();
         assert_eq!(
             l.get::<Packages>("vim").unwrap().original,
-            Some(InstallReason::Dependency)
+            Some(Box::new(InstallReason::Dependency))
         );
         assert_eq!(l.get::<Packages>("nano").unwrap().original, None);
         assert_eq!(l.get::<Packages>("htop").unwrap().origin, Origin::Created);
