@@ -489,20 +489,8 @@ mod tests {
 
     fn record(trigger: Trigger) -> RunRecord {
         RunRecord {
-            trigger: Triggers::one(trigger),
-            started: 1,
-            ended: 2,
-            outcome: RunOutcome::Converged,
             revision: Some(1),
-            digest: None,
-            changes: Vec::new(),
-            failures: Vec::new(),
-            deferred: Vec::new(),
-            in_sync: 0,
-            commands: 0,
-            retries: 0,
-            notes: Vec::new(),
-            omitted: 0,
+            ..RunRecord::empty(trigger)
         }
     }
 

@@ -613,22 +613,7 @@ mod tests {
         assert!(store.set_aside_unreadable_runs().unwrap().is_none());
         // Corrupted again after the run started: record_run sets it aside itself.
         std::fs::write(tmp.path().join(RUNS), "nope").unwrap();
-        let run = RunRecord {
-            trigger: Triggers::one(Trigger::Apply),
-            started: 1,
-            ended: 2,
-            outcome: RunOutcome::Converged,
-            revision: None,
-            digest: None,
-            changes: Vec::new(),
-            failures: Vec::new(),
-            deferred: Vec::new(),
-            in_sync: 0,
-            commands: 0,
-            omitted: 0,
-            retries: 0,
-            notes: Vec::new(),
-        };
+        let run = RunRecord::empty(Trigger::Apply);
         store.record_run(&run).unwrap();
         assert_eq!(store.runs().unwrap().len(), 1);
     }

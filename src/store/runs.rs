@@ -201,6 +201,29 @@ pub struct RunRecord {
     pub omitted: usize,
 }
 
+#[cfg(test)]
+impl RunRecord {
+    /// A converged run that did nothing, for a test to fill in what it needs.
+    pub fn empty(trigger: Trigger) -> RunRecord {
+        RunRecord {
+            trigger: Triggers::one(trigger),
+            started: 1,
+            ended: 2,
+            outcome: RunOutcome::Converged,
+            revision: None,
+            digest: None,
+            changes: Vec::new(),
+            failures: Vec::new(),
+            deferred: Vec::new(),
+            in_sync: 0,
+            commands: 0,
+            retries: 0,
+            notes: Vec::new(),
+            omitted: 0,
+        }
+    }
+}
+
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }
@@ -230,20 +253,9 @@ mod tests {
             detail: String::new(),
         };
         let run = RunRecord {
-            trigger: Triggers::one(Trigger::Apply),
-            started: 0,
-            ended: 0,
-            outcome: RunOutcome::Converged,
-            revision: None,
-            digest: None,
             changes: vec![result.clone(); 500],
             failures: vec![result; 3],
-            deferred: Vec::new(),
-            in_sync: 0,
-            commands: 0,
-            retries: 0,
-            notes: Vec::new(),
-            omitted: 0,
+            ..RunRecord::empty(Trigger::Apply)
         };
         let kept = run.abridged();
         assert_eq!(
