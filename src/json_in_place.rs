@@ -47,7 +47,7 @@ fn skip_space(json: &[u8], mut at: usize) -> usize {
 }
 
 /// Just past the string that starts (with its quote) at `start`.
-fn string_end(json: &[u8], start: usize) -> Option<usize> {
+pub fn string_end(json: &[u8], start: usize) -> Option<usize> {
     let mut at = start + 1;
     loop {
         at += json

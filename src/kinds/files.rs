@@ -267,9 +267,8 @@ impl Kind for Files {
     ) -> Result<Observations<Observed>, KindError> {
         let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
         let mut accounts: Option<Accounts> = None;
-        let mut parents = ParentCache::default();
-        let mut buffer = Vec::new();
-        let mut index = IndexUse::load(env.store, cx.facts.files.index.take());
+        let index = IndexUse::load(env.store, cx.facts.files.index.take());
+        let mut looking = Looking::new(&root, index, env.config.limits.max_file_bytes);
         // Listed, then made a map at once: full B-tree nodes (see `declaration`'s sections).
         let mut out = Vec::with_capacity(keys.len());
         // Keys come in order: the declared files are walked beside them, not searched for each.
@@ -307,20 +306,11 @@ impl Kind for Files {
             let uid = resolve(owner, true);
             let gid = resolve(group, false);
             let declared = content.map(|c| Declared::of(&c.bytes));
-            let max = env.config.limits.max_file_bytes;
-            let state = observe_one(
-                &root,
-                &mut parents,
-                key,
-                declared.as_ref(),
-                max,
-                &mut buffer,
-                &mut index,
-            );
+            let state = looking.at(key, declared.as_ref());
             // A path that cannot be read is that file's own problem (`State::Blocked`).
             out.push((key.to_string(), Ok(Observed { state, uid, gid })));
         }
-        *cx.facts.files.index.borrow_mut() = index.save(env.store);
+        *cx.facts.files.index.borrow_mut() = looking.index.save(env.store);
         Ok(out.into_iter().collect())
     }
 
@@ -654,90 +644,104 @@ impl<'c> Declared<'c> {
     }
 }
 
-/// Observes one file. With `declared` content, the file is read into `buffer` (reused across
-/// files) and compared, unless the files index vouches for it; without, it is only looked at.
-fn observe_one<'k>(
-    root: &Dir,
-    parents: &mut ParentCache,
-    key: &'k str,
-    declared: Option<&Declared>,
+/// What one observation looks at files with: the root, the directories walked to so far, a
+/// buffer each file is read into in turn, the files index, and the size limit.
+struct Looking<'r, 'k> {
+    root: &'r Dir,
+    parents: ParentCache,
+    buffer: Vec<u8>,
+    index: IndexUse<'k>,
     max: u64,
-    buffer: &mut Vec<u8>,
-    index: &mut IndexUse<'k>,
-) -> State {
-    let state = observe_stamped(root, parents, key, declared, max, buffer, index);
-    if !matches!(
-        state,
-        State::Regular {
-            held: Held::Declared { .. },
-            ..
-        }
-    ) {
-        index.forget(key);
-    }
-    state
 }
 
-fn observe_stamped<'k>(
-    root: &Dir,
-    parents: &mut ParentCache,
-    key: &'k str,
-    declared: Option<&Declared>,
-    max: u64,
-    buffer: &mut Vec<u8>,
-    index: &mut IndexUse<'k>,
-) -> State {
-    // Keys are normalised absolute paths (`check_path`): the parent is what precedes the last '/'.
-    let Some((parent_path, name)) = key.rsplit_once('/') else {
-        return State::Blocked(format!("{key}: not a file path"));
-    };
-    let name = std::ffi::OsStr::new(name);
-    if !parents.dirs.contains_key(parent_path) {
-        let found = match fsutil::walk_to_parent(root, Path::new(key), false) {
-            Ok(found) => Ok(found.map(|p| p.dir)),
-            Err(e) => Err(e.to_string()),
-        };
-        parents.dirs.insert(parent_path.to_string(), found);
-    }
-    let Some(parent) = parents.dirs.get(parent_path) else {
-        return State::Blocked(format!("{key}: its directory was not looked at"));
-    };
-    let dir = match parent {
-        Ok(Some(dir)) => dir,
-        Ok(None) => return State::Missing,
-        Err(e) => return State::Blocked(e.clone()),
-    };
-    match dir.stat_stamped(name) {
-        Ok(None) => State::Missing,
-        Ok(Some((st, _))) if st.file_type != FileType::Regular => State::Other(st.file_type),
-        Ok(Some((stat, stamp))) => {
-            let Some(declared) = declared else {
-                return State::Regular {
-                    stat,
-                    held: Held::Unread,
-                };
-            };
-            if index.vouches(key, &stamp, declared) {
-                return State::Regular {
-                    stat,
-                    held: Held::Declared { sha: declared.sha },
-                };
-            }
-            match dir.read_after_stat(name, &stat, max, buffer) {
-                Ok(true) => {
-                    let held = if buffer.as_slice() == declared.bytes {
-                        index.confirm(key, stamp, declared);
-                        Held::Declared { sha: declared.sha }
-                    } else {
-                        Held::Other(std::mem::take(buffer))
-                    };
-                    State::Regular { stat, held }
-                }
-                Ok(false) => State::Missing,
-                Err(e) => State::Blocked(format!("{key}: {e}")),
-            }
+impl<'r, 'k> Looking<'r, 'k> {
+    fn new(root: &'r Dir, index: IndexUse<'k>, max: u64) -> Looking<'r, 'k> {
+        Looking {
+            root,
+            parents: ParentCache::default(),
+            buffer: Vec::new(),
+            index,
+            max,
         }
-        Err(e) => State::Blocked(format!("{key}: {e}")),
+    }
+
+    /// Observes one file. With `declared` content, the file is read and compared, unless the
+    /// files index vouches for it; without, it is only looked at. A file not found as declared
+    /// is forgotten by the index.
+    fn at(&mut self, key: &'k str, declared: Option<&Declared>) -> State {
+        let state = self.stamped(key, declared);
+        if !matches!(
+            state,
+            State::Regular {
+                held: Held::Declared { .. },
+                ..
+            }
+        ) {
+            self.index.forget(key);
+        }
+        state
+    }
+
+    fn stamped(&mut self, key: &'k str, declared: Option<&Declared>) -> State {
+        let Looking {
+            root,
+            parents,
+            buffer,
+            index,
+            max,
+        } = self;
+        let (root, max) = (*root, *max);
+        let Some((parent_path, name)) = key.rsplit_once('/') else {
+            return State::Blocked(format!("{key}: not a file path"));
+        };
+        let name = std::ffi::OsStr::new(name);
+        if !parents.dirs.contains_key(parent_path) {
+            let found = match fsutil::walk_to_parent(root, Path::new(key), false) {
+                Ok(found) => Ok(found.map(|p| p.dir)),
+                Err(e) => Err(e.to_string()),
+            };
+            parents.dirs.insert(parent_path.to_string(), found);
+        }
+        let Some(parent) = parents.dirs.get(parent_path) else {
+            return State::Blocked(format!("{key}: its directory was not looked at"));
+        };
+        let dir = match parent {
+            Ok(Some(dir)) => dir,
+            Ok(None) => return State::Missing,
+            Err(e) => return State::Blocked(e.clone()),
+        };
+        match dir.stat_stamped(name) {
+            Ok(None) => State::Missing,
+            Ok(Some((st, _))) if st.file_type != FileType::Regular => State::Other(st.file_type),
+            Ok(Some((stat, stamp))) => {
+                let Some(declared) = declared else {
+                    return State::Regular {
+                        stat,
+                        held: Held::Unread,
+                    };
+                };
+                if index.vouches(key, &stamp, declared) {
+                    return State::Regular {
+                        stat,
+                        held: Held::Declared { sha: declared.sha },
+                    };
+                }
+                match dir.read_after_stat(name, &stat, max, buffer) {
+                    Ok(true) => {
+                        let held = if buffer.as_slice() == declared.bytes {
+                            index.confirm(key, stamp, declared);
+                            Held::Declared { sha: declared.sha }
+                        } else {
+                            Held::Other(std::mem::take(buffer))
+                        };
+                        State::Regular { stat, held }
+                    }
+                    Ok(false) => State::Missing,
+                    Err(e) => State::Blocked(format!("{key}: {e}")),
+                }
+            }
+            Err(e) => State::Blocked(format!("{key}: {e}")),
+        }
     }
 }
 
@@ -1488,24 +1492,9 @@ mod tests {
         std::fs::write(tmp.path().join("etc/app/same"), "declared").unwrap();
         std::fs::write(tmp.path().join("etc/app/other"), "edited").unwrap();
         let root = Dir::open(tmp.path()).unwrap();
-        let mut parents = ParentCache::default();
-        let mut buffer = Vec::new();
-        let mut index = IndexUse::load(None, None);
-        let mut observe = |key: &'static str, declared: Option<&[u8]>| match observe_one(
-            &root,
-            &mut parents,
-            key,
-            declared.map(Declared::of).as_ref(),
-            100,
-            &mut buffer,
-            &mut index,
-        ) {
-            State::Regular {
-                held: Held::Declared { .. },
-                ..
-            } => "Declared".to_string(),
-            State::Regular { held, .. } => format!("{held:?}"),
-            other => format!("{other:?}"),
+        let mut looking = Looking::new(&root, IndexUse::load(None, None), 100);
+        let mut observe = |key: &'static str, declared: Option<&[u8]>| {
+            held(looking.at(key, declared.map(Declared::of).as_ref()))
         };
         assert_eq!(observe("/etc/app/same", Some(b"declared")), "Declared");
         assert_eq!(
@@ -1515,7 +1504,7 @@ mod tests {
         assert_eq!(observe("/etc/app/other", None), "Unread");
         assert_eq!(observe("/etc/app/gone", Some(b"declared")), "Missing");
         // The directory was walked to once for all four.
-        assert_eq!(parents.dirs.len(), 1);
+        assert_eq!(looking.parents.dirs.len(), 1);
     }
 
     #[test]
@@ -1556,16 +1545,14 @@ mod tests {
     ) -> String {
         let mut index = IndexUse::load(Some(store), None);
         index.observed_from_ns = observed_from_ns;
-        let state = observe_one(
-            root,
-            &mut ParentCache::default(),
-            "/etc/app/conf",
-            Some(&Declared::of(declared)),
-            100,
-            &mut Vec::new(),
-            &mut index,
-        );
-        index.save(Some(store));
+        let mut looking = Looking::new(root, index, 100);
+        let state = looking.at("/etc/app/conf", Some(&Declared::of(declared)));
+        looking.index.save(Some(store));
+        held(state)
+    }
+
+    /// What a state holds, `Declared` without its digest.
+    fn held(state: State) -> String {
         match state {
             State::Regular {
                 held: Held::Declared { .. },
@@ -1592,26 +1579,17 @@ mod tests {
     #[test]
     fn an_index_is_kept_for_the_next_chunk_only_while_unchanged() {
         let (_tmp, root, store) = root_with_one_file("index-kept");
-        let observe = |index: &mut IndexUse| {
-            observe_one(
-                &root,
-                &mut ParentCache::default(),
-                "/etc/app/conf",
-                Some(&Declared::of(b"declared")),
-                100,
-                &mut Vec::new(),
-                index,
-            )
+        let observe = |mut index: IndexUse<'static>| {
+            index.observed_from_ns = LATER;
+            let mut looking = Looking::new(&root, index, 100);
+            looking.at("/etc/app/conf", Some(&Declared::of(b"declared")));
+            looking.index
         };
         // The first observation records the file: the index changed, so it is read again.
-        let mut index = IndexUse::load(Some(&store), None);
-        index.observed_from_ns = LATER;
-        observe(&mut index);
+        let index = observe(IndexUse::load(Some(&store), None));
         assert!(index.save(Some(&store)).is_none());
         // The next finds it as recorded: the index as read is handed on, and vouches again.
-        let mut index = IndexUse::load(Some(&store), None);
-        index.observed_from_ns = LATER;
-        observe(&mut index);
+        let index = observe(IndexUse::load(Some(&store), None));
         let kept = index.save(Some(&store)).expect("unchanged, kept");
         let index = IndexUse::load(None, Some(kept));
         assert!(index.vouches(
@@ -1621,14 +1599,16 @@ mod tests {
         ));
     }
 
+    /// `/etc/app/conf` observed as declared, and the entry the index then keeps of it.
+    fn recorded(root: &Dir, store: &Store) -> Cached {
+        assert_eq!(observe_indexed(root, store, b"declared", LATER), "Declared");
+        store.files_index().get("/etc/app/conf").expect("recorded")
+    }
+
     #[test]
     fn a_file_the_index_vouches_for_is_not_read() {
         let (_tmp, root, store) = root_with_one_file("index-hit");
-        assert_eq!(
-            observe_indexed(&root, &store, b"declared", LATER),
-            "Declared"
-        );
-        let cached = store.files_index().get("/etc/app/conf").expect("recorded");
+        let cached = recorded(&root, &store);
         assert_eq!(cached.stamp, stamp_of_conf(&root));
         assert_eq!(cached.digest, crate::codec::sha256(b"declared"));
         // An index claiming the file holds other content of the same size, with the file's very
@@ -1662,11 +1642,7 @@ mod tests {
     #[test]
     fn every_stamp_field_that_differs_means_the_file_is_read() {
         let (_tmp, root, store) = root_with_one_file("index-fields");
-        assert_eq!(
-            observe_indexed(&root, &store, b"declared", LATER),
-            "Declared"
-        );
-        let cached = store.files_index().get("/etc/app/conf").expect("recorded");
+        let cached = recorded(&root, &store);
         let changes: [fn(&mut Stamp); 8] = [
             |s| s.device += 1,
             |s| s.inode += 1,

@@ -172,20 +172,33 @@ pub const MAX_REPORT_BYTES: usize = 1 << 20;
 /// How many bytes `value` is as JSON, counted as it is written (a report of 20,000 entries is
 /// not built as a 3 MB buffer to be measured).
 pub fn json_len<T: Serialize>(value: &T) -> usize {
-    struct Counting(usize);
-    impl std::io::Write for Counting {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+    let mut counted = Counted::new(std::io::sink());
+    // Writing to a sink cannot fail; a value that cannot be JSON counts as nothing.
+    let _ = serde_json::to_writer(&mut counted, value);
+    counted.bytes
+}
+
+/// A writer that counts the bytes it passes on: what was written is measured as it is written.
+pub struct Counted<W> {
+    inner: W,
+    pub bytes: usize,
+}
+
+impl<W> Counted<W> {
+    pub fn new(inner: W) -> Counted<W> {
+        Counted { inner, bytes: 0 }
     }
-    let mut counting = Counting(0);
-    // Writing to a counter cannot fail; a value that cannot be JSON counts as nothing.
-    let _ = serde_json::to_writer(&mut counting, value);
-    counting.0
+}
+
+impl<W: std::io::Write> std::io::Write for Counted<W> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let written = self.inner.write(bytes)?;
+        self.bytes += written;
+        Ok(written)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// The most of `message` a report carries (the first lines: a rejection's count and first problems).

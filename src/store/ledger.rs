@@ -9,6 +9,7 @@ use serde::de::{DeserializeOwned, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::codec;
+use crate::json_in_place;
 use crate::kinds::{self, Kind, Visit};
 
 const VERSION: u32 = 1;
@@ -401,7 +402,10 @@ impl<I: io::BufRead> Visit for SectionLines<'_, I> {
 
 /// One resource's line, `"key":{entry}` and what follows it on the line.
 fn entry_line<O: DeserializeOwned>(line: &[u8]) -> Option<(String, Entry<O>, &[u8])> {
-    let end = string_end(line)?;
+    if line.first() != Some(&b'"') {
+        return None;
+    }
+    let end = json_in_place::string_end(line, 0)?;
     let quoted = &line[1..end - 1];
     let key = if quoted.iter().any(|&b| b == b'\\' || b < 0x20) {
         serde_json::from_slice(&line[..end]).ok()?
@@ -412,22 +416,6 @@ fn entry_line<O: DeserializeOwned>(line: &[u8]) -> Option<(String, Entry<O>, &[u
     let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<Entry<O>>();
     let entry = values.next()?.ok()?;
     Some((key, entry, &rest[values.byte_offset()..]))
-}
-
-/// Where the JSON string that `line` starts with ends (just past its closing quote).
-fn string_end(line: &[u8]) -> Option<usize> {
-    if line.first() != Some(&b'"') {
-        return None;
-    }
-    let mut at = 1;
-    while at < line.len() {
-        match line[at] {
-            b'\\' => at += 2,
-            b'"' => return Some(at + 1),
-            _ => at += 1,
-        }
-    }
-    None
 }
 
 /// Compact JSON with a line break before each key of the outer three levels of objects: the

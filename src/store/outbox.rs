@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use super::{Lock, Store, StoreError, MAX_STORE_FILE};
 use crate::fsutil::Dir;
-use crate::link::{json_len, Report};
+use crate::link::messages::Counted;
+use crate::link::Report;
 
 const DIR: &str = "outbox";
 const LAST_ID: &str = "last-report-id";
@@ -54,10 +55,14 @@ impl Store {
         report.id = floor.max(newest) + 1;
         report.abridge();
         let name = entry_name(report.id);
-        // Streamed to its file: a report of up to a MiB is not built whole in memory beside it.
-        let size = json_len(report) as u64;
+        // Streamed to its file, measured as it goes: a report of up to a MiB is not built whole
+        // in memory beside it.
+        let mut size = 0;
         fd.write_atomic_streamed(OsStr::new(&name), 0o600, |out| {
-            serde_json::to_writer(out, report).map_err(std::io::Error::from)
+            let mut counted = Counted::new(out);
+            serde_json::to_writer(&mut counted, report).map_err(std::io::Error::from)?;
+            size = counted.bytes as u64;
+            Ok(())
         })
         .map_err(|e| self.error(&format!("{DIR}/{name}"), format!("cannot be written: {e}")))?;
         self.write_json(LAST_ID, &report.id)?;
