@@ -699,12 +699,78 @@ fn sigterm_during_a_retry_one_unit_at_a_time_leaves_the_rest_for_the_next_run() 
     assert_eq!(systemctl(&["is-active", "--", &units[1]]), "active");
 }
 
+/// Where `mesh-host run` runs for `OwedRestart`: a child of the test, or a unit of the
+/// sandbox's systemd manager.
+enum Host {
+    Child(Service),
+    Unit {
+        scratch: Scratch,
+        /// Stops the unit when the test ends.
+        _cleanup: Cleanup,
+    },
+}
+
+impl Host {
+    /// Starts `mesh-host run` on `scratch` as the transient unit `name`, with mesh-host.service's
+    /// `KillMode=process`, its stderr in the scratch's service.log.
+    fn unit(sb: &Sandbox, scratch: Scratch, name: &str) -> Host {
+        let command = scratch.command(&["run"]);
+        let mut run = Command::new("systemd-run");
+        run.args([
+            "--user",
+            "--collect",
+            "--unit",
+            name,
+            "-p",
+            "KillMode=process",
+        ])
+        .arg(format!(
+            "--property=StandardError=append:{}",
+            scratch.dir.join("service.log").display()
+        ))
+        .arg("--setenv=RUST_LOG=info");
+        for var in ["PATH", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME"] {
+            run.arg(format!(
+                "--setenv={var}={}",
+                std::env::var(var).unwrap_or_default()
+            ));
+        }
+        run.arg("--")
+            .arg(command.get_program())
+            .args(command.get_args());
+        let out = run.output().expect("systemd-run");
+        assert!(out.status.success(), "{:?}", support::Output::from(out));
+        Host::Unit {
+            scratch,
+            _cleanup: cleanup(sb, &[name]),
+        }
+    }
+
+    fn scratch(&self) -> &Scratch {
+        match self {
+            Host::Child(service) => &service.host,
+            Host::Unit { scratch, .. } => scratch,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.scratch().dir.join("service.log")).unwrap_or_default()
+    }
+
+    fn child(&mut self) -> &mut Service {
+        match self {
+            Host::Child(service) => service,
+            Host::Unit { .. } => panic!("the host runs under systemd"),
+        }
+    }
+}
+
 /// A unit that restarts on a file, driven by the service (`mesh-host run`) over the reference
 /// control plane, with a systemctl wrapper that, once armed, does something once at a verb (at
 /// `show`, the units kind's first call: after the files kind wrote the file, before the
 /// restart). The unit writes what the file held each time it starts.
 struct OwedRestart {
-    service: Service,
+    host: Host,
     cp: support::control_plane::ControlPlane,
     unit: String,
     conf: String,
@@ -719,6 +785,12 @@ impl OwedRestart {
     /// v1 converged by the service, whose systemctl wrapper runs `action` the first time it is
     /// called with `verb` once armed.
     fn converged(test: &str, verb: &str, action: &str) -> OwedRestart {
+        OwedRestart::converged_as(test, verb, action, false)
+    }
+
+    /// `converged`, with the service run as a unit of the sandbox's systemd manager when
+    /// `under_systemd` (`KillMode=process`, as mesh-host.service).
+    fn converged_as(test: &str, verb: &str, action: &str, under_systemd: bool) -> OwedRestart {
         use support::control_plane::{ControlPlane, CpConfig};
         let (sb, unit, host, cleanup) = unit_test(test);
         let (_, conf, remove_dir) = app_conf(test);
@@ -742,8 +814,16 @@ impl OwedRestart {
             ),
         );
         let seen = host.dir.join("seen");
+        let host = match under_systemd {
+            true => Host::unit(
+                &sb,
+                host,
+                &format!("mesh-it-{}-{test}-host.service", std::process::id()),
+            ),
+            false => Host::Child(Service::start(host)),
+        };
         let t = OwedRestart {
-            service: Service::start(host),
+            host,
             cp,
             unit,
             conf,
@@ -778,7 +858,7 @@ impl OwedRestart {
             self.cp.wait_for(reported, Duration::from_secs(30)),
             "no {outcome} run of revision {revision}: {:#?}\n{}",
             self.cp.reports(),
-            self.service.log()
+            self.host.log()
         );
     }
 
@@ -787,7 +867,7 @@ impl OwedRestart {
     }
 
     fn owed(&self) -> String {
-        std::fs::read_to_string(self.service.host.state().join("owed.json")).unwrap_or_default()
+        std::fs::read_to_string(self.host.scratch().state().join("owed.json")).unwrap_or_default()
     }
 
     /// Arms the wrapper and declares v2.
@@ -814,9 +894,9 @@ impl OwedRestart {
         let mut t = OwedRestart::converged(test, "show", &format!("kill -{signal} $PPID"));
         t.declare_v2();
         assert!(
-            support::wait_until(Duration::from_secs(30), || !t.service.alive()),
+            support::wait_until(Duration::from_secs(30), || !t.host.child().alive()),
             "{}",
-            t.service.log()
+            t.host.log()
         );
         t.in_the_window();
         t
@@ -828,7 +908,7 @@ impl OwedRestart {
             support::wait_until(Duration::from_secs(30), || self.seen() == "v2\n"),
             "the restart owed to {} was lost\n{}",
             self.conf,
-            self.service.log()
+            self.host.log()
         );
         assert!(
             support::wait_until(Duration::from_secs(10), || !self
@@ -837,7 +917,7 @@ impl OwedRestart {
             "owed: {}",
             self.owed()
         );
-        let owned = self.service.host.run(&["--json", "owned"]).json();
+        let owned = self.host.scratch().run(&["--json", "owned"]).json();
         let states: Vec<(&str, &str)> = (owned["owned"].as_array().into_iter().flatten())
             .map(|r| {
                 (
@@ -858,9 +938,9 @@ impl OwedRestart {
 
     /// Starts the host again: its first run restarts the unit.
     fn comes_back(mut self) {
-        self.service.restart(&[]);
+        self.host.child().restart(&[]);
         self.restarted();
-        self.service.stop();
+        self.host.child().stop();
     }
 }
 
@@ -877,8 +957,8 @@ fn a_restart_owed_survives_kill_9_between_the_file_and_the_restart() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_restart_owed_survives_sigterm_between_the_file_and_the_restart() {
-    let t = OwedRestart::stopped_in_the_window("owed-term", "TERM");
-    let last = t.service.runs().last().cloned().unwrap_or_default();
+    let mut t = OwedRestart::stopped_in_the_window("owed-term", "TERM");
+    let last = t.host.child().runs().last().cloned().unwrap_or_default();
     assert_eq!(last["outcome"], "interrupted", "{last:#}");
     t.comes_back();
 }
@@ -892,7 +972,38 @@ fn a_failed_restart_stays_owed_and_the_next_run_retries_it() {
     t.declare_v2();
     t.wait_for_report(2, "failed");
     t.in_the_window();
-    t.service.signal(libc::SIGUSR1);
+    t.host.child().signal(libc::SIGUSR1);
     t.restarted();
-    t.service.stop();
+    t.host.child().stop();
+}
+
+/// A package upgrade's `systemctl try-restart --no-block mesh-host.service` (what the package's
+/// post_upgrade runs) in the same window, with the host a unit of the real systemd manager: it
+/// is stopped (SIGTERM), started again by systemd, and its first run does the restart.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_restart_owed_survives_a_try_restart_of_the_host_between_the_file_and_the_restart() {
+    let test = "owed-try";
+    let host_unit = format!("mesh-it-{}-{test}-host.service", std::process::id());
+    let action = format!("systemctl --user try-restart --no-block -- {host_unit}");
+    let t = OwedRestart::converged_as(test, "show", &action, true);
+    let pid = main_pid(&host_unit);
+    t.declare_v2();
+    let restarted = || {
+        let now = property(&host_unit, "MainPID");
+        now != "0" && now != pid
+    };
+    assert!(
+        support::wait_until(Duration::from_secs(30), restarted),
+        "{}",
+        t.host.log()
+    );
+    assert!(!t.armed.exists(), "the wrapper never acted");
+    assert_eq!(std::fs::read_to_string(&t.conf).expect("conf"), "v2\n");
+    t.restarted();
+    let runs = t.host.scratch().run(&["--json", "status"]).json()["runs"].clone();
+    let outcomes: Vec<&str> = (runs.as_array().into_iter().flatten())
+        .filter_map(|r| r["outcome"].as_str())
+        .collect();
+    assert!(outcomes.contains(&"interrupted"), "{runs:#}");
 }
