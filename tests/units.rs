@@ -699,6 +699,40 @@ fn sigterm_during_a_retry_one_unit_at_a_time_leaves_the_rest_for_the_next_run() 
     assert_eq!(systemctl(&["is-active", "--", &units[1]]), "active");
 }
 
+/// A reference control plane for `host` to be linked to, and `host`'s config for it (the
+/// sandbox's tools; no drift timer or watcher, so only the declarations pushed cause runs).
+fn linked(sb: &Sandbox, host: &Scratch) -> support::control_plane::ControlPlane {
+    use support::control_plane::{ControlPlane, CpConfig};
+    let pki = support::pki::Pki::new();
+    pki.write(&host.dir).expect("pki");
+    std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+    let cp = ControlPlane::start(&pki, CpConfig::new("n1", "s3cret"));
+    let link = format!(
+        r#""control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}}, "interval_secs": 600, "heartbeat_secs": 1, "watch": false"#,
+        cp.addr(),
+        host.dir.join("ca.pem").display(),
+        host.dir.join("secret").display()
+    );
+    std::fs::write(host.dir.join("config.json"), sb.config(&link)).expect("config");
+    cp
+}
+
+/// Waits for the control plane to receive the report of a run of `revision`; that report.
+fn report_of(
+    cp: &support::control_plane::ControlPlane,
+    revision: u64,
+    log: &dyn Fn() -> String,
+) -> Value {
+    let of = |r: &Value| r["revision"] == revision;
+    assert!(
+        cp.wait_for(|r| r.iter().any(of), Duration::from_secs(30)),
+        "no run of revision {revision}: {:#?}\n{}",
+        cp.reports(),
+        log()
+    );
+    cp.reports().into_iter().find(of).unwrap_or_default()
+}
+
 /// Where `mesh-host run` runs for `OwedRestart`: a child of the test, or a unit of the
 /// sandbox's systemd manager.
 enum Host {
@@ -791,20 +825,9 @@ impl OwedRestart {
     /// `converged`, with the service run as a unit of the sandbox's systemd manager when
     /// `under_systemd` (`KillMode=process`, as mesh-host.service).
     fn converged_as(test: &str, verb: &str, action: &str, under_systemd: bool) -> OwedRestart {
-        use support::control_plane::{ControlPlane, CpConfig};
         let (sb, unit, host, cleanup) = unit_test(test);
         let (_, conf, remove_dir) = app_conf(test);
-        let pki = support::pki::Pki::new();
-        pki.write(&host.dir).expect("pki");
-        std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
-        let cp = ControlPlane::start(&pki, CpConfig::new("n1", "s3cret"));
-        let link = format!(
-            r#""control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}}, "interval_secs": 600, "heartbeat_secs": 1, "watch": false"#,
-            cp.addr(),
-            host.dir.join("ca.pem").display(),
-            host.dir.join("secret").display()
-        );
-        std::fs::write(host.dir.join("config.json"), sb.config(&link)).expect("config");
+        let cp = linked(&sb, &host);
         let armed = host.dir.join("armed");
         wrap_systemctl(
             &host,
@@ -1006,4 +1029,95 @@ fn a_restart_owed_survives_a_try_restart_of_the_host_between_the_file_and_the_re
         .filter_map(|r| r["outcome"].as_str())
         .collect();
     assert!(outcomes.contains(&"interrupted"), "{runs:#}");
+}
+
+/// A template and its instance in one declaration, the instance without content: the template
+/// is written and the manager reloaded before the instance is enabled and started, so the first
+/// run converges both (issue 21, case 6: on main the instance was observed not-found and failed).
+fn template_and_instance(test: &str) -> (String, String, Value, Cleanup) {
+    let sb = sandbox();
+    let template = format!("mesh-it-{}-{test}@.service", std::process::id());
+    let instance = template.replace("@.", "@a.");
+    let cleanup = cleanup(&sb, &[&instance, &template]);
+    let content =
+        "[Service]\nExecStart=/bin/sleep infinity\n\n[Install]\nWantedBy=default.target\n";
+    let declaration = json!({"units": {
+        &instance: {"enabled": true, "active": true},
+        &template: {"content": content},
+    }});
+    (template, instance, declaration, cleanup)
+}
+
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_template_and_its_instance_converge_in_one_run() {
+    let (sb, _, host, _c) = unit_test("tmpl-apply");
+    let (template, instance, members, _cleanup) = template_and_instance("tmpl-apply");
+    let out = apply_traced(&host, &declare(&host, "d.json", members), 0);
+    out.assert_stdout(&format!("+ units {template}: unit file written"));
+    out.assert_stdout(&format!("~ units {instance}: enable, start"));
+    assert!(sb.unit_dir.join(&template).exists());
+    assert_eq!(systemctl(&["is-active", "--", &instance]), "active");
+    assert_eq!(systemctl(&["is-enabled", "--", &instance]), "enabled");
+    assert_eq!(traced_verbs(&out, "daemon-reload"), 1, "{out:?}");
+    let again = host.run(&["apply", host.dir.join("d.json").to_str().expect("utf-8")]);
+    again.assert_stdout("0 changed");
+}
+
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_template_and_its_instance_converge_in_the_services_first_run() {
+    let (sb, _, host, _c) = unit_test("tmpl-run");
+    let (_, instance, members, _cleanup) = template_and_instance("tmpl-run");
+    let cp = linked(&sb, &host);
+    let mut declaration = json!({"schema": 1});
+    declaration["units"] = members["units"].clone();
+    cp.declare(1, &declaration.to_string());
+    let service = Service::start(host);
+    let report = report_of(&cp, 1, &|| service.log());
+    assert_eq!(report["outcome"], "converged", "{report:#}");
+    assert_eq!(systemctl(&["is-active", "--", &instance]), "active");
+}
+
+/// A drop-in (a file the files kind writes where the manager reads units) and the unit it
+/// configures, installed by hand: started with the drop-in, and when the drop-in changes while
+/// it runs, the manager is reloaded and the unit restarted to take it (on main the unit kept
+/// running without it, the manager saying NeedDaemonReload=yes).
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_changed_drop_in_is_reloaded_and_its_running_unit_restarted() {
+    let (sb, unit, host, _cleanup) = unit_test("dropin");
+    let seen = host.dir.join("seen");
+    install_by_hand(
+        &sb,
+        &unit,
+        &format!(
+            "[Service]\nExecStart=/bin/sh -c 'echo \"$GREETING\" > {}; exec sleep infinity'\n",
+            seen.display()
+        ),
+    );
+    // The user manager also reads /etc/systemd/user (the files kind writes only under /etc).
+    let dropin_dir = Path::new("/etc/systemd/user").join(format!("{unit}.d"));
+    let dropin = dropin_dir.join("greeting.conf");
+    let _remove_dir = RemoveDir(dropin_dir.display().to_string());
+    let declaration = |name: &str, greeting: &str| {
+        declare(
+            &host,
+            name,
+            json!({
+                "files": {dropin.to_str().expect("utf-8"): {"content": format!("[Service]\nEnvironment=GREETING={greeting}\n")}},
+                "units": {&unit: {"active": true}},
+            }),
+        )
+    };
+    host.apply(&declaration("hello.json", "hello"), 0);
+    assert_eq!(std::fs::read_to_string(&seen).expect("seen"), "hello\n");
+    assert_eq!(property(&unit, "NeedDaemonReload"), "no");
+    let out = host.apply(&declaration("bye.json", "bye"), 0);
+    out.assert_stdout(&format!(
+        "~ units {unit}: restart (a unit file or drop-in of it changed)"
+    ));
+    assert_eq!(std::fs::read_to_string(&seen).expect("seen"), "bye\n");
+    assert_eq!(property(&unit, "NeedDaemonReload"), "no");
+    host.apply(&declare(&host, "empty.json", json!({})), 0);
 }
