@@ -5,9 +5,9 @@
 //! `daemon-reload` when any changed (or the files kind changed a unit file or drop-in), before
 //! anything is enabled or started; enable, disable, start, stop, restart and reload each go in
 //! one batched call. A restart or reload owed to a changed file is read from the store
-//! (`store::Owed`) until it is done. A unit the host found enabled or running gets that state back when it is
-//! released; a unit file the host wrote is removed. Under `--root`, only enable/disable (offline)
-//! and unit files are done; the rest is deferred.
+//! (`store::Owed`) until it is done. A unit the host found enabled or running gets that state
+//! back when it is released; a unit file the host wrote is removed. Under `--root`, only
+//! enable/disable (offline) and unit files are done; the rest is deferred.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -404,13 +404,44 @@ impl<'a> Progress<'a> {
         }
     }
 
+    /// Runs one systemctl verb over every unit whose op asks for it and has not failed yet;
+    /// offline, verbs that need the running system are deferred; once the host is stopping,
+    /// none is run.
     fn run_verb(&mut self, env: &Env, changes: &'a [Change<Op, Original>], verb: Verb) {
         let Progress {
             errors,
             deferred,
             stopped,
         } = self;
-        run_verb(env, changes, verb, errors, deferred, stopped);
+        let names: Vec<&str> = changes
+            .iter()
+            .filter(|c| c.op.asks(verb) && !errors.contains_key(c.key.as_str()))
+            .map(|c| c.key.as_str())
+            .collect();
+        if !names.is_empty() && (env.interrupted)() {
+            stopped.extend(names);
+            return;
+        }
+        if env.offline && verb.needs_running_system() {
+            for name in names {
+                deferred.entry(name).or_default().push(verb.as_str());
+            }
+            return;
+        }
+        let args = systemctl::verb(verb, env.offline.then_some(env.root));
+        let results = batch_then_each(env.runner, &names, |batch| {
+            env.runner
+                .run(&env.config.systemctl, &args, batch)
+                .map(drop)
+                .map_err(|e| KindError::command(verb.as_str(), e))
+        });
+        // Cut short by the host stopping: the rest were not attempted.
+        stopped.extend(names.iter().skip(results.len()));
+        for (name, result) in names.iter().zip(results) {
+            if let Err(e) = result {
+                errors.insert(name, e);
+            }
+        }
     }
 }
 
@@ -507,47 +538,6 @@ fn settle_owed(env: &Env, cx: &RunContext, changes: &[Change<Op, Original>], out
     });
     if let Err(e) = result {
         log::warn!("{e}; units restarted or reloaded in this run may be again in the next");
-    }
-}
-
-/// Runs one systemctl verb over every unit whose op asks for it and has not failed yet; offline,
-/// verbs that need the running system are deferred; once the host is stopping, none is run.
-fn run_verb<'a>(
-    env: &Env,
-    changes: &'a [Change<Op, Original>],
-    verb: Verb,
-    errors: &mut BTreeMap<&'a str, KindError>,
-    deferred: &mut BTreeMap<&'a str, Vec<&'static str>>,
-    stopped: &mut BTreeSet<&'a str>,
-) {
-    let names: Vec<&str> = changes
-        .iter()
-        .filter(|c| c.op.asks(verb) && !errors.contains_key(c.key.as_str()))
-        .map(|c| c.key.as_str())
-        .collect();
-    if !names.is_empty() && (env.interrupted)() {
-        stopped.extend(names);
-        return;
-    }
-    if env.offline && verb.needs_running_system() {
-        for name in names {
-            deferred.entry(name).or_default().push(verb.as_str());
-        }
-        return;
-    }
-    let args = systemctl::verb(verb, env.offline.then_some(env.root));
-    let results = batch_then_each(env.runner, &names, |batch| {
-        env.runner
-            .run(&env.config.systemctl, &args, batch)
-            .map(drop)
-            .map_err(|e| KindError::command(verb.as_str(), e))
-    });
-    // Cut short by the host stopping: the rest were not attempted.
-    stopped.extend(names.iter().skip(results.len()));
-    for (name, result) in names.iter().zip(results) {
-        if let Err(e) = result {
-            errors.insert(name, e);
-        }
     }
 }
 
@@ -1242,7 +1232,8 @@ mod tests {
             assert_eq!(plan(spec, owed.clone(), Some(&owned), &[]), want, "{spec}");
         }
         let d = parse_with_defaults(
-            r#"{"schema": 1, "files": {"/etc/app.conf": {"content": ""}, "/etc/b.conf": {"content": ""}},
+            r#"{"schema": 1, "files": {"/etc/app.conf": {"content": ""},
+                "/etc/b.conf": {"content": ""}},
                 "units": {"a.service": {"restart_on": ["/etc/app.conf"]},
                           "b.service": {"reload_on": ["/etc/app.conf", "/etc/b.conf"]},
                           "c.service": {"state": "absent"}}}"#,
