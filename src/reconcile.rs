@@ -839,4 +839,48 @@ mod tests {
         let first = stored.get::<Files>(&path(0)).unwrap();
         assert!(first.applied.is_some());
     }
+
+    /// What units owe is written before the files change and kept when the run stops before
+    /// the units' turn; what was written ahead for a file that did not change is taken back.
+    #[test]
+    fn restarts_owed_are_written_ahead_and_taken_back_for_files_left_unchanged() {
+        let scratch = TempDir::new("owed-ahead");
+        let root = scratch.path().join("root");
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        let store = Store::open(&scratch.path().join("state"), true)
+            .unwrap()
+            .unwrap();
+        let declaration = parse_with_defaults(
+            r#"{"schema": 1, "files": {"/etc/a.conf": {"content": "a"},
+                "/etc/b.conf": {"content": "b"}},
+                "units": {"a.service": {"restart_on": ["/etc/a.conf"]},
+                          "b.service": {"reload_on": ["/etc/b.conf"]}}}"#,
+        )
+        .unwrap();
+        let config = test_config();
+        let runner = Runner::new(false);
+        // The host starts stopping once the first file is being written (its new content put
+        // beside it): the second is not written, and the units kind is not reached (nothing is
+        // spawned).
+        let etc = root.join("etc");
+        let interrupted = || std::fs::read_dir(&etc).is_ok_and(|mut d| d.next().is_some());
+        let env = Env {
+            root: &root,
+            offline: false,
+            config: &config,
+            runner: &runner,
+            store: Some(&store),
+            interrupted: &interrupted,
+        };
+        let mut ledger = store.ledger().unwrap();
+        let report = run(&env, &declaration, &mut ledger, Mode::Apply).unwrap();
+        assert!(report.interrupted);
+        assert!(root.join("etc/a.conf").exists());
+        assert!(!root.join("etc/b.conf").exists());
+        let owed = store.owed().unwrap();
+        let owed: Vec<(&str, Vec<&str>)> = (owed.units.iter())
+            .map(|(u, f)| (u.as_str(), f.iter().map(String::as_str).collect()))
+            .collect();
+        assert_eq!(owed, [("a.service", vec!["/etc/a.conf"])]);
+    }
 }
