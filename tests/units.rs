@@ -284,12 +284,13 @@ fn app_conf(test: &str) -> (String, String, RemoveDir) {
     (dir.clone(), conf, RemoveDir(dir))
 }
 
-/// Removes a test's /etc directory should the test fail before the host released it.
+/// Removes a test's /etc directory (or file) should the test fail before the host released it.
 struct RemoveDir(String);
 
 impl Drop for RemoveDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -1120,4 +1121,29 @@ fn a_changed_drop_in_is_reloaded_and_its_running_unit_restarted() {
     assert_eq!(std::fs::read_to_string(&seen).expect("seen"), "bye\n");
     assert_eq!(property(&unit, "NeedDaemonReload"), "no");
     host.apply(&declare(&host, "empty.json", json!({})), 0);
+}
+
+/// A unit file declared as a file (where the user manager reads units: /etc/systemd/user) and
+/// the unit declared without content converge in one run: the file is written before the unit
+/// is observed (the files kind comes first), and the manager reloaded before it is started.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_unit_whose_file_is_declared_as_a_file_converges_in_one_run() {
+    let (_sb, unit, host, _cleanup) = unit_test("as-file");
+    let path = format!("/etc/systemd/user/{unit}");
+    let _remove = RemoveDir(path.clone());
+    let file = declare(
+        &host,
+        "d.json",
+        json!({
+            "files": {&path: {"content": service("as-file")}},
+            "units": {&unit: {"active": true}},
+        }),
+    );
+    let out = host.apply(&file, 0);
+    out.assert_stdout(&format!("~ units {unit}: start"));
+    assert_eq!(systemctl(&["is-active", "--", &unit]), "active");
+    host.apply(&file, 0).assert_stdout("0 changed");
+    host.apply(&declare(&host, "empty.json", json!({})), 0);
+    assert!(!Path::new(&path).exists());
 }

@@ -22,7 +22,7 @@ use super::{
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
 use crate::fsutil::{self, Dir, FileType, Found};
-use crate::store::{Digest, Entry, Ledger, Origin, Owed, Store};
+use crate::store::{Digest, Entry, Ledger, Origin, Owed};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
 use crate::unitfile::UnitName;
 
@@ -509,7 +509,7 @@ pub fn owing<'d>(
 
 /// Whether `unit` still owes its restart or reload on `file` to the declaration: it is declared
 /// present and acts on the file.
-pub fn still_owed(declaration: &Declaration, unit: &str, file: &str) -> bool {
+fn still_owed(declaration: &Declaration, unit: &str, file: &str) -> bool {
     declaration
         .units
         .get(unit)
@@ -532,7 +532,7 @@ fn settle_owed(env: &Env, cx: &RunContext, changes: &[Change<Op, Original>], out
             }
         }
         match settled {
-            true => Store::save_owed(store, &owed),
+            true => store.save_owed(&owed),
             false => Ok(()),
         }
     });
@@ -686,9 +686,14 @@ fn plan_present(
             .to_string(),
         );
     }
-    // An instance of a template this declaration ships is loaded once the template is written
-    // and the manager reloaded, which `apply` does before it enables or starts anything.
+    // Its own or its template's unit file or drop-ins, written by the files kind in this run.
     let template = UnitName::parse(key).ok().and_then(|name| name.template());
+    let config = &cx.facts.files.unit_config;
+    let config_changed =
+        config.contains(key) || template.as_ref().is_some_and(|t| config.contains(t));
+    // An instance of a template this declaration ships, or a unit whose file the files kind
+    // wrote, is loaded once the file is written and the manager reloaded, which `apply` does
+    // before it enables or starts anything.
     let template_declared = template
         .as_ref()
         .and_then(|t| cx.declaration.units.get(t))
@@ -696,6 +701,7 @@ fn plan_present(
     if !cx.offline
         && spec.content.is_none()
         && !template_declared
+        && !config_changed
         && obs.load != Some(LoadState::Loaded)
         && !obs.masked()
     {
@@ -723,9 +729,6 @@ fn plan_present(
     }
     let running = obs.running();
     let want_running = spec.active.unwrap_or(running);
-    // Its own or its template's unit file or drop-ins, written by the files kind in this run.
-    let config = &cx.facts.files.unit_config;
-    let config_changed = config.contains(key) || template.is_some_and(|t| config.contains(&t));
     // Changed in this run, or in an earlier one whose restart or reload is still owed.
     let changed = |p: &&String| cx.facts.files.changed.contains(*p) || obs.owed.contains(*p);
     let touched: Vec<&String> = spec.restart_on.iter().filter(changed).collect();
@@ -1279,6 +1282,9 @@ mod tests {
         assert_eq!(details(&cx, "web@a.service", &not_found), "enable, start");
         assert!(details(&cx, "db@a.service", &not_found)
             .starts_with("fail: unit db@a.service is not loaded"));
+        // Its unit file written by the files kind in this run: loaded once the manager reloads.
+        cx.facts.files.unit_config = ["db@a.service".to_string()].into();
+        assert_eq!(details(&cx, "db@a.service", &not_found), "start");
         // Running when a drop-in of its template changed: restarted to take it.
         cx.facts.files.unit_config = ["web@.service".to_string()].into();
         assert_eq!(
