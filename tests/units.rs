@@ -1063,6 +1063,19 @@ fn a_template_and_its_instance_converge_in_one_run() {
     assert_eq!(traced_verbs(&out, "daemon-reload"), 1, "{out:?}");
     let again = host.run(&["apply", host.dir.join("d.json").to_str().expect("utf-8")]);
     again.assert_stdout("0 changed");
+
+    // The template changed: the running instance is restarted to take it.
+    let pid = main_pid(&instance);
+    let changed = json!({"units": {
+        &instance: {"enabled": true, "active": true},
+        &template: {"content": "[Service]\nExecStart=/bin/sleep 1d\n\n[Install]\nWantedBy=default.target\n"},
+    }});
+    let out = host.apply(&declare(&host, "d2.json", changed), 0);
+    out.assert_stdout(&format!(
+        "~ units {instance}: restart (its template changed)"
+    ));
+    assert_ne!(main_pid(&instance), pid);
+    assert_eq!(property(&instance, "NeedDaemonReload"), "no");
 }
 
 #[test]

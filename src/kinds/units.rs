@@ -59,6 +59,9 @@ pub struct Observed {
     /// Files it restarts or reloads on that changed in an earlier run (or were about to) while
     /// it has not been restarted or reloaded since (the store's `Owed`).
     pub owed: BTreeSet<String>,
+    /// An instance whose template the declaration ships with other content than its file holds
+    /// now: the template is written in this run, and a running instance restarted for it.
+    pub template_differs: bool,
 }
 
 impl Observed {
@@ -234,7 +237,7 @@ impl Kind for Units {
 
     fn observe(
         env: &Env,
-        _cx: &RunContext,
+        cx: &RunContext,
         keys: &[&str],
     ) -> Result<Observations<Observed>, KindError> {
         if keys.is_empty() {
@@ -312,6 +315,28 @@ impl Kind for Units {
             (Some(store), false) => store.owed().map_err(|e| e.to_string())?,
             _ => Owed::default(),
         };
+        // Each declared template's file read once, however many instances it has.
+        let mut templates: BTreeMap<String, bool> = BTreeMap::new();
+        let mut template_differs = |name: &str| -> Result<bool, String> {
+            let Some(template) = UnitName::parse(name).ok().and_then(|n| n.template()) else {
+                return Ok(false);
+            };
+            let Some(content) = (cx.declaration.units.get(&template))
+                .filter(|t| t.present)
+                .and_then(|t| t.content.as_deref())
+            else {
+                return Ok(false);
+            };
+            if let Some(differs) = templates.get(&template) {
+                return Ok(*differs);
+            }
+            let differs = match read_unit_file(env, dir.as_ref(), &template, max)? {
+                Found::File(_, bytes) => bytes != content.as_bytes(),
+                Found::Nothing | Found::Link(_) => true,
+            };
+            templates.insert(template, differs);
+            Ok(differs)
+        };
         Ok(keys
             .iter()
             .zip(states)
@@ -324,6 +349,7 @@ impl Kind for Units {
                         Found::File(_, bytes) => obs.file = Some(bytes),
                         Found::Link(target) => obs.link = Some(target.display().to_string()),
                     }
+                    obs.template_differs = template_differs(name)?;
                     Ok(obs)
                 });
                 (name.to_string(), observed)
@@ -740,10 +766,14 @@ fn plan_present(
         } else if !want_running && running {
             op.activation = Activation::Stop;
             details.push("stop".into());
-        } else if running && (file_changed || config_changed || !touched.is_empty()) {
+        } else if running
+            && (file_changed || obs.template_differs || config_changed || !touched.is_empty())
+        {
             op.activation = Activation::Restart;
             let why = if file_changed {
                 "its unit file changed".to_string()
+            } else if obs.template_differs {
+                "its template changed".to_string()
             } else if config_changed {
                 "a unit file or drop-in of it changed".to_string()
             } else {
@@ -1282,6 +1312,15 @@ mod tests {
         assert_eq!(details(&cx, "web@a.service", &not_found), "enable, start");
         assert!(details(&cx, "db@a.service", &not_found)
             .starts_with("fail: unit db@a.service is not loaded"));
+        // Running when its template is rewritten: restarted to take it.
+        let stale = Observed {
+            template_differs: true,
+            ..loaded("active", "enabled")
+        };
+        assert_eq!(
+            details(&cx, "web@a.service", &stale),
+            "restart (its template changed)"
+        );
         // Its unit file written by the files kind in this run: loaded once the manager reloads.
         cx.facts.files.unit_config = ["db@a.service".to_string()].into();
         assert_eq!(details(&cx, "db@a.service", &not_found), "start");
