@@ -95,6 +95,52 @@ impl Declaration {
         }
         kinds::each(&mut Count(self)).into_iter().sum()
     }
+
+    /// Whether anything in it is secret: a secret file or unit (`files::is_secret`,
+    /// `units::is_secret`) or a container with an environment (every env value is secret).
+    pub fn has_secrets(&self) -> bool {
+        self.files.values().any(files::is_secret)
+            || self.units.values().any(units::is_secret)
+            || self.containers.values().any(|c| !c.env.is_empty())
+    }
+
+    /// The texts a tool's stderr is scrubbed of (`exec::redact`): each secret content's lines,
+    /// and the value after the first `=` or `:` of each (what a tool complaining about a line
+    /// would quote), and every container env value. Pieces shorter than `exec::MIN_REDACTED`
+    /// bytes are left out: scrubbing them would garble every message and hide no secret.
+    pub fn secret_texts(&self) -> Vec<String> {
+        let mut texts = BTreeSet::new();
+        let mut add = |text: &str| {
+            let text = text.trim();
+            if text.len() >= crate::exec::MIN_REDACTED {
+                texts.insert(text.to_string());
+            }
+        };
+        let mut content = |bytes: &[u8]| {
+            for line in String::from_utf8_lossy(bytes).lines() {
+                add(line);
+                for separator in ['=', ':'] {
+                    if let Some((_, value)) = line.split_once(separator) {
+                        add(value);
+                    }
+                }
+            }
+        };
+        for spec in self.files.values() {
+            if let files::Spec::Present(c) = spec {
+                if c.is_secret() {
+                    content(&c.bytes);
+                }
+            }
+        }
+        for spec in self.units.values().filter(|u| units::is_secret(u)) {
+            content(spec.content.as_deref().unwrap_or_default().as_bytes());
+        }
+        for value in self.containers.values().flat_map(|c| c.env.values()) {
+            add(value);
+        }
+        texts.into_iter().collect()
+    }
 }
 
 /// What validation needs to know about the host that will apply the declaration.

@@ -3,14 +3,16 @@
 //! is recorded durably *before* anything is touched, and outcomes are recorded after, so the
 //! ledger never lies about what the host owns. A failing resource never stops the others.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::Serialize;
 
 use crate::declaration::Declaration;
 use crate::fsutil;
 use crate::kinds::{
-    self, backup_key, files::Files, units, Action, Change, Details, Env, Kind, LedgerAfter, Listed,
+    self, backup_key,
+    files::{self, Files},
+    units, Action, Change, Details, Env, Kind, LedgerAfter, Listed,
     Outcome, RunContext, Step, Visit,
 };
 use crate::pacnew::{self, Pacnew};
@@ -137,7 +139,7 @@ pub fn run_scoped(
 ) -> Result<Report, StoreError> {
     let mut run = Converging {
         env,
-        cx: RunContext::new(declaration, env.offline),
+        cx: secret_context(env, declaration),
         ledger,
         mode,
         scope,
@@ -167,6 +169,9 @@ pub fn run_scoped(
         &mut quiet,
         fsutil::file_clock_now_ns(),
     );
+    pacnew::withhold_secret(&mut report.pacnew, |path| {
+        declaration.files.get(path).is_some_and(files::is_secret)
+    });
     // Only a run writes it: it holds the store's lock (planning and `owned` do not).
     if let (Mode::Apply, Some(store), true) = (mode, env.store, quiet != before) {
         if let Err(e) = store.save_pacnew_quiet_dirs(&quiet) {
@@ -683,7 +688,7 @@ impl std::fmt::Display for OwnedState {
 /// The declaration is taken to be dropped once the kinds are inspected: the `.pacnew` search
 /// after them does not hold it too.
 pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
-    let cx = RunContext::new(&declaration, env.offline);
+    let cx = secret_context(env, &declaration);
     let mut inspecting = Inspecting {
         env,
         cx: &cx,
@@ -693,14 +698,19 @@ pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedR
     kinds::each(&mut inspecting);
     let mut rows = inspecting.rows;
     drop(cx);
+    let secret: HashSet<String> = (declaration.files.iter())
+        .filter(|(_, spec)| files::is_secret(spec))
+        .map(|(path, _)| path.clone())
+        .collect();
     drop(declaration);
-    let found = pacnew::find(
+    let mut found = pacnew::find(
         env.root,
         ledger.owned_keys::<Files>(),
         env.config.limits.max_file_bytes,
         &mut env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default(),
         fsutil::file_clock_now_ns(),
     );
+    pacnew::withhold_secret(&mut found, |path| secret.contains(path));
     for row in rows.iter_mut().filter(|r| r.kind == Files::NAME) {
         row.pacnew = found
             .iter()
@@ -709,6 +719,23 @@ pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedR
             .collect();
     }
     rows
+}
+
+/// A run's context, ready for secret content (docs/declaration.md "Secrets"): with any, the
+/// runner scrubs it from every tool's stderr, and changes show its keyed digests, under the
+/// store's key (made the first time it is needed).
+fn secret_context<'a>(env: &Env, declaration: &'a Declaration) -> RunContext<'a> {
+    let mut cx = RunContext::new(declaration, env.offline);
+    if declaration.has_secrets() {
+        env.runner.withhold(declaration.secret_texts());
+        cx.digest_key = env.store.and_then(|store| {
+            store
+                .digest_key()
+                .map_err(|e| log::warn!("{e}; secret content is shown by its sizes alone"))
+                .ok()
+        });
+    }
+    cx
 }
 
 /// `owned`'s walk over the kinds, in the registry's order.

@@ -34,6 +34,8 @@ pub struct Content {
     /// Owner and group, when either is declared: boxed, as most files declare neither and a
     /// declaration holds thousands of files.
     pub ownership: Option<Box<Ownership>>,
+    /// `secret` as declared; `None` leaves it to the mode (see `is_secret`).
+    pub secret: Option<bool>,
 }
 
 /// A file's declared owner and group.
@@ -43,7 +45,23 @@ pub struct Ownership {
     pub group: Option<Account>,
 }
 
+/// Whether a file's content is secret: never shown, logged, reported or diffed, only its sizes
+/// and keyed digests (`codec::hmac_sha256`). Declared with `"secret"`; by default, a file whose
+/// declared mode lets others not read it (0600, 0640, 0400...), since that mode already says
+/// its content is not for everyone. A file declared absent has no content to keep.
+pub fn is_secret(spec: &Spec) -> bool {
+    match spec {
+        Spec::Present(c) => c.is_secret(),
+        Spec::Absent => false,
+    }
+}
+
 impl Content {
+    /// `is_secret` of this content.
+    pub fn is_secret(&self) -> bool {
+        (self.secret).unwrap_or_else(|| self.mode.is_some_and(|mode| mode & 0o004 == 0))
+    }
+
     pub fn owner(&self) -> Option<&Account> {
         self.ownership.as_ref()?.owner.as_ref()
     }
@@ -160,8 +178,10 @@ impl Kind for Files {
         let mode = fields.str("mode");
         let owner = fields.str("owner");
         let group = fields.str("group");
+        let secret = fields.bool("secret");
         if !present {
             for (name, given) in [
+                ("secret", secret.is_some()),
                 ("content", text.is_some()),
                 ("content_base64", base64.is_some()),
                 ("mode", mode.is_some()),
@@ -238,6 +258,7 @@ impl Kind for Files {
             bytes: bytes?.into_boxed_slice(),
             mode,
             ownership,
+            secret,
         }))
     }
 
@@ -321,7 +342,7 @@ impl Kind for Files {
     }
 
     fn plan(
-        _cx: &RunContext,
+        cx: &RunContext,
         key: &str,
         desired: Option<&Spec>,
         observed: Option<&Observed>,
@@ -331,7 +352,7 @@ impl Kind for Files {
             return Step::Fail(format!("{key} was not observed"));
         };
         match desired {
-            Some(Spec::Present(content)) => plan_present(key, content, observed, owned),
+            Some(Spec::Present(content)) => plan_present(cx, key, content, observed, owned),
             Some(Spec::Absent) => plan_absent(key, observed, owned),
             None => plan_release(key, observed, owned),
         }
@@ -770,6 +791,7 @@ impl<'r, 'k> Looking<'r, 'k> {
 }
 
 fn plan_present(
+    cx: &RunContext,
     key: &str,
     content: &Content,
     observed: &Observed,
@@ -795,7 +817,14 @@ fn plan_present(
             Step::Change(Change {
                 key: key.to_string(),
                 action: Action::Create,
-                details: vec![format!("{} bytes, mode {mode:04o}", content.bytes.len())].into(),
+                details: vec![match content.is_secret() {
+                    true => format!(
+                        "secret, {}, mode {mode:04o}",
+                        cx.secret_summary(&content.bytes)
+                    ),
+                    false => format!("{} bytes, mode {mode:04o}", content.bytes.len()),
+                }]
+                .into(),
                 intent: owned.is_none().then(|| Box::new(Entry::created())),
                 backup: None,
                 after: after(),
@@ -810,7 +839,13 @@ fn plan_present(
                 Held::Unread => return Step::Fail(format!("{key} was not read")),
             };
             let content_differs = matches!(held, Held::Other(_));
-            if content_differs {
+            if content_differs && content.is_secret() {
+                details.push(format!(
+                    "secret content ({} -> {})",
+                    cx.secret_summary(original),
+                    cx.secret_summary(&content.bytes)
+                ));
+            } else if content_differs {
                 details.push(format!(
                     "content ({} -> {} bytes)",
                     original.len(),

@@ -40,6 +40,14 @@ pub struct Spec {
     pub reload_on: Vec<String>,
     /// The package that ships the unit: if it fails to install, the unit is skipped.
     pub package: Option<String>,
+    /// `"secret": true`: its content is never shown (see `is_secret`), and its file is 0600.
+    pub secret: bool,
+}
+
+/// Whether a unit's content is secret: only when declared so (a unit file is the manager's to
+/// read, with no mode of its own to say so). Never shown, logged, reported or diffed.
+pub fn is_secret(spec: &Spec) -> bool {
+    spec.secret
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -201,6 +209,7 @@ impl Kind for Units {
         let restart_on = paths("restart_on");
         let reload_on = paths("reload_on");
         let package = fields.str("package").map(str::to_string);
+        let secret = fields.bool("secret").unwrap_or(false);
         if !present {
             for (name, given) in [
                 ("enabled", enabled.is_some()),
@@ -220,6 +229,7 @@ impl Kind for Units {
             restart_on,
             reload_on,
             package,
+            secret,
         })
     }
 
@@ -490,7 +500,8 @@ fn configure<'a>(
             progress.stopped.insert(key);
             continue;
         }
-        match apply_file(env, &dir, key, &change.op.file) {
+        let secret = cx.declaration.units.get(key).is_some_and(is_secret);
+        match apply_file(env, &dir, key, &change.op.file, secret) {
             Ok(changed) => files_changed |= changed,
             Err(e) => {
                 progress.errors.insert(key, e.into());
@@ -630,7 +641,15 @@ fn read_unit_file(env: &Env, dir: Option<&Dir>, name: &str, max: u64) -> Result<
 }
 
 /// Writes, restores or removes the unit's file; `Ok(true)` when the file changed.
-fn apply_file(env: &Env, dir: &Path, name: &str, change: &FileChange) -> Result<bool, String> {
+/// A secret unit's file is written 0600: systemd reads it as root (or as the user its user
+/// manager runs as, who owns it).
+fn apply_file(
+    env: &Env,
+    dir: &Path,
+    name: &str,
+    change: &FileChange,
+    secret: bool,
+) -> Result<bool, String> {
     if *change == FileChange::Keep {
         return Ok(false);
     }
@@ -640,7 +659,8 @@ fn apply_file(env: &Env, dir: &Path, name: &str, change: &FileChange) -> Result<
     };
     let at = |e: std::io::Error| format!("{}: {e}", dir.join(name).display());
     if let FileChange::Write(bytes) = change {
-        d.write_atomic(OsStr::new(name), bytes, 0o644, None)
+        let mode = if secret { 0o600 } else { 0o644 };
+        d.write_atomic(OsStr::new(name), bytes, mode, None)
             .map_err(at)?;
     } else if let FileChange::Restore(backup) = change {
         let store = env
