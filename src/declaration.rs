@@ -110,37 +110,49 @@ impl Declaration {
     /// bytes are left out: scrubbing them would garble every message and hide no secret.
     pub fn secret_texts(&self) -> Vec<String> {
         let mut texts = BTreeSet::new();
-        let mut add = |text: &str| {
-            let text = text.trim();
-            if text.len() >= crate::exec::MIN_REDACTED {
-                texts.insert(text.to_string());
-            }
-        };
-        let mut content = |bytes: &[u8]| {
-            for line in String::from_utf8_lossy(bytes).lines() {
-                add(line);
-                for separator in ['=', ':'] {
-                    if let Some((_, value)) = line.split_once(separator) {
-                        add(value);
-                    }
-                }
-            }
-        };
         for spec in self.files.values() {
             if let files::Spec::Present(c) = spec {
                 if c.is_secret() {
-                    content(&c.bytes);
+                    content_secrets(&c.bytes, &mut texts);
                 }
             }
         }
         for spec in self.units.values().filter(|u| units::is_secret(u)) {
-            content(spec.content.as_deref().unwrap_or_default().as_bytes());
+            content_secrets(spec.content.as_deref().unwrap_or_default().as_bytes(), &mut texts);
         }
         for value in self.containers.values().flat_map(|c| c.env.values()) {
-            add(value);
+            secret_piece(value, &mut texts);
         }
         texts.into_iter().collect()
     }
+}
+
+/// `Declaration::secret_texts` of one secret content: each line, and the value after its
+/// first `=` or `:`.
+pub fn content_secrets(bytes: &[u8], texts: &mut BTreeSet<String>) {
+    for line in String::from_utf8_lossy(bytes).lines() {
+        secret_piece(line, texts);
+        for separator in ['=', ':'] {
+            if let Some((_, value)) = line.split_once(separator) {
+                secret_piece(value, texts);
+            }
+        }
+    }
+}
+
+fn secret_piece(text: &str, texts: &mut BTreeSet<String>) {
+    let text = text.trim();
+    if text.len() >= crate::exec::MIN_REDACTED {
+        texts.insert(text.to_string());
+    }
+}
+
+/// A refusal of secret `content` with what it quotes of it scrubbed (`exec::redact`): a
+/// refusal is shown and reported like any problem.
+pub fn redact_refusal(refusal: String, content: &[u8]) -> String {
+    let mut texts = BTreeSet::new();
+    content_secrets(content, &mut texts);
+    crate::exec::redact(&refusal, &texts.into_iter().collect::<Vec<_>>())
 }
 
 /// What validation needs to know about the host that will apply the declaration.

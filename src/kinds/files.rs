@@ -267,7 +267,11 @@ impl Kind for Files {
             Spec::Present(c) => Some(&c.bytes[..]),
             Spec::Absent => None,
         };
-        crate::selfref::refuse_file(key, content, identity)
+        let refusal = crate::selfref::refuse_file(key, content, identity)?;
+        Some(match (is_secret(spec), content) {
+            (true, Some(content)) => crate::declaration::redact_refusal(refusal, content),
+            _ => refusal,
+        })
     }
 
     fn digest(spec: &Spec) -> Digest {
@@ -1530,6 +1534,95 @@ mod tests {
         );
         assert!(release(regular(b"x", 0o644), Some(&adopted))
             .starts_with("~ released; original restored"));
+    }
+
+    /// `is_secret`: declared, or by default a mode that lets others not read the file.
+    #[test]
+    fn a_file_is_secret_when_declared_or_by_its_mode() {
+        for (spec, secret) in [
+            (r#"{"content": "x"}"#, false),
+            (r#"{"content": "x", "mode": "0644"}"#, false),
+            (r#"{"content": "x", "mode": "0600"}"#, true),
+            (r#"{"content": "x", "mode": "0640"}"#, true),
+            (r#"{"content": "x", "mode": "0400"}"#, true),
+            (r#"{"content": "x", "mode": "4750"}"#, true),
+            (r#"{"content": "x", "mode": "0600", "secret": false}"#, false),
+            (r#"{"content": "x", "mode": "0644", "secret": true}"#, true),
+            (r#"{"content": "x", "secret": true}"#, true),
+            (r#"{"state": "absent"}"#, false),
+        ] {
+            let d = parse_with_defaults(&format!(
+                r#"{{"schema": 1, "files": {{"/etc/x": {spec}}}}}"#
+            ))
+            .unwrap();
+            assert_eq!(is_secret(&d.files["/etc/x"]), secret, "{spec}");
+        }
+        check_refused(
+            r#"{"schema": 1, "files": {"/etc/x": {"state": "absent", "secret": true}}}"#,
+            &["secret: makes no sense for a file declared absent"],
+        );
+        check_refused(
+            r#"{"schema": 1, "files": {"/etc/x": {"content": "x", "secret": "yes"}}}"#,
+            &["secret: must be"],
+        );
+    }
+
+    /// A secret file's change shows sizes and keyed digests (the same content, the same digest;
+    /// another key, another digest), never the content nor its plain SHA-256.
+    #[test]
+    fn a_secret_files_change_shows_sizes_and_keyed_digests_only() {
+        let canary = "password=canary-7f3a";
+        let d = parse_with_defaults(&format!(
+            r#"{{"schema": 1, "files": {{"/etc/x": {{"content": "{canary}\n", "mode": "0600"}}}}}}"#
+        ))
+        .unwrap();
+        let details = |key: Option<[u8; 32]>, state: State| {
+            let mut cx = RunContext::new(&d, false);
+            cx.digest_key = key;
+            let step = Files::plan(&cx, "/etc/x", d.files.get("/etc/x"), Some(&observed(state)), None);
+            summary(step)
+        };
+        let key = Some([7; 32]);
+        let keyed = |bytes: &[u8]| codec::hex(&codec::hmac_sha256(&[7; 32], bytes))[..16].to_string();
+        let new = keyed(format!("{canary}
+").as_bytes());
+        assert_eq!(
+            details(key, regular(b"password=old
+", 0o600)),
+            format!(
+                "~ secret content (13 bytes, keyed digest {} -> 21 bytes, keyed digest {new}) \
+                 intent=Some(Adopted) backup=true Write",
+                keyed(b"password=old
+")
+            )
+        );
+        assert_eq!(
+            details(key, State::Missing),
+            format!("+ secret, 21 bytes, keyed digest {new}, mode 0600 intent=Some(Created) backup=false Write")
+        );
+        let other_key = details(Some([8; 32]), State::Missing);
+        assert!(!other_key.contains(&new), "{other_key}");
+        let plain = codec::sha256_hex(format!("{canary}
+").as_bytes());
+        for shown in [details(key, State::Missing), details(None, regular(b"x", 0o600)), other_key] {
+            assert!(!shown.contains("canary") && !shown.contains(&plain[..16]), "{shown}");
+        }
+        assert_eq!(
+            details(None, regular(b"x", 0o600)),
+            "~ secret content (1 bytes -> 21 bytes) intent=Some(Adopted) backup=true Write"
+        );
+    }
+
+    /// A refusal quoting a line of secret content (a directive naming the host's unit) is
+    /// shown with the line scrubbed.
+    #[test]
+    fn a_refusal_of_secret_content_does_not_quote_it() {
+        let json = r#"{"schema": 1, "files": {"/etc/systemd/system/a.service.d/x.conf": {"content": "[Unit]\nRequires=mesh-host.service canary-unit\n", "secret": true}}}"#;
+        let err = problems(json).join("\n");
+        assert!(err.contains("the host's own unit"), "{err}");
+        assert!(!err.contains("canary-unit"), "{err}");
+        let plain = json.replace(r#", "secret": true"#, "");
+        assert!(problems(&plain).join("\n").contains("canary-unit"));
     }
 
     #[test]

@@ -234,7 +234,13 @@ impl Kind for Units {
     }
 
     fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
-        crate::selfref::refuse_unit(key, spec.content.as_deref(), identity)
+        let refusal = crate::selfref::refuse_unit(key, spec.content.as_deref(), identity)?;
+        Some(match (is_secret(spec), &spec.content) {
+            (true, Some(content)) => {
+                crate::declaration::redact_refusal(refusal, content.as_bytes())
+            }
+            _ => refusal,
+        })
     }
 
     fn digest(spec: &Spec) -> Digest {
