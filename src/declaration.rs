@@ -105,8 +105,8 @@ impl Declaration {
     }
 
     /// The texts a tool's stderr is scrubbed of (`exec::redact`): each secret content's lines,
-    /// and the value after the first `=` or `:` of each (what a tool complaining about a line
-    /// would quote), and every container env value. Pieces shorter than `exec::MIN_REDACTED`
+    /// and what follows each `=` or `:` in them (what a tool complaining about a line would
+    /// quote), and every container env value. Pieces shorter than `exec::MIN_REDACTED`
     /// bytes are left out: scrubbing them would garble every message and hide no secret.
     pub fn secret_texts(&self) -> Vec<String> {
         let mut texts = BTreeSet::new();
@@ -127,15 +127,13 @@ impl Declaration {
     }
 }
 
-/// `Declaration::secret_texts` of one secret content: each line, and the value after its
-/// first `=` or `:`.
+/// `Declaration::secret_texts` of one secret content: each line, and what follows each `=` or
+/// `:` in it (`Environment=TOKEN=x` gives `TOKEN=x` and `x`).
 pub fn content_secrets(bytes: &[u8], texts: &mut BTreeSet<String>) {
     for line in String::from_utf8_lossy(bytes).lines() {
         secret_piece(line, texts);
-        for separator in ['=', ':'] {
-            if let Some((_, value)) = line.split_once(separator) {
-                secret_piece(value, texts);
-            }
+        for (at, _) in line.match_indices(['=', ':']) {
+            secret_piece(&line[at + 1..], texts);
         }
     }
 }
@@ -737,6 +735,38 @@ pub mod tests {
     use crate::config::Config;
 
     /// Validates `json` with a default config and returns the problems, one string each.
+    /// What a tool's stderr is scrubbed of: secret files' and units' lines and values, every
+    /// env value; nothing of what is not secret, nothing shorter than `MIN_REDACTED`.
+    #[test]
+    fn secret_texts_are_the_secrets_lines_values_and_env_values() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1,
+                "files": {"/etc/a": {"content": "user = app\npassword: hunter22\nx=1\n", "mode": "0600"},
+                          "/etc/b": {"content": "public=visible\n"},
+                          "/etc/c": {"content": "private=shown\n", "mode": "0600", "secret": false}},
+                "units": {"a.service": {"content": "[Service]\nEnvironment=TOKEN=unit-canary\n", "secret": true},
+                          "b.service": {"content": "[Service]\nExecStart=/bin/visible\n"}},
+                "containers": {"web": {"image": "img", "env": {"DB": "env-canary", "N": "1"}}}}"#,
+        )
+        .unwrap();
+        assert!(d.has_secrets());
+        assert_eq!(
+            d.secret_texts(),
+            [
+                "Environment=TOKEN=unit-canary",
+                "TOKEN=unit-canary",
+                "[Service]",
+                "env-canary",
+                "hunter22",
+                "password: hunter22",
+                "unit-canary",
+                "user = app",
+            ]
+        );
+        let plain = parse_with_defaults(r#"{"schema": 1, "files": {"/etc/b": {"content": "x"}}}"#);
+        assert!(!plain.unwrap().has_secrets());
+    }
+
     pub fn problems(json: &str) -> Vec<String> {
         match parse_with_defaults(json) {
             Ok(_) => Vec::new(),

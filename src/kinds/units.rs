@@ -215,6 +215,7 @@ impl Kind for Units {
                 ("enabled", enabled.is_some()),
                 ("active", active.is_some()),
                 ("content", content.is_some()),
+                ("secret", secret),
             ] {
                 if given {
                     fields.problem(name, "makes no sense for a unit declared absent (it is stopped, disabled and its file removed)");
@@ -1152,6 +1153,21 @@ mod tests {
             "in sync"
         );
         assert!(plan(r#"{"content": "x"}"#, alias, None, &[]).contains("symlink to gdm.service"));
+    }
+
+    #[test]
+    fn a_unit_is_secret_only_when_declared_so() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "units": {"a.service": {"content": "[Service]\n", "secret": true},
+                "b.service": {"content": "[Service]\n"}}}"#,
+        )
+        .unwrap();
+        assert!(is_secret(&d.units["a.service"]));
+        assert!(!is_secret(&d.units["b.service"]));
+        check_refused(
+            r#"{"schema": 1, "units": {"a.service": {"state": "absent", "secret": true}}}"#,
+            &["secret: makes no sense for a unit declared absent"],
+        );
     }
 
     #[test]
