@@ -310,3 +310,74 @@ exit 0
     assert!(failures.contains("canary-web"), "{failures}");
     assert_no_secret(&outputs, &state, &[&value]);
 }
+
+/// A secret unit against the sandbox's systemd: its file is written 0600, and a systemctl that
+/// echoes the unit file when asked to start it (as systemd quotes a line it cannot take) fails
+/// the run without the canary reaching any output, record, failure or the store.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_canary_in_a_secret_unit_is_withheld_from_a_systemctl_that_echoes_it() {
+    let sb = support::sandbox();
+    let unit = format!("mesh-it-secret-{}.service", std::process::id());
+    struct Cleanup(PathBuf, String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let systemctl = |args: &[&str]| {
+                let _ = std::process::Command::new("systemctl")
+                    .arg("--user")
+                    .args(args)
+                    .output();
+            };
+            systemctl(&["disable", "--now", "--", &self.1]);
+            let _ = std::fs::remove_file(self.0.join(&self.1));
+            systemctl(&["daemon-reload"]);
+            systemctl(&["reset-failed", "--", &self.1]);
+        }
+    }
+    let _cleanup = Cleanup(sb.unit_dir.clone(), unit.clone());
+    let host = sb.host("secrets-unit", "");
+    let wrapper = host.dir.join("systemctl");
+    std::fs::write(
+        &wrapper,
+        format!(
+            r#"#!/bin/sh
+for arg in "$@"; do
+    if [ "$arg" = start ]; then
+        echo "Failed to start: bad setting in $(cat '{}/{unit}')" >&2
+        exit 1
+    fi
+done
+exec systemctl --user "$@"
+"#,
+            sb.unit_dir.display()
+        ),
+    )
+    .expect("wrapper");
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    host.set_tool("systemctl", &[wrapper.to_str().expect("utf-8")]);
+    let content = format!(
+        "[Service]\nType=oneshot\nRemainAfterExit=yes\nEnvironment=API_TOKEN={CANARY}-unit\nExecStart=/bin/true\n"
+    );
+    let json = serde_json::json!({"schema": 1, "units": {&unit: {
+        "content": content, "active": true, "secret": true}}})
+    .to_string();
+    let file = host.declaration("declaration.json", &json);
+    let file = file.to_str().expect("utf-8");
+    let mut outputs = Vec::new();
+    run(&host, &mut outputs, &["plan", file]);
+    let out = run(&host, &mut outputs, &["--json", "--trace-commands", "apply", file]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stdout.contains("[secret withheld]"), "{out:?}");
+    assert_eq!(mode(&sb.unit_dir.join(&unit)), 0o600);
+    for args in [
+        ["apply", file].as_slice(),
+        &["owned"],
+        &["--json", "owned"],
+        &["status"],
+    ] {
+        run(&host, &mut outputs, args);
+    }
+    let failures = std::fs::read_to_string(host.state().join("failures.json")).expect("failures");
+    assert!(failures.contains(&unit), "{failures}");
+    assert_no_secret(&outputs, &host.state(), &[&content]);
+}
