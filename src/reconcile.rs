@@ -565,7 +565,8 @@ fn verify<K: Kind>(
         *outcome == Outcome::Done && matches!(change.after, LedgerAfter::Applied(_))
     };
     // What this run changed must not count again: a restart on a changed file is done.
-    let fresh = RunContext::new(cx.declaration, cx.offline);
+    let mut fresh = RunContext::new(cx.declaration, cx.offline);
+    fresh.digest_key = cx.digest_key;
     // Observed a chunk at a time, as when planned; a kind applied in chunks has its chunk's
     // changes held meanwhile, so it is observed in smaller ones.
     let at_once = match K::APPLIED_IN_CHUNKS {
