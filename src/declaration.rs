@@ -118,7 +118,10 @@ impl Declaration {
             }
         }
         for spec in self.units.values().filter(|u| units::is_secret(u)) {
-            content_secrets(spec.content.as_deref().unwrap_or_default().as_bytes(), &mut texts);
+            content_secrets(
+                spec.content.as_deref().unwrap_or_default().as_bytes(),
+                &mut texts,
+            );
         }
         for value in self.containers.values().flat_map(|c| c.env.values()) {
             secret_piece(value, &mut texts);

@@ -679,7 +679,11 @@ mod tests {
     #[test]
     fn stderr_is_scrubbed_of_withheld_secrets() {
         let runner = Runner::new(false);
-        runner.withhold(vec!["TOKEN=canary-42".into(), "canary-42".into(), "abc".into()]);
+        runner.withhold(vec![
+            "TOKEN=canary-42".into(),
+            "canary-42".into(),
+            "abc".into(),
+        ]);
         let err = runner
             .run(
                 &sh(5000),
@@ -692,7 +696,10 @@ mod tests {
             "`sh -c echo 'invalid line TOKEN=canary-42 (value canary-42), abc' >&2; exit 125` \
              exited with status 125: invalid line [secret withheld] (value [secret withheld]), abc"
         );
-        assert_eq!(redact("no secret here", &["canary-42".into()]), "no secret here");
+        assert_eq!(
+            redact("no secret here", &["canary-42".into()]),
+            "no secret here"
+        );
     }
 
     #[test]

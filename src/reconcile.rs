@@ -12,8 +12,8 @@ use crate::fsutil;
 use crate::kinds::{
     self, backup_key,
     files::{self, Files},
-    units, Action, Change, Details, Env, Kind, LedgerAfter, Listed,
-    Outcome, RunContext, Step, Visit,
+    units, Action, Change, Details, Env, Kind, LedgerAfter, Listed, Outcome, RunContext, Step,
+    Visit,
 };
 use crate::pacnew::{self, Pacnew};
 use crate::sorted::{self, Walk};

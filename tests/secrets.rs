@@ -38,10 +38,7 @@ fn store_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 /// declaration in force and the key holds the canary or the plain SHA-256 of a secret content.
 #[track_caller]
 fn assert_no_secret(texts: &[(String, String)], store: &Path, secrets: &[&str]) {
-    let plain: Vec<String> = secrets
-        .iter()
-        .map(|s| sha256_hex(s.as_bytes()))
-        .collect();
+    let plain: Vec<String> = secrets.iter().map(|s| sha256_hex(s.as_bytes())).collect();
     let mut places: Vec<(String, String)> = texts.to_vec();
     for (path, bytes) in store_files(store) {
         places.push((
@@ -209,7 +206,10 @@ fn a_canary_in_secret_files_is_in_no_output_log_record_report_or_metric() {
     node.stop();
     let service_log = node.log();
     assert!(service_log.starts_with('<'), "journal-style: {service_log}");
-    assert!(service_log.contains("DEBUG") || service_log.contains("<7>"), "{service_log}");
+    assert!(
+        service_log.contains("DEBUG") || service_log.contains("<7>"),
+        "{service_log}"
+    );
     outputs.push(("the service's log".into(), service_log));
     outputs.push((
         "the control plane's reports".into(),
@@ -300,7 +300,9 @@ exit 0
         std::fs::read_to_string(&prom).expect("metrics"),
     ));
     let state = host.state();
-    let outbox = std::fs::read_dir(state.join("outbox")).expect("outbox").count();
+    let outbox = std::fs::read_dir(state.join("outbox"))
+        .expect("outbox")
+        .count();
     assert!(outbox >= 2, "the reports are queued");
     assert!(
         !state.join("container-env/canary-web").exists(),
@@ -365,7 +367,11 @@ exec systemctl --user "$@"
     let file = file.to_str().expect("utf-8");
     let mut outputs = Vec::new();
     run(&host, &mut outputs, &["plan", file]);
-    let out = run(&host, &mut outputs, &["--json", "--trace-commands", "apply", file]);
+    let out = run(
+        &host,
+        &mut outputs,
+        &["--json", "--trace-commands", "apply", file],
+    );
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stdout.contains("[secret withheld]"), "{out:?}");
     assert_eq!(mode(&sb.unit_dir.join(&unit)), 0o600);

@@ -543,12 +543,7 @@ fn unless_stopping<'a>(
 
 /// `podman create` of `spec`, labelled as the host's with its digest, and, when the container
 /// has an environment, `--env-file` from the store: written just before, removed just after.
-fn create(
-    env: &Env,
-    name: &str,
-    spec: &Spec,
-    key: Option<&[u8; 32]>,
-) -> Result<(), KindError> {
+fn create(env: &Env, name: &str, spec: &Spec, key: Option<&[u8; 32]>) -> Result<(), KindError> {
     let vars = Some(&spec.env).filter(|v| !v.is_empty());
     let env_file = match (vars, env.store) {
         (None, _) => None,
@@ -629,8 +624,9 @@ pub fn digest(spec: &Spec) -> String {
 /// no one can test a guessed value against it; without one, `digest`.
 pub fn label_digest(spec: &Spec, key: Option<&[u8; 32]>) -> String {
     match key.filter(|_| !spec.env.is_empty()) {
-        Some(key) => codec::hex(&codec::hmac_sha256(key, spec_text(spec).as_bytes()))[..32]
-            .to_string(),
+        Some(key) => {
+            codec::hex(&codec::hmac_sha256(key, spec_text(spec).as_bytes()))[..32].to_string()
+        }
         None => digest(spec),
     }
 }

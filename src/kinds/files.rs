@@ -1546,7 +1546,10 @@ mod tests {
             (r#"{"content": "x", "mode": "0640"}"#, true),
             (r#"{"content": "x", "mode": "0400"}"#, true),
             (r#"{"content": "x", "mode": "4750"}"#, true),
-            (r#"{"content": "x", "mode": "0600", "secret": false}"#, false),
+            (
+                r#"{"content": "x", "mode": "0600", "secret": false}"#,
+                false,
+            ),
             (r#"{"content": "x", "mode": "0644", "secret": true}"#, true),
             (r#"{"content": "x", "secret": true}"#, true),
             (r#"{"state": "absent"}"#, false),
@@ -1579,21 +1582,41 @@ mod tests {
         let details = |key: Option<[u8; 32]>, state: State| {
             let mut cx = RunContext::new(&d, false);
             cx.digest_key = key;
-            let step = Files::plan(&cx, "/etc/x", d.files.get("/etc/x"), Some(&observed(state)), None);
+            let step = Files::plan(
+                &cx,
+                "/etc/x",
+                d.files.get("/etc/x"),
+                Some(&observed(state)),
+                None,
+            );
             summary(step)
         };
         let key = Some([7; 32]);
-        let keyed = |bytes: &[u8]| codec::hex(&codec::hmac_sha256(&[7; 32], bytes))[..16].to_string();
-        let new = keyed(format!("{canary}
-").as_bytes());
+        let keyed =
+            |bytes: &[u8]| codec::hex(&codec::hmac_sha256(&[7; 32], bytes))[..16].to_string();
+        let new = keyed(
+            format!(
+                "{canary}
+"
+            )
+            .as_bytes(),
+        );
         assert_eq!(
-            details(key, regular(b"password=old
-", 0o600)),
+            details(
+                key,
+                regular(
+                    b"password=old
+",
+                    0o600
+                )
+            ),
             format!(
                 "~ secret content (13 bytes, keyed digest {} -> 21 bytes, keyed digest {new}) \
                  intent=Some(Adopted) backup=true Write",
-                keyed(b"password=old
-")
+                keyed(
+                    b"password=old
+"
+                )
             )
         );
         assert_eq!(
@@ -1602,10 +1625,22 @@ mod tests {
         );
         let other_key = details(Some([8; 32]), State::Missing);
         assert!(!other_key.contains(&new), "{other_key}");
-        let plain = codec::sha256_hex(format!("{canary}
-").as_bytes());
-        for shown in [details(key, State::Missing), details(None, regular(b"x", 0o600)), other_key] {
-            assert!(!shown.contains("canary") && !shown.contains(&plain[..16]), "{shown}");
+        let plain = codec::sha256_hex(
+            format!(
+                "{canary}
+"
+            )
+            .as_bytes(),
+        );
+        for shown in [
+            details(key, State::Missing),
+            details(None, regular(b"x", 0o600)),
+            other_key,
+        ] {
+            assert!(
+                !shown.contains("canary") && !shown.contains(&plain[..16]),
+                "{shown}"
+            );
         }
         assert_eq!(
             details(None, regular(b"x", 0o600)),

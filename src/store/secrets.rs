@@ -82,11 +82,7 @@ mod tests {
     #[test]
     fn the_digest_key_is_private_random_and_kept() {
         let tmp = TempDir::new("store-digest-key");
-        let open = |name: &str| {
-            Store::open(&tmp.path().join(name), true)
-                .unwrap()
-                .unwrap()
-        };
+        let open = |name: &str| Store::open(&tmp.path().join(name), true).unwrap().unwrap();
         let store = open("a");
         let key = store.digest_key().unwrap();
         assert_eq!(store.digest_key().unwrap(), key);
@@ -95,6 +91,10 @@ mod tests {
         assert_eq!(mode, 0o600);
         assert_ne!(open("b").digest_key().unwrap(), key);
         std::fs::write(&path, b"short").unwrap();
-        assert!(store.digest_key().unwrap_err().to_string().contains("32 bytes"));
+        assert!(store
+            .digest_key()
+            .unwrap_err()
+            .to_string()
+            .contains("32 bytes"));
     }
 }
