@@ -24,6 +24,8 @@ use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
 use crate::unitfile::UnitName;
 
+mod confirm;
+
 pub struct Units;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -354,6 +356,9 @@ impl Kind for Units {
         // Checked before each unit file and each verb's call: once the host is stopping, what is
         // left waits for the next run, which observes where it stopped.
         let mut stopped: BTreeSet<&str> = BTreeSet::new();
+        let before = confirm_before(env, changes, &mut errors);
+        // Each unit file's bytes before this run changed it (`None`: there was none), to put back.
+        let mut previous: Vec<(&str, Option<Vec<u8>>)> = Vec::new();
         // Stop and disable while the unit file still exists, then files, one reload, then the rest.
         for verb in [Verb::Stop, Verb::Disable] {
             run_verb(env, changes, verb, &mut errors, &mut deferred, &mut stopped);
@@ -368,8 +373,24 @@ impl Kind for Units {
                 stopped.insert(&change.key);
                 continue;
             }
+            let was = match (&before, &change.op.file) {
+                (None, _) | (_, FileChange::Keep) => None,
+                (Some(_), _) => match previous_file(env, &change.key) {
+                    Ok(was) => Some(was),
+                    Err(e) => {
+                        errors.insert(&change.key, e.into());
+                        continue;
+                    }
+                },
+            };
             match apply_file(env, &dir, &change.key, &change.op.file) {
-                Ok(changed) => files_changed |= changed,
+                Ok(changed) => {
+                    files_changed |= changed;
+                    previous.extend(
+                        was.filter(|_| changed)
+                            .map(|was| (change.key.as_str(), was)),
+                    );
+                }
                 Err(e) => {
                     errors.insert(&change.key, e.into());
                 }
@@ -377,11 +398,13 @@ impl Kind for Units {
         }
         // Not skipped when stopping: a unit file written is only whole once systemd has read it
         // (the next run would find the file as declared and reload nothing).
+        let mut reloaded = true;
         if files_changed && !env.offline {
             if let Err(e) = env
                 .runner
                 .run(&env.config.systemctl, &systemctl::daemon_reload(), &[])
             {
+                reloaded = false;
                 for change in changes {
                     errors
                         .entry(&change.key)
@@ -389,7 +412,19 @@ impl Kind for Units {
                 }
             }
         }
-        for verb in [Verb::Enable, Verb::Start, Verb::Restart, Verb::Reload] {
+        run_verb(
+            env,
+            changes,
+            Verb::Enable,
+            &mut errors,
+            &mut deferred,
+            &mut stopped,
+        );
+        // Files written, the manager reloaded, units enabled, nothing started: systemd confirms.
+        if let Some(before) = &before {
+            confirm::after(env, before, changes, reloaded, &previous, &mut errors);
+        }
+        for verb in [Verb::Start, Verb::Restart, Verb::Reload] {
             run_verb(env, changes, verb, &mut errors, &mut deferred, &mut stopped);
         }
         changes
@@ -405,6 +440,64 @@ impl Kind for Units {
                 },
             )
             .collect()
+    }
+}
+
+/// Whether this change writes, restores or removes a unit file or changes its links: what
+/// systemd's confirmation is asked about.
+fn touches_unit_files(op: &Op) -> bool {
+    op.file != FileChange::Keep || op.enablement != Enablement::Keep
+}
+
+/// When the run touches unit files or links: on a live machine, what systemd says of the host's
+/// units before (one `systemctl show`; if it cannot be asked, those changes fail untouched); under
+/// `--root`, a note that the model alone decided.
+fn confirm_before<'a>(
+    env: &Env,
+    changes: &'a [Change<Op, Original>],
+    errors: &mut BTreeMap<&'a str, KindError>,
+) -> Option<confirm::Before> {
+    let touching: Vec<&'a str> = changes
+        .iter()
+        .filter(|c| touches_unit_files(&c.op))
+        .map(|c| c.key.as_str())
+        .collect();
+    if touching.is_empty() {
+        return None;
+    }
+    if env.offline {
+        env.runner.note(
+            "unit files changed under --root: no running systemd to confirm them, the model \
+             alone decided that they do not reach the host's units"
+                .to_string(),
+        );
+        return None;
+    }
+    match confirm::before(env, &touching) {
+        Ok(before) => Some(before),
+        Err(e) => {
+            let why = format!(
+                "not changed: what systemd says of the host's own units could not be asked \
+                 before, so the change could not be confirmed: {e}"
+            );
+            for name in touching {
+                errors.insert(name, KindError::Reason(why.clone()));
+            }
+            None
+        }
+    }
+}
+
+/// The unit's file as it is before this run changes it, to put back: `None` when there is none.
+fn previous_file(env: &Env, name: &str) -> Result<Option<Vec<u8>>, String> {
+    let dir = open_unit_dir(env, false)?;
+    match read_unit_file(env, dir.as_ref(), name, env.config.limits.max_file_bytes)? {
+        Found::Nothing => Ok(None),
+        Found::File(_, bytes) => Ok(Some(bytes)),
+        Found::Link(target) => Err(format!(
+            "its unit file is a symlink to {}; mesh-host never writes through or replaces a symlink",
+            target.display()
+        )),
     }
 }
 

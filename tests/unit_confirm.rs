@@ -1,0 +1,259 @@
+//! systemd's confirmation of unit changes (`kinds::units::confirm`), against the sandbox's real
+//! `systemd --user` manager: with the unit model switched off (a build with
+//! `--features test-no-unit-model` and `MESH_TEST_NO_UNIT_MODEL=1`), the confirmation alone puts
+//! back one case of each way a unit file or link reaches the host's unit, and the host's unit is
+//! as before; an ordinary unit ordered after the host's passes. Each test has its own host unit
+//! (`unit_name` in the config), a packaged unit below the admin's directory in priority, as
+//! /usr/lib is below /etc.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::{json, Value};
+use support::{sandbox, Output, Sandbox, Scratch};
+
+/// What the confirmation asks of the host's unit, less the ordering and runtime state: compared
+/// whole before and after.
+const PROPERTIES: &str = "Id,Names,LoadState,FragmentPath,SourcePath,DropInPaths,UnitFileState,\
+    Requires,Requisite,Wants,BindsTo,PartOf,Upholds,RequiredBy,RequisiteOf,WantedBy,BoundBy,\
+    UpheldBy,ConsistsOf,Conflicts,ConflictedBy,OnSuccess,OnSuccessOf,OnFailure,OnFailureOf,\
+    Triggers,TriggeredBy,PropagatesReloadTo,ReloadPropagatedFrom,PropagatesStopTo,\
+    StopPropagatedFrom,JoinsNamespaceOf";
+
+/// `systemctl --user ARGS`'s trimmed stdout, whatever its exit code.
+fn systemctl(args: &[&str]) -> String {
+    let out = Command::new("systemctl")
+        .arg("--user")
+        .args(args)
+        .env("LC_ALL", "C")
+        .output()
+        .expect("run systemctl");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The host's unit as systemd has it, each property's words sorted (their order varies).
+fn standing(unit: &str) -> Vec<String> {
+    let shown = systemctl(&["show", "-p", PROPERTIES, "--", unit]);
+    let mut lines: Vec<String> = shown
+        .lines()
+        .map(|line| {
+            let (key, value) = line.split_once('=').unwrap_or((line, ""));
+            let mut words: Vec<&str> = value.split_whitespace().collect();
+            words.sort_unstable();
+            format!("{key}={}", words.join(" "))
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// The packaged unit directory the sandbox's manager reads below the admin's (`XDG_DATA_HOME`).
+fn packaged_dir() -> PathBuf {
+    let data = std::env::var("XDG_DATA_HOME").expect("XDG_DATA_HOME: source the sandbox's env");
+    PathBuf::from(data).join("systemd/user")
+}
+
+/// A test's own host unit, installed as a package would, removed with whatever the test made.
+struct HostUnit {
+    name: String,
+    unit_dir: PathBuf,
+    made: Vec<String>,
+}
+
+impl HostUnit {
+    fn install(sb: &Sandbox, test: &str) -> HostUnit {
+        let name = format!("mesh-it-{}-{test}-host.service", std::process::id());
+        let dir = packaged_dir();
+        std::fs::create_dir_all(&dir).expect("packaged unit dir");
+        std::fs::write(
+            dir.join(&name),
+            "[Unit]\nDescription=the host, as packaged\n\n[Service]\nExecStart=/bin/sleep infinity\n\n\
+             [Install]\nWantedBy=default.target\n",
+        )
+        .expect("host unit");
+        systemctl(&["daemon-reload"]);
+        HostUnit {
+            name,
+            unit_dir: sb.unit_dir.clone(),
+            made: Vec::new(),
+        }
+    }
+
+    /// A unit name for the test's other units, cleaned up with it.
+    fn other(&mut self, suffix: &str) -> String {
+        let name = self.name.replace("-host.service", &format!("-{suffix}"));
+        self.made.push(name.clone());
+        name
+    }
+
+    /// The host's activation sibling of `kind` (`socket`, `timer`, `path`).
+    fn sibling(&mut self, kind: &str) -> String {
+        let name = self.name.replace(".service", &format!(".{kind}"));
+        self.made.push(name.clone());
+        name
+    }
+}
+
+impl Drop for HostUnit {
+    fn drop(&mut self) {
+        for unit in &self.made {
+            systemctl(&["disable", "--now", "--", unit]);
+            let _ = std::fs::remove_file(self.unit_dir.join(unit));
+        }
+        for made in [
+            &self.unit_dir.join(&self.name),
+            &packaged_dir().join(&self.name),
+        ] {
+            let _ = std::fs::remove_file(made);
+        }
+        let _ = std::fs::remove_dir_all(self.unit_dir.join(format!("{}.wants", self.name)));
+        systemctl(&["daemon-reload"]);
+    }
+}
+
+/// The scratch host whose own unit is `host`.
+fn host_of(sb: &Sandbox, label: &str, host: &HostUnit) -> Scratch {
+    sb.host(label, &format!(r#""unit_name": "{}""#, host.name))
+}
+
+/// `--json apply` of `units`, with the unit model switched off when `model_off`.
+fn apply(host: &Scratch, units: Value, model_off: bool) -> (Output, Value) {
+    let file = host.declaration("d.json", &json!({"schema": 1, "units": units}).to_string());
+    let mut command = host.command(&["--json", "apply", file.to_str().expect("utf-8 path")]);
+    if model_off {
+        command.env("MESH_TEST_NO_UNIT_MODEL", "1");
+    }
+    let out = Output::from(command.output().expect("run mesh-host"));
+    let report = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+    (out, report)
+}
+
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn an_ordinary_unit_ordered_after_the_host_passes_confirmation() {
+    let sb = sandbox();
+    let mut host_unit = HostUnit::install(&sb, "after");
+    let unit = host_unit.other("after.service");
+    let host = host_of(&sb, "confirm-after", &host_unit);
+    let before = standing(&host_unit.name);
+    let content = format!(
+        "[Unit]\nAfter={h}\nBefore={h}\n\n[Service]\nExecStart=/bin/sleep infinity\n\n\
+         [Install]\nWantedBy=default.target\n",
+        h = host_unit.name
+    );
+    let (out, report) = apply(
+        &host,
+        json!({&unit: {"content": content, "enabled": true, "active": true}}),
+        false,
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(report["failures"], json!([]), "{report:#}");
+    assert_eq!(systemctl(&["is-active", "--", &unit]), "active");
+    assert!(!out.stdout.contains("rolled back"), "{out:?}");
+    // Ordering is the only thing the host's unit gained, and it is not asked about.
+    assert_eq!(standing(&host_unit.name), before);
+}
+
+/// One unit the declaration adds for each way a unit file or link reaches the host's unit `h`:
+/// (what it shows, the unit's name, its declared spec).
+#[cfg(feature = "test-no-unit-model")]
+fn families(host_unit: &mut HostUnit) -> Vec<(&'static str, String, Value)> {
+    let h = host_unit.name.clone();
+    let service =
+        |unit: &str| format!("[Unit]\n{unit}\n\n[Service]\nExecStart=/bin/sleep infinity\n");
+    let mut cases = vec![(
+        "the host's own name, shadowed in the admin's directory",
+        h.clone(),
+        json!({"content": service("Description=someone else")}),
+    )];
+    for directive in [
+        "Wants",
+        "Requires",
+        "Requisite",
+        "BindsTo",
+        "PartOf",
+        "Upholds",
+        "Conflicts",
+        "OnFailure",
+        "OnSuccess",
+        "PropagatesReloadTo",
+        "PropagatesStopTo",
+    ] {
+        let name = host_unit.other(&format!("{}.service", directive.to_lowercase()));
+        let spec = json!({"content": service(&format!("{directive}={h}"))});
+        cases.push(("a [Unit] dependency naming it", name, spec));
+    }
+    // (`UpheldBy=` in [Install] is not known to systemd 252's systemctl: ignored, harmless.)
+    for install in ["Alias", "WantedBy", "RequiredBy"] {
+        let name = host_unit.other(&format!("install-{}.service", install.to_lowercase()));
+        let content = format!("{}[Install]\n{install}={h}\n", service("Description=x"));
+        let spec = json!({"content": content, "enabled": true});
+        cases.push(("an [Install] link made by enable", name, spec));
+    }
+    for (kind, section, key) in [("timer", "Timer", "Unit"), ("path", "Path", "Unit")] {
+        let name = host_unit.other(&format!("trigger.{kind}"));
+        let extra = match kind {
+            "timer" => "OnActiveSec=1h\n",
+            _ => "PathExists=/nonexistent\n",
+        };
+        let spec = json!({"content": format!("[{section}]\n{key}={h}\n{extra}")});
+        cases.push(("a trigger of it", name, spec));
+    }
+    let socket = host_unit.other("trigger.socket");
+    let spec =
+        json!({"content": format!("[Socket]\nListenFIFO=/tmp/{socket}.fifo\nService={h}\n")});
+    cases.push(("a socket starting it", socket, spec));
+    let sibling = host_unit.sibling("timer");
+    cases.push((
+        "its activation sibling",
+        sibling,
+        json!({"content": "[Timer]\nOnActiveSec=1h\n"}),
+    ));
+    cases
+}
+
+#[cfg(feature = "test-no-unit-model")]
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn the_confirmation_alone_puts_back_every_family() {
+    let sb = sandbox();
+    let mut host_unit = HostUnit::install(&sb, "families");
+    let host = host_of(&sb, "confirm-families", &host_unit);
+    let cases = families(&mut host_unit);
+    let before = standing(&host_unit.name);
+    assert!(
+        before.contains(&"LoadState=loaded".to_string()),
+        "{before:?}"
+    );
+    for (family, unit, spec) in cases {
+        let (out, report) = apply(&host, json!({&unit: spec}), true);
+        let context = format!("{family} ({unit}): {out:?}");
+        assert_eq!(out.code, 1, "{context}");
+        let failure = report["failures"]
+            .as_array()
+            .and_then(|f| f.iter().find(|f| f["key"] == unit.as_str()))
+            .unwrap_or_else(|| panic!("{unit} did not fail: {context}"));
+        let why = failure["detail"].as_str().unwrap_or_default();
+        assert!(
+            why.contains("systemd, reloaded, says the host's own units changed")
+                && why.contains("systemd confirms the host's units are as before"),
+            "{context}"
+        );
+        assert_eq!(standing(&host_unit.name), before, "{context}");
+        assert!(!sb.unit_dir.join(&unit).exists(), "{context}");
+        assert_eq!(
+            systemctl(&["is-active", "--", &unit]),
+            "inactive",
+            "{context}"
+        );
+    }
+    // The model on (no switch): the same declarations never get that far.
+    let (out, _) = apply(
+        &host,
+        json!({&host_unit.name: {"content": "[Service]\nExecStart=/bin/true\n"}}),
+        false,
+    );
+    assert_eq!(out.code, 2, "{out:?}");
+}
