@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
@@ -60,6 +60,8 @@ struct HostUnit {
     name: String,
     unit_dir: PathBuf,
     made: Vec<String>,
+    /// Drop-in directories under /etc/systemd/user (which the sandbox's manager reads too).
+    etc_dirs: Vec<PathBuf>,
 }
 
 impl HostUnit {
@@ -78,6 +80,7 @@ impl HostUnit {
             name,
             unit_dir: sb.unit_dir.clone(),
             made: Vec::new(),
+            etc_dirs: Vec::new(),
         }
     }
 
@@ -109,7 +112,21 @@ impl Drop for HostUnit {
             let _ = std::fs::remove_file(made);
         }
         let _ = std::fs::remove_dir_all(self.unit_dir.join(format!("{}.wants", self.name)));
+        for dir in &self.etc_dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         systemctl(&["daemon-reload"]);
+    }
+}
+
+impl HostUnit {
+    /// A drop-in file under /etc/systemd/user (the files kind's reach: only /etc), for the
+    /// drop-in directory of `unit`, removed with the test.
+    fn etc_drop_in(&mut self, unit: &str) -> String {
+        let dir = PathBuf::from(format!("/etc/systemd/user/{unit}.d"));
+        let path = dir.join("mesh-test.conf").display().to_string();
+        self.etc_dirs.push(dir);
+        path
     }
 }
 
@@ -256,4 +273,53 @@ fn the_confirmation_alone_puts_back_every_family() {
         false,
     );
     assert_eq!(out.code, 2, "{out:?}");
+}
+
+#[cfg(feature = "test-no-unit-model")]
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn the_confirmation_alone_puts_back_drop_ins_the_files_kind_wrote() {
+    let sb = sandbox();
+    let mut host_unit = HostUnit::install(&sb, "dropins");
+    let host = host_of(&sb, "confirm-dropins", &host_unit);
+    let h = host_unit.name.clone();
+    // An ordinary unit beside them (the units kind writes it, and reloads the manager).
+    let plain = host_unit.other("plain.service");
+    // The drop-in directory of a prefix of the host's name: every unit of the test (its `-`
+    // prefix, as a type-level `service.d/` is for all services, kept to this test's units here).
+    let prefix = h.replace("dropins-host.service", "dropins-.service");
+    let cases = [
+        (
+            "a drop-in of the host's unit",
+            host_unit.etc_drop_in(&h),
+            "[Service]\nExecStartPre=/bin/true\n".to_string(),
+        ),
+        (
+            "a drop-in for every unit with its prefix",
+            host_unit.etc_drop_in(&prefix),
+            "[Unit]\nDescription=every one\n".to_string(),
+        ),
+        (
+            "a drop-in of another unit wanting it",
+            host_unit.etc_drop_in(&plain),
+            format!("[Unit]\nWants={h}\n"),
+        ),
+    ];
+    let before = standing(&h);
+    for (family, path, content) in cases {
+        let declaration = json!({
+            "schema": 1,
+            "files": {&path: {"content": content}},
+            "units": {&plain: {"content": "[Service]\nExecStart=/bin/sleep infinity\n"}},
+        });
+        let file = host.declaration("d.json", &declaration.to_string());
+        let mut command = host.command(&["--json", "apply", file.to_str().expect("utf-8 path")]);
+        command.env("MESH_TEST_NO_UNIT_MODEL", "1");
+        let out = Output::from(command.output().expect("run mesh-host"));
+        let context = format!("{family} ({path}): {out:?}");
+        assert_eq!(out.code, 1, "{context}");
+        assert!(out.stdout.contains("files put back"), "{context}");
+        assert!(!Path::new(&path).exists(), "{context}");
+        assert_eq!(standing(&h), before, "{context}");
+    }
 }

@@ -347,8 +347,8 @@ impl Kind for Units {
 
     fn apply(
         env: &Env,
-        _cx: &RunContext,
-        _ledger: &mut Ledger,
+        cx: &RunContext,
+        ledger: &mut Ledger,
         changes: &[Change<Op, Original>],
     ) -> Vec<Outcome> {
         let mut errors: BTreeMap<&str, KindError> = BTreeMap::new();
@@ -356,7 +356,7 @@ impl Kind for Units {
         // Checked before each unit file and each verb's call: once the host is stopping, what is
         // left waits for the next run, which observes where it stopped.
         let mut stopped: BTreeSet<&str> = BTreeSet::new();
-        let before = confirm_before(env, changes, &mut errors);
+        let before = confirm_before(env, cx, changes, &mut errors);
         // Each unit file's bytes before this run changed it (`None`: there was none), to put back.
         let mut previous: Vec<(&str, Option<Vec<u8>>)> = Vec::new();
         // Stop and disable while the unit file still exists, then files, one reload, then the rest.
@@ -399,6 +399,7 @@ impl Kind for Units {
         // Not skipped when stopping: a unit file written is only whole once systemd has read it
         // (the next run would find the file as declared and reload nothing).
         let mut reloaded = true;
+        files_changed |= before.as_ref().is_some_and(confirm::Before::has_files);
         if files_changed && !env.offline {
             if let Err(e) = env
                 .runner
@@ -422,7 +423,16 @@ impl Kind for Units {
         );
         // Files written, the manager reloaded, units enabled, nothing started: systemd confirms.
         if let Some(before) = &before {
-            confirm::after(env, before, changes, reloaded, &previous, &mut errors);
+            confirm::after(
+                env,
+                cx,
+                ledger,
+                before,
+                changes,
+                reloaded,
+                &previous,
+                &mut errors,
+            );
         }
         for verb in [Verb::Start, Verb::Restart, Verb::Reload] {
             run_verb(env, changes, verb, &mut errors, &mut deferred, &mut stopped);
@@ -443,17 +453,20 @@ impl Kind for Units {
     }
 }
 
-/// Whether this change writes, restores or removes a unit file or changes its links: what
-/// systemd's confirmation is asked about.
+/// Whether this change writes or restores a unit file or enables a unit: what systemd's
+/// confirmation is asked about. A removal or a disable only takes away.
 fn touches_unit_files(op: &Op) -> bool {
-    op.file != FileChange::Keep || op.enablement != Enablement::Keep
+    matches!(op.file, FileChange::Write(_) | FileChange::Restore(_))
+        || op.enablement == Enablement::Enable
 }
 
-/// When the run touches unit files or links: on a live machine, what systemd says of the host's
-/// units before (one `systemctl show`; if it cannot be asked, those changes fail untouched); under
-/// `--root`, a note that the model alone decided.
+/// When the run writes unit files or makes links (the units kind's, or the files kind's files
+/// in systemd's directories): on a live machine, what systemd says of the host's units before
+/// (one `systemctl show`; if it cannot be asked, those units fail untouched); under `--root`, a
+/// note that the model alone decided.
 fn confirm_before<'a>(
     env: &Env,
+    cx: &RunContext,
     changes: &'a [Change<Op, Original>],
     errors: &mut BTreeMap<&'a str, KindError>,
 ) -> Option<confirm::Before> {
@@ -462,7 +475,8 @@ fn confirm_before<'a>(
         .filter(|c| touches_unit_files(&c.op))
         .map(|c| c.key.as_str())
         .collect();
-    if touching.is_empty() {
+    let files = &cx.facts.files.in_systemd_dirs;
+    if touching.is_empty() && files.is_empty() {
         return None;
     }
     if env.offline {
@@ -473,7 +487,7 @@ fn confirm_before<'a>(
         );
         return None;
     }
-    match confirm::before(env, &touching) {
+    match confirm::before(env, &touching, files) {
         Ok(before) => Some(before),
         Err(e) => {
             let why = format!(

@@ -2,21 +2,35 @@
 //! (`selfref`) predicts at `check`; on a live machine this confirms. What the manager says of the
 //! host's units and their activation siblings is taken before a run touches a unit file or link,
 //! and again once the files are written, the manager reloaded and the units enabled, before any
-//! is started; whatever they gained (a name, a fragment, a drop-in, a dependency) means the run
-//! reaches the host, and its unit files and links are put back.
+//! is started; whatever they gained (a name, a fragment, a drop-in, a dependency), or a touched
+//! unit's new dependency on them, means the run reaches the host, and its unit files and links
+//! are put back.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 use super::{apply_file, unit_dir, Change, Enablement, FileChange, Op, Original};
-use crate::kinds::{Env, KindError};
+use crate::kinds::{files, Env, KindError, RunContext};
+use crate::store::Ledger;
 use crate::tools::systemctl::{self, Standing, Verb};
 use crate::unitfile::UnitName;
 
-/// What systemd said before the run touched a unit file: the touched units systemd can describe
-/// (a template it cannot) and the host's units, in the order `look` asks.
+/// What systemd said before the run touched a unit file, in the order `look` asks: the units
+/// whose files or links the units kind changes, the units the files kind's files in systemd's
+/// directories name (drop-ins, links), then the host's units.
 pub struct Before {
     touched: Vec<String>,
+    named: Vec<String>,
+    /// The files kind's files in systemd's directories changed in this run.
+    files: Vec<String>,
     units: Vec<Standing>,
+}
+
+impl Before {
+    /// Whether the files kind changed files systemd reads: the manager is reloaded for them.
+    pub fn has_files(&self) -> bool {
+        !self.files.is_empty()
+    }
 }
 
 /// The host's units and their activation siblings (`mesh-host.service`, `.socket`, `.timer`,
@@ -28,15 +42,39 @@ fn host_units(env: &Env) -> Vec<String> {
         .collect()
 }
 
-/// What the manager says of the `touched` units and then the host's, now: one `systemctl show`.
-/// The touched ones are asked about for their own dependencies: a unit nothing refers to is
-/// unloaded again at once, so its `Wants=` never shows on the host's unit.
-fn look(env: &Env, touched: &[String]) -> Result<Vec<Standing>, KindError> {
-    let host = host_units(env);
-    let names: Vec<&str> = touched.iter().chain(&host).map(String::as_str).collect();
+/// A name systemd can describe: a template is none (`show` refuses its name).
+fn describable(name: &str) -> bool {
+    UnitName::parse(name).is_ok_and(|n| !n.is_template())
+}
+
+/// The units a file in a systemd directory is about: `X.d/*.conf` -> X, `X.wants/Y` -> X and Y,
+/// a unit file or link `X` -> X.
+fn units_of(path: &str) -> Vec<String> {
+    let path = Path::new(path);
+    let name = |p: Option<&Path>| {
+        p.and_then(Path::file_name)
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (file, dir) = (name(Some(path)), name(path.parent()));
+    let dir_unit = [".d", ".wants", ".requires", ".upholds"]
+        .iter()
+        .find_map(|suffix| dir.strip_suffix(suffix));
+    match dir_unit {
+        Some(unit) if dir.ends_with(".d") => vec![unit.to_string()],
+        Some(unit) => vec![unit.to_string(), file],
+        None => vec![file],
+    }
+}
+
+/// What the manager says of these units now, in order: one `systemctl show`. The touched units
+/// are asked about for their own dependencies: a unit nothing refers to is unloaded again at
+/// once, so its `Wants=` never shows on the host's unit.
+fn look(env: &Env, names: &[&str]) -> Result<Vec<Standing>, KindError> {
     let output = env
         .runner
-        .run(&env.config.systemctl, &systemctl::show_standing(), &names)
+        .run(&env.config.systemctl, &systemctl::show_standing(), names)
         .map_err(|e| KindError::command("confirm", e))?;
     let standing = systemctl::parse_standing(&output.stdout_text());
     if standing.len() != names.len() {
@@ -50,42 +88,75 @@ fn look(env: &Env, touched: &[String]) -> Result<Vec<Standing>, KindError> {
     Ok(standing)
 }
 
-/// What systemd says before the run touches the `touched` units' files or links: what `check`
-/// compares with.
-pub fn before(env: &Env, touched: &[&str]) -> Result<Before, KindError> {
-    // A template is no unit systemd can describe (`show` refuses its name).
-    let touched: Vec<String> = touched
-        .iter()
-        .filter(|name| !UnitName::parse(name).is_ok_and(|n| n.is_template()))
-        .map(|name| name.to_string())
-        .collect();
-    let units = look(env, &touched)?;
-    Ok(Before { touched, units })
+impl Before {
+    fn names<'a>(&'a self, host: &'a [String]) -> Vec<&'a str> {
+        let all = self.touched.iter().chain(&self.named).chain(host);
+        all.map(String::as_str).collect()
+    }
 }
 
-/// Whether systemd, asked again, says the host's units are as `before` and no touched unit
-/// gained a dependency on one of them: `Err` with what changed, or why systemd could not be
-/// asked (then nothing is taken as confirmed).
-pub fn check(env: &Env, before: &Before) -> Result<(), String> {
-    let after =
-        look(env, &before.touched).map_err(|e| format!("systemd could not be asked: {e}"))?;
+/// What systemd says before the run touches the `touched` units' files or links, with `files`
+/// the files kind changed in systemd's directories: what `check` compares with.
+pub fn before(env: &Env, touched: &[&str], files: &BTreeSet<String>) -> Result<Before, KindError> {
     let host = host_units(env);
-    let split = before.touched.len();
-    let (touched_was, host_was) = before.units.split_at(split);
-    let (touched_now, host_now) = after.split_at(split);
-    let host_names: BTreeSet<&str> = host
-        .iter()
-        .map(String::as_str)
+    let touched: Vec<String> = (touched.iter())
+        .filter(|name| describable(name))
+        .map(|name| name.to_string())
+        .collect();
+    let named: BTreeSet<String> = (files.iter())
+        .flat_map(|path| units_of(path))
+        .filter(|name| describable(name) && !touched.contains(name) && !host.contains(name))
+        .collect();
+    let mut before = Before {
+        touched,
+        named: named.into_iter().collect(),
+        files: files.iter().cloned().collect(),
+        units: Vec::new(),
+    };
+    before.units = look(env, &before.names(&host))?;
+    Ok(before)
+}
+
+/// Whether systemd, asked again, says the host's units are as `before` and nothing the run
+/// touched acts on them: `Err` with what changed, or why systemd could not be asked (then
+/// nothing is taken as confirmed).
+pub fn check(env: &Env, before: &Before) -> Result<(), String> {
+    let host = host_units(env);
+    let after =
+        look(env, &before.names(&host)).map_err(|e| format!("systemd could not be asked: {e}"))?;
+    let (touched, named) = (before.touched.len(), before.named.len());
+    let (touched_was, rest_was) = before.units.split_at(touched);
+    let host_was = &rest_was[named..];
+    let (touched_now, rest_now) = after.split_at(touched);
+    let (named_now, host_now) = rest_now.split_at(named);
+    let host_names: BTreeSet<&str> = (host.iter().map(String::as_str))
         .chain(
             host_was
                 .iter()
                 .flat_map(|s| s.lists["Names"].iter().map(String::as_str)),
         )
         .collect();
+    let names_host = |word: &str| host_names.contains(word);
     let mut changed = gained(&host, host_was, host_now, |_| true);
-    changed.extend(gained(&before.touched, touched_was, touched_now, |word| {
-        host_names.contains(word)
-    }));
+    changed.extend(gained(
+        &before.touched,
+        touched_was,
+        touched_now,
+        names_host,
+    ));
+    // The files kind's files were on disk before `before` was asked, and a unit not loaded then
+    // was read with them: whatever those units say of the host's units counts, not only a gain.
+    let nothing = vec![Standing::default(); named];
+    changed.extend(gained(&before.named, &nothing, named_now, names_host));
+    for (unit, now) in host.iter().zip(host_now) {
+        let read: Vec<&str> = (["FragmentPath", "SourcePath"].iter().map(|p| now.value(p)))
+            .chain(now.lists["DropInPaths"].iter().map(String::as_str))
+            .filter(|path| before.files.iter().any(|f| f == path))
+            .collect();
+        if !read.is_empty() {
+            changed.push(format!("{unit} is read from {}", read.join(" ")));
+        }
+    }
     if changed.is_empty() {
         return Ok(());
     }
@@ -98,9 +169,13 @@ pub fn check(env: &Env, before: &Before) -> Result<(), String> {
 /// After the files, the reload and `enable`, before anything starts: unless systemd says the
 /// host's units are as `before`, every unit file this run changed is put back (`previous`; a
 /// created one removed), every unit it enabled is disabled (while the file that made its links is
-/// still there), the manager reloaded, and each of those units fails with what systemd said.
+/// still there), the files kind's files in systemd's directories are put back, the manager is
+/// reloaded, and each of those units fails with what systemd said; the run's notes say it too.
+#[allow(clippy::too_many_arguments)]
 pub fn after<'a>(
     env: &Env,
+    cx: &RunContext,
+    ledger: &mut Ledger,
     before: &Before,
     changes: &'a [Change<Op, Original>],
     reloaded: bool,
@@ -119,15 +194,19 @@ pub fn after<'a>(
         .filter(|c| c.op.enablement == Enablement::Enable && !errors.contains_key(c.key.as_str()))
         .map(|c| c.key.as_str())
         .collect();
-    let undone = put_back(env, before, &enabled, previous);
+    let undone = put_back(env, cx, ledger, before, &enabled, previous);
     let names: Vec<&str> = previous
         .iter()
         .map(|(name, _)| *name)
         .chain(enabled)
         .collect();
-    let reason = format!("not applied: {why}; {undone}");
+    let files = match before.files.is_empty() {
+        true => String::new(),
+        false => format!("; files put back: {}", before.files.join(", ")),
+    };
+    let reason = format!("not applied: {why}; {undone}{files}");
     env.runner.note(format!(
-        "unit changes rolled back ({}): systemd said the host's own units changed",
+        "unit changes rolled back ({}){files}: systemd said the host's own units changed",
         names.join(", ")
     ));
     for name in names {
@@ -138,6 +217,8 @@ pub fn after<'a>(
 /// Undoes the run's unit file and link changes and says how it went, systemd asked once more.
 fn put_back(
     env: &Env,
+    cx: &RunContext,
+    ledger: &mut Ledger,
     before: &Before,
     enabled: &[&str],
     previous: &[(&str, Option<Vec<u8>>)],
@@ -156,6 +237,11 @@ fn put_back(
             None => FileChange::Remove,
         };
         if let Err(e) = apply_file(env, &dir, name, &change) {
+            problems.push(e);
+        }
+    }
+    for path in &before.files {
+        if let Err(e) = files::put_back(env, cx, ledger, path) {
             problems.push(e);
         }
     }
@@ -235,6 +321,19 @@ mod tests {
     const HOST: &str = "Id=mesh-host.service\nNames=mesh-host.service\nLoadState=loaded\n\
         FragmentPath=/usr/lib/systemd/system/mesh-host.service\nUnitFileState=enabled\n\
         WantedBy=multi-user.target\nBefore=foo.service\n";
+
+    #[test]
+    fn the_units_a_file_in_a_systemd_directory_is_about() {
+        let d = "/etc/systemd/system";
+        assert_eq!(units_of(&format!("{d}/a.service.d/x.conf")), ["a.service"]);
+        assert_eq!(units_of(&format!("{d}/service.d/x.conf")), ["service"]);
+        assert_eq!(
+            units_of(&format!("{d}/a.service.wants/b.service")),
+            ["a.service", "b.service"]
+        );
+        assert_eq!(units_of(&format!("{d}/a.service")), ["a.service"]);
+        assert!(!describable("service") && !describable("a@.service") && describable("a.path"));
+    }
 
     #[test]
     fn the_same_view_or_what_was_lost_is_confirmed() {
