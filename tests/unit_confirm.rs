@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{json, Value};
@@ -92,6 +92,7 @@ impl HostUnit {
     }
 
     /// The host's activation sibling of `kind` (`socket`, `timer`, `path`).
+    #[cfg(feature = "test-no-unit-model")]
     fn sibling(&mut self, kind: &str) -> String {
         let name = self.name.replace(".service", &format!(".{kind}"));
         self.made.push(name.clone());
@@ -119,6 +120,7 @@ impl Drop for HostUnit {
     }
 }
 
+#[cfg(feature = "test-no-unit-model")]
 impl HostUnit {
     /// A drop-in file under /etc/systemd/user (the files kind's reach: only /etc), for the
     /// drop-in directory of `unit`, removed with the test.
@@ -319,7 +321,7 @@ fn the_confirmation_alone_puts_back_drop_ins_the_files_kind_wrote() {
         let context = format!("{family} ({path}): {out:?}");
         assert_eq!(out.code, 1, "{context}");
         assert!(out.stdout.contains("files put back"), "{context}");
-        assert!(!Path::new(&path).exists(), "{context}");
+        assert!(!std::path::Path::new(&path).exists(), "{context}");
         assert_eq!(standing(&h), before, "{context}");
     }
 }
