@@ -31,6 +31,12 @@ impl Before {
     pub fn has_files(&self) -> bool {
         !self.files.is_empty()
     }
+
+    /// What `look` asks about, in order: the touched units, the named ones, the host's.
+    fn names<'a>(&'a self, host: &'a [String]) -> Vec<&'a str> {
+        let all = self.touched.iter().chain(&self.named).chain(host);
+        all.map(String::as_str).collect()
+    }
 }
 
 /// The host's units and their activation siblings (`mesh-host.service`, `.socket`, `.timer`,
@@ -86,13 +92,6 @@ fn look(env: &Env, names: &[&str]) -> Result<Vec<Standing>, KindError> {
         .into());
     }
     Ok(standing)
-}
-
-impl Before {
-    fn names<'a>(&'a self, host: &'a [String]) -> Vec<&'a str> {
-        let all = self.touched.iter().chain(&self.named).chain(host);
-        all.map(String::as_str).collect()
-    }
 }
 
 /// What systemd says before the run touches the `touched` units' files or links, with `files`
