@@ -324,4 +324,23 @@ fn the_confirmation_alone_puts_back_drop_ins_the_files_kind_wrote() {
         assert!(!std::path::Path::new(&path).exists(), "{context}");
         assert_eq!(standing(&h), before, "{context}");
     }
+    // The unit in sync, only the files kind's drop-in new: still put back, and the run says so.
+    let unit = json!({&plain: {"content": "[Service]\nExecStart=/bin/sleep infinity\n"}});
+    let (out, _) = apply(&host, unit.clone(), true);
+    assert_eq!(out.code, 0, "{out:?}");
+    let path = host_unit.etc_drop_in(&h);
+    let declaration = json!({
+        "schema": 1,
+        "files": {&path: {"content": "[Unit]\nDescription=overridden\n"}},
+        "units": unit,
+    });
+    let file = host.declaration("d.json", &declaration.to_string());
+    let mut command = host.command(&["apply", file.to_str().expect("utf-8 path")]);
+    command.env("MESH_TEST_NO_UNIT_MODEL", "1");
+    let out = Output::from(command.output().expect("run mesh-host"));
+    out.assert_stdout(&format!(
+        "note: rolled back, as systemd said the host's own units changed: {path}"
+    ));
+    assert!(!std::path::Path::new(&path).exists(), "{out:?}");
+    assert_eq!(standing(&h), before, "{out:?}");
 }

@@ -204,9 +204,15 @@ pub fn after<'a>(
         false => format!("; files put back: {}", before.files.join(", ")),
     };
     let reason = format!("not applied: {why}; {undone}{files}");
+    // Named in the run's notes too: a file of the files kind has no outcome of the units kind's.
+    let what: Vec<&str> = names
+        .iter()
+        .copied()
+        .chain(before.files.iter().map(String::as_str))
+        .collect();
     env.runner.note(format!(
-        "unit changes rolled back ({}){files}: systemd said the host's own units changed",
-        names.join(", ")
+        "rolled back, as systemd said the host's own units changed: {}",
+        what.join(", ")
     ));
     for name in names {
         errors.insert(name, KindError::Reason(reason.clone()));
