@@ -344,3 +344,58 @@ fn the_confirmation_alone_puts_back_drop_ins_the_files_kind_wrote() {
     assert!(!std::path::Path::new(&path).exists(), "{out:?}");
     assert_eq!(standing(&h), before, "{out:?}");
 }
+
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_unit_file_is_not_written_when_systemd_cannot_be_asked_first() {
+    let sb = sandbox();
+    let mut host_unit = HostUnit::install(&sb, "unasked");
+    let unit = host_unit.other("unasked.service");
+    let host = host_of(&sb, "confirm-unasked", &host_unit);
+    // systemctl as configured, except that the confirmation's `show` fails.
+    let script = r#"case "$*" in *FragmentPath*) echo "no bus" >&2; exit 1;; esac; exec systemctl --user "$@""#;
+    host.set_tool("systemctl", &["sh", "-c", script, "sh"]);
+    let (out, report) = apply(
+        &host,
+        json!({&unit: {"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}}),
+        false,
+    );
+    assert_eq!(out.code, 1, "{out:?}");
+    let failure = &report["failures"][0];
+    assert_eq!(failure["key"], unit.as_str(), "{report:#}");
+    let why = failure["detail"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("could not be asked before") && why.contains("no bus"),
+        "{report:#}"
+    );
+    assert!(!sb.unit_dir.join(&unit).exists(), "{report:#}");
+    assert_eq!(systemctl(&["is-active", "--", &unit]), "inactive");
+}
+
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_unit_file_is_put_back_when_the_reload_that_would_confirm_it_fails() {
+    let sb = sandbox();
+    let mut host_unit = HostUnit::install(&sb, "noreload");
+    let unit = host_unit.other("noreload.service");
+    let host = host_of(&sb, "confirm-noreload", &host_unit);
+    // The first daemon-reload fails; the one after the rollback succeeds.
+    let marker = host.state().with_extension("reload-failed");
+    let script = format!(
+        r#"if [ "$1" = daemon-reload ] && [ ! -e {m} ]; then touch {m}; echo "timed out" >&2; exit 1; fi; exec systemctl --user "$@""#,
+        m = marker.display()
+    );
+    host.set_tool("systemctl", &["sh", "-c", &script, "sh"]);
+    let (out, report) = apply(
+        &host,
+        json!({&unit: {"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}}),
+        false,
+    );
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(marker.exists(), "{out:?}");
+    let why = report["failures"][0]["detail"].as_str().unwrap_or_default();
+    assert!(why.contains("timed out"), "{report:#}");
+    assert!(!sb.unit_dir.join(&unit).exists(), "{report:#}");
+    assert_eq!(systemctl(&["is-active", "--", &unit]), "inactive");
+    let _ = std::fs::remove_file(marker);
+}

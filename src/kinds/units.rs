@@ -398,14 +398,15 @@ impl Kind for Units {
         }
         // Not skipped when stopping: a unit file written is only whole once systemd has read it
         // (the next run would find the file as declared and reload nothing).
-        let mut reloaded = true;
+        // The reload's failure, if it failed: then nothing is confirmed.
+        let mut reloaded = Ok(());
         files_changed |= before.as_ref().is_some_and(confirm::Before::has_files);
         if files_changed && !env.offline {
             if let Err(e) = env
                 .runner
                 .run(&env.config.systemctl, &systemctl::daemon_reload(), &[])
             {
-                reloaded = false;
+                reloaded = Err(e.to_string());
                 for change in changes {
                     errors
                         .entry(&change.key)

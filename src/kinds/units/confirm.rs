@@ -177,13 +177,15 @@ pub fn after<'a>(
     ledger: &mut Ledger,
     before: &Before,
     changes: &'a [Change<Op, Original>],
-    reloaded: bool,
+    reloaded: Result<(), String>,
     previous: &[(&'a str, Option<Vec<u8>>)],
     errors: &mut BTreeMap<&'a str, KindError>,
 ) {
     let verdict = match reloaded {
-        true => check(env, before),
-        false => Err("the manager's reload failed, so systemd could not confirm them".to_string()),
+        Ok(()) => check(env, before),
+        Err(e) => Err(format!(
+            "the manager's reload failed ({e}), so systemd could not confirm them"
+        )),
     };
     let Err(why) = verdict else {
         return;
