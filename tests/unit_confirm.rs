@@ -205,7 +205,7 @@ fn families(host_unit: &mut HostUnit) -> Vec<(&'static str, String, Value)> {
         cases.push(("a [Unit] dependency naming it", name, spec));
     }
     // (`UpheldBy=` in [Install] is not known to systemd 252's systemctl: ignored, harmless.)
-    for install in ["Alias", "WantedBy", "RequiredBy"] {
+    for install in ["Alias", "WantedBy", "RequiredBy", "Also"] {
         let name = host_unit.other(&format!("install-{}.service", install.to_lowercase()));
         let content = format!("{}[Install]\n{install}={h}\n", service("Description=x"));
         let spec = json!({"content": content, "enabled": true});
