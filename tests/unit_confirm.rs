@@ -262,6 +262,13 @@ fn the_confirmation_alone_puts_back_every_family() {
         );
         assert_eq!(standing(&host_unit.name), before, "{context}");
         assert!(!sb.unit_dir.join(&unit).exists(), "{context}");
+        // No link left by enable: no alias of the host's name, nothing in its .wants/.requires.
+        let links = ["", ".wants", ".requires"].map(|dir| {
+            let path = sb.unit_dir.join(format!("{}{dir}", host_unit.name));
+            std::fs::read_dir(&path).map_or(0, Iterator::count)
+                + usize::from(dir.is_empty() && std::fs::symlink_metadata(&path).is_ok())
+        });
+        assert_eq!(links, [0, 0, 0], "{context}");
         assert_eq!(
             systemctl(&["is-active", "--", &unit]),
             "inactive",
