@@ -200,7 +200,7 @@ impl Host {
             .map_err(|e| refuse(e.into(), revision, Some(d.digest.clone())))?;
         // The same check the reconciler makes between resources also runs while a tool runs.
         let runner = Runner::new(self.args.trace_commands).with_pulse(interrupted);
-        let outcome = reconcile::run_scoped(
+        let outcome = reconcile::run_scoped_reporting(
             &self.env(Some(&store), &runner, interrupted),
             d,
             &mut ledger,
@@ -208,22 +208,24 @@ impl Host {
             scope,
         );
         let (report, outcome_name) = match outcome {
-            Ok(report) if report.interrupted => (report, RunOutcome::Interrupted),
-            Ok(report) if report.failures.is_empty() => (report, RunOutcome::Converged),
-            Ok(report) => (report, RunOutcome::Failed),
-            Err(e) => {
+            (report, None) if report.interrupted => (report, RunOutcome::Interrupted),
+            (report, None) if report.failures.is_empty() => (report, RunOutcome::Converged),
+            (report, None) => (report, RunOutcome::Failed),
+            // What was changed before the store stopped the run is recorded and reported too.
+            (report, Some(e)) => {
                 let mut record = record(
                     triggers,
                     started,
                     RunOutcome::Error,
                     revision,
                     d,
-                    &Report::default(),
+                    &report,
                     &runner,
                 );
                 record.notes.push(e.to_string());
                 let message = join_lines(&runs_note, &e.to_string());
-                if let Some(why) = self.keep_run(&store, &record, &[], &[], &[], &message) {
+                let changes = &report.changes;
+                if let Some(why) = self.keep_run(&store, &record, changes, &[], &[], &message) {
                     log::error!("{why}");
                 }
                 self.note_run(&store, &record, None);
