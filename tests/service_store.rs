@@ -146,6 +146,24 @@ fn a_declaration_in_force_damaged_in_the_store_is_refused_recorded_and_reported(
         damaged,
         "left for a person to inspect"
     );
+
+    // A newer revision from the control plane replaces it, and the host is trusted again.
+    cp.declare(
+        2,
+        &DECLARATION
+            .replace("held", "fresh")
+            .replace(r#""revision": 1"#, r#""revision": 2"#),
+    );
+    assert!(
+        wait_until(WAIT, || node.read("/etc/motd").as_deref()
+            == Some("fresh\n")),
+        "{}",
+        node.log()
+    );
+    let run = run_where(&node, |r| r["revision"] == 2);
+    assert_eq!(run["outcome"], "converged", "{run:#}");
+    let status = status_text(&node);
+    assert_eq!(status.code, 0, "{status:?}");
 }
 
 /// Case 4 of issue 21: a truncated ledger.json was logged, but no run was recorded, no report
@@ -322,7 +340,11 @@ fn a_run_made_while_the_store_disk_is_full_is_recorded_and_reported_once_there_i
     };
     // The watch run has ended (the declaration's run was the first).
     assert!(
-        wait_until(WAIT, || node.log().matches("mesh_host::service] run ").count() >= 2),
+        wait_until(WAIT, || node
+            .log()
+            .matches("mesh_host::service] run ")
+            .count()
+            >= 2),
         "{}",
         node.log()
     );
