@@ -428,3 +428,35 @@ fn the_files_index_written_by_the_watchers_checks_and_plans_at_once_never_collid
         .count();
     assert_eq!(left, 0, "no writer's temp is left behind");
 }
+
+/// The outbox refusing reports (its id floor unreadable) holds back neither the runs' records
+/// nor, once it is put right, their reports: kept in memory meanwhile, not lost.
+#[test]
+fn an_outbox_that_refuses_reports_holds_back_no_record_and_loses_no_report() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki);
+    let node = converged(host("outbox", &pki, &cp, ""), &cp);
+    assert!(
+        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
+            .as_u64()
+            .is_some_and(|n| n >= 1)),
+        "{}",
+        node.log()
+    );
+    let floor = node.host.state().join("last-report-id");
+    std::fs::write(&floor, "not a number").expect("damage the floor");
+    std::fs::write(node.host.target("/etc/motd"), "edited\n").expect("drift");
+    let repaired = |r: &Value| {
+        triggered_by(r, "watch")
+            && r["changes"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["key"] == "/etc/motd"))
+    };
+    let run = run_where(&node, repaired);
+    assert_eq!(run["outcome"], "converged", "{run:#}");
+    let reported = |r: &Value| triggered_by(r, "watch") && r["drift"][0]["key"] == "/etc/motd";
+    assert!(!cp.reports().iter().any(reported), "{:#?}", cp.reports());
+
+    std::fs::remove_file(&floor).expect("put right");
+    report_where(&node, &cp, reported);
+}

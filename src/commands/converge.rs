@@ -289,7 +289,7 @@ impl Host {
         let mut backlog = self.unwritten.borrow_mut();
         backlog.push(Unwritten {
             report,
-            record: record.clone(),
+            record: Some(record.clone()),
             lost_before: None,
         });
         write_runs(store, &mut backlog, self.config.outbox_bounds())
@@ -402,35 +402,43 @@ impl Host {
     }
 }
 
-/// Writes each run kept in memory, oldest first, its report queued before it is recorded (as
-/// every run's is), and what was lost before it said in both; stops at the first the store cannot
-/// take, and says why.
+/// Writes each run kept in memory, oldest first: its report queued before its record, as every
+/// run's is, and what was lost before it said in both. Reports and records each keep their order:
+/// one the store cannot take holds back the later ones of its sort, not the other sort (an outbox
+/// that refuses reports does not stop runs being recorded). Says why when any is left.
 fn write_runs(store: &Store, backlog: &mut Backlog, bounds: store::OutboxBounds) -> Option<String> {
-    while let Some(run) = backlog.front_mut() {
+    let mut reports_held = None;
+    let mut records_held = None;
+    for run in backlog.iter_mut() {
         let lost = run.lost_before.map(|lost| lost.note());
-        if let Some(report) = &mut run.report {
+        if let (Some(report), None) = (&mut run.report, &reports_held) {
             let message = report.message.clone();
             if let Some(lost) = &lost {
                 report.message = join_lines(lost, &message);
             }
-            if let Err(e) = store.outbox_push(report, bounds) {
-                report.message = message;
-                return Some(kept_in_memory(backlog.len(), "report", &e));
+            match store.outbox_push(report, bounds) {
+                Ok(_) => run.report = None,
+                Err(e) => {
+                    report.message = message;
+                    reports_held = Some(("report", e));
+                }
             }
-            run.report = None;
         }
-        if let Some(lost) = lost {
-            run.record.notes.push(lost);
-        }
-        if let Err(e) = store.record_run(&run.record) {
-            if run.lost_before.is_some() {
-                run.record.notes.pop();
+        if let (Some(record), None) = (&mut run.record, &records_held) {
+            let notes = record.notes.len();
+            record.notes.extend(lost);
+            match store.record_run(record) {
+                Ok(()) => run.record = None,
+                Err(e) => {
+                    record.notes.truncate(notes);
+                    records_held = Some(("record", e));
+                }
             }
-            return Some(kept_in_memory(backlog.len(), "record", &e));
         }
-        backlog.pop_front();
     }
-    None
+    backlog.drop_written();
+    let (what, e) = records_held.or(reports_held)?;
+    Some(kept_in_memory(backlog.len(), what, &e))
 }
 
 fn kept_in_memory(kept: usize, what: &str, e: &StoreError) -> String {

@@ -11,11 +11,11 @@ use crate::store::RunRecord;
 /// Runs kept at most; a report may be up to a MiB (`link::MAX_REPORT_BYTES`).
 pub const KEPT: usize = 8;
 
-/// One run not yet written: its report (when there is a control plane), which is queued
-/// before the record is written, as every run's is.
+/// One run not yet written whole: its report (when there is a control plane) and its record,
+/// each `None` once written.
 pub struct Unwritten {
     pub report: Option<link::Report>,
-    pub record: RunRecord,
+    pub record: Option<RunRecord>,
     /// Runs before this one that were dropped unwritten, said when this one is written.
     pub lost_before: Option<Lost>,
 }
@@ -32,8 +32,8 @@ impl Lost {
     /// What the next run written says of them (its report's message and its record's notes).
     pub fn note(&self) -> String {
         format!(
-            "{} earlier run{} (unix time {} to {}) could not be recorded or reported: the store \
-             could not be written, and no more than {KEPT} runs are kept in memory",
+            "{} earlier run{} (unix time {} to {}) could not be recorded or reported in full: the \
+             store could not be written, and no more than {KEPT} runs are kept in memory",
             self.runs,
             if self.runs == 1 { "" } else { "s" },
             self.from,
@@ -55,13 +55,18 @@ impl Backlog {
             let Some(dropped) = self.runs.pop_front() else {
                 break;
             };
+            let (started, ended) = match (&dropped.record, &dropped.report) {
+                (Some(record), _) => (record.started, record.ended),
+                (None, Some(report)) => (report.started, report.ended),
+                (None, None) => continue,
+            };
             let mut lost = dropped.lost_before.unwrap_or(Lost {
                 runs: 0,
-                from: dropped.record.started,
-                to: dropped.record.ended,
+                from: started,
+                to: ended,
             });
             lost.runs += 1;
-            lost.to = dropped.record.ended;
+            lost.to = ended;
             if let Some(next) = self.runs.front_mut() {
                 next.lost_before = Some(lost);
             }
@@ -76,12 +81,14 @@ impl Backlog {
         self.runs.len()
     }
 
-    pub fn front_mut(&mut self) -> Option<&mut Unwritten> {
-        self.runs.front_mut()
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Unwritten> {
+        self.runs.iter_mut()
     }
 
-    pub fn pop_front(&mut self) {
-        self.runs.pop_front();
+    /// Forgets the runs written whole.
+    pub fn drop_written(&mut self) {
+        self.runs
+            .retain(|run| run.report.is_some() || run.record.is_some());
     }
 }
 
@@ -93,11 +100,11 @@ mod tests {
     fn run(started: u64) -> Unwritten {
         Unwritten {
             report: None,
-            record: RunRecord {
+            record: Some(RunRecord {
                 started,
                 ended: started + 1,
                 ..RunRecord::empty(Trigger::Watch)
-            },
+            }),
             lost_before: None,
         }
     }
@@ -110,8 +117,8 @@ mod tests {
             backlog.push(run(started * 10));
         }
         assert_eq!(backlog.len(), KEPT);
-        let front = backlog.front_mut().unwrap();
-        assert_eq!(front.record.started, 30);
+        let front = backlog.iter_mut().next().unwrap();
+        assert_eq!(front.record.as_ref().unwrap().started, 30);
         assert_eq!(
             front.lost_before,
             Some(Lost {
@@ -125,7 +132,9 @@ mod tests {
             .unwrap()
             .note()
             .starts_with("3 earlier runs (unix time 0 to 21) could not be recorded"));
-        backlog.pop_front();
-        assert_eq!(backlog.front_mut().unwrap().lost_before, None);
+        front.record = None;
+        backlog.drop_written();
+        assert_eq!(backlog.len(), KEPT - 1);
+        assert_eq!(backlog.iter_mut().next().unwrap().lost_before, None);
     }
 }
