@@ -460,8 +460,8 @@ impl Dir {
     /// `write_atomic_streamed` through a temp file of this writer's own (`own_temp_name`), for a
     /// file written by writers that do not exclude each other (the files index, written by runs
     /// under the store's lock and by checks without it): one writer's temp is never removed or
-    /// renamed by another, the last rename wins. A crash leaves the temp, which
-    /// `remove_own_temps` removes once its process is gone.
+    /// renamed by another, the last rename wins. A crash leaves the temp, for the store to remove
+    /// once its process is gone (`own_temps`).
     pub fn write_atomic_streamed_own(
         &self,
         name: &OsStr,
@@ -493,8 +493,10 @@ impl Dir {
         let names = self.names_where(|entry| own_temp_pid(name, entry).is_some())?;
         Ok(names
             .into_iter()
-            .filter_map(|entry| Some((own_temp_pid(name, &entry)?, entry)))
-            .map(|(pid, entry)| (entry, pid))
+            .filter_map(|entry| {
+                let pid = own_temp_pid(name, &entry)?;
+                Some((entry, pid))
+            })
             .collect())
     }
 

@@ -735,13 +735,13 @@ mod tests {
         std::fs::write(&temp, "half a declar").unwrap();
         // The files index's temps are each writer's own: a gone writer's is removed, a live
         // one's (a check writes it without the lock) is left to it.
-        let mut gone = std::process::Command::new("true").spawn().unwrap();
-        gone.wait().unwrap();
+        // Above the largest pid the kernel gives (PID_MAX_LIMIT, 2^22): no such process.
+        let gone = (1 << 22) + 1;
         let index_temp = |pid: u32| {
             tmp.path()
                 .join(format!(".files-index.{pid}-0.mesh-host.tmp"))
         };
-        let (crashed, live) = (index_temp(gone.id()), index_temp(std::process::id()));
+        let (crashed, live) = (index_temp(gone), index_temp(std::process::id()));
         let live_other = index_temp(1);
         for temp in [&crashed, &live, &live_other] {
             std::fs::write(temp, "half an index").unwrap();
