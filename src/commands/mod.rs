@@ -188,7 +188,7 @@ impl Host {
         );
         match &result.unwritten {
             Some(why) => {
-                eprintln!("mesh-host: {why}; but this command ends here, and the run with it");
+                eprintln!("mesh-host: {why}; but this command ends here, and what was not written is lost");
                 EXIT_ERROR
             }
             None => result.exit_code(),
