@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use serde_json::{json, Map, Value};
-use support::sandbox;
+use support::{sandbox, snapshot, Scratch};
 
 /// Where the test machine keeps unit files (`/lib` is a link to `/usr/lib` on merged systems).
 const CORPUS_DIRS: [&str; 4] = [
@@ -601,4 +601,93 @@ fn whatever_systemd_ties_to_the_host_the_model_refuses_and_shipped_files_pass() 
         false_refusals.join("\n"),
         out.stderr
     );
+}
+
+/// Each family refused by `check` and by `apply` (exit 2) with the resource, the construct, its
+/// line and the reason; nothing written, the store untouched. Needs no sandbox.
+#[test]
+fn check_and_apply_refuse_each_family_by_resource_construct_and_line() {
+    let host = Scratch::new("unitfiles-refused");
+    let cases = [
+        (
+            "files",
+            "/etc/systemd/system/x.service",
+            "[Unit]\nDescription=x\n[X-Hidden]\n\u{feff}[Install]\nAlias=mesh-host.service\n",
+            "line 4 has a byte-order mark (U+FEFF) after the start of the file",
+        ),
+        (
+            "units",
+            "eol.service",
+            "[Unit]\nWants=junk.service \\\n\rmesh-host.service\n",
+            "line 3 has a carriage return not followed by a line feed",
+        ),
+        (
+            "units",
+            "blank.service",
+            "[Unit]\nWants=junk\\ mesh-host.service\n",
+            "[Unit] Wants=junk\\ mesh-host.service (line 2) names mesh-host.service",
+        ),
+        (
+            "units",
+            "also.service",
+            "[Service]\nExecStart=/bin/true\n[Install]\nAlso=mesh\\-host.service\n",
+            "[Install] Also=mesh\\-host.service (line 4) names mesh-host.service",
+        ),
+        (
+            "files",
+            "/etc/systemd/system/zalias.service.d/x.conf",
+            "[Unit]\nBindsTo=%p-host.service\n",
+            "[Unit] BindsTo=%p-host.service (line 2): %p cannot be resolved safely",
+        ),
+        (
+            "files",
+            "/etc/systemd/system/dev-sda.device.d/x.conf",
+            "[Unit]\nWants=mesh-host.service\n",
+            "[Unit] Wants=mesh-host.service (line 2) names mesh-host.service",
+        ),
+        (
+            "files",
+            "/etc/systemd/system/libpod-.scope.d/x.conf",
+            "[Unit]\nConflicts=mesh-host.service\n",
+            "(line 2) names mesh-host.service",
+        ),
+        (
+            "units",
+            "x.timer",
+            "[Timer]\nOnCalendar=daily\nUnit=mesh-host.service\n",
+            "[Timer] Unit=mesh-host.service (line 3) names mesh-host.service",
+        ),
+        (
+            "units",
+            "x.slice",
+            "[Unit]\nPartOf=mesh-host.service\n",
+            "[Unit] PartOf=mesh-host.service (line 2) names mesh-host.service",
+        ),
+    ];
+    let mut declaration = json!({"schema": 1, "files": {}, "units": {}});
+    for (kind, key, content, _) in cases {
+        declaration[kind][key] = json!({"content": content});
+    }
+    let path = host.declaration("refused.json", &declaration.to_string());
+    let path = path.to_str().expect("utf-8 path");
+    for command in ["check", "apply"] {
+        let store_before = snapshot(&host.state());
+        let out = host.run(&[command, path]);
+        assert_eq!(out.code, 2, "{command}: {out:?}");
+        for (kind, key, _, needle) in cases {
+            let location = format!("{kind}[{}]: refused:", Value::from(key));
+            let line = out
+                .stderr
+                .lines()
+                .find(|l| l.contains(&location))
+                .unwrap_or_else(|| panic!("{location} not refused: {out:?}"));
+            assert!(line.contains(needle), "{needle:?} not in {line}");
+        }
+        assert!(!host.target("/etc/systemd").exists(), "nothing written");
+        assert_eq!(
+            snapshot(&host.state()),
+            store_before,
+            "the store was touched"
+        );
+    }
 }
