@@ -408,20 +408,31 @@ fn tied_by_the_manager(unit_dir: &Path, cases: &[Case]) -> (BTreeSet<usize>, usi
     systemctl(&["--user", "daemon-reload"]);
     systemctl(&["--user", "start", "--", "mdt-hold.service"]);
     let after = ask(&[]);
-    let mut not_loaded = 0;
-    for chunk in loaded.chunks(500) {
-        let mut args = vec!["--user", "show", "-p", "Id", "-p", "LoadState", "--"];
-        args.extend(chunk.iter().map(|c| c.load.as_str()));
-        not_loaded += systemctl(&args)
-            .lines()
-            .filter(|l| l.starts_with("LoadState=") && *l != "LoadState=loaded")
-            .count();
+    let listed = [
+        "--user",
+        "list-units",
+        "--all",
+        "--plain",
+        "--no-legend",
+        "--full",
+    ];
+    let names: BTreeSet<&str> = loaded.iter().map(|c| c.load.as_str()).collect();
+    let mut not_loaded: BTreeMap<String, usize> = BTreeMap::new();
+    for line in systemctl(&[&listed[..], &["--", "mdt-*"]].concat()).lines() {
+        let mut words = line.split_whitespace();
+        if let (Some(unit), Some(state)) = (words.next(), words.next()) {
+            if names.contains(unit) && state != "loaded" {
+                let t = unit_type(unit).unwrap_or_default();
+                *not_loaded.entry(format!("{t} {state}")).or_default() += 1;
+            }
+        }
     }
     println!(
-        "manager: {} mutations loaded in {:?} ({not_loaded} not loaded: renamed mounts and swaps)",
+        "manager: {} mutations loaded in {:?}; not loaded: {not_loaded:?}",
         loaded.len(),
         started.elapsed()
     );
+    let not_loaded = not_loaded.values().sum();
     let mut tied = BTreeSet::new();
     for (unit, words) in &after {
         let old = before.get(unit).cloned().unwrap_or_default();
@@ -433,8 +444,33 @@ fn tied_by_the_manager(unit_dir: &Path, cases: &[Case]) -> (BTreeSet<usize>, usi
 }
 
 /// The numbers of the `[Install]` cases whose offline `enable` makes a link that names a
-/// protected unit, or aliases one.
+/// protected unit, or aliases one: each alone in a root of its own (two may alias one name), a
+/// few roots at a time.
 fn tied_by_enable(root: &Path, cases: &[Case]) -> BTreeSet<usize> {
+    const ROOTS: usize = 4;
+    let enabled: Vec<(usize, &Case)> = cases
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.step == Step::Enable)
+        .collect();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..ROOTS)
+            .map(|k| {
+                let root = root.join(k.to_string());
+                let mine: Vec<(usize, &Case)> =
+                    enabled.iter().skip(k).step_by(ROOTS).copied().collect();
+                scope.spawn(move || enable_each(&root, &mine))
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("enable worker"))
+            .collect()
+    })
+}
+
+/// `tied_by_enable` in one root.
+fn enable_each(root: &Path, cases: &[(usize, &Case)]) -> BTreeSet<usize> {
     let etc = root.join("etc/systemd/system");
     let lib = root.join("usr/lib/systemd/system");
     std::fs::create_dir_all(&lib).expect("offline root");
@@ -444,32 +480,28 @@ fn tied_by_enable(root: &Path, cases: &[Case]) -> BTreeSet<usize> {
     )
     .expect("protected unit");
     let root_arg = format!("--root={}", root.display());
+    let names_host = |s: &str| PROTECTED.iter().any(|p| s.contains(p));
     let mut tied = BTreeSet::new();
-    for (n, case) in cases.iter().enumerate() {
-        if case.step != Step::Enable {
-            continue;
-        }
+    for (n, case) in cases {
         let _ = std::fs::remove_dir_all(&etc);
         std::fs::create_dir_all(&etc).expect("etc");
         std::fs::write(etc.join(&case.file), &case.text).expect("write mutation");
         systemctl(&[&root_arg, "enable", "--", &case.load]);
         let mut dirs = vec![etc.clone()];
         while let Some(dir) = dirs.pop() {
+            let dir_name = dir.file_name().unwrap_or_default().to_string_lossy();
             for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                let path = entry.path();
-                let name = entry.file_name().to_string_lossy().into_owned();
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    dirs.push(path);
+                    dirs.push(entry.path());
                     continue;
                 }
-                let target = std::fs::read_link(&path).unwrap_or_default();
-                let names_host = |s: &str| PROTECTED.iter().any(|p| s.contains(p));
-                let dir_name = dir.file_name().unwrap_or_default().to_string_lossy();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let target = std::fs::read_link(entry.path()).unwrap_or_default();
                 if names_host(&name)
                     || names_host(&dir_name)
                     || names_host(&target.to_string_lossy())
                 {
-                    tied.insert(n);
+                    tied.insert(*n);
                 }
             }
         }
