@@ -145,11 +145,18 @@ struct Case {
     class: String,
     /// The path the declaration puts it at, under /etc/systemd/system.
     path: String,
-    /// The file name systemd reads it as, and the unit to load or enable.
+    /// Its path in a unit directory, and the unit to load or enable.
     file: String,
     load: String,
     text: String,
     step: Step,
+    /// What systemd needs beside a drop-in: its unit's file, an alias link to it.
+    beside: Vec<(String, Beside)>,
+}
+
+enum Beside {
+    File(String),
+    Link(String),
 }
 
 /// A unit file the machine ships: its name and text.
@@ -230,6 +237,7 @@ fn mutations(shipped: &Shipped, next: &mut usize, out: &mut Vec<Case>) {
             load,
             text,
             step,
+            beside: Vec::new(),
         });
     };
     let instance = template.then_some("i");
@@ -284,6 +292,62 @@ fn mutations(shipped: &Shipped, next: &mut usize, out: &mut Vec<Case>) {
             .replace("{type}", t);
         add(class, "", instance, format!("{base}{line}"), Step::Enable);
     }
+    if !template {
+        drop_ins(t, &base, next, out);
+    }
+}
+
+/// Drop-ins beside the shipped file, under scratch names: one in an alias's directory (systemd
+/// resolves `%j` from the unit's own name, `mdt-N-mesh`), one in a prefix directory, one in the
+/// unit's own; and a `.device` unit's, which systemd loads too.
+fn drop_ins(t: &str, base: &str, next: &mut usize, out: &mut Vec<Case>) {
+    let cases = [
+        ("drop-in-alias", "-zalias", "[Unit]\n{k}=%j-host.service\n"),
+        (
+            "drop-in-prefix",
+            "-",
+            "[Unit]\n{k}=junk\\ mesh-host.service\n",
+        ),
+        (
+            "drop-in-own",
+            "-mesh",
+            "[Unit]\n{k}=junk.service \\\n\rmesh-host.service\n",
+        ),
+        ("drop-in-device", "", "[Unit]\n{k}=mesh-host.service\n"),
+    ];
+    for (class, dir, text) in cases {
+        let n = *next;
+        *next += 1;
+        let key = UNIT_KEYS[n % UNIT_KEYS.len()];
+        let (t, base) = if class == "drop-in-device" {
+            ("device", "[Unit]\nDescription=scratch device\n")
+        } else {
+            (t, base)
+        };
+        let unit = if class == "drop-in-device" {
+            format!("mdt-{n}.{t}")
+        } else {
+            format!("mdt-{n}-mesh.{t}")
+        };
+        let mut beside = vec![(unit.clone(), Beside::File(base.to_string()))];
+        if class == "drop-in-alias" {
+            beside.push((format!("mdt-{n}{dir}.{t}"), Beside::Link(unit.clone())));
+        }
+        let file = if class == "drop-in-device" {
+            format!("{unit}.d/x.conf")
+        } else {
+            format!("mdt-{n}{dir}.{t}.d/x.conf")
+        };
+        out.push(Case {
+            class: class.to_string(),
+            path: format!("/etc/systemd/system/{file}"),
+            file,
+            load: unit,
+            text: text.replace("{k}", key),
+            step: Step::Load,
+            beside,
+        });
+    }
 }
 
 /// Everyday files the model must accept, at their usual paths.
@@ -314,6 +378,7 @@ fn everyday() -> Vec<Case> {
         load: String::new(),
         text: text.into(),
         step: Step::Accept,
+        beside: Vec::new(),
     })
     .collect()
 }
@@ -366,7 +431,11 @@ impl Drop for Scrub {
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if name.starts_with("mdt-") || PROTECTED.contains(&name.as_str()) {
-                    let _ = std::fs::remove_file(entry.path());
+                    if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                        let _ = std::fs::remove_dir_all(entry.path());
+                    } else {
+                        let _ = std::fs::remove_file(entry.path());
+                    }
                 }
             }
         }
@@ -394,7 +463,18 @@ fn tied_by_the_manager(unit_dir: &Path, cases: &[Case]) -> (BTreeSet<usize>, usi
     let before = ask(&[]);
     let loaded: Vec<&Case> = cases.iter().filter(|c| c.step == Step::Load).collect();
     for case in &loaded {
-        std::fs::write(unit_dir.join(&case.file), &case.text).expect("write mutation");
+        for (name, what) in &case.beside {
+            match what {
+                Beside::File(text) => std::fs::write(unit_dir.join(name), text),
+                Beside::Link(to) => std::os::unix::fs::symlink(to, unit_dir.join(name)),
+            }
+            .expect("write beside a drop-in");
+        }
+        let path = unit_dir.join(&case.file);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("drop-in directory");
+        }
+        std::fs::write(path, &case.text).expect("write mutation");
     }
     // A running holder ordered after every mutation keeps them all loaded (an unreferenced
     // inactive unit is collected before the next call).
@@ -538,6 +618,7 @@ fn whatever_systemd_ties_to_the_host_the_model_refuses_and_shipped_files_pass() 
             load: String::new(),
             text: text.clone(),
             step: Step::Accept,
+            beside: Vec::new(),
         })
         .collect();
     controls.extend(everyday());
