@@ -597,6 +597,60 @@ mod tests {
     }
 
     #[test]
+    fn line_ends_and_byte_order_marks_as_systemd_reads_them() {
+        // One line end each, so the continuation carries on to `b`.
+        for eol in [
+            "\n", "\r", "\r\n", "\n\r", "\n\0", "\r\0", "\r\n\0", "\n\r\0", "\0",
+        ] {
+            assert_eq!(
+                directives(&format!("[Unit]{eol}Wants=a \\{eol}b")),
+                vec![d("Unit", "Wants", "a  b", 2)],
+                "{eol:?}"
+            );
+        }
+        // Two line ends: an empty line ends the continuation.
+        for eol in ["\n\n", "\0\n", "\r\r", "\n\r\n", "\n\0\n"] {
+            assert_eq!(
+                directives(&format!("[Unit]\nWants=a \\{eol}b=c")),
+                vec![d("Unit", "Wants", "a", 2), d("Unit", "b", "c", 4)],
+                "{eol:?}"
+            );
+        }
+        // The first U+FEFF at the start of a line that is not a comment is dropped, once.
+        assert_eq!(
+            directives("# c\n[X]\n\u{feff}[Unit]\n\u{feff}Wants=a\n"),
+            vec![d("Unit", "\u{feff}Wants", "a", 4)]
+        );
+        assert_eq!(
+            directives("\u{feff}# not a comment=1\n[Unit]\n\u{feff}Wants=a\n"),
+            vec![d("Unit", "\u{feff}Wants", "a", 3)]
+        );
+    }
+
+    #[test]
+    fn unplain_text_is_found_with_its_line() {
+        for (text, line, what) in [
+            ("[Unit]\nA=\0", 2, "NUL byte"),
+            ("[Unit]\r\nA=1\r\n\r", 3, "carriage return"),
+            ("[Unit]\n\rA=1", 2, "carriage return"),
+            ("\u{feff}[Unit]\n\u{feff}A=1", 2, "byte-order mark"),
+            ("[Unit]\nA=1 \\\r\n# c\r\n b", 3, "comment inside"),
+            ("[Unit]\n  .include /x\n", 2, "`.include`"),
+        ] {
+            let (found, odd) = unplain(text).unwrap_or_else(|| panic!("{text:?}"));
+            assert_eq!(found, line, "{text:?}");
+            assert!(odd.contains(what), "{text:?}: {odd}");
+        }
+        for text in [
+            "\u{feff}[Unit]\r\nA=1 \\\r\n  b\r\n# c \\\r\nB=2",
+            "[Unit]\nA=x\\\\\n# c\n",
+            "",
+        ] {
+            assert_eq!(unplain(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
     fn unit_words_hold_every_reading() {
         let has = |value: &str, word: &str| unit_words(value).iter().any(|w| w == word);
         assert_eq!(
