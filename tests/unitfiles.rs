@@ -115,7 +115,7 @@ const UNIT_MUTATIONS: [(&str, &str); 20] = [
 ];
 
 /// `[Install]` lines appended, enabled offline.
-const INSTALL_MUTATIONS: [(&str, &str); 7] = [
+const INSTALL_MUTATIONS: [(&str, &str); 8] = [
     ("install-wantedby", "[Install]\nWantedBy={r}\n"),
     ("install-alias", "[Install]\nAlias=mesh-host.{type}\n"),
     ("install-also", "[Install]\nAlso=mesh\\-host.service\n"),
@@ -129,6 +129,10 @@ const INSTALL_MUTATIONS: [(&str, &str); 7] = [
     ),
     ("install-eol", "[Install]\nWantedBy=junk.target \\\n\r{r}\n"),
     ("install-quoted", "[Install]\nWantedBy=\"{r}\"\n"),
+    (
+        "install-specifier-j",
+        "[Install]\nRequiredBy=%j-host.service\n",
+    ),
 ];
 
 #[derive(Clone, Copy, PartialEq)]
@@ -290,7 +294,12 @@ fn mutations(shipped: &Shipped, next: &mut usize, out: &mut Vec<Case>) {
         let line = line
             .replace("{r}", "mesh-host.service")
             .replace("{type}", t);
-        add(class, "", instance, format!("{base}{line}"), Step::Enable);
+        let stem = if class == "install-specifier-j" {
+            "-mesh"
+        } else {
+            ""
+        };
+        add(class, stem, instance, format!("{base}{line}"), Step::Enable);
     }
     if !template {
         drop_ins(t, &base, next, out);
