@@ -17,11 +17,11 @@ const ACTIVATION_TYPES: [&str; 3] = ["socket", "timer", "path"];
 const UNIT_DIR_SUFFIXES: [&str; 4] = [".d", ".wants", ".requires", ".upholds"];
 
 /// `[Section] Key=` directives that tie the units they name to this one: every dependency
-/// systemd keeps on the named unit (what `systemctl show` lists as its `WantedBy=`, `ConflictedBy=`,
-/// `TriggeredBy=`, `ConsistsOf=`, `After=` ...), the install links and aliases `systemctl enable`
-/// makes, and what a timer, path or socket starts. Only `After=` is missing: a unit ordered after
-/// the host waits for it, and the host never waits for that unit (`Before=` would make the host's
-/// start wait for it, and can stall it for good).
+/// systemd then lists on the named unit (`systemctl show`: `WantedBy=`, `ConflictedBy=`,
+/// `ConsistsOf=`, `TriggeredBy=`, the `After=` a `Before=` gives it, ...), the links and aliases
+/// `systemctl enable` makes, and what a timer, path or socket starts. Only `After=` is missing:
+/// the unit waits for the host, never the host for it (`Before=` makes the host's start wait for
+/// the unit, which can stall it for good).
 const ACTING_DIRECTIVES: [(&str, &str); 29] = [
     ("Unit", "Requires"),
     ("Unit", "Requisite"),
