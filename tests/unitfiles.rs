@@ -69,6 +69,14 @@ const REVERSE: &str = "Names,DropInPaths,Requires,Wants,BindsTo,Upholds,Required
      OnSuccessOf,ReloadPropagatedFrom,PropagatesReloadTo,StopPropagatedFrom,PropagatesStopTo,\
      JoinsNamespaceOf";
 
+/// Drop-in directories systemd reads for the protected units.
+const HOST_DIRS: [&str; 4] = [
+    "mesh-host.service.d",
+    "mesh-.service.d",
+    "service.d",
+    "mesh-host.timer.d",
+];
+
 /// `[Unit]` keys the mutations take turns with.
 const UNIT_KEYS: [&str; 11] = [
     "Wants",
@@ -359,6 +367,29 @@ fn drop_ins(t: &str, base: &str, next: &mut usize, out: &mut Vec<Case>) {
     }
 }
 
+/// Drop-ins in directories systemd reads for the host's own units: its own, its prefix's, its
+/// type's, a sibling's. Harmless text, but systemd lists them in the unit's `DropInPaths=`.
+fn host_drop_ins(next: &mut usize, out: &mut Vec<Case>) {
+    for dir in HOST_DIRS {
+        let load = dir
+            .strip_suffix(".d")
+            .filter(|d| d.starts_with("mesh-host"));
+        let load = load.unwrap_or("mesh-host.service");
+        let n = *next;
+        *next += 1;
+        let file = format!("{dir}/mdt-{n}.conf");
+        out.push(Case {
+            class: "host-drop-in".into(),
+            path: format!("/etc/systemd/system/{file}"),
+            file,
+            load: load.into(),
+            text: "[Unit]\nDescription=a drop-in\n".into(),
+            step: Step::Load,
+            beside: Vec::new(),
+        });
+    }
+}
+
 /// Everyday files the model must accept, at their usual paths.
 fn everyday() -> Vec<Case> {
     [
@@ -436,6 +467,15 @@ struct Scrub(PathBuf);
 impl Drop for Scrub {
     fn drop(&mut self) {
         systemctl(&["--user", "stop", "--", "mdt-hold.service"]);
+        for dir in HOST_DIRS {
+            let dir = self.0.join(dir);
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if entry.file_name().to_string_lossy().starts_with("mdt-") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+            let _ = std::fs::remove_dir(dir);
+        }
         if let Ok(entries) = std::fs::read_dir(&self.0) {
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
@@ -613,6 +653,7 @@ fn whatever_systemd_ties_to_the_host_the_model_refuses_and_shipped_files_pass() 
     for file in &shipped {
         mutations(file, &mut next, &mut cases);
     }
+    host_drop_ins(&mut next, &mut cases);
     // Numbered as the rest: the case's index is its number.
     assert!(cases
         .iter()
