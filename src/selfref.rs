@@ -1122,6 +1122,10 @@ mod tests {
                 "[Unit]\nJobTimeoutSec=5\n",
             ),
             (
+                "/etc/systemd/system/srv.mount",
+                "[Unit]\nAfter=mesh-host.service\n[Mount]\nWhat=/dev/sdb1\nWhere=/srv\nType=ext4\n[Install]\nWantedBy=multi-user.target\n",
+            ),
+            (
                 "/etc/systemd/system/backup.timer",
                 "[Timer]\nOnCalendar=daily\nUnit=backup.service\n[Install]\nWantedBy=timers.target\n",
             ),

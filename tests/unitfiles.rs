@@ -406,6 +406,10 @@ fn everyday() -> Vec<Case> {
             "[Unit]\r\nDescription=CRLF\r\nAfter=mesh-host.service network-online.target\r\n[Service]\r\nExecStart=/usr/bin/app \\\r\n  --flag\r\n[Install]\r\nWantedBy=multi-user.target\r\n",
         ),
         (
+            "srv.mount",
+            "[Mount]\nWhat=/dev/sdb1\nWhere=/srv\nType=ext4\n[Install]\nWantedBy=multi-user.target\n",
+        ),
+        (
             "monitor.service",
             "[Unit]\nAfter=mesh-host.service\n[Service]\nExecStart=/usr/bin/monitor\n",
         ),
