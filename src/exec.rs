@@ -252,7 +252,10 @@ impl<'p> Runner<'p> {
 
     /// Scrubs `secrets` from the stderr of every command run from now on (`redact`): what a
     /// tool prints is the one text from outside that may quote a secret back.
-    pub fn withhold(&self, secrets: Vec<String>) {
+    /// Holds a copy of them (their total size) for the run, sorted as `redact` takes them, so
+    /// its sort of each stderr's list finds it already in order (one pass).
+    pub fn withhold(&self, mut secrets: Vec<String>) {
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         *self.withheld.borrow_mut() = secrets;
     }
 
