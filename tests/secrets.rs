@@ -156,6 +156,8 @@ fn a_canary_in_secret_files_is_in_no_output_log_record_report_or_metric() {
         by_mode
     );
     assert_eq!(mode(&host.target("/etc/app/secret.conf")), 0o600);
+    // Declared secret with no mode: created 0600, not 0644.
+    assert_eq!(mode(&host.target("/etc/app/token")), 0o600);
     assert_eq!(mode(&host.state().join("digest-key")), 0o600);
     assert_eq!(mode(&host.state().join("declaration.json")), 0o600);
 

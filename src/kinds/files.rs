@@ -72,6 +72,8 @@ impl Content {
 }
 
 const DEFAULT_MODE: u32 = 0o644;
+/// A new file declared secret with no mode: only its owner reads it.
+const DEFAULT_SECRET_MODE: u32 = 0o600;
 
 #[derive(Debug)]
 pub struct Observed {
@@ -825,7 +827,10 @@ fn plan_present(
             t.describe()
         )),
         State::Missing => {
-            let mode = content.mode.unwrap_or(DEFAULT_MODE);
+            let mode = match content.is_secret() {
+                true => content.mode.unwrap_or(DEFAULT_SECRET_MODE),
+                false => content.mode.unwrap_or(DEFAULT_MODE),
+            };
             let owner =
                 (uid.is_some() || gid.is_some()).then(|| (uid.unwrap_or(0), gid.unwrap_or(0)));
             Step::Change(Change {
@@ -1682,6 +1687,11 @@ mod tests {
         assert_eq!(
             details(None, regular(b"x", 0o600)),
             "~ secret content (1 bytes -> 21 bytes) intent=Some(Adopted) backup=true Write"
+        );
+        let undeclared_mode = plan_for(r#"{"content": "x", "secret": true}"#, State::Missing, None);
+        assert_eq!(
+            summary(undeclared_mode),
+            "+ secret, 1 bytes, mode 0600 intent=Some(Created) backup=false Write"
         );
     }
 
