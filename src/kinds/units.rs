@@ -63,6 +63,8 @@ pub struct Observed {
     pub enablement: Option<UnitFileState>,
     /// The unit's file in the unit directory, if there is one and it is a regular file.
     pub file: Option<Vec<u8>>,
+    /// That file's permission bits: a secret unit's file readable by others is rewritten 0600.
+    pub file_mode: Option<u32>,
     /// Where the unit's name in the unit directory links to, when it is a symlink (a masked unit
     /// links to /dev/null, an alias to its unit): reported, never followed or replaced.
     pub link: Option<String>,
@@ -365,7 +367,10 @@ impl Kind for Units {
                 let observed = observed.and_then(|mut obs| {
                     match read_unit_file(env, dir.as_ref(), name, max)? {
                         Found::Nothing => {}
-                        Found::File(_, bytes) => obs.file = Some(bytes),
+                        Found::File(stat, bytes) => {
+                            obs.file = Some(bytes);
+                            obs.file_mode = Some(stat.mode);
+                        }
                         Found::Link(target) => obs.link = Some(target.display().to_string()),
                     }
                     obs.template_differs = template_differs(name)?;
@@ -846,6 +851,15 @@ fn plan_present(
             .to_string(),
         );
     }
+    // A secret unit's file others can read (written before it was declared secret) is written
+    // again 0600; its content is as declared, so nothing restarts for it.
+    let exposed = obs.file_mode.filter(|mode| mode & 0o077 != 0);
+    if let (false, true, Some(mode), Some(content)) =
+        (file_changed, is_secret(spec), exposed, &spec.content)
+    {
+        op.file = FileChange::Write(content.as_bytes().to_vec());
+        details.push(format!("unit file mode {mode:04o} -> 0600 (secret)"));
+    }
     // Its own or its template's unit file or drop-ins, written by the files kind in this run.
     let template = UnitName::parse(key).ok().and_then(|name| name.template());
     let config = &cx.facts.files.unit_config;
@@ -1275,6 +1289,26 @@ mod tests {
             r#"{"schema": 1, "units": {"a.service": {"state": "absent", "secret": true}}}"#,
             &["secret: makes no sense for a unit declared absent"],
         );
+    }
+
+    /// A secret unit's file that others can read is written again 0600, without a restart;
+    /// one already private, or not secret, is left alone.
+    #[test]
+    fn a_secret_units_file_readable_by_others_is_made_private() {
+        let owned = Entry::created();
+        let file = |mode| Observed {
+            file: Some(b"[Service]\n".to_vec()),
+            file_mode: Some(mode),
+            ..loaded("active", "enabled")
+        };
+        let secret = r#"{"content": "[Service]\n", "active": true, "secret": true}"#;
+        let plain = r#"{"content": "[Service]\n", "active": true}"#;
+        assert_eq!(
+            plan(secret, file(0o644), Some(&owned), &[]),
+            "~ unit file mode 0644 -> 0600 (secret)"
+        );
+        assert_eq!(plan(secret, file(0o600), Some(&owned), &[]), "in sync");
+        assert_eq!(plan(plain, file(0o644), Some(&owned), &[]), "in sync");
     }
 
     #[test]
