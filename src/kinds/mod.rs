@@ -147,7 +147,7 @@ pub struct RunContext<'a> {
     pub facts: Facts,
     pub offline: bool,
     /// The store's digest key, when the declaration has secret content and there is a store:
-    /// what `keyed` digests with.
+    /// what `secret_summary` and containers' spec labels (`containers::label_digest`) key with.
     pub digest_key: Option<[u8; 32]>,
 }
 
