@@ -214,6 +214,27 @@ pub struct Runner<'p> {
     /// its signals and keeps its link answered there, on this one thread, however long pacman
     /// takes. It never cuts a command short.
     pulse: Option<(&'p dyn Fn() -> bool, Cell<Instant>)>,
+    /// Secret texts scrubbed from every stderr captured (`withhold`).
+    withheld: RefCell<Vec<String>>,
+}
+
+/// The shortest text `redact` scrubs: shorter pieces are words of every message.
+pub const MIN_REDACTED: usize = 4;
+
+/// `text` with every occurrence of each of `secrets` replaced by `[secret withheld]`, longest
+/// first (so a line goes whole before the value inside it). A tool that echoes a line of a
+/// secret unit or an env file in its complaint leaves nothing of it in the error, the run
+/// record, the report, the failure history or the log.
+pub fn redact(text: &str, secrets: &[String]) -> String {
+    let mut text = text.to_string();
+    let mut by_length: Vec<&String> = secrets.iter().collect();
+    by_length.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    for secret in by_length.into_iter().filter(|s| s.len() >= MIN_REDACTED) {
+        if text.contains(secret.as_str()) {
+            text = text.replace(secret.as_str(), "[secret withheld]");
+        }
+    }
+    text
 }
 
 impl<'p> Runner<'p> {
@@ -225,6 +246,26 @@ impl<'p> Runner<'p> {
             notes: RefCell::new(Vec::new()),
             trace: trace.then(|| RefCell::new(Vec::new())),
             pulse: None,
+            withheld: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Scrubs `secrets` from the stderr of every command run from now on (`redact`): what a
+    /// tool prints is the one text from outside that may quote a secret back.
+    /// Holds a copy of them (their total size) for the run, sorted as `redact` takes them, so
+    /// its sort of each stderr's list finds it already in order (one pass).
+    pub fn withhold(&self, mut secrets: Vec<String>) {
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        *self.withheld.borrow_mut() = secrets;
+    }
+
+    /// A command's captured stderr, as text with the secrets scrubbed.
+    fn stderr_text(&self, bytes: &[u8]) -> String {
+        let text = String::from_utf8_lossy(bytes);
+        let secrets = self.withheld.borrow();
+        match secrets.is_empty() || text.is_empty() {
+            true => text.into_owned(),
+            false => redact(&text, &secrets),
         }
     }
 
@@ -382,7 +423,7 @@ impl<'p> Runner<'p> {
             Ok(Some(status)) => status,
             Ok(None) => {
                 let stopped = stop(tool, &mut child, &mut pipes, &beat);
-                let stderr = String::from_utf8_lossy(&pipes.err).into_owned();
+                let stderr = self.stderr_text(&pipes.err);
                 return Err(error(Failure::Timeout(tool.timeout, stopped, stderr)));
             }
             Err(e) => {
@@ -396,7 +437,7 @@ impl<'p> Runner<'p> {
             Output {
                 code: status.code(),
                 stdout: pipes.out,
-                stderr: String::from_utf8_lossy(&pipes.err).into_owned(),
+                stderr: self.stderr_text(&pipes.err),
             },
         ))
     }
@@ -633,6 +674,34 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "`sh -c echo broken >&2; exit 4` exited with status 4: broken"
+        );
+    }
+
+    /// A tool that quotes a secret line back (podman about an env file line, systemd about a
+    /// unit's) has it scrubbed before its stderr becomes an error, whole lines first.
+    #[test]
+    fn stderr_is_scrubbed_of_withheld_secrets() {
+        let runner = Runner::new(false);
+        runner.withhold(vec![
+            "TOKEN=canary-42".into(),
+            "canary-42".into(),
+            "abc".into(),
+        ]);
+        let err = runner
+            .run(
+                &sh(5000),
+                &["echo 'invalid line TOKEN=canary-42 (value canary-42), abc' >&2; exit 125"],
+                &[],
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`sh -c echo 'invalid line TOKEN=canary-42 (value canary-42), abc' >&2; exit 125` \
+             exited with status 125: invalid line [secret withheld] (value [secret withheld]), abc"
+        );
+        assert_eq!(
+            redact("no secret here", &["canary-42".into()]),
+            "no secret here"
         );
     }
 

@@ -543,22 +543,30 @@ impl Dir {
         let target = cstring(name)?;
         // A temp file left by a crash is ours: remove it so O_EXCL can create a fresh one.
         let _ = retry(|| unsafe { libc::unlinkat(self.raw(), tmp.as_ptr(), 0) });
+        // Created with no permission at all (whatever the umask), then given its owner and its
+        // exact mode, and only then filled: a secret file is never readable by anyone its
+        // declaration does not allow, not even while it is written.
         let fd = retry(|| unsafe {
             libc::openat(
                 self.raw(),
                 tmp.as_ptr(),
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o600 as libc::c_uint,
+                0 as libc::c_uint,
             )
         })?;
         let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let chmod = || check(unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) });
         let result = (|| {
-            fill(&file)?;
             if let Some((uid, gid)) = owner {
                 check(unsafe { libc::fchown(file.as_raw_fd(), uid, gid) })?;
             }
             // After fchown, which clears setuid/setgid bits.
-            check(unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) })?;
+            chmod()?;
+            fill(&file)?;
+            // A write by a process without CAP_FSETID clears setuid/setgid bits again.
+            if mode & 0o6000 != 0 {
+                chmod()?;
+            }
             if sync {
                 file.sync_all()?;
             }
@@ -1019,6 +1027,38 @@ mod tests {
         assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"two");
         assert!(dir.read(OsStr::new("a"), 2).is_err());
         assert!(dir.read(OsStr::new("missing"), 2).unwrap().is_none());
+    }
+
+    /// A secret's temp file has its declared mode before its first byte: what the fill (the
+    /// writing of the content) finds when it starts, for modes narrower and wider than the
+    /// umask's, is the mode declared and an empty file; only what the mode allows can read it.
+    #[test]
+    fn a_temp_file_has_its_mode_before_any_byte_is_written() {
+        let tmp = TempDir::new("fsutil-temp-mode");
+        let dir = Dir::open(tmp.path()).unwrap();
+        let name = OsStr::new("secret");
+        for mode in [0o600, 0o640, 0o400, 0o000, 0o644, 0o755] {
+            let mut seen = None;
+            let pending = dir
+                .write_temp(
+                    temp_name(name).unwrap(),
+                    name,
+                    mode,
+                    None,
+                    false,
+                    |mut file| {
+                        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                        check(unsafe { libc::fstat(file.as_raw_fd(), &mut st) })?;
+                        seen = Some((st.st_mode & 0o7777, st.st_size));
+                        io::Write::write_all(&mut file, b"canary")
+                    },
+                )
+                .unwrap();
+            assert_eq!(seen, Some((mode, 0)), "declared {mode:04o}");
+            dir.rename_pending(pending).unwrap();
+            let st = dir.stat(OsStr::new("secret")).unwrap().unwrap();
+            assert_eq!(st.mode, mode);
+        }
     }
 
     #[test]

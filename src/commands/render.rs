@@ -514,6 +514,8 @@ mod tests {
             suffix: "pacsave".into(),
             added: 0,
             removed: 1,
+
+            secret: false,
         }];
         let traced = ["pacman -Q".to_string()];
         let mut run = RunOutput {

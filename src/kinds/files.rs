@@ -34,6 +34,8 @@ pub struct Content {
     /// Owner and group, when either is declared: boxed, as most files declare neither and a
     /// declaration holds thousands of files.
     pub ownership: Option<Box<Ownership>>,
+    /// `secret` as declared; `None` leaves it to the mode (see `is_secret`).
+    pub secret: Option<bool>,
 }
 
 /// A file's declared owner and group.
@@ -43,7 +45,23 @@ pub struct Ownership {
     pub group: Option<Account>,
 }
 
+/// Whether a file's content is secret: never shown, logged, reported or diffed, only its sizes
+/// and keyed digests (`codec::hmac_sha256`). Declared with `"secret"`; by default, a file whose
+/// declared mode lets others not read it (0600, 0640, 0400...), since that mode already says
+/// its content is not for everyone. A file declared absent has no content to keep.
+pub fn is_secret(spec: &Spec) -> bool {
+    match spec {
+        Spec::Present(c) => c.is_secret(),
+        Spec::Absent => false,
+    }
+}
+
 impl Content {
+    /// `is_secret` of this content.
+    pub fn is_secret(&self) -> bool {
+        (self.secret).unwrap_or_else(|| self.mode.is_some_and(|mode| mode & 0o004 == 0))
+    }
+
     pub fn owner(&self) -> Option<&Account> {
         self.ownership.as_ref()?.owner.as_ref()
     }
@@ -54,6 +72,8 @@ impl Content {
 }
 
 const DEFAULT_MODE: u32 = 0o644;
+/// A new file declared secret with no mode: only its owner reads it.
+const DEFAULT_SECRET_MODE: u32 = 0o600;
 
 #[derive(Debug)]
 pub struct Observed {
@@ -164,8 +184,10 @@ impl Kind for Files {
         let mode = fields.str("mode");
         let owner = fields.str("owner");
         let group = fields.str("group");
+        let secret = fields.bool("secret");
         if !present {
             for (name, given) in [
+                ("secret", secret.is_some()),
                 ("content", text.is_some()),
                 ("content_base64", base64.is_some()),
                 ("mode", mode.is_some()),
@@ -242,6 +264,7 @@ impl Kind for Files {
             bytes: bytes?.into_boxed_slice(),
             mode,
             ownership,
+            secret,
         }))
     }
 
@@ -250,7 +273,11 @@ impl Kind for Files {
             Spec::Present(c) => Some(&c.bytes[..]),
             Spec::Absent => None,
         };
-        crate::selfref::refuse_file(key, content, identity)
+        let refusal = crate::selfref::refuse_file(key, content, identity)?;
+        Some(match (is_secret(spec), content) {
+            (true, Some(content)) => crate::declaration::redact_refusal(refusal, content),
+            _ => refusal,
+        })
     }
 
     fn digest(spec: &Spec) -> Digest {
@@ -325,7 +352,7 @@ impl Kind for Files {
     }
 
     fn plan(
-        _cx: &RunContext,
+        cx: &RunContext,
         key: &str,
         desired: Option<&Spec>,
         observed: Option<&Observed>,
@@ -335,7 +362,7 @@ impl Kind for Files {
             return Step::Fail(format!("{key} was not observed"));
         };
         match desired {
-            Some(Spec::Present(content)) => plan_present(key, content, observed, owned),
+            Some(Spec::Present(content)) => plan_present(cx, key, content, observed, owned),
             Some(Spec::Absent) => plan_absent(key, observed, owned),
             None => plan_release(key, observed, owned),
         }
@@ -780,6 +807,7 @@ impl<'r, 'k> Looking<'r, 'k> {
 }
 
 fn plan_present(
+    cx: &RunContext,
     key: &str,
     content: &Content,
     observed: &Observed,
@@ -799,13 +827,23 @@ fn plan_present(
             t.describe()
         )),
         State::Missing => {
-            let mode = content.mode.unwrap_or(DEFAULT_MODE);
+            let mode = match content.is_secret() {
+                true => content.mode.unwrap_or(DEFAULT_SECRET_MODE),
+                false => content.mode.unwrap_or(DEFAULT_MODE),
+            };
             let owner =
                 (uid.is_some() || gid.is_some()).then(|| (uid.unwrap_or(0), gid.unwrap_or(0)));
             Step::Change(Change {
                 key: key.to_string(),
                 action: Action::Create,
-                details: vec![format!("{} bytes, mode {mode:04o}", content.bytes.len())].into(),
+                details: vec![match content.is_secret() {
+                    true => format!(
+                        "secret, {}, mode {mode:04o}",
+                        cx.secret_summary(&content.bytes)
+                    ),
+                    false => format!("{} bytes, mode {mode:04o}", content.bytes.len()),
+                }]
+                .into(),
                 intent: owned.is_none().then(|| Box::new(Entry::created())),
                 backup: None,
                 after: after(),
@@ -820,7 +858,13 @@ fn plan_present(
                 Held::Unread => return Step::Fail(format!("{key} was not read")),
             };
             let content_differs = matches!(held, Held::Other(_));
-            if content_differs {
+            if content_differs && content.is_secret() {
+                details.push(format!(
+                    "secret content ({} -> {})",
+                    cx.secret_summary(original),
+                    cx.secret_summary(&content.bytes)
+                ));
+            } else if content_differs {
                 details.push(format!(
                     "content ({} -> {} bytes)",
                     original.len(),
@@ -1532,6 +1576,135 @@ mod tests {
         );
         assert!(release(regular(b"x", 0o644), Some(&adopted))
             .starts_with("~ released; original restored"));
+    }
+
+    /// `is_secret`: declared, or by default a mode that lets others not read the file.
+    #[test]
+    fn a_file_is_secret_when_declared_or_by_its_mode() {
+        for (spec, secret) in [
+            (r#"{"content": "x"}"#, false),
+            (r#"{"content": "x", "mode": "0644"}"#, false),
+            (r#"{"content": "x", "mode": "0600"}"#, true),
+            (r#"{"content": "x", "mode": "0640"}"#, true),
+            (r#"{"content": "x", "mode": "0400"}"#, true),
+            (r#"{"content": "x", "mode": "4750"}"#, true),
+            (
+                r#"{"content": "x", "mode": "0600", "secret": false}"#,
+                false,
+            ),
+            (r#"{"content": "x", "mode": "0644", "secret": true}"#, true),
+            (r#"{"content": "x", "secret": true}"#, true),
+            (r#"{"state": "absent"}"#, false),
+        ] {
+            let d = parse_with_defaults(&format!(
+                r#"{{"schema": 1, "files": {{"/etc/x": {spec}}}}}"#
+            ))
+            .unwrap();
+            assert_eq!(is_secret(&d.files["/etc/x"]), secret, "{spec}");
+        }
+        check_refused(
+            r#"{"schema": 1, "files": {"/etc/x": {"state": "absent", "secret": true}}}"#,
+            &["secret: makes no sense for a file declared absent"],
+        );
+        check_refused(
+            r#"{"schema": 1, "files": {"/etc/x": {"content": "x", "secret": "yes"}}}"#,
+            &["secret: must be"],
+        );
+    }
+
+    /// A secret file's change shows sizes and keyed digests (the same content, the same digest;
+    /// another key, another digest), never the content nor its plain SHA-256.
+    #[test]
+    fn a_secret_files_change_shows_sizes_and_keyed_digests_only() {
+        let canary = "password=canary-7f3a";
+        let d = parse_with_defaults(&format!(
+            r#"{{"schema": 1, "files": {{"/etc/x": {{"content": "{canary}\n", "mode": "0600"}}}}}}"#
+        ))
+        .unwrap();
+        let details = |key: Option<[u8; 32]>, state: State| {
+            let mut cx = RunContext::new(&d, false);
+            cx.digest_key = key;
+            let step = Files::plan(
+                &cx,
+                "/etc/x",
+                d.files.get("/etc/x"),
+                Some(&observed(state)),
+                None,
+            );
+            summary(step)
+        };
+        let key = Some([7; 32]);
+        let keyed =
+            |bytes: &[u8]| codec::hex(&codec::hmac_sha256(&[7; 32], bytes))[..16].to_string();
+        let new = keyed(
+            format!(
+                "{canary}
+"
+            )
+            .as_bytes(),
+        );
+        assert_eq!(
+            details(
+                key,
+                regular(
+                    b"password=old
+",
+                    0o600
+                )
+            ),
+            format!(
+                "~ secret content (13 bytes, keyed digest {} -> 21 bytes, keyed digest {new}) \
+                 intent=Some(Adopted) backup=true Write",
+                keyed(
+                    b"password=old
+"
+                )
+            )
+        );
+        assert_eq!(
+            details(key, State::Missing),
+            format!("+ secret, 21 bytes, keyed digest {new}, mode 0600 intent=Some(Created) backup=false Write")
+        );
+        let other_key = details(Some([8; 32]), State::Missing);
+        assert!(!other_key.contains(&new), "{other_key}");
+        let plain = codec::sha256_hex(
+            format!(
+                "{canary}
+"
+            )
+            .as_bytes(),
+        );
+        for shown in [
+            details(key, State::Missing),
+            details(None, regular(b"x", 0o600)),
+            other_key,
+        ] {
+            assert!(
+                !shown.contains("canary") && !shown.contains(&plain[..16]),
+                "{shown}"
+            );
+        }
+        assert_eq!(
+            details(None, regular(b"x", 0o600)),
+            "~ secret content (1 bytes -> 21 bytes) intent=Some(Adopted) backup=true Write"
+        );
+        let undeclared_mode = plan_for(r#"{"content": "x", "secret": true}"#, State::Missing, None);
+        assert_eq!(
+            summary(undeclared_mode),
+            "+ secret, 1 bytes, mode 0600 intent=Some(Created) backup=false Write"
+        );
+    }
+
+    /// A refusal quoting a line of secret content (a directive naming the host's unit) is
+    /// shown with the line scrubbed.
+    #[test]
+    fn a_refusal_of_secret_content_does_not_quote_it() {
+        let json = r#"{"schema": 1, "files": {"/etc/systemd/system/a.service.d/x.conf": {"content": "[Unit]\nRequires=mesh-host.service canary-unit\n", "secret": true}}}"#;
+        let err = problems(json).join("\n");
+        assert!(err.contains("the host's own unit"), "{err}");
+        assert!(!err.contains("canary-unit"), "{err}");
+        let plain = json.replace(r#", "secret": true"#, "");
+        assert!(problems(&plain).join("\n").contains("canary-unit"));
     }
 
     #[test]

@@ -42,6 +42,14 @@ pub struct Spec {
     pub reload_on: Vec<String>,
     /// The package that ships the unit: if it fails to install, the unit is skipped.
     pub package: Option<String>,
+    /// `"secret": true`: its content is never shown (see `is_secret`), and its file is 0600.
+    pub secret: bool,
+}
+
+/// Whether a unit's content is secret: only when declared so (a unit file is the manager's to
+/// read, with no mode of its own to say so). Never shown, logged, reported or diffed.
+pub fn is_secret(spec: &Spec) -> bool {
+    spec.secret
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -55,6 +63,8 @@ pub struct Observed {
     pub enablement: Option<UnitFileState>,
     /// The unit's file in the unit directory, if there is one and it is a regular file.
     pub file: Option<Vec<u8>>,
+    /// That file's permission bits: a secret unit's file readable by others is rewritten 0600.
+    pub file_mode: Option<u32>,
     /// Where the unit's name in the unit directory links to, when it is a symlink (a masked unit
     /// links to /dev/null, an alias to its unit): reported, never followed or replaced.
     pub link: Option<String>,
@@ -203,11 +213,13 @@ impl Kind for Units {
         let restart_on = paths("restart_on");
         let reload_on = paths("reload_on");
         let package = fields.str("package").map(str::to_string);
+        let secret = fields.bool("secret").unwrap_or(false);
         if !present {
             for (name, given) in [
                 ("enabled", enabled.is_some()),
                 ("active", active.is_some()),
                 ("content", content.is_some()),
+                ("secret", secret),
             ] {
                 if given {
                     fields.problem(name, "makes no sense for a unit declared absent (it is stopped, disabled and its file removed)");
@@ -222,11 +234,18 @@ impl Kind for Units {
             restart_on,
             reload_on,
             package,
+            secret,
         })
     }
 
     fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
-        crate::selfref::refuse_unit(key, spec.content.as_deref(), identity)
+        let refusal = crate::selfref::refuse_unit(key, spec.content.as_deref(), identity)?;
+        Some(match (is_secret(spec), &spec.content) {
+            (true, Some(content)) => {
+                crate::declaration::redact_refusal(refusal, content.as_bytes())
+            }
+            _ => refusal,
+        })
     }
 
     fn digest(spec: &Spec) -> Digest {
@@ -348,7 +367,10 @@ impl Kind for Units {
                 let observed = observed.and_then(|mut obs| {
                     match read_unit_file(env, dir.as_ref(), name, max)? {
                         Found::Nothing => {}
-                        Found::File(_, bytes) => obs.file = Some(bytes),
+                        Found::File(stat, bytes) => {
+                            obs.file = Some(bytes);
+                            obs.file_mode = Some(stat.mode);
+                        }
                         Found::Link(target) => obs.link = Some(target.display().to_string()),
                     }
                     obs.template_differs = template_differs(name)?;
@@ -591,7 +613,8 @@ fn configure<'a>(
                 }
             },
         };
-        match apply_file(env, &dir, key, &change.op.file) {
+        let secret = cx.declaration.units.get(key).is_some_and(is_secret);
+        match apply_file(env, &dir, key, &change.op.file, secret) {
             Ok(changed) => {
                 files_changed |= changed;
                 previous.extend(was.filter(|_| changed).map(|was| (key, was)));
@@ -737,7 +760,15 @@ fn read_unit_file(env: &Env, dir: Option<&Dir>, name: &str, max: u64) -> Result<
 }
 
 /// Writes, restores or removes the unit's file; `Ok(true)` when the file changed.
-fn apply_file(env: &Env, dir: &Path, name: &str, change: &FileChange) -> Result<bool, String> {
+/// A secret unit's file is written 0600: systemd reads it as root (or as the user its user
+/// manager runs as, who owns it).
+fn apply_file(
+    env: &Env,
+    dir: &Path,
+    name: &str,
+    change: &FileChange,
+    secret: bool,
+) -> Result<bool, String> {
     if *change == FileChange::Keep {
         return Ok(false);
     }
@@ -747,7 +778,8 @@ fn apply_file(env: &Env, dir: &Path, name: &str, change: &FileChange) -> Result<
     };
     let at = |e: std::io::Error| format!("{}: {e}", dir.join(name).display());
     if let FileChange::Write(bytes) = change {
-        d.write_atomic(OsStr::new(name), bytes, 0o644, None)
+        let mode = if secret { 0o600 } else { 0o644 };
+        d.write_atomic(OsStr::new(name), bytes, mode, None)
             .map_err(at)?;
     } else if let FileChange::Restore(backup) = change {
         let store = env
@@ -818,6 +850,15 @@ fn plan_present(
             }
             .to_string(),
         );
+    }
+    // A secret unit's file others can read (written before it was declared secret) is written
+    // again 0600; its content is as declared, so nothing restarts for it.
+    let exposed = obs.file_mode.filter(|mode| mode & 0o077 != 0);
+    if let (false, true, Some(mode), Some(content)) =
+        (file_changed, is_secret(spec), exposed, &spec.content)
+    {
+        op.file = FileChange::Write(content.as_bytes().to_vec());
+        details.push(format!("unit file mode {mode:04o} -> 0600 (secret)"));
     }
     // Its own or its template's unit file or drop-ins, written by the files kind in this run.
     let template = UnitName::parse(key).ok().and_then(|name| name.template());
@@ -1233,6 +1274,41 @@ mod tests {
             "in sync"
         );
         assert!(plan(r#"{"content": "x"}"#, alias, None, &[]).contains("symlink to gdm.service"));
+    }
+
+    #[test]
+    fn a_unit_is_secret_only_when_declared_so() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "units": {"a.service": {"content": "[Service]\n", "secret": true},
+                "b.service": {"content": "[Service]\n"}}}"#,
+        )
+        .unwrap();
+        assert!(is_secret(&d.units["a.service"]));
+        assert!(!is_secret(&d.units["b.service"]));
+        check_refused(
+            r#"{"schema": 1, "units": {"a.service": {"state": "absent", "secret": true}}}"#,
+            &["secret: makes no sense for a unit declared absent"],
+        );
+    }
+
+    /// A secret unit's file that others can read is written again 0600, without a restart;
+    /// one already private, or not secret, is left alone.
+    #[test]
+    fn a_secret_units_file_readable_by_others_is_made_private() {
+        let owned = Entry::created();
+        let file = |mode| Observed {
+            file: Some(b"[Service]\n".to_vec()),
+            file_mode: Some(mode),
+            ..loaded("active", "enabled")
+        };
+        let secret = r#"{"content": "[Service]\n", "active": true, "secret": true}"#;
+        let plain = r#"{"content": "[Service]\n", "active": true}"#;
+        assert_eq!(
+            plan(secret, file(0o644), Some(&owned), &[]),
+            "~ unit file mode 0644 -> 0600 (secret)"
+        );
+        assert_eq!(plan(secret, file(0o600), Some(&owned), &[]), "in sync");
+        assert_eq!(plan(plain, file(0o644), Some(&owned), &[]), "in sync");
     }
 
     #[test]

@@ -124,11 +124,12 @@ impl Drop for Service {
 fn spawn(host: &Scratch, env: &[(&str, &std::path::Path)]) -> Child {
     let log = std::fs::File::create(host.dir.join("service.log")).expect("log");
     let mut command = host.command(&["run"]);
+    // Info unless the test asks for another level.
+    command.env("RUST_LOG", "info");
     for (key, value) in env {
         command.env(key, value);
     }
     command
-        .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)

@@ -243,7 +243,12 @@ fn put_back(
             Some(bytes) => FileChange::Write(bytes.clone()),
             None => FileChange::Remove,
         };
-        if let Err(e) = apply_file(env, &dir, name, &change) {
+        let secret = cx
+            .declaration
+            .units
+            .get(*name)
+            .is_some_and(super::is_secret);
+        if let Err(e) = apply_file(env, &dir, name, &change, secret) {
             problems.push(e);
         }
     }
