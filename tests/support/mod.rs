@@ -135,6 +135,15 @@ impl Scratch {
         previous
     }
 
+    /// Changes this host's config.json with `edit`, keeping the rest.
+    pub fn edit_config(&self, edit: impl FnOnce(&mut serde_json::Value)) {
+        let path = self.dir.join("config.json");
+        let text = std::fs::read_to_string(&path).expect("config");
+        let mut config: serde_json::Value = serde_json::from_str(&text).expect("config JSON");
+        edit(&mut config);
+        std::fs::write(&path, config.to_string()).expect("config");
+    }
+
     /// Writes a declaration file and returns its path.
     pub fn declaration(&self, name: &str, json: &str) -> PathBuf {
         let path = self.dir.join(name);
@@ -377,6 +386,7 @@ pub fn status(script: &str) -> i32 {
 pub mod control_plane;
 pub mod pki;
 pub mod service;
+pub mod ways;
 
 /// A small seeded PRNG (xorshift64*) for the fault tests: the same seed, the same choices.
 pub struct XorShift(u64);
