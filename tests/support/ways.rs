@@ -208,9 +208,50 @@ impl Driver {
         found.unwrap_or_default()
     }
 
-    /// Every run record `status --json` lists, oldest first.
+    /// The next run of the declaration in force, after a stop or a crash: `reconcile` on the
+    /// command line; the service started again (its start run, or the control plane's declaration
+    /// again if the last one never came into force). Its record, once it converged the last
+    /// declaration, or the last one seen (with the service's log) after `RUN_WAIT`.
+    pub fn rerun(&mut self) -> Value {
+        if self.way == Way::Apply {
+            let out = self.host().run(&["reconcile"]);
+            eprintln!("reconcile: exit {}", out.code);
+            return self.last_run();
+        }
+        let before = self.runs().len();
+        let revision = self.revision;
+        if let Some(service) = self.service.as_mut() {
+            service.restart(&[]);
+        }
+        let mut last = Value::Null;
+        let converged = wait_until(RUN_WAIT, || {
+            let runs = self.runs();
+            last = runs.last().cloned().unwrap_or_default();
+            let found = runs
+                .into_iter()
+                .skip(before)
+                .find(|r| r["revision"] == revision && r["outcome"] == "converged");
+            if let Some(run) = found {
+                last = run;
+                return true;
+            }
+            false
+        });
+        if !converged {
+            let log = self.service.as_ref().map(Service::log).unwrap_or_default();
+            eprintln!("revision {revision} never converged again: {last:#}\n{log}");
+        }
+        last
+    }
+
+    /// Every run record `status --json` lists, oldest first (none while `status` fails: the
+    /// waits ask again, and say what they saw when they give up).
     pub fn runs(&self) -> Vec<Value> {
-        let status = self.host().run(&["status", "--json"]).json();
+        let out = self.host().run(&["status", "--json"]);
+        let status: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+            eprintln!("status --json: {e}: {out:?}");
+            Value::Null
+        });
         status["runs"].as_array().cloned().unwrap_or_default()
     }
 
