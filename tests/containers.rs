@@ -7,6 +7,7 @@ mod support;
 use std::process::Command;
 
 use support::service::Service;
+use support::ways::{Driver, Way};
 use support::{sandbox, Sandbox, Scratch};
 
 /// A container name unique to this test process and test.
@@ -377,6 +378,38 @@ fn env_values_never_reach_an_argv_and_drift_is_still_seen() {
         env.lines().any(|l| l == format!("DB_PASSWORD={rotated}")),
         "{env}"
     );
+}
+
+/// A container the host creates starts its first process with no signal blocked, under `apply`
+/// and under the service alike: podman, conmon and the runtime pass on the mask they start with,
+/// and the service's (SIGHUP, SIGINT, SIGTERM, SIGUSR1 for its signalfd) used to reach the
+/// container's PID 1 for its whole life (`podman kill -s USR1` was lost; issue 21).
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_containers_first_process_starts_with_no_signal_blocked_under_apply_and_run() {
+    let sb = sandbox();
+    for way in Way::BOTH {
+        let name = unique(&format!("sigmask-{}", way.name()));
+        let _cleanup = Cleanup(vec![name.clone()]);
+        let host = sb.host(&format!("ct-sigmask-{}", way.name()), "");
+        let mut driver = Driver::start(way, host);
+        // No init: the image's `sleep` is the container's PID 1.
+        let ran = driver.converge(&format!(
+            r#"{{"schema": 1, "containers": {{"{name}": {{"image": "{}", "command": ["sleep", "1000"]}}}}}}"#,
+            sb.image
+        ));
+        assert_eq!(
+            ran.record["outcome"], "converged",
+            "{way:?}: {:#}",
+            ran.record
+        );
+        let pid = inspect(&name, "{{.State.Pid}}").expect("the container's pid");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its status");
+        let blocked = status.lines().find(|l| l.starts_with("SigBlk:"));
+        eprintln!("{way:?}: the container's PID 1 (pid {pid}) has {blocked:?}");
+        driver.converge(r#"{"schema": 1}"#);
+        assert_eq!(blocked, Some("SigBlk:\t0000000000000000"), "{way:?}");
+    }
 }
 
 /// SIGTERM while containers are created, sent by a podman wrapper at the first `create`, so no
