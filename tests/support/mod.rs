@@ -7,6 +7,7 @@
 //! panic naming the setup: unprepared, it is listed as ignored or fails, never passes unchecked.
 //! `tests/run.sh` runs them all with `--include-ignored`. Every mesh-host command line is built by
 //! `Scratch::command` (or `mesh_host()`); `--json` reports are read with `apply_json`/`failure`.
+//! `ways::Driver` runs one scenario through `apply` and through the service (`Way::BOTH`).
 #![allow(dead_code)] // each test binary uses part of this module
 
 mod pacman_root;
