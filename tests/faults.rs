@@ -172,16 +172,6 @@ fn tools_printing_garbage_or_doing_nothing_fail_their_resources_and_the_rest_con
     let probe = Scratch::new("garbage-probe");
     let garbage = garbage_file(&probe.dir, seed);
     let cat = format!("cat {}; exit 0", garbage.display());
-    let unit = format!("mesh-faults-{}.service", std::process::id());
-    let unit_json = format!(
-        r#""{unit}": {{"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}}"#
-    );
-    let declaration = format!(
-        r#"{{"schema": 1, "packages": {{"mesh-e": {{}}}}, "units": {{{unit_json}}},
-            "containers": {{"faultweb": {{"image": "{}", "command": ["sleep", "infinity"]}}}}}}"#,
-        sb.image
-    );
-
     // The sandbox's systemctl and unit dir; pacman and podman as given.
     let live = |label: &str, pacman: &str, podman: &str| {
         let mut host = Scratch::with_config(
@@ -195,80 +185,102 @@ fn tools_printing_garbage_or_doing_nothing_fail_their_resources_and_the_rest_con
         host.offline_root = false;
         host
     };
-    // pacman and podman print garbage; the real systemctl converges the unit.
-    let host = live("garbage", &stub(&cat), &stub(&cat));
-    let report = host.apply_json(&declaration, 1);
-    let unit_active = status(&format!("systemctl --user is-active --quiet {unit}"));
-    let podman = failure(&report, "faultweb").detail;
-    let pacman = failure(&report, "mesh-e").detail;
-    eprintln!("garbage podman: {podman}\ngarbage pacman: {pacman}");
-    assert!(
-        podman.contains("podman ps") && podman.contains("unexpected"),
-        "{podman}"
-    );
-    assert!(
-        pacman.contains("the tool reported success, but it still differs"),
-        "{pacman}"
-    );
-    assert_eq!(unit_active, 0, "the unit converged beside them: {report:#}");
-    // Garbage is judged when it arrives, never waited on until the tools' timeouts.
-    assert!(
-        failures(&report)
-            .iter()
-            .all(|f| !f.detail.contains("reached its timeout")),
-        "{report:#}"
-    );
-
-    // pacman and podman exit 0 having done nothing: caught by the check after the apply.
-    let lazy_podman = stub(r#"case "$1" in ps) echo '[]';; esac; exit 0"#);
-    let host = live("lazy", &stub("exit 0"), &lazy_podman);
-    let report = host.apply_json(&declaration, 1);
-    for key in ["mesh-e", "faultweb"] {
-        let detail = failure(&report, key).detail;
-        eprintln!("did nothing, {key}: {detail}");
-        assert!(
-            detail.contains("the tool reported success, but it still differs"),
-            "{detail}"
+    // A run that fails some resources: `apply` exits 1.
+    let failed = |ran: &support::ways::Ran| {
+        if let Some(out) = &ran.output {
+            assert_eq!(out.code, 1, "{out:?}");
+        }
+    };
+    for way in Way::BOTH {
+        let unit = format!("mesh-faults-{}-{}.service", way.name(), std::process::id());
+        let unit_json = format!(
+            r#""{unit}": {{"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}}"#
         );
-    }
-    assert_eq!(
-        status(&format!("systemctl --user is-active --quiet {unit}")),
-        0,
-        "{report:#}"
-    );
+        let declaration = format!(
+            r#"{{"schema": 1, "packages": {{"mesh-e": {{}}}}, "units": {{{unit_json}}},
+                "containers": {{"faultweb": {{"image": "{}", "command": ["sleep", "infinity"]}}}}}}"#,
+            sb.image
+        );
 
-    // systemctl prints garbage: the units fail naming it; the files converge (offline root).
-    let mut offline = Scratch::with_config(
-        "garbage-systemctl",
-        &format!(r#"{{"systemctl": {}}}"#, stub(&cat)),
-    );
-    offline.offline_root = true;
-    let report = offline.apply_json(
-        &format!(
+        // pacman and podman print garbage; the real systemctl converges the unit.
+        let host = live(&format!("garbage-{}", way.name()), &stub(&cat), &stub(&cat));
+        let mut driver = Driver::start(way, host);
+        let ran = driver.converge(&declaration);
+        failed(&ran);
+        let report = &ran.record;
+        let unit_active = status(&format!("systemctl --user is-active --quiet {unit}"));
+        let podman = failure(report, "faultweb").detail;
+        let pacman = failure(report, "mesh-e").detail;
+        eprintln!("{way:?}: garbage podman: {podman}\ngarbage pacman: {pacman}");
+        assert!(
+            podman.contains("podman ps") && podman.contains("unexpected"),
+            "{podman}"
+        );
+        assert!(
+            pacman.contains("the tool reported success, but it still differs"),
+            "{pacman}"
+        );
+        assert_eq!(unit_active, 0, "the unit converged beside them: {report:#}");
+        // Garbage is judged when it arrives, never waited on until the tools' timeouts.
+        assert!(
+            failures(report)
+                .iter()
+                .all(|f| !f.detail.contains("reached its timeout")),
+            "{report:#}"
+        );
+        driver.converge(r#"{"schema": 1}"#);
+
+        // pacman and podman exit 0 having done nothing: caught by the check after the apply.
+        let lazy_podman = stub(r#"case "$1" in ps) echo '[]';; esac; exit 0"#);
+        let host = live(
+            &format!("lazy-{}", way.name()),
+            &stub("exit 0"),
+            &lazy_podman,
+        );
+        let mut driver = Driver::start(way, host);
+        let ran = driver.converge(&declaration);
+        failed(&ran);
+        for key in ["mesh-e", "faultweb"] {
+            let detail = failure(&ran.record, key).detail;
+            eprintln!("{way:?}: did nothing, {key}: {detail}");
+            assert!(
+                detail.contains("the tool reported success, but it still differs"),
+                "{detail}"
+            );
+        }
+        assert_eq!(
+            status(&format!("systemctl --user is-active --quiet {unit}")),
+            0,
+            "{:#}",
+            ran.record
+        );
+        // Release the unit the real systemctl started.
+        driver.converge(r#"{"schema": 1}"#);
+        drop(driver);
+        let _ = status(&format!("systemctl --user stop {unit} 2>/dev/null"));
+        let _ = std::fs::remove_file(sb.unit_dir.join(&unit));
+        let _ = status("systemctl --user daemon-reload");
+
+        // systemctl prints garbage: the units fail naming it; the files converge (offline root).
+        let offline = Scratch::with_config(
+            &format!("garbage-systemctl-{}", way.name()),
+            &format!(r#"{{"systemctl": {}}}"#, stub(&cat)),
+        );
+        let mut driver = Driver::start(way, offline);
+        let ran = driver.converge(&format!(
             r#"{{"schema": 1, "units": {{"{unit}": {{"enabled": true}}}},
                 "files": {{"/etc/motd": {{"content": "still here\n"}}}}}}"#
-        ),
-        1,
-    );
-    let detail = failure(&report, &unit).detail;
-    eprintln!("garbage systemctl: {detail}");
-    assert_eq!(
-        std::fs::read_to_string(offline.target("/etc/motd"))
-            .ok()
-            .as_deref(),
-        Some("still here\n")
-    );
-
-    // Release the unit the real systemctl started.
-    let _ = host.run(&[
-        "apply",
-        host.declaration("e.json", r#"{"schema": 1}"#)
-            .to_str()
-            .unwrap(),
-    ]);
-    let _ = status(&format!("systemctl --user stop {unit} 2>/dev/null"));
-    let _ = std::fs::remove_file(sb.unit_dir.join(&unit));
-    let _ = status("systemctl --user daemon-reload");
+        ));
+        failed(&ran);
+        let detail = failure(&ran.record, &unit).detail;
+        eprintln!("{way:?}: garbage systemctl: {detail}");
+        assert_eq!(
+            std::fs::read_to_string(driver.host().target("/etc/motd"))
+                .ok()
+                .as_deref(),
+            Some("still here\n")
+        );
+    }
 }
 
 #[test]
@@ -863,59 +875,70 @@ fn check_runs(runs: &[Value], digest_a: &str, digest_b: &str, problems: &mut BTr
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_masked_and_an_alias_unit_beside_a_normal_one_fail_only_themselves() {
     let sb = sandbox();
-    let tag = format!("mesh-faults-odd-{}", std::process::id());
-    let normal = format!("{tag}-normal.service");
-    let masked = format!("{tag}-masked.service");
-    let real = format!("{tag}-real.service");
-    let alias = format!("{tag}-alias.service");
-    let dir = &sb.unit_dir;
-    let cleanup = || {
-        for unit in [&normal, &real] {
-            let _ = status(&format!("systemctl --user stop {unit} 2>/dev/null"));
-        }
-        for unit in [&normal, &masked, &real, &alias] {
-            let _ = std::fs::remove_file(dir.join(unit));
-        }
-        let _ = status("systemctl --user daemon-reload");
-    };
-    // As a person or a package leaves them: a unit masked to /dev/null, an alias link to a unit.
-    std::os::unix::fs::symlink("/dev/null", dir.join(&masked)).expect("mask");
-    std::fs::write(
-        dir.join(&real),
-        format!("[Service]\nExecStart=/bin/sleep infinity\n[Install]\nAlias={alias}\n"),
-    )
-    .expect("real unit");
-    std::os::unix::fs::symlink(&real, dir.join(&alias)).expect("alias");
-    sh("systemctl --user daemon-reload");
+    for way in Way::BOTH {
+        let tag = format!("mesh-faults-odd-{}-{}", way.name(), std::process::id());
+        let normal = format!("{tag}-normal.service");
+        let masked = format!("{tag}-masked.service");
+        let real = format!("{tag}-real.service");
+        let alias = format!("{tag}-alias.service");
+        let dir = &sb.unit_dir;
+        let cleanup = || {
+            for unit in [&normal, &real] {
+                let _ = status(&format!("systemctl --user stop {unit} 2>/dev/null"));
+            }
+            for unit in [&normal, &masked, &real, &alias] {
+                let _ = std::fs::remove_file(dir.join(unit));
+            }
+            let _ = status("systemctl --user daemon-reload");
+        };
+        // As a person or a package leaves them: a unit masked to /dev/null, an alias link to a unit.
+        std::os::unix::fs::symlink("/dev/null", dir.join(&masked)).expect("mask");
+        std::fs::write(
+            dir.join(&real),
+            format!("[Service]\nExecStart=/bin/sleep infinity\n[Install]\nAlias={alias}\n"),
+        )
+        .expect("real unit");
+        std::os::unix::fs::symlink(&real, dir.join(&alias)).expect("alias");
+        sh("systemctl --user daemon-reload");
 
-    let host = sb.host("odd-units", "");
-    let declaration = format!(
-        r#"{{"schema": 1, "units": {{
-            "{normal}": {{"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}},
-            "{masked}": {{"active": true}},
-            "{alias}": {{"enabled": true, "active": true}}}}}}"#
-    );
-    let report = host.apply_json(&declaration, 1);
-    let failures = failures(&report);
-    let masked_failure = failure(&report, &masked).detail;
-    let normal_active = status(&format!("systemctl --user is-active --quiet {normal}"));
-    let real_active = status(&format!("systemctl --user is-active --quiet {real}"));
-    let masked_link = std::fs::read_link(dir.join(&masked)).ok();
-    let alias_link = std::fs::read_link(dir.join(&alias)).ok();
-    let owned = host.run(&["owned"]);
-    cleanup();
+        let host = sb.host(&format!("odd-units-{}", way.name()), "");
+        let mut driver = Driver::start(way, host);
+        let ran = driver.converge(&format!(
+            r#"{{"schema": 1, "units": {{
+                "{normal}": {{"content": "[Service]\nExecStart=/bin/sleep infinity\n", "active": true}},
+                "{masked}": {{"active": true}},
+                "{alias}": {{"enabled": true, "active": true}}}}}}"#
+        ));
+        let report = &ran.record;
+        let failures = failures(report);
+        let masked_failure = failure(report, &masked).detail;
+        let normal_active = status(&format!("systemctl --user is-active --quiet {normal}"));
+        let real_active = status(&format!("systemctl --user is-active --quiet {real}"));
+        let masked_link = std::fs::read_link(dir.join(&masked)).ok();
+        let alias_link = std::fs::read_link(dir.join(&alias)).ok();
+        let owned = driver.host().run(&["owned"]);
+        drop(driver);
+        cleanup();
 
-    assert_eq!(failures.len(), 1, "only the masked unit fails: {report:#}");
-    assert!(
-        masked_failure.contains("is masked") && masked_failure.contains("systemctl unmask"),
-        "{masked_failure}"
-    );
-    assert_eq!(normal_active, 0, "the normal unit converged: {report:#}");
-    assert_eq!(real_active, 0, "the alias was started: {report:#}");
-    // Links are reported, never followed nor replaced.
-    assert_eq!(masked_link, Some(PathBuf::from("/dev/null")));
-    assert_eq!(alias_link, Some(PathBuf::from(&real)));
-    assert_eq!(owned.code, 0, "{owned:?}");
+        assert_eq!(
+            failures.len(),
+            1,
+            "{way:?}: only the masked unit fails: {report:#}"
+        );
+        assert!(
+            masked_failure.contains("is masked") && masked_failure.contains("systemctl unmask"),
+            "{masked_failure}"
+        );
+        assert_eq!(
+            normal_active, 0,
+            "{way:?}: the normal unit converged: {report:#}"
+        );
+        assert_eq!(real_active, 0, "{way:?}: the alias was started: {report:#}");
+        // Links are reported, never followed nor replaced.
+        assert_eq!(masked_link, Some(PathBuf::from("/dev/null")));
+        assert_eq!(alias_link, Some(PathBuf::from(&real)));
+        assert_eq!(owned.code, 0, "{owned:?}");
+    }
 }
 
 // ------------------------------------------------------------------- pacman at its timeout

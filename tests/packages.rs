@@ -347,20 +347,24 @@ fn a_stale_database_lock_is_reported_by_name_and_removed_only_when_allowed_and_o
     status.assert_stdout("note: removed pacman's stale database lock");
 }
 
+/// Under `apply` and under the service alike.
 #[test]
 fn a_hung_pacman_is_killed_at_its_timeout() {
-    let mut host = Scratch::with_config(
-        "pkg-hung",
-        r#"{"pacman": {"command": ["sh", "-c", "sleep 30", "sh"], "timeout_secs": 1}}"#,
-    );
-    host.offline_root = false;
-    let report = host.apply_json(r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 1);
-    let detail = failure(&report, "mesh-e").detail;
-    // Stopped at its timeout: left alone, `sleep 30` would have exited 0 and installed nothing.
-    assert!(
-        detail.contains("reached its timeout of 1 s: sent SIGINT"),
-        "{detail}"
-    );
+    for way in Way::BOTH {
+        let mut host = Scratch::with_config(
+            &format!("pkg-hung-{}", way.name()),
+            r#"{"pacman": {"command": ["sh", "-c", "sleep 30", "sh"], "timeout_secs": 1}}"#,
+        );
+        host.offline_root = false;
+        let mut driver = Driver::start(way, host);
+        let ran = driver.converge(r#"{"schema": 1, "packages": {"mesh-e": {}}}"#);
+        let detail = failure(&ran.record, "mesh-e").detail;
+        // Stopped at its timeout: left alone, `sleep 30` would have exited 0 and installed nothing.
+        assert!(
+            detail.contains("reached its timeout of 1 s: sent SIGINT"),
+            "{way:?}: {detail}"
+        );
+    }
 }
 
 #[test]
