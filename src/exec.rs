@@ -1,8 +1,7 @@
 //! The one place that spawns external commands. Every call has a timeout (the tool's, from the
-//! config), runs with `LC_ALL=C` so output parses the same everywhere (and with nothing else of
-//! the host's process: `StartClean`), captures stderr into the
-//! error, and puts the names it acts on after `--` so no value from a declaration can become an
-//! option. Each call is counted, so a run can show that a no-op costs a fixed number of queries
+//! config), runs with `LC_ALL=C` so output parses the same everywhere and with nothing else of
+//! the host's process (`StartClean`), captures stderr into the error, and puts the names it acts
+//! on after `--` so no value from a declaration can become an option. Each call is counted, so a run can show that a no-op costs a fixed number of queries
 //! per tool, however many resources there are. A tool that reaches its timeout is stopped the
 //! way that tool is safely stopped (pacman by SIGINT, which never leaves a half-done commit),
 //! given a bounded grace, and only then killed; the error says which happened.
@@ -70,12 +69,13 @@ fn clean_child() -> io::Result<()> {
         let default = [0u64; 8];
         for signal in 1..=64 {
             if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                // Every argument a full word: `syscall` is variadic and reads words.
                 libc::syscall(
                     libc::SYS_rt_sigaction,
-                    signal,
+                    signal as libc::c_long,
                     default.as_ptr(),
                     std::ptr::null_mut::<u64>(),
-                    8,
+                    8 as libc::c_long,
                 );
             }
         }
@@ -86,12 +86,11 @@ fn clean_child() -> io::Result<()> {
             return Err(io::Error::last_os_error());
         }
         libc::umask(TOOL_UMASK);
-        let from: libc::c_uint = 3;
         let done = libc::syscall(
             libc::SYS_close_range,
-            from,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
+            3 as libc::c_long,
+            libc::c_uint::MAX as libc::c_long,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_long,
         );
         if done != 0 {
             // Before Linux 5.11: one descriptor at a time, up to the limit on their number.
