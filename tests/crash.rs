@@ -498,14 +498,28 @@ fn outbox(host: &Scratch) -> (BTreeMap<u64, Value>, Vec<String>) {
     (reports, others)
 }
 
-/// kill -9 aimed at the window where a run's report goes into the outbox (the end of an apply),
-/// many times; then a clean apply and a service connecting to the control plane. The ids stay
-/// contiguous, no temp file survives the next start, and every run the history recorded has its
-/// report delivered.
+/// kill -9 aimed at the window where a run's report goes into the outbox (the end of a run), many
+/// times, both ways: every run the history recorded has its report delivered, under ids that
+/// stay contiguous.
 #[test]
 fn kill_9_at_the_outbox_write_loses_no_report() {
     let seed = fault_seed(0x6f75_7462_6f78);
     eprintln!("outbox crash: seed {seed} (replay with MESH_FAULT_SEED={seed})");
+    outbox_kills_under_apply(seed);
+    outbox_kills_under_the_service(seed);
+}
+
+/// Whether the control plane received `run`'s report.
+fn same_run(run: &Value, report: &Value) -> bool {
+    run["started"] == report["started"]
+        && run["ended"] == report["ended"]
+        && run["outcome"] == report["outcome"]
+        && run["digest"] == report["digest"]
+}
+
+/// Applies killed at their end, the control plane down (the reports queue); then a clean apply
+/// and a service connecting to it. No temp file survives the next start.
+fn outbox_kills_under_apply(seed: u64) {
     let mut rng = XorShift::new(seed);
     let pki = Pki::new();
     // A port for the control plane, which starts only at the end: until then applies queue.
@@ -581,12 +595,6 @@ fn kill_9_at_the_outbox_write_loses_no_report() {
         killed >= OUTBOX_ITERATIONS / 8,
         "only {killed} killed: the delays miss the applies"
     );
-    let same_run = |run: &Value, report: &Value| {
-        run["started"] == report["started"]
-            && run["ended"] == report["ended"]
-            && run["outcome"] == report["outcome"]
-            && run["digest"] == report["digest"]
-    };
     for run in &runs {
         assert!(
             reports.values().any(|r| same_run(run, r)),
@@ -621,4 +629,68 @@ fn kill_9_at_the_outbox_write_loses_no_report() {
             "a recorded run whose report never arrived: {run:#}"
         );
     }
+}
+
+/// The service linked to the control plane all along, killed after a declaration at about the
+/// end of its run, and started again: the reports it had queued are sent, the rest made again.
+fn outbox_kills_under_the_service(seed: u64) {
+    let mut rng = XorShift::new(seed);
+    let mut driver = Driver::start(Way::Service, Scratch::new("outbox-crash-run"));
+    let decl = |i: usize| {
+        format!(r#"{{"schema": 1, "files": {{"/etc/outbox-crash": {{"content": "run {i}\n"}}}}}}"#)
+    };
+    // Every recorded run's report arrived (once the restarted service has sent its outbox).
+    let delivered = |driver: &Driver| {
+        let reports = driver.control_plane().expect("control plane").reports();
+        driver
+            .runs()
+            .iter()
+            .all(|run| reports.iter().any(|r| same_run(run, r)))
+    };
+    // From the declaration to its run's record, the fastest of five.
+    let budget = (0..5)
+        .map(|i| {
+            let started = Instant::now();
+            driver.converge(&decl(1000 + i));
+            started.elapsed()
+        })
+        .min()
+        .unwrap_or(Duration::from_millis(20));
+    eprintln!("outbox crash (run): a declaration's run takes {budget:?}");
+    let mut budget_us = budget.as_micros() as u64;
+    let mut killed = 0;
+    let iterations = OUTBOX_ITERATIONS / 2;
+    for i in 0..iterations {
+        let half = budget_us / 2;
+        let delay = Duration::from_micros(half + rng.below(half + half / 2));
+        if killed_after(&mut driver, &decl(i), delay) {
+            killed += 1;
+            budget_us += budget_us / 10;
+        } else {
+            budget_us = (budget_us * 3 / 4).max(200);
+        }
+        if let Some(service) = driver.service() {
+            service.restart(&[]);
+        }
+        assert!(
+            wait_until(Duration::from_secs(30), || delivered(&driver)),
+            "iteration {i}: a recorded run whose report never arrived: {:#?}",
+            driver.runs()
+        );
+    }
+    let reports = driver.control_plane().expect("control plane").reports();
+    eprintln!(
+        "outbox crash (run): {iterations} declarations, {killed} killed before their run was \
+         recorded; {} runs recorded, {} reports delivered",
+        driver.runs().len(),
+        reports.len()
+    );
+    assert!(
+        killed >= iterations / 8,
+        "only {killed} killed: the delays miss the runs"
+    );
+    let mut ids: Vec<u64> = reports.iter().filter_map(|r| r["id"].as_u64()).collect();
+    ids.sort_unstable();
+    let want: Vec<u64> = (1..=ids.len() as u64).collect();
+    assert_eq!(ids, want, "delivered ids not contiguous");
 }

@@ -116,6 +116,11 @@ impl Driver {
         }
     }
 
+    /// The control plane the service is linked to, when driven that way.
+    pub fn control_plane(&self) -> Option<&ControlPlane> {
+        self.cp.as_ref()
+    }
+
     /// The service, when driven that way.
     pub fn service(&mut self) -> Option<&mut Service> {
         self.service.as_mut()
