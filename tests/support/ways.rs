@@ -40,7 +40,8 @@ impl Way {
 pub struct Ran {
     pub way: Way,
     /// Its run record, as `status --json` lists it (the same shape both ways: `failures`,
-    /// `changes`, `outcome`, `retries`...; `support::failure` reads it as it reads a report).
+    /// `changes`, `outcome`, `retries`...; `support::failure` reads it as it reads a report);
+    /// `Value::Null` when `apply` ended before it recorded one.
     pub record: Value,
     /// `apply`'s output (exit code, `--json` report); `None` for the service.
     pub output: Option<Output>,
@@ -130,9 +131,13 @@ impl Driver {
     pub fn converge(&mut self, json: &str) -> Ran {
         match self.way {
             Way::Apply => {
+                let before = self.last_run();
                 let child = self.begin(json).expect("apply started");
                 let output = Output::from(child.wait_with_output().expect("apply"));
-                let record = self.last_run();
+                // None when the apply ended before it recorded its run (killed, stopped).
+                let record = Some(self.last_run())
+                    .filter(|last| *last != before)
+                    .unwrap_or_default();
                 Ran {
                     way: self.way,
                     record,
@@ -223,18 +228,26 @@ impl Driver {
             eprintln!("reconcile: exit {}", out.code);
             return self.last_run();
         }
-        let before = self.runs().len();
+        let before = self.last_run();
         let revision = self.revision;
+        let env: Vec<(&str, &std::path::Path)> = self
+            .launch
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_path()))
+            .collect();
         if let Some(service) = self.service.as_mut() {
-            service.restart(&[]);
+            service.restart(&env);
         }
         let mut last = Value::Null;
         let converged = wait_until(RUN_WAIT, || {
             let runs = self.runs();
             last = runs.last().cloned().unwrap_or_default();
+            // The runs after the last one before the restart (the history keeps the latest 50).
+            let new = runs.iter().rposition(|r| *r == before).map_or(0, |i| i + 1);
             let found = runs
                 .into_iter()
-                .skip(before)
+                .skip(new)
                 .find(|r| r["revision"] == revision && r["outcome"] == "converged");
             if let Some(run) = found {
                 last = run;
