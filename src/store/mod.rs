@@ -8,6 +8,7 @@ mod files_index;
 mod ledger;
 mod lock;
 mod outbox;
+mod owed;
 mod runs;
 mod secrets;
 mod stats;
@@ -29,6 +30,7 @@ pub use files_index::{is_cacheable, Cached, FilesIndex};
 pub use ledger::{Digest, Entry, Ledger, Origin, Sections};
 pub use lock::{Lock, LockError};
 pub use outbox::OutboxBounds;
+pub use owed::Owed;
 pub use runs::{ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers, LISTED};
 pub use stats::{LastRun, RunStats};
 
@@ -432,7 +434,7 @@ impl Store {
     pub fn clean_after_crash(&self) -> Result<(), StoreError> {
         // Only the files written under the store's lock: others (service.json, the outbox's id
         // floor) have writers that do not take it, and their own next write replaces the temp.
-        for name in [IN_FORCE, LEDGER, RUNS, PACNEW_QUIET] {
+        for name in [IN_FORCE, LEDGER, RUNS, PACNEW_QUIET, owed::OWED] {
             let temp = format!(".{name}{TEMP_SUFFIX}");
             let removed = self
                 .dir
