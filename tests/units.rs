@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::service::Service;
 use support::ways::{Driver, Ran, Way};
 use support::{sandbox, sh, snapshot, wait_until, Sandbox, Scratch};
 
