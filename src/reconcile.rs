@@ -135,6 +135,21 @@ pub fn run_scoped(
     mode: Mode,
     scope: &Scope,
 ) -> Result<Report, StoreError> {
+    match run_scoped_reporting(env, declaration, ledger, mode, scope) {
+        (report, None) => Ok(report),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// `run_scoped`, with what the run did before a store error stopped it (changes already made,
+/// to be recorded and reported with the error).
+pub fn run_scoped_reporting(
+    env: &Env,
+    declaration: &Declaration,
+    ledger: &mut Ledger,
+    mode: Mode,
+    scope: &Scope,
+) -> (Report, Option<StoreError>) {
     let mut run = Converging {
         env,
         cx: RunContext::new(declaration, env.offline),
@@ -152,10 +167,12 @@ pub fn run_scoped(
         ..
     } = run;
     if let Some(e) = failed {
-        return Err(e);
+        return (report, Some(e));
     }
     if let (Mode::Apply, Some(store)) = (mode, env.store) {
-        remove_unreferenced_backups(store, ledger)?;
+        if let Err(e) = remove_unreferenced_backups(store, ledger) {
+            return (report, Some(e));
+        }
     }
     // After the run's pacman transactions, and on every run (someone else may have upgraded).
     let mut quiet = env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default();
@@ -173,7 +190,7 @@ pub fn run_scoped(
             log::warn!("{e}; the next run lists every directory for .pacnew files");
         }
     }
-    Ok(report)
+    (report, None)
 }
 
 /// Originals are dropped only after the ledger stops pointing at them, so a crash in between

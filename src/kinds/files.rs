@@ -91,6 +91,10 @@ pub struct Facts {
     /// Every path a declared unit restarts or reloads on, gathered when the first change is
     /// noted.
     units_act_on: Option<HashSet<String>>,
+    /// Files changed in this run in a directory systemd may read units from (a path with a
+    /// `systemd` component): systemd's confirmation (`kinds::units::confirm`) asks about them
+    /// and puts them back (`put_back`) when they reach the host's units.
+    pub in_systemd_dirs: BTreeSet<String>,
     /// The files index as the run's last observation left it unchanged: kept for the next
     /// chunk of files, so a run reads and checks the index once, not once per 4,096 files.
     index: std::cell::RefCell<Option<FilesIndex>>,
@@ -447,6 +451,12 @@ impl Kind for Files {
         }
         if let Some(unit) = configures_unit(&change.key) {
             facts.unit_config.insert(unit.to_string());
+        }
+        if Path::new(&change.key)
+            .components()
+            .any(|c| c.as_os_str() == "systemd")
+        {
+            facts.in_systemd_dirs.insert(change.key.clone());
         }
         let units_act_on = facts.units_act_on.get_or_insert_with(|| {
             (declaration.units.values())
@@ -939,6 +949,33 @@ fn plan_release(
         after: LedgerAfter::Disown,
         op,
     })
+}
+
+/// Puts the file `key` back as the host found it, for systemd's confirmation of unit changes
+/// (`kinds::units::confirm`), which found that this run's write reaches the host's units: a file
+/// the host created is removed, an adopted one gets its original, durably. The ledger still says
+/// it is owned as declared, so the next run writes it again and is refused again.
+pub fn put_back(env: &Env, cx: &RunContext, ledger: &mut Ledger, key: &str) -> Result<(), String> {
+    let op = match ledger.get::<Files>(key) {
+        Some(entry) if entry.origin == Origin::Created => Op::Remove,
+        Some(Entry {
+            original: Some(original),
+            ..
+        }) => Op::Restore(Original::clone(original)),
+        _ => {
+            return Err(format!(
+                "{key}: mesh-host keeps no original of it to put back"
+            ))
+        }
+    };
+    let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
+    let mut parents = ParentDirs::new(&root);
+    apply_one(env, cx, &mut parents, ledger, key, &op)?;
+    parents.sync_filesystems()?;
+    match parents.sync().into_iter().next() {
+        Some((dir, e)) => Err(format!("{key}: fsync {}: {e}", dir.display())),
+        None => Ok(()),
+    }
 }
 
 /// Carries out one change; a write gives back its temp file, to be renamed once every written

@@ -26,6 +26,8 @@ use crate::store::{Digest, Entry, Ledger, Origin, Owed};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
 use crate::unitfile::UnitName;
 
+mod confirm;
+
 pub struct Units;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -388,17 +390,32 @@ impl Kind for Units {
     fn apply(
         env: &Env,
         cx: &RunContext,
-        _ledger: &mut Ledger,
+        ledger: &mut Ledger,
         changes: &[Change<Op, Original>],
     ) -> Vec<Outcome> {
         let mut progress = Progress::default();
+        let before = confirm_before(env, cx, changes, &mut progress.errors);
         for verb in [Verb::Stop, Verb::Disable] {
             progress.run_verb(env, changes, verb);
         }
-        configure(env, cx, changes, &mut progress);
+        let configured = configure(env, cx, changes, before.as_ref(), &mut progress);
         // Here systemd has read every unit file and drop-in of this run, and nothing was
-        // enabled or started yet.
-        for verb in [Verb::Enable, Verb::Start, Verb::Restart, Verb::Reload] {
+        // enabled or started yet. Enabling makes the `[Install]` links, so it is confirmed too.
+        progress.run_verb(env, changes, Verb::Enable);
+        // Files written, the manager reloaded, units enabled, nothing started: systemd confirms.
+        if let Some(before) = &before {
+            confirm::after(
+                env,
+                cx,
+                ledger,
+                before,
+                changes,
+                configured.reloaded,
+                &configured.previous,
+                &mut progress.errors,
+            );
+        }
+        for verb in [Verb::Start, Verb::Restart, Verb::Reload] {
             progress.run_verb(env, changes, verb);
         }
         let outcomes: Vec<Outcome> = changes.iter().map(|c| progress.outcome(c)).collect();
@@ -471,16 +488,90 @@ impl<'a> Progress<'a> {
     }
 }
 
+/// Whether this change writes or restores a unit file or enables a unit: what systemd's
+/// confirmation is asked about. A removal or a disable only takes away.
+fn touches_unit_files(op: &Op) -> bool {
+    matches!(op.file, FileChange::Write(_) | FileChange::Restore(_))
+        || op.enablement == Enablement::Enable
+}
+
+/// When the run writes unit files or makes links (the units kind's, or the files kind's files
+/// in systemd's directories): on a live machine, what systemd says of the host's units before
+/// (one `systemctl show`; if it cannot be asked, those units fail untouched); under `--root`, a
+/// note that the model alone decided.
+fn confirm_before<'a>(
+    env: &Env,
+    cx: &RunContext,
+    changes: &'a [Change<Op, Original>],
+    errors: &mut BTreeMap<&'a str, KindError>,
+) -> Option<confirm::Before> {
+    let touching: Vec<&'a str> = changes
+        .iter()
+        .filter(|c| touches_unit_files(&c.op))
+        .map(|c| c.key.as_str())
+        .collect();
+    let files = &cx.facts.files.in_systemd_dirs;
+    if touching.is_empty() && files.is_empty() {
+        return None;
+    }
+    if env.offline {
+        env.runner.note(
+            "unit files changed under --root: no running systemd to confirm them, the model \
+             alone decided that they do not reach the host's units"
+                .to_string(),
+        );
+        return None;
+    }
+    match confirm::before(env, &touching, files) {
+        Ok(before) => Some(before),
+        Err(e) => {
+            let why = format!(
+                "not changed: what systemd says of the host's own units could not be asked \
+                 before, so the change could not be confirmed: {e}"
+            );
+            for name in touching {
+                errors.insert(name, KindError::Reason(why.clone()));
+            }
+            None
+        }
+    }
+}
+
+/// The unit's file as it is before this run changes it, to put back: `None` when there is none.
+fn previous_file(env: &Env, name: &str) -> Result<Option<Vec<u8>>, String> {
+    let dir = open_unit_dir(env, false)?;
+    match read_unit_file(env, dir.as_ref(), name, env.config.limits.max_file_bytes)? {
+        Found::Nothing => Ok(None),
+        Found::File(_, bytes) => Ok(Some(bytes)),
+        Found::Link(target) => Err(format!(
+            "its unit file is a symlink to {}; mesh-host never writes through or replaces a symlink",
+            target.display()
+        )),
+    }
+}
+
+/// What the configuration phase did: each unit file's bytes before this run changed it (`None`:
+/// there was none), to put back, and the reload's failure, if it failed: then nothing is confirmed.
+struct Configured<'a> {
+    previous: Vec<(&'a str, Option<Vec<u8>>)>,
+    reloaded: Result<(), String>,
+}
+
 /// The configuration phase: writes, restores or removes every unit file, then one
-/// `daemon-reload` if any changed here or the files kind changed a unit file or drop-in.
+/// `daemon-reload` if any changed here or the files kind changed a unit file or drop-in (or any
+/// file in systemd's directories, when systemd is to confirm them). With `before`, each unit
+/// file's bytes are read before it changes, to put back if systemd's confirmation fails.
 fn configure<'a>(
     env: &Env,
     cx: &RunContext,
     changes: &'a [Change<Op, Original>],
+    before: Option<&confirm::Before>,
     progress: &mut Progress<'a>,
-) {
+) -> Configured<'a> {
     let dir = unit_dir(env);
-    let mut files_changed = !cx.facts.files.unit_config.is_empty();
+    let mut files_changed =
+        !cx.facts.files.unit_config.is_empty() || before.is_some_and(confirm::Before::has_files);
+    let mut previous = Vec::new();
     for change in changes {
         let key = change.key.as_str();
         if progress.errors.contains_key(key) || progress.stopped.contains(key) {
@@ -490,8 +581,21 @@ fn configure<'a>(
             progress.stopped.insert(key);
             continue;
         }
+        let was = match (before, &change.op.file) {
+            (None, _) | (_, FileChange::Keep) => None,
+            (Some(_), _) => match previous_file(env, key) {
+                Ok(was) => Some(was),
+                Err(e) => {
+                    progress.errors.insert(key, e.into());
+                    continue;
+                }
+            },
+        };
         match apply_file(env, &dir, key, &change.op.file) {
-            Ok(changed) => files_changed |= changed,
+            Ok(changed) => {
+                files_changed |= changed;
+                previous.extend(was.filter(|_| changed).map(|was| (key, was)));
+            }
             Err(e) => {
                 progress.errors.insert(key, e.into());
             }
@@ -499,11 +603,13 @@ fn configure<'a>(
     }
     // Not skipped when stopping: a unit file written is only whole once systemd has read it
     // (the next run would find the file as declared and reload nothing).
+    let mut reloaded = Ok(());
     if files_changed && !env.offline {
         if let Err(e) = env
             .runner
             .run(&env.config.systemctl, &systemctl::daemon_reload(), &[])
         {
+            reloaded = Err(e.to_string());
             for change in changes {
                 (progress.errors)
                     .entry(&change.key)
@@ -511,6 +617,7 @@ fn configure<'a>(
             }
         }
     }
+    Configured { previous, reloaded }
 }
 
 /// Units declared present that restart or reload on any of `files`, with the file: what they
