@@ -342,7 +342,7 @@ fn probe(report: &Path) -> String {
          echo '[cwd]'; pwd; echo '[env]'; env; exit 1",
         report.display()
     );
-    serde_json::json!({"command": ["bash", "-c", script, "pacman"], "timeout_secs": 10}).to_string()
+    serde_json::json!({"command": ["bash", "-c", script, "probe"], "timeout_secs": 10}).to_string()
 }
 
 /// The lines of `section` in a probe's report.
@@ -356,21 +356,25 @@ fn probed<'a>(report: &'a str, section: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// A tool the host spawns inherits nothing of the host's process, under `apply` and under the
-/// service alike (issue 21): no blocked signal (the service blocks SIGHUP, SIGINT, SIGTERM and
+/// A tool the host spawns (pacman, systemctl and podman, each a probe) inherits nothing of the
+/// host's process, under `apply` and under the service alike (issue 21): no blocked signal (the service blocks SIGHUP, SIGINT, SIGTERM and
 /// SIGUSR1 for its signalfd), no ignored signal but SIGPIPE, no descriptor but 0, 1 and 2, umask
 /// 022 whatever the host's, `/` as its working directory, and the host's environment without
 /// systemd's variables for the host itself (NOTIFY_SOCKET), with LC_ALL=C.
 #[test]
 fn a_tool_starts_with_nothing_of_the_host_under_apply_and_run() {
+    const TOOLS: [&str; 3] = ["pacman", "systemctl", "podman"];
     for way in Way::BOTH {
         let label = format!("probe-{}", way.name());
-        let report = std::env::temp_dir().join(format!("mesh-{label}-{}", std::process::id()));
-        let tool = probe(&report);
-        let mut host = Scratch::with_config(
-            &label,
-            &format!(r#"{{"pacman": {tool}, "systemctl": {tool}, "podman": {tool}}}"#),
-        );
+        let report = |tool: &str| {
+            let name = format!("mesh-{label}-{}.{tool}", std::process::id());
+            std::env::temp_dir().join(name)
+        };
+        let tools: Vec<String> = TOOLS
+            .iter()
+            .map(|tool| format!(r#""{tool}": {}"#, probe(&report(tool))))
+            .collect();
+        let mut host = Scratch::with_config(&label, &format!("{{{}}}", tools.join(", ")));
         // No --root: every tool is the probe, and nothing declared touches this machine.
         host.offline_root = false;
         let launch = Launch {
@@ -381,39 +385,50 @@ fn a_tool_starts_with_nothing_of_the_host_under_apply_and_run() {
             umask: Some(0o077),
         };
         let mut driver = Driver::start_with(way, host, launch);
-        let ran = driver.converge(r#"{"schema": 1, "packages": {"mesh-e": {}}}"#);
-        assert!(
-            !failures(&ran.record).is_empty(),
-            "{way:?}: the probe fails its package: {:#}",
+        let ran = driver.converge(
+            r#"{"schema": 1, "packages": {"mesh-e": {}},
+                "units": {"mesh-faults-probe.service": {"enabled": true}},
+                "containers": {"probeweb": {"image": "localhost/none:1"}}}"#,
+        );
+        assert_eq!(
+            failures(&ran.record).len(),
+            3,
+            "{way:?}: the probes fail their resources: {:#}",
             ran.record
         );
-        let text = std::fs::read_to_string(&report).expect("the probe's report");
-        let _ = std::fs::remove_file(&report);
-        let sigpipe = format!("{:016x}", 1u64 << (libc::SIGPIPE - 1));
-        let got = (
-            probed(&text, "fds"),
-            probed(&text, "sig"),
-            probed(&text, "umask"),
-            probed(&text, "cwd"),
-        );
-        eprintln!("{way:?}: the probe got {got:?}");
-        assert_eq!(
-            got,
-            (
-                vec!["0", "1", "2"],
-                vec!["SigBlk:\t0000000000000000", &format!("SigIgn:\t{sigpipe}")],
-                vec!["0022"],
-                vec!["/"],
-            ),
-            "{way:?}: descriptors, SigBlk and SigIgn, umask, working directory"
-        );
-        let env = probed(&text, "env");
-        assert!(env.contains(&"LC_ALL=C"), "{way:?}: {env:?}");
-        assert!(env.contains(&"MESH_PROBE_PASSED=/kept"), "{way:?}: {env:?}");
-        assert!(
-            !env.iter().any(|v| v.starts_with("NOTIFY_SOCKET=")),
-            "{way:?}: {env:?}"
-        );
+        for tool in TOOLS {
+            let text = std::fs::read_to_string(report(tool))
+                .unwrap_or_else(|e| panic!("{way:?}: no report from the {tool} probe: {e}"));
+            let _ = std::fs::remove_file(report(tool));
+            let sigpipe = format!("{:016x}", 1u64 << (libc::SIGPIPE - 1));
+            let got = (
+                probed(&text, "fds"),
+                probed(&text, "sig"),
+                probed(&text, "umask"),
+                probed(&text, "cwd"),
+            );
+            eprintln!("{way:?}: the {tool} probe got {got:?}");
+            assert_eq!(
+                got,
+                (
+                    vec!["0", "1", "2"],
+                    vec!["SigBlk:\t0000000000000000", &format!("SigIgn:\t{sigpipe}")],
+                    vec!["0022"],
+                    vec!["/"],
+                ),
+                "{way:?}, {tool}: descriptors, SigBlk and SigIgn, umask, working directory"
+            );
+            let env = probed(&text, "env");
+            assert!(env.contains(&"LC_ALL=C"), "{way:?}, {tool}: {env:?}");
+            assert!(
+                env.contains(&"MESH_PROBE_PASSED=/kept"),
+                "{way:?}, {tool}: {env:?}"
+            );
+            assert!(
+                !env.iter().any(|v| v.starts_with("NOTIFY_SOCKET=")),
+                "{way:?}, {tool}: {env:?}"
+            );
+        }
     }
 }
 
