@@ -357,10 +357,11 @@ fn probed<'a>(report: &'a str, section: &str) -> Vec<&'a str> {
 }
 
 /// A tool the host spawns (pacman, systemctl and podman, each a probe) inherits nothing of the
-/// host's process, under `apply` and under the service alike (issue 21): no blocked signal (the service blocks SIGHUP, SIGINT, SIGTERM and
-/// SIGUSR1 for its signalfd), no ignored signal but SIGPIPE, no descriptor but 0, 1 and 2, umask
-/// 022 whatever the host's, `/` as its working directory, and the host's environment without
-/// systemd's variables for the host itself (NOTIFY_SOCKET), with LC_ALL=C.
+/// host's process, under `apply` and under the service alike (issue 21): no blocked signal (the
+/// service blocks SIGHUP, SIGINT, SIGTERM and SIGUSR1 for its signalfd), no ignored signal but
+/// SIGPIPE, no descriptor but 0, 1 and 2, umask 022 whatever the host's, `/` as its working
+/// directory, and the host's environment without systemd's variables for the host itself
+/// (NOTIFY_SOCKET), with LC_ALL=C.
 #[test]
 fn a_tool_starts_with_nothing_of_the_host_under_apply_and_run() {
     const TOOLS: [&str; 3] = ["pacman", "systemctl", "podman"];
