@@ -158,7 +158,7 @@ fn an_ordinary_unit_ordered_after_the_host_passes_confirmation() {
     let host = host_of(&sb, "confirm-after", &host_unit);
     let before = standing(&host_unit.name);
     let content = format!(
-        "[Unit]\nAfter={h}\nBefore={h}\n\n[Service]\nExecStart=/bin/sleep infinity\n\n\
+        "[Unit]\nAfter={h}\n\n[Service]\nExecStart=/bin/sleep infinity\n\n\
          [Install]\nWantedBy=default.target\n",
         h = host_unit.name
     );
