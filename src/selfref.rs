@@ -10,6 +10,10 @@ use std::path::{Component, Path};
 use crate::config::Identity;
 use crate::unitfile::{self, Owner, UnitName};
 
+mod paths;
+mod pid1;
+mod tmpfiles;
+
 /// Types whose unit of the host's name starts the host's service by default.
 const ACTIVATION_TYPES: [&str; 3] = ["socket", "timer", "path"];
 
@@ -96,6 +100,13 @@ pub fn refuse_unit(key: &str, content: Option<&str>, identity: &Identity) -> Opt
     } else {
         Owner::Unit(name)
     };
+    // A mount, automount or swap unit's name is its path, whatever file a package ships for it.
+    if content.is_some() || ["mount", "automount", "swap"].contains(&name.unit_type) {
+        let hosts = paths::host_paths(identity);
+        if let Some(why) = pid1::refuse_unit(content.unwrap_or(""), owner, &hosts) {
+            return Some(format!("{key}: {why}"));
+        }
+    }
     refuse_content(content?, owner, identity).map(|why| format!("content: {why}"))
 }
 
@@ -161,6 +172,9 @@ pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<S
 /// Why writing (or removing) the file `path` with `content` reaches the host, if it does: its
 /// config, credentials or store, or what systemd reads for one of its units.
 pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
+    if let Some(why) = refuse_systemd_file(path, content, identity) {
+        return Some(why);
+    }
     let own = [&identity.config_dir]
         .into_iter()
         .chain(&identity.config_files)
@@ -247,6 +261,38 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
     None
 }
 
+/// Why a file systemd itself acts on has it touch one of the host's paths, if it does: a
+/// tmpfiles.d file, `/etc/fstab`, or a unit file or drop-in anywhere on the unit search path
+/// (mounts by name, and directives whose path PID 1 writes, chowns or unlinks).
+fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
+    let content = content?;
+    let (dir, name) = path.rsplit_once('/')?;
+    let in_unit_dir = |d: &str| {
+        paths::SYSTEM_UNIT_PATH.contains(&d)
+            || identity.unit_dirs.iter().any(|u| u.as_os_str() == d)
+    };
+    let text = || String::from_utf8_lossy(content);
+    if name.ends_with(".conf") && tmpfiles::DIRS.contains(&dir) {
+        return tmpfiles::refuse(&text(), &paths::host_paths(identity))
+            .map(|why| format!("{path} is read by systemd-tmpfiles: {why}"));
+    }
+    if path == "/etc/fstab" {
+        return pid1::refuse_fstab(&text(), &paths::host_paths(identity))
+            .map(|why| format!("{path} is read by systemd-fstab-generator: {why}"));
+    }
+    let owner = if in_unit_dir(dir) {
+        file_owner(name)?
+    } else {
+        let (parent, drop_ins) = dir.rsplit_once('/')?;
+        if !in_unit_dir(parent) || !name.ends_with(".conf") {
+            return None;
+        }
+        file_owner(drop_ins.strip_suffix(".d")?)?
+    };
+    pid1::refuse_unit(&text(), owner, &paths::host_paths(identity))
+        .map(|why| format!("{path} is read by systemd as a unit file: {why}"))
+}
+
 /// Whether `path` is surely neither `own` nor below it, told by text: each check below parses both
 /// paths' components, which a declaration of thousands of files would pay for every file, while
 /// almost none is near the host's own paths. Where the texts first differ, if neither has a `/`
@@ -300,19 +346,22 @@ pub fn protected_paths(identity: &Identity) -> Vec<(String, &'static str)> {
     for p in &identity.unit_dirs {
         add(p, "unit directory");
     }
-    add(Path::new("/usr/lib/systemd/system"), "unit directory");
+    for p in paths::SYSTEM_UNIT_PATH {
+        add(Path::new(p), "unit directory");
+    }
     add(Path::new("/run/systemd"), "runtime unit directory");
-    add(Path::new("/usr/bin/mesh-host"), "binary");
+    add(Path::new(paths::BINARY), "binary");
     out
 }
 
 /// Arch's merged /usr and /run: where these lead, a mount of them is a mount of their target.
-const WELL_KNOWN_LINKS: [(&str, &str); 7] = [
+const WELL_KNOWN_LINKS: [(&str, &str); 8] = [
     ("/bin", "/usr/bin"),
     ("/sbin", "/usr/bin"),
     ("/usr/sbin", "/usr/bin"),
     ("/lib", "/usr/lib"),
     ("/lib64", "/usr/lib"),
+    ("/usr/lib64", "/usr/lib"),
     ("/var/run", "/run"),
     ("/var/lock", "/run/lock"),
 ];
@@ -321,15 +370,7 @@ const WELL_KNOWN_LINKS: [(&str, &str); 7] = [
 /// host, if it does: writable (or relabelled, or chowned) and holding or inside something the
 /// host needs.
 pub fn refuse_mount(source: &str, writes: &str, identity: &Identity) -> Option<String> {
-    let mut source = source.to_string();
-    for (link, target) in WELL_KNOWN_LINKS {
-        if let Some(rest) = source.strip_prefix(link) {
-            if rest.is_empty() || rest.starts_with('/') {
-                source = format!("{target}{rest}");
-                break;
-            }
-        }
-    }
+    let source = follow_links(source);
     if source.split('/').any(|part| part == "..") {
         return Some(format!(
             "it mounts {source} {writes}, and its '..' cannot be resolved without following \
@@ -351,6 +392,65 @@ pub fn refuse_mount(source: &str, writes: &str, identity: &Identity) -> Option<S
         Some(format!(
             "it mounts {} {writes}, {relation} {p}, the host's own {what}",
             source.display()
+        ))
+    })
+}
+
+/// `source` with the merged-/usr link it starts with, if any, followed.
+fn follow_links(source: &str) -> String {
+    for (link, target) in WELL_KNOWN_LINKS {
+        if let Some(rest) = source.strip_prefix(link) {
+            if rest.is_empty() || rest.starts_with('/') {
+                return format!("{target}{rest}");
+            }
+        }
+    }
+    source.to_string()
+}
+
+/// Host directories holding sockets that hand out control of the host to whoever can
+/// `connect()`, which a read-only mount does not stop.
+const SOCKET_DIRS: [(&str, &str); 2] = [
+    ("/run/systemd", "PID 1's private socket"),
+    ("/run/dbus", "the system bus"),
+];
+
+/// Why a container mounting the host directory `source` (normalised) reaches the host even
+/// read-only, or through a writable kernel interface, if it does: `/proc/N` (a process's `root`,
+/// `cwd` and `fd/` lead into the host's filesystem, past the mount's read-only flag), a writable
+/// procfs, sysfs or cgroupfs, and PID 1's and the system bus's sockets with every directory above.
+pub fn refuse_mount_source(source: &str, writable: bool) -> Option<String> {
+    let source = follow_links(source);
+    let parts: Vec<&str> = source.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.contains(&"..") {
+        return Some(format!(
+            "it mounts {source}, and its '..' cannot be resolved without following symlinks \
+             (give the path without it)"
+        ));
+    }
+    let process =
+        |p: &str| matches!(p, "self" | "thread-self") || p.bytes().all(|b| b.is_ascii_digit());
+    match parts.as_slice() {
+        ["proc"] | ["proc", ..] if parts.get(1).is_none_or(|p| process(p)) => {
+            return Some(format!(
+                "it mounts {source}: /proc/N/root, /proc/N/cwd and /proc/N/fd lead into the \
+                 host's filesystem, writable, whatever the mount's options"
+            ));
+        }
+        ["proc", ..] | ["sys", ..] if writable => {
+            return Some(format!(
+                "it mounts {source} read-write: procfs, sysfs and cgroupfs act on the whole host \
+                 (/proc/sysrq-trigger, the host's own cgroup.kill)"
+            ));
+        }
+        _ => {}
+    }
+    SOCKET_DIRS.iter().find_map(|(dir, what)| {
+        let relation = paths::Pattern::literal(&source).relation(dir)?;
+        Some(format!(
+            "it mounts {source}, {} {dir}, {what}: connect() to a socket ignores a read-only \
+             mount",
+            relation.phrase()
         ))
     })
 }
@@ -761,7 +861,41 @@ mod tests {
         for (v, needle) in [
             (
                 "/:/host",
-                "mounts / read-write, which holds /var/lib/mesh-host, the host's own store",
+                "mounts /, which holds /run/systemd, PID 1's private socket: connect() to a \
+                 socket ignores a read-only mount",
+            ),
+            ("/:/host:ro,rslave", "which holds /run/systemd"),
+            ("/:/rootfs:O", "which holds /run/systemd"),
+            ("/run:/run:ro", "which holds /run/systemd"),
+            ("/var/run:/r:ro", "mounts /run, which holds /run/systemd"),
+            ("/run/systemd:/s:ro", "which is /run/systemd"),
+            ("/run/systemd/private:/s:ro", "inside /run/systemd"),
+            ("/run/dbus:/d:ro", "which is /run/dbus, the system bus"),
+            ("/var/run/dbus/system_bus_socket:/s:ro", "inside /run/dbus"),
+            ("/proc:/host/proc:ro", "/proc/N/root"),
+            ("/proc/1/root:/h:ro", "/proc/N/root"),
+            ("/proc/self/root/etc:/h:ro", "/proc/N/root"),
+            ("/proc/thread-self/cwd:/h:ro", "/proc/N/root"),
+            ("/proc/sys:/s", "read-write: procfs"),
+            ("/proc/sysrq-trigger:/t", "read-write: procfs"),
+            ("/sys:/s", "read-write: procfs, sysfs and cgroupfs"),
+            ("/sys/fs/cgroup:/c:rw", "cgroup.kill"),
+            (
+                "/srv/../var/lib/mesh-host:/x:ro",
+                "its '..' cannot be resolved",
+            ),
+            (
+                "/usr/local:/l",
+                "/usr/local/lib/systemd/system, the host's own unit directory",
+            ),
+            (
+                "/usr/lib64:/l",
+                "mounts /usr/lib read-write, which holds /usr/lib/systemd/system",
+            ),
+            ("/lib/systemd:/l", "which holds /usr/lib/systemd/system"),
+            (
+                "/etc/systemd/system.attached:/l",
+                "the host's own unit directory",
             ),
             (
                 "/var:/v:rw",
@@ -817,13 +951,14 @@ mod tests {
             check_refused(&volume(v), &["volumes[0]", needle]);
         }
         for v in [
-            "/:/host:ro,rslave",
-            "/:/rootfs:ro",
             "/var/lib/mesh-host:/x:ro",
             "/etc/mesh-host:/x:ro",
-            "/srv/../var/lib/mesh-host:/x:ro",
-            "/proc:/host/proc:ro",
             "/sys:/host/sys:ro,rslave",
+            "/sys/fs/cgroup:/c:ro",
+            "/proc/cpuinfo:/cpuinfo:ro",
+            "/run/user/1000/pulse:/p:ro",
+            "/run/podman-data:/p",
+            "/var/lib/containers-data:/x",
             "/srv/data:/data:rw,z,nocopy,rshared",
             "/srv/data:/data:Z,U,noexec,nodev,nosuid,rbind",
             "/etc/mesh-hostile:/x",

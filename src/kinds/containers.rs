@@ -206,6 +206,11 @@ impl Kind for Containers {
         spec.volumes.iter().find_map(|text| {
             let volume = parse_volume(text).ok()?;
             let source = volume.host_path.as_deref();
+            if let Some(why) =
+                source.and_then(|s| crate::selfref::refuse_mount_source(s, !volume.read_only))
+            {
+                return Some(format!("volume {text:?}: {why}"));
+            }
             let mut writes: Vec<(&str, String)> = Vec::new();
             if let Some(source) = source {
                 if !volume.read_only {
