@@ -976,6 +976,105 @@ mod tests {
     }
 
     #[test]
+    fn class_7_files_systemd_itself_acts_on() {
+        for (path, content, needle) in [
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "# x\nd /srv/data 0755\nR /srv/mesh-store\n",
+                "/etc/tmpfiles.d/x.conf is read by systemd-tmpfiles: line 3 \"R /srv/mesh-store\": \
+                 type R would have systemd-tmpfiles touch /srv/mesh-store, which is \
+                 /srv/mesh-store, the host's own store",
+            ),
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "z /etc 0777",
+                "which holds /etc/mesh-host, the host's own configuration",
+            ),
+            (
+                "/etc/fstab",
+                "UUID=1 / ext4 defaults 0 1\ntmpfs /etc/systemd/system tmpfs\n",
+                "/etc/fstab is read by systemd-fstab-generator: line 2",
+            ),
+            (
+                "/etc/systemd/system/etc-mesh\\x2dhost.mount",
+                "[Mount]\nWhat=tmpfs\n",
+                "names its path /etc/mesh-host",
+            ),
+            (
+                "/etc/systemd/system/srv-x.mount.d/x.conf",
+                "[Mount]\nWhat=/etc/mesh-host\nOptions=bind\n",
+                "[Mount] What=/etc/mesh-host (line 2): it mounts /etc/mesh-host elsewhere",
+            ),
+            (
+                "/etc/systemd/system/service.d/x.conf",
+                "[Service]\nStateDirectory=mesh-host\n",
+                "creates and chowns /var/lib/mesh-host",
+            ),
+            (
+                "/etc/systemd/system.attached/x.socket",
+                "[Socket]\nListenFIFO=/usr/bin/mesh-host\n",
+                "the host's own binary",
+            ),
+        ] {
+            check_refused(&file(path, content), &["refused", needle]);
+        }
+        for (name, content, needle) in [
+            (
+                "etc.mount",
+                None,
+                "etc.mount: etc.mount names its path /etc",
+            ),
+            ("srv-mesh\\x2dstore.automount", None, "the host's own store"),
+            (
+                "x.service",
+                Some("[Service]\nPIDFile=/etc/mesh-host/config.json\n"),
+                "x.service: [Service] PIDFile=",
+            ),
+            (
+                "x.service",
+                Some("[Service]\nStandardOutput=truncate:/etc/mesh-host/config.json\n"),
+                "opens /etc/mesh-host/config.json for writing",
+            ),
+        ] {
+            let spec = match content {
+                Some(c) => json!({"content": c}),
+                None => json!({"active": true}),
+            };
+            let json = json!({"schema": 1, "units": {name: spec}}).to_string();
+            check_refused(&json, &["refused", needle]);
+        }
+        for (path, content) in [
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "d /var/lib 0755 - - -\nL /var/run - - - - ../run\n",
+            ),
+            ("/etc/tmpfiles.d/x.txt", "R /var/lib/mesh-host\n"),
+            (
+                "/etc/fstab",
+                "UUID=1 / ext4 defaults 0 1\n/dev/sdb /srv/data xfs defaults 0 2\n",
+            ),
+            (
+                "/etc/systemd/system/srv-data.mount",
+                "[Mount]\nWhat=/dev/sdb\n",
+            ),
+            (
+                "/etc/systemd/system/x.service",
+                "[Service]\nStateDirectory=x\n",
+            ),
+            (
+                "/etc/systemd/user/x.service",
+                "[Service]\nPIDFile=/etc/mesh-host/x\n",
+            ),
+        ] {
+            assert!(
+                problems(&file(path, content)).is_empty(),
+                "{path}: {:?}",
+                problems(&file(path, content))
+            );
+        }
+    }
+
+    #[test]
     fn class_6_the_configs_own_files_wherever_it_puts_them() {
         let config = r#"{"control_plane": {"address": "cp:1", "ca_file": "/etc/pki/mesh-ca.pem",
                          "node": "n", "secret_file": "/etc/keys/mesh-secret"}}"#;

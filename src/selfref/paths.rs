@@ -129,8 +129,10 @@ enum Tok {
 #[derive(Debug, Clone)]
 pub struct Pattern {
     parts: Vec<Vec<Tok>>,
-    /// Why it could be any path (an unresolved specifier, a `..`), if it could.
+    /// Why it could be any path (a `..`), if it could.
     open: Option<String>,
+    /// Why any path may follow `parts` (a specifier that may hold a `/`), if one may.
+    tail: Option<String>,
 }
 
 impl Pattern {
@@ -142,6 +144,7 @@ impl Pattern {
     pub fn from_segs(segs: &[Seg]) -> Pattern {
         let mut parts: Vec<Vec<Tok>> = vec![Vec::new()];
         let mut open = None;
+        let mut tail = None;
         for seg in segs {
             match seg {
                 Seg::Lit(text) => {
@@ -152,7 +155,10 @@ impl Pattern {
                 Seg::Glob(text) => glob_tokens(text, &mut parts),
                 Seg::Wild => parts.last_mut().into_iter().for_each(|p| p.push(Tok::Any)),
                 Seg::Open(what) => {
-                    open.get_or_insert_with(|| format!("{what} cannot be resolved here"));
+                    // Below what is known, any path: systemd refuses a `..` in these values.
+                    parts.last_mut().into_iter().for_each(|p| p.push(Tok::Any));
+                    tail = Some(format!("{what} cannot be resolved here"));
+                    break;
                 }
             }
         }
@@ -165,12 +171,12 @@ impl Pattern {
                 "its '..' cannot be resolved without following symlinks".to_string()
             });
         }
-        Pattern { parts, open }
+        Pattern { parts, open, tail }
     }
 
-    /// Whether it could be any path.
+    /// Whether it could be any path, or any below a known part.
     pub fn is_open(&self) -> bool {
-        self.open.is_some()
+        self.open.is_some() || self.tail.is_some()
     }
 
     /// Where this pattern could stand against `host` (a literal absolute path), if anywhere.
@@ -183,6 +189,10 @@ impl Pattern {
             .all(|(toks, name)| component_matches(toks, name));
         if !matched {
             return None;
+        }
+        if self.tail.is_some() && self.parts.len() <= host.len() {
+            // It may stop there, above, or go on below: say the closest.
+            return Some(Relation::Is);
         }
         Some(match self.parts.len().cmp(&host.len()) {
             std::cmp::Ordering::Equal => Relation::Is,
@@ -202,18 +212,17 @@ impl Pattern {
         }
         hosts.iter().find_map(|h| {
             let relation = self.relation(&h.spelled)?;
+            let could = match &self.tail {
+                Some(why) => format!("{why}, and it could reach"),
+                None => relation.phrase().to_string(),
+            };
             relations.contains(&relation).then(|| {
                 let alias = if h.spelled == h.canonical {
                     String::new()
                 } else {
                     format!(" ({})", h.canonical)
                 };
-                format!(
-                    "{} {}{alias}, the host's own {}",
-                    relation.phrase(),
-                    h.spelled,
-                    h.what
-                )
+                format!("{could} {}{alias}, the host's own {}", h.spelled, h.what)
             })
         })
     }
@@ -447,11 +456,19 @@ mod tests {
         assert_eq!(wild.relation("/var/lib/mesh-host"), Some(Relation::Is));
         let dotdot = Pattern::literal("/srv/../etc/mesh-host");
         assert!(dotdot.touches(&[], &ANY).unwrap().contains("'..'"));
+        let hosts = host_paths(&crate::config::Config::parse("{}", None).unwrap().identity);
         let open = Pattern::from_segs(&[Seg::Open("%h".into()), Seg::Lit("/x".into())]);
-        assert!(open
-            .touches(&[], &ANY)
-            .unwrap()
-            .contains("%h cannot be resolved"));
+        let found = open.touches(&hosts, &AT_OR_INSIDE).unwrap();
+        assert!(
+            found.contains("%h cannot be resolved here, and it could reach /var/lib/mesh-host"),
+            "{found}"
+        );
+        let dev = Pattern::from_segs(&[Seg::Lit("/dev/".into()), Seg::Open("%I".into())]);
+        assert!(dev.touches(&hosts, &ANY).is_none());
+        for prefix in ["/var/lib/mesh-host/", "/var/l"] {
+            let below = Pattern::from_segs(&[Seg::Lit(prefix.into()), Seg::Open("%I".into())]);
+            assert!(below.touches(&hosts, &AT_OR_INSIDE).is_some(), "{prefix}");
+        }
     }
 
     #[test]

@@ -41,17 +41,33 @@ pub fn refuse(text: &str, hosts: &[HostPath]) -> Option<String> {
 }
 
 fn refuse_line(line: &str, hosts: &[HostPath]) -> Option<String> {
-    let (fields, argument) = match fields(line) {
-        Ok(read) => read,
-        // systemd-tmpfiles skips a line it cannot read; one it might read another way is refused.
-        Err(e) => {
-            let path = line.split_whitespace().nth(1)?.trim_matches(['"', '\'']);
-            pattern(path).touches(hosts, &ANY)?;
-            return Some(format!(
-                "cannot be read safely ({e}), and its path {path} is near the host's own"
-            ));
+    // systemd 252 keeps the character after a `\` (`\x2d` is `x2d`); later versions decode C
+    // escapes (`\x2d` is `-`). Both readings are checked.
+    let readings = [fields(line, true), fields(line, false)];
+    let mut error = None;
+    for reading in readings {
+        match reading {
+            Ok((fields, argument)) => {
+                if let Some(why) = refuse_fields(fields, argument, hosts) {
+                    return Some(why);
+                }
+            }
+            Err(e) => error = Some(e),
         }
-    };
+    }
+    let e = error?;
+    let path = line.split_whitespace().nth(1)?.trim_matches(['"', '\'']);
+    pattern(path).touches(hosts, &ANY)?;
+    Some(format!(
+        "cannot be read safely ({e}), and its path {path} is near the host's own"
+    ))
+}
+
+fn refuse_fields(
+    fields: Vec<String>,
+    argument: Option<String>,
+    hosts: &[HostPath],
+) -> Option<String> {
     let mut fields = fields.into_iter();
     let (Some(kind), Some(path)) = (fields.next(), fields.next()) else {
         return None;
@@ -243,7 +259,7 @@ fn specifiers(text: &str, glob: bool) -> Vec<Seg> {
 
 /// The first six fields as `extract_many_words(EXTRACT_UNQUOTE | EXTRACT_CUNESCAPE)` gives them,
 /// then the argument (the rest, `-` for none).
-fn fields(line: &str) -> Result<(Vec<String>, Option<String>), String> {
+fn fields(line: &str, c_escapes: bool) -> Result<(Vec<String>, Option<String>), String> {
     let mut rest = line;
     let mut out = Vec::new();
     while out.len() < 6 {
@@ -251,7 +267,7 @@ fn fields(line: &str) -> Result<(Vec<String>, Option<String>), String> {
         if rest.is_empty() {
             break;
         }
-        let (word, after) = first_word(rest)?;
+        let (word, after) = first_word(rest, c_escapes)?;
         out.push(word);
         rest = after;
     }
@@ -264,13 +280,18 @@ fn is_blank(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\n' | '\r')
 }
 
-/// One word: quotes removed, C escapes decoded; the rest after it.
-fn first_word(text: &str) -> Result<(String, &str), String> {
+/// One word: quotes removed, C escapes decoded (or, without `c_escapes`, the character after a
+/// backslash kept as it is); the rest after it.
+fn first_word(text: &str, c_escapes: bool) -> Result<(String, &str), String> {
     let mut word = String::new();
     let mut quote: Option<char> = None;
     let mut chars = text.char_indices();
     while let Some((i, c)) = chars.next() {
         match (quote, c) {
+            (_, '\\') if !c_escapes => match chars.next() {
+                Some((_, next)) => word.push(next),
+                None => return Err("a trailing backslash".into()),
+            },
             (_, '\\') => {
                 let rest = &text[i + 1..];
                 let (decoded, used) = escape(rest)?;
@@ -363,18 +384,22 @@ mod tests {
 
     #[test]
     fn fields_are_unquoted_and_unescaped_as_systemd_does() {
-        let (f, arg) = fields("f  \"/etc/mesh host\" 0644 - - - some text").unwrap();
+        let (f, arg) = fields("f  \"/etc/mesh host\" 0644 - - - some text", true).unwrap();
         assert_eq!(f, ["f", "/etc/mesh host", "0644", "-", "-", "-"]);
         assert_eq!(arg.as_deref(), Some("some text"));
-        let (f, _) = fields("R /var/lib/mesh\\x2dhost").unwrap();
+        let (f, _) = fields("R /var/lib/mesh\\x2dhost", true).unwrap();
         assert_eq!(f[1], "/var/lib/mesh-host");
-        let (f, _) = fields("R '/var/lib/mesh'-\"host\"").unwrap();
+        let (f, _) = fields("R '/var/lib/mesh'-\"host\"", true).unwrap();
         assert_eq!(f[1], "/var/lib/mesh-host");
-        let (f, _) = fields("R /var/lib/mesh\\055host").unwrap();
+        let (f, _) = fields("R /var/lib/mesh\\055host", true).unwrap();
         assert_eq!(f[1], "/var/lib/mesh-host");
-        assert!(fields("R \"/var").is_err());
-        assert!(fields("R /var\\x00").is_err());
-        assert!(fields("R /var\\q").is_err());
+        assert!(fields("R \"/var", true).is_err());
+        assert!(fields("R /var\\x00", true).is_err());
+        assert!(fields("R /var\\q", true).is_err());
+        let (f, _) = fields("R /var/lib/mesh\\x2dhost", false).unwrap();
+        assert_eq!(f[1], "/var/lib/meshx2dhost");
+        let (f, _) = fields("R /var/lib/mesh\\-host", false).unwrap();
+        assert_eq!(f[1], "/var/lib/mesh-host");
     }
 
     #[test]
