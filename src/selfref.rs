@@ -280,6 +280,10 @@ fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) 
         return pid1::refuse_fstab(&text(), &paths::host_paths(identity))
             .map(|why| format!("{path} is read by systemd-fstab-generator: {why}"));
     }
+    if path == "/etc/crypttab" {
+        return pid1::refuse_crypttab(&text(), &paths::host_paths(identity))
+            .map(|why| format!("{path} is read by systemd-cryptsetup-generator: {why}"));
+    }
     let owner = if in_unit_dir(dir) {
         file_owner(name)?
     } else {

@@ -100,8 +100,10 @@ fn every_tmpfiles_d_and_unit_file_the_machine_ships_is_accepted() {
             }
         }
     }
-    if let Ok(fstab) = std::fs::read_to_string("/etc/fstab") {
-        files.insert("/etc/fstab".into(), fstab);
+    for path in ["/etc/fstab", "/etc/crypttab"] {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            files.insert(path.into(), text);
+        }
     }
     let found = refused(&host, &files, &units);
     assert!(found.is_empty(), "false refusals: {found:#?}");

@@ -65,6 +65,28 @@ pub fn refuse_fstab(text: &str, hosts: &[HostPath]) -> Option<String> {
     None
 }
 
+/// Why `/etc/crypttab` with `text` has systemd-cryptsetup open a host path as an encrypted
+/// device, if it does: with `swap` or `tmp` it formats the mapping, overwriting the source.
+pub fn refuse_crypttab(text: &str, hosts: &[HostPath]) -> Option<String> {
+    for (index, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some(device) = line.split_whitespace().nth(1).map(unmangle) else {
+            continue;
+        };
+        if let Some(hit) = Pattern::literal(&device).touches(hosts, &AT_OR_INSIDE) {
+            return Some(format!(
+                "line {} {line:?}: it opens {device} as an encrypted device (formatted with \
+                 swap or tmp), {hit}",
+                index + 1
+            ));
+        }
+    }
+    None
+}
+
 /// libmount's unmangling of an fstab field: `\NNN` octal escapes (`\040` is a space).
 fn unmangle(field: &str) -> String {
     let bytes = field.as_bytes();
@@ -395,6 +417,15 @@ mod tests {
             /srv/data/www /var/www none bind 0 0\n\
             /dev/sdc1 /var/lib/mesh-hostile ext4 defaults 0 2\n";
         assert_eq!(refuse_fstab(everyday, &hosts), None);
+    }
+
+    #[test]
+    fn crypttab_devices_in_host_paths_are_refused() {
+        let hosts = hosts();
+        let found = refuse_crypttab("# x\nswap /srv/mesh-store/img /dev/urandom swap\n", &hosts);
+        assert!(found.is_some_and(|f| f.contains("line 2") && f.contains("store")));
+        let everyday = "home UUID=1 none luks\nswap /dev/sda3 /dev/urandom swap,cipher=aes\n";
+        assert_eq!(refuse_crypttab(everyday, &hosts), None);
     }
 
     #[test]
