@@ -103,7 +103,8 @@ pub fn refuse_unit(key: &str, content: Option<&str>, identity: &Identity) -> Opt
     // A mount, automount or swap unit's name is its path, whatever file a package ships for it.
     if content.is_some() || ["mount", "automount", "swap"].contains(&name.unit_type) {
         let hosts = paths::host_paths(identity);
-        if let Some(why) = pid1::refuse_unit(content.unwrap_or(""), owner, &hosts) {
+        let system = pid1::Manager::System;
+        if let Some(why) = pid1::refuse_unit(content.unwrap_or(""), owner, system, &hosts) {
             return Some(format!("{key}: {why}"));
         }
     }
@@ -261,15 +262,28 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
     None
 }
 
+/// The user managers' unit directories outside homes (systemd.unit(5)).
+const USER_UNIT_DIRS: [&str; 4] = [
+    "/etc/systemd/user",
+    "/run/systemd/user",
+    "/usr/local/lib/systemd/user",
+    "/usr/lib/systemd/user",
+];
+
 /// Why a file systemd itself acts on has it touch one of the host's paths, if it does: a
 /// tmpfiles.d file, `/etc/fstab`, or a unit file or drop-in anywhere on the unit search path
 /// (mounts by name, and directives whose path PID 1 writes, chowns or unlinks).
 fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
     let content = content?;
     let (dir, name) = path.rsplit_once('/')?;
-    let in_unit_dir = |d: &str| {
-        paths::SYSTEM_UNIT_PATH.contains(&d)
-            || identity.unit_dirs.iter().any(|u| u.as_os_str() == d)
+    let manager = |d: &str| {
+        let system = paths::SYSTEM_UNIT_PATH.contains(&d)
+            || identity.unit_dirs.iter().any(|u| u.as_os_str() == d);
+        if system {
+            Some(pid1::Manager::System)
+        } else {
+            USER_UNIT_DIRS.contains(&d).then_some(pid1::Manager::User)
+        }
     };
     let text = || String::from_utf8_lossy(content);
     if name.ends_with(".conf") && tmpfiles::DIRS.contains(&dir) {
@@ -284,16 +298,17 @@ fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) 
         return pid1::refuse_crypttab(&text(), &paths::host_paths(identity))
             .map(|why| format!("{path} is read by systemd-cryptsetup-generator: {why}"));
     }
-    let owner = if in_unit_dir(dir) {
-        file_owner(name)?
-    } else {
-        let (parent, drop_ins) = dir.rsplit_once('/')?;
-        if !in_unit_dir(parent) || !name.ends_with(".conf") {
-            return None;
+    let (owner, manager) = match manager(dir) {
+        Some(manager) => (file_owner(name)?, manager),
+        None => {
+            let (parent, drop_ins) = dir.rsplit_once('/')?;
+            if !name.ends_with(".conf") {
+                return None;
+            }
+            (file_owner(drop_ins.strip_suffix(".d")?)?, manager(parent)?)
         }
-        file_owner(drop_ins.strip_suffix(".d")?)?
     };
-    pid1::refuse_unit(&text(), owner, &paths::host_paths(identity))
+    pid1::refuse_unit(&text(), owner, manager, &paths::host_paths(identity))
         .map(|why| format!("{path} is read by systemd as a unit file: {why}"))
 }
 
@@ -884,6 +899,7 @@ mod tests {
             ("/proc/sysrq-trigger:/t", "read-write: procfs"),
             ("/sys:/s", "read-write: procfs, sysfs and cgroupfs"),
             ("/sys/fs/cgroup:/c:rw", "cgroup.kill"),
+            ("/sys/fs/cgroup:/c:ro,U", "cgroup.kill"),
             (
                 "/srv/../var/lib/mesh-host:/x:ro",
                 "its '..' cannot be resolved",
@@ -1015,6 +1031,11 @@ mod tests {
                 "creates and chowns /var/lib/mesh-host",
             ),
             (
+                "/etc/systemd/user/x.service.d/x.conf",
+                "[Service]\nStandardOutput=append:/etc/mesh-host/config.json\n",
+                "opens /etc/mesh-host/config.json for writing",
+            ),
+            (
                 "/etc/systemd/system.attached/x.socket",
                 "[Socket]\nListenFIFO=/usr/bin/mesh-host\n",
                 "the host's own binary",
@@ -1067,8 +1088,9 @@ mod tests {
             ),
             (
                 "/etc/systemd/user/x.service",
-                "[Service]\nPIDFile=/etc/mesh-host/x\n",
+                "[Service]\nStateDirectory=mesh-host\n",
             ),
+            ("/etc/systemd/user/etc.mount", "[Mount]\nWhat=tmpfs\n"),
         ] {
             assert!(
                 problems(&file(path, content)).is_empty(),

@@ -100,6 +100,11 @@ fn every_tmpfiles_d_and_unit_file_the_machine_ships_is_accepted() {
             }
         }
     }
+    if Path::new("/usr/lib/systemd/user").is_dir() {
+        for (name, text) in texts_in(Path::new("/usr/lib/systemd/user"), "") {
+            files.insert(format!("/etc/systemd/user/{name}"), text);
+        }
+    }
     for path in ["/etc/fstab", "/etc/crypttab"] {
         if let Ok(text) = std::fs::read_to_string(path) {
             files.insert(path.into(), text);

@@ -40,6 +40,15 @@ const WATCHED_PATHS: [&str; 5] = [
     "DirectoryNotEmpty",
 ];
 
+/// Which service manager reads a unit: PID 1, or a user's manager (root's, `user@0.service`,
+/// writes absolute paths as root too; its `StateDirectory=` and the like are under the home,
+/// and it mounts nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Manager {
+    System,
+    User,
+}
+
 /// Why `/etc/fstab` with `text` has systemd mount over, or expose, one of `hosts`, if it does.
 pub fn refuse_fstab(text: &str, hosts: &[HostPath]) -> Option<String> {
     for (index, line) in text.lines().enumerate() {
@@ -53,10 +62,18 @@ pub fn refuse_fstab(text: &str, hosts: &[HostPath]) -> Option<String> {
         };
         let options = rest.first().map_or("", String::as_str);
         let at = format!("line {} {line:?}", index + 1);
+        // fstab's root file system line is never mounted over, only remounted; which one it is
+        // is chosen at boot (root-equivalent by design), and every fstab has it.
+        let root = Pattern::literal(place).relation("/") == Some(Relation::Is);
         let why = if kind == "swap" {
             swap_what(what, hosts)
         } else {
-            mount_paths(Some(place), Some(what), options, hosts)
+            mount_paths(
+                (!root).then_some(place.as_str()),
+                Some(what),
+                options,
+                hosts,
+            )
         };
         if let Some(why) = why {
             return Some(format!("{at}: {why}"));
@@ -119,11 +136,7 @@ fn mount_paths(
     options: &str,
     hosts: &[HostPath],
 ) -> Option<String> {
-    // The root file system is never mounted over, only remounted; which one it is, is chosen at
-    // boot (root-equivalent by design), and every fstab has it.
-    let place = place
-        .filter(|p| p.starts_with('/') && Pattern::literal(p).relation("/") != Some(Relation::Is));
-    if let Some(place) = place {
+    if let Some(place) = place.filter(|p| p.starts_with('/')) {
         if let Some(hit) = Pattern::literal(place).touches(hosts, &ANY) {
             return Some(format!("it mounts over {place}, {hit}"));
         }
@@ -152,8 +165,13 @@ fn swap_what(what: &str, hosts: &[HostPath]) -> Option<String> {
 
 /// Why a unit file or drop-in of `owner` with `text` has PID 1 touch one of `hosts`: a mount,
 /// automount or swap unit's own name, or a directive naming such a path.
-pub fn refuse_unit(text: &str, owner: Owner, hosts: &[HostPath]) -> Option<String> {
-    if let Owner::Unit(name) = owner {
+pub fn refuse_unit(
+    text: &str,
+    owner: Owner,
+    manager: Manager,
+    hosts: &[HostPath],
+) -> Option<String> {
+    if let (Owner::Unit(name), Manager::System) = (owner, manager) {
         let path = if name.prefix == "-" {
             "/".to_string()
         } else {
@@ -177,7 +195,7 @@ pub fn refuse_unit(text: &str, owner: Owner, hosts: &[HostPath]) -> Option<Strin
     });
     for d in &directives {
         let at = format!("[{}] {}={} (line {})", d.section, d.key, d.value, d.line);
-        if let Some(why) = refuse_directive(d, owner, hosts, make_directory) {
+        if let Some(why) = refuse_directive(d, owner, manager, hosts, make_directory) {
             return Some(format!("{at}: {why}"));
         }
     }
@@ -191,15 +209,12 @@ fn is(d: &unitfile::Directive, sections: &[&str], key: &str) -> bool {
 fn refuse_directive(
     d: &unitfile::Directive,
     owner: Owner,
+    manager: Manager,
     hosts: &[HostPath],
     make_directory: bool,
 ) -> Option<String> {
     let touches = |value: &str, relations| value_pattern(value, owner).touches(hosts, relations);
     if is(d, &["Mount", "Automount"], "Where") {
-        let pattern = value_pattern(&d.value, owner);
-        if !pattern.is_open() && pattern.relation("/") == Some(Relation::Is) {
-            return None; // the root file system, as in `mount_paths`
-        }
         let hit = touches(&d.value, &ANY)?;
         return Some(format!("it mounts over {}, {hit}", d.value));
     }
@@ -245,7 +260,7 @@ fn refuse_directive(
         ));
     }
     for (key, base, private) in DIRECTORIES {
-        if !is(d, &EXEC_SECTIONS, key) {
+        if manager == Manager::User || !is(d, &EXEC_SECTIONS, key) {
             continue;
         }
         for word in unquoted_words(&d.value) {
@@ -361,7 +376,7 @@ mod tests {
         } else {
             Owner::Unit(name)
         };
-        refuse_unit(text, owner, &hosts())
+        refuse_unit(text, owner, Manager::System, &hosts())
     }
 
     #[test]
@@ -437,6 +452,16 @@ mod tests {
                 "names its path /var/lib/mesh-host",
             ),
             ("etc.mount", "", "which holds /etc/mesh-host"),
+            (
+                "-.mount",
+                "[Mount]\nWhat=tmpfs\n",
+                "names its path /: it mounts over /",
+            ),
+            (
+                "x.mount",
+                "[Mount]\nWhere=/\n",
+                "mounts over /, which holds",
+            ),
             ("usr-lib-systemd-system.automount", "", "unit directory"),
             (
                 "srv-mesh\\x2dstore-swap.swap",
@@ -479,7 +504,6 @@ mod tests {
             ),
             ("tmp.mount", "[Mount]\nWhat=tmpfs\nWhere=/tmp\nType=tmpfs\n"),
             ("dev-sda3.swap", "[Swap]\nWhat=/dev/sda3\n"),
-            ("-.mount", "[Mount]\nWhat=/dev/sda1\nWhere=/\n"),
             (
                 "proc-sys-fs-binfmt_misc.automount",
                 "[Automount]\nWhere=/proc/sys/fs/binfmt_misc\n",
