@@ -380,3 +380,37 @@ fn what_check_refuses_in_tmpfiles_d_real_systemd_tmpfiles_turns_on_the_hosts_pat
         "accepted lines changed the host's paths: {changed:#?}"
     );
 }
+
+#[test]
+fn a_declaration_with_a_refused_line_is_refused_whole_and_nothing_is_written() {
+    let host = Scratch::new("refused-whole");
+    let json = serde_json::json!({"schema": 1, "files": {
+        "/etc/motd": {"content": "hello\n"},
+        "/etc/tmpfiles.d/web.conf": {"content": "d /srv/web 0755\nZ /etc 0777 nobody nobody\n"},
+        "/etc/fstab": {"content": "UUID=1 / ext4 defaults 0 1\ntmpfs /var/lib tmpfs\n"},
+    }, "units": {
+        "x.service": {"content": "[Service]\nExecStart=/bin/true\nStateDirectory=mesh-host\n"},
+    }})
+    .to_string();
+    let file = host.declaration("d.json", &json);
+    for command in ["check", "apply"] {
+        let out = host.run(&[command, file.to_str().expect("utf-8")]);
+        assert_eq!(out.code, 2, "{out:?}");
+        out.assert_stderr(
+            "files[\"/etc/tmpfiles.d/web.conf\"]: refused: /etc/tmpfiles.d/web.conf is read by \
+             systemd-tmpfiles: line 2 \"Z /etc 0777 nobody nobody\": type Z on an ancestor",
+        );
+        out.assert_stderr(
+            "would have systemd-tmpfiles touch /etc, which holds /etc/mesh-host, the host's own \
+             configuration; mesh-host never manages itself",
+        );
+        out.assert_stderr(
+            "files[\"/etc/fstab\"]: refused: /etc/fstab is read by systemd-fstab-generator: line 2",
+        );
+        out.assert_stderr(
+            "units[\"x.service\"]: refused: x.service: [Service] StateDirectory=mesh-host (line 3)",
+        );
+        assert!(!host.target("/etc/motd").exists());
+        assert!(!host.state().exists(), "the store was touched");
+    }
+}
