@@ -429,9 +429,18 @@ fn follow_links(source: &str) -> String {
 
 /// Host directories holding sockets that hand out control of the host to whoever can
 /// `connect()`, which a read-only mount does not stop.
-const SOCKET_DIRS: [(&str, &str); 2] = [
+const SOCKET_DIRS: [(&str, &str); 3] = [
     ("/run/systemd", "PID 1's private socket"),
     ("/run/dbus", "the system bus"),
+    ("/run/user/0", "root's own service manager and session bus"),
+];
+
+/// Links under /dev into a process's /proc entry: podman resolves them in its own process.
+const PROC_LINKS: [(&str, &str); 4] = [
+    ("/dev/fd", "/proc/self/fd"),
+    ("/dev/stdin", "/proc/self/fd/0"),
+    ("/dev/stdout", "/proc/self/fd/1"),
+    ("/dev/stderr", "/proc/self/fd/2"),
 ];
 
 /// Why a container mounting the host directory `source` (normalised) reaches the host even
@@ -439,7 +448,15 @@ const SOCKET_DIRS: [(&str, &str); 2] = [
 /// `cwd` and `fd/` lead into the host's filesystem, past the mount's read-only flag), a writable
 /// procfs, sysfs or cgroupfs, and PID 1's and the system bus's sockets with every directory above.
 pub fn refuse_mount_source(source: &str, writable: bool) -> Option<String> {
-    let source = follow_links(source);
+    let mut source = follow_links(source);
+    for (link, target) in PROC_LINKS {
+        if let Some(rest) = source.strip_prefix(link) {
+            if rest.is_empty() || rest.starts_with('/') {
+                source = format!("{target}{rest}");
+                break;
+            }
+        }
+    }
     let parts: Vec<&str> = source.split('/').filter(|p| !p.is_empty()).collect();
     if parts.contains(&"..") {
         return Some(format!(
@@ -896,6 +913,9 @@ mod tests {
             ("/proc/self/root/etc:/h:ro", "/proc/N/root"),
             ("/proc/thread-self/cwd:/h:ro", "/proc/N/root"),
             ("/proc/sys:/s", "read-write: procfs"),
+            ("/dev/fd/3:/x:ro", "mounts /proc/self/fd/3: /proc/N/root"),
+            ("/run/user/0:/u:ro", "root's own service manager"),
+            ("/run/user:/u:ro", "which holds /run/user/0"),
             ("/proc/sysrq-trigger:/t", "read-write: procfs"),
             ("/sys:/s", "read-write: procfs, sysfs and cgroupfs"),
             ("/sys/fs/cgroup:/c:rw", "cgroup.kill"),

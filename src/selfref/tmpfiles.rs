@@ -116,8 +116,24 @@ fn refuse_fields(
     }
     if type_char == 'L' && !modifiers.contains(['~', '^']) {
         let target = argument.as_deref()?;
-        let resolved = link_target(&path, target)?;
-        let hit = Pattern::literal(&resolved).touches(hosts, &ANY)?;
+        let (resolved, hit) = match link_target(&path, target) {
+            Some(resolved) => {
+                let hit = Pattern::literal(&resolved).touches(hosts, &ANY)?;
+                (resolved, hit)
+            }
+            // A specifier with no fixed value (a host name) may spell a host path, relative to
+            // the link's directory when the target is relative.
+            None => {
+                let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+                let mut segs = vec![Seg::Lit(format!("{parent}/"))];
+                segs.extend(specifiers(&cunescape(target).unwrap_or_default(), false));
+                if target.starts_with('/') {
+                    segs.remove(0);
+                }
+                let hit = Pattern::from_segs(&segs).touches(hosts, &ANY)?;
+                (target.to_string(), hit)
+            }
+        };
         if !known_link(&path, &argument) {
             return Some(format!(
                 "type {kind} makes {path} a symlink to {resolved}, {hit}: a path through the \
@@ -496,6 +512,7 @@ mod tests {
             L /var/run - - - - ../run\n\
             L /var/lock - - - - ../run/lock\n\
             L /run/shm - - - - /dev/shm\n\
+            L /srv/x - - - - /opt/%H\n\
             L+ /etc/mtab - - - - ../proc/self/mounts\n\
             d /run/systemd/netif 0755 systemd-network systemd-network -\n\
             x /var/lib/mesh-host\n\
