@@ -272,10 +272,12 @@ fn refuse_directive(
                 }
                 for place in places {
                     if let Some(hit) = touches(&place, &ANY) {
-                        return Some(format!(
-                            "PID 1 creates and chowns {place} (and, with DynamicUser=, moves \
-                             it under {base}/private), {hit}"
-                        ));
+                        let moved = if private {
+                            format!(" (with DynamicUser=, moved under {base}/private)")
+                        } else {
+                            String::new()
+                        };
+                        return Some(format!("PID 1 creates and chowns {place}{moved}, {hit}"));
                     }
                 }
             }
