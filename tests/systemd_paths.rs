@@ -1,6 +1,8 @@
 //! Files systemd itself acts on (tmpfiles.d, fstab, units): the machine's own are accepted by
-//! `check`, and every tmpfiles.d line `check` refuses is one the real systemd-tmpfiles, run on a
-//! scratch root holding the host's paths, turns against them (and the lines it accepts do not).
+//! `check`; every tmpfiles.d line `check` refuses is one the real systemd-tmpfiles, run on a
+//! scratch root holding the host's paths, turns against them (and the lines it accepts do not);
+//! fstab lines and mount unit names are refused exactly when the real systemd-fstab-generator
+//! mounts over, or exposes, a host path.
 
 mod support;
 
@@ -26,15 +28,7 @@ fn refused(
         .map(|(k, v)| (k.clone(), serde_json::json!({ "content": v })))
         .collect();
     let json = serde_json::json!({"schema": 1, "files": files, "units": units}).to_string();
-    let file = host.declaration("d.json", &json);
-    // The default config and store, as on a real host: a scratch config or store under /tmp
-    // would make the machine's own `D /tmp` touch it. `check` writes nothing.
-    let out = support::Output::from(
-        support::mesh_host()
-            .args(["check", file.to_str().expect("utf-8")])
-            .output()
-            .expect("run mesh-host"),
-    );
+    let out = check(&host.declaration("d.json", &json));
     assert!(out.code == 0 || out.code == 2, "{out:?}");
     let keys: Vec<String> = out
         .stderr
@@ -44,6 +38,17 @@ fn refused(
         .collect();
     assert_eq!(out.code == 2, !keys.is_empty(), "{out:?}");
     keys
+}
+
+/// `check FILE` with the default config and store, as on a real host: a scratch config or store
+/// under /tmp would make the machine's own `D /tmp` touch it. `check` writes nothing.
+fn check(file: &Path) -> support::Output {
+    support::Output::from(
+        support::mesh_host()
+            .args(["check", file.to_str().expect("utf-8")])
+            .output()
+            .expect("run mesh-host"),
+    )
 }
 
 /// Regular files directly in `dir` (symlinks, such as aliases, left out), by name.
@@ -412,5 +417,114 @@ fn a_declaration_with_a_refused_line_is_refused_whole_and_nothing_is_written() {
         );
         assert!(!host.target("/etc/motd").exists());
         assert!(!host.state().exists(), "the store was touched");
+    }
+}
+
+/// The host's paths as the defaults give them (`selfref::paths::host_paths`), for judging what
+/// real systemd derives.
+const HOST_PATHS: &[&str] = &[
+    "/var/lib/mesh-host",
+    "/etc/mesh-host",
+    "/usr/bin/mesh-host",
+    "/etc/systemd/system.control",
+    "/run/systemd/system.control",
+    "/run/systemd/transient",
+    "/run/systemd/generator.early",
+    "/etc/systemd/system",
+    "/etc/systemd/system.attached",
+    "/run/systemd/system",
+    "/run/systemd/system.attached",
+    "/run/systemd/generator",
+    "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system",
+    "/run/systemd/generator.late",
+];
+
+/// Whether `path` is at, inside or above one of the host's paths (component-wise).
+fn near_host(path: &str) -> bool {
+    let path = Path::new(path);
+    HOST_PATHS
+        .iter()
+        .any(|h| path.starts_with(h) || Path::new(h).starts_with(path))
+}
+
+/// fstab lines, each read by `check` and by the real systemd-fstab-generator: `check` refuses
+/// exactly the lines for which the generator writes a mount unit whose `Where=` (other than the
+/// root file system) or path `What=` is at, inside or above a host path; and each generated
+/// unit, declared by its name, is refused exactly when its `Where=` is.
+#[test]
+fn fstab_lines_and_mount_unit_names_as_systemd_reads_them() {
+    let generator = Path::new("/lib/systemd/system-generators/systemd-fstab-generator");
+    assert!(
+        generator.exists(),
+        "{} is needed (systemd)",
+        generator.display()
+    );
+    let host = Scratch::new("fstab");
+    // The second: refused for another reader's reading (every `\NNN` decoded, `\055` a `-`),
+    // where libmount 2.38 keeps the text.
+    for (line, other_reading) in [
+        ("UUID=1 / ext4 defaults 0 1", false),
+        ("/dev/sdb1 /etc/mesh\\055host ext4 defaults 0 2", true),
+        ("/dev/sdb1 /etc/mesh\\040host ext4 defaults 0 2", false),
+        ("/dev/sdb1 /srv/a\\134b ext4 defaults 0 2", false),
+        ("/dev/sdb1\t/var\txfs\tdefaults\t0\t2", false),
+        ("/dev/sdb1 /var/lib/mesh-host/sub ext4 defaults", false),
+        ("/dev/sdb1 /usr/local ext4 defaults", false),
+        (
+            "/dev/sdb1 /srv/data xfs defaults,x-systemd.automount 0 2",
+            false,
+        ),
+        ("/dev/sdb1 //etc//systemd/ ext4 defaults", false),
+        ("/etc/mesh-host /srv/cfg none bind 0 0", false),
+        ("/etc /srv/etc none bind,ro 0 0", false),
+        ("/srv/data/www /var/www none bind 0 0", false),
+        ("tmpfs /tmp tmpfs mode=1777 0 0", false),
+        ("tmpfs /var/lib/mesh-hostile tmpfs defaults", false),
+        ("server:/export /mnt/nfs nfs defaults 0 0", false),
+    ] {
+        let dir = host.dir.join("gen");
+        let _ = std::fs::remove_dir_all(&dir);
+        for sub in ["n", "e", "l"] {
+            std::fs::create_dir_all(dir.join(sub)).expect("mkdir");
+        }
+        let fstab = dir.join("fstab");
+        std::fs::write(&fstab, format!("{line}\n")).expect("fstab");
+        let out = Command::new(generator)
+            .env("SYSTEMD_FSTAB", &fstab)
+            .args([dir.join("n"), dir.join("e"), dir.join("l")])
+            .output()
+            .expect("systemd-fstab-generator");
+        assert!(out.status.success(), "{line}: {out:?}");
+        let mut systemd_refuses = false;
+        let mut units = BTreeMap::new();
+        for (name, text) in texts_in(&dir.join("n"), ".mount") {
+            let value = |key: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let (what, place) = (value("What="), value("Where="));
+            let reaches =
+                (place != "/" && near_host(&place)) || (what.starts_with('/') && near_host(&what));
+            systemd_refuses |= reaches;
+            // Declared by its name alone, the unit must be refused exactly when its path is.
+            units.insert(name, (place != "/" && near_host(&place), place));
+        }
+        let files = BTreeMap::from([("/etc/fstab".to_string(), format!("{line}\n"))]);
+        let found = refused(&host, &files, &BTreeMap::new());
+        let expected = systemd_refuses || other_reading;
+        assert_eq!(!found.is_empty(), expected, "{line}: {found:#?}");
+        for (name, (near, place)) in units {
+            let json = serde_json::json!({"schema": 1, "units": {&name: {"active": true}}});
+            let file = host.declaration("unit.json", &json.to_string());
+            let out = check(&file);
+            assert_eq!(
+                out.code == 2,
+                near || place == "/",
+                "{name} ({place}): {out:?}"
+            );
+        }
     }
 }

@@ -56,30 +56,40 @@ pub fn refuse_fstab(text: &str, hosts: &[HostPath]) -> Option<String> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let fields: Vec<String> = line.split_whitespace().map(unmangle).collect();
-        let [what, place, kind, rest @ ..] = fields.as_slice() else {
-            continue;
-        };
-        let options = rest.first().map_or("", String::as_str);
-        let at = format!("line {} {line:?}", index + 1);
-        // fstab's root file system line is never mounted over, only remounted; which one it is
-        // is chosen at boot (root-equivalent by design), and every fstab has it.
-        let root = Pattern::literal(place).relation("/") == Some(Relation::Is);
-        let why = if kind == "swap" {
-            swap_what(what, hosts)
-        } else {
-            mount_paths(
-                (!root).then_some(place.as_str()),
-                Some(what),
-                options,
-                hosts,
-            )
-        };
+        let why =
+            refuse_fstab_line(line, false, hosts).or_else(|| refuse_fstab_line(line, true, hosts));
         if let Some(why) = why {
-            return Some(format!("{at}: {why}"));
+            return Some(format!("line {} {line:?}: {why}", index + 1));
         }
     }
     None
+}
+
+/// One fstab line, its escapes read as libmount 2.38 does (only `\011`, `\012`, `\040` and
+/// `\134`, what its `mangle()` writes) or, with `all_octal`, every `\NNN` decoded, as another
+/// reader could.
+fn refuse_fstab_line(line: &str, all_octal: bool, hosts: &[HostPath]) -> Option<String> {
+    let fields: Vec<String> = line
+        .split_whitespace()
+        .map(|f| unmangle(f, all_octal))
+        .collect();
+    let [what, place, kind, rest @ ..] = fields.as_slice() else {
+        return None;
+    };
+    let options = rest.first().map_or("", String::as_str);
+    // fstab's root file system line is never mounted over, only remounted; which one it is is
+    // chosen at boot (root-equivalent by design), and every fstab has it.
+    let root = Pattern::literal(place).relation("/") == Some(Relation::Is);
+    if kind == "swap" {
+        swap_what(what, hosts)
+    } else {
+        mount_paths(
+            (!root).then_some(place.as_str()),
+            Some(what),
+            options,
+            hosts,
+        )
+    }
 }
 
 /// Why `/etc/crypttab` with `text` has systemd-cryptsetup open a host path as an encrypted
@@ -90,7 +100,7 @@ pub fn refuse_crypttab(text: &str, hosts: &[HostPath]) -> Option<String> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let Some(device) = line.split_whitespace().nth(1).map(unmangle) else {
+        let Some(device) = line.split_whitespace().nth(1).map(|d| unmangle(d, true)) else {
             continue;
         };
         if let Some(hit) = Pattern::literal(&device).touches(hosts, &AT_OR_INSIDE) {
@@ -104,15 +114,18 @@ pub fn refuse_crypttab(text: &str, hosts: &[HostPath]) -> Option<String> {
     None
 }
 
-/// libmount's unmangling of an fstab field: `\NNN` octal escapes (`\040` is a space).
-fn unmangle(field: &str) -> String {
+/// libmount's unmangling of an fstab field: `\NNN` octal escapes (`\040` is a space); without
+/// `all_octal`, only the four libmount 2.38 decodes.
+fn unmangle(field: &str, all_octal: bool) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        let octal = bytes.get(i + 1..i + 4).filter(|d| {
+            bytes[i] == b'\\'
+                && d.iter().all(|b| (b'0'..=b'7').contains(b))
+                && (all_octal || [&b"011"[..], b"012", b"040", b"134"].contains(d))
+        });
         match octal {
             Some(d) => {
                 out.push(d.iter().fold(0u8, |n, b| n.wrapping_mul(8) + (b - b'0')));
@@ -398,6 +411,7 @@ mod tests {
                 "/dev/sdb1 /etc/mesh\\055host ext4",
                 "mounts over /etc/mesh-host",
             ),
+            ("/dev/sdb1 /etc/x\\040y/../mesh-host ext4", "'..'"),
             ("/dev/sdb1 /usr/lib/systemd/system ext4", "unit directory"),
             ("/dev/sdb1 /usr/local ext4", "/usr/local/lib/systemd/system"),
             (
