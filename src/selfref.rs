@@ -298,18 +298,24 @@ fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) 
         return pid1::refuse_crypttab(&text(), &paths::host_paths(identity))
             .map(|why| format!("{path} is read by systemd-cryptsetup-generator: {why}"));
     }
-    let (owner, manager) = match manager(dir) {
-        Some(manager) => (file_owner(name)?, manager),
-        None => {
-            let (parent, drop_ins) = dir.rsplit_once('/')?;
-            if !name.ends_with(".conf") {
-                return None;
-            }
-            (file_owner(drop_ins.strip_suffix(".d")?)?, manager(parent)?)
-        }
-    };
-    pid1::refuse_unit(&text(), owner, manager, &paths::host_paths(identity))
-        .map(|why| format!("{path} is read by systemd as a unit file: {why}"))
+    let hosts = || paths::host_paths(identity);
+    if let Some(manager) = manager(dir) {
+        return pid1::refuse_unit(&text(), file_owner(name)?, manager, &hosts())
+            .map(|why| format!("{path} is read by systemd as a unit file: {why}"));
+    }
+    let (parent, sub) = dir.rsplit_once('/')?;
+    let manager = manager(parent)?;
+    if let Some(unit) = sub.strip_suffix(".d").filter(|_| name.ends_with(".conf")) {
+        return pid1::refuse_unit(&text(), file_owner(unit)?, manager, &hosts())
+            .map(|why| format!("{path} is read by systemd as a unit file: {why}"));
+    }
+    // An entry of a `.wants/` (or `.requires/`, `.upholds/`) directory starts the unit it names,
+    // whatever file a package ships for it.
+    if UNIT_DIR_SUFFIXES[1..].iter().any(|s| sub.ends_with(s)) {
+        return pid1::refuse_unit("", file_owner(name)?, manager, &hosts())
+            .map(|why| format!("{path} has systemd start {name}: {why}"));
+    }
+    None
 }
 
 /// Whether `path` is surely neither `own` nor below it, told by text: each check below parses both
@@ -1049,6 +1055,11 @@ mod tests {
                 "/etc/systemd/system/service.d/x.conf",
                 "[Service]\nStateDirectory=mesh-host\n",
                 "creates and chowns /var/lib/mesh-host",
+            ),
+            (
+                "/etc/systemd/system/local-fs.target.wants/var.mount",
+                "",
+                "has systemd start var.mount: var.mount names its path /var",
             ),
             (
                 "/etc/systemd/user/x.service.d/x.conf",
