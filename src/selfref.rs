@@ -1122,6 +1122,14 @@ mod tests {
                 "[Service]\nStateDirectory=mesh-host\n",
             ),
             ("/etc/systemd/user/etc.mount", "[Mount]\nWhat=tmpfs\n"),
+            (
+                "/etc/systemd/system/getty@tty1.service.d/autologin.conf",
+                "[Service]\r\nExecStart=\r\nExecStart=-/sbin/agetty --autologin root %I $TERM\r\nTTYPath=/dev/%I\r\n",
+            ),
+            (
+                "/etc/systemd/system/sshd.service.d/x.conf",
+                "[Unit]\nAfter=mesh-host.service\n[Service]\nRuntimeDirectory=sshd\nPIDFile=/run/sshd.pid\n",
+            ),
         ] {
             assert!(
                 problems(&file(path, content)).is_empty(),
