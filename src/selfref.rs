@@ -275,6 +275,24 @@ const USER_UNIT_DIRS: [&str; 4] = [
 /// (mounts by name, and directives whose path PID 1 writes, chowns or unlinks).
 fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
     let content = content?;
+    // Most declared files are elsewhere under /etc: told by their first bytes, as
+    // `surely_outside` does for the host's own paths.
+    let near = [
+        "/etc/systemd/",
+        "/etc/tmpfiles.d/",
+        "/etc/fstab",
+        "/etc/crypttab",
+    ]
+    .iter()
+    .any(|p| path.starts_with(p))
+        || !path.starts_with("/etc/")
+        || identity
+            .unit_dirs
+            .iter()
+            .any(|d| path.as_bytes().starts_with(d.as_os_str().as_bytes()));
+    if !near {
+        return None;
+    }
     let (dir, name) = path.rsplit_once('/')?;
     let manager = |d: &str| {
         let system = paths::SYSTEM_UNIT_PATH.contains(&d)
