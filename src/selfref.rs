@@ -304,19 +304,19 @@ fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) 
         }
     };
     let text = || String::from_utf8_lossy(content);
+    let hosts = || paths::host_paths(identity);
     if name.ends_with(".conf") && tmpfiles::DIRS.contains(&dir) {
-        return tmpfiles::refuse(&text(), &paths::host_paths(identity))
+        return tmpfiles::refuse(&text(), &hosts())
             .map(|why| format!("{path} is read by systemd-tmpfiles: {why}"));
     }
     if path == "/etc/fstab" {
-        return pid1::refuse_fstab(&text(), &paths::host_paths(identity))
+        return pid1::refuse_fstab(&text(), &hosts())
             .map(|why| format!("{path} is read by systemd-fstab-generator: {why}"));
     }
     if path == "/etc/crypttab" {
-        return pid1::refuse_crypttab(&text(), &paths::host_paths(identity))
+        return pid1::refuse_crypttab(&text(), &hosts())
             .map(|why| format!("{path} is read by systemd-cryptsetup-generator: {why}"));
     }
-    let hosts = || paths::host_paths(identity);
     if let Some(manager) = manager(dir) {
         return pid1::refuse_unit(&text(), file_owner(name)?, manager, &hosts())
             .map(|why| format!("{path} is read by systemd as a unit file: {why}"));
@@ -491,7 +491,7 @@ pub fn refuse_mount_source(source: &str, writable: bool) -> Option<String> {
     let process =
         |p: &str| matches!(p, "self" | "thread-self") || p.bytes().all(|b| b.is_ascii_digit());
     match parts.as_slice() {
-        ["proc"] | ["proc", ..] if parts.get(1).is_none_or(|p| process(p)) => {
+        ["proc", rest @ ..] if rest.first().is_none_or(|p| process(p)) => {
             return Some(format!(
                 "it mounts {source}: /proc/N/root, /proc/N/cwd and /proc/N/fd lead into the \
                  host's filesystem, writable, whatever the mount's options"

@@ -3,6 +3,8 @@
 //! directory on systemd's search path), each in every spelling Arch's merged-/usr links give it,
 //! matched a component at a time, so "at", "inside" and "above" are told apart.
 
+use std::sync::OnceLock;
+
 use crate::config::Identity;
 
 /// The system manager's unit search path (systemd.unit(5), `systemd-analyze unit-paths`).
@@ -54,33 +56,76 @@ pub struct HostPath {
     pub what: &'static str,
 }
 
-/// The host's paths systemd must not touch on a declaration's behalf, each in every spelling.
-pub fn host_paths(identity: &Identity) -> Vec<HostPath> {
-    let mut out: Vec<HostPath> = Vec::new();
-    let mut add = |p: String, what: &'static str| {
-        for spelled in spellings(&p) {
-            if !out.iter().any(|h| h.spelled == spelled) {
-                out.push(HostPath {
-                    spelled,
-                    canonical: p.clone(),
-                    what,
-                });
-            }
+/// The host's paths systemd must not touch on a declaration's behalf, each in every spelling:
+/// those the config names, then the binary and the unit search path (the same for every config,
+/// spelled once per process: every unit file and tmpfiles.d file checked needs them).
+pub struct HostPaths {
+    own: Vec<HostPath>,
+    system: &'static [HostPath],
+}
+
+impl HostPaths {
+    pub fn iter(&self) -> impl Iterator<Item = &HostPath> {
+        self.own.iter().chain(self.system)
+    }
+}
+
+pub fn host_paths(identity: &Identity) -> HostPaths {
+    static SYSTEM: OnceLock<Vec<HostPath>> = OnceLock::new();
+    let system = SYSTEM.get_or_init(|| {
+        let mut out = Vec::new();
+        add(&mut out, BINARY, "binary");
+        for p in SYSTEM_UNIT_PATH {
+            add(&mut out, p, "unit directory");
         }
-    };
+        out
+    });
+    let mut own = Vec::new();
     for p in &identity.state_dirs {
-        add(p.display().to_string(), "store");
+        add(&mut own, &p.to_string_lossy(), "store");
     }
-    add(identity.config_dir.display().to_string(), "configuration");
+    add(
+        &mut own,
+        &identity.config_dir.to_string_lossy(),
+        "configuration",
+    );
     for p in &identity.config_files {
-        add(p.display().to_string(), "configuration or credential file");
+        add(
+            &mut own,
+            &p.to_string_lossy(),
+            "configuration or credential file",
+        );
     }
-    add(BINARY.to_string(), "binary");
     for p in &identity.unit_dirs {
-        add(p.display().to_string(), "unit directory");
+        let p = p.to_string_lossy();
+        if !SYSTEM_UNIT_PATH.contains(&&*p) {
+            add(&mut own, &p, "unit directory");
+        }
     }
-    for p in SYSTEM_UNIT_PATH {
-        add(p.to_string(), "unit directory");
+    HostPaths { own, system }
+}
+
+/// `p` in each of its spellings.
+fn add(out: &mut Vec<HostPath>, p: &str, what: &'static str) {
+    let canonical = normal(p);
+    for spelled in spellings(&canonical) {
+        out.push(HostPath {
+            spelled,
+            canonical: canonical.clone(),
+            what,
+        });
+    }
+}
+
+/// `path` without empty or `.` components, as `/a/b` (`..` kept, as text).
+fn normal(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for part in path.split('/').filter(|p| !matches!(*p, "" | ".")) {
+        out.push('/');
+        out.push_str(part);
+    }
+    if out.is_empty() {
+        out.push('/');
     }
     out
 }
@@ -92,7 +137,7 @@ pub fn spellings(path: &str) -> Vec<String> {
     for (link, target) in super::WELL_KNOWN_LINKS {
         if let Some(rest) = path.strip_prefix(target) {
             if rest.is_empty() || rest.starts_with('/') {
-                out.push(format!("{link}{rest}"));
+                out.push([link, rest].concat());
             }
         }
     }
@@ -129,6 +174,9 @@ enum Tok {
 #[derive(Debug, Clone)]
 pub struct Pattern {
     parts: Vec<Vec<Tok>>,
+    /// The path as normalised text when it is only literal text: compared as text, which every
+    /// value checked against every host path pays for.
+    text: Option<String>,
     /// Why it could be any path (a `..`), if it could.
     open: Option<String>,
     /// Why any path may follow `parts` (a specifier that may hold a `/`), if one may.
@@ -171,7 +219,27 @@ impl Pattern {
                 "its '..' cannot be resolved without following symlinks".to_string()
             });
         }
-        Pattern { parts, open, tail }
+        let literal = parts.iter().flatten().all(|t| matches!(t, Tok::Char(_)));
+        let text = (literal && open.is_none() && tail.is_none()).then(|| {
+            let mut text = String::new();
+            for part in &parts {
+                text.push('/');
+                text.extend(part.iter().filter_map(|t| match t {
+                    Tok::Char(c) => Some(*c),
+                    _ => None,
+                }));
+            }
+            if text.is_empty() {
+                text.push('/');
+            }
+            text
+        });
+        Pattern {
+            parts,
+            text,
+            open,
+            tail,
+        }
     }
 
     /// Whether it could be any path, or any below a known part.
@@ -180,21 +248,28 @@ impl Pattern {
     }
 
     /// Where this pattern could stand against `host` (a literal absolute path), if anywhere.
+    /// Asked of every host path for every value checked: nothing is allocated.
     pub fn relation(&self, host: &str) -> Option<Relation> {
-        let host: Vec<&str> = host.split('/').filter(|p| !p.is_empty()).collect();
-        let shared = self.parts.len().min(host.len());
-        let matched = self.parts[..shared]
-            .iter()
-            .zip(&host[..shared])
-            .all(|(toks, name)| component_matches(toks, name));
-        if !matched {
-            return None;
+        if let Some(text) = &self.text {
+            return text_relation(text, host);
         }
-        if self.tail.is_some() && self.parts.len() <= host.len() {
+        let mut names = host.split('/').filter(|p| !p.is_empty());
+        let mut shared = 0;
+        for toks in &self.parts {
+            let Some(name) = names.next() else {
+                break;
+            };
+            if !component_matches(toks, name) {
+                return None;
+            }
+            shared += 1;
+        }
+        let host_len = shared + names.count();
+        if self.tail.is_some() && self.parts.len() <= host_len {
             // It may stop there, above, or go on below: say the closest.
             return Some(Relation::Is);
         }
-        Some(match self.parts.len().cmp(&host.len()) {
+        Some(match self.parts.len().cmp(&host_len) {
             std::cmp::Ordering::Equal => Relation::Is,
             std::cmp::Ordering::Less => Relation::Holds,
             std::cmp::Ordering::Greater => Relation::Inside,
@@ -203,7 +278,7 @@ impl Pattern {
 
     /// The first of the host's paths this pattern could touch in one of the `relations`, said
     /// as "which holds /var/lib/mesh-host, the host's own store"; an open pattern could touch any.
-    pub fn touches(&self, hosts: &[HostPath], relations: &[Relation]) -> Option<String> {
+    pub fn touches(&self, hosts: &HostPaths, relations: &[Relation]) -> Option<String> {
         if let Some(why) = &self.open {
             return Some(format!(
                 "{why}, and it could be one of the host's own paths (its store, configuration, \
@@ -225,6 +300,22 @@ impl Pattern {
                 format!("{could} {}{alias}, the host's own {}", h.spelled, h.what)
             })
         })
+    }
+}
+
+/// Where the normalised path `path` stands against `host`, by their text.
+fn text_relation(path: &str, host: &str) -> Option<Relation> {
+    let below = |inner: &str, outer: &str| {
+        outer == "/" || inner.as_bytes().get(outer.len()) == Some(&b'/') && inner.starts_with(outer)
+    };
+    if path == host {
+        Some(Relation::Is)
+    } else if below(host, path) {
+        Some(Relation::Holds)
+    } else if below(path, host) {
+        Some(Relation::Inside)
+    } else {
+        None
     }
 }
 
@@ -310,6 +401,13 @@ fn one_matches(tok: &Tok, c: char) -> bool {
 /// Whether the tokens match the whole component `name`; linear backtracking on the last `*`,
 /// whatever a hostile pattern holds.
 fn component_matches(toks: &[Tok], name: &str) -> bool {
+    if toks.iter().all(|t| matches!(t, Tok::Char(_))) {
+        let mut chars = name.chars();
+        let same = toks
+            .iter()
+            .all(|t| matches!((t, chars.next()), (Tok::Char(a), Some(b)) if *a == b));
+        return same && chars.next().is_none();
+    }
     let text: Vec<char> = name.chars().collect();
     let (mut t, mut s) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
@@ -454,9 +552,9 @@ mod tests {
         }
         let wild = Pattern::from_segs(&[Seg::Lit("/var/lib/mesh-".into()), Seg::Wild]);
         assert_eq!(wild.relation("/var/lib/mesh-host"), Some(Relation::Is));
-        let dotdot = Pattern::literal("/srv/../etc/mesh-host");
-        assert!(dotdot.touches(&[], &ANY).unwrap().contains("'..'"));
         let hosts = host_paths(&crate::config::Config::parse("{}", None).unwrap().identity);
+        let dotdot = Pattern::literal("/srv/../etc/mesh-host");
+        assert!(dotdot.touches(&hosts, &ANY).unwrap().contains("'..'"));
         let open = Pattern::from_segs(&[Seg::Open("%h".into()), Seg::Lit("/x".into())]);
         let found = open.touches(&hosts, &AT_OR_INSIDE).unwrap();
         assert!(

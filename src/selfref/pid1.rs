@@ -3,7 +3,7 @@
 //! whose path it creates, writes, truncates, chowns or unlinks. Each is refused when the path is
 //! one of the host's own, inside one, or (for mounts and directories it makes and chowns) above.
 
-use super::paths::{HostPath, Pattern, Relation, Seg, ANY, AT_OR_INSIDE};
+use super::paths::{HostPaths, Pattern, Relation, Seg, ANY, AT_OR_INSIDE};
 use crate::unitfile::{self, Owner, Piece};
 
 /// Sections holding the execution settings PID 1 acts on (systemd.exec(5)).
@@ -50,7 +50,7 @@ pub enum Manager {
 }
 
 /// Why `/etc/fstab` with `text` has systemd mount over, or expose, one of `hosts`, if it does.
-pub fn refuse_fstab(text: &str, hosts: &[HostPath]) -> Option<String> {
+pub fn refuse_fstab(text: &str, hosts: &HostPaths) -> Option<String> {
     for (index, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -68,7 +68,7 @@ pub fn refuse_fstab(text: &str, hosts: &[HostPath]) -> Option<String> {
 /// One fstab line, its escapes read as libmount 2.38 does (only `\011`, `\012`, `\040` and
 /// `\134`, what its `mangle()` writes) or, with `all_octal`, every `\NNN` decoded, as another
 /// reader could.
-fn refuse_fstab_line(line: &str, all_octal: bool, hosts: &[HostPath]) -> Option<String> {
+fn refuse_fstab_line(line: &str, all_octal: bool, hosts: &HostPaths) -> Option<String> {
     let fields: Vec<String> = line
         .split_whitespace()
         .map(|f| unmangle(f, all_octal))
@@ -94,7 +94,7 @@ fn refuse_fstab_line(line: &str, all_octal: bool, hosts: &[HostPath]) -> Option<
 
 /// Why `/etc/crypttab` with `text` has systemd-cryptsetup open a host path as an encrypted
 /// device, if it does: with `swap` or `tmp` it formats the mapping, overwriting the source.
-pub fn refuse_crypttab(text: &str, hosts: &[HostPath]) -> Option<String> {
+pub fn refuse_crypttab(text: &str, hosts: &HostPaths) -> Option<String> {
     for (index, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -147,7 +147,7 @@ fn mount_paths(
     place: Option<&str>,
     what: Option<&str>,
     options: &str,
-    hosts: &[HostPath],
+    hosts: &HostPaths,
 ) -> Option<String> {
     if let Some(place) = place.filter(|p| p.starts_with('/')) {
         if let Some(hit) = Pattern::literal(place).touches(hosts, &ANY) {
@@ -171,7 +171,7 @@ fn mount_paths(
 }
 
 /// A swap area PID 1 activates (and hibernation writes) at or inside a host path.
-fn swap_what(what: &str, hosts: &[HostPath]) -> Option<String> {
+fn swap_what(what: &str, hosts: &HostPaths) -> Option<String> {
     let hit = Pattern::literal(what).touches(hosts, &AT_OR_INSIDE)?;
     Some(format!("it activates {what} as swap, {hit}"))
 }
@@ -182,7 +182,7 @@ pub fn refuse_unit(
     text: &str,
     owner: Owner,
     manager: Manager,
-    hosts: &[HostPath],
+    hosts: &HostPaths,
 ) -> Option<String> {
     if let (Owner::Unit(name), Manager::System) = (owner, manager) {
         let path = if name.prefix == "-" {
@@ -207,9 +207,11 @@ pub fn refuse_unit(
         is(d, &["Path"], "MakeDirectory") && matches!(d.value.as_str(), "1" | "yes" | "true" | "on")
     });
     for d in &directives {
-        let at = format!("[{}] {}={} (line {})", d.section, d.key, d.value, d.line);
         if let Some(why) = refuse_directive(d, owner, manager, hosts, make_directory) {
-            return Some(format!("{at}: {why}"));
+            return Some(format!(
+                "[{}] {}={} (line {}): {why}",
+                d.section, d.key, d.value, d.line
+            ));
         }
     }
     None
@@ -223,7 +225,7 @@ fn refuse_directive(
     d: &unitfile::Directive,
     owner: Owner,
     manager: Manager,
-    hosts: &[HostPath],
+    hosts: &HostPaths,
     make_directory: bool,
 ) -> Option<String> {
     let touches = |value: &str, relations| value_pattern(value, owner).touches(hosts, relations);
@@ -379,7 +381,7 @@ mod tests {
     use crate::config::Config;
     use crate::unitfile::UnitName;
 
-    fn hosts() -> Vec<HostPath> {
+    fn hosts() -> HostPaths {
         let config = Config::parse(r#"{"state_dir": "/srv/mesh-store"}"#, None).unwrap();
         host_paths(&config.identity)
     }

@@ -3,7 +3,7 @@
 //! at, inside or above one of the host's paths is refused, except the few that only keep an
 //! ancestor as it must be (`d /var/lib 0755 - - -`) and the exclusions `x`/`X`.
 
-use super::paths::{self, HostPath, Pattern, Relation, Seg, ANY};
+use super::paths::{self, HostPaths, Pattern, Relation, Seg, ANY};
 
 /// Directories systemd-tmpfiles reads `*.conf` from (`CONF_PATHS("tmpfiles.d")`).
 pub const DIRS: [&str; 5] = [
@@ -22,7 +22,7 @@ const ANCESTOR_TYPES: &str = "dvqQez";
 
 /// Why the tmpfiles.d file `text` has systemd-tmpfiles touch one of `hosts`, if it does: the
 /// first such line, with its number and what it would touch.
-pub fn refuse(text: &str, hosts: &[HostPath]) -> Option<String> {
+pub fn refuse(text: &str, hosts: &HostPaths) -> Option<String> {
     for (index, raw) in text
         .replace("\r\n", "\n")
         .split(['\n', '\r', '\0'])
@@ -40,7 +40,7 @@ pub fn refuse(text: &str, hosts: &[HostPath]) -> Option<String> {
     None
 }
 
-fn refuse_line(line: &str, hosts: &[HostPath]) -> Option<String> {
+fn refuse_line(line: &str, hosts: &HostPaths) -> Option<String> {
     // systemd 252 keeps the character after a `\` (`\x2d` is `x2d`); later versions decode C
     // escapes (`\x2d` is `-`). Both readings are checked.
     let readings = [fields(line, true), fields(line, false)];
@@ -66,7 +66,7 @@ fn refuse_line(line: &str, hosts: &[HostPath]) -> Option<String> {
 fn refuse_fields(
     fields: Vec<String>,
     argument: Option<String>,
-    hosts: &[HostPath],
+    hosts: &HostPaths,
 ) -> Option<String> {
     let mut fields = fields.into_iter();
     let (Some(kind), Some(path)) = (fields.next(), fields.next()) else {
@@ -145,7 +145,7 @@ fn refuse_fields(
 }
 
 /// Whether every host path `pattern` touches, it touches from above.
-fn pattern_holds_only(pattern: &Pattern, hosts: &[HostPath]) -> bool {
+fn pattern_holds_only(pattern: &Pattern, hosts: &HostPaths) -> bool {
     !pattern.is_open()
         && hosts
             .iter()
@@ -393,7 +393,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
 
-    fn hosts() -> Vec<HostPath> {
+    fn hosts() -> HostPaths {
         let config = Config::parse(r#"{"state_dir": "/srv/mesh-store"}"#, None).unwrap();
         paths::host_paths(&config.identity)
     }
