@@ -393,6 +393,9 @@ pub fn protected_paths(identity: &Identity) -> Vec<(String, &'static str)> {
         add(Path::new(p), "unit directory");
     }
     add(Path::new("/run/systemd"), "runtime unit directory");
+    for (p, what) in paths::SYSTEMD_READS {
+        add(Path::new(p), what);
+    }
     add(Path::new(paths::BINARY), "binary");
     out
 }
@@ -961,6 +964,8 @@ mod tests {
                 "/etc/systemd/system.attached:/l",
                 "the host's own unit directory",
             ),
+            ("/etc/tmpfiles.d:/t", "the host's own tmpfiles.d directory"),
+            ("/etc/fstab:/f", "fstab (systemd mounts what it says)"),
             (
                 "/var:/v:rw",
                 "which holds /var/lib/mesh-host, the host's own store",
@@ -1083,6 +1088,21 @@ mod tests {
                 "/etc/systemd/user/x.service.d/x.conf",
                 "[Service]\nStandardOutput=append:/etc/mesh-host/config.json\n",
                 "opens /etc/mesh-host/config.json for writing",
+            ),
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "f /etc/tmpfiles.d/y.conf 0644 - - - R /var/lib/mesh-host",
+                "inside /etc/tmpfiles.d, the host's own tmpfiles.d directory",
+            ),
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "w+ /etc/fstab - - - - tmpfs\\x20/var/lib\\x20tmpfs",
+                "which is /etc/fstab",
+            ),
+            (
+                "/etc/systemd/system/x.service",
+                "[Service]\nStandardOutput=append:/etc/tmpfiles.d/x.conf\n",
+                "the host's own tmpfiles.d directory",
             ),
             (
                 "/etc/systemd/system.attached/x.socket",

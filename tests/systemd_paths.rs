@@ -154,6 +154,8 @@ const REFUSED: &[&str] = &[
     "R /usr/sbin/mesh-host",
     "R \"/var/lib/mesh-host\"",
     "R '/var/lib/mesh'-host",
+    "f /etc/tmpfiles.d/evil.conf 0644 - - - R /var/lib/mesh-host",
+    "w+ /etc/fstab - - - - tmpfs /var/lib tmpfs",
     "v /var/lib/mesh-host/new",
     "q /etc/mesh-host/new",
     "Q /run/systemd/system.control 0777",
@@ -196,6 +198,7 @@ fn scratch_root(dir: &Path) {
     );
     file("/etc/group", "root:x:0:\nnobody:x:65534:\nutmp:x:43:\n");
     file("/etc/os-release", "ID=test\n");
+    file("/etc/fstab", "# none\n");
     for dir in [
         "/etc/systemd/system.control",
         "/run/systemd/system.control",
@@ -272,6 +275,8 @@ fn host_state(root: &Path) -> BTreeMap<PathBuf, String> {
         "/run/systemd/system",
         "/usr/local/lib/systemd/system",
         "/usr/lib/systemd/system",
+        "/etc/tmpfiles.d",
+        "/etc/fstab",
     ];
     for host in hosts {
         let top = root.join(&host[1..]);
@@ -438,6 +443,12 @@ const HOST_PATHS: &[&str] = &[
     "/usr/local/lib/systemd/system",
     "/usr/lib/systemd/system",
     "/run/systemd/generator.late",
+    "/etc/tmpfiles.d",
+    "/run/tmpfiles.d",
+    "/usr/local/lib/tmpfiles.d",
+    "/usr/lib/tmpfiles.d",
+    "/etc/fstab",
+    "/etc/crypttab",
 ];
 
 /// Whether `path` is at, inside or above one of the host's paths (component-wise).
@@ -471,6 +482,7 @@ fn fstab_lines_and_mount_unit_names_as_systemd_reads_them() {
         ("/dev/sdb1\t/var\txfs\tdefaults\t0\t2", false),
         ("/dev/sdb1 /var/lib/mesh-host/sub ext4 defaults", false),
         ("/dev/sdb1 /usr/local ext4 defaults", false),
+        ("/dev/sdb1 /etc/tmpfiles.d ext4 defaults", false),
         (
             "/dev/sdb1 /srv/data xfs defaults,x-systemd.automount 0 2",
             false,

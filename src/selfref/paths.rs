@@ -23,6 +23,33 @@ pub const SYSTEM_UNIT_PATH: [&str; 12] = [
     "/run/systemd/generator.late",
 ];
 
+/// Files and directories whose content systemd turns into actions on paths, as root: what
+/// writes them writes lines that reach the host's paths, unchecked (a service's output into
+/// `/etc/tmpfiles.d/x.conf`, a tmpfiles.d `f` line writing `/etc/fstab`).
+pub const SYSTEMD_READS: [(&str, &str); 6] = [
+    (
+        "/etc/tmpfiles.d",
+        "tmpfiles.d directory (systemd-tmpfiles runs its lines as root)",
+    ),
+    (
+        "/run/tmpfiles.d",
+        "tmpfiles.d directory (systemd-tmpfiles runs its lines as root)",
+    ),
+    (
+        "/usr/local/lib/tmpfiles.d",
+        "tmpfiles.d directory (systemd-tmpfiles runs its lines as root)",
+    ),
+    (
+        "/usr/lib/tmpfiles.d",
+        "tmpfiles.d directory (systemd-tmpfiles runs its lines as root)",
+    ),
+    ("/etc/fstab", "fstab (systemd mounts what it says)"),
+    (
+        "/etc/crypttab",
+        "crypttab (systemd-cryptsetup opens what it says)",
+    ),
+];
+
 /// The host's binary, as its package installs it.
 pub const BINARY: &str = "/usr/bin/mesh-host";
 
@@ -77,6 +104,9 @@ pub fn host_paths(identity: &Identity) -> HostPaths {
         add(&mut out, BINARY, "binary");
         for p in SYSTEM_UNIT_PATH {
             add(&mut out, p, "unit directory");
+        }
+        for (p, what) in SYSTEMD_READS {
+            add(&mut out, p, what);
         }
         out
     });
