@@ -462,6 +462,9 @@ const SOCKET_DIRS: [(&str, &str); 3] = [
     ("/run/user/0", "root's own service manager and session bus"),
 ];
 
+/// journald's sockets, the one directory under /run/systemd a read-only mount may hold.
+const JOURNAL_SOCKETS: &str = "/run/systemd/journal";
+
 /// Links under /dev into a process's /proc entry: podman resolves them in its own process.
 const PROC_LINKS: [(&str, &str); 4] = [
     ("/dev/fd", "/proc/self/fd"),
@@ -507,6 +510,11 @@ pub fn refuse_mount_source(source: &str, writable: bool) -> Option<String> {
             ));
         }
         _ => {}
+    }
+    // journald's sockets only take log lines: a log shipper may mount them.
+    let journal = paths::Pattern::literal(&source).relation(JOURNAL_SOCKETS);
+    if matches!(journal, Some(paths::Relation::Is | paths::Relation::Inside)) {
+        return None;
     }
     SOCKET_DIRS.iter().find_map(|(dir, what)| {
         let relation = paths::Pattern::literal(&source).relation(dir)?;
@@ -933,6 +941,10 @@ mod tests {
             ("/var/run:/r:ro", "mounts /run, which holds /run/systemd"),
             ("/run/systemd:/s:ro", "which is /run/systemd"),
             ("/run/systemd/private:/s:ro", "inside /run/systemd"),
+            (
+                "/run/systemd/journal:/j",
+                "the host's own runtime unit directory",
+            ),
             ("/run/dbus:/d:ro", "which is /run/dbus, the system bus"),
             ("/var/run/dbus/system_bus_socket:/s:ro", "inside /run/dbus"),
             ("/proc:/host/proc:ro", "/proc/N/root"),
@@ -1026,6 +1038,8 @@ mod tests {
             "/sys/fs/cgroup:/c:ro",
             "/proc/cpuinfo:/cpuinfo:ro",
             "/run/user/1000/pulse:/p:ro",
+            "/run/systemd/journal:/run/systemd/journal:ro",
+            "/run/systemd/journal/socket:/s:ro",
             "/run/podman-data:/p",
             "/var/lib/containers-data:/x",
             "/srv/data:/data:rw,z,nocopy,rshared",
