@@ -50,6 +50,9 @@ pub const SYSTEMD_READS: [(&str, &str); 6] = [
     ),
 ];
 
+/// The longest path the kernel and systemd take.
+const PATH_MAX: usize = 4096;
+
 /// The host's binary, as its package installs it.
 pub const BINARY: &str = "/usr/bin/mesh-host";
 
@@ -220,6 +223,26 @@ impl Pattern {
     }
 
     pub fn from_segs(segs: &[Seg]) -> Pattern {
+        let length: usize = segs
+            .iter()
+            .map(|s| match s {
+                Seg::Lit(t) | Seg::Glob(t) => t.len(),
+                Seg::Wild | Seg::Open(_) => 0,
+            })
+            .sum();
+        if length > PATH_MAX {
+            // systemd refuses a path this long, and so never acts on it; nor is a hostile one
+            // spelled out here a token per character.
+            return Pattern {
+                parts: vec![vec![Tok::Class {
+                    negated: false,
+                    ranges: Vec::new(),
+                }]],
+                text: None,
+                open: None,
+                tail: None,
+            };
+        }
         let mut parts: Vec<Vec<Tok>> = vec![Vec::new()];
         let mut open = None;
         let mut tail = None;
@@ -467,6 +490,11 @@ fn component_matches(toks: &[Tok], name: &str) -> bool {
 /// glob(3)'s `GLOB_BRACE`: `{a,b}` expanded into each alternative, at most `limit` results
 /// (`None` past it: the caller takes the pattern as open).
 pub fn expand_braces(text: &str, limit: usize) -> Option<Vec<String>> {
+    // Each group is a level of recursion and a copy of the text: a hostile line of thousands
+    // would be deep and quadratic, so past a few the pattern is taken as open.
+    if text.matches('{').count() > 8 {
+        return None;
+    }
     let chars: Vec<char> = text.chars().collect();
     let mut escaped = false;
     let mut open_at = None;
@@ -611,6 +639,10 @@ mod tests {
         );
         assert_eq!(expand_braces("/{a}", 10).unwrap(), vec!["/{a}"]);
         assert!(expand_braces("/{a,b}{c,d}{e,f}", 4).is_none());
+        assert!(expand_braces(&"{a,b}".repeat(100_000), 64).is_none());
+        let hosts = host_paths(&crate::config::Config::parse("{}", None).unwrap().identity);
+        let long = format!("/var/lib/mesh-host/{}", "x".repeat(PATH_MAX));
+        assert!(Pattern::literal(&long).touches(&hosts, &ANY).is_none());
     }
 
     #[test]

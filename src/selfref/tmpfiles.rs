@@ -501,6 +501,31 @@ mod tests {
     }
 
     #[test]
+    fn hostile_lines_end_quickly_and_never_panic() {
+        let hosts = hosts();
+        let long = format!("R /var/{}\n", "{a,b}".repeat(200_000));
+        assert!(refuse(&long, &hosts).is_some_and(|f| f.contains("that many braces")));
+        let stars = format!("R /var/lib/{}x\n", "*".repeat(4000));
+        assert_eq!(refuse(&stars, &hosts), None);
+        let stars = format!("R /var/lib/{}t\n", "*".repeat(4000));
+        assert!(refuse(&stars, &hosts).is_some());
+        let huge = format!("R /var/lib/mesh-host/{}\n", "x".repeat(1 << 20));
+        assert_eq!(refuse(&huge, &hosts), None);
+        for line in [
+            "R \\",
+            "R \\u12",
+            "R \"",
+            "\\x",
+            "R /\u{e9}\\\u{e9}",
+            "R [",
+            "R /[!]",
+            "R /[]-]x",
+        ] {
+            let _ = refuse(line, &hosts);
+        }
+    }
+
+    #[test]
     fn everyday_lines_and_safe_ancestors_stay_valid() {
         let hosts = hosts();
         let text = "# comment\n\
