@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::declaration::Declaration;
 use crate::fsutil;
 use crate::kinds::{
-    self, backup_key, files::Files, Action, Change, Details, Env, Kind, LedgerAfter, Listed,
+    self, backup_key, files::Files, units, Action, Change, Details, Env, Kind, LedgerAfter, Listed,
     Outcome, RunContext, Step, Visit,
 };
 use crate::pacnew::{self, Pacnew};
@@ -135,6 +135,21 @@ pub fn run_scoped(
     mode: Mode,
     scope: &Scope,
 ) -> Result<Report, StoreError> {
+    match run_scoped_reporting(env, declaration, ledger, mode, scope) {
+        (report, None) => Ok(report),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// `run_scoped`, with what the run did before a store error stopped it (changes already made,
+/// to be recorded and reported with the error).
+pub fn run_scoped_reporting(
+    env: &Env,
+    declaration: &Declaration,
+    ledger: &mut Ledger,
+    mode: Mode,
+    scope: &Scope,
+) -> (Report, Option<StoreError>) {
     let mut run = Converging {
         env,
         cx: RunContext::new(declaration, env.offline),
@@ -152,10 +167,12 @@ pub fn run_scoped(
         ..
     } = run;
     if let Some(e) = failed {
-        return Err(e);
+        return (report, Some(e));
     }
     if let (Mode::Apply, Some(store)) = (mode, env.store) {
-        remove_unreferenced_backups(store, ledger)?;
+        if let Err(e) = remove_unreferenced_backups(store, ledger) {
+            return (report, Some(e));
+        }
     }
     // After the run's pacman transactions, and on every run (someone else may have upgraded).
     let mut quiet = env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default();
@@ -173,7 +190,7 @@ pub fn run_scoped(
             log::warn!("{e}; the next run lists every directory for .pacnew files");
         }
     }
-    Ok(report)
+    (report, None)
 }
 
 /// Originals are dropped only after the ledger stops pointing at them, so a crash in between
@@ -428,6 +445,7 @@ fn apply_planned<K: Kind>(
     ledger_dirty |= !intents.is_empty();
     ledger.insert_all::<K>(intents);
     save(env, ledger, ledger_dirty)?;
+    let owed_ahead = owe_ahead::<K>(env, cx, &changes)?;
     let mut outcomes = K::apply(env, cx, ledger, &changes);
     let mut released_backups = Vec::new();
     verify::<K>(env, cx, ledger, &changes, &mut outcomes);
@@ -480,6 +498,7 @@ fn apply_planned<K: Kind>(
     // The kind may have changed its own bookkeeping (directories it created) even when nothing
     // else changed, so the ledger is written whenever there were changes.
     save(env, ledger, changed)?;
+    unowe(env, cx, owed_ahead)?;
     // Only once the ledger no longer points at them: a crash before this leaves an unused
     // backup, never an adopted resource whose original is gone.
     if let Some(store) = env.store {
@@ -488,6 +507,50 @@ fn apply_planned<K: Kind>(
         }
     }
     Ok(())
+}
+
+/// Write-ahead of what later kinds will owe these changes (a unit's restart or reload on a file
+/// about to change, `store::Owed`), as if each were done: durable before anything is touched,
+/// so whatever ends the run before the unit's turn (kill -9, SIGTERM, its restart failing), the
+/// next run still does it. A mounted root runs nothing to restart. Returns what it added.
+fn owe_ahead<'d, K: Kind>(
+    env: &Env,
+    cx: &RunContext<'d>,
+    changes: &[Change<K::Op, K::Original>],
+) -> Result<Vec<(&'d str, &'d str)>, StoreError> {
+    let (Some(store), false) = (env.store, env.offline) else {
+        return Ok(Vec::new());
+    };
+    let mut ahead = kinds::Facts::default();
+    for change in changes {
+        let facts = K::facts_mut(&mut ahead);
+        K::note(cx.declaration, facts, change, &Outcome::Done);
+    }
+    let mut owing = units::owing(cx.declaration, &ahead.files.changed);
+    if owing.is_empty() {
+        return Ok(owing);
+    }
+    let mut owed = store.owed()?;
+    owing.retain(|(unit, file)| owed.add(unit, file));
+    if !owing.is_empty() {
+        store.save_owed(&owed)?;
+    }
+    Ok(owing)
+}
+
+/// Takes back what `owe_ahead` added for files that did not change after all (failed, or not
+/// attempted as the host was stopping): a file that always fails must not restart its unit
+/// every run. What was owed before this run stays.
+fn unowe(env: &Env, cx: &RunContext, added: Vec<(&str, &str)>) -> Result<(), StoreError> {
+    let unchanged: Vec<_> = (added.into_iter())
+        .filter(|(_, file)| !cx.facts.files.changed.contains(*file))
+        .collect();
+    let (Some(store), false) = (env.store, unchanged.is_empty()) else {
+        return Ok(());
+    };
+    let mut owed = store.owed()?;
+    owed.retain(|unit, file| !unchanged.contains(&(unit, file)));
+    store.save_owed(&owed)
 }
 
 fn planned_row(kind: &'static str, key: String, action: Action, details: Details) -> Planned {
@@ -792,5 +855,49 @@ mod tests {
         assert_eq!(stored.owned_keys::<Files>().count(), APPLIED_AT_ONCE);
         let first = stored.get::<Files>(&path(0)).unwrap();
         assert!(first.applied.is_some());
+    }
+
+    /// What units owe is written before the files change and kept when the run stops before
+    /// the units' turn; what was written ahead for a file that did not change is taken back.
+    #[test]
+    fn restarts_owed_are_written_ahead_and_taken_back_for_files_left_unchanged() {
+        let scratch = TempDir::new("owed-ahead");
+        let root = scratch.path().join("root");
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        let store = Store::open(&scratch.path().join("state"), true)
+            .unwrap()
+            .unwrap();
+        let declaration = parse_with_defaults(
+            r#"{"schema": 1, "files": {"/etc/a.conf": {"content": "a"},
+                "/etc/b.conf": {"content": "b"}},
+                "units": {"a.service": {"restart_on": ["/etc/a.conf"]},
+                          "b.service": {"reload_on": ["/etc/b.conf"]}}}"#,
+        )
+        .unwrap();
+        let config = test_config();
+        let runner = Runner::new(false);
+        // The host starts stopping once the first file is being written (its new content put
+        // beside it): the second is not written, and the units kind is not reached (nothing is
+        // spawned).
+        let etc = root.join("etc");
+        let interrupted = || std::fs::read_dir(&etc).is_ok_and(|mut d| d.next().is_some());
+        let env = Env {
+            root: &root,
+            offline: false,
+            config: &config,
+            runner: &runner,
+            store: Some(&store),
+            interrupted: &interrupted,
+        };
+        let mut ledger = store.ledger().unwrap();
+        let report = run(&env, &declaration, &mut ledger, Mode::Apply).unwrap();
+        assert!(report.interrupted);
+        assert!(root.join("etc/a.conf").exists());
+        assert!(!root.join("etc/b.conf").exists());
+        let owed = store.owed().unwrap();
+        let owed: Vec<(&str, Vec<&str>)> = (owed.units.iter())
+            .map(|(u, f)| (u.as_str(), f.iter().map(String::as_str).collect()))
+            .collect();
+        assert_eq!(owed, [("a.service", vec!["/etc/a.conf"])]);
     }
 }

@@ -20,22 +20,31 @@ const ACTIVATION_TYPES: [&str; 3] = ["socket", "timer", "path"];
 /// Directories systemd reads beside a unit's name: drop-ins and dependency links.
 const UNIT_DIR_SUFFIXES: [&str; 4] = [".d", ".wants", ".requires", ".upholds"];
 
-/// `[Section] Key=` directives that order systemd to do something to the units they name
-/// (start, stop, enable, replace by an alias, ...). Mentions that order nothing to the named unit
-/// (`After=`, `Before=`, `PartOf=`, `ReloadPropagatedFrom=`, ...) are not here.
-const ACTING_DIRECTIVES: [(&str, &str); 23] = [
+/// `[Section] Key=` directives that tie the units they name to this one: every dependency
+/// systemd then lists on the named unit (`systemctl show`: `WantedBy=`, `ConflictedBy=`,
+/// `ConsistsOf=`, `TriggeredBy=`, the `After=` a `Before=` gives it, ...), the links and aliases
+/// `systemctl enable` makes, and what a timer, path or socket starts. Only `After=` is missing:
+/// the unit waits for the host, never the host for it (`Before=` makes the host's start wait for
+/// the unit, which can stall it for good).
+const ACTING_DIRECTIVES: [(&str, &str); 29] = [
     ("Unit", "Requires"),
     ("Unit", "Requisite"),
     ("Unit", "Wants"),
     ("Unit", "BindsTo"),
     ("Unit", "BindTo"),
+    ("Unit", "PartOf"),
     ("Unit", "Upholds"),
     ("Unit", "Conflicts"),
+    ("Unit", "Before"),
     ("Unit", "OnFailure"),
     ("Unit", "OnSuccess"),
     ("Unit", "PropagatesReloadTo"),
     ("Unit", "PropagateReloadTo"),
+    ("Unit", "ReloadPropagatedFrom"),
+    ("Unit", "PropagateReloadFrom"),
     ("Unit", "PropagatesStopTo"),
+    ("Unit", "StopPropagatedFrom"),
+    ("Unit", "JoinsNamespaceOf"),
     ("Unit", "RequiresOverridable"),
     ("Unit", "RequisiteOverridable"),
     ("Install", "Alias"),
@@ -80,8 +89,19 @@ pub fn lookup_names(unit: &str) -> Vec<String> {
     out
 }
 
+/// Whether the unit model is switched off: only in a build with the `test-no-unit-model` feature
+/// and `MESH_TEST_NO_UNIT_MODEL=1`, so a test can show that systemd's confirmation
+/// (`kinds::units::confirm`) alone puts back what the model would refuse. A shipped binary is
+/// built without the feature: this is then `false` and the variable is never read.
+fn unit_model_off() -> bool {
+    cfg!(feature = "test-no-unit-model") && std::env::var_os("MESH_TEST_NO_UNIT_MODEL").is_some()
+}
+
 /// Why declaring the unit `key` (with `content`, its unit file) reaches the host, if it does.
 pub fn refuse_unit(key: &str, content: Option<&str>, identity: &Identity) -> Option<String> {
+    if unit_model_off() {
+        return None;
+    }
     for (unit, service) in host_units(identity) {
         if key == unit && unit == service {
             return Some(format!(
@@ -100,21 +120,26 @@ pub fn refuse_unit(key: &str, content: Option<&str>, identity: &Identity) -> Opt
     } else {
         Owner::Unit(name)
     };
+    if let Some(why) = content.and_then(|text| refuse_content(text, owner, identity)) {
+        return Some(format!("content: {why}"));
+    }
     // A mount, automount or swap unit's name is its path, whatever file a package ships for it.
     if content.is_some() || ["mount", "automount", "swap"].contains(&name.unit_type) {
         let hosts = paths::host_paths(identity);
         let system = pid1::Manager::System;
-        if let Some(why) = pid1::refuse_unit(content.unwrap_or(""), owner, system, &hosts) {
-            return Some(format!("{key}: {why}"));
-        }
+        return pid1::refuse_unit(content.unwrap_or(""), owner, system, &hosts)
+            .map(|why| format!("{key}: {why}"));
     }
-    refuse_content(content?, owner, identity).map(|why| format!("content: {why}"))
+    None
 }
 
-/// Why a unit file or drop-in with `text` acts on a host unit, if it does: a directive that orders
-/// systemd to do something to the units it names names one, or could (a specifier that cannot be
-/// resolved here could make it one).
+/// Why a unit file or drop-in with `text` acts on a host unit, if it does: text systemd may read
+/// otherwise than it looks (`unitfile::unplain`), or a directive that ties the units it names to
+/// this one names one, or could (a specifier that cannot be resolved here could make it one).
 pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<String> {
+    if let Some((line, odd)) = unitfile::unplain(text) {
+        return Some(format!("line {line} has {odd}"));
+    }
     let units = host_units(identity);
     for directive in unitfile::parse(text) {
         let acting = ACTING_DIRECTIVES.iter().any(|(section, key)| {
@@ -124,47 +149,38 @@ pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<S
         if !acting {
             continue;
         }
-        // Without a specifier, a value can only name a host unit by containing its name (once
-        // unquoted and unescaped: `mesh-"host.service"`, `mesh\x2dhost.service`).
-        let bare = unitfile::decode_hex_escapes(&directive.value.replace(['"', '\''], ""));
-        if !bare.contains('%') && !units.iter().any(|(u, _)| bare.contains(u.as_str())) {
-            continue;
-        }
-        // Single-valued ones (Unit=, Service=) are taken whole by systemd; as words too, to be safe.
-        let mut values = unitfile::words(&directive.value);
-        values.push(directive.value.clone());
-        for value in values {
-            // [Install] lists are unquoted by systemctl; [Unit] ones are not: try both. A `\xNN`
-            // escape names another unit to systemd; decoded too, to be safe.
-            let unquoted: String = value.chars().filter(|c| !"\"'".contains(*c)).collect();
-            let decoded = unitfile::decode_hex_escapes(&unquoted);
-            for candidate in [value.as_str(), unquoted.as_str(), decoded.as_str()] {
-                let pieces = unitfile::resolve_specifiers(candidate, owner);
-                let Some((unit, _)) = units.iter().find(|(u, _)| unitfile::could_be(&pieces, u))
-                else {
-                    continue;
-                };
-                let at = format!(
-                    "[{}] {}={} (line {})",
-                    directive.section, directive.key, directive.value, directive.line
-                );
-                let unknown: Vec<String> = pieces
-                    .iter()
-                    .filter_map(|p| match p {
-                        unitfile::Piece::Unknown(c) => Some(format!("%{c}")),
-                        unitfile::Piece::Text(_) => None,
-                    })
-                    .collect();
-                return Some(if unknown.is_empty() {
-                    format!("{at} names {unit}, the host's own unit")
-                } else {
-                    format!(
-                        "{at}: {} cannot be resolved safely here, and could make it name \
-                         {unit}, the host's own unit",
-                        unknown.join(" ")
-                    )
-                });
+        for word in unitfile::unit_words(&directive.value) {
+            let pieces = unitfile::resolve_specifiers(&word, owner);
+            let Some((unit, _)) = units.iter().find(|(u, _)| unitfile::could_be(&pieces, u)) else {
+                continue;
+            };
+            let at = format!(
+                "[{}] {}={} (line {})",
+                directive.section, directive.key, directive.value, directive.line
+            );
+            let unknown: Vec<String> = pieces
+                .iter()
+                .filter_map(|p| match p {
+                    unitfile::Piece::Unknown(c) => Some(format!("%{c}")),
+                    unitfile::Piece::Text(_) => None,
+                })
+                .collect();
+            if !unknown.is_empty() {
+                return Some(format!(
+                    "{at}: {} cannot be resolved safely here, and could make it name \
+                     {unit}, the host's own unit",
+                    unknown.join(" ")
+                ));
             }
+            // Read through a backslash, a quote, an escape or a separator: say which name.
+            let read_as = if word == directive.value {
+                String::new()
+            } else {
+                format!(
+                    " (systemd may read {word:?} in it; write unit names plainly, one per word)"
+                )
+            };
+            return Some(format!("{at} names {unit}, the host's own unit{read_as}"));
         }
     }
     None
@@ -201,7 +217,8 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
         return Some(format!("{} is the host's own store", store.display()));
     }
     let key = path.display();
-    for dir in &identity.unit_dirs {
+    // (Switched off with the unit model in a test build: drop-ins and links are units to systemd.)
+    for dir in identity.unit_dirs.iter().filter(|_| !unit_model_off()) {
         let Ok(rest) = path.strip_prefix(dir) else {
             continue;
         };
@@ -250,9 +267,9 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
         }
         let text = String::from_utf8_lossy(content?);
         let owner = match parts.as_slice() {
-            [file] => file_owner(file)?,
+            [file] => fragment_owner(file)?,
             [dir, file] if file.ends_with(".conf") => {
-                dir.strip_suffix(".d").map(file_owner).unwrap_or(None)?
+                dir.strip_suffix(".d").and_then(drop_in_owner)?
             }
             _ => return None,
         };
@@ -317,20 +334,38 @@ fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) 
         return pid1::refuse_crypttab(&text(), &hosts())
             .map(|why| format!("{path} is read by systemd-cryptsetup-generator: {why}"));
     }
+    if unit_model_off() {
+        return None;
+    }
+    // What the system manager reads also acts on the host's units: that reason, more exact,
+    // comes first (`refuse_file` would give it after this).
+    let acting = |owner, manager| match manager {
+        pid1::Manager::System => refuse_content(&text(), owner, identity),
+        pid1::Manager::User => None,
+    };
+    let as_unit = |why: String| format!("{path} is read by systemd as a unit file: {why}");
     if let Some(manager) = manager(dir) {
-        return pid1::refuse_unit(&text(), file_owner(name)?, manager, &hosts())
-            .map(|why| format!("{path} is read by systemd as a unit file: {why}"));
+        let owner = fragment_owner(name)?;
+        return acting(owner, manager)
+            .or_else(|| pid1::refuse_unit(&text(), owner, manager, &hosts()))
+            .map(as_unit);
     }
     let (parent, sub) = dir.rsplit_once('/')?;
     let manager = manager(parent)?;
     if let Some(unit) = sub.strip_suffix(".d").filter(|_| name.ends_with(".conf")) {
-        return pid1::refuse_unit(&text(), file_owner(unit)?, manager, &hosts())
-            .map(|why| format!("{path} is read by systemd as a unit file: {why}"));
+        let owner = drop_in_owner(unit)?;
+        // A mount unit's drop-in: the unit it is for is named, whatever the drop-in says.
+        let by_name =
+            || fragment_owner(unit).and_then(|o| pid1::refuse_unit("", o, manager, &hosts()));
+        return acting(owner, manager)
+            .or_else(by_name)
+            .or_else(|| pid1::refuse_unit(&text(), owner, manager, &hosts()))
+            .map(as_unit);
     }
     // An entry of a `.wants/` (or `.requires/`, `.upholds/`) directory starts the unit it names,
     // whatever file a package ships for it.
     if UNIT_DIR_SUFFIXES[1..].iter().any(|s| sub.ends_with(s)) {
-        return pid1::refuse_unit("", file_owner(name)?, manager, &hosts())
+        return pid1::refuse_unit("", fragment_owner(name)?, manager, &hosts())
             .map(|why| format!("{path} has systemd start {name}: {why}"));
     }
     None
@@ -351,22 +386,27 @@ fn surely_outside(path: &str, own: &Path) -> bool {
     }
 }
 
-/// Which unit a file or drop-in directory named `name` belongs to.
-fn file_owner(name: &str) -> Option<Owner<'_>> {
-    match UnitName::parse(name) {
-        Ok(unit) if unit.prefix.ends_with('-') && unit.instance.is_none() => Some(Owner::Prefix {
-            prefix: unit.prefix,
-            unit_type: unit.unit_type,
-        }),
-        Ok(unit) if unit.is_template() => Some(Owner::Template(unit)),
-        Ok(unit) => Some(Owner::Unit(unit)),
-        // A type-level drop-in directory (`service.d/`) applies to every unit of the type.
-        Err(_) if unitfile::DECLARABLE_TYPES.contains(&name) => Some(Owner::Prefix {
-            prefix: "",
-            unit_type: name,
-        }),
-        Err(_) => None,
-    }
+/// Which unit a file named `name` directly in a unit directory is the fragment of: any type
+/// systemd loads, `.device` and `.scope` too.
+fn fragment_owner(name: &str) -> Option<Owner<'_>> {
+    let unit = UnitName::parse_loaded(name).ok()?;
+    Some(if unit.is_template() {
+        Owner::Template(unit)
+    } else {
+        Owner::Unit(unit)
+    })
+}
+
+/// Which units read the drop-ins of the directory `name.d/`: those with a name, an alias, a
+/// template or a prefix `name` (`dev-sda.device`, `mesh-.service`, `x@.service`), or every unit
+/// of the type (`service`, `device`). Only the type is sure: systemd resolves a drop-in's `%p`,
+/// `%n`, `%i` ... from the unit's own name, which an alias (or a prefix) does not tell.
+fn drop_in_owner(name: &str) -> Option<Owner<'_>> {
+    let unit_type = match UnitName::parse_loaded(name) {
+        Ok(unit) => unit.unit_type,
+        Err(_) => unitfile::LOADED_TYPES.into_iter().find(|t| *t == name)?,
+    };
+    Some(Owner::Type(unit_type))
 }
 
 /// Paths a container may not mount writable (nor have podman relabel or chown), each with what
@@ -711,7 +751,7 @@ mod tests {
             // Lists, continuations, comments inside them, odd spacing and case.
             (
                 "x.service",
-                "[Unit]\nWants=a.service   b.service \\\n# note\n  mesh-host.service\n",
+                "[Unit]\nWants=a.service   b.service \\\n  mesh-host.service\n",
                 "line 2",
             ),
             (
@@ -843,7 +883,7 @@ mod tests {
     #[test]
     fn valid_look_alikes_stay_valid() {
         for (name, content) in [
-            ("x.service", "[Unit]\nAfter=mesh-host.service\nBefore=mesh-host.service\nPartOf=mesh-host.service\nReloadPropagatedFrom=mesh-host.service\nDescription=Conflicts=mesh-host.service\n"),
+            ("x.service", "[Unit]\nAfter=mesh-host.service mesh-host.socket\nDescription=Conflicts=mesh-host.service\nDocumentation=man:mesh-host.service(8)\n"),
             ("x.service", "[Unit]\n# Conflicts=mesh-host.service\n; Wants=mesh-host.service\n"),
             ("x.service", "[Service]\nConflicts=mesh-host.service\nExecStart=/usr/bin/systemctl stop mesh-host.service\n"),
             ("x.service", "Conflicts=mesh-host.service\n[Unit]\nDescription=x"),
@@ -881,10 +921,6 @@ mod tests {
             (
                 "/etc/systemd/system/timer.d/x.conf",
                 "[Timer]\nRandomizedDelaySec=5",
-            ),
-            (
-                "/etc/systemd/system/foo-.timer.d/x.conf",
-                "[Timer]\nUnit=%N.service",
             ),
             (
                 "/etc/systemd/system/socket.d/x.conf",
@@ -1223,5 +1259,261 @@ mod tests {
             &file("/etc/pki/other.pem", "x")
         )
         .is_empty());
+    }
+
+    /// The one problem of `json`, which must contain each of `needles`.
+    fn refused_with(json: &str, needles: &[&str]) {
+        let found = problems(json);
+        assert_eq!(found.len(), 1, "{json}: {found:?}");
+        for needle in needles {
+            assert!(found[0].contains(needle), "{needle:?} not in {found:?}");
+        }
+    }
+
+    #[test]
+    fn family_1_text_systemd_reads_otherwise_is_refused_saying_how_to_write_it() {
+        // A byte-order mark at the start of a later line: systemd drops it, the line is live.
+        for (content, needle) in [
+            (
+                "[Unit]\nDescription=x\n[X-Hidden]\n\u{feff}[Install]\nAlias=mesh-host.service\n",
+                "line 4 has a byte-order mark",
+            ),
+            (
+                "# c\n\u{feff}[Unit]\nDescription=x\n",
+                "line 2 has a byte-order mark",
+            ),
+            (
+                "[Unit]\nDescription=x\u{feff}\n",
+                "write the file without it",
+            ),
+            // Two-character line ends systemd takes as one: the continuation carries on.
+            (
+                "[Unit]\nWants=junk \\\n\rmesh-host.service\n",
+                "line 3 has a carriage return",
+            ),
+            (
+                "[Unit]\nWants=junk \\\r\0mesh-host.service\n",
+                "line 2 has a carriage return",
+            ),
+            (
+                "[Unit]\nWants=junk \\\n\0mesh-host.service\n",
+                "line 3 has a NUL byte",
+            ),
+            (
+                "[Unit]\nWants=junk \\\r\n\0mesh-host.service\n",
+                "line 3 has a NUL byte",
+            ),
+            (
+                "[Unit]\nWants=junk \\\rmesh-host.service\n",
+                "end lines with \\n or \\r\\n only",
+            ),
+            // Readers disagree on comments inside a continuation and on `.include`.
+            (
+                "[Unit]\nWants=junk \\\n# c\n mesh-host.service\n",
+                "line 3 has a comment inside",
+            ),
+            (
+                "[Unit]\nWants=junk \\\n  ; c \\\n mesh-host.service\n",
+                "comment inside",
+            ),
+            (
+                ".include /etc/systemd/system/x.service\n[Unit]\n",
+                "line 1 has `.include`",
+            ),
+            // Backslashes: plain in [Unit] lists, dropped in Also= and Sockets=.
+            (
+                "[Unit]\nWants=junk\\ mesh-host.service\n",
+                "systemd may read \"mesh-host.service\"",
+            ),
+            (
+                "[Unit]\nRequires=junk\\\tmesh-host.service\n",
+                "names mesh-host.service",
+            ),
+            (
+                "[Install]\nAlso=mesh\\-host.service\n",
+                "[Install] Also=mesh\\-host.service (line 2) names mesh-host.service",
+            ),
+            (
+                "[Install]\nAlso=/usr/lib/systemd/system/mesh-host.service\n",
+                "names mesh-host.service",
+            ),
+            (
+                "[Service]\nSockets=\\m\\e\\s\\h-host.socket\n",
+                "names mesh-host.socket",
+            ),
+            // Quotes, case, whitespace, continuations.
+            (
+                "[Unit]\nBindsTo='mesh-host.service'\n",
+                "names mesh-host.service",
+            ),
+            (
+                "[unit]\nwants = mesh-host.service\n",
+                "names mesh-host.service",
+            ),
+            (
+                "[Unit]\nUpholds=\\\n\tmesh-host.service\n",
+                "(line 2) names",
+            ),
+            (
+                "[Unit]\r\nConflicts=a.service\\\r\n mesh-host.service\r\n",
+                "(line 2) names",
+            ),
+            // Specifiers a unit's own name cannot resolve.
+            ("[Unit]\nWants=%H.service\n", "%H cannot be resolved safely"),
+            (
+                "[Unit]\nWants=%l-host.service\n",
+                "%l cannot be resolved safely",
+            ),
+        ] {
+            refused_with(
+                &unit("x.service", content),
+                &["units[\"x.service\"]: refused: content:", needle],
+            );
+            let path = "/etc/systemd/system/x.service.d/y.conf";
+            refused_with(
+                &file(path, content),
+                &["is read by systemd as a unit file", needle],
+            );
+        }
+        // A drop-in of an alias: systemd resolves its specifiers from the unit's own name, which
+        // the directory's name does not tell.
+        for (dir, value) in [
+            ("zalias.service.d", "%p-host.service"),
+            ("zalias.service.d", "%n"),
+            ("mesh.service.d", "%N-host.service"),
+            ("x@y.service.d", "%i.service"),
+            ("foo-.timer.d", "%N.service"),
+            ("a-mesh.service.d", "%j-host.service"),
+        ] {
+            let path = format!("/etc/systemd/system/{dir}/x.conf");
+            let content = format!("[Unit]\nWants={value}\n");
+            refused_with(
+                &file(&path, &content),
+                &["cannot be resolved safely", "mesh-host."],
+            );
+        }
+        // In a unit file of its own the name is known: nothing is refused that names no host unit.
+        for (name, content) in [
+            ("zalias.service", "[Unit]\nWants=%p-host.service\n"),
+            ("a-b.service", "[Unit]\nWants=%j-host.service\n"),
+        ] {
+            assert!(problems(&unit(name, content)).is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn family_2_every_unit_type_systemd_loads_is_read() {
+        let host_lines = [
+            "[Unit]\nWants=mesh-host.service",
+            "[Unit]\nRequires=mesh-host.service",
+            "[Unit]\nConflicts=mesh-host.service",
+            "[Unit]\nPartOf=mesh-host.service",
+            "[Unit]\nBindsTo=mesh-host.service",
+            "[Unit]\nUpholds=mesh-host.service",
+            "[Unit]\nOnFailure=mesh-host.service",
+            "[Unit]\nPropagatesStopTo=mesh-host.service",
+            "[Unit]\nBefore=mesh-host.service",
+        ];
+        let mut paths: Vec<String> = Vec::new();
+        for name in [
+            "dev-sda.device",
+            "init.scope",
+            "libpod-.scope",
+            "x.slice",
+            "-.slice",
+            "srv.mount",
+            "-.mount",
+            "srv.automount",
+            "dev-sda2.swap",
+            "x.target",
+            "x.path",
+            "x.timer",
+            "x.socket",
+            "foo-.service",
+        ] {
+            paths.push(format!("/etc/systemd/system/{name}"));
+            paths.push(format!("/etc/systemd/system/{name}.d/x.conf"));
+        }
+        for t in crate::unitfile::LOADED_TYPES {
+            paths.push(format!("/etc/systemd/system/{t}.d/x.conf"));
+            paths.push(format!("/etc/systemd/system.attached/{t}.d/x.conf"));
+        }
+        for (i, path) in paths.iter().enumerate() {
+            let content = host_lines[i % host_lines.len()];
+            refused_with(
+                &file(path, content),
+                &[path, "refused", "mesh-host.service"],
+            );
+        }
+        // What a device or scope's dependency directories hold.
+        for path in [
+            "/etc/systemd/system/dev-sda.device.wants/mesh-host.service",
+            "/etc/systemd/system/init.scope.requires/mesh-host.socket",
+        ] {
+            refused_with(&file(path, ""), &["a link to the host's own unit"]);
+        }
+        // The triggers each type has, as declared units and as files.
+        for (name, content) in [
+            (
+                "x.timer",
+                "[Timer]\nOnCalendar=daily\nUnit=mesh-host.service\n",
+            ),
+            (
+                "x.path",
+                "[Path]\nPathExists=/x\nUnit=mesh\\-host.service\n",
+            ),
+            (
+                "x.socket",
+                "[Socket]\nListenStream=1\nService=mesh-host.service\n",
+            ),
+            ("x.service", "[Service]\nSockets=mesh-host.socket\n"),
+            (
+                "x.mount",
+                "[Unit]\nWants=mesh-host.service\n[Mount]\nWhat=/dev/sdb\n",
+            ),
+            ("x.automount", "[Unit]\nBindsTo=mesh-host.service\n"),
+            ("x.swap", "[Unit]\nOnSuccess=mesh-host.service\n"),
+            ("x.slice", "[Unit]\nConflicts=mesh-host.service\n"),
+            ("x.target", "[Unit]\nStopPropagatedFrom=mesh-host.service\n"),
+        ] {
+            refused_with(
+                &unit(name, content),
+                &["refused: content:", "names mesh-host."],
+            );
+            let path = format!("/etc/systemd/system/{name}.d/x.conf");
+            refused_with(&file(&path, content), &["names mesh-host."]);
+        }
+    }
+
+    #[test]
+    fn everyday_unit_files_stay_valid() {
+        for (path, content) in [
+            (
+                "/etc/systemd/system/getty@tty1.service.d/autologin.conf",
+                "[Service]\nExecStart=\nExecStart=-/sbin/agetty -o '-p -f -- \\\\u' --noclear --autologin root %I $TERM\n",
+            ),
+            (
+                "/etc/systemd/system/sshd.service.d/override.conf",
+                "[Unit]\nAfter=mesh-host.service network-online.target\nWants=network-online.target\n[Service]\nExecStart=\nExecStart=/usr/bin/sshd -D -o PermitRootLogin=no\n",
+            ),
+            (
+                "/etc/systemd/system/app.service",
+                "\u{feff}[Unit]\r\nDescription=app, edited on Windows\r\nAfter=mesh-host.service\r\n\r\n[Service]\r\nExecStart=/usr/bin/app \\\r\n  --flag\r\n[Install]\r\nWantedBy=multi-user.target\r\n",
+            ),
+            (
+                "/etc/systemd/system/dev-sda.device.d/x.conf",
+                "[Unit]\nJobTimeoutSec=5\n",
+            ),
+            (
+                "/etc/systemd/system/srv-www.mount",
+                "[Unit]\nAfter=mesh-host.service\n[Mount]\nWhat=/dev/sdb1\nWhere=/srv/www\nType=ext4\n[Install]\nWantedBy=multi-user.target\n",
+            ),
+            (
+                "/etc/systemd/system/backup.timer",
+                "[Timer]\nOnCalendar=daily\nUnit=backup.service\n[Install]\nWantedBy=timers.target\n",
+            ),
+        ] {
+            assert!(problems(&file(path, content)).is_empty(), "{path}: {:?}", problems(&file(path, content)));
+        }
     }
 }

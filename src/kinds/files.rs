@@ -82,9 +82,19 @@ pub struct Facts {
     /// Files (absolute target paths) changed in this run that a declared unit restarts or
     /// reloads on: only those, as a run may change 20,000 files.
     pub changed: BTreeSet<String>,
+    /// Unit files and drop-ins changed in this run, known by their look (a unit's name, or
+    /// `*.conf` in a `NAME.d/` directory), by the name of the unit or drop-in directory they
+    /// configure (`a.service`, `web@.service`, `web-.service`, `service`): the units kind
+    /// reloads the manager for them before it starts anything, and restarts a running unit
+    /// whose own or template's changed.
+    pub unit_config: BTreeSet<String>,
     /// Every path a declared unit restarts or reloads on, gathered when the first change is
     /// noted.
     units_act_on: Option<HashSet<String>>,
+    /// Files changed in this run in a directory systemd may read units from (a path with a
+    /// `systemd` component): systemd's confirmation (`kinds::units::confirm`) asks about them
+    /// and puts them back (`put_back`) when they reach the host's units.
+    pub in_systemd_dirs: BTreeSet<String>,
     /// The files index as the run's last observation left it unchanged: kept for the next
     /// chunk of files, so a run reads and checks the index once, not once per 4,096 files.
     index: std::cell::RefCell<Option<FilesIndex>>,
@@ -439,6 +449,15 @@ impl Kind for Files {
         if *outcome != Outcome::Done || matches!(change.op, Op::Forget) {
             return;
         }
+        if let Some(unit) = configures_unit(&change.key) {
+            facts.unit_config.insert(unit.to_string());
+        }
+        if Path::new(&change.key)
+            .components()
+            .any(|c| c.as_os_str() == "systemd")
+        {
+            facts.in_systemd_dirs.insert(change.key.clone());
+        }
         let units_act_on = facts.units_act_on.get_or_insert_with(|| {
             (declaration.units.values())
                 .flat_map(|unit| unit.restart_on.iter().chain(&unit.reload_on))
@@ -448,6 +467,21 @@ impl Kind for Files {
         if units_act_on.contains(&change.key) {
             facts.changed.insert(change.key.clone());
         }
+    }
+}
+
+/// The unit (or drop-in directory's name) a file configures, if systemd would read it as a unit
+/// file or drop-in in a directory it searches: a unit's name, or `*.conf` in `NAME.d/`. Judged by
+/// the path alone, so a lookalike elsewhere costs no more than a `daemon-reload`.
+fn configures_unit(path: &str) -> Option<&str> {
+    use crate::unitfile::{UnitName, DECLARABLE_TYPES};
+    let (dir, name) = path.rsplit_once('/')?;
+    let is_unit = |name: &str| UnitName::parse(name).is_ok();
+    match (name.strip_suffix(".conf"), dir.rsplit_once('/')) {
+        (Some(_), Some((_, d))) => d
+            .strip_suffix(".d")
+            .filter(|unit| is_unit(unit) || DECLARABLE_TYPES.contains(unit)),
+        _ => Some(name).filter(|name| is_unit(name)),
     }
 }
 
@@ -915,6 +949,33 @@ fn plan_release(
         after: LedgerAfter::Disown,
         op,
     })
+}
+
+/// Puts the file `key` back as the host found it, for systemd's confirmation of unit changes
+/// (`kinds::units::confirm`), which found that this run's write reaches the host's units: a file
+/// the host created is removed, an adopted one gets its original, durably. The ledger still says
+/// it is owned as declared, so the next run writes it again and is refused again.
+pub fn put_back(env: &Env, cx: &RunContext, ledger: &mut Ledger, key: &str) -> Result<(), String> {
+    let op = match ledger.get::<Files>(key) {
+        Some(entry) if entry.origin == Origin::Created => Op::Remove,
+        Some(Entry {
+            original: Some(original),
+            ..
+        }) => Op::Restore(Original::clone(original)),
+        _ => {
+            return Err(format!(
+                "{key}: mesh-host keeps no original of it to put back"
+            ))
+        }
+    };
+    let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
+    let mut parents = ParentDirs::new(&root);
+    apply_one(env, cx, &mut parents, ledger, key, &op)?;
+    parents.sync_filesystems()?;
+    match parents.sync().into_iter().next() {
+        Some((dir, e)) => Err(format!("{key}: fsync {}: {e}", dir.display())),
+        None => Ok(()),
+    }
 }
 
 /// Carries out one change; a write gives back its temp file, to be renamed once every written
@@ -1753,6 +1814,27 @@ mod tests {
         );
         Files::note(&d, &mut facts, &change("/etc/app.env", write()), &failed);
         assert!(facts.changed.is_empty());
+    }
+
+    #[test]
+    fn unit_files_and_drop_ins_are_known_by_their_look() {
+        for (path, unit) in [
+            (
+                "/etc/systemd/system/a.service.d/override.conf",
+                Some("a.service"),
+            ),
+            (
+                "/etc/systemd/system/web@.service.d/10-x.conf",
+                Some("web@.service"),
+            ),
+            ("/etc/systemd/system/service.d/all.conf", Some("service")),
+            ("/etc/systemd/system/b.timer", Some("b.timer")),
+            ("/etc/sysctl.d/99-x.conf", None),
+            ("/etc/app.conf", None),
+            ("/etc/systemd/system/a.service.d/notes.txt", None),
+        ] {
+            assert_eq!(configures_unit(path), unit, "{path}");
+        }
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //! (asked again by halves when one name fails the batch; masked, aliased, symlinked or oversized
 //! unit files fail or are reported only for their own unit, never followed);
 //! unit files the declaration carries are written atomically to the unit directory with one
-//! `daemon-reload` when any changed; enable, disable, start, stop, restart and reload each go in
-//! one batched call. A unit the host found enabled or running gets that state back when it is
-//! released; a unit file the host wrote is removed. Under `--root`, only enable/disable (offline)
-//! and unit files are done; the rest is deferred.
+//! `daemon-reload` when any changed (or the files kind changed a unit file or drop-in), before
+//! anything is enabled or started; enable, disable, start, stop, restart and reload each go in
+//! one batched call. A restart or reload owed to a changed file is read from the store
+//! (`store::Owed`) until it is done. A unit the host found enabled or running gets that state
+//! back when it is released; a unit file the host wrote is removed. Under `--root`, only
+//! enable/disable (offline) and unit files are done; the rest is deferred.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -20,9 +22,11 @@ use super::{
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
 use crate::fsutil::{self, Dir, FileType, Found};
-use crate::store::{Digest, Entry, Ledger, Origin};
+use crate::store::{Digest, Entry, Ledger, Origin, Owed};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
 use crate::unitfile::UnitName;
+
+mod confirm;
 
 pub struct Units;
 
@@ -54,6 +58,12 @@ pub struct Observed {
     /// Where the unit's name in the unit directory links to, when it is a symlink (a masked unit
     /// links to /dev/null, an alias to its unit): reported, never followed or replaced.
     pub link: Option<String>,
+    /// Files it restarts or reloads on that changed in an earlier run (or were about to) while
+    /// it has not been restarted or reloaded since (the store's `Owed`).
+    pub owed: BTreeSet<String>,
+    /// An instance whose template the declaration ships with other content than its file holds
+    /// now: the template is written in this run, and a running instance restarted for it.
+    pub template_differs: bool,
 }
 
 impl Observed {
@@ -229,7 +239,7 @@ impl Kind for Units {
 
     fn observe(
         env: &Env,
-        _cx: &RunContext,
+        cx: &RunContext,
         keys: &[&str],
     ) -> Result<Observations<Observed>, KindError> {
         if keys.is_empty() {
@@ -303,16 +313,45 @@ impl Kind for Units {
             .collect();
         let dir = open_unit_dir(env, false)?;
         let max = env.config.limits.max_file_bytes;
+        let mut owed = match (env.store, env.offline) {
+            (Some(store), false) => store.owed().map_err(|e| e.to_string())?,
+            _ => Owed::default(),
+        };
+        // Each declared template's file read once, however many instances it has.
+        let mut templates: BTreeMap<String, bool> = BTreeMap::new();
+        let mut template_differs = |name: &str| -> Result<bool, String> {
+            let Some(template) = UnitName::parse(name).ok().and_then(|n| n.template()) else {
+                return Ok(false);
+            };
+            let Some(content) = (cx.declaration.units.get(&template))
+                .filter(|t| t.present)
+                .and_then(|t| t.content.as_deref())
+            else {
+                return Ok(false);
+            };
+            if let Some(differs) = templates.get(&template) {
+                return Ok(*differs);
+            }
+            let differs = match read_unit_file(env, dir.as_ref(), &template, max)? {
+                Found::File(_, bytes) => bytes != content.as_bytes(),
+                Found::Nothing | Found::Link(_) => true,
+            };
+            templates.insert(template, differs);
+            Ok(differs)
+        };
         Ok(keys
             .iter()
             .zip(states)
             .map(|(name, state)| {
-                let observed = state.and_then(|mut obs| {
+                let owed = owed.units.remove(*name).unwrap_or_default();
+                let observed = state.map(|obs| Observed { owed, ..obs });
+                let observed = observed.and_then(|mut obs| {
                     match read_unit_file(env, dir.as_ref(), name, max)? {
                         Found::Nothing => {}
                         Found::File(_, bytes) => obs.file = Some(bytes),
                         Found::Link(target) => obs.link = Some(target.display().to_string()),
                     }
+                    obs.template_differs = template_differs(name)?;
                     Ok(obs)
                 });
                 (name.to_string(), observed)
@@ -343,109 +382,295 @@ impl Kind for Units {
     /// Later kinds need nothing of units.
     fn note(_: &Declaration, _: &mut (), _: &Change<Op, Original>, _: &Outcome) {}
 
+    /// In three phases over every unit: deactivation (stop and disable while the unit files
+    /// are still there), configuration (every unit file written, templates included, and the
+    /// manager reloaded, also for drop-ins the files kind wrote), then activation (enable,
+    /// start, restart, reload): an instance finds its template, and a unit its drop-ins, however
+    /// the declaration orders them. What units owed to changed files is settled last.
     fn apply(
         env: &Env,
-        _cx: &RunContext,
-        _ledger: &mut Ledger,
+        cx: &RunContext,
+        ledger: &mut Ledger,
         changes: &[Change<Op, Original>],
     ) -> Vec<Outcome> {
-        let mut errors: BTreeMap<&str, KindError> = BTreeMap::new();
-        let mut deferred: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        // Checked before each unit file and each verb's call: once the host is stopping, what is
-        // left waits for the next run, which observes where it stopped.
-        let mut stopped: BTreeSet<&str> = BTreeSet::new();
-        // Stop and disable while the unit file still exists, then files, one reload, then the rest.
+        let mut progress = Progress::default();
+        let before = confirm_before(env, cx, changes, &mut progress.errors);
         for verb in [Verb::Stop, Verb::Disable] {
-            run_verb(env, changes, verb, &mut errors, &mut deferred, &mut stopped);
+            progress.run_verb(env, changes, verb);
         }
-        let dir = unit_dir(env);
-        let mut files_changed = false;
-        for change in changes {
-            if errors.contains_key(change.key.as_str()) || stopped.contains(change.key.as_str()) {
-                continue;
-            }
-            if (env.interrupted)() {
-                stopped.insert(&change.key);
-                continue;
-            }
-            match apply_file(env, &dir, &change.key, &change.op.file) {
-                Ok(changed) => files_changed |= changed,
-                Err(e) => {
-                    errors.insert(&change.key, e.into());
-                }
-            }
+        let configured = configure(env, cx, changes, before.as_ref(), &mut progress);
+        // Here systemd has read every unit file and drop-in of this run, and nothing was
+        // enabled or started yet. Enabling makes the `[Install]` links, so it is confirmed too.
+        progress.run_verb(env, changes, Verb::Enable);
+        // Files written, the manager reloaded, units enabled, nothing started: systemd confirms.
+        if let Some(before) = &before {
+            confirm::after(
+                env,
+                cx,
+                ledger,
+                before,
+                changes,
+                configured.reloaded,
+                &configured.previous,
+                &mut progress.errors,
+            );
         }
-        // Not skipped when stopping: a unit file written is only whole once systemd has read it
-        // (the next run would find the file as declared and reload nothing).
-        if files_changed && !env.offline {
-            if let Err(e) = env
-                .runner
-                .run(&env.config.systemctl, &systemctl::daemon_reload(), &[])
-            {
-                for change in changes {
-                    errors
-                        .entry(&change.key)
-                        .or_insert_with(|| KindError::command("daemon-reload", e.clone()));
-                }
-            }
+        for verb in [Verb::Start, Verb::Restart, Verb::Reload] {
+            progress.run_verb(env, changes, verb);
         }
-        for verb in [Verb::Enable, Verb::Start, Verb::Restart, Verb::Reload] {
-            run_verb(env, changes, verb, &mut errors, &mut deferred, &mut stopped);
-        }
-        changes
-            .iter()
-            .map(
-                |c| match (errors.get(c.key.as_str()), deferred.get(c.key.as_str())) {
-                    (Some(e), _) => Outcome::Failed(e.clone()),
-                    _ if stopped.contains(c.key.as_str()) => Outcome::Stopped,
-                    (None, Some(verbs)) => {
-                        Outcome::Deferred(format!("{} needs the running system", verbs.join(", ")))
-                    }
-                    (None, None) => Outcome::Done,
-                },
-            )
-            .collect()
+        let outcomes: Vec<Outcome> = changes.iter().map(|c| progress.outcome(c)).collect();
+        settle_owed(env, cx, changes, &outcomes);
+        outcomes
     }
 }
 
-/// Runs one systemctl verb over every unit whose op asks for it and has not failed yet; offline,
-/// verbs that need the running system are deferred; once the host is stopping, none is run.
-fn run_verb<'a>(
+/// How far `apply` got with each unit.
+#[derive(Default)]
+struct Progress<'a> {
+    errors: BTreeMap<&'a str, KindError>,
+    deferred: BTreeMap<&'a str, Vec<&'static str>>,
+    /// Checked before each unit file and each verb's call: once the host is stopping, what is
+    /// left waits for the next run, which observes where it stopped.
+    stopped: BTreeSet<&'a str>,
+}
+
+impl<'a> Progress<'a> {
+    fn outcome(&self, change: &Change<Op, Original>) -> Outcome {
+        let key = change.key.as_str();
+        match (self.errors.get(key), self.deferred.get(key)) {
+            (Some(e), _) => Outcome::Failed(e.clone()),
+            _ if self.stopped.contains(key) => Outcome::Stopped,
+            (None, Some(verbs)) => {
+                Outcome::Deferred(format!("{} needs the running system", verbs.join(", ")))
+            }
+            (None, None) => Outcome::Done,
+        }
+    }
+
+    /// Runs one systemctl verb over every unit whose op asks for it and has not failed yet;
+    /// offline, verbs that need the running system are deferred; once the host is stopping,
+    /// none is run.
+    fn run_verb(&mut self, env: &Env, changes: &'a [Change<Op, Original>], verb: Verb) {
+        let Progress {
+            errors,
+            deferred,
+            stopped,
+        } = self;
+        let names: Vec<&str> = changes
+            .iter()
+            .filter(|c| c.op.asks(verb) && !errors.contains_key(c.key.as_str()))
+            .map(|c| c.key.as_str())
+            .collect();
+        if !names.is_empty() && (env.interrupted)() {
+            stopped.extend(names);
+            return;
+        }
+        if env.offline && verb.needs_running_system() {
+            for name in names {
+                deferred.entry(name).or_default().push(verb.as_str());
+            }
+            return;
+        }
+        let args = systemctl::verb(verb, env.offline.then_some(env.root));
+        let results = batch_then_each(env.runner, &names, |batch| {
+            env.runner
+                .run(&env.config.systemctl, &args, batch)
+                .map(drop)
+                .map_err(|e| KindError::command(verb.as_str(), e))
+        });
+        // Cut short by the host stopping: the rest were not attempted.
+        stopped.extend(names.iter().skip(results.len()));
+        for (name, result) in names.iter().zip(results) {
+            if let Err(e) = result {
+                errors.insert(name, e);
+            }
+        }
+    }
+}
+
+/// Whether this change writes or restores a unit file or enables a unit: what systemd's
+/// confirmation is asked about. A removal or a disable only takes away.
+fn touches_unit_files(op: &Op) -> bool {
+    matches!(op.file, FileChange::Write(_) | FileChange::Restore(_))
+        || op.enablement == Enablement::Enable
+}
+
+/// When the run writes unit files or makes links (the units kind's, or the files kind's files
+/// in systemd's directories): on a live machine, what systemd says of the host's units before
+/// (one `systemctl show`; if it cannot be asked, those units fail untouched); under `--root`, a
+/// note that the model alone decided.
+fn confirm_before<'a>(
     env: &Env,
+    cx: &RunContext,
     changes: &'a [Change<Op, Original>],
-    verb: Verb,
     errors: &mut BTreeMap<&'a str, KindError>,
-    deferred: &mut BTreeMap<&'a str, Vec<&'static str>>,
-    stopped: &mut BTreeSet<&'a str>,
-) {
-    let names: Vec<&str> = changes
+) -> Option<confirm::Before> {
+    let touching: Vec<&'a str> = changes
         .iter()
-        .filter(|c| c.op.asks(verb) && !errors.contains_key(c.key.as_str()))
+        .filter(|c| touches_unit_files(&c.op))
         .map(|c| c.key.as_str())
         .collect();
-    if !names.is_empty() && (env.interrupted)() {
-        stopped.extend(names);
-        return;
+    let files = &cx.facts.files.in_systemd_dirs;
+    if touching.is_empty() && files.is_empty() {
+        return None;
     }
-    if env.offline && verb.needs_running_system() {
-        for name in names {
-            deferred.entry(name).or_default().push(verb.as_str());
+    if env.offline {
+        env.runner.note(
+            "unit files changed under --root: no running systemd to confirm them, the model \
+             alone decided that they do not reach the host's units"
+                .to_string(),
+        );
+        return None;
+    }
+    match confirm::before(env, &touching, files) {
+        Ok(before) => Some(before),
+        Err(e) => {
+            let why = format!(
+                "not changed: what systemd says of the host's own units could not be asked \
+                 before, so the change could not be confirmed: {e}"
+            );
+            for name in touching {
+                errors.insert(name, KindError::Reason(why.clone()));
+            }
+            None
         }
-        return;
     }
-    let args = systemctl::verb(verb, env.offline.then_some(env.root));
-    let results = batch_then_each(env.runner, &names, |batch| {
-        env.runner
-            .run(&env.config.systemctl, &args, batch)
-            .map(drop)
-            .map_err(|e| KindError::command(verb.as_str(), e))
+}
+
+/// The unit's file as it is before this run changes it, to put back: `None` when there is none.
+fn previous_file(env: &Env, name: &str) -> Result<Option<Vec<u8>>, String> {
+    let dir = open_unit_dir(env, false)?;
+    match read_unit_file(env, dir.as_ref(), name, env.config.limits.max_file_bytes)? {
+        Found::Nothing => Ok(None),
+        Found::File(_, bytes) => Ok(Some(bytes)),
+        Found::Link(target) => Err(format!(
+            "its unit file is a symlink to {}; mesh-host never writes through or replaces a symlink",
+            target.display()
+        )),
+    }
+}
+
+/// What the configuration phase did: each unit file's bytes before this run changed it (`None`:
+/// there was none), to put back, and the reload's failure, if it failed: then nothing is confirmed.
+struct Configured<'a> {
+    previous: Vec<(&'a str, Option<Vec<u8>>)>,
+    reloaded: Result<(), String>,
+}
+
+/// The configuration phase: writes, restores or removes every unit file, then one
+/// `daemon-reload` if any changed here or the files kind changed a unit file or drop-in (or any
+/// file in systemd's directories, when systemd is to confirm them). With `before`, each unit
+/// file's bytes are read before it changes, to put back if systemd's confirmation fails.
+fn configure<'a>(
+    env: &Env,
+    cx: &RunContext,
+    changes: &'a [Change<Op, Original>],
+    before: Option<&confirm::Before>,
+    progress: &mut Progress<'a>,
+) -> Configured<'a> {
+    let dir = unit_dir(env);
+    let mut files_changed =
+        !cx.facts.files.unit_config.is_empty() || before.is_some_and(confirm::Before::has_files);
+    let mut previous = Vec::new();
+    for change in changes {
+        let key = change.key.as_str();
+        if progress.errors.contains_key(key) || progress.stopped.contains(key) {
+            continue;
+        }
+        if (env.interrupted)() {
+            progress.stopped.insert(key);
+            continue;
+        }
+        let was = match (before, &change.op.file) {
+            (None, _) | (_, FileChange::Keep) => None,
+            (Some(_), _) => match previous_file(env, key) {
+                Ok(was) => Some(was),
+                Err(e) => {
+                    progress.errors.insert(key, e.into());
+                    continue;
+                }
+            },
+        };
+        match apply_file(env, &dir, key, &change.op.file) {
+            Ok(changed) => {
+                files_changed |= changed;
+                previous.extend(was.filter(|_| changed).map(|was| (key, was)));
+            }
+            Err(e) => {
+                progress.errors.insert(key, e.into());
+            }
+        }
+    }
+    // Not skipped when stopping: a unit file written is only whole once systemd has read it
+    // (the next run would find the file as declared and reload nothing).
+    let mut reloaded = Ok(());
+    if files_changed && !env.offline {
+        if let Err(e) = env
+            .runner
+            .run(&env.config.systemctl, &systemctl::daemon_reload(), &[])
+        {
+            reloaded = Err(e.to_string());
+            for change in changes {
+                (progress.errors)
+                    .entry(&change.key)
+                    .or_insert_with(|| KindError::command("daemon-reload", e.clone()));
+            }
+        }
+    }
+    Configured { previous, reloaded }
+}
+
+/// Units declared present that restart or reload on any of `files`, with the file: what they
+/// will owe once the files change (`reconcile` writes it ahead, before they do).
+pub fn owing<'d>(
+    declaration: &'d Declaration,
+    files: &BTreeSet<String>,
+) -> Vec<(&'d str, &'d str)> {
+    let mut out = Vec::new();
+    if files.is_empty() {
+        return out;
+    }
+    for (unit, spec) in declaration.units.iter().filter(|(_, s)| s.present) {
+        for file in spec.restart_on.iter().chain(&spec.reload_on) {
+            if files.contains(file) {
+                out.push((unit.as_str(), file.as_str()));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `unit` still owes its restart or reload on `file` to the declaration: it is declared
+/// present and acts on the file.
+fn still_owed(declaration: &Declaration, unit: &str, file: &str) -> bool {
+    declaration
+        .units
+        .get(unit)
+        .is_some_and(|s| s.present && watched_files(s).contains(file))
+}
+
+/// Clears what units owed once their change is done (a restart or reload, or a start or stop,
+/// which leaves no process running the old files), and what the declaration no longer asks.
+/// A failed or stopped change stays owed for the next run. Failing to write it only costs a
+/// restart too many in the next run, never one lost: logged.
+fn settle_owed(env: &Env, cx: &RunContext, changes: &[Change<Op, Original>], outcomes: &[Outcome]) {
+    let (Some(store), false) = (env.store, env.offline) else {
+        return;
+    };
+    let result = store.owed().and_then(|mut owed: Owed| {
+        let mut settled = owed.retain(|unit, file| still_owed(cx.declaration, unit, file));
+        for (change, outcome) in changes.iter().zip(outcomes) {
+            if *outcome == Outcome::Done {
+                settled |= owed.settle(&change.key);
+            }
+        }
+        match settled {
+            true => store.save_owed(&owed),
+            false => Ok(()),
+        }
     });
-    // Cut short by the host stopping: the rest were not attempted.
-    stopped.extend(names.iter().skip(results.len()));
-    for (name, result) in names.iter().zip(results) {
-        if let Err(e) = result {
-            errors.insert(name, e);
-        }
+    if let Err(e) = result {
+        log::warn!("{e}; units restarted or reloaded in this run may be again in the next");
     }
 }
 
@@ -594,7 +819,24 @@ fn plan_present(
             .to_string(),
         );
     }
-    if !cx.offline && spec.content.is_none() && obs.load != Some(LoadState::Loaded) && !obs.masked()
+    // Its own or its template's unit file or drop-ins, written by the files kind in this run.
+    let template = UnitName::parse(key).ok().and_then(|name| name.template());
+    let config = &cx.facts.files.unit_config;
+    let config_changed =
+        config.contains(key) || template.as_ref().is_some_and(|t| config.contains(t));
+    // An instance of a template this declaration ships, or a unit whose file the files kind
+    // wrote, is loaded once the file is written and the manager reloaded, which `apply` does
+    // before it enables or starts anything.
+    let template_declared = template
+        .as_ref()
+        .and_then(|t| cx.declaration.units.get(t))
+        .is_some_and(|t| t.present && t.content.is_some());
+    if !cx.offline
+        && spec.content.is_none()
+        && !template_declared
+        && !config_changed
+        && obs.load != Some(LoadState::Loaded)
+        && !obs.masked()
     {
         return Step::Fail(format!(
             "unit {key} is not loaded (LoadState={}) and the declaration gives no content",
@@ -620,16 +862,10 @@ fn plan_present(
     }
     let running = obs.running();
     let want_running = spec.active.unwrap_or(running);
-    let touched: Vec<&String> = spec
-        .restart_on
-        .iter()
-        .filter(|p| cx.facts.files.changed.contains(*p))
-        .collect();
-    let reload_touched: Vec<&String> = spec
-        .reload_on
-        .iter()
-        .filter(|p| cx.facts.files.changed.contains(*p))
-        .collect();
+    // Changed in this run, or in an earlier one whose restart or reload is still owed.
+    let changed = |p: &&String| cx.facts.files.changed.contains(*p) || obs.owed.contains(*p);
+    let touched: Vec<&String> = spec.restart_on.iter().filter(changed).collect();
+    let reload_touched: Vec<&String> = spec.reload_on.iter().filter(changed).collect();
     if !cx.offline {
         if want_running && !running {
             op.activation = Activation::Start;
@@ -637,10 +873,16 @@ fn plan_present(
         } else if !want_running && running {
             op.activation = Activation::Stop;
             details.push("stop".into());
-        } else if running && (file_changed || !touched.is_empty()) {
+        } else if running
+            && (file_changed || obs.template_differs || config_changed || !touched.is_empty())
+        {
             op.activation = Activation::Restart;
             let why = if file_changed {
                 "its unit file changed".to_string()
+            } else if obs.template_differs {
+                "its template changed".to_string()
+            } else if config_changed {
+                "a unit file or drop-in of it changed".to_string()
             } else {
                 let list: Vec<&str> = touched.iter().map(|s| s.as_str()).collect();
                 format!("{} changed", list.join(", "))
@@ -1103,6 +1345,98 @@ mod tests {
         }
         assert!(plan(r#"{"active": true}"#, missing, None, &[])
             .starts_with("fail: unit a.service is not loaded"));
+    }
+
+    #[test]
+    fn a_restart_owed_since_an_earlier_run_is_planned_until_settled() {
+        let owed = Observed {
+            owed: ["/etc/app.conf".to_string()].into(),
+            ..loaded("active", "enabled")
+        };
+        let owned = Entry::created();
+        for (spec, want) in [
+            (
+                r#"{"active": true, "restart_on": ["/etc/app.conf"]}"#,
+                "~ restart (/etc/app.conf changed)",
+            ),
+            (
+                r#"{"active": true, "reload_on": ["/etc/app.conf"]}"#,
+                "~ reload (/etc/app.conf changed)",
+            ),
+            // Stopped: no process runs the old file.
+            (
+                r#"{"active": false, "restart_on": ["/etc/app.conf"]}"#,
+                "~ stop",
+            ),
+        ] {
+            assert_eq!(plan(spec, owed.clone(), Some(&owned), &[]), want, "{spec}");
+        }
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "files": {"/etc/app.conf": {"content": ""},
+                "/etc/b.conf": {"content": ""}},
+                "units": {"a.service": {"restart_on": ["/etc/app.conf"]},
+                          "b.service": {"reload_on": ["/etc/app.conf", "/etc/b.conf"]},
+                          "c.service": {"state": "absent"}}}"#,
+        )
+        .unwrap();
+        let files = ["/etc/app.conf".to_string()].into();
+        assert_eq!(
+            owing(&d, &files),
+            [
+                ("a.service", "/etc/app.conf"),
+                ("b.service", "/etc/app.conf")
+            ]
+        );
+        assert!(still_owed(&d, "b.service", "/etc/b.conf"));
+        assert!(!still_owed(&d, "a.service", "/etc/b.conf"));
+        assert!(!still_owed(&d, "c.service", "/etc/app.conf"));
+    }
+
+    #[test]
+    fn an_instance_of_a_declared_template_and_a_unit_whose_drop_in_changed() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "units": {"web@.service": {"content": "[Service]\n"},
+                "web@a.service": {"enabled": true, "active": true}, "db@a.service": {"active": true}}}"#,
+        )
+        .unwrap();
+        let mut cx = RunContext::new(&d, false);
+        let not_found = Observed {
+            load: Some(LoadState::NotFound),
+            ..Observed::default()
+        };
+        let details = |cx: &RunContext, key: &str, obs: &Observed| match Units::plan(
+            cx,
+            key,
+            d.units.get(key),
+            Some(obs),
+            None,
+        ) {
+            Step::Change(c) => c.details.join(", "),
+            Step::Fail(e) => format!("fail: {e}"),
+            _ => "other".into(),
+        };
+        // Not loaded yet: its template is written and the manager reloaded before the start.
+        assert_eq!(details(&cx, "web@a.service", &not_found), "enable, start");
+        assert!(details(&cx, "db@a.service", &not_found)
+            .starts_with("fail: unit db@a.service is not loaded"));
+        // Running when its template is rewritten: restarted to take it.
+        let stale = Observed {
+            template_differs: true,
+            ..loaded("active", "enabled")
+        };
+        assert_eq!(
+            details(&cx, "web@a.service", &stale),
+            "restart (its template changed)"
+        );
+        // Its unit file written by the files kind in this run: loaded once the manager reloads.
+        cx.facts.files.unit_config = ["db@a.service".to_string()].into();
+        assert_eq!(details(&cx, "db@a.service", &not_found), "start");
+        // Running when a drop-in of its template changed: restarted to take it.
+        cx.facts.files.unit_config = ["web@.service".to_string()].into();
+        assert_eq!(
+            details(&cx, "web@a.service", &loaded("active", "enabled")),
+            "restart (a unit file or drop-in of it changed)"
+        );
     }
 
     #[test]
