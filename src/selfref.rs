@@ -10,6 +10,10 @@ use std::path::{Component, Path};
 use crate::config::Identity;
 use crate::unitfile::{self, Owner, UnitName};
 
+mod paths;
+mod pid1;
+mod tmpfiles;
+
 /// Types whose unit of the host's name starts the host's service by default.
 const ACTIVATION_TYPES: [&str; 3] = ["socket", "timer", "path"];
 
@@ -116,7 +120,17 @@ pub fn refuse_unit(key: &str, content: Option<&str>, identity: &Identity) -> Opt
     } else {
         Owner::Unit(name)
     };
-    refuse_content(content?, owner, identity).map(|why| format!("content: {why}"))
+    if let Some(why) = content.and_then(|text| refuse_content(text, owner, identity)) {
+        return Some(format!("content: {why}"));
+    }
+    // A mount, automount or swap unit's name is its path, whatever file a package ships for it.
+    if content.is_some() || ["mount", "automount", "swap"].contains(&name.unit_type) {
+        let hosts = paths::host_paths(identity);
+        let system = pid1::Manager::System;
+        return pid1::refuse_unit(content.unwrap_or(""), owner, system, &hosts)
+            .map(|why| format!("{key}: {why}"));
+    }
+    None
 }
 
 /// Why a unit file or drop-in with `text` acts on a host unit, if it does: text systemd may read
@@ -175,6 +189,9 @@ pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<S
 /// Why writing (or removing) the file `path` with `content` reaches the host, if it does: its
 /// config, credentials or store, or what systemd reads for one of its units.
 pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
+    if let Some(why) = refuse_systemd_file(path, content, identity) {
+        return Some(why);
+    }
     let own = [&identity.config_dir]
         .into_iter()
         .chain(&identity.config_files)
@@ -262,6 +279,98 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
     None
 }
 
+/// The user managers' unit directories outside homes (systemd.unit(5)).
+const USER_UNIT_DIRS: [&str; 4] = [
+    "/etc/systemd/user",
+    "/run/systemd/user",
+    "/usr/local/lib/systemd/user",
+    "/usr/lib/systemd/user",
+];
+
+/// Why a file systemd itself acts on has it touch one of the host's paths, if it does: a
+/// tmpfiles.d file, `/etc/fstab`, or a unit file or drop-in anywhere on the unit search path
+/// (mounts by name, and directives whose path PID 1 writes, chowns or unlinks).
+fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
+    let content = content?;
+    // Most declared files are elsewhere under /etc: told by their first bytes, as
+    // `surely_outside` does for the host's own paths.
+    let near = [
+        "/etc/systemd/",
+        "/etc/tmpfiles.d/",
+        "/etc/fstab",
+        "/etc/crypttab",
+    ]
+    .iter()
+    .any(|p| path.starts_with(p))
+        || !path.starts_with("/etc/")
+        || identity
+            .unit_dirs
+            .iter()
+            .any(|d| path.as_bytes().starts_with(d.as_os_str().as_bytes()));
+    if !near {
+        return None;
+    }
+    let (dir, name) = path.rsplit_once('/')?;
+    let manager = |d: &str| {
+        let system = paths::SYSTEM_UNIT_PATH.contains(&d)
+            || identity.unit_dirs.iter().any(|u| u.as_os_str() == d);
+        if system {
+            Some(pid1::Manager::System)
+        } else {
+            USER_UNIT_DIRS.contains(&d).then_some(pid1::Manager::User)
+        }
+    };
+    let text = || String::from_utf8_lossy(content);
+    let hosts = || paths::host_paths(identity);
+    if name.ends_with(".conf") && tmpfiles::DIRS.contains(&dir) {
+        return tmpfiles::refuse(&text(), &hosts())
+            .map(|why| format!("{path} is read by systemd-tmpfiles: {why}"));
+    }
+    if path == "/etc/fstab" {
+        return pid1::refuse_fstab(&text(), &hosts())
+            .map(|why| format!("{path} is read by systemd-fstab-generator: {why}"));
+    }
+    if path == "/etc/crypttab" {
+        return pid1::refuse_crypttab(&text(), &hosts())
+            .map(|why| format!("{path} is read by systemd-cryptsetup-generator: {why}"));
+    }
+    if unit_model_off() {
+        return None;
+    }
+    // What the system manager reads also acts on the host's units: that reason, more exact,
+    // comes first (`refuse_file` would give it after this).
+    let acting = |owner, manager| match manager {
+        pid1::Manager::System => refuse_content(&text(), owner, identity),
+        pid1::Manager::User => None,
+    };
+    let as_unit = |why: String| format!("{path} is read by systemd as a unit file: {why}");
+    if let Some(manager) = manager(dir) {
+        let owner = fragment_owner(name)?;
+        return acting(owner, manager)
+            .or_else(|| pid1::refuse_unit(&text(), owner, manager, &hosts()))
+            .map(as_unit);
+    }
+    let (parent, sub) = dir.rsplit_once('/')?;
+    let manager = manager(parent)?;
+    if let Some(unit) = sub.strip_suffix(".d").filter(|_| name.ends_with(".conf")) {
+        let owner = drop_in_owner(unit)?;
+        // A mount unit's drop-in: the unit it is for is named, whatever the drop-in says.
+        let by_name =
+            || fragment_owner(unit).and_then(|o| pid1::refuse_unit("", o, manager, &hosts()));
+        return acting(owner, manager)
+            .or_else(by_name)
+            .or_else(|| pid1::refuse_unit(&text(), owner, manager, &hosts()))
+            .map(as_unit);
+    }
+    // An entry of a `.wants/` (or `.requires/`, `.upholds/`) directory starts the unit it names,
+    // whatever file a package ships for it.
+    if UNIT_DIR_SUFFIXES[1..].iter().any(|s| sub.ends_with(s)) {
+        return pid1::refuse_unit("", fragment_owner(name)?, manager, &hosts())
+            .map(|why| format!("{path} has systemd start {name}: {why}"));
+    }
+    None
+}
+
 /// Whether `path` is surely neither `own` nor below it, told by text: each check below parses both
 /// paths' components, which a declaration of thousands of files would pay for every file, while
 /// almost none is near the host's own paths. Where the texts first differ, if neither has a `/`
@@ -320,19 +429,25 @@ pub fn protected_paths(identity: &Identity) -> Vec<(String, &'static str)> {
     for p in &identity.unit_dirs {
         add(p, "unit directory");
     }
-    add(Path::new("/usr/lib/systemd/system"), "unit directory");
+    for p in paths::SYSTEM_UNIT_PATH {
+        add(Path::new(p), "unit directory");
+    }
     add(Path::new("/run/systemd"), "runtime unit directory");
-    add(Path::new("/usr/bin/mesh-host"), "binary");
+    for (p, what) in paths::SYSTEMD_READS {
+        add(Path::new(p), what);
+    }
+    add(Path::new(paths::BINARY), "binary");
     out
 }
 
 /// Arch's merged /usr and /run: where these lead, a mount of them is a mount of their target.
-const WELL_KNOWN_LINKS: [(&str, &str); 7] = [
+const WELL_KNOWN_LINKS: [(&str, &str); 8] = [
     ("/bin", "/usr/bin"),
     ("/sbin", "/usr/bin"),
     ("/usr/sbin", "/usr/bin"),
     ("/lib", "/usr/lib"),
     ("/lib64", "/usr/lib"),
+    ("/usr/lib64", "/usr/lib"),
     ("/var/run", "/run"),
     ("/var/lock", "/run/lock"),
 ];
@@ -341,15 +456,7 @@ const WELL_KNOWN_LINKS: [(&str, &str); 7] = [
 /// host, if it does: writable (or relabelled, or chowned) and holding or inside something the
 /// host needs.
 pub fn refuse_mount(source: &str, writes: &str, identity: &Identity) -> Option<String> {
-    let mut source = source.to_string();
-    for (link, target) in WELL_KNOWN_LINKS {
-        if let Some(rest) = source.strip_prefix(link) {
-            if rest.is_empty() || rest.starts_with('/') {
-                source = format!("{target}{rest}");
-                break;
-            }
-        }
-    }
+    let source = follow_links(source);
     if source.split('/').any(|part| part == "..") {
         return Some(format!(
             "it mounts {source} {writes}, and its '..' cannot be resolved without following \
@@ -371,6 +478,90 @@ pub fn refuse_mount(source: &str, writes: &str, identity: &Identity) -> Option<S
         Some(format!(
             "it mounts {} {writes}, {relation} {p}, the host's own {what}",
             source.display()
+        ))
+    })
+}
+
+/// `source` with the merged-/usr link it starts with, if any, followed.
+fn follow_links(source: &str) -> String {
+    for (link, target) in WELL_KNOWN_LINKS {
+        if let Some(rest) = source.strip_prefix(link) {
+            if rest.is_empty() || rest.starts_with('/') {
+                return format!("{target}{rest}");
+            }
+        }
+    }
+    source.to_string()
+}
+
+/// Host directories holding sockets that hand out control of the host to whoever can
+/// `connect()`, which a read-only mount does not stop.
+const SOCKET_DIRS: [(&str, &str); 3] = [
+    ("/run/systemd", "PID 1's private socket"),
+    ("/run/dbus", "the system bus"),
+    ("/run/user/0", "root's own service manager and session bus"),
+];
+
+/// journald's sockets, the one directory under /run/systemd a read-only mount may hold.
+const JOURNAL_SOCKETS: &str = "/run/systemd/journal";
+
+/// Links under /dev into a process's /proc entry: podman resolves them in its own process.
+const PROC_LINKS: [(&str, &str); 4] = [
+    ("/dev/fd", "/proc/self/fd"),
+    ("/dev/stdin", "/proc/self/fd/0"),
+    ("/dev/stdout", "/proc/self/fd/1"),
+    ("/dev/stderr", "/proc/self/fd/2"),
+];
+
+/// Why a container mounting the host directory `source` (normalised) reaches the host even
+/// read-only, or through a writable kernel interface, if it does: `/proc/N` (a process's `root`,
+/// `cwd` and `fd/` lead into the host's filesystem, past the mount's read-only flag), a writable
+/// procfs, sysfs or cgroupfs, and PID 1's and the system bus's sockets with every directory above.
+pub fn refuse_mount_source(source: &str, writable: bool) -> Option<String> {
+    let mut source = follow_links(source);
+    for (link, target) in PROC_LINKS {
+        if let Some(rest) = source.strip_prefix(link) {
+            if rest.is_empty() || rest.starts_with('/') {
+                source = format!("{target}{rest}");
+                break;
+            }
+        }
+    }
+    let parts: Vec<&str> = source.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.contains(&"..") {
+        return Some(format!(
+            "it mounts {source}, and its '..' cannot be resolved without following symlinks \
+             (give the path without it)"
+        ));
+    }
+    let process =
+        |p: &str| matches!(p, "self" | "thread-self") || p.bytes().all(|b| b.is_ascii_digit());
+    match parts.as_slice() {
+        ["proc", rest @ ..] if rest.first().is_none_or(|p| process(p)) => {
+            return Some(format!(
+                "it mounts {source}: /proc/N/root, /proc/N/cwd and /proc/N/fd lead into the \
+                 host's filesystem, writable, whatever the mount's options"
+            ));
+        }
+        ["proc", ..] | ["sys", ..] if writable => {
+            return Some(format!(
+                "it mounts {source} read-write: procfs, sysfs and cgroupfs act on the whole host \
+                 (/proc/sysrq-trigger, the host's own cgroup.kill)"
+            ));
+        }
+        _ => {}
+    }
+    // journald's sockets only take log lines: a log shipper may mount them.
+    let journal = paths::Pattern::literal(&source).relation(JOURNAL_SOCKETS);
+    if matches!(journal, Some(paths::Relation::Is | paths::Relation::Inside)) {
+        return None;
+    }
+    SOCKET_DIRS.iter().find_map(|(dir, what)| {
+        let relation = paths::Pattern::literal(&source).relation(dir)?;
+        Some(format!(
+            "it mounts {source}, {} {dir}, {what}: connect() to a socket ignores a read-only \
+             mount",
+            relation.phrase()
         ))
     })
 }
@@ -777,8 +968,52 @@ mod tests {
         for (v, needle) in [
             (
                 "/:/host",
-                "mounts / read-write, which holds /var/lib/mesh-host, the host's own store",
+                "mounts /, which holds /run/systemd, PID 1's private socket: connect() to a \
+                 socket ignores a read-only mount",
             ),
+            ("/:/host:ro,rslave", "which holds /run/systemd"),
+            ("/:/rootfs:O", "which holds /run/systemd"),
+            ("/run:/run:ro", "which holds /run/systemd"),
+            ("/var/run:/r:ro", "mounts /run, which holds /run/systemd"),
+            ("/run/systemd:/s:ro", "which is /run/systemd"),
+            ("/run/systemd/private:/s:ro", "inside /run/systemd"),
+            (
+                "/run/systemd/journal:/j",
+                "the host's own runtime unit directory",
+            ),
+            ("/run/dbus:/d:ro", "which is /run/dbus, the system bus"),
+            ("/var/run/dbus/system_bus_socket:/s:ro", "inside /run/dbus"),
+            ("/proc:/host/proc:ro", "/proc/N/root"),
+            ("/proc/1/root:/h:ro", "/proc/N/root"),
+            ("/proc/self/root/etc:/h:ro", "/proc/N/root"),
+            ("/proc/thread-self/cwd:/h:ro", "/proc/N/root"),
+            ("/proc/sys:/s", "read-write: procfs"),
+            ("/dev/fd/3:/x:ro", "mounts /proc/self/fd/3: /proc/N/root"),
+            ("/run/user/0:/u:ro", "root's own service manager"),
+            ("/run/user:/u:ro", "which holds /run/user/0"),
+            ("/proc/sysrq-trigger:/t", "read-write: procfs"),
+            ("/sys:/s", "read-write: procfs, sysfs and cgroupfs"),
+            ("/sys/fs/cgroup:/c:rw", "cgroup.kill"),
+            ("/sys/fs/cgroup:/c:ro,U", "cgroup.kill"),
+            (
+                "/srv/../var/lib/mesh-host:/x:ro",
+                "its '..' cannot be resolved",
+            ),
+            (
+                "/usr/local:/l",
+                "/usr/local/lib/systemd/system, the host's own unit directory",
+            ),
+            (
+                "/usr/lib64:/l",
+                "mounts /usr/lib read-write, which holds /usr/lib/systemd/system",
+            ),
+            ("/lib/systemd:/l", "which holds /usr/lib/systemd/system"),
+            (
+                "/etc/systemd/system.attached:/l",
+                "the host's own unit directory",
+            ),
+            ("/etc/tmpfiles.d:/t", "the host's own tmpfiles.d directory"),
+            ("/etc/fstab:/f", "fstab (systemd mounts what it says)"),
             (
                 "/var:/v:rw",
                 "which holds /var/lib/mesh-host, the host's own store",
@@ -833,13 +1068,16 @@ mod tests {
             check_refused(&volume(v), &["volumes[0]", needle]);
         }
         for v in [
-            "/:/host:ro,rslave",
-            "/:/rootfs:ro",
             "/var/lib/mesh-host:/x:ro",
             "/etc/mesh-host:/x:ro",
-            "/srv/../var/lib/mesh-host:/x:ro",
-            "/proc:/host/proc:ro",
             "/sys:/host/sys:ro,rslave",
+            "/sys/fs/cgroup:/c:ro",
+            "/proc/cpuinfo:/cpuinfo:ro",
+            "/run/user/1000/pulse:/p:ro",
+            "/run/systemd/journal:/run/systemd/journal:ro",
+            "/run/systemd/journal/socket:/s:ro",
+            "/run/podman-data:/p",
+            "/var/lib/containers-data:/x",
             "/srv/data:/data:rw,z,nocopy,rshared",
             "/srv/data:/data:Z,U,noexec,nodev,nosuid,rbind",
             "/etc/mesh-hostile:/x",
@@ -852,6 +1090,139 @@ mod tests {
                 problems(&volume(v)).is_empty(),
                 "{v}: {:?}",
                 problems(&volume(v))
+            );
+        }
+    }
+
+    #[test]
+    fn class_7_files_systemd_itself_acts_on() {
+        for (path, content, needle) in [
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "# x\nd /srv/data 0755\nR /srv/mesh-store\n",
+                "/etc/tmpfiles.d/x.conf is read by systemd-tmpfiles: line 3 \"R /srv/mesh-store\": \
+                 type R would have systemd-tmpfiles touch /srv/mesh-store, which is \
+                 /srv/mesh-store, the host's own store",
+            ),
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "z /etc 0777",
+                "which holds /etc/mesh-host, the host's own configuration",
+            ),
+            (
+                "/etc/fstab",
+                "UUID=1 / ext4 defaults 0 1\ntmpfs /etc/systemd/system tmpfs\n",
+                "/etc/fstab is read by systemd-fstab-generator: line 2",
+            ),
+            (
+                "/etc/systemd/system/etc-mesh\\x2dhost.mount",
+                "[Mount]\nWhat=tmpfs\n",
+                "names its path /etc/mesh-host",
+            ),
+            (
+                "/etc/systemd/system/srv-x.mount.d/x.conf",
+                "[Mount]\nWhat=/etc/mesh-host\nOptions=bind\n",
+                "[Mount] What=/etc/mesh-host (line 2): it mounts /etc/mesh-host elsewhere",
+            ),
+            (
+                "/etc/systemd/system/service.d/x.conf",
+                "[Service]\nStateDirectory=mesh-host\n",
+                "creates and chowns /var/lib/mesh-host",
+            ),
+            (
+                "/etc/systemd/system/local-fs.target.wants/var.mount",
+                "",
+                "has systemd start var.mount: var.mount names its path /var",
+            ),
+            (
+                "/etc/systemd/user/x.service.d/x.conf",
+                "[Service]\nStandardOutput=append:/etc/mesh-host/config.json\n",
+                "opens /etc/mesh-host/config.json for writing",
+            ),
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "f /etc/tmpfiles.d/y.conf 0644 - - - R /var/lib/mesh-host",
+                "inside /etc/tmpfiles.d, the host's own tmpfiles.d directory",
+            ),
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "w+ /etc/fstab - - - - tmpfs\\x20/var/lib\\x20tmpfs",
+                "which is /etc/fstab",
+            ),
+            (
+                "/etc/systemd/system/x.service",
+                "[Service]\nStandardOutput=append:/etc/tmpfiles.d/x.conf\n",
+                "the host's own tmpfiles.d directory",
+            ),
+            (
+                "/etc/systemd/system.attached/x.socket",
+                "[Socket]\nListenFIFO=/usr/bin/mesh-host\n",
+                "the host's own binary",
+            ),
+        ] {
+            check_refused(&file(path, content), &["refused", needle]);
+        }
+        for (name, content, needle) in [
+            (
+                "etc.mount",
+                None,
+                "etc.mount: etc.mount names its path /etc",
+            ),
+            ("srv-mesh\\x2dstore.automount", None, "the host's own store"),
+            (
+                "x.service",
+                Some("[Service]\nPIDFile=/etc/mesh-host/config.json\n"),
+                "x.service: [Service] PIDFile=",
+            ),
+            (
+                "x.service",
+                Some("[Service]\nStandardOutput=truncate:/etc/mesh-host/config.json\n"),
+                "opens /etc/mesh-host/config.json for writing",
+            ),
+        ] {
+            let spec = match content {
+                Some(c) => json!({"content": c}),
+                None => json!({"active": true}),
+            };
+            let json = json!({"schema": 1, "units": {name: spec}}).to_string();
+            check_refused(&json, &["refused", needle]);
+        }
+        for (path, content) in [
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "d /var/lib 0755 - - -\nL /var/run - - - - ../run\n",
+            ),
+            ("/etc/tmpfiles.d/x.txt", "R /var/lib/mesh-host\n"),
+            (
+                "/etc/fstab",
+                "UUID=1 / ext4 defaults 0 1\n/dev/sdb /srv/data xfs defaults 0 2\n",
+            ),
+            (
+                "/etc/systemd/system/srv-data.mount",
+                "[Mount]\nWhat=/dev/sdb\n",
+            ),
+            (
+                "/etc/systemd/system/x.service",
+                "[Service]\nStateDirectory=x\n",
+            ),
+            (
+                "/etc/systemd/user/x.service",
+                "[Service]\nStateDirectory=mesh-host\n",
+            ),
+            ("/etc/systemd/user/etc.mount", "[Mount]\nWhat=tmpfs\n"),
+            (
+                "/etc/systemd/system/getty@tty1.service.d/autologin.conf",
+                "[Service]\r\nExecStart=\r\nExecStart=-/sbin/agetty --autologin root %I $TERM\r\nTTYPath=/dev/%I\r\n",
+            ),
+            (
+                "/etc/systemd/system/sshd.service.d/x.conf",
+                "[Unit]\nAfter=mesh-host.service\n[Service]\nRuntimeDirectory=sshd\nPIDFile=/run/sshd.pid\n",
+            ),
+        ] {
+            assert!(
+                problems(&file(path, content)).is_empty(),
+                "{path}: {:?}",
+                problems(&file(path, content))
             );
         }
     }
@@ -1134,8 +1505,8 @@ mod tests {
                 "[Unit]\nJobTimeoutSec=5\n",
             ),
             (
-                "/etc/systemd/system/srv.mount",
-                "[Unit]\nAfter=mesh-host.service\n[Mount]\nWhat=/dev/sdb1\nWhere=/srv\nType=ext4\n[Install]\nWantedBy=multi-user.target\n",
+                "/etc/systemd/system/srv-www.mount",
+                "[Unit]\nAfter=mesh-host.service\n[Mount]\nWhat=/dev/sdb1\nWhere=/srv/www\nType=ext4\n[Install]\nWantedBy=multi-user.target\n",
             ),
             (
                 "/etc/systemd/system/backup.timer",

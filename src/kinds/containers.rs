@@ -206,6 +206,12 @@ impl Kind for Containers {
         spec.volumes.iter().find_map(|text| {
             let volume = parse_volume(text).ok()?;
             let source = volume.host_path.as_deref();
+            if let Some(why) = source.and_then(|s| {
+                let writes = !volume.read_only || volume.changes_source.is_some();
+                crate::selfref::refuse_mount_source(s, writes)
+            }) {
+                return Some(format!("volume {text:?}: {why}"));
+            }
             let mut writes: Vec<(&str, String)> = Vec::new();
             if let Some(source) = source {
                 if !volume.read_only {
