@@ -10,8 +10,8 @@ use serde::Serialize;
 use crate::declaration::Declaration;
 use crate::fsutil;
 use crate::kinds::{
-    self, backup_key, files::Files, units, Action, Change, Details, Env, Kind, LedgerAfter, Listed,
-    Outcome, RunContext, Step, Visit,
+    self, backup_key, files::Files, units, units::Units, Action, Change, Details, Env, Kind,
+    LedgerAfter, Listed, Outcome, RunContext, Step, Visit,
 };
 use crate::pacnew::{self, Pacnew};
 use crate::sorted::{self, Walk};
@@ -252,10 +252,37 @@ impl Visit for Converging<'_, '_> {
             return;
         }
         let (env, cx, mode, scope) = (self.env, &mut self.cx, self.mode, self.scope);
-        if let Err(e) = converge::<K>(env, cx, self.ledger, mode, scope, &mut self.report) {
+        let converged = converge::<K>(env, cx, self.ledger, mode, scope, &mut self.report)
+            .and_then(|()| fail_refused_files(env, cx, self.ledger, &mut self.report));
+        if let Err(e) = converged {
             self.failed = Some(e);
         }
     }
+}
+
+/// The files kind's changes that systemd's confirmation (run by the units kind, after the files
+/// kind's outcomes were recorded) refused and put back: each moves from the run's changes to its
+/// failures with what systemd said, and the ledger, where `files::put_back` no longer has them
+/// as applied, is saved so.
+fn fail_refused_files(
+    env: &Env,
+    cx: &RunContext,
+    ledger: &Ledger,
+    report: &mut Report,
+) -> Result<(), StoreError> {
+    let refused = cx.facts.files.take_refused();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    for (key, why) in refused {
+        let at = (report.changes.iter()).position(|c| c.kind == Files::NAME && c.key == key);
+        let action = match at.map(|at| report.changes.remove(at)) {
+            Some(change) => change.action.into(),
+            None => ResultAction::Update,
+        };
+        report.failures.push(result(Files::NAME, &key, action, why));
+    }
+    save(env, ledger, true)
 }
 
 fn converge<K: Kind>(
@@ -287,7 +314,10 @@ fn converge<K: Kind>(
     .into_iter()
     .filter(|key| scope.includes(K::NAME, key))
     .collect();
-    if keys.is_empty() {
+    // The units kind with no unit of its own is still applied when the files kind changed unit
+    // files or drop-ins: the manager is reloaded for them, and systemd confirms them.
+    let for_files = mode == Mode::Apply && K::NAME == Units::NAME && units::reloads_for(cx);
+    if keys.is_empty() && !for_files {
         return Ok(());
     }
     let mut changes = Vec::new();

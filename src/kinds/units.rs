@@ -404,14 +404,24 @@ impl Kind for Units {
         progress.run_verb(env, changes, Verb::Enable);
         // Files written, the manager reloaded, units enabled, nothing started: systemd confirms.
         if let Some(before) = &before {
+            // `enable` reloads the manager itself, yet systemd 252 was seen still showing the
+            // host's unit without what a link it had just made gives it: read again first.
+            let reloaded = match (configured.reloaded, progress.links.is_empty()) {
+                (Ok(()), false) => (env.runner)
+                    .run(&env.config.systemctl, &systemctl::daemon_reload(), &[])
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                (reloaded, _) => reloaded,
+            };
             confirm::after(
                 env,
                 cx,
                 ledger,
                 before,
                 changes,
-                configured.reloaded,
+                reloaded,
                 &configured.previous,
+                &progress.links,
                 &mut progress.errors,
             );
         }
@@ -432,6 +442,8 @@ struct Progress<'a> {
     /// Checked before each unit file and each verb's call: once the host is stopping, what is
     /// left waits for the next run, which observes where it stopped.
     stopped: BTreeSet<&'a str>,
+    /// The links `enable` said it created in this run, (link, target): what a rollback takes back.
+    links: Vec<(String, String)>,
 }
 
 impl<'a> Progress<'a> {
@@ -455,6 +467,7 @@ impl<'a> Progress<'a> {
             errors,
             deferred,
             stopped,
+            links,
         } = self;
         let names: Vec<&str> = changes
             .iter()
@@ -473,10 +486,16 @@ impl<'a> Progress<'a> {
         }
         let args = systemctl::verb(verb, env.offline.then_some(env.root));
         let results = batch_then_each(env.runner, &names, |batch| {
-            env.runner
-                .run(&env.config.systemctl, &args, batch)
-                .map(drop)
-                .map_err(|e| KindError::command(verb.as_str(), e))
+            let output = env.runner.run(&env.config.systemctl, &args, batch);
+            match output {
+                Ok(out) if verb == Verb::Enable => {
+                    let said = format!("{}{}", out.stderr, out.stdout_text());
+                    links.extend(systemctl::parse_created_links(&said));
+                    Ok(())
+                }
+                Ok(_) => Ok(()),
+                Err(e) => Err(KindError::command(verb.as_str(), e)),
+            }
         });
         // Cut short by the host stopping: the rest were not attempted.
         stopped.extend(names.iter().skip(results.len()));
@@ -618,6 +637,13 @@ fn configure<'a>(
         }
     }
     Configured { previous, reloaded }
+}
+
+/// Whether the files kind changed unit files or drop-ins in this run, or other files in
+/// systemd's directories: the manager is reloaded for them and, on a live machine, systemd
+/// confirms them, even when no unit is declared or owned (`reconcile` applies the kind then).
+pub fn reloads_for(cx: &RunContext) -> bool {
+    !cx.facts.files.unit_config.is_empty() || !cx.facts.files.in_systemd_dirs.is_empty()
 }
 
 /// Units declared present that restart or reload on any of `files`, with the file: what they
