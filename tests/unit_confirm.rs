@@ -102,6 +102,8 @@ impl HostUnit {
 
 impl Drop for HostUnit {
     fn drop(&mut self) {
+        // A test may have enabled the host's unit (its link is in the admin's directory).
+        systemctl(&["disable", "--", &self.name]);
         for unit in &self.made {
             systemctl(&["disable", "--now", "--", unit]);
             let _ = std::fs::remove_file(self.unit_dir.join(unit));
@@ -451,13 +453,33 @@ fn the_rollback_takes_back_only_the_links_enable_made() {
     let before = standing(&h);
     let content =
         format!("[Service]\nExecStart=/bin/sleep infinity\n\n[Install]\nWantedBy={h}\nAlso={h}\n");
+    // Enabled in the same `systemctl enable`, a unit whose alias is taken fails it part way,
+    // after the links of the unit before it were made: those are taken back too.
+    let taken = host_unit.other("taken.service");
+    std::fs::write(sb.unit_dir.join(&taken), "[Service]\nExecStart=/bin/true\n").expect("taken");
+    let conflict = host_unit.other("conflict.service");
+    let conflicting = format!("[Service]\nExecStart=/bin/true\n\n[Install]\nAlias={taken}\n");
     let (out, report) = apply(
         &host,
-        json!({&unit: {"content": content, "enabled": true}}),
+        json!({
+            &unit: {"content": content, "enabled": true},
+            &conflict: {"content": conflicting, "enabled": true},
+        }),
         true,
     );
-    let failure = &report["failures"][0];
-    assert_eq!(failure["key"], unit.as_str(), "{out:?}");
+    let failed = |key: &str| {
+        (report["failures"].as_array().into_iter().flatten())
+            .find(|f| f["key"] == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("{key} did not fail: {out:?}"))
+    };
+    assert!(
+        failed(&conflict)["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("already exists")),
+        "{out:?}"
+    );
+    let failure = failed(&unit);
     let why = failure["detail"].as_str().unwrap_or_default();
     assert!(
         why.contains("systemd confirms the host's units are as before"),
@@ -467,7 +489,6 @@ fn the_rollback_takes_back_only_the_links_enable_made() {
     assert_eq!(systemctl(&["is-enabled", "--", &h]), "enabled", "{out:?}");
     assert_eq!(links(&sb.unit_dir), links_before, "{out:?}");
     assert_eq!(standing(&h), before, "{out:?}");
-    systemctl(&["disable", "--", &h]);
 }
 
 /// Issue 25: an ordinary drop-in the files kind writes, with no unit declared, is read by the

@@ -21,6 +21,7 @@ use super::{
 };
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
+use crate::exec::Failure;
 use crate::fsutil::{self, Dir, FileType, Found};
 use crate::store::{Digest, Entry, Ledger, Origin, Owed};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
@@ -406,8 +407,11 @@ impl Kind for Units {
         if let Some(before) = &before {
             // `enable` reloads the manager itself, yet systemd 252 was seen still showing the
             // host's unit without what a link it had just made gives it: read again first.
-            let reloaded = match (configured.reloaded, progress.links.is_empty()) {
-                (Ok(()), false) => (env.runner)
+            let enabled = changes
+                .iter()
+                .any(|c| c.op.enablement == Enablement::Enable);
+            let reloaded = match (configured.reloaded, enabled) {
+                (Ok(()), true) => (env.runner)
                     .run(&env.config.systemctl, &systemctl::daemon_reload(), &[])
                     .map(drop)
                     .map_err(|e| e.to_string()),
@@ -485,17 +489,22 @@ impl<'a> Progress<'a> {
             return;
         }
         let args = systemctl::verb(verb, env.offline.then_some(env.root));
+        // What `enable` says it linked, also when it failed part way (systemd 252 says so on
+        // stderr before its error): a rollback takes back exactly those links.
         let results = batch_then_each(env.runner, &names, |batch| {
             let output = env.runner.run(&env.config.systemctl, &args, batch);
-            match output {
-                Ok(out) if verb == Verb::Enable => {
-                    let said = format!("{}{}", out.stderr, out.stdout_text());
-                    links.extend(systemctl::parse_created_links(&said));
-                    Ok(())
-                }
-                Ok(_) => Ok(()),
-                Err(e) => Err(KindError::command(verb.as_str(), e)),
-            }
+            let said = match (&output, verb) {
+                (Ok(out), Verb::Enable) => format!("{}{}", out.stderr, out.stdout_text()),
+                (Err(e), Verb::Enable) => match &e.failure {
+                    Failure::Exit(_, stderr) | Failure::Timeout(_, _, stderr) => stderr.clone(),
+                    Failure::Spawn(_) => String::new(),
+                },
+                _ => String::new(),
+            };
+            links.extend(systemctl::parse_created_links(&said));
+            output
+                .map(drop)
+                .map_err(|e| KindError::command(verb.as_str(), e))
         });
         // Cut short by the host stopping: the rest were not attempted.
         stopped.extend(names.iter().skip(results.len()));

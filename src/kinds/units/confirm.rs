@@ -200,7 +200,7 @@ pub fn after<'a>(
         .map(|c| c.key.as_str())
         .collect();
     let undone = put_back(env, cx, ledger, before, links, previous);
-    let names: Vec<&str> = previous
+    let names: BTreeSet<&str> = previous
         .iter()
         .map(|(name, _)| *name)
         .chain(enabled)
@@ -210,7 +210,7 @@ pub fn after<'a>(
         false => format!("; files put back: {}", before.files.join(", ")),
     };
     let reason = format!("not applied: {why}; {undone}{files}");
-    // Named in the run's notes too: a file of the files kind has no outcome of the units kind's.
+    // Named in the run's notes too, the files kind's files among them.
     let what: Vec<&str> = names
         .iter()
         .copied()
@@ -223,8 +223,13 @@ pub fn after<'a>(
     for path in &before.files {
         files::refused(cx, path, &reason);
     }
+    // A unit that had failed already (its enable refused) keeps that reason before this one.
     for name in names {
-        errors.insert(name, KindError::Reason(reason.clone()));
+        let why = match errors.remove(name) {
+            Some(e) => format!("{e}; {reason}"),
+            None => reason.clone(),
+        };
+        errors.insert(name, KindError::Reason(why));
     }
 }
 
