@@ -2,8 +2,8 @@
 //! (asked again by halves when one name fails the batch; masked, aliased, symlinked or oversized
 //! unit files fail or are reported only for their own unit, never followed);
 //! unit files the declaration carries are written atomically to the unit directory with one
-//! `daemon-reload` when any changed (or the files kind changed a unit file or drop-in), before
-//! anything is enabled or started; enable, disable, start, stop, restart and reload each go in
+//! `daemon-reload` when any changed (or the files kind changed a unit file or drop-in, even with
+//! no unit declared), before anything is enabled or started; enable, disable, start, stop, restart and reload each go in
 //! one batched call. A restart or reload owed to a changed file is read from the store
 //! (`store::Owed`) until it is done. A unit the host found enabled or running gets that state
 //! back when it is released; a unit file the host wrote is removed. Under `--root`, only
