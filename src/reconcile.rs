@@ -843,6 +843,42 @@ mod tests {
     use crate::exec::Runner;
     use crate::testutil::TempDir;
 
+    /// A file the files kind changed and systemd's confirmation (in the units kind) put back
+    /// leaves the run's changes for its failures, with what systemd said; the others stay.
+    #[test]
+    fn files_the_confirmation_put_back_fail_by_name() {
+        let declaration = parse_with_defaults(r#"{"schema": 1}"#).unwrap();
+        let (config, runner) = (test_config(), Runner::new(false));
+        let env = Env {
+            root: std::path::Path::new("/nonexistent"),
+            offline: false,
+            config: &config,
+            runner: &runner,
+            store: None,
+            interrupted: &|| false,
+        };
+        let cx = RunContext::new(&declaration, false);
+        let row =
+            |key: &str| planned_row(Files::NAME, key.to_string(), Action::Create, vec![].into());
+        let d = "/etc/systemd/system/mesh-host.service.d/x.conf";
+        let mut report = Report {
+            changes: vec![row("/etc/a.conf"), row(d)],
+            ..Report::default()
+        };
+        fail_refused_files(&env, &cx, &Ledger::default(), &mut report).unwrap();
+        assert_eq!(report.changes.len(), 2);
+        kinds::files::refused(&cx, d, "systemd says the host's units changed");
+        fail_refused_files(&env, &cx, &Ledger::default(), &mut report).unwrap();
+        assert_eq!(report.changes.len(), 1);
+        assert_eq!(report.changes[0].key, "/etc/a.conf");
+        let failed = &report.failures[0];
+        assert_eq!((failed.kind.as_str(), failed.key.as_str()), ("files", d));
+        assert_eq!(failed.action, ResultAction::Create);
+        assert_eq!(failed.detail, "systemd says the host's units changed");
+        // Taken once: the next kind finds none.
+        assert!(cx.facts.files.take_refused().is_empty());
+    }
+
     /// Stopping between the chunks of a kind applied in chunks, as between kinds: what the first
     /// chunk did is recorded, the chunks after are not observed, the run is interrupted.
     #[test]
