@@ -3,11 +3,11 @@
 //! unit files fail or are reported only for their own unit, never followed);
 //! unit files the declaration carries are written atomically to the unit directory with one
 //! `daemon-reload` when any changed (or the files kind changed a unit file or drop-in, even with
-//! no unit declared), before anything is enabled or started; enable, disable, start, stop, restart and reload each go in
-//! one batched call. A restart or reload owed to a changed file is read from the store
-//! (`store::Owed`) until it is done. A unit the host found enabled or running gets that state
-//! back when it is released; a unit file the host wrote is removed. Under `--root`, only
-//! enable/disable (offline) and unit files are done; the rest is deferred.
+//! no unit declared), before anything is enabled or started; enable, disable, start, stop,
+//! restart and reload each go in one batched call. A restart or reload owed to a changed file is
+//! read from the store (`store::Owed`) until it is done. A unit the host found enabled or running
+//! gets that state back when it is released; a unit file the host wrote is removed. Under
+//! `--root`, only enable/disable (offline) and unit files are done; the rest is deferred.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -405,8 +405,9 @@ impl Kind for Units {
         progress.run_verb(env, changes, Verb::Enable);
         // Files written, the manager reloaded, units enabled, nothing started: systemd confirms.
         if let Some(before) = &before {
-            // `enable` reloads the manager itself, yet systemd 252 was seen still showing the
-            // host's unit without what a link it had just made gives it: read again first.
+            // `enable` reloads the manager itself, but not always: systemd 252 did not when the
+            // unit's `Also=` named a unit already enabled, nor when an enable retried alone found
+            // its links made (a batch failing part way), and the links would go unconfirmed.
             let enabled = changes
                 .iter()
                 .any(|c| c.op.enablement == Enablement::Enable);
