@@ -114,7 +114,9 @@ impl Drop for HostUnit {
         ] {
             let _ = std::fs::remove_file(made);
         }
-        let _ = std::fs::remove_dir_all(self.unit_dir.join(format!("{}.wants", self.name)));
+        for links in [".wants", ".requires"] {
+            let _ = std::fs::remove_dir_all(self.unit_dir.join(format!("{}{links}", self.name)));
+        }
         for dir in &self.etc_dirs {
             let _ = std::fs::remove_dir_all(dir);
         }
