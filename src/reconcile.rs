@@ -12,8 +12,8 @@ use crate::fsutil;
 use crate::kinds::{
     self, backup_key,
     files::{self, Files},
-    units, Action, Change, Details, Env, Kind, LedgerAfter, Listed, Outcome, RunContext, Step,
-    Visit,
+    units::{self, Units},
+    Action, Change, Details, Env, Kind, LedgerAfter, Listed, Outcome, RunContext, Step, Visit,
 };
 use crate::pacnew::{self, Pacnew};
 use crate::sorted::{self, Walk};
@@ -257,10 +257,37 @@ impl Visit for Converging<'_, '_> {
             return;
         }
         let (env, cx, mode, scope) = (self.env, &mut self.cx, self.mode, self.scope);
-        if let Err(e) = converge::<K>(env, cx, self.ledger, mode, scope, &mut self.report) {
+        let converged = converge::<K>(env, cx, self.ledger, mode, scope, &mut self.report)
+            .and_then(|()| fail_refused_files(env, cx, self.ledger, &mut self.report));
+        if let Err(e) = converged {
             self.failed = Some(e);
         }
     }
+}
+
+/// The files kind's changes that systemd's confirmation (run by the units kind, after the files
+/// kind's outcomes were recorded) refused and put back: each moves from the run's changes to its
+/// failures with what systemd said, and the ledger, where `files::put_back` no longer has them
+/// as applied, is saved so.
+fn fail_refused_files(
+    env: &Env,
+    cx: &RunContext,
+    ledger: &Ledger,
+    report: &mut Report,
+) -> Result<(), StoreError> {
+    let refused = cx.facts.files.take_refused();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    for (key, why) in refused {
+        let at = (report.changes.iter()).position(|c| c.kind == Files::NAME && c.key == key);
+        let action = match at.map(|at| report.changes.remove(at)) {
+            Some(change) => change.action.into(),
+            None => ResultAction::Update,
+        };
+        report.failures.push(result(Files::NAME, &key, action, why));
+    }
+    save(env, ledger, true)
 }
 
 fn converge<K: Kind>(
@@ -292,7 +319,10 @@ fn converge<K: Kind>(
     .into_iter()
     .filter(|key| scope.includes(K::NAME, key))
     .collect();
-    if keys.is_empty() {
+    // The units kind with no unit of its own is still applied when the files kind changed unit
+    // files or drop-ins: the manager is reloaded for them, and systemd confirms them.
+    let for_files = mode == Mode::Apply && K::NAME == Units::NAME && units::reloads_for(cx);
+    if keys.is_empty() && !for_files {
         return Ok(());
     }
     let mut changes = Vec::new();
@@ -840,6 +870,42 @@ mod tests {
     use crate::declaration::tests::{parse_with_defaults, test_config};
     use crate::exec::Runner;
     use crate::testutil::TempDir;
+
+    /// A file the files kind changed and systemd's confirmation (in the units kind) put back
+    /// leaves the run's changes for its failures, with what systemd said; the others stay.
+    #[test]
+    fn files_the_confirmation_put_back_fail_by_name() {
+        let declaration = parse_with_defaults(r#"{"schema": 1}"#).unwrap();
+        let (config, runner) = (test_config(), Runner::new(false));
+        let env = Env {
+            root: std::path::Path::new("/nonexistent"),
+            offline: false,
+            config: &config,
+            runner: &runner,
+            store: None,
+            interrupted: &|| false,
+        };
+        let cx = RunContext::new(&declaration, false);
+        let row =
+            |key: &str| planned_row(Files::NAME, key.to_string(), Action::Create, vec![].into());
+        let d = "/etc/systemd/system/mesh-host.service.d/x.conf";
+        let mut report = Report {
+            changes: vec![row("/etc/a.conf"), row(d)],
+            ..Report::default()
+        };
+        fail_refused_files(&env, &cx, &Ledger::default(), &mut report).unwrap();
+        assert_eq!(report.changes.len(), 2);
+        kinds::files::refused(&cx, d, "systemd says the host's units changed");
+        fail_refused_files(&env, &cx, &Ledger::default(), &mut report).unwrap();
+        assert_eq!(report.changes.len(), 1);
+        assert_eq!(report.changes[0].key, "/etc/a.conf");
+        let failed = &report.failures[0];
+        assert_eq!((failed.kind.as_str(), failed.key.as_str()), ("files", d));
+        assert_eq!(failed.action, ResultAction::Create);
+        assert_eq!(failed.detail, "systemd says the host's units changed");
+        // Taken once: the next kind finds none.
+        assert!(cx.facts.files.take_refused().is_empty());
+    }
 
     /// Stopping between the chunks of a kind applied in chunks, as between kinds: what the first
     /// chunk did is recorded, the chunks after are not observed, the run is interrupted.

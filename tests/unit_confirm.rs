@@ -102,6 +102,8 @@ impl HostUnit {
 
 impl Drop for HostUnit {
     fn drop(&mut self) {
+        // A test may have enabled the host's unit (its link is in the admin's directory).
+        systemctl(&["disable", "--", &self.name]);
         for unit in &self.made {
             systemctl(&["disable", "--now", "--", unit]);
             let _ = std::fs::remove_file(self.unit_dir.join(unit));
@@ -112,7 +114,9 @@ impl Drop for HostUnit {
         ] {
             let _ = std::fs::remove_file(made);
         }
-        let _ = std::fs::remove_dir_all(self.unit_dir.join(format!("{}.wants", self.name)));
+        for links in [".wants", ".requires"] {
+            let _ = std::fs::remove_dir_all(self.unit_dir.join(format!("{}{links}", self.name)));
+        }
         for dir in &self.etc_dirs {
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -120,7 +124,6 @@ impl Drop for HostUnit {
     }
 }
 
-#[cfg(feature = "test-no-unit-model")]
 impl HostUnit {
     /// A drop-in file under /etc/systemd/user (the files kind's reach: only /etc), for the
     /// drop-in directory of `unit`, removed with the test.
@@ -350,6 +353,172 @@ fn the_confirmation_alone_puts_back_drop_ins_the_files_kind_wrote() {
     ));
     assert!(!std::path::Path::new(&path).exists(), "{out:?}");
     assert_eq!(standing(&h), before, "{out:?}");
+    // The drop-in alone was refused: its own resource fails, and the run with it.
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_files_refused(&host, &file, &path);
+}
+
+/// Applies `declaration` (the model off) and asserts that `path`, a file the files kind writes
+/// and systemd's confirmation puts back, fails by name with what systemd said (exit 1), is not
+/// among the run's changes, is gone, and is owned by the ledger but not as applied (so the next
+/// run tries it again rather than taking it as in sync).
+#[cfg(feature = "test-no-unit-model")]
+fn assert_files_refused(host: &Scratch, declaration: &std::path::Path, path: &str) {
+    let mut command = host.command(&["--json", "apply", declaration.to_str().expect("utf-8")]);
+    command.env("MESH_TEST_NO_UNIT_MODEL", "1");
+    let out = Output::from(command.output().expect("run mesh-host"));
+    let report: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(out.code, 1, "{out:?}");
+    let failure = (report["failures"].as_array().into_iter().flatten())
+        .find(|f| f["key"] == path && f["kind"] == "files")
+        .unwrap_or_else(|| panic!("{path} did not fail: {report:#}"));
+    let why = failure["detail"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("systemd, reloaded, says the host's own units changed")
+            && why.contains("files put back"),
+        "{report:#}"
+    );
+    assert!(
+        !out.stdout.contains(&format!(r#""key":"{path}","symbol""#)),
+        "{report:#}"
+    );
+    assert!(!std::path::Path::new(path).exists(), "{out:?}");
+    let ledger: Value = serde_json::from_str(
+        &std::fs::read_to_string(host.state().join("ledger.json")).expect("ledger"),
+    )
+    .expect("ledger json");
+    let entry = ["/files", "/resources/files"]
+        .iter()
+        .find_map(|section| ledger.pointer(section).and_then(|s| s.get(path)))
+        .unwrap_or_else(|| panic!("{path} not owned: {ledger:#}"));
+    assert_eq!(entry["applied"], Value::Null, "{ledger:#}");
+}
+
+/// Issue 25: a drop-in the files kind writes is reloaded and confirmed with no unit declared
+/// or owned at all (the units kind used to return before it had a unit to work on).
+#[cfg(feature = "test-no-unit-model")]
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_drop_in_of_the_host_with_no_unit_declared_is_put_back_and_fails() {
+    let sb = sandbox();
+    let mut host_unit = HostUnit::install(&sb, "nounits");
+    let host = host_of(&sb, "confirm-nounits", &host_unit);
+    let h = host_unit.name.clone();
+    let before = standing(&h);
+    let path = host_unit.etc_drop_in(&h);
+    let declaration = json!({
+        "schema": 1,
+        "files": {&path: {"content": "[Service]\nExecStartPre=/bin/true\n"}},
+    });
+    let file = host.declaration("d.json", &declaration.to_string());
+    assert_files_refused(&host, &file, &path);
+    assert_eq!(standing(&h), before);
+}
+
+/// Issue 25: rolling back never disables the host. A unit whose `[Install]` names the host in
+/// `Also=` (enabled before the run, so `enable` makes none of its links) and links itself into
+/// the host's `.wants/` is refused; only the link `enable` made is taken back (`disable` would
+/// have followed `Also=` and taken the host's own links too).
+#[cfg(feature = "test-no-unit-model")]
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn the_rollback_takes_back_only_the_links_enable_made() {
+    let sb = sandbox();
+    let mut host_unit = HostUnit::install(&sb, "also");
+    let h = host_unit.name.clone();
+    let unit = host_unit.other("also.service");
+    let host = host_of(&sb, "confirm-also", &host_unit);
+    systemctl(&["enable", "--", &h]);
+    systemctl(&["daemon-reload"]);
+    let links = |dir: &std::path::Path| -> Vec<(PathBuf, PathBuf)> {
+        let mut found = Vec::new();
+        let mut dirs = vec![dir.to_path_buf()];
+        while let Some(d) = dirs.pop() {
+            for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let path = entry.path();
+                match std::fs::read_link(&path) {
+                    Ok(target) => found.push((path, target)),
+                    Err(_) if path.is_dir() => dirs.push(path),
+                    Err(_) => {}
+                }
+            }
+        }
+        found.sort();
+        found
+    };
+    let links_before = links(&sb.unit_dir);
+    assert!(
+        links_before.iter().any(|(link, _)| link.ends_with(&h)),
+        "{links_before:?}"
+    );
+    assert_eq!(systemctl(&["is-enabled", "--", &h]), "enabled");
+    let before = standing(&h);
+    let content =
+        format!("[Service]\nExecStart=/bin/sleep infinity\n\n[Install]\nWantedBy={h}\nAlso={h}\n");
+    // Enabled in the same `systemctl enable`, a unit whose alias is taken fails it part way,
+    // after the links of the unit before it were made: those are taken back too.
+    let taken = host_unit.other("taken.service");
+    std::fs::write(sb.unit_dir.join(&taken), "[Service]\nExecStart=/bin/true\n").expect("taken");
+    let conflict = host_unit.other("conflict.service");
+    let conflicting = format!("[Service]\nExecStart=/bin/true\n\n[Install]\nAlias={taken}\n");
+    let (out, report) = apply(
+        &host,
+        json!({
+            &unit: {"content": content, "enabled": true},
+            &conflict: {"content": conflicting, "enabled": true},
+        }),
+        true,
+    );
+    let failed = |key: &str| {
+        (report["failures"].as_array().into_iter().flatten())
+            .find(|f| f["key"] == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("{key} did not fail: {out:?}"))
+    };
+    assert!(
+        failed(&conflict)["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("already exists")),
+        "{out:?}"
+    );
+    let failure = failed(&unit);
+    let why = failure["detail"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("systemd confirms the host's units are as before"),
+        "{out:?}"
+    );
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(systemctl(&["is-enabled", "--", &h]), "enabled", "{out:?}");
+    assert_eq!(links(&sb.unit_dir), links_before, "{out:?}");
+    assert_eq!(standing(&h), before, "{out:?}");
+}
+
+/// Issue 25: an ordinary drop-in the files kind writes, with no unit declared, is read by the
+/// manager in the same run (one daemon-reload): a loaded unit lists it among its drop-ins.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_drop_in_with_no_unit_declared_is_reloaded() {
+    let sb = sandbox();
+    let mut host_unit = HostUnit::install(&sb, "reload");
+    let unit = host_unit.other("reload.service");
+    let host = host_of(&sb, "confirm-reload", &host_unit);
+    std::fs::write(
+        sb.unit_dir.join(&unit),
+        "[Service]\nExecStart=/bin/sleep infinity\n",
+    )
+    .expect("unit file");
+    systemctl(&["daemon-reload"]);
+    systemctl(&["start", "--", &unit]);
+    assert_eq!(systemctl(&["is-active", "--", &unit]), "active");
+    let path = host_unit.etc_drop_in(&unit);
+    let declaration = json!({
+        "schema": 1,
+        "files": {&path: {"content": "[Unit]\nDescription=from a drop-in\n"}},
+    });
+    let file = host.declaration("d.json", &declaration.to_string());
+    let out = host.apply(&file, 0);
+    let drop_ins = systemctl(&["show", "-p", "DropInPaths", "--", &unit]);
+    assert!(drop_ins.contains(&path), "{drop_ins}: {out:?}");
 }
 
 #[test]

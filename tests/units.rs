@@ -144,7 +144,8 @@ fn unit_with_content_is_written_enabled_started_then_left_alone() {
         std::fs::read_to_string(sb.unit_dir.join(&unit)).expect("unit file"),
         content
     );
-    assert_eq!(traced_verbs(&out, "daemon-reload"), 1, "{out:?}");
+    // One for the unit file, one after `enable` for systemd's confirmation to read its links.
+    assert_eq!(traced_verbs(&out, "daemon-reload"), 2, "{out:?}");
     assert_eq!(traced_verbs(&out, "enable"), 1, "{out:?}");
     assert_eq!(traced_verbs(&out, "start"), 1, "{out:?}");
     assert_eq!(systemctl(&["is-active", "--", &unit]), "active");
@@ -1107,7 +1108,8 @@ fn a_template_and_its_instance_converge_in_one_run() {
     assert!(sb.unit_dir.join(&template).exists());
     assert_eq!(systemctl(&["is-active", "--", &instance]), "active");
     assert_eq!(systemctl(&["is-enabled", "--", &instance]), "enabled");
-    assert_eq!(traced_verbs(&out, "daemon-reload"), 1, "{out:?}");
+    // One for the unit file, one after `enable` for systemd's confirmation to read its links.
+    assert_eq!(traced_verbs(&out, "daemon-reload"), 2, "{out:?}");
     let again = host.run(&["apply", host.dir.join("d.json").to_str().expect("utf-8")]);
     again.assert_stdout("0 changed");
 

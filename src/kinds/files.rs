@@ -115,9 +115,20 @@ pub struct Facts {
     /// `systemd` component): systemd's confirmation (`kinds::units::confirm`) asks about them
     /// and puts them back (`put_back`) when they reach the host's units.
     pub in_systemd_dirs: BTreeSet<String>,
+    /// Files of this run that systemd's confirmation put back, with why (`refused`): written by
+    /// the units kind after this kind's outcomes were recorded, so `reconcile` fails them
+    /// (`take_refused`) once the units kind is done.
+    refused: std::cell::RefCell<Vec<(String, String)>>,
     /// The files index as the run's last observation left it unchanged: kept for the next
     /// chunk of files, so a run reads and checks the index once, not once per 4,096 files.
     index: std::cell::RefCell<Option<FilesIndex>>,
+}
+
+impl Facts {
+    /// The files systemd's confirmation put back in this run, with why, taken once.
+    pub fn take_refused(&self) -> Vec<(String, String)> {
+        self.refused.take()
+    }
 }
 
 /// What planning needs of a regular file's content. Observation compares it with the declared
@@ -998,7 +1009,8 @@ fn plan_release(
 /// Puts the file `key` back as the host found it, for systemd's confirmation of unit changes
 /// (`kinds::units::confirm`), which found that this run's write reaches the host's units: a file
 /// the host created is removed, an adopted one gets its original, durably. The ledger still says
-/// it is owned as declared, so the next run writes it again and is refused again.
+/// it is owned, no longer as applied (as its write-ahead left it), so the next run writes it
+/// again and is refused again.
 pub fn put_back(env: &Env, cx: &RunContext, ledger: &mut Ledger, key: &str) -> Result<(), String> {
     let op = match ledger.get::<Files>(key) {
         Some(entry) if entry.origin == Origin::Created => Op::Remove,
@@ -1014,12 +1026,22 @@ pub fn put_back(env: &Env, cx: &RunContext, ledger: &mut Ledger, key: &str) -> R
     };
     let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
     let mut parents = ParentDirs::new(&root);
+    if let Some(mut entry) = ledger.remove::<Files>(key) {
+        entry.applied = None;
+        ledger.insert_all::<Files>(vec![(key.to_string(), entry)]);
+    }
     apply_one(env, cx, &mut parents, ledger, key, &op)?;
     parents.sync_filesystems()?;
     match parents.sync().into_iter().next() {
         Some((dir, e)) => Err(format!("{key}: fsync {}: {e}", dir.display())),
         None => Ok(()),
     }
+}
+
+/// Records that systemd's confirmation refused this run's change to `key` (and put it back):
+/// `reconcile` makes it the file's outcome.
+pub fn refused(cx: &RunContext, key: &str, why: &str) {
+    (cx.facts.files.refused.borrow_mut()).push((key.to_string(), why.to_string()));
 }
 
 /// Carries out one change; a write gives back its temp file, to be renamed once every written

@@ -2,12 +2,12 @@
 //! (asked again by halves when one name fails the batch; masked, aliased, symlinked or oversized
 //! unit files fail or are reported only for their own unit, never followed);
 //! unit files the declaration carries are written atomically to the unit directory with one
-//! `daemon-reload` when any changed (or the files kind changed a unit file or drop-in), before
-//! anything is enabled or started; enable, disable, start, stop, restart and reload each go in
-//! one batched call. A restart or reload owed to a changed file is read from the store
-//! (`store::Owed`) until it is done. A unit the host found enabled or running gets that state
-//! back when it is released; a unit file the host wrote is removed. Under `--root`, only
-//! enable/disable (offline) and unit files are done; the rest is deferred.
+//! `daemon-reload` when any changed (or the files kind changed a unit file or drop-in, even with
+//! no unit declared), before anything is enabled or started; enable, disable, start, stop,
+//! restart and reload each go in one batched call. A restart or reload owed to a changed file is
+//! read from the store (`store::Owed`) until it is done. A unit the host found enabled or running
+//! gets that state back when it is released; a unit file the host wrote is removed. Under
+//! `--root`, only enable/disable (offline) and unit files are done; the rest is deferred.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -21,6 +21,7 @@ use super::{
 };
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
+use crate::exec::Failure;
 use crate::fsutil::{self, Dir, FileType, Found};
 use crate::store::{Digest, Entry, Ledger, Origin, Owed};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
@@ -426,14 +427,28 @@ impl Kind for Units {
         progress.run_verb(env, changes, Verb::Enable);
         // Files written, the manager reloaded, units enabled, nothing started: systemd confirms.
         if let Some(before) = &before {
+            // `enable` reloads the manager itself, but not always: systemd 252 did not when the
+            // unit's `Also=` named a unit already enabled, nor when an enable retried alone found
+            // its links made (a batch failing part way), and the links would go unconfirmed.
+            let enabled = changes
+                .iter()
+                .any(|c| c.op.enablement == Enablement::Enable);
+            let reloaded = match (configured.reloaded, enabled) {
+                (Ok(()), true) => (env.runner)
+                    .run(&env.config.systemctl, &systemctl::daemon_reload(), &[])
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                (reloaded, _) => reloaded,
+            };
             confirm::after(
                 env,
                 cx,
                 ledger,
                 before,
                 changes,
-                configured.reloaded,
+                reloaded,
                 &configured.previous,
+                &progress.links,
                 &mut progress.errors,
             );
         }
@@ -454,6 +469,8 @@ struct Progress<'a> {
     /// Checked before each unit file and each verb's call: once the host is stopping, what is
     /// left waits for the next run, which observes where it stopped.
     stopped: BTreeSet<&'a str>,
+    /// The links `enable` said it created in this run, (link, target): what a rollback takes back.
+    links: Vec<(String, String)>,
 }
 
 impl<'a> Progress<'a> {
@@ -477,6 +494,7 @@ impl<'a> Progress<'a> {
             errors,
             deferred,
             stopped,
+            links,
         } = self;
         let names: Vec<&str> = changes
             .iter()
@@ -494,9 +512,20 @@ impl<'a> Progress<'a> {
             return;
         }
         let args = systemctl::verb(verb, env.offline.then_some(env.root));
+        // What `enable` says it linked, also when it failed part way (systemd 252 says so on
+        // stderr before its error): a rollback takes back exactly those links.
         let results = batch_then_each(env.runner, &names, |batch| {
-            env.runner
-                .run(&env.config.systemctl, &args, batch)
+            let output = env.runner.run(&env.config.systemctl, &args, batch);
+            let said = match (&output, verb) {
+                (Ok(out), Verb::Enable) => format!("{}{}", out.stderr, out.stdout_text()),
+                (Err(e), Verb::Enable) => match &e.failure {
+                    Failure::Exit(_, stderr) | Failure::Timeout(_, _, stderr) => stderr.clone(),
+                    Failure::Spawn(_) => String::new(),
+                },
+                _ => String::new(),
+            };
+            links.extend(systemctl::parse_created_links(&said));
+            output
                 .map(drop)
                 .map_err(|e| KindError::command(verb.as_str(), e))
         });
@@ -641,6 +670,13 @@ fn configure<'a>(
         }
     }
     Configured { previous, reloaded }
+}
+
+/// Whether the files kind changed unit files or drop-ins in this run, or other files in
+/// systemd's directories: the manager is reloaded for them and, on a live machine, systemd
+/// confirms them, even when no unit is declared or owned (`reconcile` applies the kind then).
+pub fn reloads_for(cx: &RunContext) -> bool {
+    !cx.facts.files.unit_config.is_empty() || !cx.facts.files.in_systemd_dirs.is_empty()
 }
 
 /// Units declared present that restart or reload on any of `files`, with the file: what they

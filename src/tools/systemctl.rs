@@ -280,6 +280,32 @@ pub fn parse_standing(stdout: &str) -> Vec<Standing> {
         .collect()
 }
 
+/// The links `enable` says it created (`Created symlink LINK -> TARGET.`, or with quotes and an
+/// arrow as newer systemd and UTF-8 locales print it), as (link, target), in order: exactly what
+/// the run's enable made, to take back without `disable` (which follows `Also=` and takes the
+/// links of every unit named there, though this run made none of them).
+pub fn parse_created_links(output: &str) -> Vec<(String, String)> {
+    let unquote = |s: &str| {
+        let s = s.trim();
+        s.strip_prefix('\'')
+            .and_then(|s| s.strip_suffix('\''))
+            .or_else(|| s.strip_prefix('"').and_then(|s| s.strip_suffix('"')))
+            .unwrap_or(s)
+            .to_string()
+    };
+    output
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("Created symlink "))
+        .filter_map(|rest| {
+            let rest = rest.strip_suffix('.').unwrap_or(rest);
+            let (link, target) = rest
+                .split_once(" -> ")
+                .or_else(|| rest.split_once(" \u{2192} "))?;
+            Some((unquote(link), unquote(target)))
+        })
+        .collect()
+}
+
 /// `is-enabled` output: one state per line, in argument order (short when it stopped early).
 pub fn parse_is_enabled(stdout: &str) -> Vec<UnitFileState> {
     stdout
@@ -435,6 +461,32 @@ mod tests {
             "../../tests/fixtures/systemctl-offline-is-enabled-missing.txt"
         ))
         .is_empty());
+    }
+
+    #[test]
+    fn parses_saved_enable_output() {
+        assert_recorded(
+            include_str!("../../tests/fixtures/systemctl-enable.cmd"),
+            SYSTEMCTL,
+            &verb(Verb::Enable, None),
+            &["a.service"],
+        );
+        let dir = "/tmp/mesh-sandbox/systemd/config/systemd/user";
+        let made = |link: &str| (format!("{dir}/{link}"), format!("{dir}/a.service"));
+        assert_eq!(
+            parse_created_links(include_str!("../../tests/fixtures/systemctl-enable.stderr")),
+            [
+                made("a-alias.service"),
+                made("default.target.wants/a.service")
+            ]
+        );
+        // Newer systemd quotes the paths; a UTF-8 locale prints an arrow.
+        let quoted = "Created symlink '/etc/x.wants/a.service' \u{2192} '/etc/a.service'.\n";
+        assert_eq!(
+            parse_created_links(quoted),
+            [("/etc/x.wants/a.service".into(), "/etc/a.service".into())]
+        );
+        assert!(parse_created_links("Unit a.service has no [Install] section.\n").is_empty());
     }
 
     #[test]

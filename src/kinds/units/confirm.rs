@@ -10,9 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use super::{apply_file, unit_dir, Change, Enablement, FileChange, Op, Original};
+use crate::fsutil::{self, Dir};
 use crate::kinds::{files, Env, KindError, RunContext};
 use crate::store::Ledger;
-use crate::tools::systemctl::{self, Standing, Verb};
+use crate::tools::systemctl::{self, Standing};
 use crate::unitfile::UnitName;
 
 /// What systemd said before the run touched a unit file, in the order `look` asks: the units
@@ -167,9 +168,11 @@ pub fn check(env: &Env, before: &Before) -> Result<(), String> {
 
 /// After the files, the reload and `enable`, before anything starts: unless systemd says the
 /// host's units are as `before`, every unit file this run changed is put back (`previous`; a
-/// created one removed), every unit it enabled is disabled (while the file that made its links is
-/// still there), the files kind's files in systemd's directories are put back, the manager is
-/// reloaded, and each of those units fails with what systemd said; the run's notes say it too.
+/// created one removed), every link `enable` said it created is removed (`links`; never
+/// `disable`, which follows `Also=` to units whose links were there before), the files kind's
+/// files in systemd's directories are put back, the manager is reloaded, and each of those units
+/// and files fails with what systemd said (the files through `files::refused`, which
+/// `reconcile` turns into their outcomes); the run's notes say it too.
 #[allow(clippy::too_many_arguments)]
 pub fn after<'a>(
     env: &Env,
@@ -179,6 +182,7 @@ pub fn after<'a>(
     changes: &'a [Change<Op, Original>],
     reloaded: Result<(), String>,
     previous: &[(&'a str, Option<Vec<u8>>)],
+    links: &[(String, String)],
     errors: &mut BTreeMap<&'a str, KindError>,
 ) {
     let verdict = match reloaded {
@@ -195,8 +199,8 @@ pub fn after<'a>(
         .filter(|c| c.op.enablement == Enablement::Enable && !errors.contains_key(c.key.as_str()))
         .map(|c| c.key.as_str())
         .collect();
-    let undone = put_back(env, cx, ledger, before, &enabled, previous);
-    let names: Vec<&str> = previous
+    let undone = put_back(env, cx, ledger, before, links, previous);
+    let names: BTreeSet<&str> = previous
         .iter()
         .map(|(name, _)| *name)
         .chain(enabled)
@@ -206,7 +210,7 @@ pub fn after<'a>(
         false => format!("; files put back: {}", before.files.join(", ")),
     };
     let reason = format!("not applied: {why}; {undone}{files}");
-    // Named in the run's notes too: a file of the files kind has no outcome of the units kind's.
+    // Named in the run's notes too, the files kind's files among them.
     let what: Vec<&str> = names
         .iter()
         .copied()
@@ -216,8 +220,16 @@ pub fn after<'a>(
         "rolled back, as systemd said the host's own units changed: {}",
         what.join(", ")
     ));
+    for path in &before.files {
+        files::refused(cx, path, &reason);
+    }
+    // A unit that had failed already (its enable refused) keeps that reason before this one.
     for name in names {
-        errors.insert(name, KindError::Reason(reason.clone()));
+        let why = match errors.remove(name) {
+            Some(e) => format!("{e}; {reason}"),
+            None => reason.clone(),
+        };
+        errors.insert(name, KindError::Reason(why));
     }
 }
 
@@ -227,14 +239,13 @@ fn put_back(
     cx: &RunContext,
     ledger: &mut Ledger,
     before: &Before,
-    enabled: &[&str],
+    links: &[(String, String)],
     previous: &[(&str, Option<Vec<u8>>)],
 ) -> String {
     let mut problems = Vec::new();
-    if !enabled.is_empty() {
-        let disable = systemctl::verb(Verb::Disable, None);
-        if let Err(e) = env.runner.run(&env.config.systemctl, &disable, enabled) {
-            problems.push(format!("disable: {e}"));
+    for (link, target) in links {
+        if let Err(e) = remove_link(env, link, target) {
+            problems.push(e);
         }
     }
     let dir = unit_dir(env);
@@ -278,6 +289,28 @@ fn put_back(
             }
         ),
     }
+}
+
+/// Removes the link `enable` made at `link` to `target`, durably, if it is still that link (a
+/// symlink to a file of the same name): anything else there is not this run's to take.
+fn remove_link(env: &Env, link: &str, target: &str) -> Result<(), String> {
+    let at = |e: &dyn std::fmt::Display| format!("link {link}: {e}");
+    let root = Dir::open(env.root).map_err(|e| at(&e))?;
+    let Some(parent) = fsutil::walk_to_parent(&root, Path::new(link), false).map_err(|e| at(&e))?
+    else {
+        return Ok(());
+    };
+    let Some(found) = parent.dir.read_link(&parent.name).map_err(|e| at(&e))? else {
+        return Ok(());
+    };
+    if found.file_name() != Path::new(target).file_name() {
+        return Err(at(&format!(
+            "now points to {}, not {target}: left as it is",
+            found.display()
+        )));
+    }
+    parent.dir.remove(&parent.name).map_err(|e| at(&e))?;
+    parent.dir.sync().map_err(|e| at(&e))
 }
 
 /// What each unit gained from `before` to `after`, a line each: another id, fragment, source,
