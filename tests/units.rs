@@ -1174,15 +1174,23 @@ fn a_changed_drop_in_is_reloaded_and_its_running_unit_restarted() {
         )
     };
     host.apply(&declaration("hello.json", "hello"), 0);
-    assert_eq!(std::fs::read_to_string(&seen).expect("seen"), "hello\n");
+    assert_seen(&seen, "hello\n");
     assert_eq!(property(&unit, "NeedDaemonReload"), "no");
     let out = host.apply(&declaration("bye.json", "bye"), 0);
     out.assert_stdout(&format!(
         "~ units {unit}: restart (a unit file or drop-in of it changed)"
     ));
-    assert_eq!(std::fs::read_to_string(&seen).expect("seen"), "bye\n");
+    assert_seen(&seen, "bye\n");
     assert_eq!(property(&unit, "NeedDaemonReload"), "no");
     host.apply(&declare(&host, "empty.json", json!({})), 0);
+}
+
+/// Waits for a simple service's `ExecStart` to have written `want` to `seen`: its start job is
+/// done once the process is forked, before the shell has written anything.
+fn assert_seen(seen: &Path, want: &str) {
+    let read = || std::fs::read_to_string(seen).unwrap_or_default();
+    wait_until(Duration::from_secs(10), || read() == want);
+    assert_eq!(read(), want, "{}", seen.display());
 }
 
 /// A unit file declared as a file (where the user manager reads units: /etc/systemd/user) and
