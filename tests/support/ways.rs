@@ -215,6 +215,13 @@ impl Driver {
         });
         let log = self.service.as_ref().map(Service::log).unwrap_or_default();
         assert!(seen, "no run of revision {revision} recorded\n{log}");
+        // The run records itself, then counts itself in the statistics, still under the
+        // store's lock: the run is over once the lock is free.
+        let free = wait_until(wait, || store_lock_free(&self.host().state()));
+        assert!(
+            free,
+            "the run of revision {revision} never let go of the store's lock\n{log}"
+        );
         found.unwrap_or_default()
     }
 
@@ -259,6 +266,8 @@ impl Driver {
             let log = self.service.as_ref().map(Service::log).unwrap_or_default();
             eprintln!("revision {revision} never converged again: {last:#}\n{log}");
         }
+        // Recorded, then counted in the statistics under the same lock: over once it is free.
+        wait_until(RUN_WAIT, || store_lock_free(&self.host().state()));
         last
     }
 
@@ -304,4 +313,14 @@ fn link(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
         }
     }
     std::fs::write(&path, config.to_string()).expect("config");
+}
+
+/// Whether nobody holds the store's lock (`flock`, as the host takes it): taken and let go.
+fn store_lock_free(state: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(state.join("lock")) else {
+        return true;
+    };
+    // SAFETY: flock on a descriptor this function owns; closing the file lets go of it.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
