@@ -126,21 +126,16 @@ impl Host {
         // is observed, and the run is recorded and reported `error` as any other run.
         let refuse = |e: Fatal, revision: Option<u64>, digest: Option<String>| {
             let record = RunRecord {
-                trigger: triggers.clone(),
-                started,
-                ended: store::unix_now(),
-                outcome: RunOutcome::Error,
                 revision,
                 digest,
-                changes: Vec::new(),
-                failures: Vec::new(),
-                deferred: Vec::new(),
-                in_sync: 0,
-                commands: 0,
-                retries: 0,
                 // Why, for `status` (the report's message says it whole).
                 notes: e.message().lines().take(1).map(str::to_string).collect(),
-                omitted: 0,
+                ..RunRecord::bare(
+                    triggers.clone(),
+                    started,
+                    store::unix_now(),
+                    RunOutcome::Error,
+                )
             };
             let message = join_lines(&runs_note, e.message());
             if let Some(why) = self.keep_run(&store, &record, &[], &[], &[], &message) {
