@@ -73,6 +73,30 @@ fn run_where(node: &Service, pred: impl Fn(&Value) -> bool) -> Value {
     found.unwrap_or_else(|| panic!("no such run: {:#?}\n{}", node.runs(), node.log()))
 }
 
+/// Waits until the service's watcher watches a directory (a drift from now on is seen).
+fn watching(node: &Service) {
+    assert!(
+        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
+            .as_u64()
+            .is_some_and(|n| n >= 1)),
+        "{}",
+        node.log()
+    );
+}
+
+/// A watch run that rewrote `/etc/motd`.
+fn repaired_motd(run: &Value) -> bool {
+    triggered_by(run, "watch")
+        && run["changes"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["key"] == "/etc/motd"))
+}
+
+/// The report of a watch run that found `/etc/motd` drifted.
+fn reported_motd(report: &Value) -> bool {
+    triggered_by(report, "watch") && report["drift"][0]["key"] == "/etc/motd"
+}
+
 fn notes(run: &Value) -> String {
     run["notes"].to_string()
 }
@@ -175,13 +199,7 @@ fn an_unreadable_ledger_makes_the_run_an_error_recorded_reported_and_shown() {
     let pki = Pki::new();
     let cp = control_plane(&pki);
     let mut node = converged(host("ledger", &pki, &cp, ""), &cp);
-    assert!(
-        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
-            .as_u64()
-            .is_some_and(|n| n >= 1)),
-        "{}",
-        node.log()
-    );
+    watching(&node);
     let ledger = node.host.state().join("ledger.json");
     let text = std::fs::read(&ledger).expect("ledger");
     std::fs::write(&ledger, &text[..text.len() / 2]).expect("truncate");
@@ -318,13 +336,7 @@ fn a_run_made_while_the_store_disk_is_full_is_recorded_and_reported_once_there_i
     let host = host("fullstore", &pki, &cp, "");
     let tmpfs = Tmpfs::mount(&host.state(), "512k");
     let node = converged(host, &cp);
-    assert!(
-        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
-            .as_u64()
-            .is_some_and(|n| n >= 1)),
-        "{}",
-        node.log()
-    );
+    watching(&node);
     let filler = tmpfs.fill();
     std::fs::write(node.host.target("/etc/motd"), "edited\n").expect("drift");
     assert!(
@@ -332,12 +344,6 @@ fn a_run_made_while_the_store_disk_is_full_is_recorded_and_reported_once_there_i
         "the watch run repairs the file: {}",
         node.log()
     );
-    let repaired = |r: &Value| {
-        triggered_by(r, "watch")
-            && r["changes"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["key"] == "/etc/motd"))
-    };
     // The watch run has ended (the declaration's run was the first).
     assert!(
         wait_until(WAIT, || node
@@ -348,17 +354,15 @@ fn a_run_made_while_the_store_disk_is_full_is_recorded_and_reported_once_there_i
         "{}",
         node.log()
     );
-    assert!(!node.runs().iter().any(repaired), "the store is full");
+    assert!(!node.runs().iter().any(repaired_motd), "the store is full");
 
     std::fs::remove_file(&filler).expect("room again");
     // An error (the ledger could not take the applied digest), with the change it made.
     let full = "No space left on device";
-    let run = run_where(&node, repaired);
+    let run = run_where(&node, repaired_motd);
     assert_eq!(run["outcome"], "error", "{run:#}");
     assert!(notes(&run).contains(full), "{run:#}");
-    let report = report_where(&node, &cp, |r| {
-        triggered_by(r, "watch") && r["drift"][0]["key"] == "/etc/motd"
-    });
+    let report = report_where(&node, &cp, reported_motd);
     assert_eq!(report["outcome"], "error", "{report:#}");
     assert!(report["message"].to_string().contains(full), "{report:#}");
 }
@@ -380,13 +384,7 @@ fn the_files_index_written_by_the_watchers_checks_and_plans_at_once_never_collid
     let file = host.declaration("d.json", &declaration);
     host.apply(&file, 0);
     let node = Service::start(host);
-    assert!(
-        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
-            .as_u64()
-            .is_some_and(|n| n >= 1)),
-        "{}",
-        node.log()
-    );
+    watching(&node);
     let collisions = Mutex::new(Vec::new());
     let many = node.host.target("/etc/many");
     std::thread::scope(|s| {
@@ -436,30 +434,21 @@ fn an_outbox_that_refuses_reports_holds_back_no_record_and_loses_no_report() {
     let pki = Pki::new();
     let cp = control_plane(&pki);
     let node = converged(host("outbox", &pki, &cp, ""), &cp);
-    assert!(
-        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
-            .as_u64()
-            .is_some_and(|n| n >= 1)),
-        "{}",
-        node.log()
-    );
+    watching(&node);
     let floor = node.host.state().join("last-report-id");
     // Put right below as it was: a floor removed would number reports from 1 again, and the
     // control plane drops a report whose id it has already acknowledged.
     let was = std::fs::read(&floor).expect("the floor after the first report");
     std::fs::write(&floor, "not a number").expect("damage the floor");
     std::fs::write(node.host.target("/etc/motd"), "edited\n").expect("drift");
-    let repaired = |r: &Value| {
-        triggered_by(r, "watch")
-            && r["changes"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["key"] == "/etc/motd"))
-    };
-    let run = run_where(&node, repaired);
+    let run = run_where(&node, repaired_motd);
     assert_eq!(run["outcome"], "converged", "{run:#}");
-    let reported = |r: &Value| triggered_by(r, "watch") && r["drift"][0]["key"] == "/etc/motd";
-    assert!(!cp.reports().iter().any(reported), "{:#?}", cp.reports());
+    assert!(
+        !cp.reports().iter().any(reported_motd),
+        "{:#?}",
+        cp.reports()
+    );
 
     std::fs::write(&floor, was).expect("put right");
-    report_where(&node, &cp, reported);
+    report_where(&node, &cp, reported_motd);
 }
