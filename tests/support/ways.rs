@@ -279,21 +279,28 @@ impl Driver {
     }
 }
 
-/// Gives `host`'s config a link to `cp` (its CA and secret written beside it), a drift timer of
-/// 600 s and no watcher unless it sets them, keeping the rest.
-fn link(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
+/// Gives `host`'s config a link to `cp` as node `n1` (its CA and secret written beside it),
+/// keeping the rest.
+pub fn link_only(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
     pki.write(&host.dir).expect("pki");
     std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+    host.edit_config(|config| {
+        config["control_plane"] = serde_json::json!({
+            "address": cp.addr().to_string(),
+            "server_name": "localhost",
+            "ca_file": host.dir.join("ca.pem"),
+            "node": "n1",
+            "secret_file": host.dir.join("secret"),
+        });
+    });
+}
+
+/// `link_only`, and a drift timer of 600 s and no watcher unless the config sets them.
+fn link(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
+    link_only(host, pki, cp);
     let path = host.dir.join("config.json");
     let text = std::fs::read_to_string(&path).expect("config");
     let mut config: Value = serde_json::from_str(&text).expect("config JSON");
-    config["control_plane"] = serde_json::json!({
-        "address": cp.addr().to_string(),
-        "server_name": "localhost",
-        "ca_file": host.dir.join("ca.pem"),
-        "node": "n1",
-        "secret_file": host.dir.join("secret"),
-    });
     for (key, value) in [
         ("interval_secs", Value::from(600)),
         ("heartbeat_secs", Value::from(1)),
