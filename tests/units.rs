@@ -647,20 +647,7 @@ fn wrap_systemctl(host: &Scratch, before: &str) -> Vec<String> {
 /// systemctl goes on: `settled` says when it is done).
 fn stopped(driver: &mut Driver, ran: &Ran, deferred: &[String], settled: impl Fn() -> bool) {
     match &ran.output {
-        None => {
-            let record = &ran.record;
-            assert_eq!(record["outcome"], "interrupted", "{record:#}");
-            let stopped: Vec<&str> = record["deferred"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|d| d["detail"] == "not applied: the host was stopping")
-                .filter_map(|d| d["key"].as_str())
-                .collect();
-            assert_eq!(stopped, deferred, "{record:#}");
-            let service = driver.service().expect("the service");
-            assert_eq!(service.stop(), Some(0), "{}", service.log());
-        }
+        None => driver.assert_stopped_mid_run(&ran.record, deferred),
         Some(out) => {
             assert_eq!(out.code, -1, "ended by the signal: {out:?}");
             assert!(

@@ -54,6 +54,14 @@ pub struct Launch {
     pub umask: Option<u32>,
 }
 
+impl Launch {
+    /// The environment as `Service` takes it.
+    fn env(&self) -> Vec<(&str, &std::path::Path)> {
+        let env = self.env.iter();
+        env.map(|(k, v)| (k.as_str(), v.as_path())).collect()
+    }
+}
+
 /// A scratch host driven one way. For the service: its config gains a link to a new reference
 /// control plane (and, unless it sets them, a drift timer of 600 s and no watcher, so the only
 /// runs are the ones the test causes), and the service runs until the driver is dropped.
@@ -90,12 +98,7 @@ impl Driver {
                 let pki = Pki::new();
                 let cp = ControlPlane::start(&pki, CpConfig::new("n1", "s3cret"));
                 link(&host, &pki, &cp);
-                let env: Vec<(&str, &std::path::Path)> = driver
-                    .launch
-                    .env
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_path()))
-                    .collect();
+                let env = driver.launch.env();
                 let service = Service::start_with_umask(host, &env, driver.launch.umask);
                 assert!(
                     cp.wait_for_connections(1, RUN_WAIT),
@@ -230,12 +233,7 @@ impl Driver {
         }
         let before = self.last_run();
         let revision = self.revision;
-        let env: Vec<(&str, &std::path::Path)> = self
-            .launch
-            .env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_path()))
-            .collect();
+        let env = self.launch.env();
         if let Some(service) = self.service.as_mut() {
             service.restart(&env);
         }
@@ -260,6 +258,27 @@ impl Driver {
             eprintln!("revision {revision} never converged again: {last:#}\n{log}");
         }
         last
+    }
+
+    /// Under the service, a run the host's SIGTERM stopped: recorded `interrupted`, deferring
+    /// exactly `keys` (in order) as not applied because the host was stopping; the service then
+    /// exits 0.
+    pub fn assert_stopped_mid_run<K>(&mut self, record: &Value, keys: &[K])
+    where
+        K: std::fmt::Debug,
+        for<'a> &'a str: PartialEq<K>,
+    {
+        assert_eq!(record["outcome"], "interrupted", "{record:#}");
+        let stopped: Vec<&str> = record["deferred"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["detail"] == "not applied: the host was stopping")
+            .filter_map(|d| d["key"].as_str())
+            .collect();
+        assert_eq!(stopped, keys, "{record:#}");
+        let service = self.service().expect("the service");
+        assert_eq!(service.stop(), Some(0), "{}", service.log());
     }
 
     /// Every run record `status --json` lists, oldest first (none while `status` fails: the
