@@ -204,7 +204,8 @@ pub fn refuse_unit(
     }
     let directives = unitfile::parse(text);
     let make_directory = directives.iter().any(|d| {
-        is(d, &["Path"], "MakeDirectory") && matches!(d.value.as_str(), "1" | "yes" | "true" | "on")
+        is_key(d, &["Path"], "MakeDirectory")
+            && matches!(d.value.as_str(), "1" | "yes" | "true" | "on")
     });
     for d in &directives {
         if let Some(why) = refuse_directive(d, owner, manager, hosts, make_directory) {
@@ -216,8 +217,9 @@ pub fn refuse_unit(
     }
     None
 }
-
-fn is(d: &unitfile::Directive, sections: &[&str], key: &str) -> bool {
+/// Whether `d` is `key` in one of `sections`, in any letter case.
+/// Whether `d` is `key` in one of `sections`, in any letter case, as the model reads every directive.
+fn is_key(d: &unitfile::Directive, sections: &[&str], key: &str) -> bool {
     sections.iter().any(|s| d.section.eq_ignore_ascii_case(s)) && d.key.eq_ignore_ascii_case(key)
 }
 
@@ -229,25 +231,25 @@ fn refuse_directive(
     make_directory: bool,
 ) -> Option<String> {
     let touches = |value: &str, relations| value_pattern(value, owner).touches(hosts, relations);
-    if is(d, &["Mount", "Automount"], "Where") {
+    if is_key(d, &["Mount", "Automount"], "Where") {
         let hit = touches(&d.value, &ANY)?;
         return Some(format!("it mounts over {}, {hit}", d.value));
     }
-    if is(d, &["Mount"], "What") && d.value.starts_with(['/', '%']) {
+    if is_key(d, &["Mount"], "What") && d.value.starts_with(['/', '%']) {
         let hit = touches(&d.value, &ANY)?;
         return Some(format!(
             "it mounts {} elsewhere (a bind or loop mount exposes it writable), {hit}",
             d.value
         ));
     }
-    if is(d, &["Mount"], "Options") {
+    if is_key(d, &["Mount"], "Options") {
         return mount_paths(None, None, &d.value, hosts);
     }
-    if is(d, &["Swap"], "What") {
+    if is_key(d, &["Swap"], "What") {
         let hit = touches(&d.value, &AT_OR_INSIDE)?;
         return Some(format!("it activates {} as swap, {hit}", d.value));
     }
-    if is(d, &["Service"], "PIDFile") {
+    if is_key(d, &["Service"], "PIDFile") {
         // A relative PID file is under /run; PID 1 removes it when the service has stopped.
         let value = if d.value.starts_with('/') || d.value.starts_with('%') {
             d.value.clone()
@@ -260,7 +262,7 @@ fn refuse_directive(
         ));
     }
     for key in ["StandardOutput", "StandardError"] {
-        if is(d, &EXEC_SECTIONS, key) {
+        if is_key(d, &EXEC_SECTIONS, key) {
             let path = ["file:", "append:", "truncate:"]
                 .iter()
                 .find_map(|p| d.value.strip_prefix(p))?;
@@ -268,14 +270,14 @@ fn refuse_directive(
             return Some(format!("PID 1 opens {path} for writing, {hit}"));
         }
     }
-    if is(d, &EXEC_SECTIONS, "TTYPath") {
+    if is_key(d, &EXEC_SECTIONS, "TTYPath") {
         let hit = touches(&d.value, &AT_OR_INSIDE)?;
         return Some(format!(
             "PID 1 opens it read-write and resets it as a terminal, {hit}"
         ));
     }
     for (key, base, private) in DIRECTORIES {
-        if manager == Manager::User || !is(d, &EXEC_SECTIONS, key) {
+        if manager == Manager::User || !is_key(d, &EXEC_SECTIONS, key) {
             continue;
         }
         for word in unquoted_words(&d.value) {
@@ -299,7 +301,7 @@ fn refuse_directive(
         }
     }
     for key in SOCKET_PATHS {
-        if !is(d, &["Socket"], key) {
+        if !is_key(d, &["Socket"], key) {
             continue;
         }
         for word in unquoted_words(&d.value) {
@@ -313,7 +315,7 @@ fn refuse_directive(
             }
         }
     }
-    if make_directory && WATCHED_PATHS.iter().any(|k| is(d, &["Path"], k)) {
+    if make_directory && WATCHED_PATHS.iter().any(|k| is_key(d, &["Path"], k)) {
         let hit = touches(&d.value, &AT_OR_INSIDE)?;
         return Some(format!("PID 1 creates it (MakeDirectory=yes), {hit}"));
     }
