@@ -436,6 +436,8 @@ fn write_runs(store: &Store, backlog: &mut Backlog, bounds: store::OutboxBounds)
     Some(kept_in_memory(backlog.len(), what, &e))
 }
 
+/// What the log says when a run's record or report waits in memory: which, why, and how many
+/// runs wait.
 fn kept_in_memory(kept: usize, what: &str, e: &StoreError) -> String {
     format!(
         "the run's {what} could not be written ({e}); {kept} run{} kept in memory until the \
