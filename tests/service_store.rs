@@ -73,6 +73,18 @@ fn run_where(node: &Service, pred: impl Fn(&Value) -> bool) -> Value {
     found.unwrap_or_else(|| panic!("no such run: {:#?}\n{}", node.runs(), node.log()))
 }
 
+/// Signals a run (SIGUSR1) and checks it is recorded and reported `error`, its notes and the
+/// report's message saying what `says` looks for.
+fn signalled_run_is_an_error(node: &Service, cp: &ControlPlane, says: impl Fn(&str) -> bool) {
+    node.signal(libc::SIGUSR1);
+    let run = run_where(node, |r| triggered_by(r, "signal"));
+    assert_eq!(run["outcome"], "error", "{run:#}");
+    assert!(says(&notes(&run)), "{run:#}");
+    let report = report_where(node, cp, |r| triggered_by(r, "signal"));
+    assert_eq!(report["outcome"], "error", "{report:#}");
+    assert!(says(report["message"].as_str().unwrap_or("")), "{report:#}");
+}
+
 /// Waits until the service's watcher watches a directory (a drift from now on is seen).
 fn watching(node: &Service) {
     assert!(
@@ -139,16 +151,10 @@ fn a_declaration_in_force_damaged_in_the_store_is_refused_recorded_and_reported(
     // Drift a run would repair, to the damaged text if it were applied.
     std::fs::write(node.host.target("/etc/motd"), "edited\n").expect("drift");
 
-    node.signal(libc::SIGUSR1);
     let says = |text: &str| {
         text.contains(&file.display().to_string()) && text.contains("does not match its digest")
     };
-    let run = run_where(&node, |r| triggered_by(r, "signal"));
-    assert_eq!(run["outcome"], "error", "{run:#}");
-    assert!(says(&notes(&run)), "{run:#}");
-    let report = report_where(&node, &cp, |r| triggered_by(r, "signal"));
-    assert_eq!(report["outcome"], "error", "{report:#}");
-    assert!(says(report["message"].as_str().unwrap_or("")), "{report:#}");
+    signalled_run_is_an_error(&node, &cp, says);
     assert_eq!(node.read("/etc/motd").as_deref(), Some("edited\n"));
 
     let status = status_text(&node);
@@ -205,13 +211,7 @@ fn an_unreadable_ledger_makes_the_run_an_error_recorded_reported_and_shown() {
     std::fs::write(&ledger, &text[..text.len() / 2]).expect("truncate");
     let says = |text: &str| text.contains(&ledger.display().to_string());
 
-    node.signal(libc::SIGUSR1);
-    let run = run_where(&node, |r| triggered_by(r, "signal"));
-    assert_eq!(run["outcome"], "error", "{run:#}");
-    assert!(says(&notes(&run)), "{run:#}");
-    let report = report_where(&node, &cp, |r| triggered_by(r, "signal"));
-    assert_eq!(report["outcome"], "error", "{report:#}");
-    assert!(says(report["message"].as_str().unwrap_or("")), "{report:#}");
+    signalled_run_is_an_error(&node, &cp, says);
     let status = status_text(&node);
     assert_eq!(status.code, 4, "{status:?}");
     assert!(says(&status.stdout), "{status:?}");
