@@ -51,18 +51,21 @@ pub enum Manager {
 
 /// Why `/etc/fstab` with `text` has systemd mount over, or expose, one of `hosts`, if it does.
 pub fn refuse_fstab(text: &str, hosts: &HostPaths) -> Option<String> {
-    for (index, line) in text.lines().enumerate() {
+    first_refused_line(text, |line| {
+        refuse_fstab_line(line, false, hosts).or_else(|| refuse_fstab_line(line, true, hosts))
+    })
+}
+
+/// The first line of a table (fstab, crypttab; blank lines and `#` comments skipped) that `why`
+/// refuses, with its number.
+fn first_refused_line(text: &str, why: impl Fn(&str) -> Option<String>) -> Option<String> {
+    text.lines().enumerate().find_map(|(index, line)| {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
-            continue;
+            return None;
         }
-        let why =
-            refuse_fstab_line(line, false, hosts).or_else(|| refuse_fstab_line(line, true, hosts));
-        if let Some(why) = why {
-            return Some(format!("line {} {line:?}: {why}", index + 1));
-        }
-    }
-    None
+        why(line).map(|why| format!("line {} {line:?}: {why}", index + 1))
+    })
 }
 
 /// One fstab line, its escapes read as libmount 2.38 does (only `\011`, `\012`, `\040` and
@@ -95,23 +98,13 @@ fn refuse_fstab_line(line: &str, all_octal: bool, hosts: &HostPaths) -> Option<S
 /// Why `/etc/crypttab` with `text` has systemd-cryptsetup open a host path as an encrypted
 /// device, if it does: with `swap` or `tmp` it formats the mapping, overwriting the source.
 pub fn refuse_crypttab(text: &str, hosts: &HostPaths) -> Option<String> {
-    for (index, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some(device) = line.split_whitespace().nth(1).map(|d| unmangle(d, true)) else {
-            continue;
-        };
-        if let Some(hit) = Pattern::literal(&device).touches(hosts, &AT_OR_INSIDE) {
-            return Some(format!(
-                "line {} {line:?}: it opens {device} as an encrypted device (formatted with \
-                 swap or tmp), {hit}",
-                index + 1
-            ));
-        }
-    }
-    None
+    first_refused_line(text, |line| {
+        let device = unmangle(line.split_whitespace().nth(1)?, true);
+        let hit = Pattern::literal(&device).touches(hosts, &AT_OR_INSIDE)?;
+        Some(format!(
+            "it opens {device} as an encrypted device (formatted with swap or tmp), {hit}"
+        ))
+    })
 }
 
 /// libmount's unmangling of an fstab field: `\NNN` octal escapes (`\040` is a space); without
