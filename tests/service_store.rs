@@ -6,14 +6,15 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
 use support::control_plane::{ControlPlane, CpConfig};
 use support::pki::Pki;
 use support::service::Service;
-use support::{status, wait_until, Scratch};
+use support::tmpfs::Tmpfs;
+use support::{wait_until, Scratch};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -289,39 +290,6 @@ fn a_reload_to_a_missing_ca_keeps_retrying_and_connects_once_it_appears() {
         node.log()
     );
     assert!(cp.hellos().len() > hellos);
-}
-
-/// A tmpfs mounted for the test, unmounted when dropped (also when the test fails).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(at: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(at).expect("mount point");
-        support::sh(&format!(
-            "mount -t tmpfs -o size={size},mode=0700 mesh-host-store {}",
-            at.display()
-        ));
-        Tmpfs(at.to_path_buf())
-    }
-
-    /// Fills it with zeros until the file system is full; returns the filler.
-    fn fill(&self) -> PathBuf {
-        use std::io::Write;
-        let path = self.0.join("filler");
-        let mut file = std::fs::File::create(&path).expect("filler");
-        let block = vec![0u8; 1024];
-        while file.write_all(&block).is_ok() {}
-        let _ = file.sync_all();
-        path
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        if status(&format!("umount {}", self.0.display())) != 0 {
-            let _ = status(&format!("umount -l {}", self.0.display()));
-        }
-    }
 }
 
 /// Case 7 of issue 21: with the store's disk full, a watch run that rewrote a file was in

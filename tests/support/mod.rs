@@ -398,6 +398,7 @@ pub fn status(script: &str) -> i32 {
 pub mod control_plane;
 pub mod pki;
 pub mod service;
+pub mod tmpfs;
 pub mod ways;
 
 /// A small seeded PRNG (xorshift64*) for the fault tests: the same seed, the same choices.
