@@ -301,7 +301,13 @@ impl Host {
             std::process::id(),
             store::unix_now()
         );
-        let Ok(store) = self.store() else { return };
+        let store = match self.store() {
+            Ok(store) => store,
+            Err(e) => {
+                log::debug!("runs kept in memory not written: {}", e.message());
+                return;
+            }
+        };
         if let Ok(_lock) = store.lock(false, &holder) {
             self.write_unwritten(&store);
         }
@@ -321,8 +327,9 @@ impl Host {
         let kept = backlog.len();
         match write_runs(store, &mut backlog, self.config.outbox_bounds()) {
             None => log::warn!(
-                "{kept} run{} kept in memory while the store could not be written now recorded",
-                if kept == 1 { " is" } else { "s are" }
+                "{kept} run{} kept in memory while the store could not be written {} now recorded",
+                if kept == 1 { "" } else { "s" },
+                if kept == 1 { "is" } else { "are" }
             ),
             Some(e) => log::debug!("runs kept in memory still not written: {e}"),
         }
