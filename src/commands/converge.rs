@@ -126,21 +126,16 @@ impl Host {
         // is observed, and the run is recorded and reported `error` as any other run.
         let refuse = |e: Fatal, revision: Option<u64>, digest: Option<String>| {
             let record = RunRecord {
-                trigger: triggers.clone(),
-                started,
-                ended: store::unix_now(),
-                outcome: RunOutcome::Error,
                 revision,
                 digest,
-                changes: Vec::new(),
-                failures: Vec::new(),
-                deferred: Vec::new(),
-                in_sync: 0,
-                commands: 0,
-                retries: 0,
                 // Why, for `status` (the report's message says it whole).
                 notes: e.message().lines().take(1).map(str::to_string).collect(),
-                omitted: 0,
+                ..RunRecord::bare(
+                    triggers.clone(),
+                    started,
+                    store::unix_now(),
+                    RunOutcome::Error,
+                )
             };
             let message = join_lines(&runs_note, e.message());
             if let Some(why) = self.keep_run(&store, &record, &[], &[], &[], &message) {
@@ -306,7 +301,13 @@ impl Host {
             std::process::id(),
             store::unix_now()
         );
-        let Ok(store) = self.store() else { return };
+        let store = match self.store() {
+            Ok(store) => store,
+            Err(e) => {
+                log::debug!("runs kept in memory not written: {}", e.message());
+                return;
+            }
+        };
         if let Ok(_lock) = store.lock(false, &holder) {
             self.write_unwritten(&store);
         }
@@ -326,8 +327,9 @@ impl Host {
         let kept = backlog.len();
         match write_runs(store, &mut backlog, self.config.outbox_bounds()) {
             None => log::warn!(
-                "{kept} run{} kept in memory while the store could not be written now recorded",
-                if kept == 1 { " is" } else { "s are" }
+                "{kept} run{} kept in memory while the store could not be written {} now recorded",
+                if kept == 1 { "" } else { "s" },
+                if kept == 1 { "is" } else { "are" }
             ),
             Some(e) => log::debug!("runs kept in memory still not written: {e}"),
         }
@@ -441,6 +443,8 @@ fn write_runs(store: &Store, backlog: &mut Backlog, bounds: store::OutboxBounds)
     Some(kept_in_memory(backlog.len(), what, &e))
 }
 
+/// What the log says when a run's record or report waits in memory: which, why, and how many
+/// runs wait.
 fn kept_in_memory(kept: usize, what: &str, e: &StoreError) -> String {
     format!(
         "the run's {what} could not be written ({e}); {kept} run{} kept in memory until the \

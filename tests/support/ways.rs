@@ -54,6 +54,14 @@ pub struct Launch {
     pub umask: Option<u32>,
 }
 
+impl Launch {
+    /// The environment as `Service` takes it.
+    fn env(&self) -> Vec<(&str, &std::path::Path)> {
+        let env = self.env.iter();
+        env.map(|(k, v)| (k.as_str(), v.as_path())).collect()
+    }
+}
+
 /// A scratch host driven one way. For the service: its config gains a link to a new reference
 /// control plane (and, unless it sets them, a drift timer of 600 s and no watcher, so the only
 /// runs are the ones the test causes), and the service runs until the driver is dropped.
@@ -90,12 +98,7 @@ impl Driver {
                 let pki = Pki::new();
                 let cp = ControlPlane::start(&pki, CpConfig::new("n1", "s3cret"));
                 link(&host, &pki, &cp);
-                let env: Vec<(&str, &std::path::Path)> = driver
-                    .launch
-                    .env
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_path()))
-                    .collect();
+                let env = driver.launch.env();
                 let service = Service::start_with_umask(host, &env, driver.launch.umask);
                 assert!(
                     cp.wait_for_connections(1, RUN_WAIT),
@@ -237,12 +240,7 @@ impl Driver {
         }
         let before = self.last_run();
         let revision = self.revision;
-        let env: Vec<(&str, &std::path::Path)> = self
-            .launch
-            .env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_path()))
-            .collect();
+        let env = self.launch.env();
         if let Some(service) = self.service.as_mut() {
             service.restart(&env);
         }
@@ -271,6 +269,27 @@ impl Driver {
         last
     }
 
+    /// Under the service, a run the host's SIGTERM stopped: recorded `interrupted`, deferring
+    /// exactly `keys` (in order) as not applied because the host was stopping; the service then
+    /// exits 0.
+    pub fn assert_stopped_mid_run<K>(&mut self, record: &Value, keys: &[K])
+    where
+        K: std::fmt::Debug,
+        for<'a> &'a str: PartialEq<K>,
+    {
+        assert_eq!(record["outcome"], "interrupted", "{record:#}");
+        let stopped: Vec<&str> = record["deferred"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["detail"] == "not applied: the host was stopping")
+            .filter_map(|d| d["key"].as_str())
+            .collect();
+        assert_eq!(stopped, keys, "{record:#}");
+        let service = self.service().expect("the service");
+        assert_eq!(service.stop(), Some(0), "{}", service.log());
+    }
+
     /// Every run record `status --json` lists, oldest first (none while `status` fails: the
     /// waits ask again, and say what they saw when they give up).
     pub fn runs(&self) -> Vec<Value> {
@@ -288,21 +307,28 @@ impl Driver {
     }
 }
 
-/// Gives `host`'s config a link to `cp` (its CA and secret written beside it), a drift timer of
-/// 600 s and no watcher unless it sets them, keeping the rest.
-fn link(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
+/// Gives `host`'s config a link to `cp` as node `n1` (its CA and secret written beside it),
+/// keeping the rest.
+pub fn link_only(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
     pki.write(&host.dir).expect("pki");
     std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+    host.edit_config(|config| {
+        config["control_plane"] = serde_json::json!({
+            "address": cp.addr().to_string(),
+            "server_name": "localhost",
+            "ca_file": host.dir.join("ca.pem"),
+            "node": "n1",
+            "secret_file": host.dir.join("secret"),
+        });
+    });
+}
+
+/// `link_only`, and a drift timer of 600 s and no watcher unless the config sets them.
+fn link(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
+    link_only(host, pki, cp);
     let path = host.dir.join("config.json");
     let text = std::fs::read_to_string(&path).expect("config");
     let mut config: Value = serde_json::from_str(&text).expect("config JSON");
-    config["control_plane"] = serde_json::json!({
-        "address": cp.addr().to_string(),
-        "server_name": "localhost",
-        "ca_file": host.dir.join("ca.pem"),
-        "node": "n1",
-        "secret_file": host.dir.join("secret"),
-    });
     for (key, value) in [
         ("interval_secs", Value::from(600)),
         ("heartbeat_secs", Value::from(1)),
