@@ -174,7 +174,9 @@ pub fn parse_installed_sizes(stdout: &str) -> BTreeMap<&str, u64> {
                 (key.trim_end() == name).then(|| value.trim())
             })
         };
-        if let (Some(name), Some(size)) = (field("Name"), field("Installed Size").and_then(parse_size)) {
+        if let (Some(name), Some(size)) =
+            (field("Name"), field("Installed Size").and_then(parse_size))
+        {
             sizes.insert(name, size);
         }
     }
@@ -787,7 +789,9 @@ mod tests {
 
     #[test]
     fn keyrings_are_told_by_their_name() {
-        let names = parse_names("archlinux-keyring\nglibc\nkeyring\n-keyring\nchaotic-keyring\ngnome-keyring-tools\n");
+        let names = parse_names(
+            "archlinux-keyring\nglibc\nkeyring\n-keyring\nchaotic-keyring\ngnome-keyring-tools\n",
+        );
         assert_eq!(keyrings(&names), ["archlinux-keyring", "chaotic-keyring"]);
         assert_eq!(
             Pacman::running().keyrings_first(),
