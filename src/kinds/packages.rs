@@ -2,7 +2,8 @@
 //! `pacman -S --needed` (or a full `-Syu` when the declaration asks: never a partial upgrade), and
 //! removals go in one `pacman -Rs`. Only packages the host installed are removed on release.
 //! Declared packages are kept explicitly installed, so no `-Rs` (the host's or a person's) takes
-//! one away as a dependency nobody needs any more.
+//! one away as a dependency nobody needs any more. A full upgrade takes the keyrings first, alone;
+//! a transaction that would not fit on disk is not started; `cache_keep` prunes pacman's cache.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
