@@ -831,7 +831,8 @@ fn keyrings_first(env: &Env) -> Result<(), TransactionError> {
         .runner
         .query(&env.config.pacman, &pacman.installed_names(), &[])
         .map_err(|e| TransactionError::Pacman(KindError::command("list the keyrings", e)))?;
-    if output.code != Some(0) {
+    // It exits 1 when nothing is installed at all.
+    if !Pacman::answered(output.code) {
         return Err(TransactionError::Packages(KindError::from(format!(
             "`pacman -Qq` (listing the keyrings) exited with status {:?}: {}",
             output.code,
