@@ -289,7 +289,7 @@ impl Kind for Packages {
         let stopped: RefCell<BTreeSet<String>> = RefCell::new(BTreeSet::new());
         // Whether a transaction that may have added to pacman's cache ran (for `cache_keep`).
         let transacted = std::cell::Cell::new(false);
-        // `preview`: what the transaction would download, for the room check before it runs.
+        // `preview`: what an install or upgrade would download, for the room check before it runs.
         let transaction = |step: &'static str,
                            args: &Arguments,
                            preview: Option<&Arguments>,
@@ -314,8 +314,8 @@ impl Kind for Packages {
                 }
                 if let Some(preview) = &preview {
                     check_room(env, preview, batch)?;
+                    transacted.set(true);
                 }
-                transacted.set(true);
                 run_waiting_for_lock(env, step, &args, batch).map_err(|e| match e {
                     TransactionError::Packages(e) => e,
                     TransactionError::Pacman(e) => pacman_failure.borrow_mut().insert(e).clone(),
