@@ -692,20 +692,7 @@ fn sigterm_between_transactions_leaves_the_rest_for_the_next_run() {
             r#"{"schema": 1, "packages": {"mesh-b": {}, "mesh-e": {"state": "absent"}}}"#,
         );
         match &ran.output {
-            None => {
-                let record = &ran.record;
-                assert_eq!(record["outcome"], "interrupted", "{record:#}");
-                let stopped: Vec<&str> = record["deferred"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|d| d["detail"] == "not applied: the host was stopping")
-                    .filter_map(|d| d["key"].as_str())
-                    .collect();
-                assert_eq!(stopped, ["mesh-e"], "{record:#}");
-                let service = driver.service().expect("the service");
-                assert_eq!(service.stop(), Some(0), "{}", service.log());
-            }
+            None => driver.assert_stopped_mid_run(&ran.record, &["mesh-e"]),
             Some(out) => {
                 assert_eq!(out.code, -1, "ended by the signal: {out:?}");
                 // The wrapper's pacman starts after the signal: its transaction, not the lock
