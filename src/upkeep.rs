@@ -4,11 +4,21 @@
 //! `daemon-reexec`). This module is pure: the lines of `/proc/PID/maps` and `/proc/PID/cgroup`,
 //! pacman's version comparison and the decision; `upkeep/look.rs` reads /proc and the root.
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 
 mod look;
 
 pub use look::look;
+
+/// Where the look is made: pacman's root (`/` on a real machine; a sandbox's is a directory)
+/// and its database (`DBPath`), as `pacman -v -T` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Where {
+    pub root: PathBuf,
+    pub db: PathBuf,
+}
 
 /// What the machine needs, as the last look found it. Shown by `status`, carried by every
 /// report and the metrics; the same type goes into the hello's facts.

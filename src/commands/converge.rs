@@ -14,6 +14,7 @@ use crate::link;
 use crate::metrics;
 use crate::pacnew::Pacnew;
 use crate::reconcile::{self, Mode, Planned, Report};
+use crate::upkeep::Needs;
 use crate::store::{
     self, Failing, InForce, LastRun, LinkStatus, LockError, Notice, ResourceResult, RunOutcome,
     RunRecord, ServicePhase, Source, Store, StoreError, Trigger, Triggers, LISTED,
@@ -143,7 +144,7 @@ impl Host {
                 omitted: 0,
             };
             let message = join_lines(&runs_note, e.message());
-            if let Some(why) = self.keep_run(&store, &record, &[], &[], &[], &message) {
+            if let Some(why) = self.keep_run(&store, &record, &[], &[], &[], None, &message) {
                 log::error!("{why}");
             }
             self.note_run(&store, &record, None);
@@ -225,7 +226,9 @@ impl Host {
                 record.notes.push(e.to_string());
                 let message = join_lines(&runs_note, &e.to_string());
                 let changes = &report.changes;
-                if let Some(why) = self.keep_run(&store, &record, changes, &[], &[], &message) {
+                let needs = report.needs.as_ref();
+                if let Some(why) = self.keep_run(&store, &record, changes, &[], &[], needs, &message)
+                {
                     log::error!("{why}");
                 }
                 self.note_run(&store, &record, None);
@@ -257,7 +260,15 @@ impl Host {
         let failing = note_failures(&store, &report, record.ended);
         let message = join_lines(&runs_note, &notes.join("; "));
         let changes = &report.changes;
-        let unwritten = self.keep_run(&store, &record, changes, &failing, &report.pacnew, &message);
+        let unwritten = self.keep_run(
+            &store,
+            &record,
+            changes,
+            &failing,
+            &report.pacnew,
+            report.needs.as_ref(),
+            &message,
+        );
         self.note_run(&store, &record, Some(&report));
         Ok(Some(RunResult {
             report,
@@ -278,12 +289,14 @@ impl Host {
         changes: &[Planned],
         failing: &[Failing],
         pacnew: &[Pacnew],
+        needs: Option<&Needs>,
         message: &str,
     ) -> Option<String> {
         let report = self.config.control_plane.as_ref().map(|_| {
             let mut report = report_of(record, changes, message);
             report.failing = failing.to_vec();
             report.pacnew = pacnew.to_vec();
+            report.needs = needs.cloned();
             report
         });
         let mut backlog = self.unwritten.borrow_mut();
@@ -347,6 +360,7 @@ impl Host {
                 run,
                 report.map(resource_states).unwrap_or_default(),
                 report.map(|r| r.pacnew.clone()),
+                report.and_then(|r| r.needs.clone()),
             );
             store.save_stats(&stats)
         });
@@ -607,6 +621,7 @@ pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link
         message: message.to_string(),
         failing: Vec::new(),
         pacnew: Vec::new(),
+        needs: None,
     };
     if left_out > 0 {
         report.abridge_counting(left_out);

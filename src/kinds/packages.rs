@@ -729,21 +729,32 @@ fn locked_by(error: &CommandError) -> Option<String> {
 
 /// pacman's local database directory, `DBPath/local`, as seen from this process: a transaction
 /// adds or removes an entry in it, which the service's watcher takes as a hint to check packages.
-/// `pacman -v -T` (a dependency test of nothing) prints the paths pacman was configured with.
 pub fn local_db_dir(env: &Env) -> Result<PathBuf, String> {
+    Ok(paths(env)?.db.join("local"))
+}
+
+/// pacman's root and database (`DBPath`) as seen from this process. `pacman -v -T` (a
+/// dependency test of nothing) prints the paths pacman was configured with.
+pub fn paths(env: &Env) -> Result<crate::upkeep::Where, String> {
     let args = target(env)?.paths();
     let output = env
         .runner
         .run(&env.config.pacman, &args, &[])
         .map_err(|e| e.to_string())?;
-    let db = pacman::parse_db_path(&output.stdout_text())
+    let stdout = output.stdout_text();
+    let db = pacman::parse_db_path(&stdout)
         .ok_or_else(|| "`pacman -v -T` printed no `DB Path`".to_string())?;
+    let root = pacman::parse_root(&stdout)
+        .ok_or_else(|| "`pacman -v -T` printed no `Root`".to_string())?;
     // Under --sysroot pacman prints the paths inside the mounted root.
-    let db = match env.offline {
-        true => env.root.join(db.strip_prefix("/").unwrap_or(&db)),
-        false => db,
+    let seen = |path: PathBuf| match env.offline {
+        true => env.root.join(path.strip_prefix("/").unwrap_or(&path)),
+        false => path,
     };
-    Ok(db.join("local"))
+    Ok(crate::upkeep::Where {
+        root: seen(root),
+        db: seen(db),
+    })
 }
 
 #[cfg(test)]

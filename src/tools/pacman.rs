@@ -210,9 +210,18 @@ pub fn parse_removal(stdout: &str) -> Vec<&str> {
 
 /// The `DB Path   : DIR/` line of `pacman -v` output.
 pub fn parse_db_path(stdout: &str) -> Option<PathBuf> {
+    verbose_path(stdout, "DB Path")
+}
+
+/// The `Root      : DIR/` line of `pacman -v` output: where packages put their files.
+pub fn parse_root(stdout: &str) -> Option<PathBuf> {
+    verbose_path(stdout, "Root")
+}
+
+fn verbose_path(stdout: &str, name: &str) -> Option<PathBuf> {
     stdout.lines().find_map(|line| {
         let (field, value) = line.split_once(" : ")?;
-        (field.trim() == "DB Path" && !value.trim().is_empty()).then(|| PathBuf::from(value.trim()))
+        (field.trim() == name && !value.trim().is_empty()).then(|| PathBuf::from(value.trim()))
     })
 }
 
@@ -480,5 +489,9 @@ mod tests {
             ))
         );
         assert_eq!(parse_db_path("Root      : /\n"), None);
+        assert_eq!(
+            parse_root(include_str!("../../tests/fixtures/pacman-v-T.txt")),
+            Some(PathBuf::from("/tmp/mesh-sandbox/pacman/root/"))
+        );
     }
 }

@@ -6,11 +6,14 @@ use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::Path;
 
-use super::{deleted_under, installed_version, placement, reboot_reason, Kernels, Needs, Placement};
+use super::{
+    deleted_under, installed_version, placement, reboot_reason, Kernels, Needs, Placement, Where,
+};
 
-/// What the machine needs, with pacman's root at `root` (`/` on a real machine; the files an
-/// upgrade replaced are under `ROOT/usr`) and its database at `db` (`DBPath`).
-pub fn look(root: &Path, db: &Path) -> Needs {
+/// What the machine needs, pacman's root and database `at` (the files an upgrade replaced are
+/// under `ROOT/usr`).
+pub fn look(at: &Where) -> Needs {
+    let (root, db) = (at.root.as_path(), at.db.as_path());
     let running = read("/proc/sys/kernel/osrelease").unwrap_or_default();
     let running = running.trim();
     let modules = root.join("usr/lib/modules");
@@ -111,7 +114,7 @@ mod tests {
         std::fs::write(&lib, vec![7u8; 4096]).unwrap();
         let file = std::fs::File::open(&lib).unwrap();
         use std::os::fd::AsRawFd;
-        let at = unsafe {
+        let mapped_at = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 4096,
@@ -121,15 +124,18 @@ mod tests {
                 0,
             )
         };
-        assert_ne!(at, libc::MAP_FAILED);
-        let db = root.join("var/lib/pacman");
-        let before = look(root, &db);
+        assert_ne!(mapped_at, libc::MAP_FAILED);
+        let at = Where {
+            root: root.to_path_buf(),
+            db: root.join("var/lib/pacman"),
+        };
+        let before = look(&at);
         let mapped_before = stale_processes(root);
         std::fs::remove_file(&lib).unwrap();
-        let after = look(root, &db);
+        let after = look(&at);
         let mapped = stale_processes(root);
         let ours = placement(&read_to("/proc/self/cgroup"));
-        unsafe { libc::munmap(at, 4096) };
+        unsafe { libc::munmap(mapped_at, 4096) };
         assert_eq!(before.restart, Vec::<String>::new());
         assert_eq!(before.reboot, None, "no module directory: no kernel of its own");
         assert!(mapped_before.is_empty(), "{mapped_before:?}");
@@ -147,7 +153,10 @@ mod tests {
         let tmp = TempDir::new("upkeep-modules");
         let root = tmp.path();
         std::fs::create_dir_all(root.join("usr/lib/modules/0.0.1-mesh")).unwrap();
-        let needs = look(root, &root.join("var/lib/pacman"));
+        let needs = look(&Where {
+            root: root.to_path_buf(),
+            db: root.join("var/lib/pacman"),
+        });
         let reason = needs.reboot.expect("reboot");
         assert!(reason.contains("(installed: 0.0.1-mesh)"), "{reason}");
     }
