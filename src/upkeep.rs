@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 mod look;
 
-pub use look::look;
+pub use look::{look, stale_units};
 
 /// Where the look is made: pacman's root (`/` on a real machine; a sandbox's is a directory)
 /// and its database (`DBPath`), as `pacman -v -T` says.

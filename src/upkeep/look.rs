@@ -49,6 +49,12 @@ pub fn look(at: &Where) -> Needs {
     }
 }
 
+/// The units whose processes map a deleted file under pacman's root's usr/: what a declared
+/// unit's `restart_when_stale` restarts.
+pub fn stale_units(at: &Where) -> Vec<String> {
+    stale(&at.root).0
+}
+
 /// The units whose processes map a deleted file under `ROOT/usr`, and whether PID 1 is systemd
 /// and does.
 fn stale(root: &Path) -> (Vec<String>, bool) {
