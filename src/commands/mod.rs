@@ -123,7 +123,19 @@ impl Host {
         runner: &'a Runner<'a>,
         interrupted: &'a dyn Fn() -> bool,
     ) -> Env<'a> {
-        let mut env = Env {
+        Env {
+            upkeep: self.upkeep_where(),
+            ..self.env_without_upkeep(store, runner, interrupted)
+        }
+    }
+
+    fn env_without_upkeep<'a>(
+        &'a self,
+        store: Option<&'a Store>,
+        runner: &'a Runner<'a>,
+        interrupted: &'a dyn Fn() -> bool,
+    ) -> Env<'a> {
+        Env {
             root: self.root(),
             offline: self.args.root.is_some(),
             config: &self.config,
@@ -131,18 +143,25 @@ impl Host {
             store,
             interrupted,
             upkeep: None,
-        };
-        if !env.offline {
-            env.upkeep = self
-                .upkeep
-                .get_or_init(|| {
-                    crate::kinds::packages::paths(&env)
-                        .map_err(|e| log::warn!("no reboot and restart look: pacman's root: {e}"))
-                        .ok()
-                })
-                .as_ref();
         }
-        env
+    }
+
+    /// Where the reboot and restart look is made, on the running system only. pacman is asked
+    /// by a runner of its own, as the watcher's database is: a question of the process, not of
+    /// the run whose commands are counted.
+    fn upkeep_where(&self) -> Option<&crate::upkeep::Where> {
+        if self.args.root.is_some() {
+            return None;
+        }
+        self.upkeep
+            .get_or_init(|| {
+                let runner = Runner::new(false);
+                let env = self.env_without_upkeep(None, &runner, &never);
+                crate::kinds::packages::paths(&env)
+                    .map_err(|e| log::info!("no reboot and restart look: pacman's root: {e}"))
+                    .ok()
+            })
+            .as_ref()
     }
 
     pub fn validate(&self, bytes: &[u8]) -> Result<Declaration, Problems> {
