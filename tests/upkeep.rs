@@ -258,3 +258,55 @@ fn a_unit_mapping_a_library_an_upgrade_replaced_needs_a_restart() {
     assert_eq!(ours(&report["needs"]), Vec::<String>::new(), "{report:#}");
     host.apply_json(r#"{"schema": 1}"#, 0);
 }
+
+/// The service's start run looks too, and the control plane receives what it found in the
+/// report (`needs`), a field it can act on.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn the_control_plane_hears_that_the_machine_needs_a_reboot() {
+    use support::control_plane::{ControlPlane, CpConfig};
+    use support::pki::Pki;
+    use support::service::Service;
+    let sb = sandbox();
+    let repo = Repo::new("service");
+    // Only another release's modules: the running kernel's are gone.
+    repo.package(
+        "linux",
+        "2.0-1",
+        &[("usr/lib/modules/99.0.0-mesh1-1/pkgbase", b"linux\n")],
+    );
+    let pacman = PacmanRoot::new("upkeep-service", &repo.path());
+    pacman.pacman("-S --noconfirm linux");
+
+    let pki = Pki::new();
+    let mut cp = ControlPlane::start(&pki, CpConfig::new("n1", "s3cret"));
+    cp.declare(1, r#"{"schema": 1}"#);
+    let dir = std::env::temp_dir().join(format!("mesh-host-it-upkeep-{}", std::process::id()));
+    let control_plane = format!(
+        r#""control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}",
+             "node": "n1", "secret_file": "{}"}}, "interval_secs": 600, "heartbeat_secs": 1"#,
+        cp.addr(),
+        dir.join("ca.pem").display(),
+        dir.join("secret").display()
+    );
+    let host = pacman.host(&sb, "upkeep-service", &control_plane);
+    std::fs::create_dir_all(&dir).expect("dir");
+    pki.write(&dir).expect("pki");
+    std::fs::write(dir.join("secret"), "s3cret\n").expect("secret");
+    let node = Service::start(host);
+    let wait = std::time::Duration::from_secs(20);
+    assert!(
+        cp.wait_for(
+            |reports| reports.iter().any(|r| r["needs"]["reboot_required"]
+                .as_str()
+                .is_some_and(|why| why.contains("modules are gone"))),
+            wait
+        ),
+        "{:#?}\n{}",
+        cp.reports(),
+        node.log()
+    );
+    cp.stop();
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
