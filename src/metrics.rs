@@ -430,7 +430,10 @@ mod tests {
             sample(&text, r#"mesh_host_declaration_source{source="local"}"#),
             Some("0")
         );
-        assert!(!text.contains("_required"), "never looked: not said\n{text}");
+        assert!(
+            !text.contains("_required"),
+            "never looked: not said\n{text}"
+        );
     }
 
     #[test]

@@ -17,10 +17,10 @@ use crate::kinds::{
 };
 use crate::pacnew::{self, Pacnew};
 use crate::sorted::{self, Walk};
-use crate::upkeep::{self, Needs};
 use crate::store::{
     Entry, Failing, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError,
 };
+use crate::upkeep::{self, Needs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

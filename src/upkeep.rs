@@ -82,7 +82,9 @@ pub fn placement(cgroup: &str) -> Placement {
     };
     let unified = path(str::is_empty).map(placed_in);
     match unified {
-        Some(Placement::None) | None => path(|c| c == "name=systemd").map_or(Placement::None, placed_in),
+        Some(Placement::None) | None => {
+            path(|c| c == "name=systemd").map_or(Placement::None, placed_in)
+        }
         Some(found) => found,
     }
 }
@@ -90,7 +92,7 @@ pub fn placement(cgroup: &str) -> Placement {
 fn placed_in(path: &str) -> Placement {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     let is_unit = |p: &&str| PROCESS_UNITS.iter().any(|s| p.ends_with(s));
-    let Some(last) = parts.iter().rposition(|p| is_unit(p)) else {
+    let Some(last) = parts.iter().rposition(is_unit) else {
         return Placement::None;
     };
     let manager = parts[..last]
@@ -126,7 +128,10 @@ pub fn vercmp(a: &str, b: &str) -> std::cmp::Ordering {
 fn evr(s: &str) -> (&str, &str, Option<&str>) {
     let digits = s.bytes().take_while(u8::is_ascii_digit).count();
     let (epoch, rest) = match s.as_bytes().get(digits) {
-        Some(b':') => (if digits == 0 { "0" } else { &s[..digits] }, &s[digits + 1..]),
+        Some(b':') => (
+            if digits == 0 { "0" } else { &s[..digits] },
+            &s[digits + 1..],
+        ),
         _ => ("0", s),
     };
     match rest.rsplit_once('-') {
@@ -146,8 +151,14 @@ fn rpmvercmp(a: &str, b: &str) -> std::cmp::Ordering {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {
-        let sep_a = a[i..].iter().take_while(|c| !c.is_ascii_alphanumeric()).count();
-        let sep_b = b[j..].iter().take_while(|c| !c.is_ascii_alphanumeric()).count();
+        let sep_a = a[i..]
+            .iter()
+            .take_while(|c| !c.is_ascii_alphanumeric())
+            .count();
+        let sep_b = b[j..]
+            .iter()
+            .take_while(|c| !c.is_ascii_alphanumeric())
+            .count();
         i += sep_a;
         j += sep_b;
         if i >= a.len() || j >= b.len() {
@@ -155,7 +166,11 @@ fn rpmvercmp(a: &str, b: &str) -> std::cmp::Ordering {
         }
         // Separators of different lengths: the longer one is newer.
         if sep_a != sep_b {
-            return if sep_a < sep_b { Ordering::Less } else { Ordering::Greater };
+            return if sep_a < sep_b {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            };
         }
         let numeric = a[i].is_ascii_digit();
         fn run(s: &[u8], from: usize, numeric: bool) -> &[u8] {
@@ -171,7 +186,11 @@ fn rpmvercmp(a: &str, b: &str) -> std::cmp::Ordering {
         let (one, two) = (run(a, i, numeric), run(b, j, numeric));
         if two.is_empty() {
             // Different types: the numeric one is newer.
-            return if numeric { Ordering::Greater } else { Ordering::Less };
+            return if numeric {
+                Ordering::Greater
+            } else {
+                Ordering::Less
+            };
         }
         i += one.len();
         j += two.len();
@@ -243,7 +262,10 @@ pub fn reboot_reason(k: &Kernels) -> Option<String> {
     let (pkgbase, installed) = (k.pkgbase.as_deref()?, k.installed.as_deref()?);
     let running = kernel_version(k.running, pkgbase)?;
     (vercmp(installed, &running) == std::cmp::Ordering::Greater).then(|| {
-        format!("{pkgbase} {installed} is installed; the running kernel is {running} ({})", k.running)
+        format!(
+            "{pkgbase} {installed} is installed; the running kernel is {running} ({})",
+            k.running
+        )
     })
 }
 
@@ -271,30 +293,51 @@ mod tests {
                 "7f2a1c000000-7f2a1c022000 r-xp 00001000 08:02 99   /usr/lib/my lib.so (deleted)",
                 Some("/usr/lib/my lib.so"),
             ),
-            ("7f2a1c000000-7f2a1c022000 r--p 00000000 fd:01 1835 /usr/lib/libc.so.6", None),
-            ("7f2a1c000000-7f2a1c022000 rw-s 00000000 00:01 7 /memfd:x (deleted)", None),
-            ("7f2a1c000000-7f2a1c022000 rw-s 00000000 00:01 7 /tmp/usr/x (deleted)", None),
-            ("7ffd1c000000-7ffd1c021000 rw-p 00000000 00:00 0          [stack]", None),
+            (
+                "7f2a1c000000-7f2a1c022000 r--p 00000000 fd:01 1835 /usr/lib/libc.so.6",
+                None,
+            ),
+            (
+                "7f2a1c000000-7f2a1c022000 rw-s 00000000 00:01 7 /memfd:x (deleted)",
+                None,
+            ),
+            (
+                "7f2a1c000000-7f2a1c022000 rw-s 00000000 00:01 7 /tmp/usr/x (deleted)",
+                None,
+            ),
+            (
+                "7ffd1c000000-7ffd1c021000 rw-p 00000000 00:00 0          [stack]",
+                None,
+            ),
             ("7ffd1c000000-7ffd1c021000 rw-p 00000000 00:00 0", None),
             ("", None),
         ] {
             assert_eq!(deleted_under(line, usr), want, "{line}");
         }
         let line = "5600-5700 r--p 0 fd:01 3 /tmp/sb/root/usr/lib/x.so (deleted)";
-        assert_eq!(deleted_under(line, "/tmp/sb/root/usr/"), Some("/tmp/sb/root/usr/lib/x.so"));
+        assert_eq!(
+            deleted_under(line, "/tmp/sb/root/usr/"),
+            Some("/tmp/sb/root/usr/lib/x.so")
+        );
         assert_eq!(deleted_under(line, "/usr/"), None);
     }
 
     #[test]
     fn cgroups_place_a_process_in_its_unit() {
         for (cgroup, want) in [
-            ("0::/system.slice/nginx.service\n", Placement::Unit("nginx.service".into())),
+            (
+                "0::/system.slice/nginx.service\n",
+                Placement::Unit("nginx.service".into()),
+            ),
             (
                 "0::/system.slice/system-getty.slice/getty@tty1.service\n",
                 Placement::Unit("getty@tty1.service".into()),
             ),
             ("0::/init.scope\n", Placement::Manager),
-            ("0::/user.slice/user-1000.slice/session-3.scope\n", Placement::Unit("session-3.scope".into())),
+            (
+                "0::/user.slice/user-1000.slice/session-3.scope\n",
+                Placement::Unit("session-3.scope".into()),
+            ),
             (
                 "0::/user.slice/user-1000.slice/user@1000.service/app.slice/foo.service\n",
                 Placement::Unit("user@1000.service/foo.service".into()),
@@ -304,13 +347,19 @@ mod tests {
                 Placement::Unit("user@1000.service".into()),
             ),
             // The sandbox's user manager, run as root in a cgroup of its own.
-            ("0::/mesh-sandbox-42/app.slice/x.service\n", Placement::Unit("x.service".into())),
+            (
+                "0::/mesh-sandbox-42/app.slice/x.service\n",
+                Placement::Unit("x.service".into()),
+            ),
             // Hybrid: systemd tracks in name=systemd when the unified line says nothing.
             (
                 "12:pids:/\n1:name=systemd:/system.slice/sshd.service\n0::/\n",
                 Placement::Unit("sshd.service".into()),
             ),
-            ("9:name=systemd:/\n4:memory:/process_api/ec10\n0::/\n", Placement::None),
+            (
+                "9:name=systemd:/\n4:memory:/process_api/ec10\n0::/\n",
+                Placement::None,
+            ),
             ("", Placement::None),
         ] {
             assert_eq!(placement(cgroup), want, "{cgroup}");
@@ -351,14 +400,28 @@ mod tests {
             ("6.12.1-arch1-1", "linux", Some("6.12.1.arch1-1")),
             ("6.6.63-1-lts", "linux-lts", Some("6.6.63-1")),
             ("6.12.1-zen1-1-zen", "linux-zen", Some("6.12.1.zen1-1")),
-            ("6.12.1-hardened1-1-hardened", "linux-hardened", Some("6.12.1.hardened1-1")),
+            (
+                "6.12.1-hardened1-1-hardened",
+                "linux-hardened",
+                Some("6.12.1.hardened1-1"),
+            ),
             ("6.6.63-1-lts", "linux-zen", None),
             ("6.1.0", "linux", None),
             ("6.12.1-arch1-1", "my-kernel", None),
         ] {
-            assert_eq!(kernel_version(release, pkgbase).as_deref(), want, "{release}");
+            assert_eq!(
+                kernel_version(release, pkgbase).as_deref(),
+                want,
+                "{release}"
+            );
         }
-        assert_eq!(vercmp("6.12.1.arch1-1", &kernel_version("6.12.1-arch1-1", "linux").unwrap()), Equal);
+        assert_eq!(
+            vercmp(
+                "6.12.1.arch1-1",
+                &kernel_version("6.12.1-arch1-1", "linux").unwrap()
+            ),
+            Equal
+        );
     }
 
     #[test]
@@ -369,7 +432,11 @@ mod tests {
             pkgbase: pkgbase.map(str::to_string),
             installed: installed.map(str::to_string),
         };
-        assert_eq!(reboot_reason(&kernels(&[], None, None)), None, "no kernel here");
+        assert_eq!(
+            reboot_reason(&kernels(&[], None, None)),
+            None,
+            "no kernel here"
+        );
         let gone = reboot_reason(&kernels(&["6.12.2-arch1-1"], None, Some("6.12.2.arch1-1")));
         assert_eq!(
             gone.as_deref(),
@@ -378,7 +445,11 @@ mod tests {
         let same = kernels(&["6.12.1-arch1-1"], Some("linux"), Some("6.12.1.arch1-1"));
         assert_eq!(reboot_reason(&same), None);
         // The running modules kept (kernel-modules-hook copies them back), a newer package in.
-        let kept = kernels(&["6.12.1-arch1-1", "6.12.2-arch1-1"], Some("linux"), Some("6.12.2.arch1-1"));
+        let kept = kernels(
+            &["6.12.1-arch1-1", "6.12.2-arch1-1"],
+            Some("linux"),
+            Some("6.12.2.arch1-1"),
+        );
         assert_eq!(
             reboot_reason(&kept).as_deref(),
             Some("linux 6.12.2.arch1-1 is installed; the running kernel is 6.12.1.arch1-1 (6.12.1-arch1-1)")
@@ -389,9 +460,15 @@ mod tests {
 
     #[test]
     fn local_database_entries_give_the_installed_version() {
-        assert_eq!(installed_version("linux-6.12.1.arch1-1", "linux"), Some("6.12.1.arch1-1"));
+        assert_eq!(
+            installed_version("linux-6.12.1.arch1-1", "linux"),
+            Some("6.12.1.arch1-1")
+        );
         assert_eq!(installed_version("linux-lts-6.6.63-1", "linux"), None);
-        assert_eq!(installed_version("linux-lts-6.6.63-1", "linux-lts"), Some("6.6.63-1"));
+        assert_eq!(
+            installed_version("linux-lts-6.6.63-1", "linux-lts"),
+            Some("6.6.63-1")
+        );
         assert_eq!(installed_version("linux-1:6.1-2", "linux"), Some("1:6.1-2"));
         assert_eq!(installed_version("linuxx-1.0-1", "linux"), None);
     }
@@ -407,6 +484,9 @@ mod tests {
             serde_json::to_string(&needs).unwrap(),
             r#"{"reboot_required":"why","restart_required":["a.service"],"reexec_required":true}"#
         );
-        assert_eq!(serde_json::from_str::<Needs>("{}").unwrap(), Needs::default());
+        assert_eq!(
+            serde_json::from_str::<Needs>("{}").unwrap(),
+            Needs::default()
+        );
     }
 }

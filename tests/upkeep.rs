@@ -14,6 +14,8 @@ use support::{sandbox, PacmanRoot, Sandbox};
 /// A repository of the test's own (`meshtest`), its packages made here.
 struct Repo {
     dir: PathBuf,
+    /// Seconds ahead the database was last dated.
+    ahead: std::cell::Cell<u32>,
 }
 
 impl Repo {
@@ -24,7 +26,10 @@ impl Repo {
             .join(format!("upkeep-{label}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("repo")).expect("repo");
-        Repo { dir }
+        Repo {
+            dir,
+            ahead: std::cell::Cell::new(0),
+        }
     }
 
     fn path(&self) -> PathBuf {
@@ -32,8 +37,9 @@ impl Repo {
     }
 
     /// Adds (or replaces) package `name` at `version` holding `files` (paths under usr/), with
-    /// the sandbox's own packers (tests/sandbox/lib.sh); its database is dated ahead, so the
-    /// next `-Sy` of this same second sees it.
+    /// the sandbox's own packers (tests/sandbox/lib.sh); its database is dated further ahead at
+    /// each change, so the next `-Sy` sees it even within the same second (pacman compares
+    /// whole seconds).
     fn package(&self, name: &str, version: &str, files: &[(&str, &[u8])]) {
         let build = self.dir.join(format!("build-{name}-{version}"));
         for (path, content) in files {
@@ -44,9 +50,11 @@ impl Repo {
         let lib = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sandbox/lib.sh");
         let repo = self.path();
         let file = repo.join(format!("{name}-{version}-any.pkg.tar.zst"));
+        self.ahead.set(self.ahead.get() + 2);
         let script = format!(
             "set -e; . {lib}; sb_pkginfo {b} {name} {version}; sb_pack {b} {f}; \
-             repo-add -q -R {r}/meshtest.db.tar.gz {f}; touch -d '+2 seconds' {r}/meshtest.db*",
+             repo-add -q -R {r}/meshtest.db.tar.gz {f}; touch -d '+{a} seconds' {r}/meshtest.db*",
+            a = self.ahead.get(),
             b = build.display(),
             f = file.display(),
             r = repo.display()
@@ -103,14 +111,24 @@ fn a_kernel_upgrade_that_takes_the_running_modules_away_needs_a_reboot() {
 
     // The running release's modules installed, by a package older than the running kernel.
     let report = host.apply_json(declaration, 0);
-    assert_eq!(report["needs"]["reboot_required"], Value::Null, "{report:#}");
+    assert_eq!(
+        report["needs"]["reboot_required"],
+        Value::Null,
+        "{report:#}"
+    );
 
     // A kernel upgrade by someone else: the running release's directory is gone.
-    repo.package("linux", "2.0-1", &[(&modules("99.0.0-mesh1-1"), b"linux\n")]);
+    repo.package(
+        "linux",
+        "2.0-1",
+        &[(&modules("99.0.0-mesh1-1"), b"linux\n")],
+    );
     pacman.pacman("-Syu --noconfirm");
     assert!(!pacman.dir.join("root").join(modules(&release)).exists());
     let report = host.apply_json(declaration, 0);
-    let reason = report["needs"]["reboot_required"].as_str().unwrap_or_default();
+    let reason = report["needs"]["reboot_required"]
+        .as_str()
+        .unwrap_or_default();
     assert!(
         reason.contains(&format!("the running kernel {release}'s modules are gone"))
             && reason.contains("99.0.0-mesh1-1"),
@@ -137,7 +155,9 @@ fn a_kernel_upgrade_that_takes_the_running_modules_away_needs_a_reboot() {
     );
     pacman.pacman("-Syu --noconfirm");
     let report = host.apply_json(declaration, 0);
-    let reason = report["needs"]["reboot_required"].as_str().unwrap_or_default();
+    let reason = report["needs"]["reboot_required"]
+        .as_str()
+        .unwrap_or_default();
     // Only an Arch-like release (`VERSION-REL`) names a package version to compare with.
     if release.contains('-') {
         assert!(
@@ -189,7 +209,11 @@ fn a_unit_mapping_a_library_an_upgrade_replaced_needs_a_restart() {
     let repo = Repo::new("library");
     let lib_path = "usr/lib/mesh-lib/libmesh.so.1";
     repo.package("mesh-lib", "1.0-1", &[(lib_path, &[1u8; 8192])]);
-    repo.package("mesh-extra", "1.0-1", &[("usr/share/mesh-extra/marker", b"x")]);
+    repo.package(
+        "mesh-extra",
+        "1.0-1",
+        &[("usr/share/mesh-extra/marker", b"x")],
+    );
     let pacman = PacmanRoot::new("upkeep-library", &repo.path());
     let host = pacman.host(&sb, "upkeep-library", "");
     let lib = pacman.dir.join("root").join(lib_path);
@@ -248,7 +272,11 @@ fn a_unit_mapping_a_library_an_upgrade_replaced_needs_a_restart() {
     );
     assert_eq!(ours(&report["needs"]), vec![kept.clone()], "{report:#}");
     assert_eq!(ours(&status_needs(&host)), vec![kept.clone()]);
-    assert_eq!(systemctl_show(&kept, "MainPID"), kept_pid, "never restarted unasked");
+    assert_eq!(
+        systemctl_show(&kept, "MainPID"),
+        kept_pid,
+        "never restarted unasked"
+    );
     assert_ne!(wait_mapping(&fresh, &lib), fresh_pid);
 
     // A person restarts it: the next run finds nothing stale of ours.

@@ -7,12 +7,12 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::pacnew::Pacnew;
-use crate::upkeep::Needs;
 use crate::reconcile::{OwnedRow, Planned};
 use crate::store::{
     Failing, InForceHead, LinkStatus, ResourceResult, RunRecord, ServicePhase, ServiceState,
     Source, WatchMode, WatchState,
 };
+use crate::upkeep::Needs;
 use crate::words::{age, duration_words, expiry};
 
 /// Prints `output` as pretty JSON. Through `serde_json::Value`, so every object's keys come out

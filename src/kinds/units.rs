@@ -1499,7 +1499,11 @@ mod tests {
                 "~ restart (it maps files an upgrade deleted)",
             ),
             (r#"{}"#, stale("active"), "in sync"),
-            (r#"{"restart_when_stale": true}"#, stale("inactive"), "in sync"),
+            (
+                r#"{"restart_when_stale": true}"#,
+                stale("inactive"),
+                "in sync",
+            ),
             (
                 r#"{"restart_when_stale": true}"#,
                 loaded("active", "enabled"),

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::json_in_place::{member, string_is, unescape_in_place};
 use crate::pacnew::Pacnew;
-use crate::upkeep::Needs;
 use crate::store::{Failing, ResourceResult, RunOutcome, Triggers};
+use crate::upkeep::Needs;
 
 /// Protocol version spoken by this host.
 pub const PROTOCOL: u32 = 1;
@@ -96,7 +96,7 @@ pub struct Report {
     /// What the machine needs after the run (`reboot_required`, `restart_required`,
     /// `reexec_required`), in every run's report made on the running system.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub needs: Option<Needs>,
+    pub needs: Option<Box<Needs>>,
 }
 
 /// How a reported run ended, or why a declaration did not lead to one.
@@ -384,11 +384,11 @@ mod tests {
 
                 secret: false,
             }],
-            needs: Some(Needs {
+            needs: Some(Box::new(Needs {
                 reboot: Some("the running kernel 6.1-1's modules are gone".into()),
                 restart: vec!["nginx.service".into()],
                 reexec: false,
-            }),
+            })),
         };
         let r = r#"{"kind":"files","key":"/etc/x","action":"ACTION","detail":"content"}"#;
         let expected = [

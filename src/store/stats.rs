@@ -115,9 +115,19 @@ mod tests {
             Some(Vec::new()),
             Some(Needs::default()),
         );
-        stats.record(timer, run(20, RunOutcome::Failed), BTreeMap::new(), None, None);
+        stats.record(
+            timer,
+            run(20, RunOutcome::Failed),
+            BTreeMap::new(),
+            None,
+            None,
+        );
         stats.record(apply, run(30, RunOutcome::Failed), files(2), None, None);
-        assert_eq!(stats.needs, Some(Needs::default()), "kept from the run that looked");
+        assert_eq!(
+            stats.needs,
+            Some(Needs::default()),
+            "kept from the run that looked"
+        );
         assert_eq!(stats.runs_total["timer"]["converged"], 1);
         assert_eq!(stats.runs_total["timer"]["failed"], 1);
         assert_eq!(stats.runs_total["apply"]["failed"], 1);

@@ -30,10 +30,13 @@ pub fn look(at: &Where) -> Needs {
         .map(|p| p.trim().to_string())
         .filter(|p| !p.is_empty());
     let installed = pkgbase.as_deref().and_then(|name| {
-        std::fs::read_dir(db.join("local")).ok()?.flatten().find_map(|e| {
-            let entry = e.file_name().into_string().ok()?;
-            installed_version(&entry, name).map(str::to_string)
-        })
+        std::fs::read_dir(db.join("local"))
+            .ok()?
+            .flatten()
+            .find_map(|e| {
+                let entry = e.file_name().into_string().ok()?;
+                installed_version(&entry, name).map(str::to_string)
+            })
     });
     let reboot = reboot_reason(&Kernels {
         running,
@@ -143,7 +146,10 @@ mod tests {
         let ours = placement(&read_to("/proc/self/cgroup"));
         unsafe { libc::munmap(mapped_at, 4096) };
         assert_eq!(before.restart, Vec::<String>::new());
-        assert_eq!(before.reboot, None, "no module directory: no kernel of its own");
+        assert_eq!(
+            before.reboot, None,
+            "no module directory: no kernel of its own"
+        );
         assert!(mapped_before.is_empty(), "{mapped_before:?}");
         let me = std::process::id();
         assert_eq!(mapped, vec![(me, ours.clone())]);
