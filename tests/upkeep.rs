@@ -135,6 +135,8 @@ fn a_kernel_upgrade_that_takes_the_running_modules_away_needs_a_reboot() {
         "{report:#}"
     );
     assert_eq!(status_needs(&host)["reboot_required"], json!(reason));
+    host.run(&["status"])
+        .assert_stdout(&format!("needs: a reboot: {reason}\n"));
     let metrics = std::fs::read_to_string(&prom).expect("metrics");
     assert!(
         metrics.contains(&format!(
@@ -272,6 +274,8 @@ fn a_unit_mapping_a_library_an_upgrade_replaced_needs_a_restart() {
     );
     assert_eq!(ours(&report["needs"]), vec![kept.clone()], "{report:#}");
     assert_eq!(ours(&status_needs(&host)), vec![kept.clone()]);
+    host.run(&["status"])
+        .assert_stdout(&format!("needs: a restart of {kept}"));
     assert_eq!(
         systemctl_show(&kept, "MainPID"),
         kept_pid,
