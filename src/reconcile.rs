@@ -20,6 +20,7 @@ use crate::sorted::{self, Walk};
 use crate::store::{
     Entry, Failing, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError,
 };
+use crate::upkeep::{self, Needs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -46,6 +47,9 @@ pub struct Report {
     pub pacnew: Vec<Pacnew>,
     /// `in_sync` by kind, for the metrics.
     pub in_sync_by_kind: BTreeMap<&'static str, usize>,
+    /// What the machine needs after the run (a reboot, restarts), looked for after every run
+    /// that applies on the running system (`None`: planning, or under `--root`).
+    pub needs: Option<Needs>,
 }
 
 /// One change a run made or (planning) would make: a run's report holds one for each of
@@ -189,6 +193,10 @@ pub fn run_scoped_reporting(
     pacnew::withhold_secret(&mut report.pacnew, |path| {
         declaration.files.get(path).is_some_and(files::is_secret)
     });
+    // After the run's transactions and restarts; planning (the watcher's checks) leaves it.
+    if let (Mode::Apply, Some(at)) = (mode, env.upkeep) {
+        report.needs = Some(upkeep::look(at));
+    }
     // Only a run writes it: it holds the store's lock (planning and `owned` do not).
     if let (Mode::Apply, Some(store), true) = (mode, env.store, quiet != before) {
         if let Err(e) = store.save_pacnew_quiet_dirs(&quiet) {
@@ -884,6 +892,7 @@ mod tests {
             runner: &runner,
             store: None,
             interrupted: &|| false,
+            upkeep: None,
         };
         let cx = RunContext::new(&declaration, false);
         let row =
@@ -932,6 +941,7 @@ mod tests {
             runner: &runner,
             store: Some(&store),
             interrupted: &interrupted,
+            upkeep: None,
         };
         let mut ledger = store.ledger().unwrap();
         let report = run(&env, &declaration, &mut ledger, Mode::Apply).unwrap();

@@ -12,7 +12,6 @@ use crate::exec::Runner;
 use crate::kinds::Action;
 use crate::link;
 use crate::metrics;
-use crate::pacnew::Pacnew;
 use crate::reconcile::{self, Mode, Planned, Report};
 use crate::store::{
     self, Failing, InForce, LastRun, LinkStatus, LockError, Notice, ResourceResult, RunOutcome,
@@ -138,7 +137,7 @@ impl Host {
                 )
             };
             let message = join_lines(&runs_note, e.message());
-            if let Some(why) = self.keep_run(&store, &record, &[], &[], &[], &message) {
+            if let Some(why) = self.keep_run(&store, &record, None, &[], &message) {
                 log::error!("{why}");
             }
             self.note_run(&store, &record, None);
@@ -219,8 +218,8 @@ impl Host {
                 );
                 record.notes.push(e.to_string());
                 let message = join_lines(&runs_note, &e.to_string());
-                let changes = &report.changes;
-                if let Some(why) = self.keep_run(&store, &record, changes, &[], &[], &message) {
+                // The run stopped before looking for `.pacnew` files and what the machine needs.
+                if let Some(why) = self.keep_run(&store, &record, Some(&report), &[], &message) {
                     log::error!("{why}");
                 }
                 self.note_run(&store, &record, None);
@@ -251,8 +250,7 @@ impl Host {
         // never a recorded run the control plane is not told of.
         let failing = note_failures(&store, &report, record.ended);
         let message = join_lines(&runs_note, &notes.join("; "));
-        let changes = &report.changes;
-        let unwritten = self.keep_run(&store, &record, changes, &failing, &report.pacnew, &message);
+        let unwritten = self.keep_run(&store, &record, Some(&report), &failing, &message);
         self.note_run(&store, &record, Some(&report));
         Ok(Some(RunResult {
             report,
@@ -263,22 +261,25 @@ impl Host {
     }
 
     /// Queues a run's report in the outbox (for the control plane, when there is one; it lists
-    /// every change, `changes`, where the record keeps the first few), then records the run.
+    /// every change of `run`, where the record keeps the first few, and what was found after
+    /// it), then records the run.
     /// What the store cannot take (its disk full) is kept in memory, behind any run kept
     /// before, to be written by the next run or `write_unwritten_now`; then says so.
     fn keep_run(
         &self,
         store: &Store,
         record: &RunRecord,
-        changes: &[Planned],
+        run: Option<&Report>,
         failing: &[Failing],
-        pacnew: &[Pacnew],
         message: &str,
     ) -> Option<String> {
         let report = self.config.control_plane.as_ref().map(|_| {
-            let mut report = report_of(record, changes, message);
+            let mut report = report_of(record, run.map_or(&[], |r| &r.changes), message);
             report.failing = failing.to_vec();
-            report.pacnew = pacnew.to_vec();
+            if let Some(run) = run {
+                report.pacnew = run.pacnew.clone();
+                report.needs = run.needs.clone().map(Box::new);
+            }
             report
         });
         let mut backlog = self.unwritten.borrow_mut();
@@ -349,6 +350,7 @@ impl Host {
                 run,
                 report.map(resource_states).unwrap_or_default(),
                 report.map(|r| r.pacnew.clone()),
+                report.and_then(|r| r.needs.clone()),
             );
             store.save_stats(&stats)
         });
@@ -611,6 +613,7 @@ pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link
         message: message.to_string(),
         failing: Vec::new(),
         pacnew: Vec::new(),
+        needs: None,
     };
     if left_out > 0 {
         report.abridge_counting(left_out);

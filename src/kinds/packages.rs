@@ -790,9 +790,19 @@ fn locked_by(error: &CommandError) -> Option<String> {
 /// pacman's local database directory, `DBPath/local`, as seen from this process: a transaction
 /// adds or removes an entry in it, which the service's watcher takes as a hint to check packages.
 pub fn local_db_dir(env: &Env) -> Result<PathBuf, String> {
-    let paths = pacman_paths(env)?;
-    let db = seen(env, pacman_path(&paths, pacman::parse_db_path, "DB Path")?);
-    Ok(db.join("local"))
+    Ok(paths(env)?.db.join("local"))
+}
+
+/// pacman's root and database (`DBPath`) as seen from this process.
+pub fn paths(env: &Env) -> Result<crate::upkeep::Where, String> {
+    let printed = pacman_paths(env)?;
+    Ok(crate::upkeep::Where {
+        root: seen(env, pacman_path(&printed, pacman::parse_root, "Root")?),
+        db: seen(
+            env,
+            pacman_path(&printed, pacman::parse_db_path, "DB Path")?,
+        ),
+    })
 }
 
 /// What `pacman -v -T` (a dependency test of nothing) prints: the paths pacman is configured with.

@@ -429,6 +429,7 @@ mod tests {
             message: String::new(),
             failing: Vec::new(),
             pacnew: Vec::new(),
+            needs: None,
         };
         link.send_report(100, &report);
         assert_eq!(peer.receive(&mut link), vec![Message::Report(report)]);

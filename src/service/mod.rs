@@ -743,6 +743,7 @@ impl Service<'_> {
             message,
             failing: Vec::new(),
             pacnew: Vec::new(),
+            needs: None,
         };
         if let Ok(store) = self.host.store() {
             if let Err(e) = store.outbox_push(&mut report, self.host.config.outbox_bounds()) {

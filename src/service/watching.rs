@@ -141,6 +141,7 @@ impl Service<'_> {
                 message,
                 failing: Vec::new(),
                 pacnew: Vec::new(),
+                needs: None,
             };
             store.outbox_push(&mut report, self.host.config.outbox_bounds())?;
             Ok(())

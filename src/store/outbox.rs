@@ -274,6 +274,7 @@ mod tests {
             message: String::new(),
             failing: vec![],
             pacnew: vec![],
+            needs: None,
         }
     }
 

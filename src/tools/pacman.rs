@@ -725,6 +725,10 @@ mod tests {
             ))
         );
         assert_eq!(parse_db_path("Root      : /\n"), None);
+        assert_eq!(
+            parse_root(include_str!("../../tests/fixtures/pacman-v-T.txt")),
+            Some(PathBuf::from("/tmp/mesh-sandbox/pacman/root/"))
+        );
     }
 
     #[test]
@@ -854,6 +858,11 @@ mod tests {
         ("0:1.0", "1.0", 0),
         ("1.0-1", "1.0-1.0", -1),
         ("r123.abc", "r99.def", 1),
+        // Arch kernels' package versions, as the reboot check compares them.
+        ("6.12.1.arch1-1", "6.12.10.arch1-1", -1),
+        ("6.12.2.arch1-1", "6.12.1.arch1-1", 1),
+        ("6.12.1.arch2-1", "6.12.1.arch1-1", 1),
+        ("6.12.1.arch1-2", "6.12.1.arch1-1", 1),
     ];
 
     #[test]
