@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::declaration::Declaration;
+use crate::diff::ContentDiff;
 use crate::fsutil;
 use crate::kinds::{
     self, backup_key, files::Files, units, Action, Change, Details, Env, Kind, LedgerAfter, Listed,
@@ -44,6 +45,46 @@ pub struct Report {
     pub pacnew: Vec<Pacnew>,
     /// `in_sync` by kind, for the metrics.
     pub in_sync_by_kind: BTreeMap<&'static str, usize>,
+    /// What the changes' diffs hold so far (`ContentDiff::weight`), bounded by `DIFFS_KEPT`.
+    pub diff_bytes: usize,
+    /// Changes whose diff was dropped once the run's diffs passed `DIFFS_KEPT`.
+    pub diffs_dropped: usize,
+}
+
+/// The most a run's report holds of its changes' diffs (each already capped by `diff.rs`): a
+/// run of 20,000 changed files lists them all, the first diffs up to this bound.
+pub const DIFFS_KEPT: usize = 8 << 20;
+
+/// `diff`, if it fits beside the `kept` bytes of diffs within `DIFFS_KEPT` (then counted in
+/// them); else counted `dropped`.
+fn within_bound(
+    kept: &mut usize,
+    dropped: &mut usize,
+    diff: Option<Box<ContentDiff>>,
+) -> Option<Box<ContentDiff>> {
+    let diff = diff?;
+    let weight = diff.weight();
+    if *kept + weight > DIFFS_KEPT {
+        *dropped += 1;
+        return None;
+    }
+    *kept += weight;
+    Some(diff)
+}
+
+impl Report {
+    /// `change`'s row, its diff kept while the run's diffs stay within `DIFFS_KEPT`.
+    fn row(&mut self, kind: &'static str, key: String, action: Action, details: Details, diff: Option<Box<ContentDiff>>) -> Planned {
+        let diff = within_bound(&mut self.diff_bytes, &mut self.diffs_dropped, diff);
+        Planned {
+            kind,
+            key,
+            symbol: action.symbol(),
+            action,
+            details,
+            diff,
+        }
+    }
 }
 
 /// One change a run made or (planning) would make: a run's report holds one for each of
@@ -57,6 +98,10 @@ pub struct Planned {
     #[serde(serialize_with = "action_word")]
     pub action: Action,
     pub details: Details,
+    /// What changes in its content (files and unit files), for people: printed by `plan`,
+    /// `apply` and `reconcile`, never kept in the run record or the wire report.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<Box<ContentDiff>>,
 }
 
 fn action_word<S: serde::Serializer>(action: &Action, s: S) -> Result<S::Ok, S::Error> {
@@ -394,11 +439,11 @@ fn converge<K: Kind>(
                 &Outcome::Done,
             );
         }
-        // Each change becomes its row (its key and details moved, not copied).
-        let planned = changes
-            .into_iter()
-            .map(|c| planned_row(K::NAME, c.key, c.action, c.details));
-        report.changes.extend(planned);
+        // Each change becomes its row (its key, details and diff moved, not copied).
+        for c in changes {
+            let row = report.row(K::NAME, c.key, c.action, c.details, c.diff);
+            report.changes.push(row);
+        }
         return Ok(());
     }
     apply_planned::<K>(env, cx, ledger, changes, ledger_dirty, report)
@@ -452,7 +497,13 @@ fn apply_planned<K: Kind>(
                         }
                     }
                 }
-                let row = planned_row(K::NAME, change.key, change.action, change.details);
+                let row = report.row(
+                    K::NAME,
+                    change.key,
+                    change.action,
+                    change.details,
+                    change.diff,
+                );
                 report.changes.push(row);
             }
             Outcome::Deferred(why) => report.deferred.push(result(
@@ -534,16 +585,6 @@ fn unowe(env: &Env, cx: &RunContext, added: Vec<(&str, &str)>) -> Result<(), Sto
     let mut owed = store.owed()?;
     owed.retain(|unit, file| !unchanged.contains(&(unit, file)));
     store.save_owed(&owed)
-}
-
-fn planned_row(kind: &'static str, key: String, action: Action, details: Details) -> Planned {
-    Planned {
-        kind,
-        key,
-        symbol: action.symbol(),
-        action,
-        details,
-    }
 }
 
 /// A tool that exits 0 having done nothing must not pass for success: resources whose change
@@ -635,6 +676,9 @@ pub struct OwnedRow {
     pub origin: Origin,
     pub state: OwnedState,
     pub detail: String,
+    /// What differs in a drifted file's or unit file's content.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<Box<ContentDiff>>,
     /// Its failure streak, if recent runs failed it (filled in from the store's history); boxed,
     /// as most rows have none and `owned` may list thousands.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -689,6 +733,7 @@ pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedR
         cx: &cx,
         ledger,
         rows: Vec::with_capacity(ledger.owned_count()),
+        diffs: (0, 0),
     };
     kinds::each(&mut inspecting);
     let mut rows = inspecting.rows;
@@ -717,20 +762,28 @@ struct Inspecting<'r, 'a> {
     cx: &'r RunContext<'r>,
     ledger: &'r Ledger,
     rows: Vec<OwnedRow>,
+    /// The bytes of diffs the rows hold, and the diffs dropped past `DIFFS_KEPT`.
+    diffs: (usize, usize),
 }
 
 impl Visit for Inspecting<'_, '_> {
     type Out = ();
     fn visit<K: Kind>(&mut self) {
-        inspect::<K>(self.env, self.cx, self.ledger, &mut self.rows);
+        inspect::<K>(self.env, self.cx, self.ledger, &mut self.rows, &mut self.diffs);
     }
 }
 
-fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<OwnedRow>) {
+fn inspect<K: Kind>(
+    env: &Env,
+    cx: &RunContext,
+    ledger: &Ledger,
+    rows: &mut Vec<OwnedRow>,
+    kept: &mut (usize, usize),
+) {
     let mut keys = ledger.owned_keys::<K>().peekable();
     while keys.peek().is_some() {
         let chunk = keys.by_ref().take(OBSERVED_AT_ONCE);
-        inspect_chunk::<K>(env, cx, ledger, chunk.collect(), rows);
+        inspect_chunk::<K>(env, cx, ledger, chunk.collect(), rows, kept);
     }
 }
 
@@ -741,6 +794,7 @@ fn inspect_chunk<K: Kind>(
     ledger: &Ledger,
     keys: Vec<&str>,
     rows: &mut Vec<OwnedRow>,
+    kept: &mut (usize, usize),
 ) {
     let Some(&first) = keys.first() else {
         return;
@@ -756,6 +810,7 @@ fn inspect_chunk<K: Kind>(
             continue;
         };
         let spec = wanted.at(key);
+        let mut diff = None;
         let (state, detail) = match seen.as_mut().map(|s| s.at(key)).map_err(|e| *e) {
             Err(e) | Ok(Some(Err(e))) => (OwnedState::Error, e.to_string()),
             Ok(observed) => match K::plan(
@@ -773,7 +828,10 @@ fn inspect_chunk<K: Kind>(
                 Step::Change(c) if c.action == Action::Create => {
                     (OwnedState::Missing, c.details.join(", "))
                 }
-                Step::Change(c) => (OwnedState::Drifted, c.details.join(", ")),
+                Step::Change(c) => {
+                    diff = within_bound(&mut kept.0, &mut kept.1, c.diff);
+                    (OwnedState::Drifted, c.details.join(", "))
+                }
                 Step::Fail(e) | Step::Skip(e) => (OwnedState::Error, e),
             },
         };
@@ -783,6 +841,7 @@ fn inspect_chunk<K: Kind>(
             origin: entry.origin,
             state,
             detail,
+            diff,
             failing: None,
             pacnew: Vec::new(),
         });

@@ -197,6 +197,7 @@ impl Host {
             commands: self.args.trace_commands.then_some(traced),
             planning,
             notes,
+            diffs_omitted: report.diffs_dropped,
         };
         render::run(self.args.json, &output, traced);
     }

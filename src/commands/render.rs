@@ -2,10 +2,12 @@
 //! run record and the wire report), shown as text for people or, with `--json`, as JSON whose
 //! keys are sorted (the shape scripts and the tests read; pinned by the tests below).
 
+use std::io::IsTerminal;
 use std::path::Path;
 
 use serde::Serialize;
 
+use crate::diff::{Body, ContentDiff, Tag};
 use crate::pacnew::Pacnew;
 use crate::reconcile::{OwnedRow, Planned};
 use crate::store::{
@@ -85,12 +87,20 @@ pub struct RunOutput<'a> {
     /// What the run did beside its resources (text only: JSON has no room for them today).
     #[serde(skip)]
     pub notes: &'a [String],
+    /// Changes listed without their diff, the run's diffs having passed `reconcile::DIFFS_KEPT`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub diffs_omitted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
     if json {
         return print_json(run);
     }
+    let colour = Colour::for_stdout();
     for c in run.changes {
         println!(
             "{} {} {}: {}",
@@ -99,6 +109,9 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
             c.key,
             c.details.join(", ")
         );
+        if let Some(diff) = &c.diff {
+            print!("{}", diff_text(c.kind, &c.key, diff, colour));
+        }
     }
     for a in run.adopted {
         println!("= {} {}: adopted, already as declared", a.kind, a.key);
@@ -132,6 +145,99 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
     for note in run.notes {
         println!("note: {note}");
     }
+    if run.diffs_omitted > 0 {
+        println!(
+            "note: {} changes listed without their diff (the run's diffs passed {} MiB)",
+            run.diffs_omitted,
+            crate::reconcile::DIFFS_KEPT >> 20
+        );
+    }
+}
+
+/// Whether diffs are coloured: on a terminal, unless `NO_COLOR` is set to anything
+/// (no-color.org).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    On,
+    Off,
+}
+
+impl Colour {
+    fn for_stdout() -> Colour {
+        let asked_not = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        match std::io::stdout().is_terminal() && !asked_not {
+            true => Colour::On,
+            false => Colour::Off,
+        }
+    }
+
+    /// `text` in the ANSI colour `code` (31 red, 32 green, 36 cyan, 1 bold), when on.
+    fn paint(self, code: &str, text: &str) -> String {
+        match self {
+            Colour::On => format!("\x1b[{code}m{text}\x1b[0m"),
+            Colour::Off => text.to_string(),
+        }
+    }
+}
+
+/// A resource's content diff as text: `diff -u`'s, its header naming the resource and each
+/// side (`--- files /etc/a (on the machine)`, `+++ files /etc/a (declared)`), a line saying how
+/// many lines the cap left out; binary content as sizes and SHA-256s, secret content as sizes.
+pub fn diff_text(kind: &str, key: &str, diff: &ContentDiff, colour: Colour) -> String {
+    let side = |label: &str, size: usize, sha: Option<&str>| match (label, sha) {
+        ("absent", _) => "absent".to_string(),
+        (label, Some(sha)) => format!("{label}, {size} bytes, sha256 {sha}"),
+        (label, None) => format!("{label}, {size} bytes"),
+    };
+    let mut out = String::new();
+    match &diff.body {
+        Body::Binary {
+            old_sha256,
+            new_sha256,
+        } => {
+            out += &format!(
+                "    binary content not shown: {} -> {}\n",
+                side(diff.from, diff.old_size, Some(old_sha256)),
+                side(diff.to, diff.new_size, Some(new_sha256))
+            );
+        }
+        Body::Secret => {
+            out += &format!(
+                "    (secret: content not shown) {} -> {}\n",
+                side(diff.from, diff.old_size, None),
+                side(diff.to, diff.new_size, None)
+            );
+        }
+        Body::Text {
+            hunks,
+            omitted_lines,
+        } => {
+            for (mark, side) in [("---", diff.from), ("+++", diff.to)] {
+                out += &colour.paint("1", &format!("{mark} {kind} {key} ({side})"));
+                out.push('\n');
+            }
+            for hunk in hunks {
+                out += &colour.paint("36", &hunk.header());
+                out.push('\n');
+                for line in &hunk.lines {
+                    let text = format!("{}{}", line.tag.mark(), line.text);
+                    out += &match line.tag {
+                        Tag::Context => text,
+                        Tag::Removed => colour.paint("31", &text),
+                        Tag::Added => colour.paint("32", &text),
+                    };
+                    out.push('\n');
+                    if line.no_newline {
+                        out += "\\ No newline at end of file\n";
+                    }
+                }
+            }
+            if *omitted_lines > 0 {
+                out += &format!("    ({omitted_lines} more lines of the diff not shown)\n");
+            }
+        }
+    }
+    out
 }
 
 /// `owned`'s answer.
@@ -147,6 +253,7 @@ pub fn owned(json: bool, owned: &Owned, now: u64) {
     if owned.owned.is_empty() {
         println!("mesh-host owns nothing");
     }
+    let colour = Colour::for_stdout();
     for r in owned.owned {
         let origin = format!("{:?}", r.origin).to_lowercase();
         let detail = if r.detail.is_empty() {
@@ -158,6 +265,9 @@ pub fn owned(json: bool, owned: &Owned, now: u64) {
             "{:<10} {:<40} {:<8} {}{detail}",
             r.kind, r.key, origin, r.state
         );
+        if let Some(diff) = &r.diff {
+            print!("{}", diff_text(r.kind, &r.key, diff, colour));
+        }
         if let Some(f) = &r.failing {
             println!("    ! {}", failing_words(f, now));
         }
@@ -499,6 +609,7 @@ mod tests {
             symbol: '+',
             action: Action::Create,
             details: vec!["content".into(), "mode 0644".into()].into(),
+            diff: None,
         }];
         let failures = [result(ResultAction::Plan)];
         let deferred = [result(ResultAction::Remove)];
@@ -521,6 +632,7 @@ mod tests {
             commands: None,
             planning: true,
             notes: &[],
+            diffs_omitted: 0,
         };
         let r = r#"{"action":"ACTION","detail":"d","key":"/etc/x","kind":"files"}"#;
         let expected = [
@@ -551,6 +663,7 @@ mod tests {
             origin: Origin::Adopted,
             state: crate::reconcile::OwnedState::Drifted,
             detail: "content".into(),
+            diff: None,
             failing: None,
             pacnew: Vec::new(),
         }];

@@ -13,6 +13,7 @@ use crate::accounts::{Account, Accounts};
 use crate::codec;
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
+use crate::diff::ContentDiff;
 use crate::fsutil::{self, Dir, FileType, PendingWrite, Stamp, Stat, WalkError};
 use crate::sorted;
 use crate::store::{self, Cached, Digest, Entry, FilesIndex, Ledger, Origin, Store};
@@ -61,6 +62,9 @@ pub struct Observed {
     /// Declared owner and group resolved against the target's own tables.
     uid: Result<Option<u32>, String>,
     gid: Result<Option<u32>, String>,
+    /// What releasing an adopted file puts back (its backup in the store), read only for a file
+    /// no longer declared, for the plan's diff.
+    original: Option<Vec<u8>>,
 }
 
 #[derive(Debug)]
@@ -106,8 +110,10 @@ enum Held {
     Declared {
         sha: [u8; 32],
     },
+    /// Other than declared; or, with no content declared (declared absent, or being released),
+    /// what removing or replacing it loses, for the plan's diff.
     Other(Vec<u8>),
-    /// No content is declared for it (declared absent, or being released): not read.
+    /// No content is declared for it and it could not be read (its removal goes on regardless).
     Unread,
 }
 
@@ -313,8 +319,21 @@ impl Kind for Files {
             let gid = resolve(group, false);
             let declared = content.map(|c| Declared::of(&c.bytes));
             let state = looking.at(key, declared.as_ref());
+            // Released (not declared at all): an adopted file's original is put back.
+            let original = match (spec, env.store) {
+                (None, Some(store)) => store
+                    .read_backup(&super::backup_key(Files::NAME, key))
+                    .ok(),
+                _ => None,
+            };
             // A path that cannot be read is that file's own problem (`State::Blocked`).
-            out.push((key.to_string(), Ok(Observed { state, uid, gid })));
+            let observed = Observed {
+                state,
+                uid,
+                gid,
+                original,
+            };
+            out.push((key.to_string(), Ok(observed)));
         }
         *cx.facts.files.index.borrow_mut() = looking.index.save(env.store);
         Ok(out.into_iter().collect())
@@ -739,10 +758,13 @@ impl<'r, 'k> Looking<'r, 'k> {
             Ok(Some((st, _))) if st.file_type != FileType::Regular => State::Other(st.file_type),
             Ok(Some((stat, stamp))) => {
                 let Some(declared) = declared else {
-                    return State::Regular {
-                        stat,
-                        held: Held::Unread,
+                    // To be removed or replaced: read for the plan's diff, if it can be.
+                    let held = match dir.read_after_stat(name, &stat, max, buffer) {
+                        Ok(true) => Held::Other(std::mem::take(buffer)),
+                        Ok(false) => return State::Missing,
+                        Err(_) => Held::Unread,
                     };
+                    return State::Regular { stat, held };
                 };
                 if index.vouches(key, &stamp, declared) {
                     return State::Regular {
@@ -796,6 +818,13 @@ fn plan_present(
                 key: key.to_string(),
                 action: Action::Create,
                 details: vec![format!("{} bytes, mode {mode:04o}", content.bytes.len())].into(),
+                diff: Some(Box::new(ContentDiff::new(
+                    "absent",
+                    "declared",
+                    None,
+                    Some(&content.bytes),
+                    shows_content(Some(content)),
+                ))),
                 intent: owned.is_none().then(|| Box::new(Entry::created())),
                 backup: None,
                 after: after(),
@@ -844,10 +873,20 @@ fn plan_present(
             } else {
                 Op::SetAttributes { mode, owner }
             };
+            let diff = content_differs.then(|| {
+                Box::new(ContentDiff::new(
+                    "on the machine",
+                    "declared",
+                    Some(original),
+                    Some(&content.bytes),
+                    shows_content(Some(content)),
+                ))
+            });
             Step::Change(Change {
                 key: key.to_string(),
                 action: Action::Update,
                 details: details.into(),
+                diff,
                 intent: intent.map(Box::new),
                 backup: backup.map(Vec::into_boxed_slice),
                 after: after(),
@@ -855,6 +894,39 @@ fn plan_present(
             })
         }
     }
+}
+
+/// Whether a file's content may be shown (in a plan's diff): the one place that decides, for a
+/// declared file (`declared`) and for one being removed or released (`None`). Content that is
+/// not shown is summarised by its sizes.
+fn shows_content(_declared: Option<&Content>) -> bool {
+    true
+}
+
+/// The diff of a file about to be removed (`put_back`: `None`) or to get its original back: what
+/// it holds now (when it could be read) against what it will hold.
+fn removal_diff(observed: &Observed, put_back: Option<&[u8]>) -> Option<Box<ContentDiff>> {
+    let now = match &observed.state {
+        State::Regular {
+            held: Held::Other(bytes),
+            ..
+        } => Some(&bytes[..]),
+        State::Missing => None,
+        _ => return None,
+    };
+    let (from, to) = match (now, put_back) {
+        (None, None) => return None,
+        (Some(_), None) => ("on the machine", "absent"),
+        (None, Some(_)) => ("absent", "original"),
+        (Some(_), Some(_)) => ("on the machine", "original"),
+    };
+    Some(Box::new(ContentDiff::new(
+        from,
+        to,
+        now,
+        put_back,
+        shows_content(None),
+    )))
 }
 
 fn adopted_entry(key: &str, stat: &Stat) -> Entry<Original> {
@@ -888,6 +960,7 @@ fn plan_absent(
         key: key.to_string(),
         action: Action::Remove,
         details: vec![detail.to_string()].into(),
+        diff: removal_diff(observed, None),
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
@@ -930,10 +1003,16 @@ fn plan_release(
             None => return Step::Fail("the ledger keeps no record of the original".to_string()),
         },
     };
+    let diff = match &op {
+        Op::Remove => removal_diff(observed, None),
+        Op::Restore(_) => (observed.original.as_deref()).and_then(|o| removal_diff(observed, Some(o))),
+        _ => None,
+    };
     Step::Change(Change {
         key: key.to_string(),
         action,
         details: vec![detail].into(),
+        diff,
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
@@ -1326,6 +1405,7 @@ mod tests {
             state,
             uid: Ok(None),
             gid: Ok(None),
+            original: None,
         }
     }
 
@@ -1542,6 +1622,7 @@ mod tests {
             state: State::Missing,
             uid: Err("user \"www\" does not exist".into()),
             gid: Ok(None),
+            original: None,
         };
         let step = Files::plan(&cx, "/etc/x", d.files.get("/etc/x"), Some(&obs), None);
         assert_eq!(summary(step), "fail: owner: user \"www\" does not exist");
@@ -1750,6 +1831,7 @@ mod tests {
             key: key.to_string(),
             action: Action::Update,
             details: Details::default(),
+            diff: None,
             intent: None,
             backup: None,
             after: LedgerAfter::Disown,

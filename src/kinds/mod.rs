@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, Identity, Limits};
 use crate::declaration::{Declaration, Fields};
+use crate::diff::ContentDiff;
 use crate::exec::Runner;
 use crate::store::{Digest, Entry, Ledger, Sections, Store};
 
@@ -272,6 +273,8 @@ pub struct Change<Op, O> {
     pub key: String,
     pub action: Action,
     pub details: Details,
+    /// What changes in its content, for people (files and unit files; `None` for the rest).
+    pub diff: Option<Box<ContentDiff>>,
     /// Written to the ledger before acting, for a resource the host does not own yet.
     pub intent: Option<Box<Entry<O>>>,
     /// An original to keep in the store before acting (`Store::save_backup(backup_key(..))`).

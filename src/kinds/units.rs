@@ -21,6 +21,7 @@ use super::{
 };
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
+use crate::diff::ContentDiff;
 use crate::fsutil::{self, Dir, FileType, Found};
 use crate::store::{Digest, Entry, Ledger, Origin, Owed};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
@@ -812,6 +813,20 @@ fn plan_present(
             None => Step::InSync,
         };
     }
+    let diff = match &op.file {
+        FileChange::Write(content) => Some(Box::new(ContentDiff::new(
+            if obs.file.is_some() {
+                "on the machine"
+            } else {
+                "absent"
+            },
+            "declared",
+            obs.file.as_deref(),
+            Some(content),
+            shows_content(Some(spec)),
+        ))),
+        _ => None,
+    };
     Step::Change(Change {
         key: key.to_string(),
         action: if owned.is_none() && obs.file.is_none() && matches!(op.file, FileChange::Write(_))
@@ -821,6 +836,7 @@ fn plan_present(
             Action::Update
         },
         details: details.into(),
+        diff,
         intent: intent.map(Box::new),
         backup: backup.map(Vec::into_boxed_slice),
         after: LedgerAfter::Applied(digest(spec)),
@@ -829,7 +845,7 @@ fn plan_present(
 }
 
 fn plan_absent(key: &str, obs: &Observed, owned: Option<&Entry<Original>>) -> Step<Op, Original> {
-    remove_step(key, removal(obs), owned.is_some(), "declared absent")
+    remove_step(key, obs, removal(obs), owned.is_some(), "declared absent")
 }
 
 /// Stopped, disabled and its file removed, as far as it is any of those now.
@@ -852,7 +868,7 @@ fn removal(obs: &Observed) -> Op {
 
 fn plan_release(key: &str, obs: &Observed, entry: &Entry<Original>) -> Step<Op, Original> {
     if entry.origin == Origin::Created {
-        return remove_step(key, removal(obs), true, "released; mesh-host wrote it");
+        return remove_step(key, obs, removal(obs), true, "released; mesh-host wrote it");
     }
     let Some(original) = &entry.original else {
         return Step::Fail("the ledger keeps no record of the original".to_string());
@@ -879,6 +895,7 @@ fn plan_release(key: &str, obs: &Observed, entry: &Entry<Original>) -> Step<Op, 
         key: key.to_string(),
         action: Action::Update,
         details: details.into(),
+        diff: None,
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
@@ -886,21 +903,45 @@ fn plan_release(key: &str, obs: &Observed, entry: &Entry<Original>) -> Step<Op, 
     })
 }
 
-fn remove_step(key: &str, op: Op, owned: bool, why: &str) -> Step<Op, Original> {
+fn remove_step(
+    key: &str,
+    obs: &Observed,
+    op: Op,
+    owned: bool,
+    why: &str,
+) -> Step<Op, Original> {
     if op == Op::default() && !owned {
         return Step::InSync;
     }
     let mut details = vec![why.to_string()];
     details.extend(describe(&op));
+    let diff = match (&op.file, &obs.file) {
+        (FileChange::Remove, Some(file)) => Some(Box::new(ContentDiff::new(
+            "on the machine",
+            "absent",
+            Some(file),
+            None,
+            shows_content(None),
+        ))),
+        _ => None,
+    };
     Step::Change(Change {
         key: key.to_string(),
         action: Action::Remove,
         details: details.into(),
+        diff,
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
         op,
     })
+}
+
+/// Whether a unit file's content may be shown (in a plan's diff): the one place that decides,
+/// for a declared unit (`spec`) and for one being removed or released (`None`). Content that is
+/// not shown is summarised by its sizes.
+fn shows_content(_spec: Option<&Spec>) -> bool {
+    true
 }
 
 fn describe(op: &Op) -> Vec<String> {
