@@ -162,7 +162,9 @@ impl ContentDiff {
 
 /// The text of `bytes`, if it is text: UTF-8 without NUL.
 fn text(bytes: &[u8]) -> Option<&str> {
-    std::str::from_utf8(bytes).ok().filter(|t| !t.contains('\0'))
+    std::str::from_utf8(bytes)
+        .ok()
+        .filter(|t| !t.contains('\0'))
 }
 
 /// One step of an edit script, from the old lines to the new.
@@ -423,7 +425,13 @@ mod tests {
 
     #[test]
     fn binary_and_secret_content_is_never_shown() {
-        let d = ContentDiff::new("on the machine", "declared", Some(b"a\0b"), Some(b"ab"), true);
+        let d = ContentDiff::new(
+            "on the machine",
+            "declared",
+            Some(b"a\0b"),
+            Some(b"ab"),
+            true,
+        );
         assert_eq!((d.old_size, d.new_size), (3, 2));
         assert_eq!(
             d.body,
@@ -465,7 +473,13 @@ mod tests {
 
     #[test]
     fn the_json_carries_the_hunks() {
-        let d = ContentDiff::new("on the machine", "declared", Some(b"a\nb"), Some(b"a\nc"), true);
+        let d = ContentDiff::new(
+            "on the machine",
+            "declared",
+            Some(b"a\nb"),
+            Some(b"a\nc"),
+            true,
+        );
         assert_eq!(
             serde_json::to_value(&d).unwrap().to_string(),
             concat!(

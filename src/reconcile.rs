@@ -74,7 +74,14 @@ fn within_bound(
 
 impl Report {
     /// `change`'s row, its diff kept while the run's diffs stay within `DIFFS_KEPT`.
-    fn row(&mut self, kind: &'static str, key: String, action: Action, details: Details, diff: Option<Box<ContentDiff>>) -> Planned {
+    fn row(
+        &mut self,
+        kind: &'static str,
+        key: String,
+        action: Action,
+        details: Details,
+        diff: Option<Box<ContentDiff>>,
+    ) -> Planned {
         let diff = within_bound(&mut self.diff_bytes, &mut self.diffs_dropped, diff);
         Planned {
             kind,
@@ -769,7 +776,13 @@ struct Inspecting<'r, 'a> {
 impl Visit for Inspecting<'_, '_> {
     type Out = ();
     fn visit<K: Kind>(&mut self) {
-        inspect::<K>(self.env, self.cx, self.ledger, &mut self.rows, &mut self.diffs);
+        inspect::<K>(
+            self.env,
+            self.cx,
+            self.ledger,
+            &mut self.rows,
+            &mut self.diffs,
+        );
     }
 }
 

@@ -107,9 +107,7 @@ pub struct Facts {
 enum Held {
     /// As declared; the content's SHA-256, computed once to compare it with the files index, is
     /// kept for the ledger's digest of a file found in sync (`Kind::digest_observed`).
-    Declared {
-        sha: [u8; 32],
-    },
+    Declared { sha: [u8; 32] },
     /// Other than declared; or, with no content declared (declared absent, or being released),
     /// what removing or replacing it loses, for the plan's diff.
     Other(Vec<u8>),
@@ -321,9 +319,7 @@ impl Kind for Files {
             let state = looking.at(key, declared.as_ref());
             // Released (not declared at all): an adopted file's original is put back.
             let original = match (spec, env.store) {
-                (None, Some(store)) => store
-                    .read_backup(&super::backup_key(Files::NAME, key))
-                    .ok(),
+                (None, Some(store)) => store.read_backup(&super::backup_key(Files::NAME, key)).ok(),
                 _ => None,
             };
             // A path that cannot be read is that file's own problem (`State::Blocked`).
@@ -1005,7 +1001,9 @@ fn plan_release(
     };
     let diff = match &op {
         Op::Remove => removal_diff(observed, None),
-        Op::Restore(_) => (observed.original.as_deref()).and_then(|o| removal_diff(observed, Some(o))),
+        Op::Restore(_) => {
+            (observed.original.as_deref()).and_then(|o| removal_diff(observed, Some(o)))
+        }
         _ => None,
     };
     Step::Change(Change {

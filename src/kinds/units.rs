@@ -903,13 +903,7 @@ fn plan_release(key: &str, obs: &Observed, entry: &Entry<Original>) -> Step<Op, 
     })
 }
 
-fn remove_step(
-    key: &str,
-    obs: &Observed,
-    op: Op,
-    owned: bool,
-    why: &str,
-) -> Step<Op, Original> {
+fn remove_step(key: &str, obs: &Observed, op: Op, owned: bool, why: &str) -> Step<Op, Original> {
     if op == Op::default() && !owned {
         return Step::InSync;
     }
@@ -975,6 +969,7 @@ pub fn watched_files(spec: &Spec) -> BTreeSet<&str> {
 mod tests {
     use super::*;
     use crate::declaration::tests::{check_refused, parse_with_defaults, problems};
+    use crate::diff::Body;
 
     #[test]
     fn unit_names() {
@@ -1079,6 +1074,50 @@ mod tests {
         let details: Vec<&str> = c.details.iter().collect();
         assert_eq!(details, ["unit file written", "enable", "start"]);
         assert_eq!(c.op.activation, Activation::Start);
+    }
+
+    #[test]
+    fn a_unit_file_written_or_removed_carries_its_diff() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "units": {"a.service": {"content": "[Service]\nExecStart=/bin/b\n"},
+                "gone.service": {"state": "absent"}}}"#,
+        )
+        .unwrap();
+        let cx = RunContext::new(&d, true);
+        let obs = |file: &str| Observed {
+            file: Some(file.as_bytes().to_vec()),
+            ..Observed::default()
+        };
+        let diff = |key: &str, obs: Observed| {
+            let Step::Change(c) = Units::plan(&cx, key, d.units.get(key), Some(&obs), None) else {
+                panic!("expected a change of {key}");
+            };
+            let diff = c.diff.expect("a diff");
+            let Body::Text { hunks, .. } = diff.body else {
+                panic!("{diff:?}");
+            };
+            let lines: Vec<String> = (hunks.iter().flat_map(|h| &h.lines))
+                .map(|l| format!("{}{}", l.tag.mark(), l.text))
+                .collect();
+            (diff.from, diff.to, lines)
+        };
+        assert_eq!(
+            diff("a.service", obs("[Service]\nExecStart=/bin/a\n")),
+            (
+                "on the machine",
+                "declared",
+                vec![
+                    " [Service]".into(),
+                    "-ExecStart=/bin/a".into(),
+                    "+ExecStart=/bin/b".into()
+                ]
+            )
+        );
+        assert_eq!(diff("a.service", Observed::default()).1, "declared",);
+        assert_eq!(
+            diff("gone.service", obs("[Service]\n")),
+            ("on the machine", "absent", vec!["-[Service]".into()])
+        );
     }
 
     fn plan(
