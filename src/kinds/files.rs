@@ -1603,7 +1603,11 @@ mod tests {
             observe("/etc/app/other", Some(b"declared")),
             format!("{:?}", Held::Other(b"edited".to_vec()))
         );
-        assert_eq!(observe("/etc/app/other", None), "Unread");
+        // No content declared (to be removed or released): what it holds, for the plan's diff.
+        assert_eq!(
+            observe("/etc/app/other", None),
+            format!("{:?}", Held::Other(b"edited".to_vec()))
+        );
         assert_eq!(observe("/etc/app/gone", Some(b"declared")), "Missing");
         // The directory was walked to once for all four.
         assert_eq!(looking.parents.dirs.len(), 1);
