@@ -197,7 +197,10 @@ fn changed_content_rewrites_reloads_and_restarts() {
     let changed = service("second");
     let out = apply_traced(&host, &declaration(changed.clone()), 0);
     out.assert_stdout(&format!(
-        "~ units {unit}: unit file changed, restart (its unit file changed)"
+        "~ units {unit}: unit file changed, restart (its unit file changed)\n\
+         --- units {unit} (on the machine)\n+++ units {unit} (declared)\n\
+         @@ -1,5 +1,5 @@\n [Unit]\n-Description=first\n+Description=second\n \n [Service]\n\
+         \x20ExecStart=/bin/sleep infinity\n"
     ));
     assert_eq!(traced_verbs(&out, "daemon-reload"), 1, "{out:?}");
     assert_eq!(
