@@ -47,51 +47,20 @@ pub struct Report {
     pub in_sync_by_kind: BTreeMap<&'static str, usize>,
     /// What the changes' diffs hold so far (`ContentDiff::weight`), bounded by `DIFFS_KEPT`.
     pub diff_bytes: usize,
-    /// Changes whose diff was dropped once the run's diffs passed `DIFFS_KEPT`.
-    pub diffs_dropped: usize,
+    /// Changes were planned without their diff, the run's diffs having reached `DIFFS_KEPT`.
+    pub diffs_cut: bool,
 }
 
-/// The most a run's report holds of its changes' diffs (each already capped by `diff.rs`): a
-/// run of 20,000 changed files lists them all, the first diffs up to this bound.
-pub const DIFFS_KEPT: usize = 8 << 20;
+/// The most a run holds of its changes' diffs (each already capped by `diff.rs`), past which
+/// changes are planned without theirs: more than a person reads, and a small part of what a
+/// 20,000-file converge may use (docs/performance.md, figure 11).
+pub const DIFFS_KEPT: usize = 1 << 20;
 
-/// `diff`, if it fits beside the `kept` bytes of diffs within `DIFFS_KEPT` (then counted in
-/// them); else counted `dropped`.
-fn within_bound(
-    kept: &mut usize,
-    dropped: &mut usize,
-    diff: Option<Box<ContentDiff>>,
-) -> Option<Box<ContentDiff>> {
-    let diff = diff?;
-    let weight = diff.weight();
-    if *kept + weight > DIFFS_KEPT {
-        *dropped += 1;
-        return None;
-    }
-    *kept += weight;
+/// `diff`, if the `kept` bytes of diffs are still within `DIFFS_KEPT` (then counted in them).
+fn within_bound(kept: &mut usize, diff: Option<Box<ContentDiff>>) -> Option<Box<ContentDiff>> {
+    let diff = diff.filter(|_| *kept < DIFFS_KEPT)?;
+    *kept += diff.weight();
     Some(diff)
-}
-
-impl Report {
-    /// `change`'s row, its diff kept while the run's diffs stay within `DIFFS_KEPT`.
-    fn row(
-        &mut self,
-        kind: &'static str,
-        key: String,
-        action: Action,
-        details: Details,
-        diff: Option<Box<ContentDiff>>,
-    ) -> Planned {
-        let diff = within_bound(&mut self.diff_bytes, &mut self.diffs_dropped, diff);
-        Planned {
-            kind,
-            key,
-            symbol: action.symbol(),
-            action,
-            details,
-            diff,
-        }
-    }
 }
 
 /// One change a run made or (planning) would make: a run's report holds one for each of
@@ -382,6 +351,8 @@ fn converge<K: Kind>(
                 Some(Ok(observed)) => Some(observed),
                 None => None,
             };
+            // Diffs only while the run's stay within their bound.
+            cx.diffs = env.diffs && report.diff_bytes < DIFFS_KEPT;
             match K::plan(cx, key, spec, observed, entry) {
                 Step::InSync => {
                     in_sync += 1;
@@ -409,7 +380,13 @@ fn converge<K: Kind>(
                         adopted.push((key.to_string(), intent));
                     }
                 }
-                Step::Change(change) => changes.push(change),
+                Step::Change(change) => {
+                    match &change.diff {
+                        Some(diff) => report.diff_bytes += diff.weight(),
+                        None => report.diffs_cut |= env.diffs && !cx.diffs,
+                    }
+                    changes.push(change);
+                }
                 Step::Fail(e) => report
                     .failures
                     .push(result(K::NAME, key, ResultAction::Plan, e)),
@@ -447,10 +424,10 @@ fn converge<K: Kind>(
             );
         }
         // Each change becomes its row (its key, details and diff moved, not copied).
-        for c in changes {
-            let row = report.row(K::NAME, c.key, c.action, c.details, c.diff);
-            report.changes.push(row);
-        }
+        let planned = changes
+            .into_iter()
+            .map(|c| planned_row(K::NAME, c.key, c.action, c.details, c.diff));
+        report.changes.extend(planned);
         return Ok(());
     }
     apply_planned::<K>(env, cx, ledger, changes, ledger_dirty, report)
@@ -504,7 +481,7 @@ fn apply_planned<K: Kind>(
                         }
                     }
                 }
-                let row = report.row(
+                let row = planned_row(
                     K::NAME,
                     change.key,
                     change.action,
@@ -548,6 +525,23 @@ fn apply_planned<K: Kind>(
         }
     }
     Ok(())
+}
+
+fn planned_row(
+    kind: &'static str,
+    key: String,
+    action: Action,
+    details: Details,
+    diff: Option<Box<ContentDiff>>,
+) -> Planned {
+    Planned {
+        kind,
+        key,
+        symbol: action.symbol(),
+        action,
+        details,
+        diff,
+    }
 }
 
 /// Write-ahead of what later kinds will owe these changes (a unit's restart or reload on a file
@@ -734,13 +728,14 @@ impl std::fmt::Display for OwnedState {
 /// The declaration is taken to be dropped once the kinds are inspected: the `.pacnew` search
 /// after them does not hold it too.
 pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
-    let cx = RunContext::new(&declaration, env.offline);
+    let mut cx = RunContext::new(&declaration, env.offline);
+    cx.diffs = env.diffs;
     let mut inspecting = Inspecting {
         env,
         cx: &cx,
         ledger,
         rows: Vec::with_capacity(ledger.owned_count()),
-        diffs: (0, 0),
+        diffs: 0,
     };
     kinds::each(&mut inspecting);
     let mut rows = inspecting.rows;
@@ -769,8 +764,8 @@ struct Inspecting<'r, 'a> {
     cx: &'r RunContext<'r>,
     ledger: &'r Ledger,
     rows: Vec<OwnedRow>,
-    /// The bytes of diffs the rows hold, and the diffs dropped past `DIFFS_KEPT`.
-    diffs: (usize, usize),
+    /// The bytes of diffs the rows hold, at most about `DIFFS_KEPT`.
+    diffs: usize,
 }
 
 impl Visit for Inspecting<'_, '_> {
@@ -791,7 +786,7 @@ fn inspect<K: Kind>(
     cx: &RunContext,
     ledger: &Ledger,
     rows: &mut Vec<OwnedRow>,
-    kept: &mut (usize, usize),
+    kept: &mut usize,
 ) {
     let mut keys = ledger.owned_keys::<K>().peekable();
     while keys.peek().is_some() {
@@ -807,7 +802,7 @@ fn inspect_chunk<K: Kind>(
     ledger: &Ledger,
     keys: Vec<&str>,
     rows: &mut Vec<OwnedRow>,
-    kept: &mut (usize, usize),
+    kept: &mut usize,
 ) {
     let Some(&first) = keys.first() else {
         return;
@@ -842,7 +837,7 @@ fn inspect_chunk<K: Kind>(
                     (OwnedState::Missing, c.details.join(", "))
                 }
                 Step::Change(c) => {
-                    diff = within_bound(&mut kept.0, &mut kept.1, c.diff);
+                    diff = within_bound(kept, c.diff);
                     (OwnedState::Drifted, c.details.join(", "))
                 }
                 Step::Fail(e) | Step::Skip(e) => (OwnedState::Error, e),
@@ -892,6 +887,7 @@ mod tests {
         let env = Env {
             root: &root,
             offline: true,
+            diffs: false,
             config: &config,
             runner: &runner,
             store: Some(&store),
@@ -939,6 +935,7 @@ mod tests {
         let env = Env {
             root: &root,
             offline: false,
+            diffs: false,
             config: &config,
             runner: &runner,
             store: Some(&store),

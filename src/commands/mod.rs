@@ -109,6 +109,7 @@ impl Host {
         Env {
             root: self.root(),
             offline: self.args.root.is_some(),
+            diffs: self.args.command != crate::cli::Command::Run,
             config: &self.config,
             runner,
             store,
@@ -197,7 +198,7 @@ impl Host {
             commands: self.args.trace_commands.then_some(traced),
             planning,
             notes,
-            diffs_omitted: report.diffs_dropped,
+            diffs_cut: report.diffs_cut,
         };
         render::run(self.args.json, &output, traced);
     }

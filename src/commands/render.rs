@@ -87,13 +87,10 @@ pub struct RunOutput<'a> {
     /// What the run did beside its resources (text only: JSON has no room for them today).
     #[serde(skip)]
     pub notes: &'a [String],
-    /// Changes listed without their diff, the run's diffs having passed `reconcile::DIFFS_KEPT`.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub diffs_omitted: usize,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
+    /// Changes were listed without their diff, the run's diffs having reached
+    /// `reconcile::DIFFS_KEPT`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub diffs_cut: bool,
 }
 
 pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
@@ -145,10 +142,9 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
     for note in run.notes {
         println!("note: {note}");
     }
-    if run.diffs_omitted > 0 {
+    if run.diffs_cut {
         println!(
-            "note: {} changes listed without their diff (the run's diffs passed {} MiB)",
-            run.diffs_omitted,
+            "note: the diffs shown reached {} MiB; the changes after them are listed without theirs",
             crate::reconcile::DIFFS_KEPT >> 20
         );
     }
@@ -632,7 +628,7 @@ mod tests {
             commands: None,
             planning: true,
             notes: &[],
-            diffs_omitted: 0,
+            diffs_cut: false,
         };
         let r = r#"{"action":"ACTION","detail":"d","key":"/etc/x","kind":"files"}"#;
         let expected = [

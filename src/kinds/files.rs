@@ -111,7 +111,8 @@ enum Held {
     /// Other than declared; or, with no content declared (declared absent, or being released),
     /// what removing or replacing it loses, for the plan's diff.
     Other(Vec<u8>),
-    /// No content is declared for it and it could not be read (its removal goes on regardless).
+    /// No content is declared for it and it is not read (the plan shows no diffs) or could not
+    /// be (its removal goes on regardless).
     Unread,
 }
 
@@ -278,7 +279,8 @@ impl Kind for Files {
         let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
         let mut accounts: Option<Accounts> = None;
         let index = IndexUse::load(env.store, cx.facts.files.index.take());
-        let mut looking = Looking::new(&root, index, env.config.limits.max_file_bytes);
+        let max = env.config.limits.max_file_bytes;
+        let mut looking = Looking::new(&root, index, max, env.diffs);
         // Listed, then made a map at once: full B-tree nodes (see `declaration`'s sections).
         let mut out = Vec::with_capacity(keys.len());
         // Keys come in order: the declared files are walked beside them, not searched for each.
@@ -319,7 +321,9 @@ impl Kind for Files {
             let state = looking.at(key, declared.as_ref());
             // Released (not declared at all): an adopted file's original is put back.
             let original = match (spec, env.store) {
-                (None, Some(store)) => store.read_backup(&super::backup_key(Files::NAME, key)).ok(),
+                (None, Some(store)) if env.diffs => {
+                    store.read_backup(&super::backup_key(Files::NAME, key)).ok()
+                }
                 _ => None,
             };
             // A path that cannot be read is that file's own problem (`State::Blocked`).
@@ -336,7 +340,7 @@ impl Kind for Files {
     }
 
     fn plan(
-        _cx: &RunContext,
+        cx: &RunContext,
         key: &str,
         desired: Option<&Spec>,
         observed: Option<&Observed>,
@@ -346,9 +350,9 @@ impl Kind for Files {
             return Step::Fail(format!("{key} was not observed"));
         };
         match desired {
-            Some(Spec::Present(content)) => plan_present(key, content, observed, owned),
-            Some(Spec::Absent) => plan_absent(key, observed, owned),
-            None => plan_release(key, observed, owned),
+            Some(Spec::Present(content)) => plan_present(key, content, observed, owned, cx.diffs),
+            Some(Spec::Absent) => plan_absent(key, observed, owned, cx.diffs),
+            None => plan_release(key, observed, owned, cx.diffs),
         }
     }
 
@@ -691,16 +695,19 @@ struct Looking<'r, 'k> {
     buffer: Vec<u8>,
     index: IndexUse<'k>,
     max: u64,
+    /// Whether a file with no declared content is read (for a plan's diff of its removal).
+    read_undeclared: bool,
 }
 
 impl<'r, 'k> Looking<'r, 'k> {
-    fn new(root: &'r Dir, index: IndexUse<'k>, max: u64) -> Looking<'r, 'k> {
+    fn new(root: &'r Dir, index: IndexUse<'k>, max: u64, read_undeclared: bool) -> Looking<'r, 'k> {
         Looking {
             root,
             parents: ParentCache::default(),
             buffer: Vec::new(),
             index,
             max,
+            read_undeclared,
         }
     }
 
@@ -728,6 +735,7 @@ impl<'r, 'k> Looking<'r, 'k> {
             buffer,
             index,
             max,
+            read_undeclared,
         } = self;
         let (root, max) = (*root, *max);
         let Some((parent_path, name)) = key.rsplit_once('/') else {
@@ -755,10 +763,13 @@ impl<'r, 'k> Looking<'r, 'k> {
             Ok(Some((stat, stamp))) => {
                 let Some(declared) = declared else {
                     // To be removed or replaced: read for the plan's diff, if it can be.
-                    let held = match dir.read_after_stat(name, &stat, max, buffer) {
-                        Ok(true) => Held::Other(std::mem::take(buffer)),
-                        Ok(false) => return State::Missing,
-                        Err(_) => Held::Unread,
+                    let held = match read_undeclared {
+                        false => Held::Unread,
+                        true => match dir.read_after_stat(name, &stat, max, buffer) {
+                            Ok(true) => Held::Other(std::mem::take(buffer)),
+                            Ok(false) => return State::Missing,
+                            Err(_) => Held::Unread,
+                        },
                     };
                     return State::Regular { stat, held };
                 };
@@ -787,11 +798,13 @@ impl<'r, 'k> Looking<'r, 'k> {
     }
 }
 
+/// `diffs`: whether the change carries a content diff (`RunContext::diffs`).
 fn plan_present(
     key: &str,
     content: &Content,
     observed: &Observed,
     owned: Option<&Entry<Original>>,
+    diffs: bool,
 ) -> Step<Op, Original> {
     let (uid, gid) = match (&observed.uid, &observed.gid) {
         (Ok(u), Ok(g)) => (*u, *g),
@@ -814,13 +827,15 @@ fn plan_present(
                 key: key.to_string(),
                 action: Action::Create,
                 details: vec![format!("{} bytes, mode {mode:04o}", content.bytes.len())].into(),
-                diff: Some(Box::new(ContentDiff::new(
-                    "absent",
-                    "declared",
-                    None,
-                    Some(&content.bytes),
-                    shows_content(Some(content)),
-                ))),
+                diff: diffs.then(|| {
+                    Box::new(ContentDiff::new(
+                        "absent",
+                        "declared",
+                        None,
+                        Some(&content.bytes),
+                        shows_content(Some(content)),
+                    ))
+                }),
                 intent: owned.is_none().then(|| Box::new(Entry::created())),
                 backup: None,
                 after: after(),
@@ -869,7 +884,7 @@ fn plan_present(
             } else {
                 Op::SetAttributes { mode, owner }
             };
-            let diff = content_differs.then(|| {
+            let diff = (content_differs && diffs).then(|| {
                 Box::new(ContentDiff::new(
                     "on the machine",
                     "declared",
@@ -939,6 +954,7 @@ fn plan_absent(
     key: &str,
     observed: &Observed,
     owned: Option<&Entry<Original>>,
+    diffs: bool,
 ) -> Step<Op, Original> {
     let (op, detail) = match &observed.state {
         State::Missing if owned.is_none() => return Step::InSync,
@@ -956,7 +972,7 @@ fn plan_absent(
         key: key.to_string(),
         action: Action::Remove,
         details: vec![detail.to_string()].into(),
-        diff: removal_diff(observed, None),
+        diff: diffs.then(|| removal_diff(observed, None)).flatten(),
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
@@ -968,6 +984,7 @@ fn plan_release(
     key: &str,
     observed: &Observed,
     owned: Option<&Entry<Original>>,
+    diffs: bool,
 ) -> Step<Op, Original> {
     let Some(entry) = owned else {
         return Step::InSync;
@@ -1000,6 +1017,7 @@ fn plan_release(
         },
     };
     let diff = match &op {
+        _ if !diffs => None,
         Op::Remove => removal_diff(observed, None),
         Op::Restore(_) => {
             (observed.original.as_deref()).and_then(|o| removal_diff(observed, Some(o)))
@@ -1594,7 +1612,7 @@ mod tests {
         std::fs::write(tmp.path().join("etc/app/same"), "declared").unwrap();
         std::fs::write(tmp.path().join("etc/app/other"), "edited").unwrap();
         let root = Dir::open(tmp.path()).unwrap();
-        let mut looking = Looking::new(&root, IndexUse::load(None, None), 100);
+        let mut looking = Looking::new(&root, IndexUse::load(None, None), 100, true);
         let mut observe = |key: &'static str, declared: Option<&[u8]>| {
             held(looking.at(key, declared.map(Declared::of).as_ref()))
         };
@@ -1652,7 +1670,7 @@ mod tests {
     ) -> String {
         let mut index = IndexUse::load(Some(store), None);
         index.observed_from_ns = observed_from_ns;
-        let mut looking = Looking::new(root, index, 100);
+        let mut looking = Looking::new(root, index, 100, false);
         let state = looking.at("/etc/app/conf", Some(&Declared::of(declared)));
         looking.index.save(Some(store));
         held(state)
@@ -1688,7 +1706,7 @@ mod tests {
         let (_tmp, root, store) = root_with_one_file("index-kept");
         let observe = |mut index: IndexUse<'static>| {
             index.observed_from_ns = LATER;
-            let mut looking = Looking::new(&root, index, 100);
+            let mut looking = Looking::new(&root, index, 100, false);
             looking.at("/etc/app/conf", Some(&Declared::of(b"declared")));
             looking.index
         };

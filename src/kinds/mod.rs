@@ -131,6 +131,9 @@ pub struct Env<'a> {
     pub root: &'a Path,
     /// Applying into a mounted root: whatever needs the running system is deferred.
     pub offline: bool,
+    /// Whether plans carry content diffs (`Change::diff`): for a person at the command line,
+    /// not for the service, which prints none.
+    pub diffs: bool,
     pub config: &'a Config,
     pub runner: &'a Runner<'a>,
     /// Absent when planning against a store that does not exist yet.
@@ -147,6 +150,9 @@ pub struct RunContext<'a> {
     /// `facts.packages.failed`).
     pub facts: Facts,
     pub offline: bool,
+    /// Whether `plan` puts a content diff in each change it makes (`Change::diff`): `Env::diffs`,
+    /// turned off by the reconciler once the run holds `reconcile::DIFFS_KEPT` of them.
+    pub diffs: bool,
 }
 
 impl<'a> RunContext<'a> {
@@ -156,6 +162,7 @@ impl<'a> RunContext<'a> {
             declaration,
             facts: Facts::default(),
             offline,
+            diffs: false,
         }
     }
 }

@@ -66,6 +66,11 @@ pub struct Observed {
 }
 
 impl Observed {
+    /// Its unit file, to show in a plan's diff when the plan shows them.
+    fn file_diff(&self, cx: &RunContext) -> Option<&[u8]> {
+        self.file.as_deref().filter(|_| cx.diffs)
+    }
+
     fn running(&self) -> bool {
         self.active.as_ref().is_some_and(ActiveState::running)
     }
@@ -370,9 +375,9 @@ impl Kind for Units {
         };
         match desired {
             Some(spec) if spec.present => plan_present(cx, key, spec, obs, owned),
-            Some(_) => plan_absent(key, obs, owned),
+            Some(_) => plan_absent(key, obs, obs.file_diff(cx), owned),
             None => match owned {
-                Some(entry) => plan_release(key, obs, entry),
+                Some(entry) => plan_release(key, obs, obs.file_diff(cx), entry),
                 None => Step::InSync,
             },
         }
@@ -814,7 +819,7 @@ fn plan_present(
         };
     }
     let diff = match &op.file {
-        FileChange::Write(content) => Some(Box::new(ContentDiff::new(
+        FileChange::Write(content) if cx.diffs => Some(Box::new(ContentDiff::new(
             if obs.file.is_some() {
                 "on the machine"
             } else {
@@ -844,8 +849,14 @@ fn plan_present(
     })
 }
 
-fn plan_absent(key: &str, obs: &Observed, owned: Option<&Entry<Original>>) -> Step<Op, Original> {
-    remove_step(key, obs, removal(obs), owned.is_some(), "declared absent")
+/// A removal's plan: `shown`, the unit file as it is, when the plan shows diffs.
+fn plan_absent(
+    key: &str,
+    obs: &Observed,
+    shown: Option<&[u8]>,
+    owned: Option<&Entry<Original>>,
+) -> Step<Op, Original> {
+    remove_step(key, shown, removal(obs), owned.is_some(), "declared absent")
 }
 
 /// Stopped, disabled and its file removed, as far as it is any of those now.
@@ -866,9 +877,20 @@ fn removal(obs: &Observed) -> Op {
     }
 }
 
-fn plan_release(key: &str, obs: &Observed, entry: &Entry<Original>) -> Step<Op, Original> {
+fn plan_release(
+    key: &str,
+    obs: &Observed,
+    shown: Option<&[u8]>,
+    entry: &Entry<Original>,
+) -> Step<Op, Original> {
     if entry.origin == Origin::Created {
-        return remove_step(key, obs, removal(obs), true, "released; mesh-host wrote it");
+        return remove_step(
+            key,
+            shown,
+            removal(obs),
+            true,
+            "released; mesh-host wrote it",
+        );
     }
     let Some(original) = &entry.original else {
         return Step::Fail("the ledger keeps no record of the original".to_string());
@@ -903,13 +925,19 @@ fn plan_release(key: &str, obs: &Observed, entry: &Entry<Original>) -> Step<Op, 
     })
 }
 
-fn remove_step(key: &str, obs: &Observed, op: Op, owned: bool, why: &str) -> Step<Op, Original> {
+fn remove_step(
+    key: &str,
+    shown: Option<&[u8]>,
+    op: Op,
+    owned: bool,
+    why: &str,
+) -> Step<Op, Original> {
     if op == Op::default() && !owned {
         return Step::InSync;
     }
     let mut details = vec![why.to_string()];
     details.extend(describe(&op));
-    let diff = match (&op.file, &obs.file) {
+    let diff = match (&op.file, shown) {
         (FileChange::Remove, Some(file)) => Some(Box::new(ContentDiff::new(
             "on the machine",
             "absent",
@@ -1083,7 +1111,8 @@ mod tests {
                 "gone.service": {"state": "absent"}}}"#,
         )
         .unwrap();
-        let cx = RunContext::new(&d, true);
+        let mut cx = RunContext::new(&d, true);
+        cx.diffs = true;
         let obs = |file: &str| Observed {
             file: Some(file.as_bytes().to_vec()),
             ..Observed::default()
