@@ -187,11 +187,13 @@ fn unified(old: &str, new: &str) -> (Vec<Hunk>, usize) {
     let script = edit_script(&a, &b);
     let mut hunks = Vec::new();
     let (mut shown, mut bytes, mut omitted) = (0, 0, 0);
+    // Old and new line numbers at step `at` of the script, walked forward once.
+    let (mut at, mut i, mut j) = (0, 0, 0);
     for (start, end) in hunk_ranges(&script) {
-        // Old and new line numbers at the hunk's first step.
-        let (mut i, mut j) = script[..start]
-            .iter()
-            .fold((0, 0), |(i, j), e| advance(*e, i, j));
+        for &edit in &script[at..start] {
+            (i, j) = advance(edit, i, j);
+        }
+        at = end;
         let (old_from, new_from) = (i, j);
         let mut lines = Vec::new();
         for &edit in &script[start..end] {
@@ -273,17 +275,25 @@ fn edit_script<'t>(a: &[&'t str], b: &[&'t str]) -> Vec<Edit> {
         .zip(b[head..].iter().rev())
         .take_while(|(x, y)| x == y)
         .count();
-    // Lines compared as numbers, one per distinct line.
-    let mut ids: HashMap<&'t str, u32> = HashMap::new();
-    let mut id = |line: &'t str| {
-        let next = ids.len() as u32;
-        *ids.entry(line).or_insert(next)
+    let (a, b) = (&a[head..a.len() - tail], &b[head..b.len() - tail]);
+    // One side empty (a file created or removed): nothing to search.
+    let found = match a.is_empty() || b.is_empty() {
+        true => None,
+        false => {
+            // Lines compared as numbers, one per distinct line.
+            let mut ids: HashMap<&'t str, u32> = HashMap::new();
+            let mut id = |line: &'t str| {
+                let next = ids.len() as u32;
+                *ids.entry(line).or_insert(next)
+            };
+            let a_ids: Vec<u32> = a.iter().map(|l| id(l)).collect();
+            let b_ids: Vec<u32> = b.iter().map(|l| id(l)).collect();
+            myers(&a_ids, &b_ids)
+        }
     };
-    let a_ids: Vec<u32> = a[head..a.len() - tail].iter().map(|l| id(l)).collect();
-    let b_ids: Vec<u32> = b[head..b.len() - tail].iter().map(|l| id(l)).collect();
-    let middle = myers(&a_ids, &b_ids).unwrap_or_else(|| {
-        let mut all = vec![Edit::Delete; a_ids.len()];
-        all.resize(a_ids.len() + b_ids.len(), Edit::Insert);
+    let middle = found.unwrap_or_else(|| {
+        let mut all = vec![Edit::Delete; a.len()];
+        all.resize(a.len() + b.len(), Edit::Insert);
         all
     });
     let mut script = vec![Edit::Same; head];
@@ -313,10 +323,11 @@ fn myers(a: &[u32], b: &[u32]) -> Option<Vec<Edit>> {
     // The furthest x on each diagonal k = x - y, at v[k + offset].
     let offset = max + 1;
     let mut v = vec![0isize; 2 * max as usize + 3];
-    // Before round d, the frontier over diagonals -d-1..=d+1.
-    let mut trace: Vec<Vec<isize>> = Vec::new();
+    // Before round d, the frontier over diagonals -d-1..=d+1 (as u32: half the memory).
+    let mut trace: Vec<Vec<u32>> = Vec::new();
     for d in 0..=max {
-        trace.push(v[(offset - d - 1) as usize..=(offset + d + 1) as usize].to_vec());
+        let frontier = &v[(offset - d - 1) as usize..=(offset + d + 1) as usize];
+        trace.push(frontier.iter().map(|&x| x as u32).collect());
         for k in (-d..=d).step_by(2) {
             let at = (k + offset) as usize;
             let mut x = if k == -d || (k != d && v[at - 1] < v[at + 1]) {
@@ -339,13 +350,13 @@ fn myers(a: &[u32], b: &[u32]) -> Option<Vec<Edit>> {
 }
 
 /// The edit script the frontiers in `trace` lead along, from (0, 0) to (n, m).
-fn walk_back(trace: &[Vec<isize>], n: isize, m: isize) -> Vec<Edit> {
+fn walk_back(trace: &[Vec<u32>], n: isize, m: isize) -> Vec<Edit> {
     let mut script = Vec::new();
     let (mut x, mut y) = (n, m);
     for (d, v) in trace.iter().enumerate().rev() {
         let d = d as isize;
         // The frontier before round d, indexed by k + d + 1.
-        let at = |k: isize| v[(k + d + 1) as usize];
+        let at = |k: isize| v[(k + d + 1) as usize] as isize;
         let k = x - y;
         let prev_k = if k == -d || (k != d && at(k - 1) < at(k + 1)) {
             k + 1
