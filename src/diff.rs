@@ -21,6 +21,9 @@ pub const MAX_BYTES: usize = 32 * 1024;
 /// correct diff, only not the shortest.
 const MAX_EDITS: usize = 1000;
 
+/// About what the allocator takes beside each allocation (its header and rounding).
+const MALLOC: usize = 16;
+
 /// What a plan shows of a resource's content change.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ContentDiff {
@@ -145,18 +148,25 @@ impl ContentDiff {
         }
     }
 
-    /// Roughly the bytes it holds, for the run's bound on diffs kept.
+    /// About the bytes of memory it takes, allocations' overhead counted, for the run's bound
+    /// on the diffs it holds.
     pub fn weight(&self) -> usize {
-        let lines = match &self.body {
+        use std::mem::size_of;
+        let body = match &self.body {
             Body::Text { hunks, .. } => hunks
                 .iter()
-                .flat_map(|h| &h.lines)
-                .map(|l| l.text.len() + std::mem::size_of::<Line>())
-                .sum(),
-            Body::Binary { .. } => 128,
+                .map(|h| {
+                    let texts: usize = h.lines.iter().map(|l| l.text.capacity() + MALLOC).sum();
+                    size_of::<Hunk>() + h.lines.capacity() * size_of::<Line>() + MALLOC + texts
+                })
+                .sum::<usize>(),
+            Body::Binary {
+                old_sha256,
+                new_sha256,
+            } => old_sha256.capacity() + new_sha256.capacity() + 2 * MALLOC,
             Body::Secret => 0,
         };
-        std::mem::size_of::<ContentDiff>() + lines
+        size_of::<ContentDiff>() + MALLOC + body
     }
 }
 
@@ -195,7 +205,7 @@ fn unified(old: &str, new: &str) -> (Vec<Hunk>, usize) {
         }
         at = end;
         let (old_from, new_from) = (i, j);
-        let mut lines = Vec::new();
+        let mut lines = Vec::with_capacity((end - start).min(MAX_LINES.saturating_sub(shown)));
         for &edit in &script[start..end] {
             let (tag, line) = match edit {
                 Edit::Same => (Tag::Context, a[i]),

@@ -45,6 +45,9 @@ pub struct Report {
     pub pacnew: Vec<Pacnew>,
     /// `in_sync` by kind, for the metrics.
     pub in_sync_by_kind: BTreeMap<&'static str, usize>,
+    /// The diffs of the `changes` that have one, by their index there: apart, so a change
+    /// without one (most in a large run, every one in the service's) costs nothing for them.
+    pub diffs: Vec<(usize, Box<ContentDiff>)>,
     /// What the changes' diffs hold so far (`ContentDiff::weight`), bounded by `DIFFS_KEPT`.
     pub diff_bytes: usize,
     /// Changes were planned without their diff, the run's diffs having reached `DIFFS_KEPT`.
@@ -52,9 +55,9 @@ pub struct Report {
 }
 
 /// The most a run holds of its changes' diffs (each already capped by `diff.rs`), past which
-/// changes are planned without theirs: more than a person reads, and a small part of what a
-/// 20,000-file converge may use (docs/performance.md, figure 11).
-pub const DIFFS_KEPT: usize = 1 << 20;
+/// changes are planned without theirs: some 3,000 lines, more than a person reads at once, and
+/// little beside what a 20,000-file converge uses (docs/performance.md, figure 11).
+pub const DIFFS_KEPT: usize = 256 << 10;
 
 /// `diff`, if the `kept` bytes of diffs are still within `DIFFS_KEPT` (then counted in them).
 fn within_bound(kept: &mut usize, diff: Option<Box<ContentDiff>>) -> Option<Box<ContentDiff>> {
@@ -74,10 +77,6 @@ pub struct Planned {
     #[serde(serialize_with = "action_word")]
     pub action: Action,
     pub details: Details,
-    /// What changes in its content (files and unit files), for people: printed by `plan`,
-    /// `apply` and `reconcile`, never kept in the run record or the wire report.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub diff: Option<Box<ContentDiff>>,
 }
 
 fn action_word<S: serde::Serializer>(action: &Action, s: S) -> Result<S::Ok, S::Error> {
@@ -424,10 +423,9 @@ fn converge<K: Kind>(
             );
         }
         // Each change becomes its row (its key, details and diff moved, not copied).
-        let planned = changes
-            .into_iter()
-            .map(|c| planned_row(K::NAME, c.key, c.action, c.details, c.diff));
-        report.changes.extend(planned);
+        for c in changes {
+            report.push_change(K::NAME, c.key, c.action, c.details, c.diff);
+        }
         return Ok(());
     }
     apply_planned::<K>(env, cx, ledger, changes, ledger_dirty, report)
@@ -481,14 +479,13 @@ fn apply_planned<K: Kind>(
                         }
                     }
                 }
-                let row = planned_row(
+                report.push_change(
                     K::NAME,
                     change.key,
                     change.action,
                     change.details,
                     change.diff,
                 );
-                report.changes.push(row);
             }
             Outcome::Deferred(why) => report.deferred.push(result(
                 K::NAME,
@@ -527,20 +524,26 @@ fn apply_planned<K: Kind>(
     Ok(())
 }
 
-fn planned_row(
-    kind: &'static str,
-    key: String,
-    action: Action,
-    details: Details,
-    diff: Option<Box<ContentDiff>>,
-) -> Planned {
-    Planned {
-        kind,
-        key,
-        symbol: action.symbol(),
-        action,
-        details,
-        diff,
+impl Report {
+    /// Lists a change made (or planned), with its diff if it has one.
+    fn push_change(
+        &mut self,
+        kind: &'static str,
+        key: String,
+        action: Action,
+        details: Details,
+        diff: Option<Box<ContentDiff>>,
+    ) {
+        if let Some(diff) = diff {
+            self.diffs.push((self.changes.len(), diff));
+        }
+        self.changes.push(Planned {
+            kind,
+            key,
+            symbol: action.symbol(),
+            action,
+            details,
+        });
     }
 }
 

@@ -505,7 +505,6 @@ mod tests {
                 symbol: '+',
                 action: Action::Create,
                 details: vec!["80 bytes, mode 0644".to_string()].into(),
-                diff: None,
             })
             .collect();
         for (trigger, lists) in [(Trigger::Declaration, 1), (Trigger::Timer, 2)] {

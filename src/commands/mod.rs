@@ -188,7 +188,10 @@ impl Host {
         notes: &[String],
     ) {
         let output = render::RunOutput {
-            changes: &report.changes,
+            changes: render::Changes {
+                planned: &report.changes,
+                diffs: &report.diffs,
+            },
             failures: &report.failures,
             deferred: &report.deferred,
             adopted: &report.adopted,

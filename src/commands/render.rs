@@ -71,7 +71,7 @@ pub fn check(json: bool, checked: &Checked, now: u64) {
 /// What `plan`, `apply` and `reconcile` print: a run's resources by what happened to them.
 #[derive(Debug, Serialize)]
 pub struct RunOutput<'a> {
-    pub changes: &'a [Planned],
+    pub changes: Changes<'a>,
     pub failures: &'a [ResourceResult],
     pub deferred: &'a [ResourceResult],
     pub adopted: &'a [ResourceResult],
@@ -93,12 +93,49 @@ pub struct RunOutput<'a> {
     pub diffs_cut: bool,
 }
 
+/// A run's changes and the diffs of those that have one (`reconcile::Report::diffs`): in JSON,
+/// each change with its `diff`.
+#[derive(Debug, Clone, Copy)]
+pub struct Changes<'a> {
+    pub planned: &'a [Planned],
+    pub diffs: &'a [(usize, Box<ContentDiff>)],
+}
+
+impl<'a> Changes<'a> {
+    /// Each change with its diff, in order.
+    fn each(self) -> impl Iterator<Item = (&'a Planned, Option<&'a ContentDiff>)> {
+        let mut diffs = self.diffs.iter().peekable();
+        self.planned.iter().enumerate().map(move |(i, c)| {
+            let diff = diffs.next_if(|(at, _)| *at == i).map(|(_, d)| &**d);
+            (c, diff)
+        })
+    }
+}
+
+/// A change as `--json` shows it: its fields, and its diff if it has one.
+#[derive(Serialize)]
+struct ChangeShown<'a> {
+    #[serde(flatten)]
+    change: &'a Planned,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    diff: Option<&'a ContentDiff>,
+}
+
+impl Serialize for Changes<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            self.each()
+                .map(|(change, diff)| ChangeShown { change, diff }),
+        )
+    }
+}
+
 pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
     if json {
         return print_json(run);
     }
     let colour = Colour::for_stdout();
-    for c in run.changes {
+    for (c, diff) in run.changes.each() {
         println!(
             "{} {} {}: {}",
             c.symbol,
@@ -106,7 +143,7 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
             c.key,
             c.details.join(", ")
         );
-        if let Some(diff) = &c.diff {
+        if let Some(diff) = diff {
             print!("{}", diff_text(c.kind, &c.key, diff, colour));
         }
     }
@@ -129,7 +166,7 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
     };
     println!(
         "{} {verb}, {} in sync, {} adopted, {} deferred, {} failed ({} commands run)",
-        run.changes.len(),
+        run.changes.planned.len(),
         run.in_sync,
         run.adopted.len(),
         run.deferred.len(),
@@ -144,8 +181,8 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
     }
     if run.diffs_cut {
         println!(
-            "note: the diffs shown reached {} MiB; the changes after them are listed without theirs",
-            crate::reconcile::DIFFS_KEPT >> 20
+            "note: the diffs shown reached {} KiB; the changes after them are listed without theirs",
+            crate::reconcile::DIFFS_KEPT >> 10
         );
     }
 }
@@ -605,7 +642,6 @@ mod tests {
             symbol: '+',
             action: Action::Create,
             details: vec!["content".into(), "mode 0644".into()].into(),
-            diff: None,
         }];
         let failures = [result(ResultAction::Plan)];
         let deferred = [result(ResultAction::Remove)];
@@ -618,7 +654,10 @@ mod tests {
         }];
         let traced = ["pacman -Q".to_string()];
         let mut run = RunOutput {
-            changes: &changes,
+            changes: Changes {
+                planned: &changes,
+                diffs: &[],
+            },
             failures: &failures,
             deferred: &deferred,
             adopted: &adopted,
@@ -648,6 +687,60 @@ mod tests {
         assert_eq!(
             json(&run),
             expected.replace("COMMANDS", r#""commands":["pacman -Q"],"#)
+        );
+    }
+
+    #[test]
+    fn a_change_carries_its_diff_in_json_and_text() {
+        let changes = [
+            Planned {
+                kind: "files",
+                key: "/etc/a".into(),
+                symbol: '~',
+                action: Action::Update,
+                details: vec!["content (2 -> 2 bytes)".into()].into(),
+            },
+            Planned {
+                kind: "files",
+                key: "/etc/b".into(),
+                symbol: '~',
+                action: Action::Update,
+                details: vec!["mode 0600 -> 0644".into()].into(),
+            },
+        ];
+        let diff = ContentDiff::new(
+            "on the machine",
+            "declared",
+            Some(b"a\n"),
+            Some(b"b\n"),
+            true,
+        );
+        let diffs = [(0, Box::new(diff.clone()))];
+        let shown = Changes {
+            planned: &changes,
+            diffs: &diffs,
+        };
+        let json = json(&shown);
+        assert!(json.starts_with(r#"[{"action":"update","details":["content (2 -> 2 bytes)"],"diff":{"content":"text","#), "{json}");
+        assert!(
+            json.ends_with(r#""key":"/etc/b","kind":"files","symbol":"~"}]"#),
+            "{json}"
+        );
+        assert_eq!(
+            diff_text("files", "/etc/a", &diff, Colour::Off),
+            "--- files /etc/a (on the machine)\n+++ files /etc/a (declared)\n@@ -1 +1 @@\n-a\n+b\n"
+        );
+        // The secret hook's answer: sizes only.
+        let secret = ContentDiff::new(
+            "on the machine",
+            "declared",
+            Some(b"pw=1\n"),
+            Some(b"pw=22\n"),
+            false,
+        );
+        assert_eq!(
+            diff_text("files", "/etc/a", &secret, Colour::On),
+            "    (secret: content not shown) on the machine, 5 bytes -> declared, 6 bytes\n"
         );
     }
 
