@@ -63,6 +63,9 @@ pub struct Observed {
     /// An instance whose template the declaration ships with other content than its file holds
     /// now: the template is written in this run, and a running instance restarted for it.
     pub template_differs: bool,
+    /// The unit file releasing an adopted unit puts back (its backup in the store), read only
+    /// for a unit no longer declared when the plan shows diffs.
+    pub original: Option<Vec<u8>>,
 }
 
 impl Observed {
@@ -356,6 +359,15 @@ impl Kind for Units {
                         Found::Link(target) => obs.link = Some(target.display().to_string()),
                     }
                     obs.template_differs = template_differs(name)?;
+                    if let (Some(store), true, false) = (
+                        env.store,
+                        env.diffs,
+                        cx.declaration.units.contains_key(*name),
+                    ) {
+                        obs.original = store
+                            .read_backup(&super::backup_key(Units::NAME, name))
+                            .ok();
+                    }
                     Ok(obs)
                 });
                 (name.to_string(), observed)
@@ -377,7 +389,7 @@ impl Kind for Units {
             Some(spec) if spec.present => plan_present(cx, key, spec, obs, owned),
             Some(_) => plan_absent(key, obs, obs.file_diff(cx), owned),
             None => match owned {
-                Some(entry) => plan_release(key, obs, obs.file_diff(cx), entry),
+                Some(entry) => plan_release(cx, key, obs, entry),
                 None => Step::InSync,
             },
         }
@@ -878,15 +890,15 @@ fn removal(obs: &Observed) -> Op {
 }
 
 fn plan_release(
+    cx: &RunContext,
     key: &str,
     obs: &Observed,
-    shown: Option<&[u8]>,
     entry: &Entry<Original>,
 ) -> Step<Op, Original> {
     if entry.origin == Origin::Created {
         return remove_step(
             key,
-            shown,
+            obs.file_diff(cx),
             removal(obs),
             true,
             "released; mesh-host wrote it",
@@ -913,11 +925,26 @@ fn plan_release(
     };
     let mut details = vec!["released; original state restored".to_string()];
     details.extend(describe(&op));
+    // The file as it is (when the plan shows diffs) against the original put back.
+    let diff = match (&op.file, &obs.original) {
+        (FileChange::Restore(_), Some(original)) if cx.diffs => Some(Box::new(ContentDiff::new(
+            if obs.file.is_some() {
+                "on the machine"
+            } else {
+                "absent"
+            },
+            "original",
+            obs.file.as_deref(),
+            Some(original),
+            shows_content(None),
+        ))),
+        _ => None,
+    };
     Step::Change(Change {
         key: key.to_string(),
         action: Action::Update,
         details: details.into(),
-        diff: None,
+        diff,
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
