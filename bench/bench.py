@@ -2,7 +2,7 @@
 """mesh-host benchmarks (issue 6): prints each figure as a markdown section with medians over
 several runs, and asserts nothing. bench/run.sh sets up the sandbox and the binaries, then calls
 `bench.py [QUICK=1] FIGURE...`; `--write FILE` replaces each figure's section in FILE.
-Figures: size idle noop files latency fleet scale (the fleet is in fleet.py, scale in scale.py),
+Figures: size idle noop files latency confirm fleet scale (the fleet is in fleet.py, scale in scale.py),
 watch watch-idle watch-storm watch-memory (the watcher's, in watcher.py)."""
 
 import json
@@ -297,6 +297,55 @@ def fig_noop():
     )
 
 
+def fig_confirm():
+    """A run that changes a unit file: what systemd's confirmation (kinds/units/confirm.rs) adds."""
+    runs = 3 if QUICK else 11
+    tag = f"mesh-bench-{os.getpid()}"
+    config = {"pacman": {"command": ["pacman", "--config", os.environ["MESH_PACMAN_CONF"]]},
+              "systemctl": {"command": ["systemctl", "--user"]}, "podman": {"command": ["podman"]},
+              "unit_dir": os.environ["MESH_UNIT_DIR"]}
+    d = host_dir("confirm", config)
+    rows, show = [], None
+    try:
+        for n in [1, 20]:
+            totals, confirms, counts = [], [], []
+            for i in range(runs + 1):
+                # Every run rewrites one unit file (its Description flips): files, reload, confirm.
+                units = {f"{tag}-{k}.service": {"content": f"[Unit]\nDescription={tag} {k} {i if k == 0 else 0}\n"
+                                                           "[Service]\nExecStart=/bin/sleep infinity\n"}
+                         for k in range(n)}
+                path = write(d / "d.json", {"schema": 1, "units": units})
+                t, out = timed(mesh(d, "apply", "--json", "--trace-commands", str(path), root=False))
+                report = json.loads(out.stdout)
+                if out.returncode != 0 or not report["changes"]:
+                    raise RuntimeError(f"unit change of N={n}: {out.stdout[-2000:]} {out.stderr[-2000:]}")
+                confirm = [c for c in report["commands"] if "-p Id,LoadState,FragmentPath," in c]
+                if i == 0:
+                    continue  # the first run creates every unit
+                totals.append(t)
+                counts.append((report["command_count"], len(confirm)))
+                t = time.perf_counter()
+                for command in confirm:  # the confirmation's two `show`s, bare
+                    subprocess.run(command.split(" "), capture_output=True, env={**os.environ, "LC_ALL": "C"})
+                confirms.append(time.perf_counter() - t)
+                show = confirm[0]
+            share = median(confirms) / median(totals)
+            rows.append([n, f"{1000 * median(totals):.0f} ms", "%d (%d of them confirming)" % counts[-1],
+                         f"{1000 * median(confirms):.1f} ms", f"{100 * share:.0f} %"])
+    finally:
+        write(d / "empty.json", {"schema": 1})
+        subprocess.run(mesh(d, "apply", str(d / "empty.json"), root=False), capture_output=True)
+    return (
+        f"`mesh-host apply --json --trace-commands` of a declaration of N units with unit files, one of "
+        f"which changes each run (its file rewritten, the manager reloaded, nothing started), against the "
+        f"sandbox's real `systemctl --user` (systemd 252), median of {runs} runs; beside it the "
+        f"confirmation's own commands replayed bare from the run's `commands` (`systemctl show` of the "
+        f"touched units and the host's, before the file is written and after the reload).\n\n"
+        + table(["N units", "run", "processes spawned", "confirmation's spawns, bare", "share of the run"], rows)
+        + f"\n\nThe confirmation's command (the same before and after):\n\n    {show}\n"
+    )
+
+
 def write(path, value):
     path.write_text(json.dumps(value))
     return path
@@ -430,7 +479,8 @@ def fig_latency():
 FIGURES = {"size": ("1. Binary size", fig_size), "idle": ("2, 3. Idle RSS, growth, CPU and wake-ups", fig_idle),
            "noop": ("4. No-op reconcile, mixed kinds", fig_noop),
            "files": ("4b. No-op over 500 files under /etc", fig_files),
-           "latency": ("5. Declaration-to-report latency", fig_latency)}
+           "latency": ("5. Declaration-to-report latency", fig_latency),
+           "confirm": ("12. systemd's confirmation of a unit change", fig_confirm)}
 
 
 def replace_section(path, name, title, body):

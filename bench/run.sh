@@ -7,7 +7,7 @@
 #
 #   bench/run.sh                           every figure (about 5 minutes)
 #   bench/run.sh QUICK=1                   every figure, fewer runs, shorter waits; writes nothing
-#   bench/run.sh size noop fleet           a subset: size idle noop files latency fleet scale watch
+#   bench/run.sh size noop fleet           a subset: size idle noop files latency confirm fleet scale watch
 #                                          watch-idle watch-storm watch-memory
 # Knobs: SKIP_APT=1 as for tests/run.sh; RECONNECT_BASE_SECS=N gives the fleet that reconnect_base_secs.
 set -euo pipefail
@@ -21,7 +21,7 @@ cargo build --quiet --release --example control-plane
 figures=("$@")
 needs_sandbox=0
 if [ ${#figures[@]} = 0 ] || [ "${figures[*]}" = QUICK=1 ]; then needs_sandbox=1; fi
-for f in "${figures[@]}"; do [ "$f" = noop ] && needs_sandbox=1; done
+for f in "${figures[@]}"; do case "$f" in noop|confirm) needs_sandbox=1 ;; esac; done
 if [ "$needs_sandbox" = 1 ]; then
   export MESH_SANDBOX=${TMPDIR:-/tmp}/mesh-bench-sandbox-$$
   trap 'tests/sandbox/teardown.sh >/dev/null' EXIT

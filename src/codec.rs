@@ -9,6 +9,29 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
     out
 }
 
+/// HMAC-SHA256 (RFC 2104) of `data` under `key`: the keyed digest shown of secret content, which
+/// tells "changed" from "same" to whoever sees two of them, but lets no one without the host's
+/// key test a guess of the content against it, as a plain SHA-256 would.
+pub fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
+    const BLOCK: usize = 64;
+    let mut block = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        block[..32].copy_from_slice(&sha256(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| block.map(|b| b ^ byte);
+    let mut inner = ring::digest::Context::new(&ring::digest::SHA256);
+    inner.update(&pad(0x36));
+    inner.update(data);
+    let mut outer = ring::digest::Context::new(&ring::digest::SHA256);
+    outer.update(&pad(0x5c));
+    outer.update(inner.finish().as_ref());
+    let mut out = [0u8; 32];
+    out.copy_from_slice(outer.finish().as_ref());
+    out
+}
+
 /// SHA-256 of the text `args` formats, hashed as it is formatted: no string is built. The
 /// pieces are gathered in a buffer on the stack and hashed a buffer at a time: a hash update per
 /// piece (a dozen for a file's digest) costs more than the hashing.
@@ -206,6 +229,39 @@ mod tests {
             sha256_hex(&million_a),
             "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"
         );
+    }
+
+    /// RFC 4231's test cases 1, 2, 4 and 6 (a key longer than the block).
+    #[test]
+    fn hmac_sha256_known_vectors() {
+        let cases: &[(&[u8], &[u8], &str)] = &[
+            (
+                &[0x0b; 20],
+                b"Hi There",
+                "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7",
+            ),
+            (
+                b"Jefe",
+                b"what do ya want for nothing?",
+                "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843",
+            ),
+            (
+                &[
+                    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+                    23, 24, 25,
+                ],
+                &[0xcd; 50],
+                "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b",
+            ),
+            (
+                &[0xaa; 131],
+                b"Test Using Larger Than Block-Size Key - Hash Key First",
+                "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+            ),
+        ];
+        for (key, data, want) in cases {
+            assert_eq!(hex(&hmac_sha256(key, data)), *want);
+        }
     }
 
     #[test]

@@ -95,6 +95,65 @@ impl Declaration {
         }
         kinds::each(&mut Count(self)).into_iter().sum()
     }
+
+    /// Whether anything in it is secret: a secret file or unit (`files::is_secret`,
+    /// `units::is_secret`) or a container with an environment (every env value is secret).
+    pub fn has_secrets(&self) -> bool {
+        self.files.values().any(files::is_secret)
+            || self.units.values().any(units::is_secret)
+            || self.containers.values().any(|c| !c.env.is_empty())
+    }
+
+    /// The texts a tool's stderr is scrubbed of (`exec::redact`): each secret content's lines,
+    /// and what follows each `=` or `:` in them (what a tool complaining about a line would
+    /// quote), and every container env value. Pieces shorter than `exec::MIN_REDACTED`
+    /// bytes are left out: scrubbing them would garble every message and hide no secret.
+    pub fn secret_texts(&self) -> Vec<String> {
+        let mut texts = BTreeSet::new();
+        for spec in self.files.values() {
+            if let files::Spec::Present(c) = spec {
+                if c.is_secret() {
+                    content_secrets(&c.bytes, &mut texts);
+                }
+            }
+        }
+        for spec in self.units.values().filter(|u| units::is_secret(u)) {
+            content_secrets(
+                spec.content.as_deref().unwrap_or_default().as_bytes(),
+                &mut texts,
+            );
+        }
+        for value in self.containers.values().flat_map(|c| c.env.values()) {
+            secret_piece(value, &mut texts);
+        }
+        texts.into_iter().collect()
+    }
+}
+
+/// `Declaration::secret_texts` of one secret content: each line, and what follows each `=` or
+/// `:` in it (`Environment=TOKEN=x` gives `TOKEN=x` and `x`).
+pub fn content_secrets(bytes: &[u8], texts: &mut BTreeSet<String>) {
+    for line in String::from_utf8_lossy(bytes).lines() {
+        secret_piece(line, texts);
+        for (at, _) in line.match_indices(['=', ':']) {
+            secret_piece(&line[at + 1..], texts);
+        }
+    }
+}
+
+fn secret_piece(text: &str, texts: &mut BTreeSet<String>) {
+    let text = text.trim();
+    if text.len() >= crate::exec::MIN_REDACTED {
+        texts.insert(text.to_string());
+    }
+}
+
+/// A refusal of secret `content` with what it quotes of it scrubbed (`exec::redact`): a
+/// refusal is shown and reported like any problem.
+pub fn redact_refusal(refusal: String, content: &[u8]) -> String {
+    let mut texts = BTreeSet::new();
+    content_secrets(content, &mut texts);
+    crate::exec::redact(&refusal, &texts.into_iter().collect::<Vec<_>>())
 }
 
 /// What validation needs to know about the host that will apply the declaration.
@@ -679,6 +738,38 @@ pub mod tests {
     use crate::config::Config;
 
     /// Validates `json` with a default config and returns the problems, one string each.
+    /// What a tool's stderr is scrubbed of: secret files' and units' lines and values, every
+    /// env value; nothing of what is not secret, nothing shorter than `MIN_REDACTED`.
+    #[test]
+    fn secret_texts_are_the_secrets_lines_values_and_env_values() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1,
+                "files": {"/etc/a": {"content": "user = app\npassword: hunter22\nx=1\n", "mode": "0600"},
+                          "/etc/b": {"content": "public=visible\n"},
+                          "/etc/c": {"content": "private=shown\n", "mode": "0600", "secret": false}},
+                "units": {"a.service": {"content": "[Service]\nEnvironment=TOKEN=unit-canary\n", "secret": true},
+                          "b.service": {"content": "[Service]\nExecStart=/bin/visible\n"}},
+                "containers": {"web": {"image": "img", "env": {"DB": "env-canary", "N": "1"}}}}"#,
+        )
+        .unwrap();
+        assert!(d.has_secrets());
+        assert_eq!(
+            d.secret_texts(),
+            [
+                "Environment=TOKEN=unit-canary",
+                "TOKEN=unit-canary",
+                "[Service]",
+                "env-canary",
+                "hunter22",
+                "password: hunter22",
+                "unit-canary",
+                "user = app",
+            ]
+        );
+        let plain = parse_with_defaults(r#"{"schema": 1, "files": {"/etc/b": {"content": "x"}}}"#);
+        assert!(!plain.unwrap().has_secrets());
+    }
+
     pub fn problems(json: &str) -> Vec<String> {
         match parse_with_defaults(json) {
             Ok(_) => Vec::new(),

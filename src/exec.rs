@@ -1,7 +1,7 @@
 //! The one place that spawns external commands. Every call has a timeout (the tool's, from the
-//! config), runs with `LC_ALL=C` so output parses the same everywhere, captures stderr into the
-//! error, and puts the names it acts on after `--` so no value from a declaration can become an
-//! option. Each call is counted, so a run can show that a no-op costs a fixed number of queries
+//! config), runs with `LC_ALL=C` so output parses the same everywhere and with nothing else of
+//! the host's process (`StartClean`), captures stderr into the error, and puts the names it acts
+//! on after `--` so no value from a declaration can become an option. Each call is counted, so a run can show that a no-op costs a fixed number of queries
 //! per tool, however many resources there are. A tool that reaches its timeout is stopped the
 //! way that tool is safely stopped (pacman by SIGINT, which never leaves a half-done commit),
 //! given a bounded grace, and only then killed; the error says which happened.
@@ -16,24 +16,95 @@ use std::time::{Duration, Instant};
 
 use crate::config::Tool;
 
-/// A crash of the host closes the read ends of a tool's pipes: the tool must not then die of
-/// SIGPIPE at its next write (pacman between two packages of a transaction, leaving it half done
-/// and db.lck stale). With SIGPIPE ignored (inherited through exec), the write fails with EPIPE
-/// and the tool goes on. std resets SIGPIPE to its default in every child, hence `pre_exec`.
-trait IgnoreSigpipe {
-    fn ignore_sigpipe(&mut self) -> &mut Self;
+/// Variables systemd gives the host's own process (its notify socket, its socket-activation and
+/// watchdog descriptors, its journal stream) that must not reach a tool: podman, for one, reads
+/// `NOTIFY_SOCKET` and would talk to systemd about the host's service.
+const HOST_ONLY_ENV: [&str; 7] = [
+    "NOTIFY_SOCKET",
+    "LISTEN_PID",
+    "LISTEN_FDS",
+    "LISTEN_FDNAMES",
+    "WATCHDOG_PID",
+    "WATCHDOG_USEC",
+    "JOURNAL_STREAM",
+];
+
+/// The umask every tool starts with (systemd's default for a service), whatever the host's.
+const TOOL_UMASK: libc::mode_t = 0o022;
+
+/// A tool starts with nothing of the host's process but what it is given (docs/systemd.md, "What a
+/// tool starts with"): the service blocks SIGHUP, SIGINT, SIGTERM and SIGUSR1 for its signalfd,
+/// and a blocked mask survives fork and exec (std resets neither the mask nor an ignored signal);
+/// pacman with SIGINT blocked cannot be stopped at its timeout and leaves db.lck behind.
+trait StartClean {
+    fn start_clean(&mut self) -> &mut Self;
 }
 
-impl IgnoreSigpipe for Command {
-    fn ignore_sigpipe(&mut self) -> &mut Self {
-        // SAFETY: signal(2) is async-signal-safe, and the closure touches nothing else.
-        unsafe {
-            self.pre_exec(|| {
-                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-                Ok(())
-            })
+impl StartClean for Command {
+    fn start_clean(&mut self) -> &mut Self {
+        for name in HOST_ONLY_ENV {
+            self.env_remove(name);
+        }
+        self.env("LC_ALL", "C").current_dir("/");
+        // SAFETY: the closure runs in the forked child before exec: it calls only
+        // async-signal-safe system calls (sigaction, sigprocmask, umask, close_range, getrlimit,
+        // fcntl) on values on its stack, and allocates nothing.
+        unsafe { self.pre_exec(clean_child) }
+    }
+}
+
+/// In the child between fork and exec: every signal at its default but SIGPIPE, ignored (a crash
+/// of the host closes the read ends of a tool's pipes; the tool must not then die of SIGPIPE at
+/// its next write, pacman between two packages of a transaction, leaving it half done and db.lck
+/// stale: the write fails with EPIPE and the tool goes on; children inherit it through exec); an
+/// empty signal mask (after the dispositions, so nothing pending reaches a handler of the host's);
+/// the tool umask; and every descriptor but 0, 1 and 2 closed at exec (std's own error pipe is
+/// already close-on-exec, so a failed exec is still reported).
+fn clean_child() -> io::Result<()> {
+    // SAFETY: async-signal-safe calls on stack values (see `start_clean`).
+    unsafe {
+        // The system call, not the C library's wrapper, which refuses the signals it keeps for
+        // itself (glibc's 32 and 33) and so would leave one ignored by whoever started the host.
+        // All zeros is SIG_DFL, no flags, an empty mask, whatever the architecture's layout.
+        let default = [0u64; 8];
+        for signal in 1..=64 {
+            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                // Every argument a full word: `syscall` is variadic and reads words.
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    signal as libc::c_long,
+                    default.as_ptr(),
+                    std::ptr::null_mut::<u64>(),
+                    8 as libc::c_long,
+                );
+            }
+        }
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        libc::umask(TOOL_UMASK);
+        let done = libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_long,
+            libc::c_uint::MAX as libc::c_long,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_long,
+        );
+        if done != 0 {
+            // Before Linux 5.11: one descriptor at a time, up to the limit on their number.
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let last = limit.rlim_cur.min(libc::c_int::MAX as libc::rlim_t) as libc::c_int;
+            for fd in 3..last {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
         }
     }
+    Ok(())
 }
 
 /// The captured result of a command that ran to completion.
@@ -214,6 +285,27 @@ pub struct Runner<'p> {
     /// its signals and keeps its link answered there, on this one thread, however long pacman
     /// takes. It never cuts a command short.
     pulse: Option<(&'p dyn Fn() -> bool, Cell<Instant>)>,
+    /// Secret texts scrubbed from every stderr captured (`withhold`).
+    withheld: RefCell<Vec<String>>,
+}
+
+/// The shortest text `redact` scrubs: shorter pieces are words of every message.
+pub const MIN_REDACTED: usize = 4;
+
+/// `text` with every occurrence of each of `secrets` replaced by `[secret withheld]`, longest
+/// first (so a line goes whole before the value inside it). A tool that echoes a line of a
+/// secret unit or an env file in its complaint leaves nothing of it in the error, the run
+/// record, the report, the failure history or the log.
+pub fn redact(text: &str, secrets: &[String]) -> String {
+    let mut text = text.to_string();
+    let mut by_length: Vec<&String> = secrets.iter().collect();
+    by_length.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    for secret in by_length.into_iter().filter(|s| s.len() >= MIN_REDACTED) {
+        if text.contains(secret.as_str()) {
+            text = text.replace(secret.as_str(), "[secret withheld]");
+        }
+    }
+    text
 }
 
 impl<'p> Runner<'p> {
@@ -225,6 +317,26 @@ impl<'p> Runner<'p> {
             notes: RefCell::new(Vec::new()),
             trace: trace.then(|| RefCell::new(Vec::new())),
             pulse: None,
+            withheld: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Scrubs `secrets` from the stderr of every command run from now on (`redact`): what a
+    /// tool prints is the one text from outside that may quote a secret back.
+    /// Holds a copy of them (their total size) for the run, sorted as `redact` takes them, so
+    /// its sort of each stderr's list finds it already in order (one pass).
+    pub fn withhold(&self, mut secrets: Vec<String>) {
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        *self.withheld.borrow_mut() = secrets;
+    }
+
+    /// A command's captured stderr, as text with the secrets scrubbed.
+    fn stderr_text(&self, bytes: &[u8]) -> String {
+        let text = String::from_utf8_lossy(bytes);
+        let secrets = self.withheld.borrow();
+        match secrets.is_empty() || text.is_empty() {
+            true => text.into_owned(),
+            false => redact(&text, &secrets),
         }
     }
 
@@ -357,11 +469,10 @@ impl<'p> Runner<'p> {
         };
         let mut child = Command::new(argv[0])
             .args(&argv[1..])
-            .env("LC_ALL", "C")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .ignore_sigpipe()
+            .start_clean()
             // Its own process group, so a timeout kills whatever it started too.
             .process_group(0)
             .spawn()
@@ -382,7 +493,7 @@ impl<'p> Runner<'p> {
             Ok(Some(status)) => status,
             Ok(None) => {
                 let stopped = stop(tool, &mut child, &mut pipes, &beat);
-                let stderr = String::from_utf8_lossy(&pipes.err).into_owned();
+                let stderr = self.stderr_text(&pipes.err);
                 return Err(error(Failure::Timeout(tool.timeout, stopped, stderr)));
             }
             Err(e) => {
@@ -396,7 +507,7 @@ impl<'p> Runner<'p> {
             Output {
                 code: status.code(),
                 stdout: pipes.out,
-                stderr: String::from_utf8_lossy(&pipes.err).into_owned(),
+                stderr: self.stderr_text(&pipes.err),
             },
         ))
     }
@@ -613,16 +724,43 @@ mod tests {
         assert_eq!(out.stdout_text(), "--,-Syu,b,");
     }
 
-    /// A crash of the host must not kill its tools through their pipes: they start with SIGPIPE
-    /// ignored (and so do their children), so a write to a dead reader fails with EPIPE instead.
+    /// The service blocks its signals for its signalfd; an ignored signal or a descriptor left
+    /// open without close-on-exec would also pass through exec: a tool starts with none of them
+    /// but SIGPIPE ignored (a crash of the host must not kill its tools through their pipes), in
+    /// `/`, with only its standard descriptors.
     #[test]
-    fn tools_start_with_sigpipe_ignored() {
-        let out = Runner::new(false)
-            .run(&sh(5000), &["grep ^SigIgn: /proc/self/status"], &[])
-            .unwrap();
-        let line = out.stdout_text();
-        let mask = u64::from_str_radix(line.trim_start_matches("SigIgn:").trim(), 16).unwrap();
-        assert_ne!(mask & 1 << (libc::SIGPIPE - 1), 0, "SigIgn: {mask:x}");
+    fn a_tool_inherits_no_blocked_or_ignored_signal_nor_descriptor_of_the_host() {
+        let blocked = [libc::SIGHUP, libc::SIGINT, libc::SIGTERM, libc::SIGUSR1];
+        let (mut set, mut before): (libc::sigset_t, libc::sigset_t) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        let leaked = unsafe {
+            libc::sigemptyset(&mut set);
+            for signal in blocked {
+                libc::sigaddset(&mut set, signal);
+            }
+            // This thread's mask, which a child forked from it inherits, as the service's does.
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut before);
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+            libc::dup(2)
+        };
+        let out = Runner::new(false).run(
+            &sh(5000),
+            // ls first and alone: the shell holds no other descriptor while it runs.
+            &["ls /proc/$$/fd; grep -E '^Sig(Blk|Ign):' /proc/self/status; pwd"],
+            &[],
+        );
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            libc::close(leaked);
+        }
+        let text = out.unwrap().stdout_text();
+        let sigpipe = 1u64 << (libc::SIGPIPE - 1);
+        assert_eq!(
+            text,
+            format!("0\n1\n2\nSigBlk:\t{:016x}\nSigIgn:\t{sigpipe:016x}\n/\n", 0),
+            "leaked descriptor {leaked}"
+        );
     }
 
     #[test]
@@ -633,6 +771,34 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "`sh -c echo broken >&2; exit 4` exited with status 4: broken"
+        );
+    }
+
+    /// A tool that quotes a secret line back (podman about an env file line, systemd about a
+    /// unit's) has it scrubbed before its stderr becomes an error, whole lines first.
+    #[test]
+    fn stderr_is_scrubbed_of_withheld_secrets() {
+        let runner = Runner::new(false);
+        runner.withhold(vec![
+            "TOKEN=canary-42".into(),
+            "canary-42".into(),
+            "abc".into(),
+        ]);
+        let err = runner
+            .run(
+                &sh(5000),
+                &["echo 'invalid line TOKEN=canary-42 (value canary-42), abc' >&2; exit 125"],
+                &[],
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`sh -c echo 'invalid line TOKEN=canary-42 (value canary-42), abc' >&2; exit 125` \
+             exited with status 125: invalid line [secret withheld] (value [secret withheld]), abc"
+        );
+        assert_eq!(
+            redact("no secret here", &["canary-42".into()]),
+            "no secret here"
         );
     }
 

@@ -144,10 +144,32 @@ pub struct PendingWrite {
 
 /// `.NAME.mesh-host.tmp`: where an atomic write of `name` is prepared.
 fn temp_name(name: &OsStr) -> io::Result<CString> {
+    temp_name_with(name, "")
+}
+
+/// `.NAME.PID-N.mesh-host.tmp`: a temp of `name` no other writer uses, this process's `N`th.
+fn own_temp_name(name: &OsStr) -> io::Result<CString> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    temp_name_with(name, &format!(".{}-{n}", std::process::id()))
+}
+
+fn temp_name_with(name: &OsStr, writer: &str) -> io::Result<CString> {
     let mut tmp_name = Vec::from(b".".as_slice());
     tmp_name.extend_from_slice(name.as_bytes());
+    tmp_name.extend_from_slice(writer.as_bytes());
     tmp_name.extend_from_slice(b".mesh-host.tmp");
     CString::new(tmp_name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))
+}
+
+/// The pid in an `own_temp_name` of `name`, if `entry` is one.
+fn own_temp_pid(name: &OsStr, entry: &OsStr) -> Option<u32> {
+    let rest = entry.as_bytes().strip_prefix(b".")?;
+    let rest = rest.strip_prefix(name.as_bytes())?.strip_prefix(b".")?;
+    let writer = rest.strip_suffix(b".mesh-host.tmp")?;
+    let (pid, n) = std::str::from_utf8(writer).ok()?.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
 }
 
 /// Runs `f` with `name` as a NUL-terminated string for a system call: in a buffer on the stack
@@ -432,12 +454,50 @@ impl Dir {
         mode: u32,
         fill: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
     ) -> io::Result<()> {
-        self.write_temp_then_rename(name, mode, None, |file| {
+        self.write_streamed(temp_name(name)?, name, mode, fill)
+    }
+
+    /// `write_atomic_streamed` through a temp file of this writer's own (`own_temp_name`), for a
+    /// file written by writers that do not exclude each other (the files index, written by runs
+    /// under the store's lock and by checks without it): one writer's temp is never removed or
+    /// renamed by another, the last rename wins. A crash leaves the temp, for the store to remove
+    /// once its process is gone (`own_temps`).
+    pub fn write_atomic_streamed_own(
+        &self,
+        name: &OsStr,
+        mode: u32,
+        fill: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.write_streamed(own_temp_name(name)?, name, mode, fill)
+    }
+
+    fn write_streamed(
+        &self,
+        tmp: CString,
+        name: &OsStr,
+        mode: u32,
+        fill: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let pending = self.write_temp(tmp, name, mode, None, true, |file| {
             let mut out = io::BufWriter::with_capacity(64 * 1024, file);
             fill(&mut out)?;
             io::Write::flush(&mut out)
         })?;
+        self.rename_pending(pending)?;
         self.sync()
+    }
+
+    /// The temps of `name` writers made with `write_atomic_streamed_own`, with each writer's pid:
+    /// one whose process is gone was left by a crash.
+    pub fn own_temps(&self, name: &OsStr) -> io::Result<Vec<(OsString, u32)>> {
+        let names = self.names_where(|entry| own_temp_pid(name, entry).is_some())?;
+        Ok(names
+            .into_iter()
+            .filter_map(|entry| {
+                let pid = own_temp_pid(name, &entry)?;
+                Some((entry, pid))
+            })
+            .collect())
     }
 
     /// `write_atomic` whose rename is durable only once the caller syncs this directory: many
@@ -464,7 +524,7 @@ impl Dir {
         owner: Option<(u32, u32)>,
         fill: impl FnOnce(&std::fs::File) -> io::Result<()>,
     ) -> io::Result<()> {
-        let pending = self.write_temp(name, mode, owner, true, fill)?;
+        let pending = self.write_temp(temp_name(name)?, name, mode, owner, true, fill)?;
         self.rename_pending(pending)
     }
 
@@ -473,6 +533,7 @@ impl Dir {
     /// for many files at once (`sync_filesystem`) before any of them is renamed.
     fn write_temp(
         &self,
+        tmp: CString,
         name: &OsStr,
         mode: u32,
         owner: Option<(u32, u32)>,
@@ -480,25 +541,32 @@ impl Dir {
         fill: impl FnOnce(&std::fs::File) -> io::Result<()>,
     ) -> io::Result<PendingWrite> {
         let target = cstring(name)?;
-        let tmp = temp_name(name)?;
         // A temp file left by a crash is ours: remove it so O_EXCL can create a fresh one.
         let _ = retry(|| unsafe { libc::unlinkat(self.raw(), tmp.as_ptr(), 0) });
+        // Created with no permission at all (whatever the umask), then given its owner and its
+        // exact mode, and only then filled: a secret file is never readable by anyone its
+        // declaration does not allow, not even while it is written.
         let fd = retry(|| unsafe {
             libc::openat(
                 self.raw(),
                 tmp.as_ptr(),
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o600 as libc::c_uint,
+                0 as libc::c_uint,
             )
         })?;
         let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let chmod = || check(unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) });
         let result = (|| {
-            fill(&file)?;
             if let Some((uid, gid)) = owner {
                 check(unsafe { libc::fchown(file.as_raw_fd(), uid, gid) })?;
             }
             // After fchown, which clears setuid/setgid bits.
-            check(unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) })?;
+            chmod()?;
+            fill(&file)?;
+            // A write by a process without CAP_FSETID clears setuid/setgid bits again.
+            if mode & 0o6000 != 0 {
+                chmod()?;
+            }
             if sync {
                 file.sync_all()?;
             }
@@ -526,7 +594,7 @@ impl Dir {
         mode: u32,
         owner: Option<(u32, u32)>,
     ) -> io::Result<PendingWrite> {
-        self.write_temp(name, mode, owner, false, |mut file| {
+        self.write_temp(temp_name(name)?, name, mode, owner, false, |mut file| {
             io::Write::write_all(&mut file, bytes)
         })
     }
@@ -961,6 +1029,38 @@ mod tests {
         assert!(dir.read(OsStr::new("missing"), 2).unwrap().is_none());
     }
 
+    /// A secret's temp file has its declared mode before its first byte: what the fill (the
+    /// writing of the content) finds when it starts, for modes narrower and wider than the
+    /// umask's, is the mode declared and an empty file; only what the mode allows can read it.
+    #[test]
+    fn a_temp_file_has_its_mode_before_any_byte_is_written() {
+        let tmp = TempDir::new("fsutil-temp-mode");
+        let dir = Dir::open(tmp.path()).unwrap();
+        let name = OsStr::new("secret");
+        for mode in [0o600, 0o640, 0o400, 0o000, 0o644, 0o755] {
+            let mut seen = None;
+            let pending = dir
+                .write_temp(
+                    temp_name(name).unwrap(),
+                    name,
+                    mode,
+                    None,
+                    false,
+                    |mut file| {
+                        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                        check(unsafe { libc::fstat(file.as_raw_fd(), &mut st) })?;
+                        seen = Some((st.st_mode & 0o7777, st.st_size));
+                        io::Write::write_all(&mut file, b"canary")
+                    },
+                )
+                .unwrap();
+            assert_eq!(seen, Some((mode, 0)), "declared {mode:04o}");
+            dir.rename_pending(pending).unwrap();
+            let st = dir.stat(OsStr::new("secret")).unwrap().unwrap();
+            assert_eq!(st.mode, mode);
+        }
+    }
+
     #[test]
     fn names_for_system_calls_are_nul_terminated_on_the_stack_or_heap() {
         let text = |name: &str| {
@@ -1027,6 +1127,66 @@ mod tests {
         assert_eq!(
             dir.names_where(|_| true).unwrap(),
             vec![OsString::from("a")]
+        );
+    }
+
+    /// Two writers of one file overlapping (the files index: a check without the store's lock
+    /// while a run writes it under the lock). Sharing a temp name, the second removes the first's
+    /// half-written temp and renames its own in place, and the first's rename then fails; each
+    /// with its own temp, both complete and the last rename wins.
+    #[test]
+    fn overlapping_writers_of_one_file_each_write_their_own_temp() {
+        let tmp = TempDir::new("fsutil-own-temp");
+        let dir = Dir::open(tmp.path()).unwrap();
+        let name = OsStr::new("files-index");
+        let shared = dir.write_atomic_streamed(name, 0o600, |out| {
+            out.write_all(b"first, ")?;
+            dir.write_atomic_streamed(name, 0o600, |inner| inner.write_all(b"second"))
+                .unwrap();
+            out.write_all(b"whole")
+        });
+        assert_eq!(
+            shared.unwrap_err().kind(),
+            io::ErrorKind::NotFound,
+            "the collision this guards against"
+        );
+        let mut inner_temps = Vec::new();
+        dir.write_atomic_streamed_own(name, 0o600, |out| {
+            out.write_all(b"first, ")?;
+            dir.write_atomic_streamed_own(name, 0o600, |inner| {
+                inner_temps = dir.own_temps(name)?;
+                inner.write_all(b"second")
+            })?;
+            assert_eq!(std::fs::read(tmp.path().join(name)).unwrap(), b"second");
+            out.write_all(b"whole")
+        })
+        .unwrap();
+        assert_eq!(
+            std::fs::read(tmp.path().join(name)).unwrap(),
+            b"first, whole"
+        );
+        let pid = std::process::id();
+        assert_eq!(inner_temps.len(), 2, "{inner_temps:?}");
+        assert!(
+            inner_temps.iter().all(|(_, p)| *p == pid),
+            "{inner_temps:?}"
+        );
+        assert_eq!(
+            dir.names_where(|_| true).unwrap(),
+            vec![name.to_os_string()]
+        );
+        // Only the temps of this file, of this form, are taken for a writer's.
+        for other in [
+            ".files-index.mesh-host.tmp",
+            ".files-index.12-x.mesh-host.tmp",
+            ".ledger.json.12-3.mesh-host.tmp",
+        ] {
+            std::fs::write(tmp.path().join(other), "").unwrap();
+        }
+        std::fs::write(tmp.path().join(".files-index.12-3.mesh-host.tmp"), "").unwrap();
+        assert_eq!(
+            dir.own_temps(name).unwrap(),
+            vec![(OsString::from(".files-index.12-3.mesh-host.tmp"), 12)]
         );
     }
 

@@ -304,6 +304,8 @@ mod tests {
                 suffix: "pacnew".into(),
                 added: 2,
                 removed: 1,
+
+                secret: false,
             }]),
         );
         let failing = [Failing {

@@ -16,7 +16,7 @@ use crate::store;
 const SUFFIXES: [&str; 2] = ["pacnew", "pacsave"];
 
 /// One owned file with a `.pacnew` or `.pacsave` beside it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Pacnew {
     /// The owned file (absolute target path).
     pub path: String,
@@ -26,11 +26,21 @@ pub struct Pacnew {
     pub added: usize,
     /// Lines of the owned file that the `.pacnew`/`.pacsave` does not have.
     pub removed: usize,
+    /// The owned file is secret (`files::is_secret`): its difference is not sized (both counts
+    /// 0), as which package lines it lacks says something of its content.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub secret: bool,
 }
 
 impl Pacnew {
     /// `/etc/x.conf.pacnew beside it (+3 -1 lines)`.
     pub fn describe(&self) -> String {
+        if self.secret {
+            return format!(
+                "{}.{} beside it (a secret file: the difference is not shown)",
+                self.path, self.suffix
+            );
+        }
         format!(
             "{}.{} beside it (+{} -{} lines)",
             self.path, self.suffix, self.added, self.removed
@@ -178,7 +188,21 @@ fn compare(
         suffix: suffix.to_string(),
         added,
         removed,
+        secret: false,
     })
+}
+
+/// Marks the `.pacnew` files beside secret files (`is_secret` of their path) as such, their
+/// difference's size dropped: what the host reports of a secret file is its sizes alone.
+pub fn withhold_secret(found: &mut [Pacnew], is_secret: impl Fn(&str) -> bool) {
+    for pacnew in found.iter_mut().filter(|p| is_secret(&p.path)) {
+        *pacnew = Pacnew {
+            added: 0,
+            removed: 0,
+            secret: true,
+            ..std::mem::take(pacnew)
+        };
+    }
 }
 
 /// How many lines `theirs` has that `ours` lacks, and the other way round, each line counted as
@@ -301,13 +325,17 @@ mod tests {
                     path: "/etc/a.conf".into(),
                     suffix: "pacnew".into(),
                     added: 2,
-                    removed: 1
+                    removed: 1,
+
+                    secret: false,
                 },
                 Pacnew {
                     path: "/etc/b.conf".into(),
                     suffix: "pacsave".into(),
                     added: 1,
-                    removed: 0
+                    removed: 0,
+
+                    secret: false,
                 },
             ]
         );

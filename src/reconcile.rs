@@ -3,7 +3,7 @@
 //! is recorded durably *before* anything is touched, and outcomes are recorded after, so the
 //! ledger never lies about what the host owns. A failing resource never stops the others.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::Serialize;
 
@@ -11,8 +11,10 @@ use crate::declaration::Declaration;
 use crate::diff::ContentDiff;
 use crate::fsutil;
 use crate::kinds::{
-    self, backup_key, files::Files, units, Action, Change, Details, Env, Kind, LedgerAfter, Listed,
-    Outcome, RunContext, Step, Visit,
+    self, backup_key,
+    files::{self, Files},
+    units, Action, Change, Details, Env, Kind, LedgerAfter, Listed, Outcome, RunContext, Step,
+    Visit,
 };
 use crate::pacnew::{self, Pacnew};
 use crate::sorted::{self, Walk};
@@ -155,9 +157,24 @@ pub fn run_scoped(
     mode: Mode,
     scope: &Scope,
 ) -> Result<Report, StoreError> {
+    match run_scoped_reporting(env, declaration, ledger, mode, scope) {
+        (report, None) => Ok(report),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// `run_scoped`, with what the run did before a store error stopped it (changes already made,
+/// to be recorded and reported with the error).
+pub fn run_scoped_reporting(
+    env: &Env,
+    declaration: &Declaration,
+    ledger: &mut Ledger,
+    mode: Mode,
+    scope: &Scope,
+) -> (Report, Option<StoreError>) {
     let mut run = Converging {
         env,
-        cx: RunContext::new(declaration, env.offline),
+        cx: secret_context(env, declaration),
         ledger,
         mode,
         scope,
@@ -172,10 +189,12 @@ pub fn run_scoped(
         ..
     } = run;
     if let Some(e) = failed {
-        return Err(e);
+        return (report, Some(e));
     }
     if let (Mode::Apply, Some(store)) = (mode, env.store) {
-        remove_unreferenced_backups(store, ledger)?;
+        if let Err(e) = remove_unreferenced_backups(store, ledger) {
+            return (report, Some(e));
+        }
     }
     // After the run's pacman transactions, and on every run (someone else may have upgraded).
     let mut quiet = env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default();
@@ -187,13 +206,16 @@ pub fn run_scoped(
         &mut quiet,
         fsutil::file_clock_now_ns(),
     );
+    pacnew::withhold_secret(&mut report.pacnew, |path| {
+        declaration.files.get(path).is_some_and(files::is_secret)
+    });
     // Only a run writes it: it holds the store's lock (planning and `owned` do not).
     if let (Mode::Apply, Some(store), true) = (mode, env.store, quiet != before) {
         if let Err(e) = store.save_pacnew_quiet_dirs(&quiet) {
             log::warn!("{e}; the next run lists every directory for .pacnew files");
         }
     }
-    Ok(report)
+    (report, None)
 }
 
 /// Originals are dropped only after the ledger stops pointing at them, so a crash in between
@@ -605,7 +627,8 @@ fn verify<K: Kind>(
         *outcome == Outcome::Done && matches!(change.after, LedgerAfter::Applied(_))
     };
     // What this run changed must not count again: a restart on a changed file is done.
-    let fresh = RunContext::new(cx.declaration, cx.offline);
+    let mut fresh = RunContext::new(cx.declaration, cx.offline);
+    fresh.digest_key = cx.digest_key;
     // Observed a chunk at a time, as when planned; a kind applied in chunks has its chunk's
     // changes held meanwhile, so it is observed in smaller ones.
     let at_once = match K::APPLIED_IN_CHUNKS {
@@ -731,7 +754,7 @@ impl std::fmt::Display for OwnedState {
 /// The declaration is taken to be dropped once the kinds are inspected: the `.pacnew` search
 /// after them does not hold it too.
 pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
-    let mut cx = RunContext::new(&declaration, env.offline);
+    let mut cx = secret_context(env, &declaration);
     cx.diffs = env.diffs;
     let mut inspecting = Inspecting {
         env,
@@ -743,14 +766,19 @@ pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedR
     kinds::each(&mut inspecting);
     let mut rows = inspecting.rows;
     drop(cx);
+    let secret: HashSet<String> = (declaration.files.iter())
+        .filter(|(_, spec)| files::is_secret(spec))
+        .map(|(path, _)| path.clone())
+        .collect();
     drop(declaration);
-    let found = pacnew::find(
+    let mut found = pacnew::find(
         env.root,
         ledger.owned_keys::<Files>(),
         env.config.limits.max_file_bytes,
         &mut env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default(),
         fsutil::file_clock_now_ns(),
     );
+    pacnew::withhold_secret(&mut found, |path| secret.contains(path));
     for row in rows.iter_mut().filter(|r| r.kind == Files::NAME) {
         row.pacnew = found
             .iter()
@@ -759,6 +787,23 @@ pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedR
             .collect();
     }
     rows
+}
+
+/// A run's context, ready for secret content (docs/declaration.md "Secrets"): with any, the
+/// runner scrubs it from every tool's stderr, and changes show its keyed digests, under the
+/// store's key (made the first time it is needed).
+fn secret_context<'a>(env: &Env, declaration: &'a Declaration) -> RunContext<'a> {
+    let mut cx = RunContext::new(declaration, env.offline);
+    if declaration.has_secrets() {
+        env.runner.withhold(declaration.secret_texts());
+        cx.digest_key = env.store.and_then(|store| {
+            store
+                .digest_key()
+                .map_err(|e| log::warn!("{e}; secret content is shown by its sizes alone"))
+                .ok()
+        });
+    }
+    cx
 }
 
 /// `owned`'s walk over the kinds, in the registry's order.

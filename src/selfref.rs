@@ -10,28 +10,41 @@ use std::path::{Component, Path};
 use crate::config::Identity;
 use crate::unitfile::{self, Owner, UnitName};
 
+mod paths;
+mod pid1;
+mod tmpfiles;
+
 /// Types whose unit of the host's name starts the host's service by default.
 const ACTIVATION_TYPES: [&str; 3] = ["socket", "timer", "path"];
 
 /// Directories systemd reads beside a unit's name: drop-ins and dependency links.
 const UNIT_DIR_SUFFIXES: [&str; 4] = [".d", ".wants", ".requires", ".upholds"];
 
-/// `[Section] Key=` directives that order systemd to do something to the units they name
-/// (start, stop, enable, replace by an alias, ...). Mentions that order nothing to the named unit
-/// (`After=`, `Before=`, `PartOf=`, `ReloadPropagatedFrom=`, ...) are not here.
-const ACTING_DIRECTIVES: [(&str, &str); 23] = [
+/// `[Section] Key=` directives that tie the units they name to this one: every dependency
+/// systemd then lists on the named unit (`systemctl show`: `WantedBy=`, `ConflictedBy=`,
+/// `ConsistsOf=`, `TriggeredBy=`, the `After=` a `Before=` gives it, ...), the links and aliases
+/// `systemctl enable` makes, and what a timer, path or socket starts. Only `After=` is missing:
+/// the unit waits for the host, never the host for it (`Before=` makes the host's start wait for
+/// the unit, which can stall it for good).
+const ACTING_DIRECTIVES: [(&str, &str); 29] = [
     ("Unit", "Requires"),
     ("Unit", "Requisite"),
     ("Unit", "Wants"),
     ("Unit", "BindsTo"),
     ("Unit", "BindTo"),
+    ("Unit", "PartOf"),
     ("Unit", "Upholds"),
     ("Unit", "Conflicts"),
+    ("Unit", "Before"),
     ("Unit", "OnFailure"),
     ("Unit", "OnSuccess"),
     ("Unit", "PropagatesReloadTo"),
     ("Unit", "PropagateReloadTo"),
+    ("Unit", "ReloadPropagatedFrom"),
+    ("Unit", "PropagateReloadFrom"),
     ("Unit", "PropagatesStopTo"),
+    ("Unit", "StopPropagatedFrom"),
+    ("Unit", "JoinsNamespaceOf"),
     ("Unit", "RequiresOverridable"),
     ("Unit", "RequisiteOverridable"),
     ("Install", "Alias"),
@@ -76,8 +89,19 @@ pub fn lookup_names(unit: &str) -> Vec<String> {
     out
 }
 
+/// Whether the unit model is switched off: only in a build with the `test-no-unit-model` feature
+/// and `MESH_TEST_NO_UNIT_MODEL=1`, so a test can show that systemd's confirmation
+/// (`kinds::units::confirm`) alone puts back what the model would refuse. A shipped binary is
+/// built without the feature: this is then `false` and the variable is never read.
+fn unit_model_off() -> bool {
+    cfg!(feature = "test-no-unit-model") && std::env::var_os("MESH_TEST_NO_UNIT_MODEL").is_some()
+}
+
 /// Why declaring the unit `key` (with `content`, its unit file) reaches the host, if it does.
 pub fn refuse_unit(key: &str, content: Option<&str>, identity: &Identity) -> Option<String> {
+    if unit_model_off() {
+        return None;
+    }
     for (unit, service) in host_units(identity) {
         if key == unit && unit == service {
             return Some(format!(
@@ -96,13 +120,26 @@ pub fn refuse_unit(key: &str, content: Option<&str>, identity: &Identity) -> Opt
     } else {
         Owner::Unit(name)
     };
-    refuse_content(content?, owner, identity).map(|why| format!("content: {why}"))
+    if let Some(why) = content.and_then(|text| refuse_content(text, owner, identity)) {
+        return Some(format!("content: {why}"));
+    }
+    // A mount, automount or swap unit's name is its path, whatever file a package ships for it.
+    if content.is_some() || ["mount", "automount", "swap"].contains(&name.unit_type) {
+        let hosts = paths::host_paths(identity);
+        let system = pid1::Manager::System;
+        return pid1::refuse_unit(content.unwrap_or(""), owner, system, &hosts)
+            .map(|why| format!("{key}: {why}"));
+    }
+    None
 }
 
-/// Why a unit file or drop-in with `text` acts on a host unit, if it does: a directive that orders
-/// systemd to do something to the units it names names one, or could (a specifier that cannot be
-/// resolved here could make it one).
+/// Why a unit file or drop-in with `text` acts on a host unit, if it does: text systemd may read
+/// otherwise than it looks (`unitfile::unplain`), or a directive that ties the units it names to
+/// this one names one, or could (a specifier that cannot be resolved here could make it one).
 pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<String> {
+    if let Some((line, odd)) = unitfile::unplain(text) {
+        return Some(format!("line {line} has {odd}"));
+    }
     let units = host_units(identity);
     for directive in unitfile::parse(text) {
         let acting = ACTING_DIRECTIVES.iter().any(|(section, key)| {
@@ -112,47 +149,38 @@ pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<S
         if !acting {
             continue;
         }
-        // Without a specifier, a value can only name a host unit by containing its name (once
-        // unquoted and unescaped: `mesh-"host.service"`, `mesh\x2dhost.service`).
-        let bare = unitfile::decode_hex_escapes(&directive.value.replace(['"', '\''], ""));
-        if !bare.contains('%') && !units.iter().any(|(u, _)| bare.contains(u.as_str())) {
-            continue;
-        }
-        // Single-valued ones (Unit=, Service=) are taken whole by systemd; as words too, to be safe.
-        let mut values = unitfile::words(&directive.value);
-        values.push(directive.value.clone());
-        for value in values {
-            // [Install] lists are unquoted by systemctl; [Unit] ones are not: try both. A `\xNN`
-            // escape names another unit to systemd; decoded too, to be safe.
-            let unquoted: String = value.chars().filter(|c| !"\"'".contains(*c)).collect();
-            let decoded = unitfile::decode_hex_escapes(&unquoted);
-            for candidate in [value.as_str(), unquoted.as_str(), decoded.as_str()] {
-                let pieces = unitfile::resolve_specifiers(candidate, owner);
-                let Some((unit, _)) = units.iter().find(|(u, _)| unitfile::could_be(&pieces, u))
-                else {
-                    continue;
-                };
-                let at = format!(
-                    "[{}] {}={} (line {})",
-                    directive.section, directive.key, directive.value, directive.line
-                );
-                let unknown: Vec<String> = pieces
-                    .iter()
-                    .filter_map(|p| match p {
-                        unitfile::Piece::Unknown(c) => Some(format!("%{c}")),
-                        unitfile::Piece::Text(_) => None,
-                    })
-                    .collect();
-                return Some(if unknown.is_empty() {
-                    format!("{at} names {unit}, the host's own unit")
-                } else {
-                    format!(
-                        "{at}: {} cannot be resolved safely here, and could make it name \
-                         {unit}, the host's own unit",
-                        unknown.join(" ")
-                    )
-                });
+        for word in unitfile::unit_words(&directive.value) {
+            let pieces = unitfile::resolve_specifiers(&word, owner);
+            let Some((unit, _)) = units.iter().find(|(u, _)| unitfile::could_be(&pieces, u)) else {
+                continue;
+            };
+            let at = format!(
+                "[{}] {}={} (line {})",
+                directive.section, directive.key, directive.value, directive.line
+            );
+            let unknown: Vec<String> = pieces
+                .iter()
+                .filter_map(|p| match p {
+                    unitfile::Piece::Unknown(c) => Some(format!("%{c}")),
+                    unitfile::Piece::Text(_) => None,
+                })
+                .collect();
+            if !unknown.is_empty() {
+                return Some(format!(
+                    "{at}: {} cannot be resolved safely here, and could make it name \
+                     {unit}, the host's own unit",
+                    unknown.join(" ")
+                ));
             }
+            // Read through a backslash, a quote, an escape or a separator: say which name.
+            let read_as = if word == directive.value {
+                String::new()
+            } else {
+                format!(
+                    " (systemd may read {word:?} in it; write unit names plainly, one per word)"
+                )
+            };
+            return Some(format!("{at} names {unit}, the host's own unit{read_as}"));
         }
     }
     None
@@ -161,6 +189,9 @@ pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<S
 /// Why writing (or removing) the file `path` with `content` reaches the host, if it does: its
 /// config, credentials or store, or what systemd reads for one of its units.
 pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
+    if let Some(why) = refuse_systemd_file(path, content, identity) {
+        return Some(why);
+    }
     let own = [&identity.config_dir]
         .into_iter()
         .chain(&identity.config_files)
@@ -186,7 +217,8 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
         return Some(format!("{} is the host's own store", store.display()));
     }
     let key = path.display();
-    for dir in &identity.unit_dirs {
+    // (Switched off with the unit model in a test build: drop-ins and links are units to systemd.)
+    for dir in identity.unit_dirs.iter().filter(|_| !unit_model_off()) {
         let Ok(rest) = path.strip_prefix(dir) else {
             continue;
         };
@@ -235,14 +267,106 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
         }
         let text = String::from_utf8_lossy(content?);
         let owner = match parts.as_slice() {
-            [file] => file_owner(file)?,
+            [file] => fragment_owner(file)?,
             [dir, file] if file.ends_with(".conf") => {
-                dir.strip_suffix(".d").map(file_owner).unwrap_or(None)?
+                dir.strip_suffix(".d").and_then(drop_in_owner)?
             }
             _ => return None,
         };
         return refuse_content(&text, owner, identity)
             .map(|why| format!("{key} is read by systemd as a unit file: {why}"));
+    }
+    None
+}
+
+/// The user managers' unit directories outside homes (systemd.unit(5)).
+const USER_UNIT_DIRS: [&str; 4] = [
+    "/etc/systemd/user",
+    "/run/systemd/user",
+    "/usr/local/lib/systemd/user",
+    "/usr/lib/systemd/user",
+];
+
+/// Why a file systemd itself acts on has it touch one of the host's paths, if it does: a
+/// tmpfiles.d file, `/etc/fstab`, or a unit file or drop-in anywhere on the unit search path
+/// (mounts by name, and directives whose path PID 1 writes, chowns or unlinks).
+fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
+    let content = content?;
+    // Most declared files are elsewhere under /etc: told by their first bytes, as
+    // `surely_outside` does for the host's own paths.
+    let near = [
+        "/etc/systemd/",
+        "/etc/tmpfiles.d/",
+        "/etc/fstab",
+        "/etc/crypttab",
+    ]
+    .iter()
+    .any(|p| path.starts_with(p))
+        || !path.starts_with("/etc/")
+        || identity
+            .unit_dirs
+            .iter()
+            .any(|d| path.as_bytes().starts_with(d.as_os_str().as_bytes()));
+    if !near {
+        return None;
+    }
+    let (dir, name) = path.rsplit_once('/')?;
+    let manager = |d: &str| {
+        let system = paths::SYSTEM_UNIT_PATH.contains(&d)
+            || identity.unit_dirs.iter().any(|u| u.as_os_str() == d);
+        if system {
+            Some(pid1::Manager::System)
+        } else {
+            USER_UNIT_DIRS.contains(&d).then_some(pid1::Manager::User)
+        }
+    };
+    let text = || String::from_utf8_lossy(content);
+    let hosts = || paths::host_paths(identity);
+    if name.ends_with(".conf") && tmpfiles::DIRS.contains(&dir) {
+        return tmpfiles::refuse(&text(), &hosts())
+            .map(|why| format!("{path} is read by systemd-tmpfiles: {why}"));
+    }
+    if path == "/etc/fstab" {
+        return pid1::refuse_fstab(&text(), &hosts())
+            .map(|why| format!("{path} is read by systemd-fstab-generator: {why}"));
+    }
+    if path == "/etc/crypttab" {
+        return pid1::refuse_crypttab(&text(), &hosts())
+            .map(|why| format!("{path} is read by systemd-cryptsetup-generator: {why}"));
+    }
+    if unit_model_off() {
+        return None;
+    }
+    // What the system manager reads also acts on the host's units: that reason, more exact,
+    // comes first (`refuse_file` would give it after this).
+    let acting = |owner, manager| match manager {
+        pid1::Manager::System => refuse_content(&text(), owner, identity),
+        pid1::Manager::User => None,
+    };
+    let as_unit = |why: String| format!("{path} is read by systemd as a unit file: {why}");
+    if let Some(manager) = manager(dir) {
+        let owner = fragment_owner(name)?;
+        return acting(owner, manager)
+            .or_else(|| pid1::refuse_unit(&text(), owner, manager, &hosts()))
+            .map(as_unit);
+    }
+    let (parent, sub) = dir.rsplit_once('/')?;
+    let manager = manager(parent)?;
+    if let Some(unit) = sub.strip_suffix(".d").filter(|_| name.ends_with(".conf")) {
+        let owner = drop_in_owner(unit)?;
+        // A mount unit's drop-in: the unit it is for is named, whatever the drop-in says.
+        let by_name =
+            || fragment_owner(unit).and_then(|o| pid1::refuse_unit("", o, manager, &hosts()));
+        return acting(owner, manager)
+            .or_else(by_name)
+            .or_else(|| pid1::refuse_unit(&text(), owner, manager, &hosts()))
+            .map(as_unit);
+    }
+    // An entry of a `.wants/` (or `.requires/`, `.upholds/`) directory starts the unit it names,
+    // whatever file a package ships for it.
+    if UNIT_DIR_SUFFIXES[1..].iter().any(|s| sub.ends_with(s)) {
+        return pid1::refuse_unit("", fragment_owner(name)?, manager, &hosts())
+            .map(|why| format!("{path} has systemd start {name}: {why}"));
     }
     None
 }
@@ -262,22 +386,27 @@ fn surely_outside(path: &str, own: &Path) -> bool {
     }
 }
 
-/// Which unit a file or drop-in directory named `name` belongs to.
-fn file_owner(name: &str) -> Option<Owner<'_>> {
-    match UnitName::parse(name) {
-        Ok(unit) if unit.prefix.ends_with('-') && unit.instance.is_none() => Some(Owner::Prefix {
-            prefix: unit.prefix,
-            unit_type: unit.unit_type,
-        }),
-        Ok(unit) if unit.is_template() => Some(Owner::Template(unit)),
-        Ok(unit) => Some(Owner::Unit(unit)),
-        // A type-level drop-in directory (`service.d/`) applies to every unit of the type.
-        Err(_) if unitfile::DECLARABLE_TYPES.contains(&name) => Some(Owner::Prefix {
-            prefix: "",
-            unit_type: name,
-        }),
-        Err(_) => None,
-    }
+/// Which unit a file named `name` directly in a unit directory is the fragment of: any type
+/// systemd loads, `.device` and `.scope` too.
+fn fragment_owner(name: &str) -> Option<Owner<'_>> {
+    let unit = UnitName::parse_loaded(name).ok()?;
+    Some(if unit.is_template() {
+        Owner::Template(unit)
+    } else {
+        Owner::Unit(unit)
+    })
+}
+
+/// Which units read the drop-ins of the directory `name.d/`: those with a name, an alias, a
+/// template or a prefix `name` (`dev-sda.device`, `mesh-.service`, `x@.service`), or every unit
+/// of the type (`service`, `device`). Only the type is sure: systemd resolves a drop-in's `%p`,
+/// `%n`, `%i` ... from the unit's own name, which an alias (or a prefix) does not tell.
+fn drop_in_owner(name: &str) -> Option<Owner<'_>> {
+    let unit_type = match UnitName::parse_loaded(name) {
+        Ok(unit) => unit.unit_type,
+        Err(_) => unitfile::LOADED_TYPES.into_iter().find(|t| *t == name)?,
+    };
+    Some(Owner::Type(unit_type))
 }
 
 /// Paths a container may not mount writable (nor have podman relabel or chown), each with what
@@ -300,19 +429,25 @@ pub fn protected_paths(identity: &Identity) -> Vec<(String, &'static str)> {
     for p in &identity.unit_dirs {
         add(p, "unit directory");
     }
-    add(Path::new("/usr/lib/systemd/system"), "unit directory");
+    for p in paths::SYSTEM_UNIT_PATH {
+        add(Path::new(p), "unit directory");
+    }
     add(Path::new("/run/systemd"), "runtime unit directory");
-    add(Path::new("/usr/bin/mesh-host"), "binary");
+    for (p, what) in paths::SYSTEMD_READS {
+        add(Path::new(p), what);
+    }
+    add(Path::new(paths::BINARY), "binary");
     out
 }
 
 /// Arch's merged /usr and /run: where these lead, a mount of them is a mount of their target.
-const WELL_KNOWN_LINKS: [(&str, &str); 7] = [
+const WELL_KNOWN_LINKS: [(&str, &str); 8] = [
     ("/bin", "/usr/bin"),
     ("/sbin", "/usr/bin"),
     ("/usr/sbin", "/usr/bin"),
     ("/lib", "/usr/lib"),
     ("/lib64", "/usr/lib"),
+    ("/usr/lib64", "/usr/lib"),
     ("/var/run", "/run"),
     ("/var/lock", "/run/lock"),
 ];
@@ -321,15 +456,7 @@ const WELL_KNOWN_LINKS: [(&str, &str); 7] = [
 /// host, if it does: writable (or relabelled, or chowned) and holding or inside something the
 /// host needs.
 pub fn refuse_mount(source: &str, writes: &str, identity: &Identity) -> Option<String> {
-    let mut source = source.to_string();
-    for (link, target) in WELL_KNOWN_LINKS {
-        if let Some(rest) = source.strip_prefix(link) {
-            if rest.is_empty() || rest.starts_with('/') {
-                source = format!("{target}{rest}");
-                break;
-            }
-        }
-    }
+    let source = follow_links(source);
     if source.split('/').any(|part| part == "..") {
         return Some(format!(
             "it mounts {source} {writes}, and its '..' cannot be resolved without following \
@@ -351,6 +478,90 @@ pub fn refuse_mount(source: &str, writes: &str, identity: &Identity) -> Option<S
         Some(format!(
             "it mounts {} {writes}, {relation} {p}, the host's own {what}",
             source.display()
+        ))
+    })
+}
+
+/// `source` with the merged-/usr link it starts with, if any, followed.
+fn follow_links(source: &str) -> String {
+    for (link, target) in WELL_KNOWN_LINKS {
+        if let Some(rest) = source.strip_prefix(link) {
+            if rest.is_empty() || rest.starts_with('/') {
+                return format!("{target}{rest}");
+            }
+        }
+    }
+    source.to_string()
+}
+
+/// Host directories holding sockets that hand out control of the host to whoever can
+/// `connect()`, which a read-only mount does not stop.
+const SOCKET_DIRS: [(&str, &str); 3] = [
+    ("/run/systemd", "PID 1's private socket"),
+    ("/run/dbus", "the system bus"),
+    ("/run/user/0", "root's own service manager and session bus"),
+];
+
+/// journald's sockets, the one directory under /run/systemd a read-only mount may hold.
+const JOURNAL_SOCKETS: &str = "/run/systemd/journal";
+
+/// Links under /dev into a process's /proc entry: podman resolves them in its own process.
+const PROC_LINKS: [(&str, &str); 4] = [
+    ("/dev/fd", "/proc/self/fd"),
+    ("/dev/stdin", "/proc/self/fd/0"),
+    ("/dev/stdout", "/proc/self/fd/1"),
+    ("/dev/stderr", "/proc/self/fd/2"),
+];
+
+/// Why a container mounting the host directory `source` (normalised) reaches the host even
+/// read-only, or through a writable kernel interface, if it does: `/proc/N` (a process's `root`,
+/// `cwd` and `fd/` lead into the host's filesystem, past the mount's read-only flag), a writable
+/// procfs, sysfs or cgroupfs, and PID 1's and the system bus's sockets with every directory above.
+pub fn refuse_mount_source(source: &str, writable: bool) -> Option<String> {
+    let mut source = follow_links(source);
+    for (link, target) in PROC_LINKS {
+        if let Some(rest) = source.strip_prefix(link) {
+            if rest.is_empty() || rest.starts_with('/') {
+                source = format!("{target}{rest}");
+                break;
+            }
+        }
+    }
+    let parts: Vec<&str> = source.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.contains(&"..") {
+        return Some(format!(
+            "it mounts {source}, and its '..' cannot be resolved without following symlinks \
+             (give the path without it)"
+        ));
+    }
+    let process =
+        |p: &str| matches!(p, "self" | "thread-self") || p.bytes().all(|b| b.is_ascii_digit());
+    match parts.as_slice() {
+        ["proc", rest @ ..] if rest.first().is_none_or(|p| process(p)) => {
+            return Some(format!(
+                "it mounts {source}: /proc/N/root, /proc/N/cwd and /proc/N/fd lead into the \
+                 host's filesystem, writable, whatever the mount's options"
+            ));
+        }
+        ["proc", ..] | ["sys", ..] if writable => {
+            return Some(format!(
+                "it mounts {source} read-write: procfs, sysfs and cgroupfs act on the whole host \
+                 (/proc/sysrq-trigger, the host's own cgroup.kill)"
+            ));
+        }
+        _ => {}
+    }
+    // journald's sockets only take log lines: a log shipper may mount them.
+    let journal = paths::Pattern::literal(&source).relation(JOURNAL_SOCKETS);
+    if matches!(journal, Some(paths::Relation::Is | paths::Relation::Inside)) {
+        return None;
+    }
+    SOCKET_DIRS.iter().find_map(|(dir, what)| {
+        let relation = paths::Pattern::literal(&source).relation(dir)?;
+        Some(format!(
+            "it mounts {source}, {} {dir}, {what}: connect() to a socket ignores a read-only \
+             mount",
+            relation.phrase()
         ))
     })
 }
@@ -540,7 +751,7 @@ mod tests {
             // Lists, continuations, comments inside them, odd spacing and case.
             (
                 "x.service",
-                "[Unit]\nWants=a.service   b.service \\\n# note\n  mesh-host.service\n",
+                "[Unit]\nWants=a.service   b.service \\\n  mesh-host.service\n",
                 "line 2",
             ),
             (
@@ -672,7 +883,7 @@ mod tests {
     #[test]
     fn valid_look_alikes_stay_valid() {
         for (name, content) in [
-            ("x.service", "[Unit]\nAfter=mesh-host.service\nBefore=mesh-host.service\nPartOf=mesh-host.service\nReloadPropagatedFrom=mesh-host.service\nDescription=Conflicts=mesh-host.service\n"),
+            ("x.service", "[Unit]\nAfter=mesh-host.service mesh-host.socket\nDescription=Conflicts=mesh-host.service\nDocumentation=man:mesh-host.service(8)\n"),
             ("x.service", "[Unit]\n# Conflicts=mesh-host.service\n; Wants=mesh-host.service\n"),
             ("x.service", "[Service]\nConflicts=mesh-host.service\nExecStart=/usr/bin/systemctl stop mesh-host.service\n"),
             ("x.service", "Conflicts=mesh-host.service\n[Unit]\nDescription=x"),
@@ -710,10 +921,6 @@ mod tests {
             (
                 "/etc/systemd/system/timer.d/x.conf",
                 "[Timer]\nRandomizedDelaySec=5",
-            ),
-            (
-                "/etc/systemd/system/foo-.timer.d/x.conf",
-                "[Timer]\nUnit=%N.service",
             ),
             (
                 "/etc/systemd/system/socket.d/x.conf",
@@ -761,8 +968,52 @@ mod tests {
         for (v, needle) in [
             (
                 "/:/host",
-                "mounts / read-write, which holds /var/lib/mesh-host, the host's own store",
+                "mounts /, which holds /run/systemd, PID 1's private socket: connect() to a \
+                 socket ignores a read-only mount",
             ),
+            ("/:/host:ro,rslave", "which holds /run/systemd"),
+            ("/:/rootfs:O", "which holds /run/systemd"),
+            ("/run:/run:ro", "which holds /run/systemd"),
+            ("/var/run:/r:ro", "mounts /run, which holds /run/systemd"),
+            ("/run/systemd:/s:ro", "which is /run/systemd"),
+            ("/run/systemd/private:/s:ro", "inside /run/systemd"),
+            (
+                "/run/systemd/journal:/j",
+                "the host's own runtime unit directory",
+            ),
+            ("/run/dbus:/d:ro", "which is /run/dbus, the system bus"),
+            ("/var/run/dbus/system_bus_socket:/s:ro", "inside /run/dbus"),
+            ("/proc:/host/proc:ro", "/proc/N/root"),
+            ("/proc/1/root:/h:ro", "/proc/N/root"),
+            ("/proc/self/root/etc:/h:ro", "/proc/N/root"),
+            ("/proc/thread-self/cwd:/h:ro", "/proc/N/root"),
+            ("/proc/sys:/s", "read-write: procfs"),
+            ("/dev/fd/3:/x:ro", "mounts /proc/self/fd/3: /proc/N/root"),
+            ("/run/user/0:/u:ro", "root's own service manager"),
+            ("/run/user:/u:ro", "which holds /run/user/0"),
+            ("/proc/sysrq-trigger:/t", "read-write: procfs"),
+            ("/sys:/s", "read-write: procfs, sysfs and cgroupfs"),
+            ("/sys/fs/cgroup:/c:rw", "cgroup.kill"),
+            ("/sys/fs/cgroup:/c:ro,U", "cgroup.kill"),
+            (
+                "/srv/../var/lib/mesh-host:/x:ro",
+                "its '..' cannot be resolved",
+            ),
+            (
+                "/usr/local:/l",
+                "/usr/local/lib/systemd/system, the host's own unit directory",
+            ),
+            (
+                "/usr/lib64:/l",
+                "mounts /usr/lib read-write, which holds /usr/lib/systemd/system",
+            ),
+            ("/lib/systemd:/l", "which holds /usr/lib/systemd/system"),
+            (
+                "/etc/systemd/system.attached:/l",
+                "the host's own unit directory",
+            ),
+            ("/etc/tmpfiles.d:/t", "the host's own tmpfiles.d directory"),
+            ("/etc/fstab:/f", "fstab (systemd mounts what it says)"),
             (
                 "/var:/v:rw",
                 "which holds /var/lib/mesh-host, the host's own store",
@@ -817,13 +1068,16 @@ mod tests {
             check_refused(&volume(v), &["volumes[0]", needle]);
         }
         for v in [
-            "/:/host:ro,rslave",
-            "/:/rootfs:ro",
             "/var/lib/mesh-host:/x:ro",
             "/etc/mesh-host:/x:ro",
-            "/srv/../var/lib/mesh-host:/x:ro",
-            "/proc:/host/proc:ro",
             "/sys:/host/sys:ro,rslave",
+            "/sys/fs/cgroup:/c:ro",
+            "/proc/cpuinfo:/cpuinfo:ro",
+            "/run/user/1000/pulse:/p:ro",
+            "/run/systemd/journal:/run/systemd/journal:ro",
+            "/run/systemd/journal/socket:/s:ro",
+            "/run/podman-data:/p",
+            "/var/lib/containers-data:/x",
             "/srv/data:/data:rw,z,nocopy,rshared",
             "/srv/data:/data:Z,U,noexec,nodev,nosuid,rbind",
             "/etc/mesh-hostile:/x",
@@ -836,6 +1090,139 @@ mod tests {
                 problems(&volume(v)).is_empty(),
                 "{v}: {:?}",
                 problems(&volume(v))
+            );
+        }
+    }
+
+    #[test]
+    fn class_7_files_systemd_itself_acts_on() {
+        for (path, content, needle) in [
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "# x\nd /srv/data 0755\nR /srv/mesh-store\n",
+                "/etc/tmpfiles.d/x.conf is read by systemd-tmpfiles: line 3 \"R /srv/mesh-store\": \
+                 type R would have systemd-tmpfiles touch /srv/mesh-store, which is \
+                 /srv/mesh-store, the host's own store",
+            ),
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "z /etc 0777",
+                "which holds /etc/mesh-host, the host's own configuration",
+            ),
+            (
+                "/etc/fstab",
+                "UUID=1 / ext4 defaults 0 1\ntmpfs /etc/systemd/system tmpfs\n",
+                "/etc/fstab is read by systemd-fstab-generator: line 2",
+            ),
+            (
+                "/etc/systemd/system/etc-mesh\\x2dhost.mount",
+                "[Mount]\nWhat=tmpfs\n",
+                "names its path /etc/mesh-host",
+            ),
+            (
+                "/etc/systemd/system/srv-x.mount.d/x.conf",
+                "[Mount]\nWhat=/etc/mesh-host\nOptions=bind\n",
+                "[Mount] What=/etc/mesh-host (line 2): it mounts /etc/mesh-host elsewhere",
+            ),
+            (
+                "/etc/systemd/system/service.d/x.conf",
+                "[Service]\nStateDirectory=mesh-host\n",
+                "creates and chowns /var/lib/mesh-host",
+            ),
+            (
+                "/etc/systemd/system/local-fs.target.wants/var.mount",
+                "",
+                "has systemd start var.mount: var.mount names its path /var",
+            ),
+            (
+                "/etc/systemd/user/x.service.d/x.conf",
+                "[Service]\nStandardOutput=append:/etc/mesh-host/config.json\n",
+                "opens /etc/mesh-host/config.json for writing",
+            ),
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "f /etc/tmpfiles.d/y.conf 0644 - - - R /var/lib/mesh-host",
+                "inside /etc/tmpfiles.d, the host's own tmpfiles.d directory",
+            ),
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "w+ /etc/fstab - - - - tmpfs\\x20/var/lib\\x20tmpfs",
+                "which is /etc/fstab",
+            ),
+            (
+                "/etc/systemd/system/x.service",
+                "[Service]\nStandardOutput=append:/etc/tmpfiles.d/x.conf\n",
+                "the host's own tmpfiles.d directory",
+            ),
+            (
+                "/etc/systemd/system.attached/x.socket",
+                "[Socket]\nListenFIFO=/usr/bin/mesh-host\n",
+                "the host's own binary",
+            ),
+        ] {
+            check_refused(&file(path, content), &["refused", needle]);
+        }
+        for (name, content, needle) in [
+            (
+                "etc.mount",
+                None,
+                "etc.mount: etc.mount names its path /etc",
+            ),
+            ("srv-mesh\\x2dstore.automount", None, "the host's own store"),
+            (
+                "x.service",
+                Some("[Service]\nPIDFile=/etc/mesh-host/config.json\n"),
+                "x.service: [Service] PIDFile=",
+            ),
+            (
+                "x.service",
+                Some("[Service]\nStandardOutput=truncate:/etc/mesh-host/config.json\n"),
+                "opens /etc/mesh-host/config.json for writing",
+            ),
+        ] {
+            let spec = match content {
+                Some(c) => json!({"content": c}),
+                None => json!({"active": true}),
+            };
+            let json = json!({"schema": 1, "units": {name: spec}}).to_string();
+            check_refused(&json, &["refused", needle]);
+        }
+        for (path, content) in [
+            (
+                "/etc/tmpfiles.d/x.conf",
+                "d /var/lib 0755 - - -\nL /var/run - - - - ../run\n",
+            ),
+            ("/etc/tmpfiles.d/x.txt", "R /var/lib/mesh-host\n"),
+            (
+                "/etc/fstab",
+                "UUID=1 / ext4 defaults 0 1\n/dev/sdb /srv/data xfs defaults 0 2\n",
+            ),
+            (
+                "/etc/systemd/system/srv-data.mount",
+                "[Mount]\nWhat=/dev/sdb\n",
+            ),
+            (
+                "/etc/systemd/system/x.service",
+                "[Service]\nStateDirectory=x\n",
+            ),
+            (
+                "/etc/systemd/user/x.service",
+                "[Service]\nStateDirectory=mesh-host\n",
+            ),
+            ("/etc/systemd/user/etc.mount", "[Mount]\nWhat=tmpfs\n"),
+            (
+                "/etc/systemd/system/getty@tty1.service.d/autologin.conf",
+                "[Service]\r\nExecStart=\r\nExecStart=-/sbin/agetty --autologin root %I $TERM\r\nTTYPath=/dev/%I\r\n",
+            ),
+            (
+                "/etc/systemd/system/sshd.service.d/x.conf",
+                "[Unit]\nAfter=mesh-host.service\n[Service]\nRuntimeDirectory=sshd\nPIDFile=/run/sshd.pid\n",
+            ),
+        ] {
+            assert!(
+                problems(&file(path, content)).is_empty(),
+                "{path}: {:?}",
+                problems(&file(path, content))
             );
         }
     }
@@ -872,5 +1259,261 @@ mod tests {
             &file("/etc/pki/other.pem", "x")
         )
         .is_empty());
+    }
+
+    /// The one problem of `json`, which must contain each of `needles`.
+    fn refused_with(json: &str, needles: &[&str]) {
+        let found = problems(json);
+        assert_eq!(found.len(), 1, "{json}: {found:?}");
+        for needle in needles {
+            assert!(found[0].contains(needle), "{needle:?} not in {found:?}");
+        }
+    }
+
+    #[test]
+    fn family_1_text_systemd_reads_otherwise_is_refused_saying_how_to_write_it() {
+        // A byte-order mark at the start of a later line: systemd drops it, the line is live.
+        for (content, needle) in [
+            (
+                "[Unit]\nDescription=x\n[X-Hidden]\n\u{feff}[Install]\nAlias=mesh-host.service\n",
+                "line 4 has a byte-order mark",
+            ),
+            (
+                "# c\n\u{feff}[Unit]\nDescription=x\n",
+                "line 2 has a byte-order mark",
+            ),
+            (
+                "[Unit]\nDescription=x\u{feff}\n",
+                "write the file without it",
+            ),
+            // Two-character line ends systemd takes as one: the continuation carries on.
+            (
+                "[Unit]\nWants=junk \\\n\rmesh-host.service\n",
+                "line 3 has a carriage return",
+            ),
+            (
+                "[Unit]\nWants=junk \\\r\0mesh-host.service\n",
+                "line 2 has a carriage return",
+            ),
+            (
+                "[Unit]\nWants=junk \\\n\0mesh-host.service\n",
+                "line 3 has a NUL byte",
+            ),
+            (
+                "[Unit]\nWants=junk \\\r\n\0mesh-host.service\n",
+                "line 3 has a NUL byte",
+            ),
+            (
+                "[Unit]\nWants=junk \\\rmesh-host.service\n",
+                "end lines with \\n or \\r\\n only",
+            ),
+            // Readers disagree on comments inside a continuation and on `.include`.
+            (
+                "[Unit]\nWants=junk \\\n# c\n mesh-host.service\n",
+                "line 3 has a comment inside",
+            ),
+            (
+                "[Unit]\nWants=junk \\\n  ; c \\\n mesh-host.service\n",
+                "comment inside",
+            ),
+            (
+                ".include /etc/systemd/system/x.service\n[Unit]\n",
+                "line 1 has `.include`",
+            ),
+            // Backslashes: plain in [Unit] lists, dropped in Also= and Sockets=.
+            (
+                "[Unit]\nWants=junk\\ mesh-host.service\n",
+                "systemd may read \"mesh-host.service\"",
+            ),
+            (
+                "[Unit]\nRequires=junk\\\tmesh-host.service\n",
+                "names mesh-host.service",
+            ),
+            (
+                "[Install]\nAlso=mesh\\-host.service\n",
+                "[Install] Also=mesh\\-host.service (line 2) names mesh-host.service",
+            ),
+            (
+                "[Install]\nAlso=/usr/lib/systemd/system/mesh-host.service\n",
+                "names mesh-host.service",
+            ),
+            (
+                "[Service]\nSockets=\\m\\e\\s\\h-host.socket\n",
+                "names mesh-host.socket",
+            ),
+            // Quotes, case, whitespace, continuations.
+            (
+                "[Unit]\nBindsTo='mesh-host.service'\n",
+                "names mesh-host.service",
+            ),
+            (
+                "[unit]\nwants = mesh-host.service\n",
+                "names mesh-host.service",
+            ),
+            (
+                "[Unit]\nUpholds=\\\n\tmesh-host.service\n",
+                "(line 2) names",
+            ),
+            (
+                "[Unit]\r\nConflicts=a.service\\\r\n mesh-host.service\r\n",
+                "(line 2) names",
+            ),
+            // Specifiers a unit's own name cannot resolve.
+            ("[Unit]\nWants=%H.service\n", "%H cannot be resolved safely"),
+            (
+                "[Unit]\nWants=%l-host.service\n",
+                "%l cannot be resolved safely",
+            ),
+        ] {
+            refused_with(
+                &unit("x.service", content),
+                &["units[\"x.service\"]: refused: content:", needle],
+            );
+            let path = "/etc/systemd/system/x.service.d/y.conf";
+            refused_with(
+                &file(path, content),
+                &["is read by systemd as a unit file", needle],
+            );
+        }
+        // A drop-in of an alias: systemd resolves its specifiers from the unit's own name, which
+        // the directory's name does not tell.
+        for (dir, value) in [
+            ("zalias.service.d", "%p-host.service"),
+            ("zalias.service.d", "%n"),
+            ("mesh.service.d", "%N-host.service"),
+            ("x@y.service.d", "%i.service"),
+            ("foo-.timer.d", "%N.service"),
+            ("a-mesh.service.d", "%j-host.service"),
+        ] {
+            let path = format!("/etc/systemd/system/{dir}/x.conf");
+            let content = format!("[Unit]\nWants={value}\n");
+            refused_with(
+                &file(&path, &content),
+                &["cannot be resolved safely", "mesh-host."],
+            );
+        }
+        // In a unit file of its own the name is known: nothing is refused that names no host unit.
+        for (name, content) in [
+            ("zalias.service", "[Unit]\nWants=%p-host.service\n"),
+            ("a-b.service", "[Unit]\nWants=%j-host.service\n"),
+        ] {
+            assert!(problems(&unit(name, content)).is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn family_2_every_unit_type_systemd_loads_is_read() {
+        let host_lines = [
+            "[Unit]\nWants=mesh-host.service",
+            "[Unit]\nRequires=mesh-host.service",
+            "[Unit]\nConflicts=mesh-host.service",
+            "[Unit]\nPartOf=mesh-host.service",
+            "[Unit]\nBindsTo=mesh-host.service",
+            "[Unit]\nUpholds=mesh-host.service",
+            "[Unit]\nOnFailure=mesh-host.service",
+            "[Unit]\nPropagatesStopTo=mesh-host.service",
+            "[Unit]\nBefore=mesh-host.service",
+        ];
+        let mut paths: Vec<String> = Vec::new();
+        for name in [
+            "dev-sda.device",
+            "init.scope",
+            "libpod-.scope",
+            "x.slice",
+            "-.slice",
+            "srv.mount",
+            "-.mount",
+            "srv.automount",
+            "dev-sda2.swap",
+            "x.target",
+            "x.path",
+            "x.timer",
+            "x.socket",
+            "foo-.service",
+        ] {
+            paths.push(format!("/etc/systemd/system/{name}"));
+            paths.push(format!("/etc/systemd/system/{name}.d/x.conf"));
+        }
+        for t in crate::unitfile::LOADED_TYPES {
+            paths.push(format!("/etc/systemd/system/{t}.d/x.conf"));
+            paths.push(format!("/etc/systemd/system.attached/{t}.d/x.conf"));
+        }
+        for (i, path) in paths.iter().enumerate() {
+            let content = host_lines[i % host_lines.len()];
+            refused_with(
+                &file(path, content),
+                &[path, "refused", "mesh-host.service"],
+            );
+        }
+        // What a device or scope's dependency directories hold.
+        for path in [
+            "/etc/systemd/system/dev-sda.device.wants/mesh-host.service",
+            "/etc/systemd/system/init.scope.requires/mesh-host.socket",
+        ] {
+            refused_with(&file(path, ""), &["a link to the host's own unit"]);
+        }
+        // The triggers each type has, as declared units and as files.
+        for (name, content) in [
+            (
+                "x.timer",
+                "[Timer]\nOnCalendar=daily\nUnit=mesh-host.service\n",
+            ),
+            (
+                "x.path",
+                "[Path]\nPathExists=/x\nUnit=mesh\\-host.service\n",
+            ),
+            (
+                "x.socket",
+                "[Socket]\nListenStream=1\nService=mesh-host.service\n",
+            ),
+            ("x.service", "[Service]\nSockets=mesh-host.socket\n"),
+            (
+                "x.mount",
+                "[Unit]\nWants=mesh-host.service\n[Mount]\nWhat=/dev/sdb\n",
+            ),
+            ("x.automount", "[Unit]\nBindsTo=mesh-host.service\n"),
+            ("x.swap", "[Unit]\nOnSuccess=mesh-host.service\n"),
+            ("x.slice", "[Unit]\nConflicts=mesh-host.service\n"),
+            ("x.target", "[Unit]\nStopPropagatedFrom=mesh-host.service\n"),
+        ] {
+            refused_with(
+                &unit(name, content),
+                &["refused: content:", "names mesh-host."],
+            );
+            let path = format!("/etc/systemd/system/{name}.d/x.conf");
+            refused_with(&file(&path, content), &["names mesh-host."]);
+        }
+    }
+
+    #[test]
+    fn everyday_unit_files_stay_valid() {
+        for (path, content) in [
+            (
+                "/etc/systemd/system/getty@tty1.service.d/autologin.conf",
+                "[Service]\nExecStart=\nExecStart=-/sbin/agetty -o '-p -f -- \\\\u' --noclear --autologin root %I $TERM\n",
+            ),
+            (
+                "/etc/systemd/system/sshd.service.d/override.conf",
+                "[Unit]\nAfter=mesh-host.service network-online.target\nWants=network-online.target\n[Service]\nExecStart=\nExecStart=/usr/bin/sshd -D -o PermitRootLogin=no\n",
+            ),
+            (
+                "/etc/systemd/system/app.service",
+                "\u{feff}[Unit]\r\nDescription=app, edited on Windows\r\nAfter=mesh-host.service\r\n\r\n[Service]\r\nExecStart=/usr/bin/app \\\r\n  --flag\r\n[Install]\r\nWantedBy=multi-user.target\r\n",
+            ),
+            (
+                "/etc/systemd/system/dev-sda.device.d/x.conf",
+                "[Unit]\nJobTimeoutSec=5\n",
+            ),
+            (
+                "/etc/systemd/system/srv-www.mount",
+                "[Unit]\nAfter=mesh-host.service\n[Mount]\nWhat=/dev/sdb1\nWhere=/srv/www\nType=ext4\n[Install]\nWantedBy=multi-user.target\n",
+            ),
+            (
+                "/etc/systemd/system/backup.timer",
+                "[Timer]\nOnCalendar=daily\nUnit=backup.service\n[Install]\nWantedBy=timers.target\n",
+            ),
+        ] {
+            assert!(problems(&file(path, content)).is_empty(), "{path}: {:?}", problems(&file(path, content)));
+        }
     }
 }

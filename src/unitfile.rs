@@ -16,6 +16,23 @@ pub const DECLARABLE_TYPES: [&str; 9] = [
     "slice",
 ];
 
+/// Every unit type systemd loads a fragment or drop-ins for: the declarable ones, and `device` and
+/// `scope` units, which systemd makes at runtime but still reads files for (`dev-sda.device.d/`,
+/// `init.scope.d/`).
+pub const LOADED_TYPES: [&str; 11] = [
+    "service",
+    "socket",
+    "mount",
+    "automount",
+    "swap",
+    "target",
+    "path",
+    "timer",
+    "slice",
+    "device",
+    "scope",
+];
+
 /// systemd's limit on a unit name (`UNIT_NAME_MAX` less its NUL).
 const MAX_NAME_BYTES: usize = 255;
 
@@ -32,21 +49,28 @@ pub struct UnitName<'a> {
 impl<'a> UnitName<'a> {
     /// Validates `name` by systemd's rules (`unit_name_is_valid`) for a declarable type.
     pub fn parse(name: &'a str) -> Result<UnitName<'a>, String> {
+        Self::parse_with(name, &DECLARABLE_TYPES)
+    }
+
+    /// Validates `name` for any type systemd loads files for (`LOADED_TYPES`).
+    pub fn parse_loaded(name: &'a str) -> Result<UnitName<'a>, String> {
+        Self::parse_with(name, &LOADED_TYPES)
+    }
+
+    fn parse_with(name: &'a str, types: &[&str]) -> Result<UnitName<'a>, String> {
         if name.len() > MAX_NAME_BYTES {
             return Err(format!(
                 "unit name is longer than {MAX_NAME_BYTES} bytes (systemd's limit)"
             ));
         }
         let known = || {
-            DECLARABLE_TYPES
+            types
                 .iter()
                 .map(|t| format!(".{t}"))
                 .collect::<Vec<_>>()
                 .join(" ")
         };
-        let Some((stem, unit_type)) = name
-            .rsplit_once('.')
-            .filter(|(_, t)| DECLARABLE_TYPES.contains(t))
+        let Some((stem, unit_type)) = name.rsplit_once('.').filter(|(_, t)| types.contains(t))
         else {
             return Err(format!(
                 "unit name {name:?} has no known suffix ({})",
@@ -105,22 +129,30 @@ pub struct Directive {
     pub line: usize,
 }
 
-/// The directives of a unit file or drop-in, in order, as systemd's config parser reads them:
-/// lines end at `\n`, `\r\n`, `\r` or NUL; a line whose first non-blank character is `#` or `;` is
-/// a comment, even inside a continuation; a line ending in an unescaped `\` continues on the next
-/// (the `\` becomes a space); `[Section]` starts a section; keys and values are trimmed.
-/// Assignments before any section and lines without `=` are ignored, as systemd ignores them.
+/// The directives of a unit file or drop-in, in order, as systemd's config parser
+/// (`config_parse`) reads them: lines end as `read_line` ends them (see `lines`); a line whose
+/// first non-blank character is `#` or `;` is a comment, even inside a continuation; the first
+/// U+FEFF met at the very start of a line that is not a comment is dropped, once per file; a line
+/// ending in an unescaped `\` continues on the next (the `\` becomes a space); `[Section]`
+/// starts a section; keys and values are trimmed. Assignments before any section and lines
+/// without `=` are ignored, as systemd ignores them.
 pub fn parse(text: &str) -> Vec<Directive> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut out = Vec::new();
     let mut section: Option<String> = None;
     let mut continuation: Option<(String, usize)> = None;
+    let mut bom_seen = false;
     for (index, raw) in lines(text).enumerate() {
         let number = index + 1;
-        let trimmed = raw.trim_start_matches(is_blank);
-        if trimmed.starts_with(['#', ';']) {
+        if raw.trim_start_matches(is_blank).starts_with(['#', ';']) {
             continue;
         }
+        let raw = match raw.strip_prefix('\u{feff}') {
+            Some(rest) if !bom_seen => {
+                bom_seen = true;
+                rest
+            }
+            _ => raw,
+        };
         let (mut line, start) = match continuation.take() {
             Some((mut joined, start)) => {
                 joined.push_str(raw);
@@ -135,63 +167,125 @@ pub fn parse(text: &str) -> Vec<Directive> {
             continuation = Some((line, start));
             continue;
         }
-        let line = line.trim_matches(is_blank);
-        if line.is_empty() {
-            continue;
-        }
-        if let Some(name) = line.strip_prefix('[') {
-            section = name.strip_suffix(']').map(str::to_string);
-            continue;
-        }
-        let (Some(section), Some((key, value))) = (&section, line.split_once('=')) else {
-            continue;
-        };
-        out.push(Directive {
-            section: section.clone(),
-            key: key.trim_matches(is_blank).to_string(),
-            value: value.trim_matches(is_blank).to_string(),
-            line: start,
-        });
+        directive(&line, start, &mut section, &mut out);
     }
     // systemd parses a continuation still open at the end of the file as a last line.
     if let Some((line, start)) = continuation {
-        if let (Some(section), Some((key, value))) = (&section, line.trim().split_once('=')) {
-            out.push(Directive {
-                section: section.clone(),
-                key: key.trim_matches(is_blank).to_string(),
-                value: value.trim_matches(is_blank).to_string(),
-                line: start,
-            });
-        }
+        directive(&line, start, &mut section, &mut out);
     }
     out
+}
+
+/// One logical line: a section header, an assignment in a section, or nothing.
+fn directive(line: &str, start: usize, section: &mut Option<String>, out: &mut Vec<Directive>) {
+    let line = line.trim_matches(is_blank);
+    if line.is_empty() {
+        return;
+    }
+    if let Some(name) = line.strip_prefix('[') {
+        *section = name.strip_suffix(']').map(str::to_string);
+        return;
+    }
+    let (Some(section), Some((key, value))) = (section.as_ref(), line.split_once('=')) else {
+        return;
+    };
+    out.push(Directive {
+        section: section.clone(),
+        key: key.trim_matches(is_blank).to_string(),
+        value: value.trim_matches(is_blank).to_string(),
+        line: start,
+    });
 }
 
 fn is_blank(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\n' | '\r')
 }
 
-/// Splits at every line ending systemd's `read_line` knows: `\n`, `\r\n`, `\r` and NUL.
+/// Splits where systemd's `read_line` ends lines: at `\n`, `\r` or NUL, a run of them being one
+/// line end while no kind repeats and no NUL came before (`\n`, `\r\n`, `\n\r`, `\r\0`,
+/// `\n\r\0`, ... are each one; `\n\n` and `\0\n` are two).
 fn lines(text: &str) -> impl Iterator<Item = &str> {
     let mut rest = Some(text);
     std::iter::from_fn(move || {
         let current = rest?;
-        match current.find(['\n', '\r', '\0']) {
-            None => {
-                rest = None;
-                (!current.is_empty()).then_some(current)
+        let Some(at) = current.find(['\n', '\r', '\0']) else {
+            rest = None;
+            return (!current.is_empty()).then_some(current);
+        };
+        let mut seen = 0u8;
+        let mut end = at;
+        for byte in current[at..].bytes() {
+            let kind = match byte {
+                b'\n' => 1,
+                b'\r' => 2,
+                0 => 4,
+                _ => break,
+            };
+            if seen & (kind | 4) != 0 {
+                break;
             }
-            Some(at) => {
-                let skip = if current[at..].starts_with("\r\n") {
-                    2
-                } else {
-                    1
-                };
-                rest = Some(&current[at + skip..]);
-                Some(&current[..at])
-            }
+            seen |= kind;
+            end += 1;
         }
+        rest = Some(&current[end..]);
+        Some(&current[..at])
     })
+}
+
+/// Where `text` holds something systemd may read otherwise than it looks (or than this reader,
+/// or another version of systemd, does): the line (as an editor counts them) and what it is,
+/// with how to write it plainly. A unit file or drop-in with any of these is refused whatever
+/// it says, so the rest of the model reads only plain text.
+pub fn unplain(text: &str) -> Option<(usize, &'static str)> {
+    let mut line = 1;
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        let odd = match c {
+            '\n' => {
+                line += 1;
+                None
+            }
+            '\0' => Some("a NUL byte: systemd ends a line there; write the file without NUL bytes"),
+            '\r' if chars.peek().map(|(_, c)| *c) != Some('\n') => Some(
+                "a carriage return not followed by a line feed: systemd ends a line there, and \
+                 takes \\n\\r as one line end (which carries a `\\` continuation on); end lines \
+                 with \\n or \\r\\n only",
+            ),
+            '\u{feff}' if at > 0 => Some(
+                "a byte-order mark (U+FEFF) after the start of the file: systemd drops the first \
+                 one it meets at the start of any line, which makes a hidden line live; write the \
+                 file without it",
+            ),
+            _ => None,
+        };
+        if let Some(odd) = odd {
+            return Some((line, odd));
+        }
+    }
+    let mut in_continuation = false;
+    for (index, raw) in text.split('\n').enumerate() {
+        let trimmed = raw.trim_start_matches(is_blank);
+        if trimmed.starts_with(".include") {
+            return Some((
+                index + 1,
+                "`.include`: older systemd reads the file it names into this one; write its \
+                 content here or in a drop-in",
+            ));
+        }
+        if trimmed.starts_with(['#', ';']) {
+            if in_continuation {
+                return Some((
+                    index + 1,
+                    "a comment inside a `\\` continuation: systemd skips it and carries the \
+                     directive on past it, older versions end the directive there; write the \
+                     directive without comments in it",
+                ));
+            }
+            continue;
+        }
+        in_continuation = ends_in_unescaped_backslash(raw.trim_end_matches('\r'));
+    }
+    None
 }
 
 fn ends_in_unescaped_backslash(line: &str) -> bool {
@@ -202,28 +296,55 @@ fn ends_in_unescaped_backslash(line: &str) -> bool {
     escaped
 }
 
-/// The words of a list value (`Wants=a.service b.service`), split at blanks as systemd's
-/// `extract_first_word` does; a backslash keeps the character after it in the word.
-pub fn words(value: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut word = String::new();
-    let mut chars = value.chars();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            word.push(c);
-            if let Some(next) = chars.next() {
-                word.push(next);
-            }
-        } else if is_blank(c) {
-            if !word.is_empty() {
+/// Every word systemd could take for a unit name from `value`, whichever way it reads it:
+/// `[Unit]` lists keep a backslash as a plain character and split at blanks (`junk\ x.service` is
+/// two words), `Also=` and `Sockets=` drop a backslash before any character (`x\-y` is `x-y`),
+/// `[Install]` lists are unquoted, a single-valued `Unit=` takes the whole value; a `\xNN` escape
+/// is also taken decoded (stricter than systemd). Each reading is cut at every character a unit
+/// name cannot hold (a specifier, `%` and the character after it, stays in its word), so the
+/// words hold every name any of these readings gives, and more.
+pub fn unit_words(value: &str) -> Vec<String> {
+    let mut readings = vec![value.to_string(), value.replace(['"', '\''], "")];
+    for i in 0..readings.len() {
+        readings.push(drop_backslashes(&readings[i]));
+    }
+    for i in 0..readings.len() {
+        readings.push(decode_hex_escapes(&readings[i]));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for reading in &readings {
+        let mut word = String::new();
+        let mut chars = reading.chars();
+        while let Some(c) = chars.next() {
+            if c == '%' {
+                word.push(c);
+                word.extend(chars.next());
+            } else if c.is_ascii_alphanumeric() || ":-_.\\@".contains(c) {
+                word.push(c);
+            } else if !word.is_empty() && !out.contains(&word) {
                 out.push(std::mem::take(&mut word));
+            } else {
+                word.clear();
             }
-        } else {
-            word.push(c);
+        }
+        if !word.is_empty() && !out.contains(&word) {
+            out.push(word);
         }
     }
-    if !word.is_empty() {
-        out.push(word);
+    out
+}
+
+/// A backslash dropped and the character after it kept, as `extract_first_word` does without
+/// flags.
+fn drop_backslashes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            out.extend(chars.next());
+        } else {
+            out.push(c);
+        }
     }
     out
 }
@@ -235,9 +356,10 @@ pub enum Owner<'a> {
     Unit(UnitName<'a>),
     /// A template's file or drop-in: it applies to every instance, so the instance is unknown.
     Template(UnitName<'a>),
-    /// A prefix (`foo-.service.d/`) or type-level (`service.d/`, prefix empty) drop-in: it
-    /// applies to every unit of the type whose name starts with the prefix.
-    Prefix { prefix: &'a str, unit_type: &'a str },
+    /// A drop-in: it applies to the units with the name of its directory as their own or as an
+    /// alias, or a prefix of it (`foo-.service.d/`), or every unit of the type (`service.d/`),
+    /// and systemd resolves its specifiers from the unit's own name: only the type is sure.
+    Type(&'a str),
 }
 
 /// A value with its specifiers resolved: literal text and the pieces that cannot be known here
@@ -267,21 +389,11 @@ pub fn resolve_specifiers(value: &str, owner: Owner) -> Vec<Piece> {
             pieces.push(Piece::Unknown('%'));
             break;
         };
-        if let Owner::Prefix { prefix, unit_type } = owner {
-            // The name is PREFIX, then something unknown, then the type.
-            let known = match spec {
-                'n' | 'N' | 'p' => Some(prefix.to_string()),
-                'P' => Some(unescape(prefix)),
-                _ => None,
-            };
-            if let Some(known) = known {
-                push_text(&mut pieces, &known);
-                pieces.push(Piece::Unknown(spec));
-                if spec == 'n' {
-                    push_text(&mut pieces, &format!(".{unit_type}"));
-                }
-                continue;
-            }
+        if let (Owner::Type(unit_type), 'n') = (owner, spec) {
+            // Some name, then the type.
+            pieces.push(Piece::Unknown(spec));
+            push_text(&mut pieces, &format!(".{unit_type}"));
+            continue;
         }
         match name_specifier(spec, owner) {
             Some(text) => push_text(&mut pieces, &text),
@@ -299,7 +411,7 @@ fn name_specifier(spec: char, owner: Owner) -> Option<String> {
     let (name, instance_known) = match owner {
         Owner::Unit(name) => (name, true),
         Owner::Template(name) => (name, false),
-        Owner::Prefix { .. } => return None,
+        Owner::Type(_) => return None,
     };
     let stem = match name.instance {
         Some(i) => format!("{}@{i}", name.prefix),
@@ -485,20 +597,89 @@ mod tests {
     }
 
     #[test]
-    fn list_words() {
+    fn line_ends_and_byte_order_marks_as_systemd_reads_them() {
+        // One line end each, so the continuation carries on to `b`.
+        for eol in [
+            "\n", "\r", "\r\n", "\n\r", "\n\0", "\r\0", "\r\n\0", "\n\r\0", "\0",
+        ] {
+            assert_eq!(
+                directives(&format!("[Unit]{eol}Wants=a \\{eol}b")),
+                vec![d("Unit", "Wants", "a  b", 2)],
+                "{eol:?}"
+            );
+        }
+        // Two line ends: an empty line ends the continuation.
+        for eol in ["\n\n", "\0\n", "\r\r", "\n\r\n", "\n\0\n"] {
+            assert_eq!(
+                directives(&format!("[Unit]\nWants=a \\{eol}b=c")),
+                vec![d("Unit", "Wants", "a", 2), d("Unit", "b", "c", 4)],
+                "{eol:?}"
+            );
+        }
+        // The first U+FEFF at the start of a line that is not a comment is dropped, once.
         assert_eq!(
-            words(" a.service\tb.service  "),
-            vec!["a.service", "b.service"]
+            directives("# c\n[X]\n\u{feff}[Unit]\n\u{feff}Wants=a\n"),
+            vec![d("Unit", "\u{feff}Wants", "a", 4)]
         );
-        assert_eq!(words("a\\ b.service c"), vec!["a\\ b.service", "c"]);
-        assert!(words("").is_empty());
+        assert_eq!(
+            directives("\u{feff}# not a comment=1\n[Unit]\n\u{feff}Wants=a\n"),
+            vec![d("Unit", "\u{feff}Wants", "a", 3)]
+        );
     }
 
-    /// A type-level drop-in's: nothing of the name is known but its type.
-    const ANY: Owner = Owner::Prefix {
-        prefix: "",
-        unit_type: "service",
-    };
+    #[test]
+    fn unplain_text_is_found_with_its_line() {
+        for (text, line, what) in [
+            ("[Unit]\nA=\0", 2, "NUL byte"),
+            ("[Unit]\r\nA=1\r\n\r", 3, "carriage return"),
+            ("[Unit]\n\rA=1", 2, "carriage return"),
+            ("\u{feff}[Unit]\n\u{feff}A=1", 2, "byte-order mark"),
+            ("[Unit]\nA=1 \\\r\n# c\r\n b", 3, "comment inside"),
+            ("[Unit]\n  .include /x\n", 2, "`.include`"),
+        ] {
+            let (found, odd) = unplain(text).unwrap_or_else(|| panic!("{text:?}"));
+            assert_eq!(found, line, "{text:?}");
+            assert!(odd.contains(what), "{text:?}: {odd}");
+        }
+        for text in [
+            "\u{feff}[Unit]\r\nA=1 \\\r\n  b\r\n# c \\\r\nB=2",
+            "[Unit]\nA=x\\\\\n# c\n",
+            "",
+        ] {
+            assert_eq!(unplain(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn unit_words_hold_every_reading() {
+        let has = |value: &str, word: &str| unit_words(value).iter().any(|w| w == word);
+        assert_eq!(
+            unit_words(" a.service\tb.service  "),
+            vec!["a.service", "b.service"]
+        );
+        assert!(unit_words("").is_empty());
+        // [Unit] lists: a backslash is plain, a blank still splits.
+        assert!(has("junk\\ mesh-host.service", "mesh-host.service"));
+        // Also=, Sockets=: a backslash before any character is dropped.
+        assert!(has("mesh\\-host.service", "mesh-host.service"));
+        assert!(has("\\m\\e\\s\\h-host.service", "mesh-host.service"));
+        // Quotes (unquoted by [Install]), hex escapes, paths (Also=/path/NAME).
+        assert!(has("\"mesh-host.service\"", "mesh-host.service"));
+        assert!(has("mesh-\"host\".service", "mesh-host.service"));
+        assert!(has("mesh\\x2dhost.service", "mesh-host.service"));
+        assert!(has(
+            "/etc/systemd/system/mesh-host.service",
+            "mesh-host.service"
+        ));
+        assert!(has("a,mesh-host.service", "mesh-host.service"));
+        // A specifier stays in its word, whatever follows its `%`.
+        assert!(has("%H.service", "%H.service"));
+        assert!(has("x%\"y", "x%\"y"));
+        assert!(!has("mesh-hostile.service", "mesh-host.service"));
+    }
+
+    /// A drop-in's: nothing of the name is known but its type.
+    const ANY: Owner = Owner::Type("service");
 
     fn resolved(value: &str, owner: Owner) -> Vec<Piece> {
         resolve_specifiers(value, owner)
@@ -529,16 +710,11 @@ mod tests {
             resolved("%H%", ANY),
             vec![Piece::Unknown('H'), Piece::Unknown('%')]
         );
-        let prefix = Owner::Prefix {
-            prefix: "foo-",
-            unit_type: "timer",
-        };
         assert_eq!(
-            resolved("%n=%N", prefix),
+            resolved("%n=%N", Owner::Type("timer")),
             vec![
-                Piece::Text("foo-".into()),
                 Piece::Unknown('n'),
-                Piece::Text(".timer=foo-".into()),
+                Piece::Text(".timer=".into()),
                 Piece::Unknown('N')
             ]
         );

@@ -17,7 +17,8 @@ use serde_json::Value;
 use support::control_plane::{ControlPlane, CpConfig};
 use support::pki::Pki;
 use support::service::Service;
-use support::{fault_seed, snapshot, Scratch, XorShift};
+use support::ways::{Driver, Way};
+use support::{fault_seed, snapshot, wait_until, Scratch, XorShift};
 
 const FILES: usize = 200;
 const ITERATIONS: usize = 50;
@@ -134,9 +135,20 @@ fn temp_files(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The temp files in `dir` that no write in progress explains: a running service writes its
+/// state (service.json) on its own, so that one's temp file may be a write caught half way.
+fn temp_files_left(dir: &Path, f: &Findings) -> Vec<PathBuf> {
+    let service_state = format!(".service.json{TMP_SUFFIX}");
+    temp_files(dir)
+        .into_iter()
+        .filter(|p| !(f.way == Way::Service && p.ends_with(&service_state)))
+        .collect()
+}
+
 /// What one iteration found wrong, each line naming the iteration.
 struct Findings {
     iteration: usize,
+    way: Way,
     phase: &'static str,
     problems: Vec<String>,
 }
@@ -145,7 +157,8 @@ impl Findings {
     fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
         if !ok {
             self.problems.push(format!(
-                "iteration {} ({}): {}",
+                "{:?} iteration {} ({}): {}",
+                self.way,
                 self.iteration,
                 self.phase,
                 what()
@@ -222,14 +235,19 @@ fn check_after_crash(
     }
 }
 
-/// The next run converges `file` (the declaration that was being applied).
-fn converge(
-    host: &Scratch,
-    file: &Path,
-    want: &BTreeMap<String, String>,
-    initial: &BTreeMap<String, Option<Vec<u8>>>,
-    f: &mut Findings,
-) {
+/// The next runs converge the declaration that was being applied: `reconcile` and `apply FILE`
+/// on the command line; the service started again, its start run and the control plane's
+/// declaration (which it asks for again if the crash came before it was in force).
+fn recover(driver: &mut Driver, file: &Path, f: &mut Findings) {
+    if driver.way == Way::Service {
+        let record = driver.rerun();
+        f.check(
+            record["revision"] == driver.revision() && record["outcome"] == "converged",
+            || format!("the service started again never converged: {record:#}"),
+        );
+        return;
+    }
+    let host = driver.host();
     let status = host.run(&["status", "--json"]);
     if status.code == 0 && status.json()["in_force"].is_object() {
         let out = host.run(&["reconcile"]);
@@ -241,6 +259,16 @@ fn converge(
     f.check(out.code == 0, || {
         format!("the apply after the crash failed: {out:?}")
     });
+}
+
+/// After the next runs: every file of `want` as declared, the rest as it was, all in sync, no
+/// temp file left.
+fn check_converged(
+    host: &Scratch,
+    want: &BTreeMap<String, String>,
+    initial: &BTreeMap<String, Option<Vec<u8>>>,
+    f: &mut Findings,
+) {
     for (path, content) in want {
         let got = std::fs::read(host.target(path)).ok();
         f.check(got.as_deref() == Some(content.as_bytes()), || {
@@ -265,18 +293,25 @@ fn converge(
         });
     }
     for dir in [host.root(), host.state()] {
-        let left = temp_files(&dir);
+        let left = temp_files_left(&dir, f);
         f.check(left.is_empty(), || {
             format!("temp files survive the next run: {left:?}")
         });
     }
 }
 
-/// A release (an empty declaration) gives the root back byte for byte, modes and directories too.
-fn release(host: &Scratch, initial_snapshot: &[(PathBuf, Vec<u8>, u32)], f: &mut Findings) {
-    let empty = host.declaration("empty.json", r#"{"schema": 1}"#);
-    let out = host.run(&["apply", empty.to_str().expect("utf-8")]);
-    f.check(out.code == 0, || format!("the release failed: {out:?}"));
+/// A release (an empty declaration, the same way) gives the root back byte for byte, modes and
+/// directories too.
+fn release(driver: &mut Driver, initial_snapshot: &[(PathBuf, Vec<u8>, u32)], f: &mut Findings) {
+    let ran = driver.converge(r#"{"schema": 1}"#);
+    let done = match &ran.output {
+        Some(out) => out.code == 0,
+        None => ran.record["outcome"] == "converged",
+    };
+    f.check(done, || {
+        format!("the release failed: {:#} {:?}", ran.record, ran.output)
+    });
+    let host = driver.host();
     let now = snapshot(&host.root());
     if now != initial_snapshot {
         let before: BTreeSet<_> = initial_snapshot.iter().collect();
@@ -305,12 +340,39 @@ fn release(host: &Scratch, initial_snapshot: &[(PathBuf, Vec<u8>, u32)], f: &mut
     f.check(backups == 0, || {
         format!("{backups} entries left in backups/ after the release")
     });
-    let left = temp_files(&host.state());
+    let left = temp_files_left(&host.state(), f);
     f.check(left.is_empty(), || {
         format!("temp files left in the store: {left:?}")
     });
 }
 
+/// Starts converging `json` (`apply`, or the control plane's declaration to the service) and
+/// SIGKILLs mesh-host after `delay`; true if it was killed before the run ended.
+fn killed_after(driver: &mut Driver, json: &str, delay: Duration) -> bool {
+    let child = driver.begin(json);
+    std::thread::sleep(delay);
+    match (child, driver.service()) {
+        (Some(mut child), _) => {
+            let finished = matches!(child.try_wait(), Ok(Some(_)));
+            let _ = child.kill(); // SIGKILL
+            let _ = child.wait();
+            !finished
+        }
+        (None, Some(service)) => {
+            service.signal(libc::SIGKILL);
+            assert!(
+                wait_until(Duration::from_secs(10), || !service.alive()),
+                "the service outlived SIGKILL"
+            );
+            let revision = driver.revision();
+            !driver.runs().iter().any(|r| r["revision"] == revision)
+        }
+        (None, None) => unreachable!("a driver spawns apply or drives a service"),
+    }
+}
+
+/// Under `apply` (50 iterations) and under the service (20: each starts a service and its
+/// control plane), the kill landing in the run the declaration started.
 #[test]
 fn kill_9_anywhere_during_applies_loses_nothing() {
     let started = Instant::now();
@@ -327,61 +389,78 @@ fn kill_9_anywhere_during_applies_loses_nothing() {
     let budget = times[1];
     eprintln!("crash: a complete apply of {FILES} files takes {budget:?}; kills fall in 0..that");
 
-    // The machine is shared: an apply's length drifts with the load. The kills follow it, as in
-    // the outbox test: an apply that ended before its kill shortens the next budgets, one killed
-    // lengthens them, so the kills keep falling inside the applies however long they take.
-    let mut budget_us = budget.as_micros() as u64;
     let mut problems = Vec::new();
-    let mut killed = 0;
-    for iteration in 0..ITERATIONS {
-        let phase = ["first apply", "change", "release"][rng.below(3) as usize];
-        let delay = Duration::from_micros(rng.below(budget_us + 1));
-        let host = prepared();
-        let initial_snapshot = snapshot(&host.root());
-        let initial = tree(&host.root());
-        let file_a = host.declaration("a.json", &json_a);
-        let file_b = host.declaration("b.json", &json_b);
-        let file_empty = host.declaration("empty.json", r#"{"schema": 1}"#);
-        let mut f = Findings {
-            iteration,
-            phase,
-            problems: Vec::new(),
-        };
-        let (target, want, declared): (&Path, &BTreeMap<_, _>, Vec<&BTreeMap<_, _>>) = match phase {
-            "first apply" => (&file_a, &a, vec![&a]),
-            "change" => (&file_b, &b, vec![&a, &b]),
-            _ => (&file_empty, &none, vec![&a]),
-        };
-        if phase != "first apply" {
-            host.apply(&file_a, 0);
+    for (way, iterations) in [(Way::Apply, ITERATIONS), (Way::Service, ITERATIONS * 2 / 5)] {
+        // The machine is shared: an apply's length drifts with the load. The kills follow it, as
+        // in the outbox test: a run that ended before its kill shortens the next budgets, one
+        // killed lengthens them, so the kills keep falling inside the runs however long they take.
+        let mut budget_us = budget.as_micros() as u64;
+        let mut killed = 0;
+        for iteration in 0..iterations {
+            let phase = ["first apply", "change", "release"][rng.below(3) as usize];
+            let delay = Duration::from_micros(rng.below(budget_us + 1));
+            let host = prepared();
+            let initial_snapshot = snapshot(&host.root());
+            let initial = tree(&host.root());
+            let file_a = host.declaration("a.json", &json_a);
+            let file_b = host.declaration("b.json", &json_b);
+            let file_empty = host.declaration("empty.json", r#"{"schema": 1}"#);
+            let mut f = Findings {
+                iteration,
+                way,
+                phase,
+                problems: Vec::new(),
+            };
+            let (target, json, want, declared): (
+                &Path,
+                &str,
+                &BTreeMap<_, _>,
+                Vec<&BTreeMap<_, _>>,
+            ) = match phase {
+                "first apply" => (&file_a, &json_a, &a, vec![&a]),
+                "change" => (&file_b, &json_b, &b, vec![&a, &b]),
+                _ => (&file_empty, r#"{"schema": 1}"#, &none, vec![&a]),
+            };
+            let mut driver = Driver::start(way, host);
+            if phase != "first apply" {
+                let ran = driver.converge(&json_a);
+                assert_eq!(
+                    ran.record["outcome"], "converged",
+                    "{way:?}: {:#}",
+                    ran.record
+                );
+            }
+            if killed_after(&mut driver, json, delay) {
+                killed += 1;
+                budget_us += budget_us / 10;
+            } else {
+                budget_us = (budget_us * 3 / 4).max(200);
+            }
+            check_after_crash(driver.host(), &initial, &declared, &mut f);
+            recover(&mut driver, target, &mut f);
+            check_converged(driver.host(), want, &initial, &mut f);
+            release(&mut driver, &initial_snapshot, &mut f);
+            if !f.problems.is_empty() {
+                eprintln!(
+                    "crash: {way:?} iteration {iteration} ({phase}, killed after {delay:?}) kept at {}",
+                    driver.host().dir.display()
+                );
+                problems.append(&mut f.problems);
+                if let Some(service) = driver.service() {
+                    let _ = service.stop();
+                }
+                std::mem::forget(driver); // keep the scratch for inspection
+            }
         }
-        if apply_killed(&host, target, delay) {
-            killed += 1;
-            budget_us += budget_us / 10;
-        } else {
-            budget_us = (budget_us * 3 / 4).max(200);
-        }
-        check_after_crash(&host, &initial, &declared, &mut f);
-        converge(&host, target, want, &initial, &mut f);
-        release(&host, &initial_snapshot, &mut f);
-        if !f.problems.is_empty() {
-            eprintln!(
-                "crash: iteration {iteration} ({phase}, killed after {delay:?}) kept at {}",
-                host.dir.display()
-            );
-            problems.append(&mut f.problems);
-            std::mem::forget(host); // keep the scratch for inspection
-        }
+        eprintln!(
+            "crash: {way:?}: {iterations} iterations, {killed} killed mid-run, {:?} so far",
+            started.elapsed()
+        );
+        assert!(
+            killed >= iterations / 4,
+            "{way:?}: only {killed} of {iterations} runs were killed mid-run: the delays miss them"
+        );
     }
-    eprintln!(
-        "crash: {ITERATIONS} iterations, {killed} killed mid-apply, {} problems, {:?}",
-        problems.len(),
-        started.elapsed()
-    );
-    assert!(
-        killed >= ITERATIONS / 4,
-        "only {killed} of {ITERATIONS} applies were killed mid-run: the delays miss the applies"
-    );
     assert!(
         problems.is_empty(),
         "seed {seed}: {} problems:\n{}",
@@ -419,14 +498,28 @@ fn outbox(host: &Scratch) -> (BTreeMap<u64, Value>, Vec<String>) {
     (reports, others)
 }
 
-/// kill -9 aimed at the window where a run's report goes into the outbox (the end of an apply),
-/// many times; then a clean apply and a service connecting to the control plane. The ids stay
-/// contiguous, no temp file survives the next start, and every run the history recorded has its
-/// report delivered.
+/// kill -9 aimed at the window where a run's report goes into the outbox (the end of a run), many
+/// times, both ways: every run the history recorded has its report delivered, under ids that
+/// stay contiguous.
 #[test]
 fn kill_9_at_the_outbox_write_loses_no_report() {
     let seed = fault_seed(0x6f75_7462_6f78);
     eprintln!("outbox crash: seed {seed} (replay with MESH_FAULT_SEED={seed})");
+    outbox_kills_under_apply(seed);
+    outbox_kills_under_the_service(seed);
+}
+
+/// Whether the control plane received `run`'s report.
+fn same_run(run: &Value, report: &Value) -> bool {
+    run["started"] == report["started"]
+        && run["ended"] == report["ended"]
+        && run["outcome"] == report["outcome"]
+        && run["digest"] == report["digest"]
+}
+
+/// Applies killed at their end, the control plane down (the reports queue); then a clean apply
+/// and a service connecting to it. No temp file survives the next start.
+fn outbox_kills_under_apply(seed: u64) {
     let mut rng = XorShift::new(seed);
     let pki = Pki::new();
     // A port for the control plane, which starts only at the end: until then applies queue.
@@ -502,12 +595,6 @@ fn kill_9_at_the_outbox_write_loses_no_report() {
         killed >= OUTBOX_ITERATIONS / 8,
         "only {killed} killed: the delays miss the applies"
     );
-    let same_run = |run: &Value, report: &Value| {
-        run["started"] == report["started"]
-            && run["ended"] == report["ended"]
-            && run["outcome"] == report["outcome"]
-            && run["digest"] == report["digest"]
-    };
     for run in &runs {
         assert!(
             reports.values().any(|r| same_run(run, r)),
@@ -542,4 +629,68 @@ fn kill_9_at_the_outbox_write_loses_no_report() {
             "a recorded run whose report never arrived: {run:#}"
         );
     }
+}
+
+/// The service linked to the control plane all along, killed after a declaration at about the
+/// end of its run, and started again: the reports it had queued are sent, the rest made again.
+fn outbox_kills_under_the_service(seed: u64) {
+    let mut rng = XorShift::new(seed);
+    let mut driver = Driver::start(Way::Service, Scratch::new("outbox-crash-run"));
+    let decl = |i: usize| {
+        format!(r#"{{"schema": 1, "files": {{"/etc/outbox-crash": {{"content": "run {i}\n"}}}}}}"#)
+    };
+    // Every recorded run's report arrived (once the restarted service has sent its outbox).
+    let delivered = |driver: &Driver| {
+        let reports = driver.control_plane().expect("control plane").reports();
+        driver
+            .runs()
+            .iter()
+            .all(|run| reports.iter().any(|r| same_run(run, r)))
+    };
+    // From the declaration to its run's record, the fastest of five.
+    let budget = (0..5)
+        .map(|i| {
+            let started = Instant::now();
+            driver.converge(&decl(1000 + i));
+            started.elapsed()
+        })
+        .min()
+        .unwrap_or(Duration::from_millis(20));
+    eprintln!("outbox crash (run): a declaration's run takes {budget:?}");
+    let mut budget_us = budget.as_micros() as u64;
+    let mut killed = 0;
+    let iterations = OUTBOX_ITERATIONS / 2;
+    for i in 0..iterations {
+        let half = budget_us / 2;
+        let delay = Duration::from_micros(half + rng.below(half + half / 2));
+        if killed_after(&mut driver, &decl(i), delay) {
+            killed += 1;
+            budget_us += budget_us / 10;
+        } else {
+            budget_us = (budget_us * 3 / 4).max(200);
+        }
+        if let Some(service) = driver.service() {
+            service.restart(&[]);
+        }
+        assert!(
+            wait_until(Duration::from_secs(30), || delivered(&driver)),
+            "iteration {i}: a recorded run whose report never arrived: {:#?}",
+            driver.runs()
+        );
+    }
+    let reports = driver.control_plane().expect("control plane").reports();
+    eprintln!(
+        "outbox crash (run): {iterations} declarations, {killed} killed before their run was \
+         recorded; {} runs recorded, {} reports delivered",
+        driver.runs().len(),
+        reports.len()
+    );
+    assert!(
+        killed >= iterations / 8,
+        "only {killed} killed: the delays miss the runs"
+    );
+    let mut ids: Vec<u64> = reports.iter().filter_map(|r| r["id"].as_u64()).collect();
+    ids.sort_unstable();
+    let want: Vec<u64> = (1..=ids.len() as u64).collect();
+    assert_eq!(ids, want, "delivered ids not contiguous");
 }

@@ -775,3 +775,39 @@ fn a_run_keeps_a_bounded_amount_of_diffs() {
     );
     plan.assert_stdout("300 would change");
 }
+
+/// A secret file (0600 by default, or `"secret": true`) never has its content in a diff: sizes
+/// only, whether it is changed, created or released.
+#[test]
+fn a_secret_files_diff_shows_sizes_only() {
+    let host = Scratch::new("diff-secret");
+    let canary = "canary-4f1e9b";
+    let declare = |name: &str, password: &str| {
+        host.declaration(
+            name,
+            &format!(
+                r#"{{"schema": 1, "files": {{"/etc/app.key": {{"content": "pw={password}\n", "mode": "0600"}},
+                    "/etc/flagged.conf": {{"content": "pw={password}\n", "secret": true}}}}}}"#
+            ),
+        )
+    };
+    let first = declare("d.json", canary);
+    let plan = host.run(&["plan", first.to_str().unwrap()]);
+    plan.assert_stdout("    (secret: content not shown) absent -> declared, 17 bytes\n");
+    host.apply(&first, 0);
+    let second = declare("e.json", &format!("{canary}-2"));
+    let second_path = second.to_str().unwrap();
+    for args in [&["plan", second_path][..], &["--json", "plan", second_path]] {
+        let out = host.run(args);
+        assert!(!out.stdout.contains(canary), "{out:?}");
+    }
+    let plan = host.run(&["plan", second.to_str().unwrap()]);
+    plan.assert_stdout(
+        "    (secret: content not shown) on the machine, 17 bytes -> declared, 19 bytes\n",
+    );
+    // Released: the file is 0600 on the machine, so what it held is not shown either.
+    let empty = host.declaration("empty.json", r#"{"schema": 1}"#);
+    let plan = host.run(&["plan", empty.to_str().unwrap()]);
+    assert!(!plan.stdout.contains(canary), "{plan:?}");
+    plan.assert_stdout("    (secret: content not shown) on the machine, 17 bytes -> absent\n");
+}

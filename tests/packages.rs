@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::service::Service;
+use support::ways::{Driver, Way};
 use support::{
     failure, failures, sandbox, sh, status, sysroot_with_repo, wait_until, PacmanRoot, Sandbox,
     Scratch,
@@ -347,20 +347,24 @@ fn a_stale_database_lock_is_reported_by_name_and_removed_only_when_allowed_and_o
     status.assert_stdout("note: removed pacman's stale database lock");
 }
 
+/// Under `apply` and under the service alike.
 #[test]
 fn a_hung_pacman_is_killed_at_its_timeout() {
-    let mut host = Scratch::with_config(
-        "pkg-hung",
-        r#"{"pacman": {"command": ["sh", "-c", "sleep 30", "sh"], "timeout_secs": 1}}"#,
-    );
-    host.offline_root = false;
-    let report = host.apply_json(r#"{"schema": 1, "packages": {"mesh-e": {}}}"#, 1);
-    let detail = failure(&report, "mesh-e").detail;
-    // Stopped at its timeout: left alone, `sleep 30` would have exited 0 and installed nothing.
-    assert!(
-        detail.contains("reached its timeout of 1 s: sent SIGINT"),
-        "{detail}"
-    );
+    for way in Way::BOTH {
+        let mut host = Scratch::with_config(
+            &format!("pkg-hung-{}", way.name()),
+            r#"{"pacman": {"command": ["sh", "-c", "sleep 30", "sh"], "timeout_secs": 1}}"#,
+        );
+        host.offline_root = false;
+        let mut driver = Driver::start(way, host);
+        let ran = driver.converge(r#"{"schema": 1, "packages": {"mesh-e": {}}}"#);
+        let detail = failure(&ran.record, "mesh-e").detail;
+        // Stopped at its timeout: left alone, `sleep 30` would have exited 0 and installed nothing.
+        assert!(
+            detail.contains("reached its timeout of 1 s: sent SIGINT"),
+            "{way:?}: {detail}"
+        );
+    }
 }
 
 #[test]
@@ -657,37 +661,71 @@ fn a_release_that_would_remove_the_hosts_package_as_a_dependency_is_refused() {
 }
 
 /// SIGTERM between transactions, sent by a pacman wrapper during the `-S` (so no timing is
-/// involved): that transaction runs to its end, the removal after it is not started, the run is
-/// recorded `interrupted` with the removal deferred, and the next run does it.
+/// involved), under the service and under `apply`: that transaction runs to its end, the removal
+/// after it is not started, and the next run does it. The service records the run `interrupted`
+/// with the removal deferred and exits 0; `apply`, which has no signal handling of its own (a
+/// person's Ctrl-C ends it), ends at once, and the pacman it started finishes on its own.
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn sigterm_between_transactions_leaves_the_rest_for_the_next_run() {
     let sb = sandbox();
-    let pacman = PacmanRoot::new("sigterm", &sb.pacman_repo);
-    let host = pacman.host(&sb, "pkg-sigterm", "");
-    pacman.pacman("-S --noconfirm mesh-e");
-    let file = host.declaration(
-        "declaration.json",
-        r#"{"schema": 1, "packages": {"mesh-b": {}, "mesh-e": {"state": "absent"}}}"#,
-    );
-    // Put the declaration in force without converging it: a pacman that fails every query.
-    let real = host.set_tool("pacman", &["false"]);
-    host.apply(&file, 1);
+    for way in Way::BOTH {
+        let pacman = PacmanRoot::new(&format!("sigterm-{}", way.name()), &sb.pacman_repo);
+        let host = pacman.host(&sb, &format!("pkg-sigterm-{}", way.name()), "");
+        pacman.pacman("-S --noconfirm mesh-e");
+        let real = host.set_tool("pacman", &["true"]);
+        // The wrapper gets the real pacman's arguments (`--config FILE`) before the run's own.
+        let script = r#"for a; do [ "$a" = -S ] && kill -TERM $PPID; done; exec pacman "$@""#;
+        let wrapper: Vec<&str> = ["sh", "-c", script, "sh"]
+            .into_iter()
+            .chain(real.iter().skip(1).map(String::as_str))
+            .collect();
+        host.set_tool("pacman", &wrapper);
+        let mut driver = Driver::start(way, host);
+        let ran = driver.converge(
+            r#"{"schema": 1, "packages": {"mesh-b": {}, "mesh-e": {"state": "absent"}}}"#,
+        );
+        match &ran.output {
+            None => {
+                let record = &ran.record;
+                assert_eq!(record["outcome"], "interrupted", "{record:#}");
+                let stopped: Vec<&str> = record["deferred"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|d| d["detail"] == "not applied: the host was stopping")
+                    .filter_map(|d| d["key"].as_str())
+                    .collect();
+                assert_eq!(stopped, ["mesh-e"], "{record:#}");
+                let service = driver.service().expect("the service");
+                assert_eq!(service.stop(), Some(0), "{}", service.log());
+            }
+            Some(out) => {
+                assert_eq!(out.code, -1, "ended by the signal: {out:?}");
+                // The wrapper's pacman starts after the signal: its transaction, not the lock
+                // it has yet to take, says it is done.
+                assert!(
+                    wait_until(Duration::from_secs(30), || pacman
+                        .version("mesh-b")
+                        .is_some()
+                        && !pacman.lock_file().exists()),
+                    "the orphaned pacman never finished"
+                );
+            }
+        }
+        assert_eq!(
+            pacman.version("mesh-b").as_deref(),
+            Some("1.0-1"),
+            "{way:?}"
+        );
+        assert!(
+            pacman.version("mesh-e").is_some(),
+            "{way:?}: the removal waited"
+        );
 
-    // The wrapper gets the real pacman's arguments (`--config FILE`) before the run's own.
-    let script = r#"for a; do [ "$a" = -S ] && kill -TERM $PPID; done; exec pacman "$@""#;
-    let wrapper: Vec<&str> = ["sh", "-c", script, "sh"]
-        .into_iter()
-        .chain(real.iter().skip(1).map(String::as_str))
-        .collect();
-    host.set_tool("pacman", &wrapper);
-    let (service, stopped) = Service::start_until_stopped(host);
-    assert_eq!(stopped, ["mesh-e"], "{}", service.log());
-    assert_eq!(pacman.version("mesh-b").as_deref(), Some("1.0-1"));
-    assert!(pacman.version("mesh-e").is_some(), "the removal waited");
-
-    service.host.set_tool("pacman", &real);
-    let out = service.host.run(&["reconcile"]);
-    assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(pacman.version("mesh-e"), None);
+        driver.host().set_tool("pacman", &real);
+        let record = driver.rerun();
+        assert_eq!(record["outcome"], "converged", "{way:?}: {record:#}");
+        assert_eq!(pacman.version("mesh-e"), None, "{way:?}");
+    }
 }

@@ -27,4 +27,8 @@ done
 args+=(--include-ignored)
 status=0
 cargo test --all-targets --no-fail-fast "${args[@]}" || status=$?
+# systemd's confirmation of unit changes, shown alone: a build with the unit model switchable off
+# (the test-only feature test-no-unit-model; never in a shipped binary).
+cargo test --features test-no-unit-model --test unit_confirm --no-fail-fast -- --include-ignored \
+  || status=$?
 exit "$status"

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::service::Service;
-use support::{sandbox, sh, snapshot, Sandbox, Scratch};
+use support::ways::{Driver, Ran, Way};
+use support::{sandbox, sh, snapshot, wait_until, Sandbox, Scratch};
 
 /// pacman fails on a locked database: tests of this file that install packages take turns.
 static PACMAN: Mutex<()> = Mutex::new(());
@@ -479,6 +480,8 @@ fn rescue_mode_writes_and_enables_offline_and_defers_start() {
             .any(|l| l.starts_with(&format!("> units {unit}: deferred: start"))),
         "{out:?}"
     );
+    // No running systemd to confirm what the unit file does: the output says the model decided.
+    out.assert_stdout("note: unit files changed under --root: no running systemd to confirm them");
     assert_eq!(
         std::fs::read_to_string(unit_dir.join(&unit)).expect("unit file"),
         content
@@ -637,10 +640,9 @@ fn a_refused_declaration_leaves_the_hosts_unit_byte_for_byte_and_running() {
     );
 }
 
-/// Two running, enabled units declared and put in force without being converged (a systemctl
-/// that fails every query), so that the next run, with the wrapper `systemctl` the test then
-/// sets, does all of them. Returns the real systemctl command too, to set back.
-fn declared_not_converged(test: &str) -> (Sandbox, [String; 2], Scratch, Vec<String>, Cleanup) {
+/// Two running, enabled units for `test`, the declaration of them, a host with the sandbox's
+/// systemctl and the units' cleanup.
+fn two_units(test: &str) -> (Sandbox, [String; 2], String, Scratch, Cleanup) {
     let sb = sandbox();
     let units = [
         unit_name(&format!("{test}-a")),
@@ -655,77 +657,122 @@ fn declared_not_converged(test: &str) -> (Sandbox, [String; 2], Scratch, Vec<Str
             (u.clone(), spec)
         })
         .collect();
-    let file = declare(&host, "d.json", json!({ "units": declared }));
-    let real = host.set_tool("systemctl", &["false"]);
-    host.apply(&file, 1);
-    (sb, units, host, real, cleanup)
+    let declaration = json!({"schema": 1, "units": declared}).to_string();
+    (sb, units, declaration, host, cleanup)
 }
 
 /// Runs systemctl through `sh -c`: `before` (which sees systemctl's arguments as "$@"), then the
-/// sandbox's `systemctl --user`.
-fn wrap_systemctl(host: &Scratch, before: &str) {
+/// sandbox's `systemctl --user`. Returns the command it had, to set back.
+fn wrap_systemctl(host: &Scratch, before: &str) -> Vec<String> {
     let script = format!(r#"{before}; exec systemctl --user "$@""#);
-    host.set_tool("systemctl", &["sh", "-c", &script, "sh"]);
+    host.set_tool("systemctl", &["sh", "-c", &script, "sh"])
 }
 
-/// Sets systemctl back to `real` and reconciles, which must converge.
-fn reconcile_with(host: &Scratch, real: &[String]) {
-    host.set_tool("systemctl", real);
-    let out = host.run(&["reconcile"]);
-    assert_eq!(out.code, 0, "{out:?}");
+/// A run the wrapper's SIGTERM stopped: under the service, recorded `interrupted` with
+/// `deferred` not applied because the host was stopping, and the service exited 0; `apply`,
+/// which has no signal handling of its own, ended by the signal at once (the wrapper's
+/// systemctl goes on: `settled` says when it is done).
+fn stopped(driver: &mut Driver, ran: &Ran, deferred: &[String], settled: impl Fn() -> bool) {
+    match &ran.output {
+        None => {
+            let record = &ran.record;
+            assert_eq!(record["outcome"], "interrupted", "{record:#}");
+            let stopped: Vec<&str> = record["deferred"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| d["detail"] == "not applied: the host was stopping")
+                .filter_map(|d| d["key"].as_str())
+                .collect();
+            assert_eq!(stopped, deferred, "{record:#}");
+            let service = driver.service().expect("the service");
+            assert_eq!(service.stop(), Some(0), "{}", service.log());
+        }
+        Some(out) => {
+            assert_eq!(out.code, -1, "ended by the signal: {out:?}");
+            assert!(
+                wait_until(Duration::from_secs(10), settled),
+                "the wrapper's systemctl never finished"
+            );
+        }
+    }
+}
+
+/// Sets systemctl back to `real` and runs again (`reconcile`, or the service started again),
+/// which must converge.
+fn rerun_with(driver: &mut Driver, real: &[String]) {
+    driver.host().set_tool("systemctl", real);
+    let record = driver.rerun();
+    assert_eq!(
+        record["outcome"], "converged",
+        "{:?}: {record:#}",
+        driver.way
+    );
 }
 
 /// SIGTERM while the units kind applies, sent by a systemctl wrapper at `daemon-reload` (after
-/// the unit files, before enable and start), so no timing is involved: the files written are
-/// reloaded, the verbs left are not run, the run is recorded `interrupted` with those units
-/// deferred, and the next run does the rest.
+/// the unit files, before enable and start), so no timing is involved, under the service and under
+/// `apply`: the files written are reloaded, the verbs left are not run (the service records the
+/// run `interrupted` with those units deferred), and the next run does the rest.
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn sigterm_during_the_units_apply_leaves_the_rest_for_the_next_run() {
-    let (sb, units, host, real, _cleanup) = declared_not_converged("stop");
-    assert!(!sb.unit_dir.join(&units[0]).exists());
-    wrap_systemctl(
-        &host,
-        r#"if [ "$1" = daemon-reload ]; then kill -TERM $PPID; fi"#,
-    );
-    let (service, stopped) = Service::start_until_stopped(host);
-    assert_eq!(stopped, units, "{}", service.log());
-    for unit in &units {
-        assert!(
-            sb.unit_dir.join(unit).exists(),
-            "{unit}: its file was written"
+    for way in Way::BOTH {
+        let (sb, units, declaration, host, _cleanup) = two_units(&format!("stop-{}", way.name()));
+        assert!(!sb.unit_dir.join(&units[0]).exists());
+        let real = wrap_systemctl(
+            &host,
+            r#"if [ "$1" = daemon-reload ]; then kill -TERM $PPID; fi"#,
         );
-        assert_eq!(systemctl(&["is-enabled", "--", unit]), "disabled", "{unit}");
-        assert_eq!(systemctl(&["is-active", "--", unit]), "inactive", "{unit}");
-    }
+        let mut driver = Driver::start(way, host);
+        let ran = driver.converge(&declaration);
+        stopped(&mut driver, &ran, &units, || {
+            units.iter().all(|u| property(u, "LoadState") == "loaded")
+        });
+        for unit in &units {
+            assert!(
+                sb.unit_dir.join(unit).exists(),
+                "{way:?}: {unit}: its file was written"
+            );
+            assert_eq!(systemctl(&["is-enabled", "--", unit]), "disabled", "{unit}");
+            assert_eq!(systemctl(&["is-active", "--", unit]), "inactive", "{unit}");
+        }
 
-    reconcile_with(&service.host, &real);
-    for unit in &units {
-        assert_eq!(systemctl(&["is-enabled", "--", unit]), "enabled", "{unit}");
-        assert_eq!(systemctl(&["is-active", "--", unit]), "active", "{unit}");
+        rerun_with(&mut driver, &real);
+        for unit in &units {
+            assert_eq!(systemctl(&["is-enabled", "--", unit]), "enabled", "{unit}");
+            assert_eq!(systemctl(&["is-active", "--", unit]), "active", "{unit}");
+        }
     }
 }
 
-/// SIGTERM while a failed batch is retried one unit at a time: a systemctl wrapper refuses
-/// `start` of several units and sends SIGTERM at the first `start` of one. That one is started;
-/// the next is not attempted (deferred, not failed), and the next run starts it.
+/// SIGTERM while a failed batch is retried one unit at a time, under the service and under
+/// `apply`: a systemctl wrapper refuses `start` of several units and sends SIGTERM at the first
+/// `start` of one. That one is started; the next is not attempted (deferred, not failed, by the
+/// service), and the next run starts it.
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn sigterm_during_a_retry_one_unit_at_a_time_leaves_the_rest_for_the_next_run() {
-    let (_sb, units, host, real, _cleanup) = declared_not_converged("retry");
-    wrap_systemctl(
-        &host,
-        r#"if [ "$1" = start ]; then [ $# -gt 3 ] && exit 1; kill -TERM $PPID; fi"#,
-    );
-    let (service, stopped) = Service::start_until_stopped(host);
-    assert_eq!(stopped, [units[1].clone()], "{}", service.log());
-    let last = service.runs().last().cloned().unwrap_or_default();
-    assert_eq!(last["failures"], json!([]), "{last:#}");
-    assert_eq!(systemctl(&["is-active", "--", &units[0]]), "active");
-    assert_eq!(systemctl(&["is-active", "--", &units[1]]), "inactive");
+    for way in Way::BOTH {
+        let (_sb, units, declaration, host, _cleanup) = two_units(&format!("retry-{}", way.name()));
+        let real = wrap_systemctl(
+            &host,
+            r#"if [ "$1" = start ]; then [ $# -gt 3 ] && exit 1; kill -TERM $PPID; fi"#,
+        );
+        let mut driver = Driver::start(way, host);
+        let ran = driver.converge(&declaration);
+        stopped(&mut driver, &ran, &units[1..], || {
+            systemctl(&["is-active", "--", &units[0]]) == "active"
+        });
+        if ran.output.is_none() {
+            assert_eq!(ran.record["failures"], json!([]), "{:#}", ran.record);
+        }
+        assert_eq!(systemctl(&["is-active", "--", &units[0]]), "active");
+        assert_eq!(systemctl(&["is-active", "--", &units[1]]), "inactive");
 
-    reconcile_with(&service.host, &real);
-    assert_eq!(systemctl(&["is-active", "--", &units[1]]), "active");
+        rerun_with(&mut driver, &real);
+        assert_eq!(systemctl(&["is-active", "--", &units[1]]), "active");
+    }
 }
 
 /// A reference control plane for `host` to be linked to, and `host`'s config for it (the

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::unwritten::{Backlog, Unwritten};
 use super::{invalid, never, Fatal, Host, EXIT_FAILED, EXIT_OK};
 use crate::declaration::Declaration;
 use crate::exec::Runner;
@@ -24,6 +25,8 @@ pub struct RunResult {
     pub report: Report,
     pub record: RunRecord,
     pub traced: Vec<String>,
+    /// Why the run is kept in memory, not yet in the store (`Host::keep_run`).
+    pub unwritten: Option<String>,
 }
 
 impl RunResult {
@@ -117,6 +120,39 @@ impl Host {
             log::warn!("{note}");
         }
         let runs_note = runs_note.unwrap_or_default();
+        // Runs the store could not take before are written first, in order.
+        self.write_unwritten(&store);
+        // A declaration in force or a ledger that cannot be trusted stops the run before anything
+        // is observed, and the run is recorded and reported `error` as any other run.
+        let refuse = |e: Fatal, revision: Option<u64>, digest: Option<String>| {
+            let record = RunRecord {
+                trigger: triggers.clone(),
+                started,
+                ended: store::unix_now(),
+                outcome: RunOutcome::Error,
+                revision,
+                digest,
+                changes: Vec::new(),
+                failures: Vec::new(),
+                deferred: Vec::new(),
+                in_sync: 0,
+                commands: 0,
+                retries: 0,
+                // Why, for `status` (the report's message says it whole).
+                notes: e.message().lines().take(1).map(str::to_string).collect(),
+                omitted: 0,
+            };
+            let message = join_lines(&runs_note, e.message());
+            if let Some(why) = self.keep_run(&store, &record, &[], &[], &[], &message) {
+                log::error!("{why}");
+            }
+            self.note_run(&store, &record, None);
+            e
+        };
+        let stored_head = || match store.in_force_head() {
+            Ok(Some(head)) => (head.revision, Some(head.digest)),
+            _ => (None, None),
+        };
         let from_store;
         let expires;
         let (d, revision) = match target {
@@ -141,22 +177,30 @@ impl Host {
                 (declaration, declaration.revision)
             }
             Target::InForce => {
-                let Some(in_force) = store.in_force()? else {
-                    return Ok(None);
+                let in_force = match store.in_force() {
+                    Ok(Some(in_force)) => in_force,
+                    Ok(None) => return Ok(None),
+                    Err(e) => {
+                        let (revision, digest) = stored_head();
+                        return Err(refuse(e.into(), revision, digest));
+                    }
                 };
-                from_store = self
-                    .validate(in_force.text.as_bytes())
-                    .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+                from_store = self.validate(in_force.text.as_bytes()).map_err(|p| {
+                    let e = invalid(&store.path().join(store::IN_FORCE), &p);
+                    refuse(e, in_force.revision, Some(in_force.digest.clone()))
+                })?;
                 expires = in_force.expires;
                 (&from_store, in_force.revision)
             }
         };
         // Read only now: the declaration's text (stored, or parsed from the store) is dropped,
         // so it and the ledger are never held at once (3 MB each for 20,000 files).
-        let mut ledger = store.ledger()?;
+        let mut ledger = store
+            .ledger()
+            .map_err(|e| refuse(e.into(), revision, Some(d.digest.clone())))?;
         // The same check the reconciler makes between resources also runs while a tool runs.
         let runner = Runner::new(self.args.trace_commands).with_pulse(interrupted);
-        let outcome = reconcile::run_scoped(
+        let outcome = reconcile::run_scoped_reporting(
             &self.env(Some(&store), &runner, interrupted),
             d,
             &mut ledger,
@@ -164,22 +208,26 @@ impl Host {
             scope,
         );
         let (report, outcome_name) = match outcome {
-            Ok(report) if report.interrupted => (report, RunOutcome::Interrupted),
-            Ok(report) if report.failures.is_empty() => (report, RunOutcome::Converged),
-            Ok(report) => (report, RunOutcome::Failed),
-            Err(e) => {
-                let record = record(
+            (report, None) if report.interrupted => (report, RunOutcome::Interrupted),
+            (report, None) if report.failures.is_empty() => (report, RunOutcome::Converged),
+            (report, None) => (report, RunOutcome::Failed),
+            // What was changed before the store stopped the run is recorded and reported too.
+            (report, Some(e)) => {
+                let mut record = record(
                     triggers,
                     started,
                     RunOutcome::Error,
                     revision,
                     d,
-                    &Report::default(),
+                    &report,
                     &runner,
                 );
+                record.notes.push(e.to_string());
                 let message = join_lines(&runs_note, &e.to_string());
-                self.queue_report(&store, &record, &[], &[], &[], &message);
-                let _ = store.record_run(&record);
+                let changes = &report.changes;
+                if let Some(why) = self.keep_run(&store, &record, changes, &[], &[], &message) {
+                    log::error!("{why}");
+                }
                 self.note_run(&store, &record, None);
                 return Err(e.into());
             }
@@ -209,19 +257,21 @@ impl Host {
         let failing = note_failures(&store, &report, record.ended);
         let message = join_lines(&runs_note, &notes.join("; "));
         let changes = &report.changes;
-        self.queue_report(&store, &record, changes, &failing, &report.pacnew, &message);
-        store.record_run(&record)?;
+        let unwritten = self.keep_run(&store, &record, changes, &failing, &report.pacnew, &message);
         self.note_run(&store, &record, Some(&report));
         Ok(Some(RunResult {
             report,
             record,
             traced: runner.traced(),
+            unwritten,
         }))
     }
 
-    /// Puts a run's report in the outbox, for the control plane, when there is one; it lists
-    /// every change (`changes`, the run's report), where the record keeps the first few.
-    fn queue_report(
+    /// Queues a run's report in the outbox (for the control plane, when there is one; it lists
+    /// every change, `changes`, where the record keeps the first few), then records the run.
+    /// What the store cannot take (its disk full) is kept in memory, behind any run kept
+    /// before, to be written by the next run or `write_unwritten_now`; then says so.
+    fn keep_run(
         &self,
         store: &Store,
         record: &RunRecord,
@@ -229,15 +279,57 @@ impl Host {
         failing: &[Failing],
         pacnew: &[Pacnew],
         message: &str,
-    ) {
-        if self.config.control_plane.is_none() {
+    ) -> Option<String> {
+        let report = self.config.control_plane.as_ref().map(|_| {
+            let mut report = report_of(record, changes, message);
+            report.failing = failing.to_vec();
+            report.pacnew = pacnew.to_vec();
+            report
+        });
+        let mut backlog = self.unwritten.borrow_mut();
+        backlog.push(Unwritten {
+            report,
+            record: Some(record.clone()),
+            lost_before: None,
+        });
+        write_runs(store, &mut backlog, self.config.outbox_bounds())
+    }
+
+    /// Writes the runs kept in memory, if any, under the store's lock (not waiting for it: the
+    /// run holding it writes them first). The service calls it until they are written.
+    pub fn write_unwritten_now(&self) {
+        if self.unwritten.borrow().is_empty() {
             return;
         }
-        let mut report = report_of(record, changes, message);
-        report.failing = failing.to_vec();
-        report.pacnew = pacnew.to_vec();
-        if let Err(e) = store.outbox_push(&mut report, self.config.outbox_bounds()) {
-            log::error!("the run's report could not be queued for the control plane: {e}");
+        let holder = format!(
+            "pid {} (writing runs kept in memory) since unix time {}",
+            std::process::id(),
+            store::unix_now()
+        );
+        let Ok(store) = self.store() else { return };
+        if let Ok(_lock) = store.lock(false, &holder) {
+            self.write_unwritten(&store);
+        }
+    }
+
+    /// Whether runs are kept in memory, waiting for the store.
+    pub fn has_unwritten(&self) -> bool {
+        !self.unwritten.borrow().is_empty()
+    }
+
+    /// Writes the runs kept in memory (the caller holds the store's lock).
+    fn write_unwritten(&self, store: &Store) {
+        let mut backlog = self.unwritten.borrow_mut();
+        if backlog.is_empty() {
+            return;
+        }
+        let kept = backlog.len();
+        match write_runs(store, &mut backlog, self.config.outbox_bounds()) {
+            None => log::warn!(
+                "{kept} run{} kept in memory while the store could not be written now recorded",
+                if kept == 1 { " is" } else { "s are" }
+            ),
+            Some(e) => log::debug!("runs kept in memory still not written: {e}"),
         }
     }
 
@@ -308,6 +400,54 @@ impl Host {
             outbox_reports: store.outbox_len()?,
         }))
     }
+}
+
+/// Writes each run kept in memory, oldest first: its report queued before its record, as every
+/// run's is, and what was lost before it said in both. Reports and records each keep their order:
+/// one the store cannot take holds back the later ones of its sort, not the other sort (an outbox
+/// that refuses reports does not stop runs being recorded). Says why when any is left.
+fn write_runs(store: &Store, backlog: &mut Backlog, bounds: store::OutboxBounds) -> Option<String> {
+    let mut reports_held = None;
+    let mut records_held = None;
+    for run in backlog.iter_mut() {
+        let lost = run.lost_before.map(|lost| lost.note());
+        if let (Some(report), None) = (&mut run.report, &reports_held) {
+            let message = report.message.clone();
+            if let Some(lost) = &lost {
+                report.message = join_lines(lost, &message);
+            }
+            match store.outbox_push(report, bounds) {
+                Ok(_) => run.report = None,
+                Err(e) => {
+                    report.message = message;
+                    reports_held = Some(("report", e));
+                }
+            }
+        }
+        if let (Some(record), None) = (&mut run.record, &records_held) {
+            let notes = record.notes.len();
+            record.notes.extend(lost);
+            match store.record_run(record) {
+                Ok(()) => run.record = None,
+                Err(e) => {
+                    record.notes.truncate(notes);
+                    records_held = Some(("record", e));
+                }
+            }
+        }
+    }
+    backlog.drop_written();
+    let (what, e) = records_held.or(reports_held)?;
+    Some(kept_in_memory(backlog.len(), what, &e))
+}
+
+fn kept_in_memory(kept: usize, what: &str, e: &StoreError) -> String {
+    format!(
+        "the run's {what} could not be written ({e}); {kept} run{} kept in memory until the \
+         store can take {}",
+        if kept == 1 { " is" } else { "s are" },
+        if kept == 1 { "it" } else { "them" }
+    )
 }
 
 /// Each kind the run reached, its resources by state as the run found them: in sync (or

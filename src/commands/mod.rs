@@ -5,7 +5,9 @@
 
 mod converge;
 mod render;
+mod unwritten;
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 use crate::cli::Args;
@@ -15,7 +17,10 @@ use crate::envelope::{self, PublicKey, Verification};
 use crate::exec::Runner;
 use crate::kinds::Env;
 use crate::reconcile::{self, Mode};
-use crate::store::{self, InForce, Ledger, Source, Store, StoreError, Trigger, Triggers};
+use crate::store::{
+    self, InForce, Ledger, RunOutcome, Source, Store, StoreError, Trigger, Triggers,
+};
+use unwritten::Backlog;
 
 pub use converge::{RunResult, Target};
 
@@ -80,13 +85,19 @@ fn never() -> bool {
 pub struct Host {
     pub args: Args,
     pub config: Config,
+    /// Runs the store could not take yet, oldest first (`converge::keep_run`).
+    unwritten: RefCell<Backlog>,
 }
 
 impl Host {
     pub fn new(args: Args) -> Result<Host, Fatal> {
         let config = Config::load(args.config.as_deref(), args.state_dir.as_deref())
             .map_err(Fatal::Invalid)?;
-        Ok(Host { args, config })
+        Ok(Host {
+            args,
+            config,
+            unwritten: RefCell::default(),
+        })
     }
 
     /// Reads the config again (SIGHUP); on error the old one stays.
@@ -166,7 +177,8 @@ impl Host {
         PublicKey::parse(key).is_ok_and(|k| self.trusted_keys().contains(&k))
     }
 
-    /// Prints what a converging run did; its exit code.
+    /// Prints what a converging run did; its exit code. A run the store could not take is
+    /// lost when this process ends: said, and exit 4.
     fn print_converged(&self, result: &RunResult) -> i32 {
         self.print_run(
             &result.report,
@@ -175,7 +187,13 @@ impl Host {
             false,
             &result.record.notes,
         );
-        result.exit_code()
+        match &result.unwritten {
+            Some(why) => {
+                eprintln!("mesh-host: {why}; but this command ends here, and what was not written is lost");
+                EXIT_ERROR
+            }
+            None => result.exit_code(),
+        }
     }
 
     /// Prints what a run did or, planning, would do.
@@ -401,6 +419,18 @@ impl Host {
             Some(s) => s.stats()?.pacnew,
             None => Vec::new(),
         };
+        // What a run would refuse to start from, found the same way: the declaration in force
+        // checked against its digest, the ledger read whole.
+        let mut problems = Vec::new();
+        if let Some(s) = &store {
+            if let Err(e) = s.in_force() {
+                problems.push(e.to_string());
+            }
+            if let Err(e) = s.ledger() {
+                problems.push(e.to_string());
+            }
+        }
+        let last_failed = runs.last().is_some_and(|r| r.outcome == RunOutcome::Error);
         let now = store::unix_now();
         let status = render::Status {
             state_dir: &self.config.state_dir,
@@ -409,8 +439,14 @@ impl Host {
             runs,
             failing,
             pacnew,
+            problems,
         };
         render::status(self.args.json, &status, now);
-        Ok(EXIT_OK)
+        // The host cannot run as it stands, or its last run could not: said by the exit code too.
+        Ok(if status.problems.is_empty() && !last_failed {
+            EXIT_OK
+        } else {
+            EXIT_ERROR
+        })
     }
 }

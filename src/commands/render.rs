@@ -418,6 +418,9 @@ pub struct Status<'a> {
     pub runs: Vec<RunRecord>,
     pub failing: Vec<Failing>,
     pub pacnew: Vec<Pacnew>,
+    /// Store files a run would refuse (the declaration in force not matching its digest, an
+    /// unreadable ledger): nothing is applied until they are put right.
+    pub problems: Vec<String>,
 }
 
 pub fn status(json: bool, status: &Status, now: u64) {
@@ -425,6 +428,9 @@ pub fn status(json: bool, status: &Status, now: u64) {
         return print_json(status);
     }
     println!("store: {}", status.state_dir.display());
+    for problem in &status.problems {
+        println!("  ! {problem}");
+    }
     match &status.service {
         None => println!("service: never ran"),
         Some(s) if s.state != Liveness::Running => println!("service: {}", s.state.words()),
@@ -651,6 +657,8 @@ mod tests {
             suffix: "pacsave".into(),
             added: 0,
             removed: 1,
+
+            secret: false,
         }];
         let traced = ["pacman -Q".to_string()];
         let mut run = RunOutput {
@@ -831,6 +839,7 @@ mod tests {
             runs: vec![run],
             failing: Vec::new(),
             pacnew: Vec::new(),
+            problems: vec!["store /s/ledger.json: cannot be read".into()],
         };
         assert_eq!(
             json(&status),
@@ -838,7 +847,8 @@ mod tests {
                 r#"{"failing":[],"in_force":{"control_plane_revision":5,"digest":"ab","#,
                 r#""expired":true,"expires":3,"revision":null,"signed_by":[{"key":"ed25519:k","#,
                 r#""trusted":true}],"since":2,"source":{"kind":"local","path":"/root/d.json"}},"#,
-                r#""pacnew":[],"runs":[{"changes":[],"commands":1,"deferred":[],"digest":null,"#,
+                r#""pacnew":[],"problems":["store /s/ledger.json: cannot be read"],"#,
+                r#""runs":[{"changes":[],"commands":1,"deferred":[],"digest":null,"#,
                 r#""ended":2,"failures":[{"action":"observe","detail":"d","key":"/etc/x","#,
                 r#""kind":"files"}],"in_sync":0,"outcome":"failed","revision":null,"started":1,"#,
                 r#""trigger":"start, timer"}],"service":{"last_error":"refused","link":"retrying","#,

@@ -206,6 +206,12 @@ impl Kind for Containers {
         spec.volumes.iter().find_map(|text| {
             let volume = parse_volume(text).ok()?;
             let source = volume.host_path.as_deref();
+            if let Some(why) = source.and_then(|s| {
+                let writes = !volume.read_only || volume.changes_source.is_some();
+                crate::selfref::refuse_mount_source(s, writes)
+            }) {
+                return Some(format!("volume {text:?}: {why}"));
+            }
             let mut writes: Vec<(&str, String)> = Vec::new();
             if let Some(source) = source {
                 if !volume.read_only {
@@ -312,8 +318,8 @@ impl Kind for Containers {
         }
         match desired {
             Some(spec) if spec.present => {
-                let spec_digest = digest(spec);
-                let after = LedgerAfter::Applied(Digest::parse(&spec_digest));
+                let spec_digest = label_digest(spec, cx.digest_key.as_ref());
+                let after = LedgerAfter::Applied(Digest::parse(&digest(spec)));
                 let create = |remove_first| Op::Create {
                     remove_first,
                     start: spec.running,
@@ -494,7 +500,7 @@ impl Kind for Containers {
                 continue;
             }
             let created = match cx.declaration.containers.get(&change.key) {
-                Some(spec) => create(env, &change.key, spec),
+                Some(spec) => create(env, &change.key, spec, cx.digest_key.as_ref()),
                 None => Err("no longer declared, so there is nothing to create it from".into()),
             };
             if let Err(e) = created {
@@ -544,7 +550,7 @@ fn unless_stopping<'a>(
 
 /// `podman create` of `spec`, labelled as the host's with its digest, and, when the container
 /// has an environment, `--env-file` from the store: written just before, removed just after.
-fn create(env: &Env, name: &str, spec: &Spec) -> Result<(), KindError> {
+fn create(env: &Env, name: &str, spec: &Spec, key: Option<&[u8; 32]>) -> Result<(), KindError> {
     let vars = Some(&spec.env).filter(|v| !v.is_empty());
     let env_file = match (vars, env.store) {
         (None, _) => None,
@@ -556,7 +562,7 @@ fn create(env: &Env, name: &str, spec: &Spec) -> Result<(), KindError> {
         (Some(_), None) => return Err("no store to keep its environment file in".into()),
     };
     let env_file_text = env_file.as_ref().map(|p| p.display().to_string());
-    let spec_digest = digest(spec);
+    let spec_digest = label_digest(spec, key);
     let labels = labels(&spec_digest);
     let command = create_command(name, spec, &labels, env_file_text.as_deref());
     let created = env
@@ -614,8 +620,26 @@ fn absent() -> Observed {
     }
 }
 
+/// The digest the ledger keeps of a spec (internal: the store is 0700).
 pub fn digest(spec: &Spec) -> String {
-    let text = format!(
+    codec::sha256_hex(spec_text(spec).as_bytes())[..32].to_string()
+}
+
+/// The digest a container's `mesh-host.spec` label holds, which `podman ps` shows and a create's
+/// command line carries (into errors, traces and the debug log). Of a spec with an environment,
+/// whose values are secret, it is keyed with the host's digest key (`codec::hmac_sha256`), so
+/// no one can test a guessed value against it; without one, `digest`.
+pub fn label_digest(spec: &Spec, key: Option<&[u8; 32]>) -> String {
+    match key.filter(|_| !spec.env.is_empty()) {
+        Some(key) => {
+            codec::hex(&codec::hmac_sha256(key, spec_text(spec).as_bytes()))[..32].to_string()
+        }
+        None => digest(spec),
+    }
+}
+
+fn spec_text(spec: &Spec) -> String {
+    format!(
         "{}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{}",
         spec.image,
         spec.command,
@@ -625,8 +649,7 @@ pub fn digest(spec: &Spec) -> String {
         spec.network,
         spec.init,
         spec.present
-    );
-    codec::sha256_hex(text.as_bytes())[..32].to_string()
+    )
 }
 
 /// The labels of a container the host creates: owned, and the digest of its spec.
@@ -1007,6 +1030,37 @@ mod tests {
             );
             assert_eq!(plan("x", spec, None), "in sync");
         }
+    }
+
+    /// A spec with an environment is labelled with its keyed digest, which the planner finds in
+    /// sync under the same key; a spec without one keeps the plain digest it always had.
+    #[test]
+    fn a_spec_with_an_environment_is_labelled_with_its_keyed_digest() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "containers": {"web": {"image": "img", "env": {"TOKEN": "canary-1234"}},
+                "plain": {"image": "img"}}}"#,
+        )
+        .unwrap();
+        let (web, plain) = (&d.containers["web"], &d.containers["plain"]);
+        let key = [3u8; 32];
+        assert_eq!(label_digest(plain, Some(&key)), digest(plain));
+        assert_eq!(label_digest(web, None), digest(web));
+        let keyed = label_digest(web, Some(&key));
+        assert_eq!(keyed.len(), 32);
+        assert_ne!(keyed, digest(web));
+        assert_ne!(keyed, label_digest(web, Some(&[4; 32])));
+        let mut cx = RunContext::new(&d, false);
+        cx.digest_key = Some(key);
+        let labelled = |label: String| Observed {
+            exists: true,
+            running: true,
+            paused: false,
+            ours: true,
+            spec_digest: Some(label),
+        };
+        let plan = |label| Containers::plan(&cx, "web", Some(web), Some(&labelled(label)), None);
+        assert!(matches!(plan(keyed), Step::Adopt { .. } | Step::InSync));
+        assert!(matches!(plan(digest(web)), Step::Change(_)));
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub struct Content {
     /// Owner and group, when either is declared: boxed, as most files declare neither and a
     /// declaration holds thousands of files.
     pub ownership: Option<Box<Ownership>>,
+    /// `secret` as declared; `None` leaves it to the mode (see `is_secret`).
+    pub secret: Option<bool>,
 }
 
 /// A file's declared owner and group.
@@ -44,7 +46,23 @@ pub struct Ownership {
     pub group: Option<Account>,
 }
 
+/// Whether a file's content is secret: never shown, logged, reported or diffed, only its sizes
+/// and keyed digests (`codec::hmac_sha256`). Declared with `"secret"`; by default, a file whose
+/// declared mode lets others not read it (0600, 0640, 0400...), since that mode already says
+/// its content is not for everyone. A file declared absent has no content to keep.
+pub fn is_secret(spec: &Spec) -> bool {
+    match spec {
+        Spec::Present(c) => c.is_secret(),
+        Spec::Absent => false,
+    }
+}
+
 impl Content {
+    /// `is_secret` of this content.
+    pub fn is_secret(&self) -> bool {
+        (self.secret).unwrap_or_else(|| self.mode.is_some_and(|mode| mode & 0o004 == 0))
+    }
+
     pub fn owner(&self) -> Option<&Account> {
         self.ownership.as_ref()?.owner.as_ref()
     }
@@ -55,6 +73,8 @@ impl Content {
 }
 
 const DEFAULT_MODE: u32 = 0o644;
+/// A new file declared secret with no mode: only its owner reads it.
+const DEFAULT_SECRET_MODE: u32 = 0o600;
 
 #[derive(Debug)]
 pub struct Observed {
@@ -95,6 +115,10 @@ pub struct Facts {
     /// Every path a declared unit restarts or reloads on, gathered when the first change is
     /// noted.
     units_act_on: Option<HashSet<String>>,
+    /// Files changed in this run in a directory systemd may read units from (a path with a
+    /// `systemd` component): systemd's confirmation (`kinds::units::confirm`) asks about them
+    /// and puts them back (`put_back`) when they reach the host's units.
+    pub in_systemd_dirs: BTreeSet<String>,
     /// The files index as the run's last observation left it unchanged: kept for the next
     /// chunk of files, so a run reads and checks the index once, not once per 4,096 files.
     index: std::cell::RefCell<Option<FilesIndex>>,
@@ -165,8 +189,10 @@ impl Kind for Files {
         let mode = fields.str("mode");
         let owner = fields.str("owner");
         let group = fields.str("group");
+        let secret = fields.bool("secret");
         if !present {
             for (name, given) in [
+                ("secret", secret.is_some()),
                 ("content", text.is_some()),
                 ("content_base64", base64.is_some()),
                 ("mode", mode.is_some()),
@@ -243,6 +269,7 @@ impl Kind for Files {
             bytes: bytes?.into_boxed_slice(),
             mode,
             ownership,
+            secret,
         }))
     }
 
@@ -251,7 +278,11 @@ impl Kind for Files {
             Spec::Present(c) => Some(&c.bytes[..]),
             Spec::Absent => None,
         };
-        crate::selfref::refuse_file(key, content, identity)
+        let refusal = crate::selfref::refuse_file(key, content, identity)?;
+        Some(match (is_secret(spec), content) {
+            (true, Some(content)) => crate::declaration::redact_refusal(refusal, content),
+            _ => refusal,
+        })
     }
 
     fn digest(spec: &Spec) -> Digest {
@@ -350,7 +381,9 @@ impl Kind for Files {
             return Step::Fail(format!("{key} was not observed"));
         };
         match desired {
-            Some(Spec::Present(content)) => plan_present(key, content, observed, owned, cx.diffs),
+            Some(Spec::Present(content)) => {
+                plan_present(cx, key, content, observed, owned, cx.diffs)
+            }
             Some(Spec::Absent) => plan_absent(key, observed, owned, cx.diffs),
             None => plan_release(key, observed, owned, cx.diffs),
         }
@@ -466,6 +499,12 @@ impl Kind for Files {
         }
         if let Some(unit) = configures_unit(&change.key) {
             facts.unit_config.insert(unit.to_string());
+        }
+        if Path::new(&change.key)
+            .components()
+            .any(|c| c.as_os_str() == "systemd")
+        {
+            facts.in_systemd_dirs.insert(change.key.clone());
         }
         let units_act_on = facts.units_act_on.get_or_insert_with(|| {
             (declaration.units.values())
@@ -800,6 +839,7 @@ impl<'r, 'k> Looking<'r, 'k> {
 
 /// `diffs`: whether the change carries a content diff (`RunContext::diffs`).
 fn plan_present(
+    cx: &RunContext,
     key: &str,
     content: &Content,
     observed: &Observed,
@@ -820,20 +860,30 @@ fn plan_present(
             t.describe()
         )),
         State::Missing => {
-            let mode = content.mode.unwrap_or(DEFAULT_MODE);
+            let mode = match content.is_secret() {
+                true => content.mode.unwrap_or(DEFAULT_SECRET_MODE),
+                false => content.mode.unwrap_or(DEFAULT_MODE),
+            };
             let owner =
                 (uid.is_some() || gid.is_some()).then(|| (uid.unwrap_or(0), gid.unwrap_or(0)));
             Step::Change(Change {
                 key: key.to_string(),
                 action: Action::Create,
-                details: vec![format!("{} bytes, mode {mode:04o}", content.bytes.len())].into(),
+                details: vec![match content.is_secret() {
+                    true => format!(
+                        "secret, {}, mode {mode:04o}",
+                        cx.secret_summary(&content.bytes)
+                    ),
+                    false => format!("{} bytes, mode {mode:04o}", content.bytes.len()),
+                }]
+                .into(),
                 diff: diffs.then(|| {
                     Box::new(ContentDiff::new(
                         "absent",
                         "declared",
                         None,
                         Some(&content.bytes),
-                        shows_content(Some(content)),
+                        shows_content(Some(content), &[]),
                     ))
                 }),
                 intent: owned.is_none().then(|| Box::new(Entry::created())),
@@ -850,7 +900,13 @@ fn plan_present(
                 Held::Unread => return Step::Fail(format!("{key} was not read")),
             };
             let content_differs = matches!(held, Held::Other(_));
-            if content_differs {
+            if content_differs && content.is_secret() {
+                details.push(format!(
+                    "secret content ({} -> {})",
+                    cx.secret_summary(original),
+                    cx.secret_summary(&content.bytes)
+                ));
+            } else if content_differs {
                 details.push(format!(
                     "content ({} -> {} bytes)",
                     original.len(),
@@ -890,7 +946,7 @@ fn plan_present(
                     "declared",
                     Some(original),
                     Some(&content.bytes),
-                    shows_content(Some(content)),
+                    shows_content(Some(content), &[stat.mode]),
                 ))
             });
             Step::Change(Change {
@@ -907,24 +963,38 @@ fn plan_present(
     }
 }
 
-/// Whether a file's content may be shown (in a plan's diff): the one place that decides, for a
-/// declared file (`declared`) and for one being removed or released (`None`). Content that is
-/// not shown is summarised by its sizes.
-fn shows_content(_declared: Option<&Content>) -> bool {
-    true
+/// Whether a file's content may be shown in a plan's diff: the one place that decides, for a
+/// declared file (`declared`) and for one being removed or released (`None`), given the modes
+/// its content has on the machine (`modes`: the file's now, an original's to be put back).
+/// Never a secret (`is_secret`); nor, unless declared `"secret": false`, content the machine
+/// keeps from others (by the same rule, a mode without read for others), as what a file no longer
+/// declared held is judged by. Content not shown is summarised by its sizes.
+fn shows_content(declared: Option<&Content>, modes: &[u32]) -> bool {
+    let others_read = modes.iter().all(|mode| mode & 0o004 != 0);
+    match declared {
+        Some(c) if c.secret == Some(false) => true,
+        Some(c) => !c.is_secret() && others_read,
+        None => others_read,
+    }
 }
 
 /// The diff of a file about to be removed (`put_back`: `None`) or to get its original back: what
 /// it holds now (when it could be read) against what it will hold.
-fn removal_diff(observed: &Observed, put_back: Option<&[u8]>) -> Option<Box<ContentDiff>> {
+fn removal_diff(observed: &Observed, put_back: Option<(&[u8], u32)>) -> Option<Box<ContentDiff>> {
+    let mut modes = Vec::new();
     let now = match &observed.state {
         State::Regular {
             held: Held::Other(bytes),
-            ..
-        } => Some(&bytes[..]),
+            stat,
+        } => {
+            modes.push(stat.mode);
+            Some(&bytes[..])
+        }
         State::Missing => None,
         _ => return None,
     };
+    modes.extend(put_back.map(|(_, mode)| mode));
+    let put_back = put_back.map(|(bytes, _)| bytes);
     let (from, to) = match (now, put_back) {
         (None, None) => return None,
         (Some(_), None) => ("on the machine", "absent"),
@@ -936,7 +1006,7 @@ fn removal_diff(observed: &Observed, put_back: Option<&[u8]>) -> Option<Box<Cont
         to,
         now,
         put_back,
-        shows_content(None),
+        shows_content(None, &modes),
     )))
 }
 
@@ -1019,9 +1089,8 @@ fn plan_release(
     let diff = match &op {
         _ if !diffs => None,
         Op::Remove => removal_diff(observed, None),
-        Op::Restore(_) => {
-            (observed.original.as_deref()).and_then(|o| removal_diff(observed, Some(o)))
-        }
+        Op::Restore(original) => (observed.original.as_deref())
+            .and_then(|o| removal_diff(observed, Some((o, original.mode)))),
         _ => None,
     };
     Step::Change(Change {
@@ -1034,6 +1103,33 @@ fn plan_release(
         after: LedgerAfter::Disown,
         op,
     })
+}
+
+/// Puts the file `key` back as the host found it, for systemd's confirmation of unit changes
+/// (`kinds::units::confirm`), which found that this run's write reaches the host's units: a file
+/// the host created is removed, an adopted one gets its original, durably. The ledger still says
+/// it is owned as declared, so the next run writes it again and is refused again.
+pub fn put_back(env: &Env, cx: &RunContext, ledger: &mut Ledger, key: &str) -> Result<(), String> {
+    let op = match ledger.get::<Files>(key) {
+        Some(entry) if entry.origin == Origin::Created => Op::Remove,
+        Some(Entry {
+            original: Some(original),
+            ..
+        }) => Op::Restore(Original::clone(original)),
+        _ => {
+            return Err(format!(
+                "{key}: mesh-host keeps no original of it to put back"
+            ))
+        }
+    };
+    let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
+    let mut parents = ParentDirs::new(&root);
+    apply_one(env, cx, &mut parents, ledger, key, &op)?;
+    parents.sync_filesystems()?;
+    match parents.sync().into_iter().next() {
+        Some((dir, e)) => Err(format!("{key}: fsync {}: {e}", dir.display())),
+        None => Ok(()),
+    }
 }
 
 /// Carries out one change; a write gives back its temp file, to be renamed once every written
@@ -1591,6 +1687,135 @@ mod tests {
         );
         assert!(release(regular(b"x", 0o644), Some(&adopted))
             .starts_with("~ released; original restored"));
+    }
+
+    /// `is_secret`: declared, or by default a mode that lets others not read the file.
+    #[test]
+    fn a_file_is_secret_when_declared_or_by_its_mode() {
+        for (spec, secret) in [
+            (r#"{"content": "x"}"#, false),
+            (r#"{"content": "x", "mode": "0644"}"#, false),
+            (r#"{"content": "x", "mode": "0600"}"#, true),
+            (r#"{"content": "x", "mode": "0640"}"#, true),
+            (r#"{"content": "x", "mode": "0400"}"#, true),
+            (r#"{"content": "x", "mode": "4750"}"#, true),
+            (
+                r#"{"content": "x", "mode": "0600", "secret": false}"#,
+                false,
+            ),
+            (r#"{"content": "x", "mode": "0644", "secret": true}"#, true),
+            (r#"{"content": "x", "secret": true}"#, true),
+            (r#"{"state": "absent"}"#, false),
+        ] {
+            let d = parse_with_defaults(&format!(
+                r#"{{"schema": 1, "files": {{"/etc/x": {spec}}}}}"#
+            ))
+            .unwrap();
+            assert_eq!(is_secret(&d.files["/etc/x"]), secret, "{spec}");
+        }
+        check_refused(
+            r#"{"schema": 1, "files": {"/etc/x": {"state": "absent", "secret": true}}}"#,
+            &["secret: makes no sense for a file declared absent"],
+        );
+        check_refused(
+            r#"{"schema": 1, "files": {"/etc/x": {"content": "x", "secret": "yes"}}}"#,
+            &["secret: must be"],
+        );
+    }
+
+    /// A secret file's change shows sizes and keyed digests (the same content, the same digest;
+    /// another key, another digest), never the content nor its plain SHA-256.
+    #[test]
+    fn a_secret_files_change_shows_sizes_and_keyed_digests_only() {
+        let canary = "password=canary-7f3a";
+        let d = parse_with_defaults(&format!(
+            r#"{{"schema": 1, "files": {{"/etc/x": {{"content": "{canary}\n", "mode": "0600"}}}}}}"#
+        ))
+        .unwrap();
+        let details = |key: Option<[u8; 32]>, state: State| {
+            let mut cx = RunContext::new(&d, false);
+            cx.digest_key = key;
+            let step = Files::plan(
+                &cx,
+                "/etc/x",
+                d.files.get("/etc/x"),
+                Some(&observed(state)),
+                None,
+            );
+            summary(step)
+        };
+        let key = Some([7; 32]);
+        let keyed =
+            |bytes: &[u8]| codec::hex(&codec::hmac_sha256(&[7; 32], bytes))[..16].to_string();
+        let new = keyed(
+            format!(
+                "{canary}
+"
+            )
+            .as_bytes(),
+        );
+        assert_eq!(
+            details(
+                key,
+                regular(
+                    b"password=old
+",
+                    0o600
+                )
+            ),
+            format!(
+                "~ secret content (13 bytes, keyed digest {} -> 21 bytes, keyed digest {new}) \
+                 intent=Some(Adopted) backup=true Write",
+                keyed(
+                    b"password=old
+"
+                )
+            )
+        );
+        assert_eq!(
+            details(key, State::Missing),
+            format!("+ secret, 21 bytes, keyed digest {new}, mode 0600 intent=Some(Created) backup=false Write")
+        );
+        let other_key = details(Some([8; 32]), State::Missing);
+        assert!(!other_key.contains(&new), "{other_key}");
+        let plain = codec::sha256_hex(
+            format!(
+                "{canary}
+"
+            )
+            .as_bytes(),
+        );
+        for shown in [
+            details(key, State::Missing),
+            details(None, regular(b"x", 0o600)),
+            other_key,
+        ] {
+            assert!(
+                !shown.contains("canary") && !shown.contains(&plain[..16]),
+                "{shown}"
+            );
+        }
+        assert_eq!(
+            details(None, regular(b"x", 0o600)),
+            "~ secret content (1 bytes -> 21 bytes) intent=Some(Adopted) backup=true Write"
+        );
+        let undeclared_mode = plan_for(r#"{"content": "x", "secret": true}"#, State::Missing, None);
+        assert_eq!(
+            summary(undeclared_mode),
+            "+ secret, 1 bytes, mode 0600 intent=Some(Created) backup=false Write"
+        );
+    }
+
+    /// A refusal quoting a line of secret content (a directive naming the host's unit) is
+    /// shown with the line scrubbed.
+    #[test]
+    fn a_refusal_of_secret_content_does_not_quote_it() {
+        let json = r#"{"schema": 1, "files": {"/etc/systemd/system/a.service.d/x.conf": {"content": "[Unit]\nRequires=mesh-host.service canary-unit\n", "secret": true}}}"#;
+        let err = problems(json).join("\n");
+        assert!(err.contains("the host's own unit"), "{err}");
+        assert!(!err.contains("canary-unit"), "{err}");
+        let plain = json.replace(r#", "secret": true"#, "");
+        assert!(problems(&plain).join("\n").contains("canary-unit"));
     }
 
     #[test]

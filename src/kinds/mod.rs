@@ -153,6 +153,9 @@ pub struct RunContext<'a> {
     /// Whether `plan` puts a content diff in each change it makes (`Change::diff`): `Env::diffs`,
     /// turned off by the reconciler once the run holds `reconcile::DIFFS_KEPT` of them.
     pub diffs: bool,
+    /// The store's digest key, when the declaration has secret content and there is a store:
+    /// what `secret_summary` and containers' spec labels (`containers::label_digest`) key with.
+    pub digest_key: Option<[u8; 32]>,
 }
 
 impl<'a> RunContext<'a> {
@@ -163,6 +166,21 @@ impl<'a> RunContext<'a> {
             facts: Facts::default(),
             offline,
             diffs: false,
+            digest_key: None,
+        }
+    }
+
+    /// What a change's details show of secret content: its size and, with a digest key, the
+    /// first 16 hex digits of its keyed digest (`codec::hmac_sha256`), enough to tell two
+    /// contents apart, useless for testing a guess without the key.
+    pub fn secret_summary(&self, bytes: &[u8]) -> String {
+        match &self.digest_key {
+            Some(key) => format!(
+                "{} bytes, keyed digest {}",
+                bytes.len(),
+                &crate::codec::hex(&crate::codec::hmac_sha256(key, bytes))[..16]
+            ),
+            None => format!("{} bytes", bytes.len()),
         }
     }
 }

@@ -27,6 +27,8 @@ use crate::store::{Digest, Entry, Ledger, Origin, Owed};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
 use crate::unitfile::UnitName;
 
+mod confirm;
+
 pub struct Units;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -41,6 +43,14 @@ pub struct Spec {
     pub reload_on: Vec<String>,
     /// The package that ships the unit: if it fails to install, the unit is skipped.
     pub package: Option<String>,
+    /// `"secret": true`: its content is never shown (see `is_secret`), and its file is 0600.
+    pub secret: bool,
+}
+
+/// Whether a unit's content is secret: only when declared so (a unit file is the manager's to
+/// read, with no mode of its own to say so). Never shown, logged, reported or diffed.
+pub fn is_secret(spec: &Spec) -> bool {
+    spec.secret
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -54,6 +64,8 @@ pub struct Observed {
     pub enablement: Option<UnitFileState>,
     /// The unit's file in the unit directory, if there is one and it is a regular file.
     pub file: Option<Vec<u8>>,
+    /// That file's permission bits: a secret unit's file readable by others is rewritten 0600.
+    pub file_mode: Option<u32>,
     /// Where the unit's name in the unit directory links to, when it is a symlink (a masked unit
     /// links to /dev/null, an alias to its unit): reported, never followed or replaced.
     pub link: Option<String>,
@@ -69,9 +81,10 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// Its unit file, to show in a plan's diff when the plan shows them.
-    fn file_diff(&self, cx: &RunContext) -> Option<&[u8]> {
-        self.file.as_deref().filter(|_| cx.diffs)
+    /// Its unit file and the file's mode, to show in a plan's diff when the plan shows them.
+    fn file_diff(&self, cx: &RunContext) -> Option<(&[u8], Option<u32>)> {
+        let file = self.file.as_deref().filter(|_| cx.diffs)?;
+        Some((file, self.file_mode))
     }
 
     fn running(&self) -> bool {
@@ -210,11 +223,13 @@ impl Kind for Units {
         let restart_on = paths("restart_on");
         let reload_on = paths("reload_on");
         let package = fields.str("package").map(str::to_string);
+        let secret = fields.bool("secret").unwrap_or(false);
         if !present {
             for (name, given) in [
                 ("enabled", enabled.is_some()),
                 ("active", active.is_some()),
                 ("content", content.is_some()),
+                ("secret", secret),
             ] {
                 if given {
                     fields.problem(name, "makes no sense for a unit declared absent (it is stopped, disabled and its file removed)");
@@ -229,11 +244,18 @@ impl Kind for Units {
             restart_on,
             reload_on,
             package,
+            secret,
         })
     }
 
     fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
-        crate::selfref::refuse_unit(key, spec.content.as_deref(), identity)
+        let refusal = crate::selfref::refuse_unit(key, spec.content.as_deref(), identity)?;
+        Some(match (is_secret(spec), &spec.content) {
+            (true, Some(content)) => {
+                crate::declaration::redact_refusal(refusal, content.as_bytes())
+            }
+            _ => refusal,
+        })
     }
 
     fn digest(spec: &Spec) -> Digest {
@@ -355,7 +377,10 @@ impl Kind for Units {
                 let observed = observed.and_then(|mut obs| {
                     match read_unit_file(env, dir.as_ref(), name, max)? {
                         Found::Nothing => {}
-                        Found::File(_, bytes) => obs.file = Some(bytes),
+                        Found::File(stat, bytes) => {
+                            obs.file = Some(bytes);
+                            obs.file_mode = Some(stat.mode);
+                        }
                         Found::Link(target) => obs.link = Some(target.display().to_string()),
                     }
                     obs.template_differs = template_differs(name)?;
@@ -406,17 +431,32 @@ impl Kind for Units {
     fn apply(
         env: &Env,
         cx: &RunContext,
-        _ledger: &mut Ledger,
+        ledger: &mut Ledger,
         changes: &[Change<Op, Original>],
     ) -> Vec<Outcome> {
         let mut progress = Progress::default();
+        let before = confirm_before(env, cx, changes, &mut progress.errors);
         for verb in [Verb::Stop, Verb::Disable] {
             progress.run_verb(env, changes, verb);
         }
-        configure(env, cx, changes, &mut progress);
+        let configured = configure(env, cx, changes, before.as_ref(), &mut progress);
         // Here systemd has read every unit file and drop-in of this run, and nothing was
-        // enabled or started yet.
-        for verb in [Verb::Enable, Verb::Start, Verb::Restart, Verb::Reload] {
+        // enabled or started yet. Enabling makes the `[Install]` links, so it is confirmed too.
+        progress.run_verb(env, changes, Verb::Enable);
+        // Files written, the manager reloaded, units enabled, nothing started: systemd confirms.
+        if let Some(before) = &before {
+            confirm::after(
+                env,
+                cx,
+                ledger,
+                before,
+                changes,
+                configured.reloaded,
+                &configured.previous,
+                &mut progress.errors,
+            );
+        }
+        for verb in [Verb::Start, Verb::Restart, Verb::Reload] {
             progress.run_verb(env, changes, verb);
         }
         let outcomes: Vec<Outcome> = changes.iter().map(|c| progress.outcome(c)).collect();
@@ -489,16 +529,90 @@ impl<'a> Progress<'a> {
     }
 }
 
+/// Whether this change writes or restores a unit file or enables a unit: what systemd's
+/// confirmation is asked about. A removal or a disable only takes away.
+fn touches_unit_files(op: &Op) -> bool {
+    matches!(op.file, FileChange::Write(_) | FileChange::Restore(_))
+        || op.enablement == Enablement::Enable
+}
+
+/// When the run writes unit files or makes links (the units kind's, or the files kind's files
+/// in systemd's directories): on a live machine, what systemd says of the host's units before
+/// (one `systemctl show`; if it cannot be asked, those units fail untouched); under `--root`, a
+/// note that the model alone decided.
+fn confirm_before<'a>(
+    env: &Env,
+    cx: &RunContext,
+    changes: &'a [Change<Op, Original>],
+    errors: &mut BTreeMap<&'a str, KindError>,
+) -> Option<confirm::Before> {
+    let touching: Vec<&'a str> = changes
+        .iter()
+        .filter(|c| touches_unit_files(&c.op))
+        .map(|c| c.key.as_str())
+        .collect();
+    let files = &cx.facts.files.in_systemd_dirs;
+    if touching.is_empty() && files.is_empty() {
+        return None;
+    }
+    if env.offline {
+        env.runner.note(
+            "unit files changed under --root: no running systemd to confirm them, the model \
+             alone decided that they do not reach the host's units"
+                .to_string(),
+        );
+        return None;
+    }
+    match confirm::before(env, &touching, files) {
+        Ok(before) => Some(before),
+        Err(e) => {
+            let why = format!(
+                "not changed: what systemd says of the host's own units could not be asked \
+                 before, so the change could not be confirmed: {e}"
+            );
+            for name in touching {
+                errors.insert(name, KindError::Reason(why.clone()));
+            }
+            None
+        }
+    }
+}
+
+/// The unit's file as it is before this run changes it, to put back: `None` when there is none.
+fn previous_file(env: &Env, name: &str) -> Result<Option<Vec<u8>>, String> {
+    let dir = open_unit_dir(env, false)?;
+    match read_unit_file(env, dir.as_ref(), name, env.config.limits.max_file_bytes)? {
+        Found::Nothing => Ok(None),
+        Found::File(_, bytes) => Ok(Some(bytes)),
+        Found::Link(target) => Err(format!(
+            "its unit file is a symlink to {}; mesh-host never writes through or replaces a symlink",
+            target.display()
+        )),
+    }
+}
+
+/// What the configuration phase did: each unit file's bytes before this run changed it (`None`:
+/// there was none), to put back, and the reload's failure, if it failed: then nothing is confirmed.
+struct Configured<'a> {
+    previous: Vec<(&'a str, Option<Vec<u8>>)>,
+    reloaded: Result<(), String>,
+}
+
 /// The configuration phase: writes, restores or removes every unit file, then one
-/// `daemon-reload` if any changed here or the files kind changed a unit file or drop-in.
+/// `daemon-reload` if any changed here or the files kind changed a unit file or drop-in (or any
+/// file in systemd's directories, when systemd is to confirm them). With `before`, each unit
+/// file's bytes are read before it changes, to put back if systemd's confirmation fails.
 fn configure<'a>(
     env: &Env,
     cx: &RunContext,
     changes: &'a [Change<Op, Original>],
+    before: Option<&confirm::Before>,
     progress: &mut Progress<'a>,
-) {
+) -> Configured<'a> {
     let dir = unit_dir(env);
-    let mut files_changed = !cx.facts.files.unit_config.is_empty();
+    let mut files_changed =
+        !cx.facts.files.unit_config.is_empty() || before.is_some_and(confirm::Before::has_files);
+    let mut previous = Vec::new();
     for change in changes {
         let key = change.key.as_str();
         if progress.errors.contains_key(key) || progress.stopped.contains(key) {
@@ -508,8 +622,22 @@ fn configure<'a>(
             progress.stopped.insert(key);
             continue;
         }
-        match apply_file(env, &dir, key, &change.op.file) {
-            Ok(changed) => files_changed |= changed,
+        let was = match (before, &change.op.file) {
+            (None, _) | (_, FileChange::Keep) => None,
+            (Some(_), _) => match previous_file(env, key) {
+                Ok(was) => Some(was),
+                Err(e) => {
+                    progress.errors.insert(key, e.into());
+                    continue;
+                }
+            },
+        };
+        let secret = cx.declaration.units.get(key).is_some_and(is_secret);
+        match apply_file(env, &dir, key, &change.op.file, secret) {
+            Ok(changed) => {
+                files_changed |= changed;
+                previous.extend(was.filter(|_| changed).map(|was| (key, was)));
+            }
             Err(e) => {
                 progress.errors.insert(key, e.into());
             }
@@ -517,11 +645,13 @@ fn configure<'a>(
     }
     // Not skipped when stopping: a unit file written is only whole once systemd has read it
     // (the next run would find the file as declared and reload nothing).
+    let mut reloaded = Ok(());
     if files_changed && !env.offline {
         if let Err(e) = env
             .runner
             .run(&env.config.systemctl, &systemctl::daemon_reload(), &[])
         {
+            reloaded = Err(e.to_string());
             for change in changes {
                 (progress.errors)
                     .entry(&change.key)
@@ -529,6 +659,7 @@ fn configure<'a>(
             }
         }
     }
+    Configured { previous, reloaded }
 }
 
 /// Units declared present that restart or reload on any of `files`, with the file: what they
@@ -648,7 +779,15 @@ fn read_unit_file(env: &Env, dir: Option<&Dir>, name: &str, max: u64) -> Result<
 }
 
 /// Writes, restores or removes the unit's file; `Ok(true)` when the file changed.
-fn apply_file(env: &Env, dir: &Path, name: &str, change: &FileChange) -> Result<bool, String> {
+/// A secret unit's file is written 0600: systemd reads it as root (or as the user its user
+/// manager runs as, who owns it).
+fn apply_file(
+    env: &Env,
+    dir: &Path,
+    name: &str,
+    change: &FileChange,
+    secret: bool,
+) -> Result<bool, String> {
     if *change == FileChange::Keep {
         return Ok(false);
     }
@@ -658,7 +797,8 @@ fn apply_file(env: &Env, dir: &Path, name: &str, change: &FileChange) -> Result<
     };
     let at = |e: std::io::Error| format!("{}: {e}", dir.join(name).display());
     if let FileChange::Write(bytes) = change {
-        d.write_atomic(OsStr::new(name), bytes, 0o644, None)
+        let mode = if secret { 0o600 } else { 0o644 };
+        d.write_atomic(OsStr::new(name), bytes, mode, None)
             .map_err(at)?;
     } else if let FileChange::Restore(backup) = change {
         let store = env
@@ -729,6 +869,15 @@ fn plan_present(
             }
             .to_string(),
         );
+    }
+    // A secret unit's file others can read (written before it was declared secret) is written
+    // again 0600; its content is as declared, so nothing restarts for it.
+    let exposed = obs.file_mode.filter(|mode| mode & 0o077 != 0);
+    if let (false, true, Some(mode), Some(content)) =
+        (file_changed, is_secret(spec), exposed, &spec.content)
+    {
+        op.file = FileChange::Write(content.as_bytes().to_vec());
+        details.push(format!("unit file mode {mode:04o} -> 0600 (secret)"));
     }
     // Its own or its template's unit file or drop-ins, written by the files kind in this run.
     let template = UnitName::parse(key).ok().and_then(|name| name.template());
@@ -840,7 +989,7 @@ fn plan_present(
             "declared",
             obs.file.as_deref(),
             Some(content),
-            shows_content(Some(spec)),
+            shows_content(Some(spec), obs.file_mode),
         ))),
         _ => None,
     };
@@ -865,7 +1014,7 @@ fn plan_present(
 fn plan_absent(
     key: &str,
     obs: &Observed,
-    shown: Option<&[u8]>,
+    shown: Option<(&[u8], Option<u32>)>,
     owned: Option<&Entry<Original>>,
 ) -> Step<Op, Original> {
     remove_step(key, shown, removal(obs), owned.is_some(), "declared absent")
@@ -936,7 +1085,7 @@ fn plan_release(
             "original",
             obs.file.as_deref(),
             Some(original),
-            shows_content(None),
+            shows_content(None, obs.file_mode),
         ))),
         _ => None,
     };
@@ -954,7 +1103,7 @@ fn plan_release(
 
 fn remove_step(
     key: &str,
-    shown: Option<&[u8]>,
+    shown: Option<(&[u8], Option<u32>)>,
     op: Op,
     owned: bool,
     why: &str,
@@ -965,12 +1114,12 @@ fn remove_step(
     let mut details = vec![why.to_string()];
     details.extend(describe(&op));
     let diff = match (&op.file, shown) {
-        (FileChange::Remove, Some(file)) => Some(Box::new(ContentDiff::new(
+        (FileChange::Remove, Some((file, mode))) => Some(Box::new(ContentDiff::new(
             "on the machine",
             "absent",
             Some(file),
             None,
-            shows_content(None),
+            shows_content(None, mode),
         ))),
         _ => None,
     };
@@ -986,11 +1135,13 @@ fn remove_step(
     })
 }
 
-/// Whether a unit file's content may be shown (in a plan's diff): the one place that decides,
-/// for a declared unit (`spec`) and for one being removed or released (`None`). Content that is
-/// not shown is summarised by its sizes.
-fn shows_content(_spec: Option<&Spec>) -> bool {
-    true
+/// Whether a unit file's content may be shown in a plan's diff: the one place that decides, for
+/// a declared unit (`spec`) and for one being removed or released (`None`), given its file's
+/// mode now (`mode`). Never a secret unit's (`is_secret`), nor a unit file others may not read
+/// (a secret unit's file is 0600): what a unit no longer declared held is judged by that.
+/// Content not shown is summarised by its sizes.
+fn shows_content(spec: Option<&Spec>, mode: Option<u32>) -> bool {
+    !spec.is_some_and(is_secret) && mode.is_none_or(|mode| mode & 0o004 != 0)
 }
 
 fn describe(op: &Op) -> Vec<String> {
@@ -1262,6 +1413,41 @@ mod tests {
             "in sync"
         );
         assert!(plan(r#"{"content": "x"}"#, alias, None, &[]).contains("symlink to gdm.service"));
+    }
+
+    #[test]
+    fn a_unit_is_secret_only_when_declared_so() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "units": {"a.service": {"content": "[Service]\n", "secret": true},
+                "b.service": {"content": "[Service]\n"}}}"#,
+        )
+        .unwrap();
+        assert!(is_secret(&d.units["a.service"]));
+        assert!(!is_secret(&d.units["b.service"]));
+        check_refused(
+            r#"{"schema": 1, "units": {"a.service": {"state": "absent", "secret": true}}}"#,
+            &["secret: makes no sense for a unit declared absent"],
+        );
+    }
+
+    /// A secret unit's file that others can read is written again 0600, without a restart;
+    /// one already private, or not secret, is left alone.
+    #[test]
+    fn a_secret_units_file_readable_by_others_is_made_private() {
+        let owned = Entry::created();
+        let file = |mode| Observed {
+            file: Some(b"[Service]\n".to_vec()),
+            file_mode: Some(mode),
+            ..loaded("active", "enabled")
+        };
+        let secret = r#"{"content": "[Service]\n", "active": true, "secret": true}"#;
+        let plain = r#"{"content": "[Service]\n", "active": true}"#;
+        assert_eq!(
+            plan(secret, file(0o644), Some(&owned), &[]),
+            "~ unit file mode 0644 -> 0600 (secret)"
+        );
+        assert_eq!(plan(secret, file(0o600), Some(&owned), &[]), "in sync");
+        assert_eq!(plan(plain, file(0o644), Some(&owned), &[]), "in sync");
     }
 
     #[test]

@@ -376,6 +376,8 @@ mod tests {
                 suffix: "pacnew".into(),
                 added: 1,
                 removed: 2,
+
+                secret: false,
             }],
         };
         let r = r#"{"kind":"files","key":"/etc/x","action":"ACTION","detail":"content"}"#;

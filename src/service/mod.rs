@@ -39,6 +39,8 @@ const SIGNALS: Token = Token(0);
 const TIMER: Token = Token(1);
 const LINK: Token = Token(2);
 const WATCH: Token = Token(3);
+/// How often runs kept in memory are offered to a store that could not take them.
+const RETRY_WRITES_MS: u64 = 5_000;
 
 /// What the loop knows about the link, for `status` and for the backoff.
 enum LinkState {
@@ -96,6 +98,11 @@ struct Service<'h> {
     /// A digest of the declaration's digest and the owned files and packages the watches were set
     /// for (`watching::watch_source`): not the lists themselves, which the service would keep.
     watched_for: Option<[u8; 32]>,
+    /// Why the watches could not be worked out from the store (it could not be read), for
+    /// `status`, until it can.
+    watch_problem: Option<String>,
+    /// When runs kept in memory are next offered to the store (`write_kept_runs`).
+    retry_writes_at: u64,
 }
 
 pub fn run(host: &mut Host) -> Result<i32, Fatal> {
@@ -142,6 +149,8 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         watch_scope: None,
         pacman_db: None,
         watched_for: None,
+        watch_problem: None,
+        retry_writes_at: now,
     };
     service.configure_link(now);
     let mut events = Events::with_capacity(16);
@@ -161,6 +170,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
             break;
         }
         service.on_watch_due(sys::now_ms());
+        service.write_kept_runs(sys::now_ms());
         // Before a run too: a run may take minutes, and `status` should show the link as it is.
         service.publish_status(sys::now_ms());
         if let Some(triggers) = service.schedule.take_due(sys::now_ms()) {
@@ -204,6 +214,10 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         }
     }
     sys::sd_notify("STOPPING=1");
+    service.host.write_unwritten_now();
+    if service.host.has_unwritten() {
+        log::error!("runs kept in memory could not be written to the store before stopping");
+    }
     let now = sys::now_ms();
     if let LinkState::Up { conn, .. } | LinkState::Connecting { conn } = &mut service.link {
         conn.close(now, "the host is stopping");
@@ -333,23 +347,14 @@ impl Service<'_> {
         }
     }
 
-    /// Sets up TLS for the configured control plane and schedules the first connection.
+    /// Schedules the first connection to the configured control plane; its TLS is set up
+    /// then (`connect`).
     fn configure_link(&mut self, now: u64) {
         self.tls = None;
-        self.link = LinkState::None;
-        let Some(cp) = &self.host.config.control_plane else {
-            return;
+        self.link = match &self.host.config.control_plane {
+            Some(_) => LinkState::Retrying { at: now },
+            None => LinkState::None,
         };
-        match connection::tls_config(cp) {
-            Ok(tls) => {
-                self.tls = Some(tls);
-                self.link = LinkState::Retrying { at: now };
-            }
-            Err(e) => {
-                log::error!("no link: {e}");
-                self.last_error = Some(e);
-            }
-        }
     }
 
     fn reconcile(&mut self, triggers: &Triggers) {
@@ -398,6 +403,19 @@ impl Service<'_> {
         self.send_outbox();
     }
 
+    /// Offers the runs kept in memory (the store could not take them) to the store again, every
+    /// `RETRY_WRITES_MS`; once written, their reports go out.
+    fn write_kept_runs(&mut self, now: u64) {
+        if !self.host.has_unwritten() || now < self.retry_writes_at {
+            return;
+        }
+        self.host.write_unwritten_now();
+        self.retry_writes_at = now + RETRY_WRITES_MS;
+        if !self.host.has_unwritten() {
+            self.send_outbox();
+        }
+    }
+
     /// Logs how a run ended and says it in `STATUS=`: each failed resource at error (so
     /// `journalctl -p err` lists exactly the failures), the summary at info when all converged and
     /// at warning otherwise. (The loop sends the line again once the timer is rearmed.)
@@ -414,6 +432,9 @@ impl Service<'_> {
                     log::info!("{summary}");
                 } else {
                     log::warn!("{summary}");
+                }
+                if let Some(why) = &result.unwritten {
+                    log::error!("{why}");
                 }
                 self.last_run = Some(notify::LastRun {
                     outcome,
@@ -504,8 +525,24 @@ impl Service<'_> {
     }
 
     fn connect(&mut self, now: u64, poll: &Poll) {
-        let (Some(cp), Some(tls)) = (&self.host.config.control_plane, &self.tls) else {
+        let Some(cp) = &self.host.config.control_plane else {
             return;
+        };
+        // Read on every attempt until it reads: a CA file missing or damaged now (a reload
+        // before `join` wrote it, a disk not yet mounted) is retried with the backoff, and
+        // `status` says why meanwhile.
+        let tls = match &self.tls {
+            Some(tls) => tls.clone(),
+            None => match connection::tls_config(cp) {
+                Ok(tls) => {
+                    self.tls = Some(tls.clone());
+                    tls
+                }
+                Err(e) => {
+                    log::error!("no link yet, retrying: {e}");
+                    return self.drop_link(now, e, true);
+                }
+            },
         };
         let opened = self.hello().and_then(|hello| {
             let link = Link::new(
@@ -514,7 +551,7 @@ impl Service<'_> {
                 self.host.config.heartbeat.as_millis() as u64,
                 self.host.config.max_frame_bytes,
             );
-            Connection::open(cp, tls.clone(), link)
+            Connection::open(cp, tls, link)
         });
         let registered = opened.and_then(|mut conn| {
             let interest = conn.interest();
@@ -748,7 +785,11 @@ impl Service<'_> {
         };
         // Reports a person's `apply` queued are picked up at least every heartbeat.
         let watch = self.watcher.watch.deadline().unwrap_or(u64::MAX);
-        self.schedule.deadline(now).min(link).min(watch)
+        let writes = match self.host.has_unwritten() {
+            true => self.retry_writes_at,
+            false => u64::MAX,
+        };
+        self.schedule.deadline(now).min(link).min(watch).min(writes)
     }
 
     /// Writes what `status` shows, when it changed.

@@ -84,8 +84,8 @@ pub struct SignalFd(OwnedFd);
 pub const HANDLED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGUSR1];
 
 impl SignalFd {
-    /// Blocks the handled signals for this (single-threaded) process and opens the fd. Children
-    /// start with an empty mask again (std's `Command` resets it).
+    /// Blocks the handled signals for this (single-threaded) process and opens the fd. The mask
+    /// survives fork and exec (std's `Command` keeps it): `exec.rs` empties it in every tool.
     pub fn new() -> io::Result<SignalFd> {
         let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
         unsafe { libc::sigemptyset(&mut set) };

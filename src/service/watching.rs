@@ -61,10 +61,22 @@ impl Service<'_> {
         if let Some(Err(e)) = &self.pacman_db {
             timer_only.push(format!("packages: {e}"));
         }
-        let (state, detail) = match &self.watcher.off {
-            Some(why) => (store::WatchMode::Off, Some(why.clone())),
-            None if timer_only.is_empty() => (store::WatchMode::On, None),
-            None => (
+        let (state, detail) = match (&self.watcher.off, &self.watch_problem) {
+            (Some(why), _) => (store::WatchMode::Off, Some(why.clone())),
+            // What the store holds could not be read: the watches set before stay, or (none
+            // yet) only the store is watched, for the repair.
+            (None, Some(why)) if self.watched_for.is_some() => (
+                store::WatchMode::Partial,
+                Some(format!(
+                    "the watches are as the store last read, not updated since: {why}"
+                )),
+            ),
+            (None, Some(why)) => (
+                store::WatchMode::Off,
+                Some(format!("nothing owned is watched, only the store: {why}")),
+            ),
+            (None, None) if timer_only.is_empty() => (store::WatchMode::On, None),
+            (None, None) => (
                 store::WatchMode::Partial,
                 Some(format!("on the timer only: {}", timer_only.join("; "))),
             ),
@@ -172,18 +184,32 @@ impl Service<'_> {
             Ok(Some(Some((d, ledger))))
         })();
         let (d, ledger) = match loaded {
-            Ok(Some(None)) => return,
+            Ok(Some(None)) => {
+                self.watch_problem = None;
+                return;
+            }
             Ok(Some(Some(loaded))) => loaded,
             Ok(None) => {
+                self.watch_problem = None;
                 self.watched_for = None;
                 let targets = watch::store_targets(&self.host.config.state_dir);
                 return self.watcher.set_targets(now, targets);
             }
             Err(e) => {
-                log::error!("watches not updated: {}", e.message());
+                // Said once, in the log and in `status`, until the store reads again.
+                let why = e.message().to_string();
+                if self.watch_problem.as_ref() != Some(&why) {
+                    log::error!("watches not updated: {why}");
+                }
+                if self.watched_for.is_none() {
+                    let targets = watch::store_targets(&self.host.config.state_dir);
+                    self.watcher.set_targets(now, targets);
+                }
+                self.watch_problem = Some(why);
                 return;
             }
         };
+        self.watch_problem = None;
         let has_packages =
             !d.packages.is_empty() || ledger.owned_keys::<Packages>().next().is_some();
         if has_packages && self.pacman_db.is_none() {

@@ -412,11 +412,33 @@ impl Store {
         old: &FilesIndex,
         updates: Vec<(&str, Option<Cached>)>,
     ) -> Result<(), StoreError> {
+        // Checks write it without the store's lock, beside a run writing it under the lock: each
+        // writer its own temp, so neither removes nor renames the other's half-written file.
         self.dir
-            .write_atomic_streamed(OsStr::new(FILE), 0o600, |out| {
+            .write_atomic_streamed_own(OsStr::new(FILE), 0o600, |out| {
                 old.write_updated(updates, out)
             })
             .map_err(|e| self.error(FILE, format!("cannot be written: {e}")))
+    }
+
+    /// Removes the index's temps whose writers are gone (a crash mid-write); one being written
+    /// by a live process (a check, without the lock) is left to it.
+    pub(super) fn remove_files_index_temps(&self) -> Result<(), StoreError> {
+        let error = |e: std::io::Error| self.error(FILE, format!("its temp files: {e}"));
+        // The one temp name versions before writers had their own shared.
+        let shared = format!(".{FILE}{}", super::TEMP_SUFFIX);
+        self.dir.remove(OsStr::new(&shared)).map_err(error)?;
+        for (temp, pid) in self.dir.own_temps(OsStr::new(FILE)).map_err(error)? {
+            if pid != std::process::id() && !crate::process::alive(pid) {
+                self.dir.remove(&temp).map_err(error)?;
+                log::warn!(
+                    "store {}: removed {}, left by a crash",
+                    self.path.display(),
+                    temp.to_string_lossy()
+                );
+            }
+        }
+        Ok(())
     }
 }
 

@@ -617,6 +617,7 @@ mod tests {
                 owner: Some(Account::Name("root".into())),
                 group: Some(Account::Id(0)),
             })),
+            secret: None,
         };
         let before = hex(format!(
             "present\n{}\n{:?}\n{:?}\n{:?}",

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Serialize};
 
+use crate::codec;
 use crate::fsutil::{self, Dir};
 use crate::json_in_place;
 use crate::pacnew::QuietDirs;
@@ -323,7 +324,8 @@ impl Store {
 
     /// Read whole, then checked as JSON with its text skipped; the text is unescaped in place in
     /// the file's bytes, which become it: the file is held once (serde would hold its scratch
-    /// buffer for the text and a copy of that as well).
+    /// buffer for the text and a copy of that as well). The text is then checked against its
+    /// digest: a damaged declaration is refused here, before anyone can apply it.
     pub fn in_force(&self) -> Result<Option<InForce>, StoreError> {
         let cannot = |e: &dyn fmt::Display| {
             self.error(
@@ -342,6 +344,19 @@ impl Store {
             .filter(|r| bytes[r.start] == b'"')
             .ok_or_else(|| cannot(&"its text is not a string"))?;
         let text = json_in_place::unescape_in_place(bytes, span).map_err(|e| cannot(&e))?;
+        let found = codec::sha256_hex(text.as_bytes());
+        if found != checked.digest {
+            return Err(self.error(
+                IN_FORCE,
+                format!(
+                    "its text does not match its digest (sha256 {} stored, {found} found): it \
+                     is damaged, and nothing of it is applied; it was left as it is for you to \
+                     inspect (`mesh-host apply` or the control plane puts a declaration in force \
+                     again)",
+                    checked.digest
+                ),
+            ));
+        }
         Ok(Some(InForce {
             source: checked.source,
             revision: checked.revision,
@@ -447,6 +462,7 @@ impl Store {
                 );
             }
         }
+        self.remove_files_index_temps()?;
         self.outbox_recover()
     }
 
@@ -709,7 +725,7 @@ mod tests {
             .set_in_force(&InForce {
                 source: Source::ControlPlane,
                 revision: Some(1),
-                digest: "d".into(),
+                digest: codec::sha256_hex(b"{}"),
                 since: 0,
                 text: "{}".into(),
                 control_plane_revision: Some(1),
@@ -719,8 +735,23 @@ mod tests {
             .unwrap();
         let temp = tmp.path().join(".declaration.json.mesh-host.tmp");
         std::fs::write(&temp, "half a declar").unwrap();
+        // The files index's temps are each writer's own: a gone writer's is removed, a live
+        // one's (a check writes it without the lock) is left to it.
+        // Above the largest pid the kernel gives (PID_MAX_LIMIT, 2^22): no such process.
+        let gone = (1 << 22) + 1;
+        let index_temp = |pid: u32| {
+            tmp.path()
+                .join(format!(".files-index.{pid}-0.mesh-host.tmp"))
+        };
+        let (crashed, live) = (index_temp(gone), index_temp(std::process::id()));
+        let live_other = index_temp(1);
+        for temp in [&crashed, &live, &live_other] {
+            std::fs::write(temp, "half an index").unwrap();
+        }
         store.clean_after_crash().unwrap();
         assert!(!temp.exists());
+        assert!(!crashed.exists());
+        assert!(live.exists() && live_other.exists());
         assert_eq!(store.in_force().unwrap().unwrap().revision, Some(1));
     }
 
@@ -737,7 +768,7 @@ mod tests {
                     path: "/srv/d.json".into(),
                 },
                 revision: Some(4),
-                digest: "d4".into(),
+                digest: codec::sha256_hex(text.repeat(1000).as_bytes()),
                 since: 17,
                 text: text.repeat(1000),
                 control_plane_revision: Some(3),
@@ -747,8 +778,8 @@ mod tests {
             .unwrap();
         let head = store.in_force_head().unwrap().unwrap();
         assert_eq!(
-            (head.revision, head.digest.as_str(), head.since),
-            (Some(4), "d4", 17)
+            (head.revision, head.digest, head.since),
+            (Some(4), codec::sha256_hex(text.repeat(1000).as_bytes()), 17)
         );
         assert_eq!(
             (head.control_plane_revision, head.signed_by, head.expires),
@@ -791,6 +822,48 @@ mod tests {
         std::fs::write(&file, &json[..json.len() / 2]).unwrap();
         let e = store.in_force_head().unwrap_err().to_string();
         assert!(e.contains("declaration.json: cannot be read (EOF"), "{e}");
+    }
+
+    /// One byte of the text changed, the file still valid JSON: refused by name, whichever way
+    /// the byte was changed (a letter, an escape), and the file left as it is.
+    #[test]
+    fn a_declaration_in_force_whose_text_is_not_its_digest_is_refused() {
+        let tmp = TempDir::new("store-digest");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        let text = "{\"schema\": 1, \"files\": {\"/etc/motd\": {\"content\": \"held\\n\"}}}";
+        let digest = codec::sha256_hex(text.as_bytes());
+        store
+            .set_in_force(&InForce {
+                source: Source::ControlPlane,
+                revision: Some(1),
+                digest: digest.clone(),
+                since: 0,
+                text: text.into(),
+                control_plane_revision: Some(1),
+                signed_by: Vec::new(),
+                expires: None,
+            })
+            .unwrap();
+        assert_eq!(store.in_force().unwrap().unwrap().text, text);
+        let file = store.path().join(IN_FORCE);
+        let json = std::fs::read_to_string(&file).unwrap();
+        for damaged in [
+            json.replacen("held", "helD", 1),
+            json.replacen("\\\\n", "\\\\t", 1),
+        ] {
+            assert_ne!(damaged, json);
+            serde_json::from_str::<serde_json::Value>(&damaged).unwrap();
+            std::fs::write(&file, &damaged).unwrap();
+            let e = store.in_force().unwrap_err().to_string();
+            assert!(
+                e.contains("declaration.json: its text does not match its digest"),
+                "{e}"
+            );
+            assert!(e.contains(&format!("sha256 {digest} stored")), "{e}");
+            assert_eq!(std::fs::read_to_string(&file).unwrap(), damaged);
+            // The head alone (status, the hello) still reads: it names the digest expected.
+            assert_eq!(store.in_force_head().unwrap().unwrap().digest, digest);
+        }
     }
 
     #[test]

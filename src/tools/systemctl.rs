@@ -194,6 +194,92 @@ fn blocks(stdout: &str) -> Vec<BTreeMap<&str, &str>> {
     blocks
 }
 
+/// What systemd says of a unit that its files and links decide, for the host's own units (the
+/// units kind's confirmation, `kinds::units::confirm`): `Names` (aliases), where it was loaded
+/// from, its drop-ins, its enablement, and every dependency in both directions except ordering
+/// (`After=`/`Before=` act on nothing).
+const STANDING_SCALARS: [&str; 5] = [
+    "Id",
+    "LoadState",
+    "FragmentPath",
+    "SourcePath",
+    "UnitFileState",
+];
+const STANDING_LISTS: [&str; 27] = [
+    "Names",
+    "DropInPaths",
+    "Requires",
+    "Requisite",
+    "Wants",
+    "BindsTo",
+    "PartOf",
+    "Upholds",
+    "RequiredBy",
+    "RequisiteOf",
+    "WantedBy",
+    "BoundBy",
+    "UpheldBy",
+    "ConsistsOf",
+    "Conflicts",
+    "ConflictedBy",
+    "OnSuccess",
+    "OnSuccessOf",
+    "OnFailure",
+    "OnFailureOf",
+    "Triggers",
+    "TriggeredBy",
+    "PropagatesReloadTo",
+    "ReloadPropagatedFrom",
+    "PropagatesStopTo",
+    "StopPropagatedFrom",
+    "JoinsNamespaceOf",
+];
+
+/// `show` of the properties `parse_standing` reads, one block per unit named.
+pub fn show_standing() -> Vec<String> {
+    let properties: Vec<&str> = STANDING_SCALARS
+        .iter()
+        .chain(&STANDING_LISTS)
+        .copied()
+        .collect();
+    vec!["show".into(), "-p".into(), properties.join(",")]
+}
+
+/// A unit as systemd has loaded it (`show_standing`): single values by property name, and the
+/// space-separated ones (names, drop-in paths, dependencies) as sets. A property not printed is
+/// empty.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Standing {
+    pub values: BTreeMap<&'static str, String>,
+    pub lists: BTreeMap<&'static str, std::collections::BTreeSet<String>>,
+}
+
+impl Standing {
+    pub fn value(&self, name: &str) -> &str {
+        self.values.get(name).map_or("", String::as_str)
+    }
+}
+
+/// `show_standing` output: one `Standing` per unit, in argument order.
+pub fn parse_standing(stdout: &str) -> Vec<Standing> {
+    blocks(stdout)
+        .into_iter()
+        .map(|block| Standing {
+            values: STANDING_SCALARS
+                .iter()
+                .map(|&name| (name, block.get(name).copied().unwrap_or("").to_string()))
+                .collect(),
+            lists: STANDING_LISTS
+                .iter()
+                .map(|&name| {
+                    let words = block.get(name).copied().unwrap_or("");
+                    (name, words.split_whitespace().map(str::to_string).collect())
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 /// `is-enabled` output: one state per line, in argument order (short when it stopped early).
 pub fn parse_is_enabled(stdout: &str) -> Vec<UnitFileState> {
     stdout
@@ -262,6 +348,36 @@ mod tests {
             parse_show("Id=a.service\nActiveState=hibernating\n")[0].active,
             Some(ActiveState::Other("hibernating".into()))
         );
+    }
+
+    #[test]
+    fn parses_saved_standing_output() {
+        assert_recorded(
+            include_str!("../../tests/fixtures/systemctl-show-standing.cmd"),
+            SYSTEMCTL,
+            &show_standing(),
+            &["mesh-host.service", "mesh-host.socket", "a.service"],
+        );
+        let units = parse_standing(include_str!(
+            "../../tests/fixtures/systemctl-show-standing.txt"
+        ));
+        assert_eq!(units.len(), 3, "{units:?}");
+        // Not found, yet loaded as a stub because a.service wants it: what it gains shows.
+        let host = &units[0];
+        assert_eq!(host.value("Id"), "mesh-host.service");
+        assert_eq!(host.value("LoadState"), "not-found");
+        assert_eq!(host.value("FragmentPath"), "");
+        assert_eq!(
+            host.lists["WantedBy"].iter().collect::<Vec<_>>(),
+            ["a.service"]
+        );
+        assert!(units[1].lists["WantedBy"].is_empty());
+        let a = &units[2];
+        assert_eq!(a.value("UnitFileState"), "enabled");
+        assert!(a.value("FragmentPath").ends_with("/a.service"), "{a:?}");
+        assert!(a.lists["Wants"].contains("mesh-host.service"), "{a:?}");
+        assert_eq!(a.lists["DropInPaths"].len(), 1, "{a:?}");
+        assert!(a.lists["WantedBy"].contains("default.target"), "{a:?}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! panic naming the setup: unprepared, it is listed as ignored or fails, never passes unchecked.
 //! `tests/run.sh` runs them all with `--include-ignored`. Every mesh-host command line is built by
 //! `Scratch::command` (or `mesh_host()`); `--json` reports are read with `apply_json`/`failure`.
+//! `ways::Driver` runs one scenario through `apply` and through the service (`Way::BOTH`).
 #![allow(dead_code)] // each test binary uses part of this module
 
 mod pacman_root;
@@ -133,6 +134,15 @@ impl Scratch {
         config[tool]["command"] = serde_json::json!(command);
         std::fs::write(&path, config.to_string()).expect("config");
         previous
+    }
+
+    /// Changes this host's config.json with `edit`, keeping the rest.
+    pub fn edit_config(&self, edit: impl FnOnce(&mut serde_json::Value)) {
+        let path = self.dir.join("config.json");
+        let text = std::fs::read_to_string(&path).expect("config");
+        let mut config: serde_json::Value = serde_json::from_str(&text).expect("config JSON");
+        edit(&mut config);
+        std::fs::write(&path, config.to_string()).expect("config");
     }
 
     /// Writes a declaration file and returns its path.
@@ -377,6 +387,7 @@ pub fn status(script: &str) -> i32 {
 pub mod control_plane;
 pub mod pki;
 pub mod service;
+pub mod ways;
 
 /// A small seeded PRNG (xorshift64*) for the fault tests: the same seed, the same choices.
 pub struct XorShift(u64);

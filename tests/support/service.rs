@@ -11,6 +11,8 @@ use super::{wait_until, Scratch};
 pub struct Service {
     pub host: Scratch,
     child: Child,
+    /// The umask it runs with, when not the test's.
+    umask: Option<u32>,
 }
 
 impl Service {
@@ -20,15 +22,24 @@ impl Service {
 
     /// Starts it with extra environment variables (such as `NOTIFY_SOCKET`).
     pub fn start_with_env(host: Scratch, env: &[(&str, &std::path::Path)]) -> Service {
-        let child = spawn(&host, env);
-        Service { host, child }
+        Service::start_with_umask(host, env, None)
+    }
+
+    /// Starts it with extra environment variables and, when given, this umask.
+    pub fn start_with_umask(
+        host: Scratch,
+        env: &[(&str, &std::path::Path)],
+        umask: Option<u32>,
+    ) -> Service {
+        let child = spawn(&host, env, umask);
+        Service { host, child, umask }
     }
 
     /// Starts it again on the same host after `stop`.
     pub fn restart(&mut self, env: &[(&str, &std::path::Path)]) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = spawn(&self.host, env);
+        self.child = spawn(&self.host, env, self.umask);
     }
 
     /// Starts the service on `host`, whose tool wrapper sends it SIGTERM during its first run,
@@ -121,14 +132,25 @@ impl Drop for Service {
     }
 }
 
-fn spawn(host: &Scratch, env: &[(&str, &std::path::Path)]) -> Child {
+fn spawn(host: &Scratch, env: &[(&str, &std::path::Path)], umask: Option<u32>) -> Child {
     let log = std::fs::File::create(host.dir.join("service.log")).expect("log");
     let mut command = host.command(&["run"]);
+    // Info unless the test asks for another level.
+    command.env("RUST_LOG", "info");
     for (key, value) in env {
         command.env(key, value);
     }
+    if let Some(mask) = umask {
+        use std::os::unix::process::CommandExt;
+        // Async-signal-safe: umask only.
+        unsafe {
+            command.pre_exec(move || {
+                libc::umask(mask as libc::mode_t);
+                Ok(())
+            });
+        }
+    }
     command
-        .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
