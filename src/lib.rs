@@ -11,6 +11,7 @@ mod codec;
 mod commands;
 mod config;
 mod declaration;
+mod diff;
 mod envelope;
 mod exec;
 mod fsutil;

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use serde::Serialize;
 
 use crate::declaration::Declaration;
+use crate::diff::ContentDiff;
 use crate::fsutil;
 use crate::kinds::{
     self, backup_key,
@@ -50,6 +51,25 @@ pub struct Report {
     /// What the machine needs after the run (a reboot, restarts), looked for after every run
     /// that applies on the running system (`None`: planning, or under `--root`).
     pub needs: Option<Needs>,
+    /// The diffs of the `changes` that have one, by their index there: apart, so a change
+    /// without one (most in a large run, every one in the service's) costs nothing for them.
+    pub diffs: Vec<(usize, Box<ContentDiff>)>,
+    /// What the changes' diffs hold so far (`ContentDiff::weight`), bounded by `DIFFS_KEPT`.
+    pub diff_bytes: usize,
+    /// Changes were planned without their diff, the run's diffs having reached `DIFFS_KEPT`.
+    pub diffs_cut: bool,
+}
+
+/// The most a run holds of its changes' diffs (each already capped by `diff.rs`), past which
+/// changes are planned without theirs: some 3,000 lines, more than a person reads at once, and
+/// little beside what a 20,000-file converge uses (docs/performance.md, figure 11).
+pub const DIFFS_KEPT: usize = 256 << 10;
+
+/// `diff`, if the `kept` bytes of diffs are still within `DIFFS_KEPT` (then counted in them).
+fn within_bound(kept: &mut usize, diff: Option<Box<ContentDiff>>) -> Option<Box<ContentDiff>> {
+    let diff = diff.filter(|_| *kept < DIFFS_KEPT)?;
+    *kept += diff.weight();
+    Some(diff)
 }
 
 /// One change a run made or (planning) would make: a run's report holds one for each of
@@ -289,7 +309,7 @@ fn fail_refused_files(
     }
     for (key, why) in refused {
         let at = (report.changes.iter()).position(|c| c.kind == Files::NAME && c.key == key);
-        let action = match at.map(|at| report.changes.remove(at)) {
+        let action = match at.map(|at| report.remove_change(at)) {
             Some(change) => change.action.into(),
             None => ResultAction::Update,
         };
@@ -390,6 +410,8 @@ fn converge<K: Kind>(
                 Some(Ok(observed)) => Some(observed),
                 None => None,
             };
+            // Diffs only while the run's stay within their bound.
+            cx.diffs = env.diffs && report.diff_bytes < DIFFS_KEPT;
             match K::plan(cx, key, spec, observed, entry) {
                 Step::InSync => {
                     in_sync += 1;
@@ -417,7 +439,13 @@ fn converge<K: Kind>(
                         adopted.push((key.to_string(), intent));
                     }
                 }
-                Step::Change(change) => changes.push(change),
+                Step::Change(change) => {
+                    match &change.diff {
+                        Some(diff) => report.diff_bytes += diff.weight(),
+                        None => report.diffs_cut |= env.diffs && !cx.diffs,
+                    }
+                    changes.push(change);
+                }
                 Step::Fail(e) => report
                     .failures
                     .push(result(K::NAME, key, ResultAction::Plan, e)),
@@ -454,11 +482,10 @@ fn converge<K: Kind>(
                 &Outcome::Done,
             );
         }
-        // Each change becomes its row (its key and details moved, not copied).
-        let planned = changes
-            .into_iter()
-            .map(|c| planned_row(K::NAME, c.key, c.action, c.details));
-        report.changes.extend(planned);
+        // Each change becomes its row (its key, details and diff moved, not copied).
+        for c in changes {
+            report.push_change(K::NAME, c.key, c.action, c.details, c.diff);
+        }
         return Ok(());
     }
     apply_planned::<K>(env, cx, ledger, changes, ledger_dirty, report)
@@ -512,8 +539,13 @@ fn apply_planned<K: Kind>(
                         }
                     }
                 }
-                let row = planned_row(K::NAME, change.key, change.action, change.details);
-                report.changes.push(row);
+                report.push_change(
+                    K::NAME,
+                    change.key,
+                    change.action,
+                    change.details,
+                    change.diff,
+                );
             }
             Outcome::Deferred(why) => report.deferred.push(result(
                 K::NAME,
@@ -550,6 +582,41 @@ fn apply_planned<K: Kind>(
         }
     }
     Ok(())
+}
+
+impl Report {
+    /// Lists a change made (or planned), with its diff if it has one.
+    fn push_change(
+        &mut self,
+        kind: &'static str,
+        key: String,
+        action: Action,
+        details: Details,
+        diff: Option<Box<ContentDiff>>,
+    ) {
+        if let Some(diff) = diff {
+            self.diffs.push((self.changes.len(), diff));
+        }
+        self.changes.push(Planned {
+            kind,
+            key,
+            symbol: action.symbol(),
+            action,
+            details,
+        });
+    }
+
+    /// Takes the change at `at` out of the run's changes, with its diff; the other diffs keep
+    /// pointing at their changes.
+    fn remove_change(&mut self, at: usize) -> Planned {
+        self.diffs.retain(|(i, _)| *i != at);
+        for (i, _) in &mut self.diffs {
+            if *i > at {
+                *i -= 1;
+            }
+        }
+        self.changes.remove(at)
+    }
 }
 
 /// Write-ahead of what later kinds will owe these changes (a unit's restart or reload on a file
@@ -594,16 +661,6 @@ fn unowe(env: &Env, cx: &RunContext, added: Vec<(&str, &str)>) -> Result<(), Sto
     let mut owed = store.owed()?;
     owed.retain(|unit, file| !unchanged.contains(&(unit, file)));
     store.save_owed(&owed)
-}
-
-fn planned_row(kind: &'static str, key: String, action: Action, details: Details) -> Planned {
-    Planned {
-        kind,
-        key,
-        symbol: action.symbol(),
-        action,
-        details,
-    }
 }
 
 /// A tool that exits 0 having done nothing must not pass for success: resources whose change
@@ -696,6 +753,9 @@ pub struct OwnedRow {
     pub origin: Origin,
     pub state: OwnedState,
     pub detail: String,
+    /// What differs in a drifted file's or unit file's content.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<Box<ContentDiff>>,
     /// Its failure streak, if recent runs failed it (filled in from the store's history); boxed,
     /// as most rows have none and `owned` may list thousands.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -744,12 +804,14 @@ impl std::fmt::Display for OwnedState {
 /// The declaration is taken to be dropped once the kinds are inspected: the `.pacnew` search
 /// after them does not hold it too.
 pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
-    let cx = secret_context(env, &declaration);
+    let mut cx = secret_context(env, &declaration);
+    cx.diffs = env.diffs;
     let mut inspecting = Inspecting {
         env,
         cx: &cx,
         ledger,
         rows: Vec::with_capacity(ledger.owned_count()),
+        diffs: 0,
     };
     kinds::each(&mut inspecting);
     let mut rows = inspecting.rows;
@@ -800,20 +862,34 @@ struct Inspecting<'r, 'a> {
     cx: &'r RunContext<'r>,
     ledger: &'r Ledger,
     rows: Vec<OwnedRow>,
+    /// The bytes of diffs the rows hold, at most about `DIFFS_KEPT`.
+    diffs: usize,
 }
 
 impl Visit for Inspecting<'_, '_> {
     type Out = ();
     fn visit<K: Kind>(&mut self) {
-        inspect::<K>(self.env, self.cx, self.ledger, &mut self.rows);
+        inspect::<K>(
+            self.env,
+            self.cx,
+            self.ledger,
+            &mut self.rows,
+            &mut self.diffs,
+        );
     }
 }
 
-fn inspect<K: Kind>(env: &Env, cx: &RunContext, ledger: &Ledger, rows: &mut Vec<OwnedRow>) {
+fn inspect<K: Kind>(
+    env: &Env,
+    cx: &RunContext,
+    ledger: &Ledger,
+    rows: &mut Vec<OwnedRow>,
+    kept: &mut usize,
+) {
     let mut keys = ledger.owned_keys::<K>().peekable();
     while keys.peek().is_some() {
         let chunk = keys.by_ref().take(OBSERVED_AT_ONCE);
-        inspect_chunk::<K>(env, cx, ledger, chunk.collect(), rows);
+        inspect_chunk::<K>(env, cx, ledger, chunk.collect(), rows, kept);
     }
 }
 
@@ -824,6 +900,7 @@ fn inspect_chunk<K: Kind>(
     ledger: &Ledger,
     keys: Vec<&str>,
     rows: &mut Vec<OwnedRow>,
+    kept: &mut usize,
 ) {
     let Some(&first) = keys.first() else {
         return;
@@ -839,6 +916,7 @@ fn inspect_chunk<K: Kind>(
             continue;
         };
         let spec = wanted.at(key);
+        let mut diff = None;
         let (state, detail) = match seen.as_mut().map(|s| s.at(key)).map_err(|e| *e) {
             Err(e) | Ok(Some(Err(e))) => (OwnedState::Error, e.to_string()),
             Ok(observed) => match K::plan(
@@ -856,7 +934,10 @@ fn inspect_chunk<K: Kind>(
                 Step::Change(c) if c.action == Action::Create => {
                     (OwnedState::Missing, c.details.join(", "))
                 }
-                Step::Change(c) => (OwnedState::Drifted, c.details.join(", ")),
+                Step::Change(c) => {
+                    diff = within_bound(kept, c.diff);
+                    (OwnedState::Drifted, c.details.join(", "))
+                }
                 Step::Fail(e) | Step::Skip(e) => (OwnedState::Error, e),
             },
         };
@@ -866,6 +947,7 @@ fn inspect_chunk<K: Kind>(
             origin: entry.origin,
             state,
             detail,
+            diff,
             failing: None,
             pacnew: Vec::new(),
         });
@@ -893,21 +975,44 @@ mod tests {
             store: None,
             interrupted: &|| false,
             upkeep: None,
+            diffs: false,
         };
         let cx = RunContext::new(&declaration, false);
-        let row =
-            |key: &str| planned_row(Files::NAME, key.to_string(), Action::Create, vec![].into());
         let d = "/etc/systemd/system/mesh-host.service.d/x.conf";
-        let mut report = Report {
-            changes: vec![row("/etc/a.conf"), row(d)],
-            ..Report::default()
+        let diff = |key: &str| {
+            let new = format!("{key}\n");
+            Some(Box::new(ContentDiff::new(
+                "(absent)",
+                "(declared)",
+                None,
+                Some(new.as_bytes()),
+                true,
+            )))
         };
+        let mut report = Report::default();
+        for key in ["/etc/a.conf", d, "/etc/b.conf"] {
+            report.push_change(
+                Files::NAME,
+                key.into(),
+                Action::Create,
+                vec![].into(),
+                diff(key),
+            );
+        }
         fail_refused_files(&env, &cx, &Ledger::default(), &mut report).unwrap();
-        assert_eq!(report.changes.len(), 2);
+        assert_eq!(report.changes.len(), 3);
         kinds::files::refused(&cx, d, "systemd says the host's units changed");
         fail_refused_files(&env, &cx, &Ledger::default(), &mut report).unwrap();
-        assert_eq!(report.changes.len(), 1);
-        assert_eq!(report.changes[0].key, "/etc/a.conf");
+        let keys: Vec<&str> = report.changes.iter().map(|c| c.key.as_str()).collect();
+        assert_eq!(keys, ["/etc/a.conf", "/etc/b.conf"]);
+        // Each remaining change keeps its own diff.
+        assert_eq!(
+            report.diffs,
+            [
+                (0, diff("/etc/a.conf").unwrap()),
+                (1, diff("/etc/b.conf").unwrap())
+            ]
+        );
         let failed = &report.failures[0];
         assert_eq!((failed.kind.as_str(), failed.key.as_str()), ("files", d));
         assert_eq!(failed.action, ResultAction::Create);
@@ -942,6 +1047,7 @@ mod tests {
             store: Some(&store),
             interrupted: &interrupted,
             upkeep: None,
+            diffs: false,
         };
         let mut ledger = store.ledger().unwrap();
         let report = run(&env, &declaration, &mut ledger, Mode::Apply).unwrap();

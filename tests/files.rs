@@ -540,3 +540,274 @@ fn a_converge_of_several_chunks_owns_and_releases_every_file() {
     );
     assert_eq!(host.run(&["owned"]).stdout.trim(), "mesh-host owns nothing");
 }
+
+/// A host holding `/etc/app.conf` (nine lines, `port = 80` the fifth) as declared, and the
+/// declaration changing that line.
+fn applied_config(label: &str) -> (Scratch, std::path::PathBuf) {
+    let host = Scratch::new(label);
+    let lines = |port: &str| format!("1\\n2\\n3\\n4\\nport = {port}\\n6\\n7\\n8\\n9\\n");
+    let declare = |name: &str, port: &str| {
+        host.declaration(
+            name,
+            &format!(
+                r#"{{"schema": 1, "files": {{"/etc/app.conf": {{"content": "{}"}}}}}}"#,
+                lines(port)
+            ),
+        )
+    };
+    host.apply(&declare("d.json", "80"), 0);
+    let changed = declare("changed.json", "8080");
+    (host, changed)
+}
+
+const CHANGED_LINE: &str = "\
+~ files /etc/app.conf: content (26 -> 28 bytes)
+--- files /etc/app.conf (on the machine)
++++ files /etc/app.conf (declared)
+@@ -2,7 +2,7 @@
+ 2
+ 3
+ 4
+-port = 80
++port = 8080
+ 6
+ 7
+ 8
+";
+
+#[test]
+fn plan_and_apply_show_the_changed_line_as_diff_u_does() {
+    let (host, changed) = applied_config("diff-line");
+    let plan = host.run(&["plan", changed.to_str().unwrap()]);
+    plan.assert_stdout(CHANGED_LINE);
+    // The same hunk GNU diff makes of the two contents.
+    let apply = host.apply(&changed, 0);
+    apply.assert_stdout(CHANGED_LINE);
+    // Drift by hand: `owned` shows it, from the machine's side to the declared.
+    let target = host.target("/etc/app.conf");
+    let text = std::fs::read_to_string(&target).unwrap();
+    std::fs::write(&target, text.replace("port = 8080", "port = 9")).unwrap();
+    let owned = host.run(&["owned"]);
+    owned.assert_stdout("-port = 9\n+port = 8080\n");
+}
+
+#[test]
+fn an_added_file_is_all_plus_and_a_released_one_shows_what_goes_back() {
+    let host = Scratch::new("diff-add-release");
+    std::fs::write(host.target("/etc/adopted.conf"), "original\n").unwrap();
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/new.conf": {"content": "a\nb"},
+            "/etc/adopted.conf": {"content": "ours\n"}}}"#,
+    );
+    let plan = host.run(&["plan", file.to_str().unwrap()]);
+    plan.assert_stdout(
+        "--- files /etc/new.conf (absent)\n+++ files /etc/new.conf (declared)\n\
+         @@ -0,0 +1,2 @@\n+a\n+b\n\\ No newline at end of file\n",
+    );
+    plan.assert_stdout("@@ -1 +1 @@\n-original\n+ours\n");
+    host.apply(&file, 0);
+    // Released: the created file is removed, the adopted one gets its original back.
+    let empty = host.declaration("empty.json", r#"{"schema": 1}"#);
+    let plan = host.run(&["plan", empty.to_str().unwrap()]);
+    plan.assert_stdout(
+        "--- files /etc/adopted.conf (on the machine)\n+++ files /etc/adopted.conf (original)\n\
+         @@ -1 +1 @@\n-ours\n+original\n",
+    );
+    plan.assert_stdout(
+        "--- files /etc/new.conf (on the machine)\n+++ files /etc/new.conf (absent)\n\
+         @@ -1,2 +0,0 @@\n-a\n-b\n",
+    );
+}
+
+#[test]
+fn binary_content_is_summarised_never_dumped() {
+    let host = Scratch::new("diff-binary");
+    std::fs::write(host.target("/etc/blob.bin"), b"secret\0bytes").unwrap();
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/blob.bin": {"content_base64": "AAEC/w=="}}}"#,
+    );
+    let plan = host.run(&["plan", file.to_str().unwrap()]);
+    plan.assert_stdout(
+        "~ files /etc/blob.bin: content (12 -> 4 bytes)\n    binary content not shown: \
+         on the machine, 12 bytes, \
+         sha256 b98e5c0294b8fb2f37e9845ca440a7a2645fc4cea3dfa8e82acd86e156139c29 -> \
+         declared, 4 bytes, \
+         sha256 3d1f57c984978ef98a18378c8166c1cb8ede02c03eeb6aee7e2f121dfeee3e56\n",
+    );
+    assert!(!plan.stdout.contains("secret"), "{plan:?}");
+}
+
+#[test]
+fn a_large_diff_is_capped_and_says_how_many_lines_were_left_out() {
+    let host = Scratch::new("diff-cap");
+    let content: String = (0..1000).map(|i| format!("line {i}\\n")).collect();
+    let file = host.declaration(
+        "d.json",
+        &format!(r#"{{"schema": 1, "files": {{"/etc/big.conf": {{"content": "{content}"}}}}}}"#),
+    );
+    let plan = host.run(&["plan", file.to_str().unwrap()]);
+    plan.assert_stdout("@@ -0,0 +1,1000 @@\n+line 0\n");
+    plan.assert_stdout("+line 199\n    (800 more lines of the diff not shown)\n");
+    assert!(!plan.stdout.contains("+line 200\n"), "{plan:?}");
+    let json = host.run(&["--json", "plan", file.to_str().unwrap()]).json();
+    let diff = &json["changes"][0]["diff"];
+    assert_eq!(diff["omitted_lines"], 800);
+    assert_eq!(diff["hunks"][0]["lines"].as_array().unwrap().len(), 200);
+}
+
+#[test]
+fn json_carries_the_hunks() {
+    let (host, changed) = applied_config("diff-json");
+    let json = host
+        .run(&["--json", "plan", changed.to_str().unwrap()])
+        .json();
+    let diff = &json["changes"][0]["diff"];
+    assert_eq!(diff["content"], "text");
+    assert_eq!(
+        (diff["from"].as_str(), diff["to"].as_str()),
+        (Some("on the machine"), Some("declared"))
+    );
+    assert_eq!(
+        (diff["old_size"].as_u64(), diff["new_size"].as_u64()),
+        (Some(26), Some(28))
+    );
+    let hunk = &diff["hunks"][0];
+    let numbers: Vec<u64> = ["old_start", "old_lines", "new_start", "new_lines"]
+        .iter()
+        .map(|k| hunk[k].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, [2, 7, 2, 7]);
+    let lines: Vec<String> = hunk["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            format!(
+                "{} {}",
+                l["tag"].as_str().unwrap(),
+                l["text"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "context 2",
+            "context 3",
+            "context 4",
+            "removed port = 80",
+            "added port = 8080",
+            "context 6",
+            "context 7",
+            "context 8"
+        ]
+    );
+}
+
+/// On a terminal (`script` gives it one) the diff is coloured, unless `NO_COLOR` is set; piped,
+/// never.
+#[test]
+fn diffs_are_coloured_on_a_terminal_unless_no_color() {
+    let (host, changed) = applied_config("diff-colour");
+    let on_a_terminal = |no_color: Option<&str>| {
+        let command = host.command(&["plan", changed.to_str().unwrap()]);
+        let line: Vec<String> = std::iter::once(command.get_program())
+            .chain(command.get_args())
+            .map(|a| format!("'{}'", a.to_str().unwrap()))
+            .collect();
+        let mut script = std::process::Command::new("script");
+        script.args(["-qec", &line.join(" "), "/dev/null"]);
+        script.env_remove("NO_COLOR");
+        if let Some(value) = no_color {
+            script.env("NO_COLOR", value);
+        }
+        let out = script.output().expect("script(1) runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let coloured = on_a_terminal(None);
+    assert!(
+        coloured.contains("\x1b[31m-port = 80\x1b[0m"),
+        "{coloured:?}"
+    );
+    assert!(
+        coloured.contains("\x1b[32m+port = 8080\x1b[0m"),
+        "{coloured:?}"
+    );
+    assert!(
+        coloured.contains("\x1b[36m@@ -2,7 +2,7 @@\x1b[0m"),
+        "{coloured:?}"
+    );
+    // An empty NO_COLOR is as good as none (no-color.org).
+    assert!(on_a_terminal(Some("")).contains("\x1b[31m"));
+    let plain = on_a_terminal(Some("1"));
+    assert!(!plain.contains('\x1b'), "{plain:?}");
+    assert!(plain.contains("-port = 80"), "{plain:?}");
+    let piped = host.run(&["plan", changed.to_str().unwrap()]);
+    assert!(!piped.stdout.contains('\x1b'), "{piped:?}");
+}
+
+/// A run keeps about 256 KiB of diffs: past that, changes are listed without theirs, and it says
+/// so; every change is still listed.
+#[test]
+fn a_run_keeps_a_bounded_amount_of_diffs() {
+    let host = Scratch::new("diff-bound");
+    let content: String = (0..200).map(|i| format!("line {i}\\n")).collect();
+    let files: Vec<String> = (0..300)
+        .map(|i| format!(r#""/etc/many/f{i:03}.conf": {{"content": "{content}"}}"#))
+        .collect();
+    let file = host.declaration(
+        "d.json",
+        &format!(r#"{{"schema": 1, "files": {{{}}}}}"#, files.join(", ")),
+    );
+    let json = host.run(&["--json", "plan", file.to_str().unwrap()]).json();
+    let changes = json["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 300);
+    let with_diff = changes.iter().filter(|c| c.get("diff").is_some()).count();
+    assert!((10..300).contains(&with_diff), "{with_diff} diffs kept");
+    assert!(changes[0].get("diff").is_some() && changes[299].get("diff").is_none());
+    assert_eq!(json["diffs_cut"], true);
+    let plan = host.run(&["plan", file.to_str().unwrap()]);
+    plan.assert_stdout(
+        "note: the diffs shown reached 256 KiB; the changes after them are listed without theirs",
+    );
+    plan.assert_stdout("300 would change");
+}
+
+/// A secret file (0600 by default, or `"secret": true`) never has its content in a diff: sizes
+/// only, whether it is changed, created or released.
+#[test]
+fn a_secret_files_diff_shows_sizes_only() {
+    let host = Scratch::new("diff-secret");
+    let canary = "canary-4f1e9b";
+    let declare = |name: &str, password: &str| {
+        host.declaration(
+            name,
+            &format!(
+                r#"{{"schema": 1, "files": {{"/etc/app.key": {{"content": "pw={password}\n", "mode": "0600"}},
+                    "/etc/flagged.conf": {{"content": "pw={password}\n", "secret": true}}}}}}"#
+            ),
+        )
+    };
+    let first = declare("d.json", canary);
+    let plan = host.run(&["plan", first.to_str().unwrap()]);
+    plan.assert_stdout("    (secret: content not shown) absent -> declared, 17 bytes\n");
+    host.apply(&first, 0);
+    let second = declare("e.json", &format!("{canary}-2"));
+    let second_path = second.to_str().unwrap();
+    for args in [&["plan", second_path][..], &["--json", "plan", second_path]] {
+        let out = host.run(args);
+        assert!(!out.stdout.contains(canary), "{out:?}");
+    }
+    let plan = host.run(&["plan", second.to_str().unwrap()]);
+    plan.assert_stdout(
+        "    (secret: content not shown) on the machine, 17 bytes -> declared, 19 bytes\n",
+    );
+    // Released: the file is 0600 on the machine, so what it held is not shown either.
+    let empty = host.declaration("empty.json", r#"{"schema": 1}"#);
+    let plan = host.run(&["plan", empty.to_str().unwrap()]);
+    assert!(!plan.stdout.contains(canary), "{plan:?}");
+    plan.assert_stdout("    (secret: content not shown) on the machine, 17 bytes -> absent\n");
+}

@@ -188,7 +188,10 @@ fn changed_content_rewrites_reloads_and_restarts() {
     let changed = service("second");
     let out = apply_traced(&host, &declaration(changed.clone()), 0);
     out.assert_stdout(&format!(
-        "~ units {unit}: unit file changed, restart (its unit file changed)"
+        "~ units {unit}: unit file changed, restart (its unit file changed)\n\
+         --- units {unit} (on the machine)\n+++ units {unit} (declared)\n\
+         @@ -1,5 +1,5 @@\n [Unit]\n-Description=first\n+Description=second\n \n [Service]\n\
+         \x20ExecStart=/bin/sleep infinity\n"
     ));
     assert_eq!(traced_verbs(&out, "daemon-reload"), 1, "{out:?}");
     assert_eq!(
@@ -261,6 +264,31 @@ fn released_adopted_unit_gets_its_state_back_and_keeps_its_file() {
         content
     );
     assert!(host.run(&["owned"]).stdout.contains("owns nothing"));
+}
+
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn releasing_an_adopted_unit_file_shows_the_original_it_puts_back() {
+    let (sb, unit, host, _cleanup) = unit_test("release-diff");
+    install_by_hand(&sb, &unit, &service("by hand"));
+    let ours = declare(
+        &host,
+        "ours.json",
+        json!({"units": {&unit: {"content": service("ours")}}}),
+    );
+    let out = host.apply(&ours, 0);
+    out.assert_stdout("-Description=by hand\n+Description=ours\n");
+    let empty = declare(&host, "empty.json", json!({}));
+    let plan = host.run(&["plan", empty.to_str().unwrap()]);
+    plan.assert_stdout(&format!(
+        "--- units {unit} (on the machine)\n+++ units {unit} (original)\n\
+         @@ -1,5 +1,5 @@\n [Unit]\n-Description=ours\n+Description=by hand\n"
+    ));
+    host.apply(&empty, 0);
+    assert_eq!(
+        std::fs::read_to_string(sb.unit_dir.join(&unit)).expect("unit file put back"),
+        service("by hand")
+    );
 }
 
 /// A directory of the real /etc for one test (the driver tests run without `--root`).

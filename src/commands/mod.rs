@@ -138,6 +138,7 @@ impl Host {
         Env {
             root: self.root(),
             offline: self.args.root.is_some(),
+            diffs: self.args.command != crate::cli::Command::Run,
             config: &self.config,
             runner,
             store,
@@ -242,7 +243,10 @@ impl Host {
         notes: &[String],
     ) {
         let output = render::RunOutput {
-            changes: &report.changes,
+            changes: render::Changes {
+                planned: &report.changes,
+                diffs: &report.diffs,
+            },
             failures: &report.failures,
             deferred: &report.deferred,
             adopted: &report.adopted,
@@ -253,6 +257,7 @@ impl Host {
             commands: self.args.trace_commands.then_some(traced),
             planning,
             notes,
+            diffs_cut: report.diffs_cut,
         };
         render::run(self.args.json, &output, traced);
     }

@@ -2,10 +2,12 @@
 //! run record and the wire report), shown as text for people or, with `--json`, as JSON whose
 //! keys are sorted (the shape scripts and the tests read; pinned by the tests below).
 
+use std::io::IsTerminal;
 use std::path::Path;
 
 use serde::Serialize;
 
+use crate::diff::{Body, ContentDiff, Tag};
 use crate::pacnew::Pacnew;
 use crate::reconcile::{OwnedRow, Planned};
 use crate::store::{
@@ -70,7 +72,7 @@ pub fn check(json: bool, checked: &Checked, now: u64) {
 /// What `plan`, `apply` and `reconcile` print: a run's resources by what happened to them.
 #[derive(Debug, Serialize)]
 pub struct RunOutput<'a> {
-    pub changes: &'a [Planned],
+    pub changes: Changes<'a>,
     pub failures: &'a [ResourceResult],
     pub deferred: &'a [ResourceResult],
     pub adopted: &'a [ResourceResult],
@@ -90,13 +92,55 @@ pub struct RunOutput<'a> {
     /// What the run did beside its resources (text only: JSON has no room for them today).
     #[serde(skip)]
     pub notes: &'a [String],
+    /// Changes were listed without their diff, the run's diffs having reached
+    /// `reconcile::DIFFS_KEPT`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub diffs_cut: bool,
+}
+
+/// A run's changes and the diffs of those that have one (`reconcile::Report::diffs`): in JSON,
+/// each change with its `diff`.
+#[derive(Debug, Clone, Copy)]
+pub struct Changes<'a> {
+    pub planned: &'a [Planned],
+    pub diffs: &'a [(usize, Box<ContentDiff>)],
+}
+
+impl<'a> Changes<'a> {
+    /// Each change with its diff, in order.
+    fn each(self) -> impl Iterator<Item = (&'a Planned, Option<&'a ContentDiff>)> {
+        let mut diffs = self.diffs.iter().peekable();
+        self.planned.iter().enumerate().map(move |(i, c)| {
+            let diff = diffs.next_if(|(at, _)| *at == i).map(|(_, d)| &**d);
+            (c, diff)
+        })
+    }
+}
+
+/// A change as `--json` shows it: its fields, and its diff if it has one.
+#[derive(Serialize)]
+struct ChangeShown<'a> {
+    #[serde(flatten)]
+    change: &'a Planned,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    diff: Option<&'a ContentDiff>,
+}
+
+impl Serialize for Changes<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            self.each()
+                .map(|(change, diff)| ChangeShown { change, diff }),
+        )
+    }
 }
 
 pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
     if json {
         return print_json(run);
     }
-    for c in run.changes {
+    let colour = Colour::for_stdout();
+    for (c, diff) in run.changes.each() {
         println!(
             "{} {} {}: {}",
             c.symbol,
@@ -104,6 +148,9 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
             c.key,
             c.details.join(", ")
         );
+        if let Some(diff) = diff {
+            print!("{}", diff_text(c.kind, &c.key, diff, colour));
+        }
     }
     for a in run.adopted {
         println!("= {} {}: adopted, already as declared", a.kind, a.key);
@@ -127,7 +174,7 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
     };
     println!(
         "{} {verb}, {} in sync, {} adopted, {} deferred, {} failed ({} commands run)",
-        run.changes.len(),
+        run.changes.planned.len(),
         run.in_sync,
         run.adopted.len(),
         run.deferred.len(),
@@ -140,6 +187,98 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
     for note in run.notes {
         println!("note: {note}");
     }
+    if run.diffs_cut {
+        println!(
+            "note: the diffs shown reached {} KiB; the changes after them are listed without theirs",
+            crate::reconcile::DIFFS_KEPT >> 10
+        );
+    }
+}
+
+/// Whether diffs are coloured: on a terminal, unless `NO_COLOR` is set to anything
+/// (no-color.org).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    On,
+    Off,
+}
+
+impl Colour {
+    fn for_stdout() -> Colour {
+        let asked_not = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        match std::io::stdout().is_terminal() && !asked_not {
+            true => Colour::On,
+            false => Colour::Off,
+        }
+    }
+
+    /// `text` in the ANSI colour `code` (31 red, 32 green, 36 cyan, 1 bold), when on.
+    fn paint(self, code: &str, text: &str) -> String {
+        match self {
+            Colour::On => format!("\x1b[{code}m{text}\x1b[0m"),
+            Colour::Off => text.to_string(),
+        }
+    }
+}
+
+/// A resource's content diff as text: `diff -u`'s, its header naming the resource and each
+/// side (`--- files /etc/a (on the machine)`, `+++ files /etc/a (declared)`), a line saying how
+/// many lines the cap left out; binary content as sizes and SHA-256s, secret content as sizes.
+pub fn diff_text(kind: &str, key: &str, diff: &ContentDiff, colour: Colour) -> String {
+    let side = |label: &str, size: usize, sha: Option<&str>| match (label, sha) {
+        ("absent", _) => "absent".to_string(),
+        (label, Some(sha)) => format!("{label}, {size} bytes, sha256 {sha}"),
+        (label, None) => format!("{label}, {size} bytes"),
+    };
+    let mut out = String::new();
+    match &diff.body {
+        Body::Binary {
+            old_sha256,
+            new_sha256,
+        } => {
+            out += &format!(
+                "    binary content not shown: {} -> {}\n",
+                side(diff.from, diff.old_size, Some(old_sha256)),
+                side(diff.to, diff.new_size, Some(new_sha256))
+            );
+        }
+        Body::Secret => {
+            out += &format!(
+                "    (secret: content not shown) {} -> {}\n",
+                side(diff.from, diff.old_size, None),
+                side(diff.to, diff.new_size, None)
+            );
+        }
+        Body::Text {
+            hunks,
+            omitted_lines,
+        } => {
+            for (mark, side) in [("---", diff.from), ("+++", diff.to)] {
+                out += &colour.paint("1", &format!("{mark} {kind} {key} ({side})"));
+                out.push('\n');
+            }
+            for hunk in hunks {
+                out += &colour.paint("36", &hunk.header());
+                out.push('\n');
+                for line in &hunk.lines {
+                    let text = format!("{}{}", line.tag.mark(), line.text);
+                    out += &match line.tag {
+                        Tag::Context => text,
+                        Tag::Removed => colour.paint("31", &text),
+                        Tag::Added => colour.paint("32", &text),
+                    };
+                    out.push('\n');
+                    if line.no_newline {
+                        out += "\\ No newline at end of file\n";
+                    }
+                }
+            }
+            if *omitted_lines > 0 {
+                out += &format!("    ({omitted_lines} more lines of the diff not shown)\n");
+            }
+        }
+    }
+    out
 }
 
 /// `owned`'s answer.
@@ -155,6 +294,7 @@ pub fn owned(json: bool, owned: &Owned, now: u64) {
     if owned.owned.is_empty() {
         println!("mesh-host owns nothing");
     }
+    let colour = Colour::for_stdout();
     for r in owned.owned {
         let origin = format!("{:?}", r.origin).to_lowercase();
         let detail = if r.detail.is_empty() {
@@ -166,6 +306,9 @@ pub fn owned(json: bool, owned: &Owned, now: u64) {
             "{:<10} {:<40} {:<8} {}{detail}",
             r.kind, r.key, origin, r.state
         );
+        if let Some(diff) = &r.diff {
+            print!("{}", diff_text(r.kind, &r.key, diff, colour));
+        }
         if let Some(f) = &r.failing {
             println!("    ! {}", failing_words(f, now));
         }
@@ -552,7 +695,10 @@ mod tests {
         }];
         let traced = ["pacman -Q".to_string()];
         let mut run = RunOutput {
-            changes: &changes,
+            changes: Changes {
+                planned: &changes,
+                diffs: &[],
+            },
             failures: &failures,
             deferred: &deferred,
             adopted: &adopted,
@@ -563,6 +709,7 @@ mod tests {
             commands: None,
             planning: true,
             notes: &[],
+            diffs_cut: false,
         };
         let r = r#"{"action":"ACTION","detail":"d","key":"/etc/x","kind":"files"}"#;
         let expected = [
@@ -586,6 +733,60 @@ mod tests {
     }
 
     #[test]
+    fn a_change_carries_its_diff_in_json_and_text() {
+        let changes = [
+            Planned {
+                kind: "files",
+                key: "/etc/a".into(),
+                symbol: '~',
+                action: Action::Update,
+                details: vec!["content (2 -> 2 bytes)".into()].into(),
+            },
+            Planned {
+                kind: "files",
+                key: "/etc/b".into(),
+                symbol: '~',
+                action: Action::Update,
+                details: vec!["mode 0600 -> 0644".into()].into(),
+            },
+        ];
+        let diff = ContentDiff::new(
+            "on the machine",
+            "declared",
+            Some(b"a\n"),
+            Some(b"b\n"),
+            true,
+        );
+        let diffs = [(0, Box::new(diff.clone()))];
+        let shown = Changes {
+            planned: &changes,
+            diffs: &diffs,
+        };
+        let json = json(&shown);
+        assert!(json.starts_with(r#"[{"action":"update","details":["content (2 -> 2 bytes)"],"diff":{"content":"text","#), "{json}");
+        assert!(
+            json.ends_with(r#""key":"/etc/b","kind":"files","symbol":"~"}]"#),
+            "{json}"
+        );
+        assert_eq!(
+            diff_text("files", "/etc/a", &diff, Colour::Off),
+            "--- files /etc/a (on the machine)\n+++ files /etc/a (declared)\n@@ -1 +1 @@\n-a\n+b\n"
+        );
+        // The secret hook's answer: sizes only.
+        let secret = ContentDiff::new(
+            "on the machine",
+            "declared",
+            Some(b"pw=1\n"),
+            Some(b"pw=22\n"),
+            false,
+        );
+        assert_eq!(
+            diff_text("files", "/etc/a", &secret, Colour::On),
+            "    (secret: content not shown) on the machine, 5 bytes -> declared, 6 bytes\n"
+        );
+    }
+
+    #[test]
     fn owned_keeps_its_json_shape() {
         let rows = [OwnedRow {
             kind: "files",
@@ -593,6 +794,7 @@ mod tests {
             origin: Origin::Adopted,
             state: crate::reconcile::OwnedState::Drifted,
             detail: "content".into(),
+            diff: None,
             failing: None,
             pacnew: Vec::new(),
         }];

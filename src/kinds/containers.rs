@@ -285,6 +285,7 @@ impl Kind for Containers {
                 key: key.to_string(),
                 action,
                 details: details.into(),
+                diff: None,
                 intent: intent.map(Box::new),
                 backup: None,
                 after,

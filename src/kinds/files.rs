@@ -13,6 +13,7 @@ use crate::accounts::{Account, Accounts};
 use crate::codec;
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
+use crate::diff::ContentDiff;
 use crate::fsutil::{self, Dir, FileType, PendingWrite, Stamp, Stat, WalkError};
 use crate::sorted;
 use crate::store::{self, Cached, Digest, Entry, FilesIndex, Ledger, Origin, Store};
@@ -81,6 +82,9 @@ pub struct Observed {
     /// Declared owner and group resolved against the target's own tables.
     uid: Result<Option<u32>, String>,
     gid: Result<Option<u32>, String>,
+    /// What releasing an adopted file puts back (its backup in the store), read only for a file
+    /// no longer declared, for the plan's diff.
+    original: Option<Vec<u8>>,
 }
 
 #[derive(Debug)]
@@ -138,11 +142,12 @@ impl Facts {
 enum Held {
     /// As declared; the content's SHA-256, computed once to compare it with the files index, is
     /// kept for the ledger's digest of a file found in sync (`Kind::digest_observed`).
-    Declared {
-        sha: [u8; 32],
-    },
+    Declared { sha: [u8; 32] },
+    /// Other than declared; or, with no content declared (declared absent, or being released),
+    /// what removing or replacing it loses, for the plan's diff.
     Other(Vec<u8>),
-    /// No content is declared for it (declared absent, or being released): not read.
+    /// No content is declared for it and it is not read (the plan shows no diffs) or could not
+    /// be (its removal goes on regardless).
     Unread,
 }
 
@@ -316,7 +321,8 @@ impl Kind for Files {
         let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
         let mut accounts: Option<Accounts> = None;
         let index = IndexUse::load(env.store, cx.facts.files.index.take());
-        let mut looking = Looking::new(&root, index, env.config.limits.max_file_bytes);
+        let max = env.config.limits.max_file_bytes;
+        let mut looking = Looking::new(&root, index, max, env.diffs);
         // Listed, then made a map at once: full B-tree nodes (see `declaration`'s sections).
         let mut out = Vec::with_capacity(keys.len());
         // Keys come in order: the declared files are walked beside them, not searched for each.
@@ -355,8 +361,21 @@ impl Kind for Files {
             let gid = resolve(group, false);
             let declared = content.map(|c| Declared::of(&c.bytes));
             let state = looking.at(key, declared.as_ref());
+            // Released (not declared at all): an adopted file's original is put back.
+            let original = match (spec, env.store) {
+                (None, Some(store)) if env.diffs => {
+                    store.read_backup(&super::backup_key(Files::NAME, key)).ok()
+                }
+                _ => None,
+            };
             // A path that cannot be read is that file's own problem (`State::Blocked`).
-            out.push((key.to_string(), Ok(Observed { state, uid, gid })));
+            let observed = Observed {
+                state,
+                uid,
+                gid,
+                original,
+            };
+            out.push((key.to_string(), Ok(observed)));
         }
         *cx.facts.files.index.borrow_mut() = looking.index.save(env.store);
         Ok(out.into_iter().collect())
@@ -373,9 +392,11 @@ impl Kind for Files {
             return Step::Fail(format!("{key} was not observed"));
         };
         match desired {
-            Some(Spec::Present(content)) => plan_present(cx, key, content, observed, owned),
-            Some(Spec::Absent) => plan_absent(key, observed, owned),
-            None => plan_release(key, observed, owned),
+            Some(Spec::Present(content)) => {
+                plan_present(cx, key, content, observed, owned, cx.diffs)
+            }
+            Some(Spec::Absent) => plan_absent(key, observed, owned, cx.diffs),
+            None => plan_release(key, observed, owned, cx.diffs),
         }
     }
 
@@ -724,16 +745,19 @@ struct Looking<'r, 'k> {
     buffer: Vec<u8>,
     index: IndexUse<'k>,
     max: u64,
+    /// Whether a file with no declared content is read (for a plan's diff of its removal).
+    read_undeclared: bool,
 }
 
 impl<'r, 'k> Looking<'r, 'k> {
-    fn new(root: &'r Dir, index: IndexUse<'k>, max: u64) -> Looking<'r, 'k> {
+    fn new(root: &'r Dir, index: IndexUse<'k>, max: u64, read_undeclared: bool) -> Looking<'r, 'k> {
         Looking {
             root,
             parents: ParentCache::default(),
             buffer: Vec::new(),
             index,
             max,
+            read_undeclared,
         }
     }
 
@@ -761,6 +785,7 @@ impl<'r, 'k> Looking<'r, 'k> {
             buffer,
             index,
             max,
+            read_undeclared,
         } = self;
         let (root, max) = (*root, *max);
         let Some((parent_path, name)) = key.rsplit_once('/') else {
@@ -787,10 +812,16 @@ impl<'r, 'k> Looking<'r, 'k> {
             Ok(Some((st, _))) if st.file_type != FileType::Regular => State::Other(st.file_type),
             Ok(Some((stat, stamp))) => {
                 let Some(declared) = declared else {
-                    return State::Regular {
-                        stat,
-                        held: Held::Unread,
+                    // To be removed or replaced: read for the plan's diff, if it can be.
+                    let held = match read_undeclared {
+                        false => Held::Unread,
+                        true => match dir.read_after_stat(name, &stat, max, buffer) {
+                            Ok(true) => Held::Other(std::mem::take(buffer)),
+                            Ok(false) => return State::Missing,
+                            Err(_) => Held::Unread,
+                        },
                     };
+                    return State::Regular { stat, held };
                 };
                 if index.vouches(key, &stamp, declared) {
                     return State::Regular {
@@ -817,12 +848,14 @@ impl<'r, 'k> Looking<'r, 'k> {
     }
 }
 
+/// `diffs`: whether the change carries a content diff (`RunContext::diffs`).
 fn plan_present(
     cx: &RunContext,
     key: &str,
     content: &Content,
     observed: &Observed,
     owned: Option<&Entry<Original>>,
+    diffs: bool,
 ) -> Step<Op, Original> {
     let (uid, gid) = match (&observed.uid, &observed.gid) {
         (Ok(u), Ok(g)) => (*u, *g),
@@ -855,6 +888,15 @@ fn plan_present(
                     false => format!("{} bytes, mode {mode:04o}", content.bytes.len()),
                 }]
                 .into(),
+                diff: diffs.then(|| {
+                    Box::new(ContentDiff::new(
+                        "absent",
+                        "declared",
+                        None,
+                        Some(&content.bytes),
+                        shows_content(Some(content), &[]),
+                    ))
+                }),
                 intent: owned.is_none().then(|| Box::new(Entry::created())),
                 backup: None,
                 after: after(),
@@ -909,10 +951,20 @@ fn plan_present(
             } else {
                 Op::SetAttributes { mode, owner }
             };
+            let diff = (content_differs && diffs).then(|| {
+                Box::new(ContentDiff::new(
+                    "on the machine",
+                    "declared",
+                    Some(original),
+                    Some(&content.bytes),
+                    shows_content(Some(content), &[stat.mode]),
+                ))
+            });
             Step::Change(Change {
                 key: key.to_string(),
                 action: Action::Update,
                 details: details.into(),
+                diff,
                 intent: intent.map(Box::new),
                 backup: backup.map(Vec::into_boxed_slice),
                 after: after(),
@@ -920,6 +972,53 @@ fn plan_present(
             })
         }
     }
+}
+
+/// Whether a file's content may be shown in a plan's diff: the one place that decides, for a
+/// declared file (`declared`) and for one being removed or released (`None`), given the modes
+/// its content has on the machine (`modes`: the file's now, an original's to be put back).
+/// Never a secret (`is_secret`); nor, unless declared `"secret": false`, content the machine
+/// keeps from others (by the same rule, a mode without read for others), as what a file no longer
+/// declared held is judged by. Content not shown is summarised by its sizes.
+fn shows_content(declared: Option<&Content>, modes: &[u32]) -> bool {
+    let others_read = modes.iter().all(|mode| mode & 0o004 != 0);
+    match declared {
+        Some(c) if c.secret == Some(false) => true,
+        Some(c) => !c.is_secret() && others_read,
+        None => others_read,
+    }
+}
+
+/// The diff of a file about to be removed (`put_back`: `None`) or to get its original back: what
+/// it holds now (when it could be read) against what it will hold.
+fn removal_diff(observed: &Observed, put_back: Option<(&[u8], u32)>) -> Option<Box<ContentDiff>> {
+    let mut modes = Vec::new();
+    let now = match &observed.state {
+        State::Regular {
+            held: Held::Other(bytes),
+            stat,
+        } => {
+            modes.push(stat.mode);
+            Some(&bytes[..])
+        }
+        State::Missing => None,
+        _ => return None,
+    };
+    modes.extend(put_back.map(|(_, mode)| mode));
+    let put_back = put_back.map(|(bytes, _)| bytes);
+    let (from, to) = match (now, put_back) {
+        (None, None) => return None,
+        (Some(_), None) => ("on the machine", "absent"),
+        (None, Some(_)) => ("absent", "original"),
+        (Some(_), Some(_)) => ("on the machine", "original"),
+    };
+    Some(Box::new(ContentDiff::new(
+        from,
+        to,
+        now,
+        put_back,
+        shows_content(None, &modes),
+    )))
 }
 
 fn adopted_entry(key: &str, stat: &Stat) -> Entry<Original> {
@@ -936,6 +1035,7 @@ fn plan_absent(
     key: &str,
     observed: &Observed,
     owned: Option<&Entry<Original>>,
+    diffs: bool,
 ) -> Step<Op, Original> {
     let (op, detail) = match &observed.state {
         State::Missing if owned.is_none() => return Step::InSync,
@@ -953,6 +1053,7 @@ fn plan_absent(
         key: key.to_string(),
         action: Action::Remove,
         details: vec![detail.to_string()].into(),
+        diff: diffs.then(|| removal_diff(observed, None)).flatten(),
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
@@ -964,6 +1065,7 @@ fn plan_release(
     key: &str,
     observed: &Observed,
     owned: Option<&Entry<Original>>,
+    diffs: bool,
 ) -> Step<Op, Original> {
     let Some(entry) = owned else {
         return Step::InSync;
@@ -995,10 +1097,18 @@ fn plan_release(
             None => return Step::Fail("the ledger keeps no record of the original".to_string()),
         },
     };
+    let diff = match &op {
+        _ if !diffs => None,
+        Op::Remove => removal_diff(observed, None),
+        Op::Restore(original) => (observed.original.as_deref())
+            .and_then(|o| removal_diff(observed, Some((o, original.mode)))),
+        _ => None,
+    };
     Step::Change(Change {
         key: key.to_string(),
         action,
         details: vec![detail].into(),
+        diff,
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
@@ -1429,6 +1539,7 @@ mod tests {
             state,
             uid: Ok(None),
             gid: Ok(None),
+            original: None,
         }
     }
 
@@ -1748,7 +1859,7 @@ mod tests {
         std::fs::write(tmp.path().join("etc/app/same"), "declared").unwrap();
         std::fs::write(tmp.path().join("etc/app/other"), "edited").unwrap();
         let root = Dir::open(tmp.path()).unwrap();
-        let mut looking = Looking::new(&root, IndexUse::load(None, None), 100);
+        let mut looking = Looking::new(&root, IndexUse::load(None, None), 100, true);
         let mut observe = |key: &'static str, declared: Option<&[u8]>| {
             held(looking.at(key, declared.map(Declared::of).as_ref()))
         };
@@ -1757,7 +1868,11 @@ mod tests {
             observe("/etc/app/other", Some(b"declared")),
             format!("{:?}", Held::Other(b"edited".to_vec()))
         );
-        assert_eq!(observe("/etc/app/other", None), "Unread");
+        // No content declared (to be removed or released): what it holds, for the plan's diff.
+        assert_eq!(
+            observe("/etc/app/other", None),
+            format!("{:?}", Held::Other(b"edited".to_vec()))
+        );
         assert_eq!(observe("/etc/app/gone", Some(b"declared")), "Missing");
         // The directory was walked to once for all four.
         assert_eq!(looking.parents.dirs.len(), 1);
@@ -1774,6 +1889,7 @@ mod tests {
             state: State::Missing,
             uid: Err("user \"www\" does not exist".into()),
             gid: Ok(None),
+            original: None,
         };
         let step = Files::plan(&cx, "/etc/x", d.files.get("/etc/x"), Some(&obs), None);
         assert_eq!(summary(step), "fail: owner: user \"www\" does not exist");
@@ -1801,7 +1917,7 @@ mod tests {
     ) -> String {
         let mut index = IndexUse::load(Some(store), None);
         index.observed_from_ns = observed_from_ns;
-        let mut looking = Looking::new(root, index, 100);
+        let mut looking = Looking::new(root, index, 100, false);
         let state = looking.at("/etc/app/conf", Some(&Declared::of(declared)));
         looking.index.save(Some(store));
         held(state)
@@ -1837,7 +1953,7 @@ mod tests {
         let (_tmp, root, store) = root_with_one_file("index-kept");
         let observe = |mut index: IndexUse<'static>| {
             index.observed_from_ns = LATER;
-            let mut looking = Looking::new(&root, index, 100);
+            let mut looking = Looking::new(&root, index, 100, false);
             looking.at("/etc/app/conf", Some(&Declared::of(b"declared")));
             looking.index
         };
@@ -1982,6 +2098,7 @@ mod tests {
             key: key.to_string(),
             action: Action::Update,
             details: Details::default(),
+            diff: None,
             intent: None,
             backup: None,
             after: LedgerAfter::Disown,

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, Identity, Limits};
 use crate::declaration::{Declaration, Fields};
+use crate::diff::ContentDiff;
 use crate::exec::Runner;
 use crate::store::{Digest, Entry, Ledger, Sections, Store};
 
@@ -130,6 +131,9 @@ pub struct Env<'a> {
     pub root: &'a Path,
     /// Applying into a mounted root: whatever needs the running system is deferred.
     pub offline: bool,
+    /// Whether plans carry content diffs (`Change::diff`): for a person at the command line,
+    /// not for the service, which prints none.
+    pub diffs: bool,
     pub config: &'a Config,
     pub runner: &'a Runner<'a>,
     /// Absent when planning against a store that does not exist yet.
@@ -150,6 +154,9 @@ pub struct RunContext<'a> {
     /// `facts.packages.failed`).
     pub facts: Facts,
     pub offline: bool,
+    /// Whether `plan` puts a content diff in each change it makes (`Change::diff`): `Env::diffs`,
+    /// turned off by the reconciler once the run holds `reconcile::DIFFS_KEPT` of them.
+    pub diffs: bool,
     /// The store's digest key, when the declaration has secret content and there is a store:
     /// what `secret_summary` and containers' spec labels (`containers::label_digest`) key with.
     pub digest_key: Option<[u8; 32]>,
@@ -162,6 +169,7 @@ impl<'a> RunContext<'a> {
             declaration,
             facts: Facts::default(),
             offline,
+            diffs: false,
             digest_key: None,
         }
     }
@@ -294,6 +302,8 @@ pub struct Change<Op, O> {
     pub key: String,
     pub action: Action,
     pub details: Details,
+    /// What changes in its content, for people (files and unit files; `None` for the rest).
+    pub diff: Option<Box<ContentDiff>>,
     /// Written to the ledger before acting, for a resource the host does not own yet.
     pub intent: Option<Box<Entry<O>>>,
     /// An original to keep in the store before acting (`Store::save_backup(backup_key(..))`).

@@ -175,6 +175,7 @@ impl Kind for Packages {
                 key: key.to_string(),
                 action,
                 details: vec![detail.to_string()].into(),
+                diff: None,
                 intent: intent.map(Box::new),
                 backup: None,
                 after,

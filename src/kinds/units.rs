@@ -21,6 +21,7 @@ use super::{
 };
 use crate::config::{Identity, Limits};
 use crate::declaration::{Declaration, Fields};
+use crate::diff::ContentDiff;
 use crate::exec::Failure;
 use crate::fsutil::{self, Dir, FileType, Found};
 use crate::store::{Digest, Entry, Ledger, Origin, Owed};
@@ -81,9 +82,18 @@ pub struct Observed {
     /// Its processes map files an upgrade deleted under /usr; looked for only for units declared
     /// `restart_when_stale`, on the running system.
     pub stale: bool,
+    /// The unit file releasing an adopted unit puts back (its backup in the store), read only
+    /// for a unit no longer declared when the plan shows diffs.
+    pub original: Option<Vec<u8>>,
 }
 
 impl Observed {
+    /// Its unit file and the file's mode, to show in a plan's diff when the plan shows them.
+    fn file_diff(&self, cx: &RunContext) -> Option<(&[u8], Option<u32>)> {
+        let file = self.file.as_deref().filter(|_| cx.diffs)?;
+        Some((file, self.file_mode))
+    }
+
     fn running(&self) -> bool {
         self.active.as_ref().is_some_and(ActiveState::running)
     }
@@ -395,6 +405,15 @@ impl Kind for Units {
                     }
                     obs.template_differs = template_differs(name)?;
                     obs.stale = stale.contains(*name);
+                    if let (Some(store), true, false) = (
+                        env.store,
+                        env.diffs,
+                        cx.declaration.units.contains_key(*name),
+                    ) {
+                        obs.original = store
+                            .read_backup(&super::backup_key(Units::NAME, name))
+                            .ok();
+                    }
                     Ok(obs)
                 });
                 (name.to_string(), observed)
@@ -414,9 +433,9 @@ impl Kind for Units {
         };
         match desired {
             Some(spec) if spec.present => plan_present(cx, key, spec, obs, owned),
-            Some(_) => plan_absent(key, obs, owned),
+            Some(_) => plan_absent(key, obs, obs.file_diff(cx), owned),
             None => match owned {
-                Some(entry) => plan_release(key, obs, entry),
+                Some(entry) => plan_release(cx, key, obs, entry),
                 None => Step::InSync,
             },
         }
@@ -1022,6 +1041,20 @@ fn plan_present(
             None => Step::InSync,
         };
     }
+    let diff = match &op.file {
+        FileChange::Write(content) if cx.diffs => Some(Box::new(ContentDiff::new(
+            if obs.file.is_some() {
+                "on the machine"
+            } else {
+                "absent"
+            },
+            "declared",
+            obs.file.as_deref(),
+            Some(content),
+            shows_content(Some(spec), obs.file_mode),
+        ))),
+        _ => None,
+    };
     Step::Change(Change {
         key: key.to_string(),
         action: if owned.is_none() && obs.file.is_none() && matches!(op.file, FileChange::Write(_))
@@ -1031,6 +1064,7 @@ fn plan_present(
             Action::Update
         },
         details: details.into(),
+        diff,
         intent: intent.map(Box::new),
         backup: backup.map(Vec::into_boxed_slice),
         after: LedgerAfter::Applied(digest(spec)),
@@ -1038,8 +1072,14 @@ fn plan_present(
     })
 }
 
-fn plan_absent(key: &str, obs: &Observed, owned: Option<&Entry<Original>>) -> Step<Op, Original> {
-    remove_step(key, removal(obs), owned.is_some(), "declared absent")
+/// A removal's plan: `shown`, the unit file as it is, when the plan shows diffs.
+fn plan_absent(
+    key: &str,
+    obs: &Observed,
+    shown: Option<(&[u8], Option<u32>)>,
+    owned: Option<&Entry<Original>>,
+) -> Step<Op, Original> {
+    remove_step(key, shown, removal(obs), owned.is_some(), "declared absent")
 }
 
 /// Stopped, disabled and its file removed, as far as it is any of those now.
@@ -1060,9 +1100,20 @@ fn removal(obs: &Observed) -> Op {
     }
 }
 
-fn plan_release(key: &str, obs: &Observed, entry: &Entry<Original>) -> Step<Op, Original> {
+fn plan_release(
+    cx: &RunContext,
+    key: &str,
+    obs: &Observed,
+    entry: &Entry<Original>,
+) -> Step<Op, Original> {
     if entry.origin == Origin::Created {
-        return remove_step(key, removal(obs), true, "released; mesh-host wrote it");
+        return remove_step(
+            key,
+            obs.file_diff(cx),
+            removal(obs),
+            true,
+            "released; mesh-host wrote it",
+        );
     }
     let Some(original) = &entry.original else {
         return Step::Fail("the ledger keeps no record of the original".to_string());
@@ -1085,10 +1136,26 @@ fn plan_release(key: &str, obs: &Observed, entry: &Entry<Original>) -> Step<Op, 
     };
     let mut details = vec!["released; original state restored".to_string()];
     details.extend(describe(&op));
+    // The file as it is (when the plan shows diffs) against the original put back.
+    let diff = match (&op.file, &obs.original) {
+        (FileChange::Restore(_), Some(original)) if cx.diffs => Some(Box::new(ContentDiff::new(
+            if obs.file.is_some() {
+                "on the machine"
+            } else {
+                "absent"
+            },
+            "original",
+            obs.file.as_deref(),
+            Some(original),
+            shows_content(None, obs.file_mode),
+        ))),
+        _ => None,
+    };
     Step::Change(Change {
         key: key.to_string(),
         action: Action::Update,
         details: details.into(),
+        diff,
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
@@ -1096,21 +1163,47 @@ fn plan_release(key: &str, obs: &Observed, entry: &Entry<Original>) -> Step<Op, 
     })
 }
 
-fn remove_step(key: &str, op: Op, owned: bool, why: &str) -> Step<Op, Original> {
+fn remove_step(
+    key: &str,
+    shown: Option<(&[u8], Option<u32>)>,
+    op: Op,
+    owned: bool,
+    why: &str,
+) -> Step<Op, Original> {
     if op == Op::default() && !owned {
         return Step::InSync;
     }
     let mut details = vec![why.to_string()];
     details.extend(describe(&op));
+    let diff = match (&op.file, shown) {
+        (FileChange::Remove, Some((file, mode))) => Some(Box::new(ContentDiff::new(
+            "on the machine",
+            "absent",
+            Some(file),
+            None,
+            shows_content(None, mode),
+        ))),
+        _ => None,
+    };
     Step::Change(Change {
         key: key.to_string(),
         action: Action::Remove,
         details: details.into(),
+        diff,
         intent: None,
         backup: None,
         after: LedgerAfter::Disown,
         op,
     })
+}
+
+/// Whether a unit file's content may be shown in a plan's diff: the one place that decides, for
+/// a declared unit (`spec`) and for one being removed or released (`None`), given its file's
+/// mode now (`mode`). Never a secret unit's (`is_secret`), nor a unit file others may not read
+/// (a secret unit's file is 0600): what a unit no longer declared held is judged by that.
+/// Content not shown is summarised by its sizes.
+fn shows_content(spec: Option<&Spec>, mode: Option<u32>) -> bool {
+    !spec.is_some_and(is_secret) && mode.is_none_or(|mode| mode & 0o004 != 0)
 }
 
 fn describe(op: &Op) -> Vec<String> {
@@ -1144,6 +1237,7 @@ pub fn watched_files(spec: &Spec) -> BTreeSet<&str> {
 mod tests {
     use super::*;
     use crate::declaration::tests::{check_refused, parse_with_defaults, problems};
+    use crate::diff::Body;
 
     #[test]
     fn unit_names() {
@@ -1248,6 +1342,51 @@ mod tests {
         let details: Vec<&str> = c.details.iter().collect();
         assert_eq!(details, ["unit file written", "enable", "start"]);
         assert_eq!(c.op.activation, Activation::Start);
+    }
+
+    #[test]
+    fn a_unit_file_written_or_removed_carries_its_diff() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "units": {"a.service": {"content": "[Service]\nExecStart=/bin/b\n"},
+                "gone.service": {"state": "absent"}}}"#,
+        )
+        .unwrap();
+        let mut cx = RunContext::new(&d, true);
+        cx.diffs = true;
+        let obs = |file: &str| Observed {
+            file: Some(file.as_bytes().to_vec()),
+            ..Observed::default()
+        };
+        let diff = |key: &str, obs: Observed| {
+            let Step::Change(c) = Units::plan(&cx, key, d.units.get(key), Some(&obs), None) else {
+                panic!("expected a change of {key}");
+            };
+            let diff = c.diff.expect("a diff");
+            let Body::Text { hunks, .. } = diff.body else {
+                panic!("{diff:?}");
+            };
+            let lines: Vec<String> = (hunks.iter().flat_map(|h| &h.lines))
+                .map(|l| format!("{}{}", l.tag.mark(), l.text))
+                .collect();
+            (diff.from, diff.to, lines)
+        };
+        assert_eq!(
+            diff("a.service", obs("[Service]\nExecStart=/bin/a\n")),
+            (
+                "on the machine",
+                "declared",
+                vec![
+                    " [Service]".into(),
+                    "-ExecStart=/bin/a".into(),
+                    "+ExecStart=/bin/b".into()
+                ]
+            )
+        );
+        assert_eq!(diff("a.service", Observed::default()).1, "declared",);
+        assert_eq!(
+            diff("gone.service", obs("[Service]\n")),
+            ("on the machine", "absent", vec!["-[Service]".into()])
+        );
     }
 
     fn plan(
