@@ -13,6 +13,7 @@ mod config;
 mod declaration;
 mod envelope;
 mod exec;
+mod facts;
 mod fsutil;
 mod join;
 mod json_in_place;

@@ -606,6 +606,7 @@ pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link
         deferred: record.deferred.clone(),
         message: message.to_string(),
         failing: Vec::new(),
+        facts: None,
         pacnew: Vec::new(),
     };
     if left_out > 0 {

@@ -23,12 +23,15 @@ use mio::{Events, Poll, Token};
 
 use crate::commands::{Fatal, Host, EXIT_OK};
 use crate::envelope;
-use crate::link::{messages, Event, Link, Message, Report, ReportOutcome};
+use crate::exec::Runner;
+use crate::facts;
+use crate::link::{messages, Event, Facts, Link, Message, Report, ReportOutcome};
 use crate::reconcile::Scope;
 use crate::store::{
     self, InForce, LinkStatus, RunOutcome, ServicePhase, ServiceState, Source, Store, Trigger,
     Triggers,
 };
+use crate::tools::pacman::{self, Pacman};
 use backoff::Backoff;
 use connection::Connection;
 use schedule::Schedule;
@@ -95,6 +98,10 @@ struct Service<'h> {
     watch_scope: Option<Scope>,
     /// pacman's local database, once looked up (`Err`: packages are on the timer, and why).
     pacman_db: Option<Result<std::path::PathBuf, String>>,
+    /// The facts last sent (in the hello or a report): a report carries them only when changed.
+    facts_sent: Option<Facts>,
+    /// The foreign-package count and the databases' stamp it was counted at.
+    foreign: Option<(Option<facts::Stamp>, Option<u64>)>,
     /// A digest of the declaration's digest and the owned files and packages the watches were set
     /// for (`watching::watch_source`): not the lists themselves, which the service would keep.
     watched_for: Option<[u8; 32]>,
@@ -148,6 +155,8 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         watcher,
         watch_scope: None,
         pacman_db: None,
+        facts_sent: None,
+        foreign: None,
         watched_for: None,
         watch_problem: None,
         retry_writes_at: now,
@@ -472,7 +481,39 @@ impl Service<'_> {
         }
     }
 
-    fn hello(&self) -> Result<Message, String> {
+    /// The node's facts now: files read, and `pacman -Qmq` run only when pacman's databases
+    /// changed since it last ran (a no-op timer run spawns nothing for them).
+    fn facts(&mut self) -> Facts {
+        if self.pacman_db.is_none() {
+            let db = self.host.pacman_local_db();
+            if let Err(e) = &db {
+                log::warn!("facts without packages: {e}");
+            }
+            self.pacman_db = Some(db);
+        }
+        let db = self.pacman_db.as_ref().and_then(|d| d.as_deref().ok());
+        let root = self.host.args.root.as_deref();
+        let mut facts = facts::collect(root.unwrap_or(std::path::Path::new("/")), db);
+        if let Some(db) = db {
+            let stamp = facts::stamp(db);
+            let fresh = matches!(&self.foreign, Some((s, _)) if s.is_some() && *s == stamp);
+            if !fresh {
+                let args = Pacman::running().foreign();
+                let count = match Runner::new(false).query(&self.host.config.pacman, &args, &[]) {
+                    Ok(out) => pacman::count_foreign(out.code, &out.stdout_text(), &out.stderr),
+                    Err(e) => {
+                        log::warn!("foreign packages not counted: {e}");
+                        None
+                    }
+                };
+                self.foreign = Some((stamp, count));
+            }
+            facts.foreign_packages = self.foreign.and_then(|(_, count)| count);
+        }
+        facts
+    }
+
+    fn hello(&self, facts: Facts) -> Result<Message, String> {
         let cp = self
             .host
             .config
@@ -493,6 +534,7 @@ impl Service<'_> {
             version: env!("CARGO_PKG_VERSION").to_string(),
             revision: in_force.as_ref().and_then(|f| f.control_plane_revision),
             digest: in_force.map(|f| f.digest),
+            facts: Some(facts),
         })
     }
 
@@ -525,6 +567,12 @@ impl Service<'_> {
     }
 
     fn connect(&mut self, now: u64, poll: &Poll) {
+        if self.host.config.control_plane.is_none() {
+            return;
+        }
+        // After a restart or a reconnect the hello carries them whatever was sent before.
+        let facts = self.facts();
+        self.facts_sent = Some(facts.clone());
         let Some(cp) = &self.host.config.control_plane else {
             return;
         };
@@ -544,7 +592,7 @@ impl Service<'_> {
                 }
             },
         };
-        let opened = self.hello().and_then(|hello| {
+        let opened = self.hello(facts).and_then(|hello| {
             let link = Link::new(
                 now,
                 hello,
@@ -742,6 +790,7 @@ impl Service<'_> {
             drift: Vec::new(),
             message,
             failing: Vec::new(),
+            facts: None,
             pacnew: Vec::new(),
         };
         if let Ok(store) = self.host.store() {
@@ -754,18 +803,35 @@ impl Service<'_> {
 
     /// Sends every queued report the link has not carried yet, oldest first.
     fn send_outbox(&mut self) {
-        let LinkState::Up {
-            conn, sent_through, ..
-        } = &mut self.link
-        else {
+        let LinkState::Up { sent_through, .. } = &self.link else {
             return;
         };
-        let pending = match Store::open(&self.host.config.state_dir, false) {
+        let mut pending = match Store::open(&self.host.config.state_dir, false) {
             Ok(Some(store)) => store.outbox_pending(*sent_through).unwrap_or_else(|e| {
                 log::error!("{e}");
                 Vec::new()
             }),
             _ => Vec::new(),
+        };
+        // The newest report carries the facts when they changed since they were last sent.
+        if !pending.is_empty() {
+            let facts = self.facts();
+            if self
+                .facts_sent
+                .as_ref()
+                .is_none_or(|s| facts.changed_from(s))
+            {
+                if let Some(last) = pending.last_mut() {
+                    last.facts = Some(facts.clone());
+                }
+                self.facts_sent = Some(facts);
+            }
+        }
+        let LinkState::Up {
+            conn, sent_through, ..
+        } = &mut self.link
+        else {
+            return;
         };
         let now = sys::now_ms();
         for report in &pending {

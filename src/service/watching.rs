@@ -140,6 +140,7 @@ impl Service<'_> {
                 drift: Vec::new(),
                 message,
                 failing: Vec::new(),
+                facts: None,
                 pacnew: Vec::new(),
             };
             store.outbox_push(&mut report, self.host.config.outbox_bounds())?;

@@ -104,6 +104,22 @@ impl<'a> Pacman<'a> {
     pub fn paths(&self) -> Vec<String> {
         self.args(&["-v", "-T"])
     }
+
+    /// `-Qmq`: the installed packages no sync database has (foreign), one name a line, for
+    /// `count_foreign`. Exits 1 when there are none.
+    pub fn foreign(&self) -> Vec<String> {
+        self.args(&["-Qmq"])
+    }
+}
+
+/// How many foreign packages `-Qmq` listed; None when it failed (exit 1 with output on stderr:
+/// an exit 1 alone means none).
+pub fn count_foreign(code: Option<i32>, stdout: &str, stderr: &str) -> Option<u64> {
+    match code {
+        Some(0) => Some(stdout.lines().filter(|l| !l.trim().is_empty()).count() as u64),
+        Some(1) if stdout.trim().is_empty() && stderr.trim().is_empty() => Some(0),
+        _ => None,
+    }
 }
 
 /// What `-Qi` says of one installed package.
@@ -302,6 +318,18 @@ mod tests {
             reason,
             required_by: by.iter().map(|s| s.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn foreign_count_from_qmq() {
+        assert_eq!(count_foreign(Some(0), "paru\nnox-mesh-host\n", ""), Some(2));
+        // -Qm exits 1 with nothing to say when there are none.
+        assert_eq!(count_foreign(Some(1), "", ""), Some(0));
+        assert_eq!(
+            count_foreign(Some(1), "", "error: failed to initialize alpm library"),
+            None
+        );
+        assert_eq!(count_foreign(None, "", ""), None);
     }
 
     #[test]
