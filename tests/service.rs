@@ -588,7 +588,8 @@ fn the_hello_carries_the_facts_and_a_report_repeats_them_only_when_changed() {
     std::fs::write(host.dir.join("config.json"), sb.config(&link)).expect("config");
     let node = Service::start(host);
     assert!(cp.wait_for_hello("n1", WAIT), "{}", node.log());
-    let facts = cp.hellos()[0]["facts"].clone();
+    let facts = cp.facts("n1");
+    assert_eq!(facts, cp.hellos()[0]["facts"]);
     let pacman = format!("pacman --config {}", sb.pacman_conf);
     let count =
         |args: &str| -> u64 { sh_out(&format!("{pacman} {args} | wc -l")).parse().unwrap() };
@@ -633,4 +634,6 @@ fn the_hello_carries_the_facts_and_a_report_repeats_them_only_when_changed() {
     let reports = cp.reports();
     let carrying = reports.iter().filter(|r| r.get("facts").is_some()).count();
     assert_eq!(carrying, 1, "{reports:#?}");
+    assert_eq!(cp.facts("n1")["packages"], want);
+    assert_eq!(cp.facts("n1")["boot_id"], facts["boot_id"]);
 }
