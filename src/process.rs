@@ -5,8 +5,8 @@
 pub fn alive(pid: u32) -> bool {
     // EPERM: it exists but belongs to another user (a caller that is not root, as in a
     // package's check()).
-    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
-    || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let sent = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    sent == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Whether process `pid` runs a program of the same name as this one (after an upgrade its
