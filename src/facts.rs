@@ -1,30 +1,26 @@
 //! What the node is, for the link's hello and reports (`link::Facts`, docs/protocol.md "Facts"):
-//! read from os-release, uname, /proc and pacman's local database directly. No process is
-//! spawned here; the foreign-package count (which needs the sync databases, compressed tar
-//! archives no crate here reads) is the service's one `pacman -Qmq`, run only when the
-//! databases changed (`Databases::stamp`).
+//! read from os-release, uname, /proc and pacman's local database directly, with no process
+//! spawned (the service loop waits for nothing here).
 
-use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::path::Path;
 
 use crate::link::Facts;
 
-/// Everything but `foreign_packages`, which the caller fills. `root` holds os-release;
-/// `local_db` is pacman's `DBPath/local` (None when pacman's paths are not known).
-pub fn collect(root: &Path, local_db: Option<&Path>) -> Facts {
+/// The facts now. `root` holds os-release; `local_db` is pacman's `DBPath/local`.
+pub fn collect(root: &Path, local_db: &Path) -> Facts {
     let os = ["etc/os-release", "usr/lib/os-release"]
         .iter()
         .find_map(|p| std::fs::read_to_string(root.join(p)).ok())
         .unwrap_or_default();
     let field = |key: &str| os_release_field(&os, key);
     let (kernel_running, arch) = uname();
-    let db = local_db.map(read_local_db).unwrap_or_default();
+    let db = read_local_db(local_db);
     Facts {
         os_id: field("ID"),
         os_version_id: field("VERSION_ID"),
         os_build_id: field("BUILD_ID"),
         kernel_running,
-        kernels_installed: db.kernels,
+        kernels_installed: db.as_ref().map(|d| d.kernels.clone()).unwrap_or_default(),
         arch,
         boot_id: read_proc("sys/kernel/random/boot_id").map(|b| b.trim().to_string()),
         uptime_secs: read_proc("uptime")
@@ -32,22 +28,9 @@ pub fn collect(root: &Path, local_db: Option<&Path>) -> Facts {
             .unwrap_or(0),
         cpus: cpus_online(),
         memory_bytes: read_proc("meminfo").and_then(|m| mem_total_bytes(&m)),
-        pacman_version: db.pacman_version,
-        packages: local_db.map(|_| db.packages),
-        foreign_packages: None,
+        packages: db.as_ref().map(|d| d.packages),
+        pacman_version: db.and_then(|d| d.pacman_version),
     }
-}
-
-/// The modification times of pacman's local and sync database directories.
-pub type Stamp = (SystemTime, SystemTime);
-
-/// When pacman's databases last changed (the local and the sync directories' mtimes: a
-/// transaction adds and removes local entries, `-Sy` renames new sync files in), so the
-/// foreign count is taken again only then.
-pub fn stamp(local_db: &Path) -> Option<Stamp> {
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let sync: PathBuf = local_db.parent()?.join("sync");
-    Some((mtime(local_db)?, mtime(&sync)?))
 }
 
 fn read_proc(path: &str) -> Option<String> {
@@ -154,11 +137,9 @@ struct LocalDb {
 
 /// Counts the entries of the local database and reads the two that say something: `pacman`'s
 /// version and the `linux*` packages' kernel releases (their `files`, read only for those).
-fn read_local_db(dir: &Path) -> LocalDb {
+fn read_local_db(dir: &Path) -> Option<LocalDb> {
     let mut db = LocalDb::default();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return db;
-    };
+    let entries = std::fs::read_dir(dir).ok()?;
     for entry in entries.flatten() {
         let file_name = entry.file_name();
         let Some(dir_name) = file_name.to_str() else {
@@ -181,7 +162,7 @@ fn read_local_db(dir: &Path) -> LocalDb {
         }
     }
     db.kernels.sort();
-    db
+    Some(db)
 }
 
 #[cfg(test)]

@@ -124,9 +124,8 @@ pub struct Facts {
     pub memory_bytes: Option<u64>,
     /// The installed `pacman` package's version.
     pub pacman_version: Option<String>,
-    /// Installed packages, and of them those in no sync database (`pacman -Qm`).
+    /// Installed packages (entries of the local database).
     pub packages: Option<u64>,
-    pub foreign_packages: Option<u64>,
 }
 
 impl Facts {
@@ -372,12 +371,11 @@ mod tests {
             cpus: 2,
             memory_bytes: Some(1 << 30),
             packages: Some(300),
-            foreign_packages: Some(1),
             ..Facts::default()
         };
         assert_eq!(
             serde_json::to_string(&facts).unwrap(),
-            r#"{"os_id":"arch","os_version_id":null,"os_build_id":"rolling","kernel_running":"6.12.1-arch1-1","kernels_installed":["6.12.2-arch1-1"],"arch":"x86_64","boot_id":null,"uptime_secs":42,"cpus":2,"memory_bytes":1073741824,"pacman_version":null,"packages":300,"foreign_packages":1}"#
+            r#"{"os_id":"arch","os_version_id":null,"os_build_id":"rolling","kernel_running":"6.12.1-arch1-1","kernels_installed":["6.12.2-arch1-1"],"arch":"x86_64","boot_id":null,"uptime_secs":42,"cpus":2,"memory_bytes":1073741824,"pacman_version":null,"packages":300}"#
         );
         let later = Facts {
             uptime_secs: 4200,

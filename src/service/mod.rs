@@ -23,7 +23,6 @@ use mio::{Events, Poll, Token};
 
 use crate::commands::{Fatal, Host, EXIT_OK};
 use crate::envelope;
-use crate::exec::Runner;
 use crate::facts;
 use crate::link::{messages, Event, Facts, Link, Message, Report, ReportOutcome};
 use crate::reconcile::Scope;
@@ -31,7 +30,7 @@ use crate::store::{
     self, InForce, LinkStatus, RunOutcome, ServicePhase, ServiceState, Source, Store, Trigger,
     Triggers,
 };
-use crate::tools::pacman::{self, Pacman};
+use crate::tools::pacman;
 use backoff::Backoff;
 use connection::Connection;
 use schedule::Schedule;
@@ -100,8 +99,6 @@ struct Service<'h> {
     pacman_db: Option<Result<std::path::PathBuf, String>>,
     /// The facts last sent (in the hello or a report): a report carries them only when changed.
     facts_sent: Option<Facts>,
-    /// The foreign-package count and the databases' stamp it was counted at.
-    foreign: Option<(Option<facts::Stamp>, Option<u64>)>,
     /// A digest of the declaration's digest and the owned files and packages the watches were set
     /// for (`watching::watch_source`): not the lists themselves, which the service would keep.
     watched_for: Option<[u8; 32]>,
@@ -156,7 +153,6 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         watch_scope: None,
         pacman_db: None,
         facts_sent: None,
-        foreign: None,
         watched_for: None,
         watch_problem: None,
         retry_writes_at: now,
@@ -481,36 +477,24 @@ impl Service<'_> {
         }
     }
 
-    /// The node's facts now: files read, and `pacman -Qmq` run only when pacman's databases
-    /// changed since it last ran (a no-op timer run spawns nothing for them).
-    fn facts(&mut self) -> Facts {
-        if self.pacman_db.is_none() {
-            let db = self.host.pacman_local_db();
-            if let Err(e) = &db {
-                log::warn!("facts without packages: {e}");
-            }
-            self.pacman_db = Some(db);
-        }
-        let db = self.pacman_db.as_ref().and_then(|d| d.as_deref().ok());
+    /// The node's facts now, read from files with nothing spawned: pacman's local database is
+    /// where the watcher's `pacman -v -T` said, else where the pacman.conf its command reads says.
+    fn facts(&self) -> Facts {
         let root = self.host.args.root.as_deref();
-        let mut facts = facts::collect(root.unwrap_or(std::path::Path::new("/")), db);
-        if let Some(db) = db {
-            let stamp = facts::stamp(db);
-            let fresh = matches!(&self.foreign, Some((s, _)) if s.is_some() && *s == stamp);
-            if !fresh {
-                let args = Pacman::running().foreign();
-                let count = match Runner::new(false).query(&self.host.config.pacman, &args, &[]) {
-                    Ok(out) => pacman::count_foreign(out.code, &out.stdout_text(), &out.stderr),
-                    Err(e) => {
-                        log::warn!("foreign packages not counted: {e}");
-                        None
-                    }
+        let db = match self.pacman_db.as_ref().and_then(|d| d.as_deref().ok()) {
+            Some(db) => db.to_path_buf(),
+            None => {
+                let conf = pacman::conf_file(&self.host.config.pacman.command);
+                // Under --root pacman runs with --sysroot: its paths are inside the root.
+                let inside = |p: &std::path::Path| match root {
+                    Some(root) => root.join(p.strip_prefix("/").unwrap_or(p)),
+                    None => p.to_path_buf(),
                 };
-                self.foreign = Some((stamp, count));
+                let text = std::fs::read_to_string(inside(&conf)).unwrap_or_default();
+                inside(&pacman::conf_local_db(&text))
             }
-            facts.foreign_packages = self.foreign.and_then(|(_, count)| count);
-        }
-        facts
+        };
+        facts::collect(root.unwrap_or(std::path::Path::new("/")), &db)
     }
 
     fn hello(&self, facts: Facts) -> Result<Message, String> {

@@ -104,22 +104,35 @@ impl<'a> Pacman<'a> {
     pub fn paths(&self) -> Vec<String> {
         self.args(&["-v", "-T"])
     }
-
-    /// `-Qmq`: the installed packages no sync database has (foreign), one name a line, for
-    /// `count_foreign`. Exits 1 when there are none.
-    pub fn foreign(&self) -> Vec<String> {
-        self.args(&["-Qmq"])
-    }
 }
 
-/// How many foreign packages `-Qmq` listed; None when it failed (exit 1 with output on stderr:
-/// an exit 1 alone means none).
-pub fn count_foreign(code: Option<i32>, stdout: &str, stderr: &str) -> Option<u64> {
-    match code {
-        Some(0) => Some(stdout.lines().filter(|l| !l.trim().is_empty()).count() as u64),
-        Some(1) if stdout.trim().is_empty() && stderr.trim().is_empty() => Some(0),
-        _ => None,
+/// The pacman.conf a pacman command line reads: its `--config FILE`, else pacman's default.
+pub fn conf_file(command: &[String]) -> PathBuf {
+    let named = command
+        .iter()
+        .enumerate()
+        .find_map(|(i, arg)| match arg.as_str() {
+            "--config" => command.get(i + 1).map(String::as_str),
+            _ => arg.strip_prefix("--config="),
+        });
+    PathBuf::from(named.unwrap_or("/etc/pacman.conf"))
+}
+
+/// The local database directory a pacman.conf sets: `DBPath` of `[options]` (pacman's default
+/// /var/lib/pacman/ when unset), then `local`.
+pub fn conf_local_db(conf: &str) -> PathBuf {
+    let mut section = "";
+    let mut db = None;
+    for line in conf.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name;
+        } else if let Some((key, value)) = line.split_once('=') {
+            if section == "options" && key.trim() == "DBPath" && !value.trim().is_empty() {
+                db = Some(value.trim());
+            }
+        }
     }
+    Path::new(db.unwrap_or("/var/lib/pacman/")).join("local")
 }
 
 /// What `-Qi` says of one installed package.
@@ -321,15 +334,30 @@ mod tests {
     }
 
     #[test]
-    fn foreign_count_from_qmq() {
-        assert_eq!(count_foreign(Some(0), "paru\nnox-mesh-host\n", ""), Some(2));
-        // -Qm exits 1 with nothing to say when there are none.
-        assert_eq!(count_foreign(Some(1), "", ""), Some(0));
+    fn the_local_database_from_pacman_conf() {
+        let command = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            count_foreign(Some(1), "", "error: failed to initialize alpm library"),
-            None
+            conf_file(&command(&["pacman"])),
+            Path::new("/etc/pacman.conf")
         );
-        assert_eq!(count_foreign(None, "", ""), None);
+        assert_eq!(
+            conf_file(&command(&["pacman", "--config", "/sb/pacman.conf"])),
+            Path::new("/sb/pacman.conf")
+        );
+        assert_eq!(
+            conf_file(&command(&["pacman", "--config=/x.conf"])),
+            Path::new("/x.conf")
+        );
+        let conf = "[options]\nRootDir = /sb/root\nDBPath       = /sb/root/var/lib/pacman/\n\
+                    [core]\nDBPath = /wrong\n";
+        assert_eq!(
+            conf_local_db(conf),
+            Path::new("/sb/root/var/lib/pacman/local")
+        );
+        assert_eq!(
+            conf_local_db("#DBPath = /x\n[options]\nHoldPkg = pacman\n"),
+            Path::new("/var/lib/pacman/local")
+        );
     }
 
     #[test]
