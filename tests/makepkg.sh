@@ -22,6 +22,8 @@ mkdir -p "$base"
 chmod 0755 "$base"
 exec 9>"$base/lock"
 flock 9   # one build at a time; a second caller for the same tree then finds it built
+# Builds of other trees are kept a day (another work tree's tests may still read theirs).
+find "$base" -mindepth 1 -maxdepth 1 -type d -mmin +1440 ! -name "$sum" -exec rm -rf {} +
 if [ -f "$(pkg 1)" ] && [ -f "$(pkg 2)" ]; then
   echo "$out"
   exit 0
