@@ -382,6 +382,59 @@ def fig_files():
     )
 
 
+# ------------------------------------------------------------------ 4c. the reboot and restart look
+
+def fig_upkeep():
+    """The same 500-file no-op twice, both on this machine's /etc: under `--root /` (offline: no
+    look) and on the running system, which looks through /proc and the root's modules after the
+    run and asks pacman for its root once per process (`pacman -v -T`, timed bare beside it; the
+    service asks once, so a timer run pays the look alone)."""
+    runs = 5 if QUICK else 15
+    tag = f"mesh-bench-upkeep-{os.getpid()}"
+    declaration = {"schema": 1, "files": {
+        f"/etc/{tag}/d{i // 50}/f{i}.conf": {"content": f"# managed\nsetting_{i} = {'x' * 64}\n", "mode": "0644"}
+        for i in range(500)}}
+    d = host_dir("upkeep", {**STUBS, "pacman": {"command": ["pacman"]}}, declaration)
+    path = str(d / "declaration.json")
+    looking = mesh(d, "apply", "--json", path, root=False)
+    offline = mesh(d, "--root", "/", "apply", "--json", path, root=False)
+    try:
+        first = subprocess.run(looking, capture_output=True, text=True)
+        if first.returncode != 0:
+            raise RuntimeError(f"first apply: {first.stdout[-2000:]} {first.stderr[-2000:]}")
+        without, withlook, spawn, needs = [], [], [], None
+        for _ in range(runs):
+            t, out = timed(offline)
+            if out.returncode != 0 or json.loads(out.stdout)["changes"]:
+                raise RuntimeError(f"offline no-op: {out.stdout[-2000:]} {out.stderr[-2000:]}")
+            without.append(t)
+            t, out = timed(looking)
+            report = json.loads(out.stdout)
+            if out.returncode != 0 or report["changes"] or "needs" not in report:
+                raise RuntimeError(f"no-op with the look: {out.stdout[-2000:]} {out.stderr[-2000:]}")
+            withlook.append(t)
+            needs = report["needs"]
+            spawn.append(timed(["pacman", "-v", "-T"], env={**os.environ, "LC_ALL": "C"})[0])
+    finally:
+        subprocess.run(["rm", "-rf", f"/etc/{tag}"])
+    processes = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
+    a, b, c = median(without), median(withlook), median(spawn)
+    return (
+        f"`mesh-host apply --json` of 500 unchanged files under /etc/{tag}/ (10 directories), other "
+        f"tools stubbed, the machine's own pacman (root /), median of {runs} runs each, alternated: "
+        f"under `--root /` (no look) and on the running system (the look through /proc, "
+        f"{processes} processes here, and one `pacman -v -T`, timed bare too). The look found "
+        f"`{json.dumps(needs)}`.\n\n"
+        + table(["figure", "time"], [
+            ["500-file no-op, `--root /` (no look)", f"{1000 * a:.1f} ms"],
+            ["500-file no-op on the running system", f"{1000 * b:.1f} ms"],
+            ["`pacman -v -T` bare (once per process; the service's timer runs do not repeat it)",
+             f"{1000 * c:.1f} ms"],
+            ["the look (the difference less the spawn)", f"{1000 * (b - a - c):.1f} ms"],
+        ])
+    )
+
+
 # ------------------------------------------------------------------ 5. latency
 
 def fig_latency():
@@ -479,6 +532,7 @@ def fig_latency():
 FIGURES = {"size": ("1. Binary size", fig_size), "idle": ("2, 3. Idle RSS, growth, CPU and wake-ups", fig_idle),
            "noop": ("4. No-op reconcile, mixed kinds", fig_noop),
            "files": ("4b. No-op over 500 files under /etc", fig_files),
+           "upkeep": ("4c. The reboot and restart look in a no-op run", fig_upkeep),
            "latency": ("5. Declaration-to-report latency", fig_latency),
            "confirm": ("12. systemd's confirmation of a unit change", fig_confirm)}
 

@@ -7,7 +7,7 @@
 #
 #   bench/run.sh                           every figure (about 5 minutes)
 #   bench/run.sh QUICK=1                   every figure, fewer runs, shorter waits; writes nothing
-#   bench/run.sh size noop fleet           a subset: size idle noop files latency confirm fleet scale watch
+#   bench/run.sh size noop fleet           a subset: size idle noop files upkeep latency confirm fleet scale watch
 #                                          watch-idle watch-storm watch-memory
 # Knobs: SKIP_APT=1 as for tests/run.sh; RECONNECT_BASE_SECS=N gives the fleet that reconnect_base_secs.
 set -euo pipefail

@@ -80,6 +80,12 @@ pub struct Config {
     /// Opt-in: a `db.lck` no process holds and older than this boot is removed (the run says so)
     /// instead of failing the packages as stale. Off by default: pacman never guesses either.
     pub pacman_remove_stale_lock: bool,
+    /// Free space kept beyond what a transaction needs on the filesystems of pacman's cache and
+    /// root: a transaction that would eat into it is not started.
+    pub disk_margin_bytes: u64,
+    /// Opt-in: after a transaction, pacman's cache keeps this many versions of each package (as
+    /// `paccache -rk N`); `None` leaves the cache to pacman.
+    pub cache_keep: Option<usize>,
     /// The service: how often the drift timer reconciles (each wait randomised within ±10%).
     pub interval: Duration,
     /// The service watches what it owns with inotify and repairs drift within about a second;
@@ -134,6 +140,8 @@ struct RawConfig {
     podman: Option<RawTool>,
     pacman_lock_wait_secs: Option<u64>,
     pacman_remove_stale_lock: Option<bool>,
+    disk_margin_mib: Option<u64>,
+    cache_keep: Option<usize>,
     interval_secs: Option<u64>,
     watch: Option<bool>,
     heartbeat_secs: Option<u64>,
@@ -257,6 +265,16 @@ impl Config {
             podman: tool("podman", raw.podman, (300, Stop::Terminate, 30))?,
             pacman_lock_wait: Duration::from_secs(raw.pacman_lock_wait_secs.unwrap_or(120)),
             pacman_remove_stale_lock: raw.pacman_remove_stale_lock.unwrap_or(false),
+            disk_margin_bytes: raw.disk_margin_mib.unwrap_or(256).saturating_mul(1 << 20),
+            cache_keep: match raw.cache_keep {
+                Some(0) => {
+                    return Err(
+                        "cache_keep: must be at least 1 (leave it out to keep the whole cache)"
+                            .into(),
+                    )
+                }
+                keep => keep,
+            },
             interval: Duration::from_secs(at_least_one("interval_secs", raw.interval_secs, 600)?),
             watch: raw.watch.unwrap_or(true),
             heartbeat: Duration::from_secs(at_least_one("heartbeat_secs", raw.heartbeat_secs, 30)?),
@@ -429,6 +447,18 @@ mod tests {
             vec!["mesh-host.service", "agent.service"]
         );
         assert_eq!(c.pacman.timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn disk_margin_and_cache_keep() {
+        let c = parse("{}").unwrap();
+        assert_eq!(c.disk_margin_bytes, 256 << 20);
+        assert_eq!(c.cache_keep, None, "the cache is pacman's by default");
+        let c = parse(r#"{"disk_margin_mib": 0, "cache_keep": 2}"#).unwrap();
+        assert_eq!((c.disk_margin_bytes, c.cache_keep), (0, Some(2)));
+        assert!(parse(r#"{"cache_keep": 0}"#)
+            .unwrap_err()
+            .contains("cache_keep: must be at least 1"));
     }
 
     #[test]

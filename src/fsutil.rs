@@ -643,6 +643,14 @@ impl Dir {
         Ok(st.st_dev)
     }
 
+    /// The bytes an unprivileged writer may still use on this directory's filesystem (`fstatvfs`:
+    /// blocks available times the fragment size).
+    pub fn free_space(&self) -> io::Result<u64> {
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        check(unsafe { libc::fstatvfs(self.raw(), &mut st) })?;
+        Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    }
+
     /// Sets mode and owner of an existing regular file in place, without following a symlink.
     pub fn set_attributes(
         &self,

@@ -33,6 +33,7 @@ mod store;
 mod testutil;
 mod tools;
 mod unitfile;
+mod upkeep;
 mod words;
 
 use cli::Command;

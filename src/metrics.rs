@@ -201,6 +201,34 @@ pub fn render(s: &Snapshot) -> String {
             (p.added + p.removed) as u64,
         );
     }
+    // Left out until a run has looked (`upkeep`): a host that never looked does not say 0.
+    if let Some(needs) = &s.stats.needs {
+        out.family(
+            "mesh_host_reboot_required",
+            "gauge",
+            "1 when the machine needs a reboot (the running kernel's modules are gone, or a newer kernel is installed), with why.",
+        );
+        let reason = needs.reboot.as_deref().unwrap_or_default();
+        out.sample(
+            "mesh_host_reboot_required",
+            &[("reason", reason)],
+            u64::from(needs.reboot.is_some()),
+        );
+        out.family(
+            "mesh_host_reexec_required",
+            "gauge",
+            "1 when PID 1 (systemd) maps files an upgrade deleted: systemctl daemon-reexec.",
+        );
+        out.sample("mesh_host_reexec_required", &[], u64::from(needs.reexec));
+        out.family(
+            "mesh_host_restart_required",
+            "gauge",
+            "1 for each unit whose processes map files an upgrade deleted under /usr.",
+        );
+        for unit in &needs.restart {
+            out.sample("mesh_host_restart_required", &[("unit", unit)], 1);
+        }
+    }
     out.text
 }
 
@@ -307,6 +335,11 @@ mod tests {
 
                 secret: false,
             }]),
+            Some(crate::upkeep::Needs {
+                reboot: Some("linux 6.12.2.arch1-1 is installed".into()),
+                restart: vec!["nginx.service".into()],
+                reexec: false,
+            }),
         );
         let failing = [Failing {
             kind: "files".into(),
@@ -361,6 +394,12 @@ mod tests {
                 r#"mesh_host_pacnew_diff_lines{path="/etc/x.conf",suffix="pacnew"}"#,
                 "3",
             ),
+            (
+                r#"mesh_host_reboot_required{reason="linux 6.12.2.arch1-1 is installed"}"#,
+                "1",
+            ),
+            ("mesh_host_reexec_required", "0"),
+            (r#"mesh_host_restart_required{unit="nginx.service"}"#, "1"),
         ] {
             assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
         }
@@ -390,6 +429,10 @@ mod tests {
         assert_eq!(
             sample(&text, r#"mesh_host_declaration_source{source="local"}"#),
             Some("0")
+        );
+        assert!(
+            !text.contains("_required"),
+            "never looked: not said\n{text}"
         );
     }
 

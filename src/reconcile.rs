@@ -20,6 +20,7 @@ use crate::sorted::{self, Walk};
 use crate::store::{
     Entry, Failing, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError,
 };
+use crate::upkeep::{self, Needs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -46,6 +47,9 @@ pub struct Report {
     pub pacnew: Vec<Pacnew>,
     /// `in_sync` by kind, for the metrics.
     pub in_sync_by_kind: BTreeMap<&'static str, usize>,
+    /// What the machine needs after the run (a reboot, restarts), looked for after every run
+    /// that applies on the running system (`None`: planning, or under `--root`).
+    pub needs: Option<Needs>,
 }
 
 /// One change a run made or (planning) would make: a run's report holds one for each of
@@ -189,6 +193,10 @@ pub fn run_scoped_reporting(
     pacnew::withhold_secret(&mut report.pacnew, |path| {
         declaration.files.get(path).is_some_and(files::is_secret)
     });
+    // After the run's transactions and restarts; planning (the watcher's checks) leaves it.
+    if let (Mode::Apply, Some(at)) = (mode, env.upkeep) {
+        report.needs = Some(upkeep::look(at));
+    }
     // Only a run writes it: it holds the store's lock (planning and `owned` do not).
     if let (Mode::Apply, Some(store), true) = (mode, env.store, quiet != before) {
         if let Err(e) = store.save_pacnew_quiet_dirs(&quiet) {
@@ -884,6 +892,7 @@ mod tests {
             runner: &runner,
             store: None,
             interrupted: &|| false,
+            upkeep: None,
         };
         let cx = RunContext::new(&declaration, false);
         let row =
@@ -907,42 +916,58 @@ mod tests {
         assert!(cx.facts.files.take_refused().is_empty());
     }
 
-    /// Stopping between the chunks of a kind applied in chunks, as between kinds: what the first
-    /// chunk did is recorded, the chunks after are not observed, the run is interrupted.
-    #[test]
-    fn a_host_stopping_between_chunks_keeps_the_first_and_leaves_the_rest() {
-        let scratch = TempDir::new("chunks-stop");
+    /// Applies `text` in a scratch root (with an empty `/etc`) and store, the host starting to
+    /// stop once `stopping(root)` holds: the scratch (kept until the caller is done), the root,
+    /// the store and the run's report.
+    fn apply_until_stopping(
+        label: &str,
+        text: &str,
+        offline: bool,
+        stopping: impl Fn(&std::path::Path) -> bool,
+    ) -> (TempDir, std::path::PathBuf, Store, Report) {
+        let scratch = TempDir::new(label);
         let root = scratch.path().join("root");
         std::fs::create_dir_all(root.join("etc")).unwrap();
         let store = Store::open(&scratch.path().join("state"), true)
             .unwrap()
             .unwrap();
+        let declaration = parse_with_defaults(text).unwrap();
+        let (config, runner) = (test_config(), Runner::new(false));
+        let interrupted = || stopping(&root);
+        let env = Env {
+            root: &root,
+            offline,
+            config: &config,
+            runner: &runner,
+            store: Some(&store),
+            interrupted: &interrupted,
+            upkeep: None,
+        };
+        let mut ledger = store.ledger().unwrap();
+        let report = run(&env, &declaration, &mut ledger, Mode::Apply).unwrap();
+        (scratch, root, store, report)
+    }
+
+    /// Stopping between the chunks of a kind applied in chunks, as between kinds: what the first
+    /// chunk did is recorded, the chunks after are not observed, the run is interrupted.
+    #[test]
+    fn a_host_stopping_between_chunks_keeps_the_first_and_leaves_the_rest() {
         let path = |i: usize| format!("/etc/many/f{i:05}.conf");
         let files: Vec<String> = (0..APPLIED_AT_ONCE + 10)
             .map(|i| format!(r#""{}": {{"content": "{i}"}}"#, path(i)))
             .collect();
         let text = format!(r#"{{"schema": 1, "files": {{{}}}}}"#, files.join(","));
-        let declaration = parse_with_defaults(&text).unwrap();
-        let config = test_config();
-        let runner = Runner::new(false);
         // The host starts stopping once the first chunk's files are in place.
-        let last_of_first = root.join(&path(APPLIED_AT_ONCE - 1)[1..]);
-        let interrupted = || last_of_first.exists();
-        let env = Env {
-            root: &root,
-            offline: true,
-            config: &config,
-            runner: &runner,
-            store: Some(&store),
-            interrupted: &interrupted,
-        };
-        let mut ledger = store.ledger().unwrap();
-        let report = run(&env, &declaration, &mut ledger, Mode::Apply).unwrap();
+        let last_of_first = path(APPLIED_AT_ONCE - 1);
+        let (_scratch, root, store, report) =
+            apply_until_stopping("chunks-stop", &text, true, |root| {
+                root.join(&last_of_first[1..]).exists()
+            });
         assert!(report.interrupted);
         assert_eq!(report.changes.len(), APPLIED_AT_ONCE);
         assert!(report.failures.is_empty(), "{:?}", report.failures);
         assert!(report.deferred.is_empty(), "{:?}", report.deferred);
-        assert!(last_of_first.exists());
+        assert!(root.join(&last_of_first[1..]).exists());
         assert!(!root.join(&path(APPLIED_AT_ONCE)[1..]).exists());
         // The stored ledger says the same: the first chunk owned, with its digests; the rest not.
         let stored = store.ledger().unwrap();
@@ -955,36 +980,17 @@ mod tests {
     /// the units' turn; what was written ahead for a file that did not change is taken back.
     #[test]
     fn restarts_owed_are_written_ahead_and_taken_back_for_files_left_unchanged() {
-        let scratch = TempDir::new("owed-ahead");
-        let root = scratch.path().join("root");
-        std::fs::create_dir_all(root.join("etc")).unwrap();
-        let store = Store::open(&scratch.path().join("state"), true)
-            .unwrap()
-            .unwrap();
-        let declaration = parse_with_defaults(
-            r#"{"schema": 1, "files": {"/etc/a.conf": {"content": "a"},
+        let text = r#"{"schema": 1, "files": {"/etc/a.conf": {"content": "a"},
                 "/etc/b.conf": {"content": "b"}},
                 "units": {"a.service": {"restart_on": ["/etc/a.conf"]},
-                          "b.service": {"reload_on": ["/etc/b.conf"]}}}"#,
-        )
-        .unwrap();
-        let config = test_config();
-        let runner = Runner::new(false);
+                          "b.service": {"reload_on": ["/etc/b.conf"]}}}"#;
         // The host starts stopping once the first file is being written (its new content put
         // beside it): the second is not written, and the units kind is not reached (nothing is
         // spawned).
-        let etc = root.join("etc");
-        let interrupted = || std::fs::read_dir(&etc).is_ok_and(|mut d| d.next().is_some());
-        let env = Env {
-            root: &root,
-            offline: false,
-            config: &config,
-            runner: &runner,
-            store: Some(&store),
-            interrupted: &interrupted,
-        };
-        let mut ledger = store.ledger().unwrap();
-        let report = run(&env, &declaration, &mut ledger, Mode::Apply).unwrap();
+        let (_scratch, root, store, report) =
+            apply_until_stopping("owed-ahead", text, false, |root| {
+                std::fs::read_dir(root.join("etc")).is_ok_and(|mut d| d.next().is_some())
+            });
         assert!(report.interrupted);
         assert!(root.join("etc/a.conf").exists());
         assert!(!root.join("etc/b.conf").exists());

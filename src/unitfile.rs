@@ -3,22 +3,9 @@
 //! continuations, space-separated lists, and the specifiers (`%n`, `%i`, ...) a value may carry.
 //! Pure; the self-refusal model (`selfref`) asks it what a unit file orders systemd to do.
 
-/// Unit types a declaration may name (`device` and `scope` units are made by systemd itself).
-pub const DECLARABLE_TYPES: [&str; 9] = [
-    "service",
-    "socket",
-    "mount",
-    "automount",
-    "swap",
-    "target",
-    "path",
-    "timer",
-    "slice",
-];
-
-/// Every unit type systemd loads a fragment or drop-ins for: the declarable ones, and `device` and
-/// `scope` units, which systemd makes at runtime but still reads files for (`dev-sda.device.d/`,
-/// `init.scope.d/`).
+/// Every unit type systemd loads a fragment or drop-ins for: the declarable ones, then `device`
+/// and `scope` units, which systemd makes at runtime but still reads files for
+/// (`dev-sda.device.d/`, `init.scope.d/`).
 pub const LOADED_TYPES: [&str; 11] = [
     "service",
     "socket",
@@ -32,6 +19,10 @@ pub const LOADED_TYPES: [&str; 11] = [
     "device",
     "scope",
 ];
+
+/// Unit types a declaration may name: all but the last two loaded ones (`device` and `scope`
+/// units are made by systemd itself).
+pub const DECLARABLE_TYPES: &[&str] = LOADED_TYPES.split_at(LOADED_TYPES.len() - 2).0;
 
 /// systemd's limit on a unit name (`UNIT_NAME_MAX` less its NUL).
 const MAX_NAME_BYTES: usize = 255;
@@ -49,7 +40,7 @@ pub struct UnitName<'a> {
 impl<'a> UnitName<'a> {
     /// Validates `name` by systemd's rules (`unit_name_is_valid`) for a declarable type.
     pub fn parse(name: &'a str) -> Result<UnitName<'a>, String> {
-        Self::parse_with(name, &DECLARABLE_TYPES)
+        Self::parse_with(name, DECLARABLE_TYPES)
     }
 
     /// Validates `name` for any type systemd loads files for (`LOADED_TYPES`).

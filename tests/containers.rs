@@ -435,20 +435,7 @@ fn sigterm_between_creates_leaves_the_rest_for_the_next_run() {
             (&second, spec(&sb, "")),
         ]));
         match &ran.output {
-            None => {
-                let record = &ran.record;
-                assert_eq!(record["outcome"], "interrupted", "{record:#}");
-                let stopped: Vec<&str> = record["deferred"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|d| d["detail"] == "not applied: the host was stopping")
-                    .filter_map(|d| d["key"].as_str())
-                    .collect();
-                assert_eq!(stopped, [first.as_str(), second.as_str()], "{record:#}");
-                let service = driver.service().expect("the service");
-                assert_eq!(service.stop(), Some(0), "{}", service.log());
-            }
+            None => driver.assert_stopped_mid_run(&ran.record, &[first.as_str(), second.as_str()]),
             Some(out) => {
                 assert_eq!(out.code, -1, "ended by the signal: {out:?}");
                 assert!(

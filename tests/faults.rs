@@ -17,6 +17,7 @@ use serde_json::Value;
 use support::control_plane::{Behaviour, ControlPlane, CpConfig};
 use support::pki::Pki;
 use support::service::Service;
+use support::tmpfs::Tmpfs;
 use support::ways::{Driver, Launch, Way};
 use support::{
     failure, failures, fault_seed, peak_rss_kib, rss_kib, sandbox, sh, snapshot, status,
@@ -41,49 +42,12 @@ fn garbage_file(dir: &Path, seed: u64) -> PathBuf {
 
 // ------------------------------------------------------------------------------- full disk
 
-/// A tmpfs mounted for the test, unmounted when dropped (also when the test fails).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(at: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(at).expect("mount point");
-        support::sh(&format!(
-            "mount -t tmpfs -o size={size},mode=0700 mesh-host-faults {}",
-            at.display()
-        ));
-        Tmpfs(at.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        if status(&format!("umount {}", self.0.display())) != 0 {
-            let _ = status(&format!("umount -l {}", self.0.display()));
-        }
-    }
-}
-
-/// Writes zeros to `dir/filler` until the file system is full.
-fn fill(dir: &Path) -> PathBuf {
-    use std::io::Write;
-    let path = dir.join("filler");
-    let mut file = std::fs::File::create(&path).expect("filler");
-    let block = vec![0u8; 4096];
-    loop {
-        if file.write_all(&block).is_err() {
-            break;
-        }
-    }
-    let _ = file.sync_all();
-    path
-}
-
 #[test]
 #[ignore = "needs root (mounts a tmpfs): run ./tests/run.sh as root"]
 fn a_full_store_disk_fails_clearly_and_keeps_the_previous_store() {
     support::require_root("it mounts a small tmpfs as the store");
     let host = Scratch::new("fulldisk");
-    let _tmpfs = Tmpfs::mount(&host.state(), "64k");
+    let tmpfs = Tmpfs::mount(&host.state(), "64k");
     let first = host.declaration(
         "first.json",
         r#"{"schema": 1, "revision": 1, "files": {"/etc/motd": {"content": "first\n"}}}"#,
@@ -93,7 +57,7 @@ fn a_full_store_disk_fails_clearly_and_keeps_the_previous_store() {
     let root_before = snapshot(&host.root());
 
     // 1. Full before anything is written: the new declaration does not even become in force.
-    let filler = fill(&host.state());
+    let filler = tmpfs.fill();
     let second = host.declaration(
         "second.json",
         r#"{"schema": 1, "revision": 2, "files": {"/etc/motd": {"content": "second\n"}, "/etc/new.conf": {"content": "x\n"}}}"#,

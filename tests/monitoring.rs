@@ -328,22 +328,12 @@ fn the_service_writes_metrics_on_link_changes_and_reports_carry_the_failure_stre
         r#"{"schema": 1, "files": {"/etc/bad.conf": {"content": "b\n", "owner": "nosuchuser"}}}"#,
     );
     let host = Scratch::new("metrics-service");
-    pki.write(&host.dir).expect("pki");
-    std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
     let prom = host.dir.join("mesh_host.prom");
-    std::fs::write(
-        host.dir.join("config.json"),
-        format!(
-            r#"{{"control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}",
-                 "node": "n1", "secret_file": "{}"}},
-                 "interval_secs": 600, "heartbeat_secs": 1, "metrics_file": "{}"}}"#,
-            cp.addr(),
-            host.dir.join("ca.pem").display(),
-            host.dir.join("secret").display(),
-            prom.display()
-        ),
-    )
-    .expect("config");
+    host.edit_config(|config| {
+        *config =
+            serde_json::json!({"interval_secs": 600, "heartbeat_secs": 1, "metrics_file": prom});
+    });
+    support::ways::link_only(&host, &pki, &cp);
     let node = Service::start(host);
     assert!(
         wait_until(wait, || {

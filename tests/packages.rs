@@ -269,7 +269,7 @@ fn a_held_database_lock_fails_the_packages_cleanly_and_the_rest_converges() {
     // A lock fails the whole transaction: no retry of each package, each waiting again.
     let installs: Vec<String> = commands(&report)
         .into_iter()
-        .filter(|c| c.contains(" -S"))
+        .filter(|c| c.contains(" -S "))
         .collect();
     assert!(
         installs.iter().all(|c| c.ends_with("-- mesh-b mesh-e")),
@@ -616,12 +616,18 @@ fn packages_upgrade_checks_packages_new_to_the_databases_after_refreshing_them()
                 .unwrap_or(c)
         })
         .collect();
+    // The room checks (`-Sup`, `-Sp` and the `-Si` of what they would take) change nothing.
+    let commands: Vec<&String> = commands
+        .iter()
+        .filter(|c| !c.starts_with("-Sp") && !c.starts_with("-Sup"))
+        .collect();
     assert_eq!(
         commands,
         vec![
             "-Si -- mesh-new mesh-usurper-too",
             "-Syu --ignore=nox-mesh-host --needed --noconfirm",
             "-Si -- mesh-new mesh-usurper-too",
+            "-Si -- mesh-new",
             "-S --needed --noconfirm -- mesh-new",
         ]
     );
@@ -686,20 +692,7 @@ fn sigterm_between_transactions_leaves_the_rest_for_the_next_run() {
             r#"{"schema": 1, "packages": {"mesh-b": {}, "mesh-e": {"state": "absent"}}}"#,
         );
         match &ran.output {
-            None => {
-                let record = &ran.record;
-                assert_eq!(record["outcome"], "interrupted", "{record:#}");
-                let stopped: Vec<&str> = record["deferred"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|d| d["detail"] == "not applied: the host was stopping")
-                    .filter_map(|d| d["key"].as_str())
-                    .collect();
-                assert_eq!(stopped, ["mesh-e"], "{record:#}");
-                let service = driver.service().expect("the service");
-                assert_eq!(service.stop(), Some(0), "{}", service.log());
-            }
+            None => driver.assert_stopped_mid_run(&ran.record, &["mesh-e"]),
             Some(out) => {
                 assert_eq!(out.code, -1, "ended by the signal: {out:?}");
                 // The wrapper's pacman starts after the signal: its transaction, not the lock
@@ -728,4 +721,222 @@ fn sigterm_between_transactions_leaves_the_rest_for_the_next_run() {
         assert_eq!(record["outcome"], "converged", "{way:?}: {record:#}");
         assert_eq!(pacman.version("mesh-e"), None, "{way:?}");
     }
+}
+
+/// The transactions pacman logged in `pacman`'s root, in order: the packages each installed or
+/// upgraded (`[ALPM] installed NAME (...)`, `[ALPM] upgraded NAME (...)`).
+fn logged_transactions(pacman: &PacmanRoot) -> Vec<Vec<String>> {
+    let log = std::fs::read_to_string(pacman.dir.join("root/var/log/pacman.log")).expect("log");
+    let mut transactions: Vec<Vec<String>> = Vec::new();
+    for line in log.lines() {
+        if line.contains("[ALPM] transaction started") {
+            transactions.push(Vec::new());
+        }
+        for verb in ["] installed ", "] upgraded "] {
+            if let (Some((_, rest)), Some(current)) =
+                (line.split_once(verb), transactions.last_mut())
+            {
+                current.push(
+                    rest.split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                );
+                current.sort();
+            }
+        }
+    }
+    transactions
+}
+
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_full_upgrade_takes_the_keyring_first_in_its_own_transaction() {
+    let sb = sandbox();
+    let (private, repo) = private_repo(&sb, "keyring");
+    let pacman = PacmanRoot::new("keyring", &repo);
+    let host = pacman.host(&sb, "pkg-keyring", "");
+    pacman.pacman("-S --noconfirm meshtest-keyring mesh-a");
+    // A new keyring, an upgrade of mesh-a, and a package that needs the new keyring.
+    bump(
+        &private,
+        &repo,
+        &[("meshtest-keyring", "2.0"), ("mesh-a", "1.1")],
+    );
+    publish(&repo, "mesh-signed", &["depend = meshtest-keyring>=2.0"]);
+    let before = logged_transactions(&pacman).len();
+
+    let report = host.apply_json(
+        r#"{"schema": 1, "packages_upgrade": true, "packages": {"mesh-signed": {}}}"#,
+        0,
+    );
+    assert_eq!(pacman.version("meshtest-keyring").as_deref(), Some("2.0-1"));
+    assert_eq!(pacman.version("mesh-signed").as_deref(), Some("1.0-1"));
+    assert_eq!(pacman.version("mesh-a").as_deref(), Some("1.1-1"));
+    // The keyring alone first; then the upgrade, and mesh-signed, which the databases knew only
+    // after the refresh, installed after it.
+    let transactions = logged_transactions(&pacman);
+    assert_eq!(
+        transactions[before..],
+        [
+            vec!["meshtest-keyring".to_string()],
+            vec!["mesh-a".to_string()],
+            vec!["mesh-signed".to_string()]
+        ],
+        "{report:#}"
+    );
+    let commands = commands(&report);
+    assert!(
+        commands
+            .iter()
+            .any(|c| c.ends_with("-Sy --needed --noconfirm -- meshtest-keyring")),
+        "{commands:?}"
+    );
+
+    // Nothing newer: the keyring's transaction does nothing, and the run upgrades as before.
+    let report = host.apply_json(
+        r#"{"schema": 1, "packages_upgrade": true, "packages": {"mesh-signed": {}, "mesh-e": {}}}"#,
+        0,
+    );
+    assert!(pacman.version("mesh-e").is_some(), "{report:#}");
+    let transactions = logged_transactions(&pacman);
+    assert_eq!(transactions.last(), Some(&vec!["mesh-e".to_string()]));
+    drop(pacman);
+    let _ = std::fs::remove_dir_all(&private);
+}
+
+/// A small tmpfs mounted over a directory, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        sh(&format!(
+            "mount -t tmpfs -o size={size} mesh-test-tmpfs {}",
+            dir.display()
+        ));
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Adds `name` 1.0-1 to `repo` with `mib` MiB of incompressible payload.
+fn publish_large(repo: &Path, name: &str, mib: u32) {
+    let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/lib.sh");
+    let script = format!(
+        "set -e; source {lib}; d=$(mktemp -d); mkdir -p $d/usr/share/{name}; \
+         head -c {mib}M /dev/urandom > $d/usr/share/{name}/blob; sb_pkginfo $d {name} 1.0-1; \
+         sb_pack $d {repo}/{name}-1.0-1-any.pkg.tar.zst; rm -rf $d; \
+         repo-add -q {repo}/meshtest.db.tar.gz {repo}/{name}-1.0-1-any.pkg.tar.zst; \
+         touch -d '+2 seconds' {repo}/meshtest.db*",
+        lib = lib.display(),
+        repo = repo.display(),
+    );
+    let status = Command::new("bash")
+        .args(["-c", &script])
+        .status()
+        .expect("bash");
+    assert!(status.success(), "{script}");
+}
+
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_package_that_would_not_fit_in_the_cache_fails_by_name_and_changes_nothing() {
+    let sb = sandbox();
+    let (private, repo) = private_repo(&sb, "room");
+    publish_large(&repo, "mesh-big", 4);
+    let pacman = PacmanRoot::new("room", &repo);
+    let cache = pacman.dir.join("root/var/cache/pacman/pkg");
+    let mount = Tmpfs::mount(&cache, "2m");
+    let host = pacman.host(&sb, "pkg-room", r#""disk_margin_mib": 1"#);
+
+    let report = host.apply_json(
+        r#"{"schema": 1, "packages": {"mesh-big": {}, "mesh-e": {}}}"#,
+        1,
+    );
+    let detail = failure(&report, "mesh-big").detail;
+    assert!(
+        detail.contains("not enough room on disk for mesh-big (4.0 MiB to download"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains(&format!(
+            "missing on the filesystem of {}/ (pacman's cache)",
+            cache.display()
+        )),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("with the margin of 1.0 MiB (disk_margin_mib)"),
+        "{detail}"
+    );
+    assert_eq!(failures(&report).len(), 1, "{report:#}");
+    assert_eq!(pacman.version("mesh-big"), None);
+    assert!(
+        !pacman.dir.join("root/usr/share/mesh-big").exists(),
+        "nothing of it installed"
+    );
+    assert_eq!(
+        pacman.version("mesh-e").as_deref(),
+        Some("1.0-1"),
+        "the rest converges"
+    );
+    drop(mount);
+    drop(pacman);
+    let _ = std::fs::remove_dir_all(&private);
+}
+
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn cache_keep_leaves_the_newest_versions_of_each_package_in_the_cache() {
+    let sb = sandbox();
+    let (private, repo) = private_repo(&sb, "cache-keep");
+    let pacman = PacmanRoot::new("cache-keep", &repo);
+    let host = pacman.host(&sb, "pkg-cache-keep", r#""cache_keep": 2"#);
+    let cache = pacman.dir.join("root/var/cache/pacman/pkg");
+    // Three versions of mesh-a pass through the cache (1.0, 1.10, 1.9: 1.10 is the newest), and
+    // files pacman did not name stay.
+    pacman.pacman("-S --noconfirm mesh-a");
+    bump(&private, &repo, &[("mesh-a", "1.9")]);
+    pacman.pacman("-Syu --noconfirm");
+    std::fs::write(cache.join("mesh-a-1.0-1-any.pkg.tar.zst.sig"), "sig").expect("sig");
+    std::fs::write(cache.join("notes.txt"), "mine").expect("stranger");
+    bump(&private, &repo, &[("mesh-a", "1.10")]);
+    // Newer than the database the `-Syu` above synced in this same second.
+    sh(&format!(
+        "touch -d '+4 seconds' {}/meshtest.db*",
+        repo.display()
+    ));
+
+    let file = host.declaration(
+        "declaration.json",
+        r#"{"schema": 1, "packages_upgrade": true, "packages": {"mesh-e": {}}}"#,
+    );
+    let out = host.run(&["apply", file.to_str().expect("utf-8")]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(pacman.version("mesh-a").as_deref(), Some("1.10-1"));
+    let mut left: Vec<String> = std::fs::read_dir(&cache)
+        .expect("cache")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "mesh-a-1.10-1-any.pkg.tar.zst",
+            "mesh-a-1.9-1-any.pkg.tar.zst",
+            "mesh-e-1.0-1-any.pkg.tar.zst",
+            "notes.txt"
+        ]
+    );
+    out.assert_stdout("note: cache_keep 2: removed 2 older package files from");
+    out.assert_stdout(" B freed");
+    let status = host.run(&["status"]);
+    status.assert_stdout("cache_keep 2: removed 2 older package files");
+    drop(pacman);
+    let _ = std::fs::remove_dir_all(&private);
 }

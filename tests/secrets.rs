@@ -121,22 +121,12 @@ fn a_canary_in_secret_files_is_in_no_output_log_record_report_or_metric() {
     let mut cp = ControlPlane::start(&pki, CpConfig::new("n1", "s3cret"));
     cp.declare(1, &json);
     let host = Scratch::new("secrets-files");
-    pki.write(&host.dir).expect("pki");
-    std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
     let prom = host.dir.join("mesh_host.prom");
-    std::fs::write(
-        host.dir.join("config.json"),
-        format!(
-            r#"{{"control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}",
-                 "node": "n1", "secret_file": "{}"}},
-                 "interval_secs": 600, "heartbeat_secs": 1, "metrics_file": "{}"}}"#,
-            cp.addr(),
-            host.dir.join("ca.pem").display(),
-            host.dir.join("secret").display(),
-            prom.display()
-        ),
-    )
-    .expect("config");
+    host.edit_config(|config| {
+        *config =
+            serde_json::json!({"interval_secs": 600, "heartbeat_secs": 1, "metrics_file": prom});
+    });
+    support::ways::link_only(&host, &pki, &cp);
     let file = host.declaration("declaration.json", &json);
     let file = file.to_str().expect("utf-8");
     let mut outputs = Vec::new();

@@ -6,14 +6,15 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
 use support::control_plane::{ControlPlane, CpConfig};
 use support::pki::Pki;
 use support::service::Service;
-use support::{status, wait_until, Scratch};
+use support::tmpfs::Tmpfs;
+use support::{wait_until, Scratch};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -73,6 +74,42 @@ fn run_where(node: &Service, pred: impl Fn(&Value) -> bool) -> Value {
     found.unwrap_or_else(|| panic!("no such run: {:#?}\n{}", node.runs(), node.log()))
 }
 
+/// Signals a run (SIGUSR1) and checks it is recorded and reported `error`, its notes and the
+/// report's message saying what `says` looks for.
+fn signalled_run_is_an_error(node: &Service, cp: &ControlPlane, says: impl Fn(&str) -> bool) {
+    node.signal(libc::SIGUSR1);
+    let run = run_where(node, |r| triggered_by(r, "signal"));
+    assert_eq!(run["outcome"], "error", "{run:#}");
+    assert!(says(&notes(&run)), "{run:#}");
+    let report = report_where(node, cp, |r| triggered_by(r, "signal"));
+    assert_eq!(report["outcome"], "error", "{report:#}");
+    assert!(says(report["message"].as_str().unwrap_or("")), "{report:#}");
+}
+
+/// Waits until the service's watcher watches a directory (a drift from now on is seen).
+fn watching(node: &Service) {
+    assert!(
+        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
+            .as_u64()
+            .is_some_and(|n| n >= 1)),
+        "{}",
+        node.log()
+    );
+}
+
+/// A watch run that rewrote `/etc/motd`.
+fn repaired_motd(run: &Value) -> bool {
+    triggered_by(run, "watch")
+        && run["changes"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["key"] == "/etc/motd"))
+}
+
+/// The report of a watch run that found `/etc/motd` drifted.
+fn reported_motd(report: &Value) -> bool {
+    triggered_by(report, "watch") && report["drift"][0]["key"] == "/etc/motd"
+}
+
 fn notes(run: &Value) -> String {
     run["notes"].to_string()
 }
@@ -115,16 +152,10 @@ fn a_declaration_in_force_damaged_in_the_store_is_refused_recorded_and_reported(
     // Drift a run would repair, to the damaged text if it were applied.
     std::fs::write(node.host.target("/etc/motd"), "edited\n").expect("drift");
 
-    node.signal(libc::SIGUSR1);
     let says = |text: &str| {
         text.contains(&file.display().to_string()) && text.contains("does not match its digest")
     };
-    let run = run_where(&node, |r| triggered_by(r, "signal"));
-    assert_eq!(run["outcome"], "error", "{run:#}");
-    assert!(says(&notes(&run)), "{run:#}");
-    let report = report_where(&node, &cp, |r| triggered_by(r, "signal"));
-    assert_eq!(report["outcome"], "error", "{report:#}");
-    assert!(says(report["message"].as_str().unwrap_or("")), "{report:#}");
+    signalled_run_is_an_error(&node, &cp, says);
     assert_eq!(node.read("/etc/motd").as_deref(), Some("edited\n"));
 
     let status = status_text(&node);
@@ -175,25 +206,13 @@ fn an_unreadable_ledger_makes_the_run_an_error_recorded_reported_and_shown() {
     let pki = Pki::new();
     let cp = control_plane(&pki);
     let mut node = converged(host("ledger", &pki, &cp, ""), &cp);
-    assert!(
-        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
-            .as_u64()
-            .is_some_and(|n| n >= 1)),
-        "{}",
-        node.log()
-    );
+    watching(&node);
     let ledger = node.host.state().join("ledger.json");
     let text = std::fs::read(&ledger).expect("ledger");
     std::fs::write(&ledger, &text[..text.len() / 2]).expect("truncate");
     let says = |text: &str| text.contains(&ledger.display().to_string());
 
-    node.signal(libc::SIGUSR1);
-    let run = run_where(&node, |r| triggered_by(r, "signal"));
-    assert_eq!(run["outcome"], "error", "{run:#}");
-    assert!(says(&notes(&run)), "{run:#}");
-    let report = report_where(&node, &cp, |r| triggered_by(r, "signal"));
-    assert_eq!(report["outcome"], "error", "{report:#}");
-    assert!(says(report["message"].as_str().unwrap_or("")), "{report:#}");
+    signalled_run_is_an_error(&node, &cp, says);
     let status = status_text(&node);
     assert_eq!(status.code, 4, "{status:?}");
     assert!(says(&status.stdout), "{status:?}");
@@ -273,39 +292,6 @@ fn a_reload_to_a_missing_ca_keeps_retrying_and_connects_once_it_appears() {
     assert!(cp.hellos().len() > hellos);
 }
 
-/// A tmpfs mounted for the test, unmounted when dropped (also when the test fails).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(at: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(at).expect("mount point");
-        support::sh(&format!(
-            "mount -t tmpfs -o size={size},mode=0700 mesh-host-store {}",
-            at.display()
-        ));
-        Tmpfs(at.to_path_buf())
-    }
-
-    /// Fills it with zeros until the file system is full; returns the filler.
-    fn fill(&self) -> PathBuf {
-        use std::io::Write;
-        let path = self.0.join("filler");
-        let mut file = std::fs::File::create(&path).expect("filler");
-        let block = vec![0u8; 1024];
-        while file.write_all(&block).is_ok() {}
-        let _ = file.sync_all();
-        path
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        if status(&format!("umount {}", self.0.display())) != 0 {
-            let _ = status(&format!("umount -l {}", self.0.display()));
-        }
-    }
-}
-
 /// Case 7 of issue 21: with the store's disk full, a watch run that rewrote a file was in
 /// neither runs.json nor the outbox once space returned. Now the run is kept in memory and
 /// written, report and record, once the store can take them.
@@ -318,13 +304,7 @@ fn a_run_made_while_the_store_disk_is_full_is_recorded_and_reported_once_there_i
     let host = host("fullstore", &pki, &cp, "");
     let tmpfs = Tmpfs::mount(&host.state(), "512k");
     let node = converged(host, &cp);
-    assert!(
-        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
-            .as_u64()
-            .is_some_and(|n| n >= 1)),
-        "{}",
-        node.log()
-    );
+    watching(&node);
     let filler = tmpfs.fill();
     std::fs::write(node.host.target("/etc/motd"), "edited\n").expect("drift");
     assert!(
@@ -332,12 +312,6 @@ fn a_run_made_while_the_store_disk_is_full_is_recorded_and_reported_once_there_i
         "the watch run repairs the file: {}",
         node.log()
     );
-    let repaired = |r: &Value| {
-        triggered_by(r, "watch")
-            && r["changes"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["key"] == "/etc/motd"))
-    };
     // The watch run has ended (the declaration's run was the first).
     assert!(
         wait_until(WAIT, || node
@@ -348,19 +322,23 @@ fn a_run_made_while_the_store_disk_is_full_is_recorded_and_reported_once_there_i
         "{}",
         node.log()
     );
-    assert!(!node.runs().iter().any(repaired), "the store is full");
+    assert!(!node.runs().iter().any(repaired_motd), "the store is full");
 
     std::fs::remove_file(&filler).expect("room again");
-    // An error (the ledger could not take the applied digest), with the change it made.
+    // Usually an error (the ledger could not take the applied digest), with the change it made.
+    // The service frees pages of its own now and then (an acknowledged report removed), so the
+    // ledger may have found one: then the run converged, and only its record had to wait.
     let full = "No space left on device";
-    let run = run_where(&node, repaired);
-    assert_eq!(run["outcome"], "error", "{run:#}");
-    assert!(notes(&run).contains(full), "{run:#}");
-    let report = report_where(&node, &cp, |r| {
-        triggered_by(r, "watch") && r["drift"][0]["key"] == "/etc/motd"
-    });
-    assert_eq!(report["outcome"], "error", "{report:#}");
-    assert!(report["message"].to_string().contains(full), "{report:#}");
+    let run = run_where(&node, repaired_motd);
+    let report = report_where(&node, &cp, reported_motd);
+    match run["outcome"].as_str() {
+        Some("error") => {
+            assert!(notes(&run).contains(full), "{run:#}");
+            assert_eq!(report["outcome"], "error", "{report:#}");
+            assert!(report["message"].to_string().contains(full), "{report:#}");
+        }
+        _ => assert_eq!(run["outcome"], "converged", "{run:#}"),
+    }
 }
 
 /// Case 8 of issue 21: every writer of the files index prepared it under one temp name, so the
@@ -380,13 +358,7 @@ fn the_files_index_written_by_the_watchers_checks_and_plans_at_once_never_collid
     let file = host.declaration("d.json", &declaration);
     host.apply(&file, 0);
     let node = Service::start(host);
-    assert!(
-        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
-            .as_u64()
-            .is_some_and(|n| n >= 1)),
-        "{}",
-        node.log()
-    );
+    watching(&node);
     let collisions = Mutex::new(Vec::new());
     let many = node.host.target("/etc/many");
     std::thread::scope(|s| {
@@ -436,30 +408,21 @@ fn an_outbox_that_refuses_reports_holds_back_no_record_and_loses_no_report() {
     let pki = Pki::new();
     let cp = control_plane(&pki);
     let node = converged(host("outbox", &pki, &cp, ""), &cp);
-    assert!(
-        wait_until(WAIT, || node.status()["service"]["watch"]["directories"]
-            .as_u64()
-            .is_some_and(|n| n >= 1)),
-        "{}",
-        node.log()
-    );
+    watching(&node);
     let floor = node.host.state().join("last-report-id");
     // Put right below as it was: a floor removed would number reports from 1 again, and the
     // control plane drops a report whose id it has already acknowledged.
     let was = std::fs::read(&floor).expect("the floor after the first report");
     std::fs::write(&floor, "not a number").expect("damage the floor");
     std::fs::write(node.host.target("/etc/motd"), "edited\n").expect("drift");
-    let repaired = |r: &Value| {
-        triggered_by(r, "watch")
-            && r["changes"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["key"] == "/etc/motd"))
-    };
-    let run = run_where(&node, repaired);
+    let run = run_where(&node, repaired_motd);
     assert_eq!(run["outcome"], "converged", "{run:#}");
-    let reported = |r: &Value| triggered_by(r, "watch") && r["drift"][0]["key"] == "/etc/motd";
-    assert!(!cp.reports().iter().any(reported), "{:#?}", cp.reports());
+    assert!(
+        !cp.reports().iter().any(reported_motd),
+        "{:#?}",
+        cp.reports()
+    );
 
     std::fs::write(&floor, was).expect("put right");
-    report_where(&node, &cp, reported);
+    report_where(&node, &cp, reported_motd);
 }

@@ -199,16 +199,7 @@ fn scratch_root(dir: &Path) {
     file("/etc/group", "root:x:0:\nnobody:x:65534:\nutmp:x:43:\n");
     file("/etc/os-release", "ID=test\n");
     file("/etc/fstab", "# none\n");
-    for dir in [
-        "/etc/systemd/system.control",
-        "/run/systemd/system.control",
-        "/run/systemd/transient",
-        "/etc/systemd/system",
-        "/etc/systemd/system.attached",
-        "/run/systemd/system",
-        "/usr/local/lib/systemd/system",
-        "/usr/lib/systemd/system",
-    ] {
+    for dir in ROOT_UNIT_DIRS {
         file(
             &format!("{dir}/x.service"),
             "[Service]\nExecStart=/bin/true\n",
@@ -259,25 +250,26 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The unit directories the scratch root is given a unit in, and whose state is compared.
+const ROOT_UNIT_DIRS: [&str; 8] = [
+    "/etc/systemd/system.control",
+    "/run/systemd/system.control",
+    "/run/systemd/transient",
+    "/etc/systemd/system",
+    "/etc/systemd/system.attached",
+    "/run/systemd/system",
+    "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system",
+];
+
 /// What tmpfiles could change of the host's paths, everything below them and every directory
 /// above: type, mode, owner, content or link, extended attributes (ACLs among them).
 fn host_state(root: &Path) -> BTreeMap<PathBuf, String> {
     let mut out = BTreeMap::new();
-    let hosts = [
-        "/var/lib/mesh-host",
-        "/etc/mesh-host",
-        "/usr/bin/mesh-host",
-        "/etc/systemd/system.control",
-        "/run/systemd/system.control",
-        "/run/systemd/transient",
-        "/etc/systemd/system",
-        "/etc/systemd/system.attached",
-        "/run/systemd/system",
-        "/usr/local/lib/systemd/system",
-        "/usr/lib/systemd/system",
-        "/etc/tmpfiles.d",
-        "/etc/fstab",
-    ];
+    let hosts = ["/var/lib/mesh-host", "/etc/mesh-host", "/usr/bin/mesh-host"]
+        .into_iter()
+        .chain(ROOT_UNIT_DIRS)
+        .chain(["/etc/tmpfiles.d", "/etc/fstab"]);
     for host in hosts {
         let top = root.join(&host[1..]);
         let mut paths: Vec<PathBuf> = top

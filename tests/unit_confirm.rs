@@ -9,10 +9,9 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use serde_json::{json, Value};
-use support::{sandbox, Output, Sandbox, Scratch};
+use support::{sandbox, systemctl_user as systemctl, Output, Sandbox, Scratch};
 
 /// What the confirmation asks of the host's unit, less the ordering and runtime state: compared
 /// whole before and after.
@@ -21,17 +20,6 @@ const PROPERTIES: &str = "Id,Names,LoadState,FragmentPath,SourcePath,DropInPaths
     UpheldBy,ConsistsOf,Conflicts,ConflictedBy,OnSuccess,OnSuccessOf,OnFailure,OnFailureOf,\
     Triggers,TriggeredBy,PropagatesReloadTo,ReloadPropagatedFrom,PropagatesStopTo,\
     StopPropagatedFrom,JoinsNamespaceOf";
-
-/// `systemctl --user ARGS`'s trimmed stdout, whatever its exit code.
-fn systemctl(args: &[&str]) -> String {
-    let out = Command::new("systemctl")
-        .arg("--user")
-        .args(args)
-        .env("LC_ALL", "C")
-        .output()
-        .expect("run systemctl");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// The host's unit as systemd has it, each property's words sorted (their order varies).
 fn standing(unit: &str) -> Vec<String> {

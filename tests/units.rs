@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::service::Service;
 use support::ways::{Driver, Ran, Way};
-use support::{sandbox, sh, snapshot, wait_until, Sandbox, Scratch};
+use support::{sandbox, sh, snapshot, systemctl_user as systemctl, wait_until, Sandbox, Scratch};
 
 /// pacman fails on a locked database: tests of this file that install packages take turns.
 static PACMAN: Mutex<()> = Mutex::new(());
@@ -28,17 +28,6 @@ fn service(description: &str) -> String {
         "[Unit]\nDescription={description}\n\n[Service]\nExecStart=/bin/sleep infinity\n\n\
          [Install]\nWantedBy=default.target\n"
     )
-}
-
-/// `systemctl --user ARGS`'s trimmed stdout, whatever its exit code (`is-active` exits 3).
-fn systemctl(args: &[&str]) -> String {
-    let out = Command::new("systemctl")
-        .arg("--user")
-        .args(args)
-        .env("LC_ALL", "C")
-        .output()
-        .expect("run systemctl");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 fn property(unit: &str, name: &str) -> String {
@@ -647,20 +636,7 @@ fn wrap_systemctl(host: &Scratch, before: &str) -> Vec<String> {
 /// systemctl goes on: `settled` says when it is done).
 fn stopped(driver: &mut Driver, ran: &Ran, deferred: &[String], settled: impl Fn() -> bool) {
     match &ran.output {
-        None => {
-            let record = &ran.record;
-            assert_eq!(record["outcome"], "interrupted", "{record:#}");
-            let stopped: Vec<&str> = record["deferred"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|d| d["detail"] == "not applied: the host was stopping")
-                .filter_map(|d| d["key"].as_str())
-                .collect();
-            assert_eq!(stopped, deferred, "{record:#}");
-            let service = driver.service().expect("the service");
-            assert_eq!(service.stop(), Some(0), "{}", service.log());
-        }
+        None => driver.assert_stopped_mid_run(&ran.record, deferred),
         Some(out) => {
             assert_eq!(out.code, -1, "ended by the signal: {out:?}");
             assert!(

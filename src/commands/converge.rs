@@ -12,7 +12,6 @@ use crate::exec::Runner;
 use crate::kinds::Action;
 use crate::link;
 use crate::metrics;
-use crate::pacnew::Pacnew;
 use crate::reconcile::{self, Mode, Planned, Report};
 use crate::store::{
     self, Failing, InForce, LastRun, LinkStatus, LockError, Notice, ResourceResult, RunOutcome,
@@ -126,24 +125,19 @@ impl Host {
         // is observed, and the run is recorded and reported `error` as any other run.
         let refuse = |e: Fatal, revision: Option<u64>, digest: Option<String>| {
             let record = RunRecord {
-                trigger: triggers.clone(),
-                started,
-                ended: store::unix_now(),
-                outcome: RunOutcome::Error,
                 revision,
                 digest,
-                changes: Vec::new(),
-                failures: Vec::new(),
-                deferred: Vec::new(),
-                in_sync: 0,
-                commands: 0,
-                retries: 0,
                 // Why, for `status` (the report's message says it whole).
                 notes: e.message().lines().take(1).map(str::to_string).collect(),
-                omitted: 0,
+                ..RunRecord::bare(
+                    triggers.clone(),
+                    started,
+                    store::unix_now(),
+                    RunOutcome::Error,
+                )
             };
             let message = join_lines(&runs_note, e.message());
-            if let Some(why) = self.keep_run(&store, &record, &[], &[], &[], &message) {
+            if let Some(why) = self.keep_run(&store, &record, None, &[], &message) {
                 log::error!("{why}");
             }
             self.note_run(&store, &record, None);
@@ -224,8 +218,8 @@ impl Host {
                 );
                 record.notes.push(e.to_string());
                 let message = join_lines(&runs_note, &e.to_string());
-                let changes = &report.changes;
-                if let Some(why) = self.keep_run(&store, &record, changes, &[], &[], &message) {
+                // The run stopped before looking for `.pacnew` files and what the machine needs.
+                if let Some(why) = self.keep_run(&store, &record, Some(&report), &[], &message) {
                     log::error!("{why}");
                 }
                 self.note_run(&store, &record, None);
@@ -256,8 +250,7 @@ impl Host {
         // never a recorded run the control plane is not told of.
         let failing = note_failures(&store, &report, record.ended);
         let message = join_lines(&runs_note, &notes.join("; "));
-        let changes = &report.changes;
-        let unwritten = self.keep_run(&store, &record, changes, &failing, &report.pacnew, &message);
+        let unwritten = self.keep_run(&store, &record, Some(&report), &failing, &message);
         self.note_run(&store, &record, Some(&report));
         Ok(Some(RunResult {
             report,
@@ -268,22 +261,25 @@ impl Host {
     }
 
     /// Queues a run's report in the outbox (for the control plane, when there is one; it lists
-    /// every change, `changes`, where the record keeps the first few), then records the run.
+    /// every change of `run`, where the record keeps the first few, and what was found after
+    /// it), then records the run.
     /// What the store cannot take (its disk full) is kept in memory, behind any run kept
     /// before, to be written by the next run or `write_unwritten_now`; then says so.
     fn keep_run(
         &self,
         store: &Store,
         record: &RunRecord,
-        changes: &[Planned],
+        run: Option<&Report>,
         failing: &[Failing],
-        pacnew: &[Pacnew],
         message: &str,
     ) -> Option<String> {
         let report = self.config.control_plane.as_ref().map(|_| {
-            let mut report = report_of(record, changes, message);
+            let mut report = report_of(record, run.map_or(&[], |r| &r.changes), message);
             report.failing = failing.to_vec();
-            report.pacnew = pacnew.to_vec();
+            if let Some(run) = run {
+                report.pacnew = run.pacnew.clone();
+                report.needs = run.needs.clone().map(Box::new);
+            }
             report
         });
         let mut backlog = self.unwritten.borrow_mut();
@@ -306,7 +302,13 @@ impl Host {
             std::process::id(),
             store::unix_now()
         );
-        let Ok(store) = self.store() else { return };
+        let store = match self.store() {
+            Ok(store) => store,
+            Err(e) => {
+                log::debug!("runs kept in memory not written: {}", e.message());
+                return;
+            }
+        };
         if let Ok(_lock) = store.lock(false, &holder) {
             self.write_unwritten(&store);
         }
@@ -326,8 +328,9 @@ impl Host {
         let kept = backlog.len();
         match write_runs(store, &mut backlog, self.config.outbox_bounds()) {
             None => log::warn!(
-                "{kept} run{} kept in memory while the store could not be written now recorded",
-                if kept == 1 { " is" } else { "s are" }
+                "{kept} run{} kept in memory while the store could not be written {} now recorded",
+                if kept == 1 { "" } else { "s" },
+                if kept == 1 { "is" } else { "are" }
             ),
             Some(e) => log::debug!("runs kept in memory still not written: {e}"),
         }
@@ -347,6 +350,7 @@ impl Host {
                 run,
                 report.map(resource_states).unwrap_or_default(),
                 report.map(|r| r.pacnew.clone()),
+                report.and_then(|r| r.needs.clone()),
             );
             store.save_stats(&stats)
         });
@@ -441,6 +445,8 @@ fn write_runs(store: &Store, backlog: &mut Backlog, bounds: store::OutboxBounds)
     Some(kept_in_memory(backlog.len(), what, &e))
 }
 
+/// What the log says when a run's record or report waits in memory: which, why, and how many
+/// runs wait.
 fn kept_in_memory(kept: usize, what: &str, e: &StoreError) -> String {
     format!(
         "the run's {what} could not be written ({e}); {kept} run{} kept in memory until the \
@@ -608,6 +614,7 @@ pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link
         failing: Vec::new(),
         facts: None,
         pacnew: Vec::new(),
+        needs: None,
     };
     if left_out > 0 {
         report.abridge_counting(left_out);

@@ -7,7 +7,7 @@ mod converge;
 mod render;
 mod unwritten;
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::path::{Path, PathBuf};
 
 use crate::cli::Args;
@@ -87,6 +87,10 @@ pub struct Host {
     pub config: Config,
     /// Runs the store could not take yet, oldest first (`converge::keep_run`).
     unwritten: RefCell<Backlog>,
+    /// Where the reboot and restart look is made, asked of pacman once (`pacman -v -T`) by the
+    /// first run of this process and again after the config is reloaded: a timer run spawns
+    /// nothing for it.
+    upkeep: OnceCell<Option<crate::upkeep::Where>>,
 }
 
 impl Host {
@@ -97,6 +101,7 @@ impl Host {
             args,
             config,
             unwritten: RefCell::default(),
+            upkeep: OnceCell::new(),
         })
     }
 
@@ -104,6 +109,7 @@ impl Host {
     pub fn reload_config(&mut self) -> Result<(), Fatal> {
         self.config = Config::load(self.args.config.as_deref(), self.args.state_dir.as_deref())
             .map_err(Fatal::Invalid)?;
+        self.upkeep = OnceCell::new();
         Ok(())
     }
 
@@ -118,13 +124,44 @@ impl Host {
         interrupted: &'a dyn Fn() -> bool,
     ) -> Env<'a> {
         Env {
+            upkeep: self.upkeep_where(),
+            ..self.env_without_upkeep(store, runner, interrupted)
+        }
+    }
+
+    fn env_without_upkeep<'a>(
+        &'a self,
+        store: Option<&'a Store>,
+        runner: &'a Runner<'a>,
+        interrupted: &'a dyn Fn() -> bool,
+    ) -> Env<'a> {
+        Env {
             root: self.root(),
             offline: self.args.root.is_some(),
             config: &self.config,
             runner,
             store,
             interrupted,
+            upkeep: None,
         }
+    }
+
+    /// Where the reboot and restart look is made, on the running system only. pacman is asked
+    /// by a runner of its own, as the watcher's database is: a question of the process, not of
+    /// the run whose commands are counted.
+    fn upkeep_where(&self) -> Option<&crate::upkeep::Where> {
+        if self.args.root.is_some() {
+            return None;
+        }
+        self.upkeep
+            .get_or_init(|| {
+                let runner = Runner::new(false);
+                let env = self.env_without_upkeep(None, &runner, &never);
+                crate::kinds::packages::paths(&env)
+                    .map_err(|e| log::info!("no reboot and restart look: pacman's root: {e}"))
+                    .ok()
+            })
+            .as_ref()
     }
 
     pub fn validate(&self, bytes: &[u8]) -> Result<Declaration, Problems> {
@@ -211,6 +248,7 @@ impl Host {
             adopted: &report.adopted,
             in_sync: report.in_sync,
             pacnew: &report.pacnew,
+            needs: report.needs.as_ref(),
             command_count,
             commands: self.args.trace_commands.then_some(traced),
             planning,
@@ -225,10 +263,21 @@ impl Host {
             .ok_or_else(|| Fatal::Error("the store vanished".into()))
     }
 
+    /// pacman's local database directory as a run of this process already asked pacman for it,
+    /// or None: asks nothing (the hello's facts, gathered in the service loop).
+    pub fn pacman_local_db_known(&self) -> Option<PathBuf> {
+        let at = self.upkeep.get()?.as_ref()?;
+        Some(at.db.join("local"))
+    }
+
     /// pacman's local database directory (where every transaction adds or removes an entry).
     pub fn pacman_local_db(&self) -> Result<PathBuf, String> {
         let runner = Runner::new(false);
-        crate::kinds::packages::local_db_dir(&self.env(None, &runner, &never))
+        let env = self.env(None, &runner, &never);
+        match env.upkeep {
+            Some(at) => Ok(at.db.join("local")),
+            None => crate::kinds::packages::local_db_dir(&env),
+        }
     }
 
     /// Validates a declaration and, for an envelope, says who signed it; refuses (exit 2) what
@@ -410,9 +459,12 @@ impl Host {
             Some(s) => s.failures()?.failing(),
             None => Vec::new(),
         };
-        let pacnew = match &store {
-            Some(s) => s.stats()?.pacnew,
-            None => Vec::new(),
+        let (pacnew, needs) = match &store {
+            Some(s) => {
+                let stats = s.stats()?;
+                (stats.pacnew, stats.needs)
+            }
+            None => (Vec::new(), None),
         };
         // What a run would refuse to start from, found the same way: the declaration in force
         // checked against its digest, the ledger read whole.
@@ -434,6 +486,7 @@ impl Host {
             runs,
             failing,
             pacnew,
+            needs,
             problems,
         };
         render::status(self.args.json, &status, now);

@@ -12,6 +12,7 @@ use crate::store::{
     Failing, InForceHead, LinkStatus, ResourceResult, RunRecord, ServicePhase, ServiceState,
     Source, WatchMode, WatchState,
 };
+use crate::upkeep::Needs;
 use crate::words::{age, duration_words, expiry};
 
 /// Prints `output` as pretty JSON. Through `serde_json::Value`, so every object's keys come out
@@ -75,6 +76,10 @@ pub struct RunOutput<'a> {
     pub adopted: &'a [ResourceResult],
     pub in_sync: usize,
     pub pacnew: &'a [Pacnew],
+    /// What the machine needs after the run (`upkeep`); absent when not looked (planning,
+    /// `--root`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub needs: Option<&'a Needs>,
     pub command_count: usize,
     /// Every command run, with `--trace-commands` (the text output lists them on stderr).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -111,6 +116,9 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
     }
     for p in run.pacnew {
         println!("? files {}: {}", p.path, pacnew_advice(p));
+    }
+    if let Some(needs) = run.needs.filter(|n| !n.is_empty()) {
+        needs_lines(needs);
     }
     let verb = if run.planning {
         "would change"
@@ -275,6 +283,8 @@ pub struct Status<'a> {
     pub runs: Vec<RunRecord>,
     pub failing: Vec<Failing>,
     pub pacnew: Vec<Pacnew>,
+    /// What the machine needed after the last run that looked (`upkeep`): a reboot, restarts.
+    pub needs: Option<Needs>,
     /// Store files a run would refuse (the declaration in force not matching its digest, an
     /// unreadable ledger): nothing is applied until they are put right.
     pub problems: Vec<String>,
@@ -359,11 +369,34 @@ pub fn status(json: bool, status: &Status, now: u64) {
     for p in &status.pacnew {
         println!("? files {}: {}", p.path, pacnew_advice(p));
     }
+    if let Some(needs) = &status.needs {
+        needs_lines(needs);
+    }
     if status.runs.is_empty() {
         println!("no runs recorded");
     }
     for run in status.runs.iter().rev().take(10) {
         run_lines(run, now);
+    }
+}
+
+/// What the machine needs, as the last run found it: the host does none of it by itself (a
+/// declared unit's `restart_when_stale` aside).
+fn needs_lines(needs: &Needs) {
+    if needs.is_empty() {
+        println!("needs: no reboot, no restart");
+    }
+    if let Some(why) = &needs.reboot {
+        println!("needs: a reboot: {why}");
+    }
+    if !needs.restart.is_empty() {
+        println!(
+            "needs: a restart of {} (mapping files an upgrade deleted)",
+            needs.restart.join(", ")
+        );
+    }
+    if needs.reexec {
+        println!("needs: systemctl daemon-reexec (PID 1 maps files an upgrade deleted)");
     }
 }
 
@@ -525,6 +558,7 @@ mod tests {
             adopted: &adopted,
             in_sync: 4,
             pacnew: &pacnew,
+            needs: None,
             command_count: 1,
             commands: None,
             planning: true,
@@ -637,6 +671,11 @@ mod tests {
             runs: vec![run],
             failing: Vec::new(),
             pacnew: Vec::new(),
+            needs: Some(Needs {
+                reboot: None,
+                restart: vec!["nginx.service".into()],
+                reexec: true,
+            }),
             problems: vec!["store /s/ledger.json: cannot be read".into()],
         };
         assert_eq!(
@@ -645,6 +684,8 @@ mod tests {
                 r#"{"failing":[],"in_force":{"control_plane_revision":5,"digest":"ab","#,
                 r#""expired":true,"expires":3,"revision":null,"signed_by":[{"key":"ed25519:k","#,
                 r#""trusted":true}],"since":2,"source":{"kind":"local","path":"/root/d.json"}},"#,
+                r#""needs":{"reboot_required":null,"reexec_required":true,"#,
+                r#""restart_required":["nginx.service"]},"#,
                 r#""pacnew":[],"problems":["store /s/ledger.json: cannot be read"],"#,
                 r#""runs":[{"changes":[],"commands":1,"deferred":[],"digest":null,"#,
                 r#""ended":2,"failures":[{"action":"observe","detail":"d","key":"/etc/x","#,

@@ -42,6 +42,8 @@ impl Lost {
     }
 }
 
+/// The runs not yet written whole, oldest first: one per `commands::Host`, so the service keeps
+/// them from run to run.
 #[derive(Default)]
 pub struct Backlog {
     runs: VecDeque<Unwritten>,

@@ -137,6 +137,10 @@ pub struct Env<'a> {
     /// Whether the host is being stopped: checked between resources, so the one being applied
     /// finishes (a pacman transaction is never cut short) and the rest wait for the next run.
     pub interrupted: &'a dyn Fn() -> bool,
+    /// Where the reboot and restart look is made (`upkeep`): pacman's root and database on the
+    /// running system; `None` under `--root` (the running kernel and processes are not the
+    /// mounted root's) or when pacman could not say.
+    pub upkeep: Option<&'a crate::upkeep::Where>,
 }
 
 /// What earlier kinds did in this run, for later ones to act on.

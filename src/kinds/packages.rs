@@ -2,7 +2,8 @@
 //! `pacman -S --needed` (or a full `-Syu` when the declaration asks: never a partial upgrade), and
 //! removals go in one `pacman -Rs`. Only packages the host installed are removed on release.
 //! Declared packages are kept explicitly installed, so no `-Rs` (the host's or a person's) takes
-//! one away as a dependency nobody needs any more.
+//! one away as a dependency nobody needs any more. A full upgrade takes the keyrings first, alone;
+//! a transaction that would not fit on disk is not started; `cache_keep` prunes pacman's cache.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -286,8 +287,12 @@ impl Kind for Packages {
         // Checked before each transaction (never within one): once the host is stopping, the
         // packages of the transactions left wait for the next run.
         let stopped: RefCell<BTreeSet<String>> = RefCell::new(BTreeSet::new());
+        // Whether a transaction that may have added to pacman's cache ran (for `cache_keep`).
+        let transacted = std::cell::Cell::new(false);
+        // `preview`: what an install or upgrade would download, for the room check before it runs.
         let transaction = |step: &'static str,
-                           args: &dyn Fn(&Pacman) -> Vec<String>,
+                           args: &Arguments,
+                           preview: Option<&Arguments>,
                            names: &[&str]|
          -> Vec<Result<(), KindError>> {
             if !names.is_empty() && (env.interrupted)() {
@@ -299,13 +304,17 @@ impl Kind for Packages {
                     .map(|_| Err(STOPPING.to_string().into()))
                     .collect();
             }
-            let args = match target(env) {
-                Ok(pacman) => args(&pacman),
+            let (args, preview) = match target(env) {
+                Ok(pacman) => (args(&pacman), preview.map(|p| p(&pacman))),
                 Err(e) => return names.iter().map(|_| Err(e.clone().into())).collect(),
             };
             let mut results = batch_then_each(env.runner, names, |batch| {
                 if let Some(e) = pacman_failure.borrow().as_ref() {
                     return Err(e.clone());
+                }
+                if let Some(preview) = &preview {
+                    check_room(env, preview, batch)?;
+                    transacted.set(true);
                 }
                 run_waiting_for_lock(env, step, &args, batch).map_err(|e| match e {
                     TransactionError::Packages(e) => e,
@@ -326,6 +335,7 @@ impl Kind for Packages {
         let outcomes = transaction(
             "mark explicit",
             &|p| p.mark(InstallReason::Explicit),
+            None,
             &names,
         );
         results.extend(names.into_iter().zip(outcomes));
@@ -334,18 +344,40 @@ impl Kind for Packages {
         // replaces, conflicts with or provides the host's would take the host over.
         let wanted = pick(Op::Install);
         let (checked, unknown) = check_sync_packages(env, &wanted, host_packages, &mut results);
+        let install_preview = |pacman: &Pacman| pacman.install_preview();
         if upgrade && !(checked.is_empty() && unknown.is_empty()) {
+            // The keyrings first, in their own transaction: packages signed by a packager the
+            // installed keyring does not know yet would fail the whole upgrade.
+            if !(env.interrupted)() {
+                match keyrings_first(env) {
+                    Ok(()) => {}
+                    Err(TransactionError::Pacman(e)) => *pacman_failure.borrow_mut() = Some(e),
+                    Err(TransactionError::Packages(e)) => env.runner.note(format!(
+                        "the keyrings' own transaction before the full upgrade failed; the \
+                         upgrade went on without it: {e}"
+                    )),
+                }
+            }
             // The host's package is never upgraded with the rest (a static binary with no
             // dependencies, so holding it back is no partial upgrade).
             let full_upgrade = |pacman: &Pacman| pacman.upgrade(host_packages);
+            let upgrade_preview = |pacman: &Pacman| pacman.upgrade_preview(host_packages);
             let outcomes = if checked.is_empty() {
                 // Only packages the stale databases do not know: upgrade (which refreshes them)
                 // first, then check and install those below.
                 let outcome = match target(env) {
-                    Ok(pacman) => run_waiting_for_lock(env, "upgrade", &full_upgrade(&pacman), &[])
-                        .map_err(|e| match e {
-                            TransactionError::Packages(e) | TransactionError::Pacman(e) => e,
-                        }),
+                    Ok(pacman) if pacman_failure.borrow().is_none() => {
+                        check_room(env, &upgrade_preview(&pacman), &[]).and_then(|()| {
+                            transacted.set(true);
+                            run_waiting_for_lock(env, "upgrade", &full_upgrade(&pacman), &[])
+                                .map_err(|e| match e {
+                                    TransactionError::Packages(e) | TransactionError::Pacman(e) => {
+                                        e
+                                    }
+                                })
+                        })
+                    }
+                    Ok(_) => Ok(()),
                     Err(e) => Err(e.into()),
                 };
                 if let Err(e) = outcome {
@@ -353,7 +385,7 @@ impl Kind for Packages {
                 }
                 Vec::new()
             } else {
-                transaction("upgrade", &full_upgrade, &checked)
+                transaction("upgrade", &full_upgrade, Some(&upgrade_preview), &checked)
             };
             results.extend(checked.iter().copied().zip(outcomes));
             if !unknown.is_empty() {
@@ -369,7 +401,12 @@ impl Kind for Packages {
                     for name in unknown {
                         results.insert(name, Err(not_found(name).into()));
                     }
-                    let outcomes = transaction("install", &|p| p.install(), &checked);
+                    let outcomes = transaction(
+                        "install",
+                        &|p| p.install(),
+                        Some(&install_preview),
+                        &checked,
+                    );
                     results.extend(checked.into_iter().zip(outcomes));
                 }
             }
@@ -377,21 +414,41 @@ impl Kind for Packages {
             for name in unknown {
                 results.insert(name, Err(not_found(name).into()));
             }
-            let outcomes = transaction("install", &|p| p.install(), &checked);
+            let outcomes = transaction(
+                "install",
+                &|p| p.install(),
+                Some(&install_preview),
+                &checked,
+            );
             results.extend(checked.into_iter().zip(outcomes));
         }
 
         let removals = pick(Op::Remove);
         let removals = check_removals(env, &removals, host_packages, &mut results);
-        let outcomes = transaction("remove", &|p| p.remove(), &removals);
+        let outcomes = transaction("remove", &|p| p.remove(), None, &removals);
         results.extend(removals.into_iter().zip(outcomes));
         let names = pick(Op::MarkDependency);
         let outcomes = transaction(
             "mark dependency",
             &|p| p.mark(InstallReason::Dependency),
+            None,
             &names,
         );
         results.extend(names.into_iter().zip(outcomes));
+        if let (Some(keep), true) = (env.config.cache_keep, transacted.get()) {
+            match prune_cache(env, keep) {
+                Ok(Pruned { files: 0, .. }) => {}
+                Ok(pruned) => env.runner.note(format!(
+                    "cache_keep {keep}: removed {} older package files from {}, {} freed",
+                    pruned.files,
+                    pruned.dir.display(),
+                    size(pruned.bytes)
+                )),
+                Err(e) => env
+                    .runner
+                    .note(format!("cache_keep {keep}: the cache was not pruned: {e}")),
+            }
+        }
         let stopped = stopped.into_inner();
         changes
             .iter()
@@ -414,6 +471,9 @@ impl Kind for Packages {
         }
     }
 }
+
+/// pacman's arguments for one of the transactions, given the target.
+type Arguments<'a> = dyn Fn(&Pacman) -> Vec<String> + 'a;
 
 pub fn digest(spec: &Spec) -> Digest {
     Digest::of(if spec.present { b"present" } else { b"absent" })
@@ -729,21 +789,243 @@ fn locked_by(error: &CommandError) -> Option<String> {
 
 /// pacman's local database directory, `DBPath/local`, as seen from this process: a transaction
 /// adds or removes an entry in it, which the service's watcher takes as a hint to check packages.
-/// `pacman -v -T` (a dependency test of nothing) prints the paths pacman was configured with.
 pub fn local_db_dir(env: &Env) -> Result<PathBuf, String> {
+    Ok(paths(env)?.db.join("local"))
+}
+
+/// pacman's root and database (`DBPath`) as seen from this process.
+pub fn paths(env: &Env) -> Result<crate::upkeep::Where, String> {
+    let printed = pacman_paths(env)?;
+    Ok(crate::upkeep::Where {
+        root: seen(env, pacman_path(&printed, pacman::parse_root, "Root")?),
+        db: seen(
+            env,
+            pacman_path(&printed, pacman::parse_db_path, "DB Path")?,
+        ),
+    })
+}
+
+/// What `pacman -v -T` (a dependency test of nothing) prints: the paths pacman is configured with.
+fn pacman_paths(env: &Env) -> Result<String, String> {
     let args = target(env)?.paths();
     let output = env
         .runner
         .run(&env.config.pacman, &args, &[])
         .map_err(|e| e.to_string())?;
-    let db = pacman::parse_db_path(&output.stdout_text())
-        .ok_or_else(|| "`pacman -v -T` printed no `DB Path`".to_string())?;
-    // Under --sysroot pacman prints the paths inside the mounted root.
-    let db = match env.offline {
-        true => env.root.join(db.strip_prefix("/").unwrap_or(&db)),
-        false => db,
+    Ok(output.stdout_text())
+}
+
+fn pacman_path(
+    paths: &str,
+    parse: fn(&str) -> Option<PathBuf>,
+    field: &str,
+) -> Result<PathBuf, String> {
+    parse(paths).ok_or_else(|| format!("`pacman -v -T` printed no `{field}`"))
+}
+
+/// A path pacman printed, as seen from this process: under --sysroot pacman prints the paths
+/// inside the mounted root.
+fn seen(env: &Env, path: PathBuf) -> PathBuf {
+    match env.offline {
+        true => env.root.join(path.strip_prefix("/").unwrap_or(&path)),
+        false => path,
+    }
+}
+
+/// The keyrings' own transaction before a full upgrade (`-Sy --needed` of the installed
+/// `*-keyring` packages): Arch's advice for a keyring older than the packages' signatures. The
+/// full upgrade follows in the same run, so the refresh is never left without its `-u`.
+fn keyrings_first(env: &Env) -> Result<(), TransactionError> {
+    let pacman = target(env).map_err(|e| TransactionError::Pacman(e.into()))?;
+    let output = env
+        .runner
+        .query(&env.config.pacman, &pacman.installed_names(), &[])
+        .map_err(|e| TransactionError::Pacman(KindError::command("list the keyrings", e)))?;
+    // It exits 1 when nothing is installed at all.
+    if !Pacman::answered(output.code) {
+        return Err(TransactionError::Packages(KindError::from(format!(
+            "`pacman -Qq` (listing the keyrings) exited with status {:?}: {}",
+            output.code,
+            output.stderr.trim()
+        ))));
+    }
+    let stdout = output.stdout_text();
+    let keyrings = pacman::keyrings(&pacman::parse_names(&stdout));
+    if keyrings.is_empty() {
+        return Ok(());
+    }
+    run_waiting_for_lock(
+        env,
+        "upgrade the keyrings first",
+        &pacman.keyrings_first(),
+        &keyrings,
+    )
+}
+
+/// Fails `names` (all of them: the transaction is not started) when what it would download and
+/// install does not fit on the filesystems of pacman's cache and root with `disk_margin_mib` to
+/// spare. The sizes are pacman's own: `-Sp` for the downloads (0 for a file already in the
+/// cache), `-Si` and `-Qi` for the installed sizes of the new and the replaced versions. A
+/// preview pacman refuses (a name it does not know) is left to the transaction to report.
+fn check_room(env: &Env, preview: &[String], names: &[&str]) -> Result<(), KindError> {
+    let pacman = target(env)?;
+    let query = |args: &[String], names: &[&str]| {
+        env.runner
+            .query(&env.config.pacman, args, names)
+            .map_err(|e| KindError::command("check the room on disk", e))
     };
-    Ok(db.join("local"))
+    let output = query(preview, names)?;
+    if output.code != Some(0) {
+        return Ok(());
+    }
+    let stdout = output.stdout_text();
+    let taken = pacman::parse_preview(&stdout);
+    if taken.is_empty() {
+        return Ok(());
+    }
+    let taken_names: Vec<&str> = taken.iter().map(|p| p.name).collect();
+    let download: u64 = taken.iter().map(|p| p.download).sum();
+    let new = query(&pacman.sync_info(), &taken_names)?.stdout_text();
+    let old = query(&pacman.query_info(), &taken_names)?.stdout_text();
+    let (new, old) = (
+        pacman::parse_installed_sizes(&new),
+        pacman::parse_installed_sizes(&old),
+    );
+    let install = new
+        .values()
+        .sum::<u64>()
+        .saturating_sub(old.values().sum::<u64>());
+    let paths = pacman_paths(env)?;
+    let cache = seen(
+        env,
+        pacman_path(&paths, pacman::parse_cache_dir, "Cache Dirs")?,
+    );
+    let root = seen(env, pacman_path(&paths, pacman::parse_root, "Root")?);
+    let filesystem = |path: &std::path::Path| {
+        crate::fsutil::Dir::open(path)
+            .and_then(|dir| Ok((dir.device()?, dir.free_space()?)))
+            .map_err(|e| {
+                KindError::from(format!(
+                    "checking the room on disk: {}: {e}",
+                    path.display()
+                ))
+            })
+    };
+    let (cache_device, cache_free) = filesystem(&cache)?;
+    let (root_device, root_free) = filesystem(&root)?;
+    let needs = if cache_device == root_device {
+        vec![(
+            format!("{} (pacman's cache and root)", cache.display()),
+            download + install,
+            cache_free,
+        )]
+    } else {
+        vec![
+            (
+                format!("{} (pacman's cache)", cache.display()),
+                download,
+                cache_free,
+            ),
+            (
+                format!("{} (pacman's root)", root.display()),
+                install,
+                root_free,
+            ),
+        ]
+    };
+    let margin = env.config.disk_margin_bytes;
+    let short: Vec<String> = needs
+        .into_iter()
+        .filter(|(_, need, free)| need.saturating_add(margin) > *free)
+        .map(|(place, need, free)| {
+            format!(
+                "{} missing on the filesystem of {place}: {} needed with the margin of {} \
+                 (disk_margin_mib), {} free",
+                size(need.saturating_add(margin) - free),
+                size(need.saturating_add(margin)),
+                size(margin),
+                size(free)
+            )
+        })
+        .collect();
+    if short.is_empty() {
+        return Ok(());
+    }
+    Err(KindError::from(format!(
+        "not enough room on disk for {} ({} to download, {} more installed; pacman -Sp, -Si): \
+         {}; nothing was changed",
+        taken_names.join(" "),
+        size(download),
+        size(install),
+        short.join("; ")
+    )))
+}
+
+/// A size for people, in pacman's binary units.
+fn size(bytes: u64) -> String {
+    match bytes {
+        b if b < 1 << 10 => format!("{b} B"),
+        b if b < 1 << 20 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b if b < 1 << 30 => format!("{:.1} MiB", b as f64 / (1 << 20) as f64),
+        b => format!("{:.2} GiB", b as f64 / (1 << 30) as f64),
+    }
+}
+
+/// What `prune_cache` removed.
+struct Pruned {
+    dir: PathBuf,
+    files: usize,
+    bytes: u64,
+}
+
+/// `cache_keep`: the newest `keep` versions of each package stay in pacman's cache, older ones
+/// go with their signatures (what `paccache -rk N` does). Files not named as pacman names them
+/// are left alone.
+fn prune_cache(env: &Env, keep: usize) -> Result<Pruned, String> {
+    let paths = pacman_paths(env)?;
+    let path = seen(
+        env,
+        pacman_path(&paths, pacman::parse_cache_dir, "Cache Dirs")?,
+    );
+    let at = |e: std::io::Error| format!("{}: {e}", path.display());
+    let dir = crate::fsutil::Dir::open(&path).map_err(at)?;
+    let names = dir
+        .names_where(|name| name.to_str().and_then(pacman::parse_cache_file).is_some())
+        .map_err(at)?;
+    let files: Vec<(&str, pacman::CacheFile)> = names
+        .iter()
+        .filter_map(|n| n.to_str())
+        .filter_map(|n| Some((n, pacman::parse_cache_file(n)?)))
+        .collect();
+    let mut by_package: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (_, file) in &files {
+        let versions = by_package.entry(file.name).or_default();
+        if !versions.contains(&file.version) {
+            versions.push(file.version);
+        }
+    }
+    let mut pruned = Pruned {
+        dir: path.clone(),
+        files: 0,
+        bytes: 0,
+    };
+    for (package, mut versions) in by_package {
+        versions.sort_by(|a, b| pacman::vercmp(b, a));
+        for old in versions.iter().skip(keep) {
+            for (name, _) in files
+                .iter()
+                .filter(|(_, f)| f.name == package && f.version == *old)
+            {
+                let name = std::ffi::OsStr::new(name);
+                let bytes = dir.stat(name).map_err(at)?.map_or(0, |s| s.size);
+                if dir.remove(name).map_err(at)? {
+                    pruned.files += 1;
+                    pruned.bytes += bytes;
+                }
+            }
+        }
+    }
+    Ok(pruned)
 }
 
 #[cfg(test)]

@@ -45,6 +45,9 @@ pub struct Spec {
     pub package: Option<String>,
     /// `"secret": true`: its content is never shown (see `is_secret`), and its file is 0600.
     pub secret: bool,
+    /// `"restart_when_stale": true`: restarted, when running, while its processes map files an
+    /// upgrade deleted under /usr (`upkeep`): after the run's own transaction, or anyone's.
+    pub restart_when_stale: bool,
 }
 
 /// Whether a unit's content is secret: only when declared so (a unit file is the manager's to
@@ -75,6 +78,9 @@ pub struct Observed {
     /// An instance whose template the declaration ships with other content than its file holds
     /// now: the template is written in this run, and a running instance restarted for it.
     pub template_differs: bool,
+    /// Its processes map files an upgrade deleted under /usr; looked for only for units declared
+    /// `restart_when_stale`, on the running system.
+    pub stale: bool,
 }
 
 impl Observed {
@@ -215,12 +221,14 @@ impl Kind for Units {
         let reload_on = paths("reload_on");
         let package = fields.str("package").map(str::to_string);
         let secret = fields.bool("secret").unwrap_or(false);
+        let restart_when_stale = fields.bool("restart_when_stale").unwrap_or(false);
         if !present {
             for (name, given) in [
                 ("enabled", enabled.is_some()),
                 ("active", active.is_some()),
                 ("content", content.is_some()),
                 ("secret", secret),
+                ("restart_when_stale", restart_when_stale),
             ] {
                 if given {
                     fields.problem(name, "makes no sense for a unit declared absent (it is stopped, disabled and its file removed)");
@@ -236,6 +244,7 @@ impl Kind for Units {
             reload_on,
             package,
             secret,
+            restart_when_stale,
         })
     }
 
@@ -337,6 +346,16 @@ impl Kind for Units {
             (Some(store), false) => store.owed().map_err(|e| e.to_string())?,
             _ => Owed::default(),
         };
+        // One look through /proc for every unit that asked, none when none did.
+        let asked = |name: &&str| {
+            (cx.declaration.units.get(*name)).is_some_and(|s| s.present && s.restart_when_stale)
+        };
+        let stale: BTreeSet<String> = match (env.offline, env.upkeep) {
+            (false, Some(at)) if keys.iter().any(asked) => {
+                crate::upkeep::stale_units(at).into_iter().collect()
+            }
+            _ => BTreeSet::new(),
+        };
         // Each declared template's file read once, however many instances it has.
         let mut templates: BTreeMap<String, bool> = BTreeMap::new();
         let mut template_differs = |name: &str| -> Result<bool, String> {
@@ -375,6 +394,7 @@ impl Kind for Units {
                         Found::Link(target) => obs.link = Some(target.display().to_string()),
                     }
                     obs.template_differs = template_differs(name)?;
+                    obs.stale = stale.contains(*name);
                     Ok(obs)
                 });
                 (name.to_string(), observed)
@@ -951,7 +971,11 @@ fn plan_present(
             op.activation = Activation::Stop;
             details.push("stop".into());
         } else if running
-            && (file_changed || obs.template_differs || config_changed || !touched.is_empty())
+            && (file_changed
+                || obs.template_differs
+                || config_changed
+                || !touched.is_empty()
+                || (spec.restart_when_stale && obs.stale))
         {
             op.activation = Activation::Restart;
             let why = if file_changed {
@@ -960,6 +984,8 @@ fn plan_present(
                 "its template changed".to_string()
             } else if config_changed {
                 "a unit file or drop-in of it changed".to_string()
+            } else if touched.is_empty() {
+                "it maps files an upgrade deleted".to_string()
             } else {
                 let list: Vec<&str> = touched.iter().map(|s| s.as_str()).collect();
                 format!("{} changed", list.join(", "))
@@ -1457,6 +1483,46 @@ mod tests {
         }
         assert!(plan(r#"{"active": true}"#, missing, None, &[])
             .starts_with("fail: unit a.service is not loaded"));
+    }
+
+    #[test]
+    fn a_unit_restarts_when_stale_only_if_it_asked_and_runs() {
+        let stale = |active: &str| Observed {
+            stale: true,
+            ..loaded(active, "enabled")
+        };
+        let owned = Entry::created();
+        for (spec, obs, want) in [
+            (
+                r#"{"restart_when_stale": true}"#,
+                stale("active"),
+                "~ restart (it maps files an upgrade deleted)",
+            ),
+            (r#"{}"#, stale("active"), "in sync"),
+            (
+                r#"{"restart_when_stale": true}"#,
+                stale("inactive"),
+                "in sync",
+            ),
+            (
+                r#"{"restart_when_stale": true}"#,
+                loaded("active", "enabled"),
+                "in sync",
+            ),
+        ] {
+            assert_eq!(plan(spec, obs, Some(&owned), &[]), want, "{spec}");
+        }
+        check_refused_units(
+            r#"{"state": "absent", "restart_when_stale": true}"#,
+            "restart_when_stale: makes no sense for a unit declared absent",
+        );
+    }
+
+    fn check_refused_units(spec_json: &str, want: &str) {
+        let problems = crate::declaration::tests::problems(&format!(
+            r#"{{"schema": 1, "units": {{"a.service": {spec_json}}}}}"#
+        ));
+        assert!(problems.iter().any(|p| p.contains(want)), "{problems:?}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::json_in_place::{member, string_is, unescape_in_place};
 use crate::pacnew::Pacnew;
 use crate::store::{Failing, ResourceResult, RunOutcome, Triggers};
+use crate::upkeep::Needs;
 
 /// Protocol version spoken by this host.
 pub const PROTOCOL: u32 = 1;
@@ -95,6 +96,10 @@ pub struct Report {
     /// Owned files with a `.pacnew` or `.pacsave` beside them after the run, with the diff size.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pacnew: Vec<Pacnew>,
+    /// What the machine needs after the run (`reboot_required`, `restart_required`,
+    /// `reexec_required`), in every run's report made on the running system.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needs: Option<Box<Needs>>,
     /// The node's facts, when they changed since the hello or the last report that carried them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facts: Option<Facts>,
@@ -455,6 +460,11 @@ mod tests {
 
                 secret: false,
             }],
+            needs: Some(Box::new(Needs {
+                reboot: Some("the running kernel 6.1-1's modules are gone".into()),
+                restart: vec!["nginx.service".into()],
+                reexec: false,
+            })),
         };
         let r = r#"{"kind":"files","key":"/etc/x","action":"ACTION","detail":"content"}"#;
         let expected = [
@@ -466,7 +476,9 @@ mod tests {
             &format!(r#""drift":[{}],"#, r.replace("ACTION", "update")),
             r#""message":"expired","failing":[{"kind":"files","key":"/etc/x","first_seen":1,"#,
             r#""last_seen":6,"runs":2,"last_error":"observe failed: no"}],"#,
-            r#""pacnew":[{"path":"/etc/x","suffix":"pacnew","added":1,"removed":2}]}"#,
+            r#""pacnew":[{"path":"/etc/x","suffix":"pacnew","added":1,"removed":2}],"#,
+            r#""needs":{"reboot_required":"the running kernel 6.1-1's modules are gone","#,
+            r#""restart_required":["nginx.service"],"reexec_required":false}}"#,
         ]
         .concat();
         assert_eq!(serde_json::to_string(&report).unwrap(), expected);

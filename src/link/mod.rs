@@ -433,6 +433,7 @@ mod tests {
             failing: Vec::new(),
             facts: None,
             pacnew: Vec::new(),
+            needs: None,
         };
         link.send_report(100, &report);
         assert_eq!(peer.receive(&mut link), vec![Message::Report(report)]);

@@ -100,6 +100,8 @@ impl HostPaths {
     }
 }
 
+/// The host's paths for `identity`: the config's spelled on each call, the binary's and systemd's
+/// once per process.
 pub fn host_paths(identity: &Identity) -> HostPaths {
     static SYSTEM: OnceLock<Vec<HostPath>> = OnceLock::new();
     let system = SYSTEM.get_or_init(|| {
@@ -190,6 +192,7 @@ pub enum Seg {
     Open(String),
 }
 
+/// What one character of a path component may be.
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
     Char(char),
@@ -222,6 +225,8 @@ impl Pattern {
         Pattern::from_segs(&[Seg::Lit(path.to_string())])
     }
 
+    /// A path made of literal text, globs and unknowns, split into components to be matched
+    /// one at a time.
     pub fn from_segs(segs: &[Seg]) -> Pattern {
         let length: usize = segs
             .iter()

@@ -51,18 +51,21 @@ pub enum Manager {
 
 /// Why `/etc/fstab` with `text` has systemd mount over, or expose, one of `hosts`, if it does.
 pub fn refuse_fstab(text: &str, hosts: &HostPaths) -> Option<String> {
-    for (index, line) in text.lines().enumerate() {
+    first_refused_line(text, |line| {
+        refuse_fstab_line(line, false, hosts).or_else(|| refuse_fstab_line(line, true, hosts))
+    })
+}
+
+/// The first line of a table (fstab, crypttab; blank lines and `#` comments skipped) that `why`
+/// refuses, with its number.
+fn first_refused_line(text: &str, why: impl Fn(&str) -> Option<String>) -> Option<String> {
+    text.lines().enumerate().find_map(|(index, line)| {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
-            continue;
+            return None;
         }
-        let why =
-            refuse_fstab_line(line, false, hosts).or_else(|| refuse_fstab_line(line, true, hosts));
-        if let Some(why) = why {
-            return Some(format!("line {} {line:?}: {why}", index + 1));
-        }
-    }
-    None
+        why(line).map(|why| format!("line {} {line:?}: {why}", index + 1))
+    })
 }
 
 /// One fstab line, its escapes read as libmount 2.38 does (only `\011`, `\012`, `\040` and
@@ -95,23 +98,13 @@ fn refuse_fstab_line(line: &str, all_octal: bool, hosts: &HostPaths) -> Option<S
 /// Why `/etc/crypttab` with `text` has systemd-cryptsetup open a host path as an encrypted
 /// device, if it does: with `swap` or `tmp` it formats the mapping, overwriting the source.
 pub fn refuse_crypttab(text: &str, hosts: &HostPaths) -> Option<String> {
-    for (index, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some(device) = line.split_whitespace().nth(1).map(|d| unmangle(d, true)) else {
-            continue;
-        };
-        if let Some(hit) = Pattern::literal(&device).touches(hosts, &AT_OR_INSIDE) {
-            return Some(format!(
-                "line {} {line:?}: it opens {device} as an encrypted device (formatted with \
-                 swap or tmp), {hit}",
-                index + 1
-            ));
-        }
-    }
-    None
+    first_refused_line(text, |line| {
+        let device = unmangle(line.split_whitespace().nth(1)?, true);
+        let hit = Pattern::literal(&device).touches(hosts, &AT_OR_INSIDE)?;
+        Some(format!(
+            "it opens {device} as an encrypted device (formatted with swap or tmp), {hit}"
+        ))
+    })
 }
 
 /// libmount's unmangling of an fstab field: `\NNN` octal escapes (`\040` is a space); without
@@ -204,7 +197,8 @@ pub fn refuse_unit(
     }
     let directives = unitfile::parse(text);
     let make_directory = directives.iter().any(|d| {
-        is(d, &["Path"], "MakeDirectory") && matches!(d.value.as_str(), "1" | "yes" | "true" | "on")
+        is_key(d, &["Path"], "MakeDirectory")
+            && matches!(d.value.as_str(), "1" | "yes" | "true" | "on")
     });
     for d in &directives {
         if let Some(why) = refuse_directive(d, owner, manager, hosts, make_directory) {
@@ -216,8 +210,9 @@ pub fn refuse_unit(
     }
     None
 }
-
-fn is(d: &unitfile::Directive, sections: &[&str], key: &str) -> bool {
+/// Whether `d` is `key` in one of `sections`, in any letter case.
+/// Whether `d` is `key` in one of `sections`, in any letter case, as the model reads every directive.
+fn is_key(d: &unitfile::Directive, sections: &[&str], key: &str) -> bool {
     sections.iter().any(|s| d.section.eq_ignore_ascii_case(s)) && d.key.eq_ignore_ascii_case(key)
 }
 
@@ -229,25 +224,25 @@ fn refuse_directive(
     make_directory: bool,
 ) -> Option<String> {
     let touches = |value: &str, relations| value_pattern(value, owner).touches(hosts, relations);
-    if is(d, &["Mount", "Automount"], "Where") {
+    if is_key(d, &["Mount", "Automount"], "Where") {
         let hit = touches(&d.value, &ANY)?;
         return Some(format!("it mounts over {}, {hit}", d.value));
     }
-    if is(d, &["Mount"], "What") && d.value.starts_with(['/', '%']) {
+    if is_key(d, &["Mount"], "What") && d.value.starts_with(['/', '%']) {
         let hit = touches(&d.value, &ANY)?;
         return Some(format!(
             "it mounts {} elsewhere (a bind or loop mount exposes it writable), {hit}",
             d.value
         ));
     }
-    if is(d, &["Mount"], "Options") {
+    if is_key(d, &["Mount"], "Options") {
         return mount_paths(None, None, &d.value, hosts);
     }
-    if is(d, &["Swap"], "What") {
+    if is_key(d, &["Swap"], "What") {
         let hit = touches(&d.value, &AT_OR_INSIDE)?;
         return Some(format!("it activates {} as swap, {hit}", d.value));
     }
-    if is(d, &["Service"], "PIDFile") {
+    if is_key(d, &["Service"], "PIDFile") {
         // A relative PID file is under /run; PID 1 removes it when the service has stopped.
         let value = if d.value.starts_with('/') || d.value.starts_with('%') {
             d.value.clone()
@@ -260,7 +255,7 @@ fn refuse_directive(
         ));
     }
     for key in ["StandardOutput", "StandardError"] {
-        if is(d, &EXEC_SECTIONS, key) {
+        if is_key(d, &EXEC_SECTIONS, key) {
             let path = ["file:", "append:", "truncate:"]
                 .iter()
                 .find_map(|p| d.value.strip_prefix(p))?;
@@ -268,14 +263,14 @@ fn refuse_directive(
             return Some(format!("PID 1 opens {path} for writing, {hit}"));
         }
     }
-    if is(d, &EXEC_SECTIONS, "TTYPath") {
+    if is_key(d, &EXEC_SECTIONS, "TTYPath") {
         let hit = touches(&d.value, &AT_OR_INSIDE)?;
         return Some(format!(
             "PID 1 opens it read-write and resets it as a terminal, {hit}"
         ));
     }
     for (key, base, private) in DIRECTORIES {
-        if manager == Manager::User || !is(d, &EXEC_SECTIONS, key) {
+        if manager == Manager::User || !is_key(d, &EXEC_SECTIONS, key) {
             continue;
         }
         for word in unquoted_words(&d.value) {
@@ -299,7 +294,7 @@ fn refuse_directive(
         }
     }
     for key in SOCKET_PATHS {
-        if !is(d, &["Socket"], key) {
+        if !is_key(d, &["Socket"], key) {
             continue;
         }
         for word in unquoted_words(&d.value) {
@@ -313,7 +308,7 @@ fn refuse_directive(
             }
         }
     }
-    if make_directory && WATCHED_PATHS.iter().any(|k| is(d, &["Path"], k)) {
+    if make_directory && WATCHED_PATHS.iter().any(|k| is_key(d, &["Path"], k)) {
         let hit = touches(&d.value, &AT_OR_INSIDE)?;
         return Some(format!("PID 1 creates it (MakeDirectory=yes), {hit}"));
     }

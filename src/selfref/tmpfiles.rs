@@ -40,6 +40,8 @@ pub fn refuse(text: &str, hosts: &HostPaths) -> Option<String> {
     None
 }
 
+/// Why a tmpfiles.d line acts on a host path, read both ways systemd versions read escapes; a
+/// line neither reading parses is refused when its path is near the host's paths.
 fn refuse_line(line: &str, hosts: &HostPaths) -> Option<String> {
     // systemd 252 keeps the character after a `\` (`\x2d` is `x2d`); later versions decode C
     // escapes (`\x2d` is `-`). Both readings are checked.

@@ -478,11 +478,16 @@ impl Service<'_> {
     }
 
     /// The node's facts now, read from files with nothing spawned: pacman's local database is
-    /// where the watcher's `pacman -v -T` said, else where the pacman.conf its command reads says.
+    /// where `pacman -v -T` said when a run or the watcher asked, else where the pacman.conf its
+    /// command reads says.
     fn facts(&self) -> Facts {
         let root = self.host.args.root.as_deref();
-        let db = match self.pacman_db.as_ref().and_then(|d| d.as_deref().ok()) {
-            Some(db) => db.to_path_buf(),
+        let asked = self
+            .pacman_db
+            .as_ref()
+            .and_then(|d| d.as_ref().ok().cloned());
+        let db = match asked.or_else(|| self.host.pacman_local_db_known()) {
+            Some(db) => db,
             None => {
                 let conf = pacman::conf_file(&self.host.config.pacman.command);
                 // Under --root pacman runs with --sysroot: its paths are inside the root.
@@ -776,6 +781,7 @@ impl Service<'_> {
             failing: Vec::new(),
             facts: None,
             pacnew: Vec::new(),
+            needs: None,
         };
         if let Ok(store) = self.host.store() {
             if let Err(e) = store.outbox_push(&mut report, self.host.config.outbox_bounds()) {

@@ -142,6 +142,7 @@ impl Service<'_> {
                 failing: Vec::new(),
                 facts: None,
                 pacnew: Vec::new(),
+                needs: None,
             };
             store.outbox_push(&mut report, self.host.config.outbox_bounds())?;
             Ok(())

@@ -275,6 +275,7 @@ mod tests {
             failing: vec![],
             facts: None,
             pacnew: vec![],
+            needs: None,
         }
     }
 

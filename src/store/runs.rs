@@ -201,15 +201,15 @@ pub struct RunRecord {
     pub omitted: usize,
 }
 
-#[cfg(test)]
 impl RunRecord {
-    /// A converged run that did nothing, for a test to fill in what it needs.
-    pub fn empty(trigger: Trigger) -> RunRecord {
+    /// A run that listed nothing and spawned nothing, for the caller to fill in the rest (a run
+    /// refused before it observed anything).
+    pub fn bare(trigger: Triggers, started: u64, ended: u64, outcome: RunOutcome) -> RunRecord {
         RunRecord {
-            trigger: Triggers::one(trigger),
-            started: 1,
-            ended: 2,
-            outcome: RunOutcome::Converged,
+            trigger,
+            started,
+            ended,
+            outcome,
             revision: None,
             digest: None,
             changes: Vec::new(),
@@ -221,6 +221,12 @@ impl RunRecord {
             notes: Vec::new(),
             omitted: 0,
         }
+    }
+
+    /// A converged run that did nothing, for a test to fill in what it needs.
+    #[cfg(test)]
+    pub fn empty(trigger: Trigger) -> RunRecord {
+        RunRecord::bare(Triggers::one(trigger), 1, 2, RunOutcome::Converged)
     }
 }
 

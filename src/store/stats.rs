@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{RunOutcome, Store, StoreError, Trigger};
 use crate::pacnew::Pacnew;
+use crate::upkeep::Needs;
 
 const FILE: &str = "stats.json";
 
@@ -39,6 +40,9 @@ pub struct RunStats {
     /// `.pacnew`/`.pacsave` files beside owned files, as the last run (that got that far) found.
     #[serde(default)]
     pub pacnew: Vec<Pacnew>,
+    /// What the machine needed after the last run that looked (`upkeep`); `None` until one did.
+    #[serde(default)]
+    pub needs: Option<Needs>,
 }
 
 impl RunStats {
@@ -50,9 +54,13 @@ impl RunStats {
         run: LastRun,
         resources: BTreeMap<String, BTreeMap<String, u64>>,
         pacnew: Option<Vec<Pacnew>>,
+        needs: Option<Needs>,
     ) {
         if let Some(pacnew) = pacnew {
             self.pacnew = pacnew;
+        }
+        if needs.is_some() {
+            self.needs = needs;
         }
         *self
             .runs_total
@@ -105,9 +113,21 @@ mod tests {
             run(10, RunOutcome::Converged),
             files(3),
             Some(Vec::new()),
+            Some(Needs::default()),
         );
-        stats.record(timer, run(20, RunOutcome::Failed), BTreeMap::new(), None);
-        stats.record(apply, run(30, RunOutcome::Failed), files(2), None);
+        stats.record(
+            timer,
+            run(20, RunOutcome::Failed),
+            BTreeMap::new(),
+            None,
+            None,
+        );
+        stats.record(apply, run(30, RunOutcome::Failed), files(2), None, None);
+        assert_eq!(
+            stats.needs,
+            Some(Needs::default()),
+            "kept from the run that looked"
+        );
         assert_eq!(stats.runs_total["timer"]["converged"], 1);
         assert_eq!(stats.runs_total["timer"]["failed"], 1);
         assert_eq!(stats.runs_total["apply"]["failed"], 1);

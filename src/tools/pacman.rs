@@ -1,6 +1,7 @@
 //! pacman: the arguments the packages kind runs it with, and pure parsers of what it prints
-//! (`-Qi`, `-Si`, `-Rsp`, `-v`, and its stderr's lock and not-found errors). pacman runs with
-//! `LC_ALL=C` (`exec`), so these read its untranslated messages.
+//! (`-Qi`, `-Si`, `-Sp`, `-Rsp`, `-Qq`, `-v`, and its stderr's lock and not-found errors), with
+//! pacman's version order (`vercmp`) and its cache file names. pacman runs with `LC_ALL=C`
+//! (`exec`), so these read its untranslated messages.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -78,6 +79,34 @@ impl<'a> Pacman<'a> {
         self.args(&["-Syu", &ignore, "--needed", "--noconfirm"])
     }
 
+    /// The keyrings' own transaction before a full upgrade: refreshes the databases and upgrades
+    /// the keyrings named (those already current are skipped). The `-u` follows in the same run.
+    pub fn keyrings_first(&self) -> Vec<String> {
+        self.args(&["-Sy", "--needed", "--noconfirm"])
+    }
+
+    /// The installed packages' names, one a line (`parse_names`).
+    pub fn installed_names(&self) -> Vec<String> {
+        self.args(&["-Qq"])
+    }
+
+    /// What `install` would download, changing nothing: `parse_preview`.
+    pub fn install_preview(&self) -> Vec<String> {
+        self.args(&["-Sp", "--needed", "--print-format", PREVIEW_FORMAT])
+    }
+
+    /// What `upgrade` would download from the databases as they are (no refresh): `parse_preview`.
+    pub fn upgrade_preview(&self, held: &[String]) -> Vec<String> {
+        let ignore = format!("--ignore={}", held.join(","));
+        self.args(&[
+            "-Sup",
+            &ignore,
+            "--needed",
+            "--print-format",
+            PREVIEW_FORMAT,
+        ])
+    }
+
     /// Removes packages with the dependencies nothing else needs.
     pub fn remove(&self) -> Vec<String> {
         self.args(&["-Rs", "--noconfirm"])
@@ -133,6 +162,205 @@ pub fn conf_local_db(conf: &str) -> PathBuf {
         }
     }
     Path::new(db.unwrap_or("/var/lib/pacman/")).join("local")
+}
+
+/// Name and download size in bytes of each package a transaction would take (0 for a file
+/// already in the cache).
+const PREVIEW_FORMAT: &str = "%n %s";
+
+/// One package a transaction would install (`-Sp --print-format '%n %s %l'`).
+#[derive(Debug, PartialEq)]
+pub struct Preview<'a> {
+    pub name: &'a str,
+    /// Its download size, in bytes.
+    pub download: u64,
+}
+
+/// `-Sp` output in `PREVIEW_FORMAT`, one package a line; lines not of that form (pacman prints
+/// none, but a wrapper might) are skipped.
+pub fn parse_preview(stdout: &str) -> Vec<Preview<'_>> {
+    stdout
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let (name, size) = (words.next()?, words.next()?);
+            Some(Preview {
+                name,
+                download: size.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// `Installed Size` of each package in `-Si` or `-Qi` output, in bytes (pacman prints it
+/// rounded to two decimals of its unit: the figure is within 0.5% of the real one).
+pub fn parse_installed_sizes(stdout: &str) -> BTreeMap<&str, u64> {
+    let mut sizes = BTreeMap::new();
+    for block in stdout.split("\n\n") {
+        let field = |name: &str| {
+            block.lines().find_map(|line| {
+                let (key, value) = line.split_once(" : ")?;
+                (key.trim_end() == name).then(|| value.trim())
+            })
+        };
+        if let (Some(name), Some(size)) =
+            (field("Name"), field("Installed Size").and_then(parse_size))
+        {
+            sizes.insert(name, size);
+        }
+    }
+    sizes
+}
+
+/// A size as pacman prints it: `331.00 B`, `1.50 MiB` (binary units).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let (number, unit) = text.split_once(' ')?;
+    let number: f64 = number.parse().ok()?;
+    let scale = match unit {
+        "B" => 1u64,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        _ => return None,
+    };
+    (number >= 0.0).then(|| (number * scale as f64).round() as u64)
+}
+
+/// `-Qq` output: one name a line.
+pub fn parse_names(stdout: &str) -> Vec<&str> {
+    parse_removal(stdout)
+}
+
+/// The installed keyrings among `names`: Arch's convention names them `*-keyring`
+/// (`archlinux-keyring`, `archlinuxarm-keyring`, a third-party repo's own).
+pub fn keyrings<'a>(names: &[&'a str]) -> Vec<&'a str> {
+    names
+        .iter()
+        .copied()
+        .filter(|n| n.len() > "-keyring".len() && n.ends_with("-keyring"))
+        .collect()
+}
+
+/// A package file in pacman's cache: `NAME-PKGVER-PKGREL-ARCH.pkg.tar[.EXT][.sig]`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CacheFile<'a> {
+    pub name: &'a str,
+    /// `[EPOCH:]PKGVER-PKGREL`, as `vercmp` orders them.
+    pub version: &'a str,
+    /// The detached signature beside a package file.
+    pub signature: bool,
+}
+
+/// A cache file's name read as pacman writes them; anything else (a partial download, a
+/// stranger's file) is `None` and left alone.
+pub fn parse_cache_file(file: &str) -> Option<CacheFile<'_>> {
+    let (package, signature) = match file.strip_suffix(".sig") {
+        Some(package) => (package, true),
+        None => (file, false),
+    };
+    let (base, ext) = package.split_once(".pkg.tar")?;
+    if ext.contains(".part") || ext.contains('/') {
+        return None;
+    }
+    let mut parts = base.rsplitn(4, '-');
+    let (_arch, rel, ver, name) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if name.is_empty() || ver.is_empty() || rel.is_empty() {
+        return None;
+    }
+    let version = &base[name.len() + 1..base.len() - _arch.len() - 1];
+    Some(CacheFile {
+        name,
+        version,
+        signature,
+    })
+}
+
+/// pacman's version order (libalpm's `alpm_pkg_vercmp`, what `vercmp` prints): epoch first, then
+/// the version, then the release when both have one.
+pub fn vercmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering::Equal;
+    if a == b {
+        return Equal;
+    }
+    let (epoch_a, version_a, release_a) = split_evr(a);
+    let (epoch_b, version_b, release_b) = split_evr(b);
+    let order = rpmvercmp(epoch_a, epoch_b).then_with(|| rpmvercmp(version_a, version_b));
+    match (order, release_a, release_b) {
+        (Equal, Some(ra), Some(rb)) => rpmvercmp(ra, rb),
+        (order, _, _) => order,
+    }
+}
+
+/// `[EPOCH:]VERSION[-RELEASE]`; the epoch is `0` when absent.
+fn split_evr(evr: &str) -> (&str, &str, Option<&str>) {
+    let digits = evr.len() - evr.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let (epoch, rest) = match evr[digits..].strip_prefix(':') {
+        Some(rest) if digits > 0 => (&evr[..digits], rest),
+        Some(rest) => ("0", rest),
+        None => ("0", evr),
+    };
+    match rest.rsplit_once('-') {
+        Some((version, release)) => (epoch, version, Some(release)),
+        None => (epoch, rest, None),
+    }
+}
+
+/// rpm's segment comparison, as libalpm has it: alternating runs of digits and letters compared
+/// numerically or by bytes, separators compared by their length, a digit run newer than a
+/// letter run, and a trailing letter run older than nothing (`1.0rc1 < 1.0`).
+fn rpmvercmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    if a == b {
+        return Equal;
+    }
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let (mut one, mut two) = (0, 0);
+    let run = |s: &[u8], from: usize, f: fn(&u8) -> bool| {
+        from + s[from..].iter().take_while(|c| f(c)).count()
+    };
+    while one < a.len() && two < b.len() {
+        let (start1, start2) = (one, two);
+        one = run(a, one, |c| !c.is_ascii_alphanumeric());
+        two = run(b, two, |c| !c.is_ascii_alphanumeric());
+        if one >= a.len() || two >= b.len() {
+            break;
+        }
+        if one - start1 != two - start2 {
+            return (one - start1).cmp(&(two - start2));
+        }
+        let numeric = a[one].is_ascii_digit();
+        let class: fn(&u8) -> bool = if numeric {
+            u8::is_ascii_digit
+        } else {
+            u8::is_ascii_alphabetic
+        };
+        let (end1, end2) = (run(a, one, class), run(b, two, class));
+        if end2 == two {
+            return if numeric { Greater } else { Less };
+        }
+        let (mut seg1, mut seg2) = (&a[one..end1], &b[two..end2]);
+        if numeric {
+            let zeros = |s: &[u8]| s.iter().take_while(|c| **c == b'0').count();
+            seg1 = &seg1[zeros(seg1)..];
+            seg2 = &seg2[zeros(seg2)..];
+            if seg1.len() != seg2.len() {
+                return seg1.len().cmp(&seg2.len());
+            }
+        }
+        match seg1.cmp(seg2) {
+            Equal => {}
+            order => return order,
+        }
+        (one, two) = (end1, end2);
+    }
+    let (rest1, rest2) = (a.get(one), b.get(two));
+    match (rest1, rest2) {
+        (None, None) => Equal,
+        (None, Some(c)) if !c.is_ascii_alphabetic() => Less,
+        (Some(c), _) if c.is_ascii_alphabetic() => Less,
+        _ => Greater,
+    }
 }
 
 /// What `-Qi` says of one installed package.
@@ -239,9 +467,26 @@ pub fn parse_removal(stdout: &str) -> Vec<&str> {
 
 /// The `DB Path   : DIR/` line of `pacman -v` output.
 pub fn parse_db_path(stdout: &str) -> Option<PathBuf> {
+    verbose_path(stdout, "DB Path")
+}
+
+/// The `Root      : DIR/` line of `pacman -v` output.
+pub fn parse_root(stdout: &str) -> Option<PathBuf> {
+    verbose_path(stdout, "Root")
+}
+
+/// The first of the `Cache Dirs: DIR/  DIR2/` of `pacman -v` output: where pacman downloads.
+pub fn parse_cache_dir(stdout: &str) -> Option<PathBuf> {
+    verbose_path(stdout, "Cache Dirs")
+}
+
+/// The first path of a `Field : PATH  PATH2` line of `pacman -v` (the colon may follow the field
+/// without a space: `Cache Dirs:`; pacman separates several paths by two spaces).
+fn verbose_path(stdout: &str, name: &str) -> Option<PathBuf> {
     stdout.lines().find_map(|line| {
-        let (field, value) = line.split_once(" : ")?;
-        (field.trim() == "DB Path" && !value.trim().is_empty()).then(|| PathBuf::from(value.trim()))
+        let (field, value) = line.split_once(':')?;
+        let value = value.trim().split("  ").next().unwrap_or_default().trim();
+        (field.trim() == name && !value.is_empty()).then(|| PathBuf::from(value))
     })
 }
 
@@ -536,5 +781,176 @@ mod tests {
             ))
         );
         assert_eq!(parse_db_path("Root      : /\n"), None);
+        assert_eq!(
+            parse_root(include_str!("../../tests/fixtures/pacman-v-T.txt")),
+            Some(PathBuf::from("/tmp/mesh-sandbox/pacman/root/"))
+        );
+    }
+
+    #[test]
+    fn parses_what_an_install_would_download() {
+        assert_recorded(
+            include_str!("../../tests/fixtures/pacman-Sp.cmd"),
+            PACMAN,
+            &Pacman::running().install_preview(),
+            &["mesh-b", "mesh-e"],
+        );
+        let preview = parse_preview(include_str!("../../tests/fixtures/pacman-Sp.txt"));
+        let pairs: Vec<(&str, u64)> = preview.iter().map(|p| (p.name, p.download)).collect();
+        // mesh-e's file is in the cache already: nothing to download.
+        assert_eq!(pairs, [("mesh-a", 324), ("mesh-b", 331), ("mesh-e", 0)]);
+        assert_eq!(
+            Pacman::running().upgrade_preview(&["nox-mesh-host".into()]),
+            [
+                "-Sup",
+                "--ignore=nox-mesh-host",
+                "--needed",
+                "--print-format",
+                "%n %s"
+            ]
+        );
+        let sizes = parse_installed_sizes(include_str!("../../tests/fixtures/pacman-Si.txt"));
+        assert_eq!(
+            sizes.into_iter().collect::<Vec<_>>(),
+            [("mesh-a", 13), ("mesh-usurper", 19)]
+        );
+        let installed = parse_installed_sizes(include_str!("../../tests/fixtures/pacman-Qi.txt"));
+        assert_eq!(installed.get("mesh-b"), Some(&13));
+        for (text, bytes) in [
+            ("331.00 B", Some(331)),
+            ("1.50 KiB", Some(1536)),
+            ("2.00 MiB", Some(2 << 20)),
+            ("1.25 GiB", Some(5 << 28)),
+            ("12 parsecs", None),
+            ("-1.00 B", None),
+        ] {
+            assert_eq!(parse_size(text), bytes, "{text}");
+        }
+    }
+
+    #[test]
+    fn paths_from_verbose_output() {
+        let out = include_str!("../../tests/fixtures/pacman-v-T.txt");
+        assert_eq!(
+            parse_root(out),
+            Some(PathBuf::from("/tmp/mesh-sandbox/pacman/root/"))
+        );
+        assert_eq!(
+            parse_cache_dir(out),
+            Some(PathBuf::from(
+                "/tmp/mesh-sandbox/pacman/root/var/cache/pacman/pkg/"
+            ))
+        );
+        assert_eq!(
+            parse_cache_dir("Cache Dirs: /a/  /b/  \n"),
+            Some(PathBuf::from("/a/"))
+        );
+    }
+
+    #[test]
+    fn keyrings_are_told_by_their_name() {
+        let names = parse_names(
+            "archlinux-keyring\nglibc\nkeyring\n-keyring\nchaotic-keyring\ngnome-keyring-tools\n",
+        );
+        assert_eq!(keyrings(&names), ["archlinux-keyring", "chaotic-keyring"]);
+        assert_eq!(
+            Pacman::running().keyrings_first(),
+            ["-Sy", "--needed", "--noconfirm"]
+        );
+    }
+
+    #[test]
+    fn cache_file_names() {
+        assert_eq!(
+            parse_cache_file("linux-firmware-20240115.9b6d0b08-2-any.pkg.tar.zst"),
+            Some(CacheFile {
+                name: "linux-firmware",
+                version: "20240115.9b6d0b08-2",
+                signature: false
+            })
+        );
+        assert_eq!(
+            parse_cache_file("python-3:1.0-1-x86_64.pkg.tar.xz.sig"),
+            Some(CacheFile {
+                name: "python",
+                version: "3:1.0-1",
+                signature: true
+            })
+        );
+        for odd in [
+            "mesh-a-1.0-1-any.pkg.tar.zst.part",
+            "download-abc123",
+            "1.0-1-any.pkg.tar.zst",
+            "x.pkg.tar.zst",
+        ] {
+            assert_eq!(parse_cache_file(odd), None, "{odd}");
+        }
+    }
+
+    /// Each pair as the real `vercmp` (pacman 6.0.2) orders it (-1, 0, 1).
+    const VERCMP: &[(&str, &str, i32)] = &[
+        ("1.0-1", "1.0-2", -1),
+        ("1:1.0", "2.0", 1),
+        ("1.0a", "1.0", -1),
+        ("1.0.1", "1.0", 1),
+        ("1.0", "1.0.0", -1),
+        ("1.0rc1", "1.0", -1),
+        ("1.0.a", "1.0.1", -1),
+        ("1_0", "1.0", 0),
+        ("2.0-1", "2.0-1.1", -1),
+        ("1.0", "1.0-1", 0),
+        ("1.0..1", "1.0.1", 1),
+        ("010", "10", 0),
+        ("1.2.3", "1.2.3", 0),
+        ("a", "b", -1),
+        ("1.0alpha", "1.0beta", -1),
+        ("1.0", "1.0a1", 1),
+        ("2:1.0-1", "1:9.9-9", 1),
+        ("1.0-10", "1.0-9", 1),
+        ("20230101", "2.0", 1),
+        ("1.0+git1", "1.0", 1),
+        ("1.0~rc1", "1.0", 1),
+        ("1.a", "1.1", -1),
+        ("0:1.0", "1.0", 0),
+        ("1.0-1", "1.0-1.0", -1),
+        ("r123.abc", "r99.def", 1),
+        // Arch kernels' package versions, as the reboot check compares them.
+        ("6.12.1.arch1-1", "6.12.10.arch1-1", -1),
+        ("6.12.2.arch1-1", "6.12.1.arch1-1", 1),
+        ("6.12.1.arch2-1", "6.12.1.arch1-1", 1),
+        ("6.12.1.arch1-2", "6.12.1.arch1-1", 1),
+    ];
+
+    #[test]
+    fn vercmp_orders_as_pacman_does() {
+        for &(a, b, expected) in VERCMP {
+            assert_eq!(vercmp(a, b) as i32, expected, "vercmp {a} {b}");
+            assert_eq!(vercmp(b, a) as i32, -expected, "vercmp {b} {a}");
+        }
+    }
+
+    /// The table again, and more pairs, against the real binary where pacman is installed (the
+    /// sandbox's machines); skipped elsewhere.
+    #[test]
+    fn vercmp_agrees_with_the_real_binary() {
+        let Ok(real) = std::fs::metadata("/usr/bin/vercmp") else {
+            return;
+        };
+        assert!(real.is_file());
+        let versions = [
+            "1", "1.0", "1.0.0", "1.0a", "1.0rc1", "1.0-1", "1.0-2", "1:0.1", "2:1", "1.0+1",
+            "1..0", "1.00", "0.9.9", "a", "1a", "1.b", "1_1", "r10", "r9.g1", "1.0-1.1",
+        ];
+        for a in versions {
+            for b in versions {
+                let out = std::process::Command::new("/usr/bin/vercmp")
+                    .args([a, b])
+                    .output()
+                    .expect("vercmp");
+                let text = String::from_utf8_lossy(&out.stdout);
+                let real: i32 = text.trim().parse().expect("vercmp prints a number");
+                assert_eq!(vercmp(a, b) as i32, real.signum(), "vercmp {a} {b}");
+            }
+        }
     }
 }

@@ -87,6 +87,7 @@ mkpkg mesh-web 1.0-1
 mkpkg mesh-conf 1.0-1
 mkpkg nox-mesh-host 0.0.1-1 # the host's own name, older than any real release (a marker only)
 mkpkg mesh-usurper 1.0-1
+mkpkg meshtest-keyring 1.0-1 # a `*-keyring`: a full upgrade takes a newer one first, alone
 repo-add -q "$REPO/$MESH_REPO_NAME.db.tar.gz" "$REPO"/*.pkg.tar.zst
 cat > "$P/pacman.conf" <<CONF
 [options]

@@ -358,6 +358,17 @@ impl Sandbox {
     }
 }
 
+/// `systemctl --user ARGS`'s trimmed stdout, whatever its exit code (`is-active` exits 3).
+pub fn systemctl_user(args: &[&str]) -> String {
+    let out = Command::new("systemctl")
+        .arg("--user")
+        .args(args)
+        .env("LC_ALL", "C")
+        .output()
+        .expect("run systemctl");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// Runs a command and returns stdout, panicking with its stderr on failure.
 pub fn sh(script: &str) -> String {
     let out = Command::new("sh")
@@ -387,6 +398,7 @@ pub fn status(script: &str) -> i32 {
 pub mod control_plane;
 pub mod pki;
 pub mod service;
+pub mod tmpfs;
 pub mod ways;
 
 /// A small seeded PRNG (xorshift64*) for the fault tests: the same seed, the same choices.

@@ -54,6 +54,14 @@ pub struct Launch {
     pub umask: Option<u32>,
 }
 
+impl Launch {
+    /// The environment as `Service` takes it.
+    fn env(&self) -> Vec<(&str, &std::path::Path)> {
+        let env = self.env.iter();
+        env.map(|(k, v)| (k.as_str(), v.as_path())).collect()
+    }
+}
+
 /// A scratch host driven one way. For the service: its config gains a link to a new reference
 /// control plane (and, unless it sets them, a drift timer of 600 s and no watcher, so the only
 /// runs are the ones the test causes), and the service runs until the driver is dropped.
@@ -90,12 +98,7 @@ impl Driver {
                 let pki = Pki::new();
                 let cp = ControlPlane::start(&pki, CpConfig::new("n1", "s3cret"));
                 link(&host, &pki, &cp);
-                let env: Vec<(&str, &std::path::Path)> = driver
-                    .launch
-                    .env
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_path()))
-                    .collect();
+                let env = driver.launch.env();
                 let service = Service::start_with_umask(host, &env, driver.launch.umask);
                 assert!(
                     cp.wait_for_connections(1, RUN_WAIT),
@@ -215,6 +218,13 @@ impl Driver {
         });
         let log = self.service.as_ref().map(Service::log).unwrap_or_default();
         assert!(seen, "no run of revision {revision} recorded\n{log}");
+        // The run records itself, then counts itself in the statistics, still under the
+        // store's lock: the run is over once the lock is free.
+        let free = wait_until(wait, || store_lock_free(&self.host().state()));
+        assert!(
+            free,
+            "the run of revision {revision} never let go of the store's lock\n{log}"
+        );
         found.unwrap_or_default()
     }
 
@@ -230,12 +240,7 @@ impl Driver {
         }
         let before = self.last_run();
         let revision = self.revision;
-        let env: Vec<(&str, &std::path::Path)> = self
-            .launch
-            .env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_path()))
-            .collect();
+        let env = self.launch.env();
         if let Some(service) = self.service.as_mut() {
             service.restart(&env);
         }
@@ -259,7 +264,30 @@ impl Driver {
             let log = self.service.as_ref().map(Service::log).unwrap_or_default();
             eprintln!("revision {revision} never converged again: {last:#}\n{log}");
         }
+        // Recorded, then counted in the statistics under the same lock: over once it is free.
+        wait_until(RUN_WAIT, || store_lock_free(&self.host().state()));
         last
+    }
+
+    /// Under the service, a run the host's SIGTERM stopped: recorded `interrupted`, deferring
+    /// exactly `keys` (in order) as not applied because the host was stopping; the service then
+    /// exits 0.
+    pub fn assert_stopped_mid_run<K>(&mut self, record: &Value, keys: &[K])
+    where
+        K: std::fmt::Debug,
+        for<'a> &'a str: PartialEq<K>,
+    {
+        assert_eq!(record["outcome"], "interrupted", "{record:#}");
+        let stopped: Vec<&str> = record["deferred"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["detail"] == "not applied: the host was stopping")
+            .filter_map(|d| d["key"].as_str())
+            .collect();
+        assert_eq!(stopped, keys, "{record:#}");
+        let service = self.service().expect("the service");
+        assert_eq!(service.stop(), Some(0), "{}", service.log());
     }
 
     /// Every run record `status --json` lists, oldest first (none while `status` fails: the
@@ -279,21 +307,28 @@ impl Driver {
     }
 }
 
-/// Gives `host`'s config a link to `cp` (its CA and secret written beside it), a drift timer of
-/// 600 s and no watcher unless it sets them, keeping the rest.
-fn link(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
+/// Gives `host`'s config a link to `cp` as node `n1` (its CA and secret written beside it),
+/// keeping the rest.
+pub fn link_only(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
     pki.write(&host.dir).expect("pki");
     std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+    host.edit_config(|config| {
+        config["control_plane"] = serde_json::json!({
+            "address": cp.addr().to_string(),
+            "server_name": "localhost",
+            "ca_file": host.dir.join("ca.pem"),
+            "node": "n1",
+            "secret_file": host.dir.join("secret"),
+        });
+    });
+}
+
+/// `link_only`, and a drift timer of 600 s and no watcher unless the config sets them.
+fn link(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
+    link_only(host, pki, cp);
     let path = host.dir.join("config.json");
     let text = std::fs::read_to_string(&path).expect("config");
     let mut config: Value = serde_json::from_str(&text).expect("config JSON");
-    config["control_plane"] = serde_json::json!({
-        "address": cp.addr().to_string(),
-        "server_name": "localhost",
-        "ca_file": host.dir.join("ca.pem"),
-        "node": "n1",
-        "secret_file": host.dir.join("secret"),
-    });
     for (key, value) in [
         ("interval_secs", Value::from(600)),
         ("heartbeat_secs", Value::from(1)),
@@ -304,4 +339,14 @@ fn link(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
         }
     }
     std::fs::write(&path, config.to_string()).expect("config");
+}
+
+/// Whether nobody holds the store's lock (`flock`, as the host takes it): taken and let go.
+fn store_lock_free(state: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(state.join("lock")) else {
+        return true;
+    };
+    // SAFETY: flock on a descriptor this function owns; closing the file lets go of it.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }

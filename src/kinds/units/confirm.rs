@@ -86,9 +86,10 @@ fn look(env: &Env, names: &[&str]) -> Result<Vec<Standing>, KindError> {
     let standing = systemctl::parse_standing(&output.stdout_text());
     if standing.len() != names.len() {
         return Err(format!(
-            "`systemctl show` described {} units, asked about {}",
+            "`systemctl show` described {} units, asked about {} ({})",
             standing.len(),
-            names.len()
+            names.len(),
+            names.join(" ")
         )
         .into());
     }

@@ -1,0 +1,175 @@
+//! The look itself: the running release from /proc, the root's module directories and pacman's
+//! local database, then every process's maps and cgroup. Reads only (no process is spawned):
+//! a process that ends meanwhile, or a file that cannot be read, is simply not counted.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::Path;
+
+use super::{
+    deleted_under, installed_version, placement, reboot_reason, Kernels, Needs, Placement, Where,
+};
+
+/// What the machine needs, pacman's root and database `at` (the files an upgrade replaced are
+/// under `ROOT/usr`).
+pub fn look(at: &Where) -> Needs {
+    let (root, db) = (at.root.as_path(), at.db.as_path());
+    let running = read("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let running = running.trim();
+    let modules = root.join("usr/lib/modules");
+    let mut releases: Vec<String> = std::fs::read_dir(&modules)
+        .map(|dir| {
+            dir.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    releases.sort();
+    let pkgbase = read(modules.join(running).join("pkgbase"))
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty());
+    let installed = pkgbase.as_deref().and_then(|name| {
+        std::fs::read_dir(db.join("local"))
+            .ok()?
+            .flatten()
+            .find_map(|e| {
+                let entry = e.file_name().into_string().ok()?;
+                installed_version(&entry, name).map(str::to_string)
+            })
+    });
+    let reboot = reboot_reason(&Kernels {
+        running,
+        releases,
+        pkgbase,
+        installed,
+    });
+    let (restart, reexec) = stale(root);
+    Needs {
+        reboot,
+        restart,
+        reexec,
+    }
+}
+
+/// The units whose processes map a deleted file under pacman's root's usr/: what a declared
+/// unit's `restart_when_stale` restarts.
+pub fn stale_units(at: &Where) -> Vec<String> {
+    stale(&at.root).0
+}
+
+/// The units whose processes map a deleted file under `ROOT/usr`, and whether PID 1 is systemd
+/// and does.
+fn stale(root: &Path) -> (Vec<String>, bool) {
+    let mut units = BTreeSet::new();
+    let mut reexec = false;
+    for (pid, placed) in stale_processes(root) {
+        match placed {
+            _ if pid == 1 => reexec |= read_to("/proc/1/comm").trim() == "systemd",
+            Placement::Unit(unit) => {
+                units.insert(unit);
+            }
+            Placement::Manager | Placement::None => {}
+        }
+    }
+    (units.into_iter().collect(), reexec)
+}
+
+/// Every process mapping a deleted file under `ROOT/usr`, with where its cgroup places it.
+fn stale_processes(root: &Path) -> Vec<(u32, Placement)> {
+    let usr = format!("{}/", root.join("usr").display());
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let mut maps = String::new();
+    for process in processes.flatten() {
+        let Some(pid) = process.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        maps.clear();
+        let read = std::fs::File::open(process.path().join("maps"))
+            .and_then(|mut f| f.read_to_string(&mut maps));
+        if read.is_err() || !maps.lines().any(|line| deleted_under(line, &usr).is_some()) {
+            continue;
+        }
+        found.push((pid, placement(&read_to(process.path().join("cgroup")))));
+    }
+    found
+}
+
+fn read(path: impl AsRef<Path>) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+fn read_to(path: impl AsRef<Path>) -> String {
+    read(path).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    /// This test's process maps a file under a scratch root's usr/, which is then deleted: the
+    /// process is found, and its unit named (if the cgroup it runs in is one), no other.
+    #[test]
+    fn a_process_mapping_a_deleted_file_is_seen() {
+        let tmp = TempDir::new("upkeep-look");
+        let root = tmp.path();
+        std::fs::create_dir_all(root.join("usr/lib")).unwrap();
+        std::fs::create_dir_all(root.join("var/lib/pacman/local")).unwrap();
+        let lib = root.join("usr/lib/libmesh.so");
+        std::fs::write(&lib, vec![7u8; 4096]).unwrap();
+        let file = std::fs::File::open(&lib).unwrap();
+        use std::os::fd::AsRawFd;
+        let mapped_at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(mapped_at, libc::MAP_FAILED);
+        let at = Where {
+            root: root.to_path_buf(),
+            db: root.join("var/lib/pacman"),
+        };
+        let before = look(&at);
+        let mapped_before = stale_processes(root);
+        std::fs::remove_file(&lib).unwrap();
+        let after = look(&at);
+        let mapped = stale_processes(root);
+        let ours = placement(&read_to("/proc/self/cgroup"));
+        unsafe { libc::munmap(mapped_at, 4096) };
+        assert_eq!(before.restart, Vec::<String>::new());
+        assert_eq!(
+            before.reboot, None,
+            "no module directory: no kernel of its own"
+        );
+        assert!(mapped_before.is_empty(), "{mapped_before:?}");
+        let me = std::process::id();
+        assert_eq!(mapped, vec![(me, ours.clone())]);
+        match ours {
+            Placement::Unit(unit) => assert_eq!(after.restart, vec![unit]),
+            Placement::Manager | Placement::None => assert!(after.restart.is_empty()),
+        }
+        assert!(!after.reexec);
+    }
+
+    #[test]
+    fn a_root_whose_modules_lack_the_running_release_needs_a_reboot() {
+        let tmp = TempDir::new("upkeep-modules");
+        let root = tmp.path();
+        std::fs::create_dir_all(root.join("usr/lib/modules/0.0.1-mesh")).unwrap();
+        let needs = look(&Where {
+            root: root.to_path_buf(),
+            db: root.join("var/lib/pacman"),
+        });
+        let reason = needs.reboot.expect("reboot");
+        assert!(reason.contains("(installed: 0.0.1-mesh)"), "{reason}");
+    }
+}
