@@ -468,7 +468,12 @@ impl Conn {
         if self.shared.config.verbose {
             eprintln!("hello: {hello}");
         }
-        self.shared.update(|s| s.hellos.push(hello.clone()));
+        self.shared.update(|s| {
+            s.hellos.push(hello.clone());
+            if let (Some(node), Some(facts)) = (hello["node"].as_str(), hello.get("facts")) {
+                s.facts.insert(node.to_string(), facts.clone());
+            }
+        });
         Ok(hello)
     }
 
@@ -483,13 +488,8 @@ impl Conn {
         if !known_node {
             return self.refuse("bad credentials");
         }
-        let node = hello["node"].as_str().unwrap_or_default().to_string();
-        if let Some(facts) = hello.get("facts") {
-            shared.update(|s| {
-                s.facts.insert(node.clone(), facts.clone());
-            });
-        }
         self.send(&json!({"type": "welcome", "reconnect": self.reconnect_policy()}))?;
+        let node = hello["node"].as_str().unwrap_or_default().to_string();
         let mut known = hello["revision"].as_u64();
         let mut forced_sent = 0;
         loop {
