@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # build.sh - build the static release binary (x86_64 musl) and pack it for installation:
 #   dist/mesh-host-VERSION-x86_64.tar.gz  (dir mesh-host-VERSION-x86_64/: mesh-host, README.md,
-#   and mesh-host.service, INSTALL, LICENSE when present)  +  .sha256 beside it.
-# The PKGBUILD packages that tarball, so its pkgver must be Cargo.toml's version (checked here).
+#   and mesh-host.service, INSTALL, LICENSE when present)  +  .sha256 beside it;
+# and the source release the PKGBUILD builds from (`./build.sh dist-source` makes only that):
+#   dist/mesh-host-VERSION.tar.gz (`git archive` of the tree, uncommitted changes to tracked files
+#   included), dist/PKGBUILD with its sha256 filled in, and dist/nox-mesh-host.install.
+# The PKGBUILD's pkgver must be Cargo.toml's version (checked here).
 # Installs musl-tools (apt-get) and the rustup target when missing, and says so.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
+mode=${1:-all}
+case $mode in all|dist-source) ;; *) echo "usage: build.sh [dist-source]" >&2; exit 2 ;; esac
 target=x86_64-unknown-linux-musl
 version=$(awk '/^\[/ {pkg = ($0 == "[package]")} pkg && /^version *=/ {gsub(/.*= *"|".*/, ""); print; exit}' Cargo.toml)
 [ -n "$version" ] || { echo "build.sh: no version in [package] of Cargo.toml" >&2; exit 1; }
@@ -14,6 +19,28 @@ if [ -f PKGBUILD ]; then
   pkgver=$(sed -n 's/^pkgver=//p' PKGBUILD)
   [ "$pkgver" = "$version" ] || { echo "build.sh: PKGBUILD pkgver=$pkgver but Cargo.toml says $version" >&2; exit 1; }
 fi
+
+# The source tarball and the PKGBUILD for it, with its checksum (what `updpkgsums` does).
+dist_source() {
+  local src=mesh-host-$version tree sum
+  git rev-parse --is-inside-work-tree >/dev/null 2>&1 \
+    || { echo "build.sh: dist-source needs the git tree (git archive)" >&2; exit 1; }
+  # A commit of the work tree's tracked files as they are (none when clean: HEAD), dated as HEAD
+  # so the same tree always makes the same bytes (git archive dates the files by the commit).
+  tree=$(export GIT_AUTHOR_DATE GIT_COMMITTER_DATE; GIT_AUTHOR_DATE=$(git log -1 --format=%cI)
+         GIT_COMMITTER_DATE=$GIT_AUTHOR_DATE; git stash create)
+  mkdir -p dist
+  git archive --format=tar --prefix="$src/" "${tree:-HEAD}" | gzip -9n > "dist/$src.tar.gz.part"
+  mv "dist/$src.tar.gz.part" "dist/$src.tar.gz"
+  sum=$(sha256sum "dist/$src.tar.gz" | cut -d' ' -f1)
+  grep -q '^sha256sums=' PKGBUILD || { echo "build.sh: PKGBUILD has no sha256sums line" >&2; exit 1; }
+  sed "s/^sha256sums=.*/sha256sums=('$sum')/" PKGBUILD > dist/PKGBUILD.part
+  mv dist/PKGBUILD.part dist/PKGBUILD
+  cp nox-mesh-host.install dist/nox-mesh-host.install.part
+  mv dist/nox-mesh-host.install.part dist/nox-mesh-host.install
+  echo "dist/$src.tar.gz: sha256 $sum (in dist/PKGBUILD)"
+}
+if [ "$mode" = dist-source ]; then dist_source; exit 0; fi
 
 if ! command -v x86_64-linux-musl-gcc >/dev/null || ! command -v file >/dev/null; then
   echo "build.sh: installing musl-tools and file (apt-get)"
@@ -46,3 +73,4 @@ tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner \
 (cd dist && sha256sum "$name.tar.gz" > "$name.tar.gz.sha256")
 echo "dist/$name.tar.gz: $(tar -tzf "dist/$name.tar.gz" | tr '\n' ' ')"
 cat "dist/$name.tar.gz.sha256"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then dist_source; fi

@@ -711,7 +711,8 @@ mod tests {
         // No names still runs the command once; a name too long for any run has its own.
         assert_eq!(chunks(10, &[], 0).len(), 1);
         assert_eq!(chunks(10, &names[..2], 1).len(), 2);
-        assert!(argv_budget() >= 32 * 1024);
+        // musl's ARG_MAX may be its 128 KiB floor (what a static build's check() sees).
+        assert!(argv_budget() >= 16 * 1024);
     }
 
     #[test]

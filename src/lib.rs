@@ -14,6 +14,7 @@ mod declaration;
 mod diff;
 mod envelope;
 mod exec;
+mod facts;
 mod fsutil;
 mod join;
 mod json_in_place;

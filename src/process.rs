@@ -3,7 +3,10 @@
 
 /// Whether a process `pid` exists (signal 0 delivers nothing; it only checks).
 pub fn alive(pid: u32) -> bool {
-    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+    // EPERM: it exists but belongs to another user (a caller that is not root, as in a
+    // package's check()).
+    let sent = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    sent == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Whether process `pid` runs a program of the same name as this one (after an upgrade its

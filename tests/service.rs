@@ -546,3 +546,93 @@ fn systemd_is_told_ready_after_the_start_run_and_stopping_at_the_end() {
         "the last run's outcome in STATUS=: {seen:?}"
     );
 }
+
+/// `pacman -R` of a package a test installed, even when the test fails first.
+struct Installed<'a>(&'a support::Sandbox, &'a str);
+
+impl Drop for Installed<'_> {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("pacman")
+            .args(["--config", &self.0.pacman_conf, "-R", "--noconfirm", self.1])
+            .output();
+    }
+}
+
+fn sh_out(script: &str) -> String {
+    let out = std::process::Command::new("sh")
+        .args(["-c", script])
+        .output()
+        .expect("sh");
+    assert!(out.status.success(), "{script}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+#[ignore = "needs the sandbox: the facts count the sandbox's real pacman database"]
+fn the_hello_carries_the_facts_and_a_report_repeats_them_only_when_changed() {
+    let sb = support::sandbox();
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    // Nothing to hold (this host is live, not in a scratch root); its runs are still reported.
+    cp.declare(1, r#"{"schema": 1}"#);
+    let mut host = Scratch::with_config("facts", "{}");
+    host.offline_root = false;
+    pki.write(&host.dir).expect("pki");
+    std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
+    let link = format!(
+        r#""control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}}, "interval_secs": 1, "heartbeat_secs": 1"#,
+        cp.addr(),
+        host.dir.join("ca.pem").display(),
+        host.dir.join("secret").display()
+    );
+    std::fs::write(host.dir.join("config.json"), sb.config(&link)).expect("config");
+    let node = Service::start(host);
+    assert!(cp.wait_for_hello("n1", WAIT), "{}", node.log());
+    let facts = cp.facts("n1");
+    assert_eq!(facts, cp.hellos()[0]["facts"]);
+    let pacman = format!("pacman --config {}", sb.pacman_conf);
+    let count =
+        |args: &str| -> u64 { sh_out(&format!("{pacman} {args} | wc -l")).parse().unwrap() };
+    assert_eq!(facts["kernel_running"], sh_out("uname -r"), "{facts:#}");
+    assert_eq!(facts["arch"], sh_out("uname -m"));
+    assert_eq!(
+        facts["cpus"],
+        sh_out("getconf _NPROCESSORS_ONLN").parse::<u64>().unwrap()
+    );
+    assert_eq!(
+        facts["boot_id"],
+        sh_out("cat /proc/sys/kernel/random/boot_id")
+    );
+    let mem_kib: u64 = sh_out("awk '/^MemTotal:/ {print $2}' /proc/meminfo")
+        .parse()
+        .unwrap();
+    assert_eq!(facts["memory_bytes"], mem_kib * 1024);
+    assert_eq!(facts["os_id"], sh_out(". /etc/os-release; echo $ID"));
+    assert!(facts["uptime_secs"].as_u64().unwrap() > 0);
+    assert_eq!(facts["packages"], count("-Q"));
+    assert!(facts["kernels_installed"].is_array());
+
+    // Timer runs report every second; with nothing changed none carries the facts again.
+    assert!(cp.wait_for(|r| r.len() >= 3, WAIT), "{}", node.log());
+    let reports = cp.reports();
+    assert!(
+        reports.iter().all(|r| r.get("facts").is_none()),
+        "{reports:#?}"
+    );
+
+    // A package installed behind the host's back: the next report carries the new count.
+    let _installed = Installed(&sb, "mesh-a");
+    sh_out(&format!("{pacman} -S --noconfirm mesh-a >/dev/null"));
+    let want = count("-Q");
+    assert!(
+        cp.wait_for(|r| has_report(r, |r| r["facts"]["packages"] == want), WAIT),
+        "{:#?}\n{}",
+        cp.reports(),
+        node.log()
+    );
+    let reports = cp.reports();
+    let carrying = reports.iter().filter(|r| r.get("facts").is_some()).count();
+    assert_eq!(carrying, 1, "{reports:#?}");
+    assert_eq!(cp.facts("n1")["packages"], want);
+    assert_eq!(cp.facts("n1")["boot_id"], facts["boot_id"]);
+}

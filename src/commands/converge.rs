@@ -612,6 +612,7 @@ pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link
         deferred: record.deferred.clone(),
         message: message.to_string(),
         failing: Vec::new(),
+        facts: None,
         pacnew: Vec::new(),
         needs: None,
     };

@@ -268,6 +268,13 @@ impl Host {
             .ok_or_else(|| Fatal::Error("the store vanished".into()))
     }
 
+    /// pacman's local database directory as a run of this process already asked pacman for it,
+    /// or None: asks nothing (the hello's facts, gathered in the service loop).
+    pub fn pacman_local_db_known(&self) -> Option<PathBuf> {
+        let at = self.upkeep.get()?.as_ref()?;
+        Some(at.db.join("local"))
+    }
+
     /// pacman's local database directory (where every transaction adds or removes an entry).
     pub fn pacman_local_db(&self) -> Result<PathBuf, String> {
         let runner = Runner::new(false);

@@ -25,6 +25,9 @@ pub enum Message {
         version: String,
         revision: Option<u64>,
         digest: Option<String>,
+        /// What the node is (docs/protocol.md, "Facts"); absent from hosts before it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        facts: Option<Facts>,
     },
     /// Control plane -> host: the hello was accepted; maybe with the fleet's reconnect policy.
     Welcome {
@@ -97,6 +100,48 @@ pub struct Report {
     /// `reexec_required`), in every run's report made on the running system.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub needs: Option<Box<Needs>>,
+    /// The node's facts, when they changed since the hello or the last report that carried them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<Facts>,
+}
+
+/// What the node is, for the control plane to target and judge it (docs/protocol.md, "Facts").
+/// Gathered by `crate::facts`; a fact the host could not read is absent (null), never guessed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Facts {
+    /// os-release's `ID`, `VERSION_ID` and `BUILD_ID` (Arch has no `VERSION_ID`).
+    pub os_id: Option<String>,
+    pub os_version_id: Option<String>,
+    pub os_build_id: Option<String>,
+    /// `uname -r` of the running kernel.
+    pub kernel_running: String,
+    /// The releases the installed kernel packages ship (`/usr/lib/modules/RELEASE/vmlinuz`),
+    /// sorted: one of them differs from `kernel_running` after a kernel upgrade until a reboot.
+    pub kernels_installed: Vec<String>,
+    /// `uname -m`.
+    pub arch: String,
+    pub boot_id: Option<String>,
+    /// Seconds since boot. Not a change by itself: a report carries the facts again only when
+    /// something else changed.
+    pub uptime_secs: u64,
+    pub cpus: u32,
+    /// `MemTotal` of /proc/meminfo, in bytes.
+    pub memory_bytes: Option<u64>,
+    /// The installed `pacman` package's version.
+    pub pacman_version: Option<String>,
+    /// Installed packages (entries of the local database).
+    pub packages: Option<u64>,
+}
+
+impl Facts {
+    /// Whether `self` says something `other` does not: every fact but the uptime compared.
+    pub fn changed_from(&self, other: &Facts) -> bool {
+        let uptime = |f: &Facts| Facts {
+            uptime_secs: 0,
+            ..f.clone()
+        };
+        uptime(self) != uptime(other)
+    }
 }
 
 /// How a reported run ended, or why a declaration did not lead to one.
@@ -320,6 +365,36 @@ mod tests {
     }
 
     #[test]
+    fn facts_json_is_pinned_and_uptime_alone_is_no_change() {
+        let facts = Facts {
+            os_id: Some("arch".into()),
+            os_build_id: Some("rolling".into()),
+            kernel_running: "6.12.1-arch1-1".into(),
+            kernels_installed: vec!["6.12.2-arch1-1".into()],
+            arch: "x86_64".into(),
+            uptime_secs: 42,
+            cpus: 2,
+            memory_bytes: Some(1 << 30),
+            packages: Some(300),
+            ..Facts::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&facts).unwrap(),
+            r#"{"os_id":"arch","os_version_id":null,"os_build_id":"rolling","kernel_running":"6.12.1-arch1-1","kernels_installed":["6.12.2-arch1-1"],"arch":"x86_64","boot_id":null,"uptime_secs":42,"cpus":2,"memory_bytes":1073741824,"pacman_version":null,"packages":300}"#
+        );
+        let later = Facts {
+            uptime_secs: 4200,
+            ..facts.clone()
+        };
+        assert!(!later.changed_from(&facts));
+        let upgraded = Facts {
+            packages: Some(301),
+            ..later
+        };
+        assert!(upgraded.changed_from(&facts));
+    }
+
+    #[test]
     fn a_huge_report_is_abridged_below_the_limit_and_says_so() {
         let problems: String = (0..100_000)
             .map(|i| format!("  - files./etc/x{i}: content is not a string\n"))
@@ -376,6 +451,7 @@ mod tests {
                 runs: 2,
                 last_error: "observe failed: no".into(),
             }],
+            facts: None,
             pacnew: vec![Pacnew {
                 path: "/etc/x".into(),
                 suffix: "pacnew".into(),

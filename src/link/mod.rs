@@ -9,7 +9,9 @@ pub mod messages;
 use std::collections::VecDeque;
 use std::fmt;
 
-pub use messages::{json_len, Message, ReconnectPolicy, Report, ReportOutcome, MAX_REPORT_BYTES};
+pub use messages::{
+    json_len, Facts, Message, ReconnectPolicy, Report, ReportOutcome, MAX_REPORT_BYTES,
+};
 
 /// What the link tells the host.
 #[derive(Debug, PartialEq)]
@@ -323,6 +325,7 @@ mod tests {
             version: "0.1.0".into(),
             revision: Some(3),
             digest: None,
+            facts: None,
         }
     }
 
@@ -428,6 +431,7 @@ mod tests {
             drift: vec![],
             message: String::new(),
             failing: Vec::new(),
+            facts: None,
             pacnew: Vec::new(),
             needs: None,
         };

@@ -23,12 +23,14 @@ use mio::{Events, Poll, Token};
 
 use crate::commands::{Fatal, Host, EXIT_OK};
 use crate::envelope;
-use crate::link::{messages, Event, Link, Message, Report, ReportOutcome};
+use crate::facts;
+use crate::link::{messages, Event, Facts, Link, Message, Report, ReportOutcome};
 use crate::reconcile::Scope;
 use crate::store::{
     self, InForce, LinkStatus, RunOutcome, ServicePhase, ServiceState, Source, Store, Trigger,
     Triggers,
 };
+use crate::tools::pacman;
 use backoff::Backoff;
 use connection::Connection;
 use schedule::Schedule;
@@ -95,6 +97,8 @@ struct Service<'h> {
     watch_scope: Option<Scope>,
     /// pacman's local database, once looked up (`Err`: packages are on the timer, and why).
     pacman_db: Option<Result<std::path::PathBuf, String>>,
+    /// The facts last sent (in the hello or a report): a report carries them only when changed.
+    facts_sent: Option<Facts>,
     /// A digest of the declaration's digest and the owned files and packages the watches were set
     /// for (`watching::watch_source`): not the lists themselves, which the service would keep.
     watched_for: Option<[u8; 32]>,
@@ -148,6 +152,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         watcher,
         watch_scope: None,
         pacman_db: None,
+        facts_sent: None,
         watched_for: None,
         watch_problem: None,
         retry_writes_at: now,
@@ -472,7 +477,32 @@ impl Service<'_> {
         }
     }
 
-    fn hello(&self) -> Result<Message, String> {
+    /// The node's facts now, read from files with nothing spawned: pacman's local database is
+    /// where `pacman -v -T` said when a run or the watcher asked, else where the pacman.conf its
+    /// command reads says.
+    fn facts(&self) -> Facts {
+        let root = self.host.args.root.as_deref();
+        let asked = self
+            .pacman_db
+            .as_ref()
+            .and_then(|d| d.as_ref().ok().cloned());
+        let db = match asked.or_else(|| self.host.pacman_local_db_known()) {
+            Some(db) => db,
+            None => {
+                let conf = pacman::conf_file(&self.host.config.pacman.command);
+                // Under --root pacman runs with --sysroot: its paths are inside the root.
+                let inside = |p: &std::path::Path| match root {
+                    Some(root) => root.join(p.strip_prefix("/").unwrap_or(p)),
+                    None => p.to_path_buf(),
+                };
+                let text = std::fs::read_to_string(inside(&conf)).unwrap_or_default();
+                inside(&pacman::conf_local_db(&text))
+            }
+        };
+        facts::collect(root.unwrap_or(std::path::Path::new("/")), &db)
+    }
+
+    fn hello(&self, facts: Facts) -> Result<Message, String> {
         let cp = self
             .host
             .config
@@ -493,6 +523,7 @@ impl Service<'_> {
             version: env!("CARGO_PKG_VERSION").to_string(),
             revision: in_force.as_ref().and_then(|f| f.control_plane_revision),
             digest: in_force.map(|f| f.digest),
+            facts: Some(facts),
         })
     }
 
@@ -525,6 +556,12 @@ impl Service<'_> {
     }
 
     fn connect(&mut self, now: u64, poll: &Poll) {
+        if self.host.config.control_plane.is_none() {
+            return;
+        }
+        // After a restart or a reconnect the hello carries them whatever was sent before.
+        let facts = self.facts();
+        self.facts_sent = Some(facts.clone());
         let Some(cp) = &self.host.config.control_plane else {
             return;
         };
@@ -544,7 +581,7 @@ impl Service<'_> {
                 }
             },
         };
-        let opened = self.hello().and_then(|hello| {
+        let opened = self.hello(facts).and_then(|hello| {
             let link = Link::new(
                 now,
                 hello,
@@ -742,6 +779,7 @@ impl Service<'_> {
             drift: Vec::new(),
             message,
             failing: Vec::new(),
+            facts: None,
             pacnew: Vec::new(),
             needs: None,
         };
@@ -755,18 +793,35 @@ impl Service<'_> {
 
     /// Sends every queued report the link has not carried yet, oldest first.
     fn send_outbox(&mut self) {
-        let LinkState::Up {
-            conn, sent_through, ..
-        } = &mut self.link
-        else {
+        let LinkState::Up { sent_through, .. } = &self.link else {
             return;
         };
-        let pending = match Store::open(&self.host.config.state_dir, false) {
+        let mut pending = match Store::open(&self.host.config.state_dir, false) {
             Ok(Some(store)) => store.outbox_pending(*sent_through).unwrap_or_else(|e| {
                 log::error!("{e}");
                 Vec::new()
             }),
             _ => Vec::new(),
+        };
+        // The newest report carries the facts when they changed since they were last sent.
+        if !pending.is_empty() {
+            let facts = self.facts();
+            if self
+                .facts_sent
+                .as_ref()
+                .is_none_or(|s| facts.changed_from(s))
+            {
+                if let Some(last) = pending.last_mut() {
+                    last.facts = Some(facts.clone());
+                }
+                self.facts_sent = Some(facts);
+            }
+        }
+        let LinkState::Up {
+            conn, sent_through, ..
+        } = &mut self.link
+        else {
+            return;
         };
         let now = sys::now_ms();
         for report in &pending {

@@ -140,6 +140,7 @@ impl Service<'_> {
                 drift: Vec::new(),
                 message,
                 failing: Vec::new(),
+                facts: None,
                 pacnew: Vec::new(),
                 needs: None,
             };

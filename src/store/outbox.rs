@@ -273,6 +273,7 @@ mod tests {
             drift: vec![],
             message: String::new(),
             failing: vec![],
+            facts: None,
             pacnew: vec![],
             needs: None,
         }

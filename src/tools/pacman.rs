@@ -135,6 +135,35 @@ impl<'a> Pacman<'a> {
     }
 }
 
+/// The pacman.conf a pacman command line reads: its `--config FILE`, else pacman's default.
+pub fn conf_file(command: &[String]) -> PathBuf {
+    let named = command
+        .iter()
+        .enumerate()
+        .find_map(|(i, arg)| match arg.as_str() {
+            "--config" => command.get(i + 1).map(String::as_str),
+            _ => arg.strip_prefix("--config="),
+        });
+    PathBuf::from(named.unwrap_or("/etc/pacman.conf"))
+}
+
+/// The local database directory a pacman.conf sets: `DBPath` of `[options]` (pacman's default
+/// /var/lib/pacman/ when unset), then `local`.
+pub fn conf_local_db(conf: &str) -> PathBuf {
+    let mut section = "";
+    let mut db = None;
+    for line in conf.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name;
+        } else if let Some((key, value)) = line.split_once('=') {
+            if section == "options" && key.trim() == "DBPath" && !value.trim().is_empty() {
+                db = Some(value.trim());
+            }
+        }
+    }
+    Path::new(db.unwrap_or("/var/lib/pacman/")).join("local")
+}
+
 /// Name and download size in bytes of each package a transaction would take (0 for a file
 /// already in the cache).
 const PREVIEW_FORMAT: &str = "%n %s";
@@ -547,6 +576,33 @@ mod tests {
             reason,
             required_by: by.iter().map(|s| s.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn the_local_database_from_pacman_conf() {
+        let command = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            conf_file(&command(&["pacman"])),
+            Path::new("/etc/pacman.conf")
+        );
+        assert_eq!(
+            conf_file(&command(&["pacman", "--config", "/sb/pacman.conf"])),
+            Path::new("/sb/pacman.conf")
+        );
+        assert_eq!(
+            conf_file(&command(&["pacman", "--config=/x.conf"])),
+            Path::new("/x.conf")
+        );
+        let conf = "[options]\nRootDir = /sb/root\nDBPath       = /sb/root/var/lib/pacman/\n\
+                    [core]\nDBPath = /wrong\n";
+        assert_eq!(
+            conf_local_db(conf),
+            Path::new("/sb/root/var/lib/pacman/local")
+        );
+        assert_eq!(
+            conf_local_db("#DBPath = /x\n[options]\nHoldPkg = pacman\n"),
+            Path::new("/var/lib/pacman/local")
+        );
     }
 
     #[test]

@@ -2,8 +2,8 @@
 # tests/pid1/run.sh - the real-systemd tier: mesh-host.service under systemd as PID 1.
 #
 # Boots a fresh copy of a cached Debian root (debootstrap, with Debian's pacman) as a container
-# (systemd-nspawn -b), installs THE package, nox-mesh-host built by makepkg from build.sh's
-# tarball, with `pacman -U` inside it as a node would, joins it to the reference control plane
+# (systemd-nspawn -b), installs THE package, nox-mesh-host built by makepkg from the source
+# tarball (tests/makepkg.sh), with `pacman -U` inside it as a node would, joins it to the reference control plane
 # (examples/control-plane.rs, on this machine's loopback: the container shares its network) and
 # runs the checks in tests/pid1/checks.sh, each with the commands it ran and their output as its
 # evidence. Always cleans up (container, copy, build user, control plane), bounded in time.
@@ -39,7 +39,6 @@ MACHINE=mesh-pid1-$$
 ROOT=$WORK/root
 NSPAWN_PID=
 CP_PID=
-BUILD_USER=
 WATCHDOG_PID=
 FAILED=()
 PASSED=()
@@ -59,7 +58,6 @@ cleanup() {
     wait "$NSPAWN_PID" 2>/dev/null
   fi
   rm -rf "/run/systemd/nspawn/propagate/$MACHINE"
-  [ -n "$BUILD_USER" ] && userdel "$BUILD_USER" 2>/dev/null
   if [ -d "$ROOT" ]; then rm -rf --one-file-system "$ROOT"; fi
   if [ "$status" != 0 ] && [ "${MESH_PID1_KEEP:-}" = 1 ]; then
     log "kept $WORK"
@@ -103,23 +101,15 @@ cached_root() {
 # --- packages: the real one (makepkg, two pkgrels) and the tier's test packages ---------------
 VERSION=$(awk '/^\[/ {p = ($0 == "[package]")} p && /^version *=/ {gsub(/.*= *"|".*/, ""); print; exit}' Cargo.toml)
 build_packages() {
-  log "build.sh (the release tarball the package is made from)"
-  ./build.sh > "$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log" >&2; die "build.sh failed"; }
-  BUILD_USER=mesh-pid1-$$
-  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$BUILD_USER"
-  local rel d
-  for rel in 1 2; do
-    d=$WORK/makepkg/rel$rel
-    mkdir -p "$d"
-    sed "s/^pkgrel=1\$/pkgrel=$rel/" PKGBUILD > "$d/PKGBUILD"
-    cp nox-mesh-host.install "dist/mesh-host-$VERSION-x86_64.tar.gz" "dist/mesh-host-$VERSION-x86_64.tar.gz.sha256" "$d/"
-    chown -R "$BUILD_USER:" "$d"
-    (cd "$d" && runuser -u "$BUILD_USER" -- env -i PATH=/usr/bin:/bin HOME=/nonexistent LC_ALL=C \
-       PKGEXT=.pkg.tar.zst makepkg --nodeps --noconfirm -f) > "$WORK/makepkg-$rel.log" 2>&1 \
-      || { tail -n 30 "$WORK/makepkg-$rel.log" >&2; die "makepkg (pkgrel $rel) failed"; }
-  done
+  # As Arch builds it: makepkg from the source tarball (pkgrel 1, check() included; pkgrel 2
+  # repackaged), as a throwaway user. The test suite later reuses these packages.
+  log "tests/makepkg.sh (the package, built from source by makepkg)"
+  local built
+  built=$(tests/makepkg.sh 2> "$WORK/makepkg-sh.log" | tail -n 1) \
+    || { tail -n 30 "$WORK/makepkg-sh.log" >&2; die "tests/makepkg.sh failed"; }
+  grep -h "built from source in" "$built/makepkg.log" >&2 || :
   mkdir -p "$ROOT/srv/pkgs" "$ROOT/srv/repo"
-  cp "$WORK"/makepkg/rel*/nox-mesh-host-*.pkg.tar.zst "$ROOT/srv/pkgs/"
+  cp "$built"/nox-mesh-host-*.pkg.tar.zst "$ROOT/srv/pkgs/"
   # A package whose install scriptlet takes SECS seconds and writes what happened to
   # /var/lib/NAME.log: "start", every signal that reached it, and "done" when it finished.
   local name secs

@@ -6,6 +6,7 @@
 //! identities, which the link then accepts alongside the configured node.
 #![allow(dead_code)] // each test binary (and the example) uses part of this module
 
+use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -88,6 +89,8 @@ struct State {
     forced: Vec<(u64, String)>,
     reports: Vec<Value>,
     hellos: Vec<Value>,
+    /// The facts a host sent last (in its hello, or a later report that carried them), by node.
+    facts: BTreeMap<String, Value>,
     connection_times: Vec<Instant>,
     /// One-time join tokens: token, expiry, used.
     tokens: Vec<(String, Instant, bool)>,
@@ -249,6 +252,13 @@ impl ControlPlane {
     /// Every hello received, accepted or not.
     pub fn hellos(&self) -> Vec<Value> {
         self.shared.lock().hellos.clone()
+    }
+
+    /// What `node` last said it is: its hello's facts, or a later report's (null if none).
+    #[allow(dead_code)] // not every test binary asks
+    pub fn facts(&self, node: &str) -> Value {
+        let state = self.shared.lock();
+        state.facts.get(node).cloned().unwrap_or(Value::Null)
     }
 
     /// The longest any host was silent on an open link (a busy host keeps answering).
@@ -458,7 +468,12 @@ impl Conn {
         if self.shared.config.verbose {
             eprintln!("hello: {hello}");
         }
-        self.shared.update(|s| s.hellos.push(hello.clone()));
+        self.shared.update(|s| {
+            s.hellos.push(hello.clone());
+            if let (Some(node), Some(facts)) = (hello["node"].as_str(), hello.get("facts")) {
+                s.facts.insert(node.to_string(), facts.clone());
+            }
+        });
         Ok(hello)
     }
 
@@ -474,6 +489,7 @@ impl Conn {
             return self.refuse("bad credentials");
         }
         self.send(&json!({"type": "welcome", "reconnect": self.reconnect_policy()}))?;
+        let node = hello["node"].as_str().unwrap_or_default().to_string();
         let mut known = hello["revision"].as_u64();
         let mut forced_sent = 0;
         loop {
@@ -505,6 +521,9 @@ impl Conn {
                     shared.update(|s| {
                         if !s.reports.iter().any(|r| r["id"] == id) {
                             s.reports.push(message.clone());
+                        }
+                        if let Some(facts) = message.get("facts") {
+                            s.facts.insert(node.clone(), facts.clone());
                         }
                     });
                     self.send(&json!({"type": "ack", "id": id}))?;
