@@ -631,7 +631,12 @@ fn the_hello_carries_the_facts_and_a_report_repeats_them_only_when_changed() {
     assert!(cp.wait_for(|r| r.len() >= 3, WAIT), "{}", node.log());
     let foreign = count("-Qmq");
     assert_eq!(foreign, 1);
-    assert_eq!(cp.facts("n1")["foreign_packages"], foreign, "{}", node.log());
+    assert_eq!(
+        cp.facts("n1")["foreign_packages"],
+        foreign,
+        "{}",
+        node.log()
+    );
     let reports = cp.reports();
     let counted = reports.iter().filter(|r| r.get("facts").is_some()).count();
     assert!(counted <= 1, "{reports:#?}");
