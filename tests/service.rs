@@ -597,7 +597,7 @@ fn the_hello_carries_the_facts_and_a_report_repeats_them_only_when_changed() {
          sb_pack $d {file}; rm -rf $d; {pacman} -U --noconfirm {file} >/dev/null'",
         file = file.display()
     ));
-    let node = Service::start(host);
+    let mut node = Service::start(host);
     assert!(cp.wait_for_hello("n1", WAIT), "{}", node.log());
     let facts = cp.facts("n1");
     assert_eq!(facts, cp.hellos()[0]["facts"]);
@@ -676,4 +676,14 @@ fn the_hello_carries_the_facts_and_a_report_repeats_them_only_when_changed() {
         node.log()
     );
     assert_eq!(count("-Qmq"), 0);
+
+    // Restarted, the host's hello carries the last count, from the store.
+    node.restart(&[]);
+    let deadline = std::time::Instant::now() + WAIT;
+    while cp.hellos().len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let hellos = cp.hellos();
+    assert_eq!(hellos.len(), 2, "{}", node.log());
+    assert_eq!(hellos[1]["facts"]["foreign_packages"], 0, "{hellos:#?}");
 }
