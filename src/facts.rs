@@ -1,6 +1,7 @@
 //! What the node is, for the link's hello and reports (`link::Facts`, docs/protocol.md "Facts"):
 //! read from os-release, uname, /proc and pacman's local database directly, with no process
-//! spawned (the service loop waits for nothing here).
+//! spawned (the service loop waits for nothing here). The foreign packages' count is the one
+//! exception: a run counts them with pacman (`reconcile`), and the facts carry the store's count.
 
 use std::path::Path;
 
@@ -30,7 +31,29 @@ pub fn collect(root: &Path, local_db: &Path) -> Facts {
         memory_bytes: read_proc("meminfo").and_then(|m| mem_total_bytes(&m)),
         packages: db.as_ref().map(|d| d.packages),
         pacman_version: db.and_then(|d| d.pacman_version),
+        // Counted by runs (pacman reads the sync databases); the service adds the last count.
+        foreign_packages: None,
     }
+}
+
+/// The latest modification, in nanoseconds, of pacman's local database directory and its sync
+/// databases (`db` is `DBPath`): a transaction or a refresh moves it, so a foreign count made at
+/// an equal stamp still holds. None when the local database cannot be read.
+pub fn pacman_db_stamp(db: &Path) -> Option<u64> {
+    let ns = |m: std::fs::Metadata| {
+        m.modified()
+            .ok()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_nanos() as u64)
+    };
+    let local = ns(std::fs::metadata(db.join("local")).ok()?)?;
+    let sync = std::fs::read_dir(db.join("sync"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| ns(e.metadata().ok()?));
+    sync.chain([local]).max()
 }
 
 fn read_proc(path: &str) -> Option<String> {

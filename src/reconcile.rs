@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::declaration::Declaration;
 use crate::diff::ContentDiff;
+use crate::facts;
 use crate::fsutil;
 use crate::kinds::{
     self, backup_key,
@@ -19,7 +20,7 @@ use crate::kinds::{
 use crate::pacnew::{self, Pacnew};
 use crate::sorted::{self, Walk};
 use crate::store::{
-    Entry, Failing, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError,
+    Entry, Failing, Foreign, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError,
 };
 use crate::upkeep::{self, Needs};
 
@@ -51,6 +52,9 @@ pub struct Report {
     /// What the machine needs after the run (a reboot, restarts), looked for after every run
     /// that applies on the running system (`None`: planning, or under `--root`).
     pub needs: Option<Needs>,
+    /// The foreign packages, counted after a run on the running system when pacman's databases
+    /// changed since the count the store keeps (`None`: not counted by this run).
+    pub foreign: Option<Foreign>,
     /// The diffs of the `changes` that have one, by their index there: apart, so a change
     /// without one (most in a large run, every one in the service's) costs nothing for them.
     pub diffs: Vec<(usize, Box<ContentDiff>)>,
@@ -216,6 +220,7 @@ pub fn run_scoped_reporting(
     // After the run's transactions and restarts; planning (the watcher's checks) leaves it.
     if let (Mode::Apply, Some(at)) = (mode, env.upkeep) {
         report.needs = Some(upkeep::look(at));
+        report.foreign = count_foreign(env, at);
     }
     // Only a run writes it: it holds the store's lock (planning and `owned` do not).
     if let (Mode::Apply, Some(store), true) = (mode, env.store, quiet != before) {
@@ -224,6 +229,26 @@ pub fn run_scoped_reporting(
         }
     }
     (report, None)
+}
+
+/// The foreign packages (`pacman -Qmq`, through the run's runner), when pacman's databases
+/// changed since the store's count: a run that changed nothing spawns nothing for them.
+fn count_foreign(env: &Env, at: &upkeep::Where) -> Option<Foreign> {
+    let stamp = facts::pacman_db_stamp(&at.db)?;
+    let kept = env
+        .store
+        .and_then(|s| s.stats().ok())
+        .and_then(|s| s.foreign);
+    if kept.is_some_and(|k| k.stamp == stamp) {
+        return None;
+    }
+    match kinds::packages::foreign_count(env) {
+        Ok(count) => Some(Foreign { count, stamp }),
+        Err(e) => {
+            log::warn!("the foreign packages were not counted: {e}");
+            None
+        }
+    }
 }
 
 /// Originals are dropped only after the ledger stops pointing at them, so a crash in between

@@ -586,13 +586,27 @@ fn the_hello_carries_the_facts_and_a_report_repeats_them_only_when_changed() {
         host.dir.join("secret").display()
     );
     std::fs::write(host.dir.join("config.json"), sb.config(&link)).expect("config");
-    let node = Service::start(host);
+    // A foreign package (in no sync database), installed from a file.
+    let pacman = format!("pacman --config {}", sb.pacman_conf);
+    let _foreign = Installed(&sb, "mesh-foreign");
+    let file = host.dir.join("mesh-foreign-1.0-1-any.pkg.tar.zst");
+    let lib = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sandbox/lib.sh");
+    sh_out(&format!(
+        "exec bash -c 'set -e; . {lib}; d=$(mktemp -d); mkdir -p $d/usr/share/mesh-foreign; \
+         echo x > $d/usr/share/mesh-foreign/marker; sb_pkginfo $d mesh-foreign 1.0-1; \
+         sb_pack $d {file}; rm -rf $d; {pacman} -U --noconfirm {file} >/dev/null'",
+        file = file.display()
+    ));
+    let mut node = Service::start(host);
     assert!(cp.wait_for_hello("n1", WAIT), "{}", node.log());
     let facts = cp.facts("n1");
     assert_eq!(facts, cp.hellos()[0]["facts"]);
-    let pacman = format!("pacman --config {}", sb.pacman_conf);
-    let count =
-        |args: &str| -> u64 { sh_out(&format!("{pacman} {args} | wc -l")).parse().unwrap() };
+    // pacman -Qm exits 1 when there are none, so the count goes through `wc` in every case.
+    let count = |args: &str| -> u64 {
+        sh_out(&format!("{{ {pacman} {args} || true; }} | wc -l"))
+            .parse()
+            .unwrap()
+    };
     assert_eq!(facts["kernel_running"], sh_out("uname -r"), "{facts:#}");
     assert_eq!(facts["arch"], sh_out("uname -m"));
     assert_eq!(
@@ -612,11 +626,24 @@ fn the_hello_carries_the_facts_and_a_report_repeats_them_only_when_changed() {
     assert_eq!(facts["packages"], count("-Q"));
     assert!(facts["kernels_installed"].is_array());
 
-    // Timer runs report every second; with nothing changed none carries the facts again.
+    // The first run counts the foreign packages (the hello may have come before it): at most
+    // one report carries the facts for it; after that, with nothing changed, none does.
     assert!(cp.wait_for(|r| r.len() >= 3, WAIT), "{}", node.log());
+    let foreign = count("-Qmq");
+    assert_eq!(foreign, 1);
+    assert_eq!(
+        cp.facts("n1")["foreign_packages"],
+        foreign,
+        "{}",
+        node.log()
+    );
     let reports = cp.reports();
+    let counted = reports.iter().filter(|r| r.get("facts").is_some()).count();
+    assert!(counted <= 1, "{reports:#?}");
     assert!(
-        reports.iter().all(|r| r.get("facts").is_none()),
+        reports[reports.len() - 2..]
+            .iter()
+            .all(|r| r.get("facts").is_none()),
         "{reports:#?}"
     );
 
@@ -632,7 +659,31 @@ fn the_hello_carries_the_facts_and_a_report_repeats_them_only_when_changed() {
     );
     let reports = cp.reports();
     let carrying = reports.iter().filter(|r| r.get("facts").is_some()).count();
-    assert_eq!(carrying, 1, "{reports:#?}");
+    assert_eq!(carrying, counted + 1, "{reports:#?}");
     assert_eq!(cp.facts("n1")["packages"], want);
+    assert_eq!(cp.facts("n1")["foreign_packages"], foreign);
     assert_eq!(cp.facts("n1")["boot_id"], facts["boot_id"]);
+
+    // The foreign package removed: a run counts again, none is 0 (pacman -Qm exits 1).
+    sh_out(&format!("{pacman} -R --noconfirm mesh-foreign >/dev/null"));
+    assert!(
+        cp.wait_for(
+            |r| has_report(r, |r| r["facts"]["foreign_packages"] == 0),
+            WAIT
+        ),
+        "{:#?}\n{}",
+        cp.reports(),
+        node.log()
+    );
+    assert_eq!(count("-Qmq"), 0);
+
+    // Restarted, the host's hello carries the last count, from the store.
+    node.restart(&[]);
+    let deadline = std::time::Instant::now() + WAIT;
+    while cp.hellos().len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let hellos = cp.hellos();
+    assert_eq!(hellos.len(), 2, "{}", node.log());
+    assert_eq!(hellos[1]["facts"]["foreign_packages"], 0, "{hellos:#?}");
 }

@@ -352,6 +352,9 @@ impl Host {
                 report.map(|r| r.pacnew.clone()),
                 report.and_then(|r| r.needs.clone()),
             );
+            if let Some(foreign) = report.and_then(|r| r.foreign) {
+                stats.foreign = Some(foreign);
+            }
             store.save_stats(&stats)
         });
         if let Err(e) = counted {

@@ -806,6 +806,22 @@ pub fn paths(env: &Env) -> Result<crate::upkeep::Where, String> {
     })
 }
 
+/// How many packages are foreign (installed, in no sync database: `pacman -Qmq`), for the facts.
+pub fn foreign_count(env: &Env) -> Result<u64, String> {
+    let args = target(env)?.foreign_names();
+    let output = env
+        .runner
+        .query(&env.config.pacman, &args, &[])
+        .map_err(|e| e.to_string())?;
+    pacman::parse_foreign(output.code, &output.stdout_text()).ok_or_else(|| {
+        format!(
+            "`pacman -Qmq` exited with status {:?}: {}",
+            output.code,
+            output.stderr.trim()
+        )
+    })
+}
+
 /// What `pacman -v -T` (a dependency test of nothing) prints: the paths pacman is configured with.
 fn pacman_paths(env: &Env) -> Result<String, String> {
     let args = target(env)?.paths();

@@ -131,6 +131,11 @@ pub struct Facts {
     pub pacman_version: Option<String>,
     /// Installed packages (entries of the local database).
     pub packages: Option<u64>,
+    /// Installed packages in no sync database (`pacman -Qm`), as the last run that counted them
+    /// found; absent until one did (a run on the running system counts them when pacman's
+    /// databases changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign_packages: Option<u64>,
 }
 
 impl Facts {
@@ -392,6 +397,14 @@ mod tests {
             ..later
         };
         assert!(upgraded.changed_from(&facts));
+        let counted = Facts {
+            foreign_packages: Some(1),
+            ..facts.clone()
+        };
+        assert!(counted.changed_from(&facts));
+        assert!(serde_json::to_string(&counted)
+            .unwrap()
+            .ends_with(r#""packages":300,"foreign_packages":1}"#));
     }
 
     #[test]

@@ -479,7 +479,7 @@ impl Service<'_> {
 
     /// The node's facts now, read from files with nothing spawned: pacman's local database is
     /// where `pacman -v -T` said when a run or the watcher asked, else where the pacman.conf its
-    /// command reads says.
+    /// command reads says; the foreign packages are the store's last count (`stats.json`).
     fn facts(&self) -> Facts {
         let root = self.host.args.root.as_deref();
         let asked = self
@@ -499,7 +499,14 @@ impl Service<'_> {
                 inside(&pacman::conf_local_db(&text))
             }
         };
-        facts::collect(root.unwrap_or(std::path::Path::new("/")), &db)
+        let foreign_packages = match Store::open(&self.host.config.state_dir, false) {
+            Ok(Some(store)) => store.stats().ok().and_then(|s| s.foreign).map(|f| f.count),
+            _ => None,
+        };
+        Facts {
+            foreign_packages,
+            ..facts::collect(root.unwrap_or(std::path::Path::new("/")), &db)
+        }
     }
 
     fn hello(&self, facts: Facts) -> Result<Message, String> {

@@ -33,7 +33,7 @@ pub use lock::{Lock, LockError};
 pub use outbox::OutboxBounds;
 pub use owed::Owed;
 pub use runs::{ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers, LISTED};
-pub use stats::{LastRun, RunStats};
+pub use stats::{Foreign, LastRun, RunStats};
 
 pub const IN_FORCE: &str = "declaration.json";
 const SERVICE: &str = "service.json";

@@ -43,6 +43,18 @@ pub struct RunStats {
     /// What the machine needed after the last run that looked (`upkeep`); `None` until one did.
     #[serde(default)]
     pub needs: Option<Needs>,
+    /// The foreign packages as the last run that counted them found (the facts carry it).
+    #[serde(default)]
+    pub foreign: Option<Foreign>,
+}
+
+/// A count of the foreign packages (`pacman -Qmq`), with the stamp of pacman's databases it was
+/// made at (`facts::pacman_db_stamp`): a run counts again only when that stamp moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Foreign {
+    pub count: u64,
+    pub stamp: u64,
 }
 
 impl RunStats {

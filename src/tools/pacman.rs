@@ -1,5 +1,5 @@
 //! pacman: the arguments the packages kind runs it with, and pure parsers of what it prints
-//! (`-Qi`, `-Si`, `-Sp`, `-Rsp`, `-Qq`, `-v`, and its stderr's lock and not-found errors), with
+//! (`-Qi`, `-Si`, `-Sp`, `-Rsp`, `-Qq`, `-Qmq`, `-v`, and its stderr's lock and not-found errors), with
 //! pacman's version order (`vercmp`) and its cache file names. pacman runs with `LC_ALL=C`
 //! (`exec`), so these read its untranslated messages.
 
@@ -88,6 +88,12 @@ impl<'a> Pacman<'a> {
     /// The installed packages' names, one a line (`parse_names`).
     pub fn installed_names(&self) -> Vec<String> {
         self.args(&["-Qq"])
+    }
+
+    /// The foreign packages' names (installed, in no sync database), one a line:
+    /// `parse_foreign`. It exits 1 when there are none.
+    pub fn foreign_names(&self) -> Vec<String> {
+        self.args(&["-Qmq"])
     }
 
     /// What `install` would download, changing nothing: `parse_preview`.
@@ -230,6 +236,17 @@ pub fn parse_size(text: &str) -> Option<u64> {
 /// `-Qq` output: one name a line.
 pub fn parse_names(stdout: &str) -> Vec<&str> {
     parse_removal(stdout)
+}
+
+/// How many foreign packages a `-Qmq` (`foreign_names`) listed: exit 1 with nothing printed is
+/// none, not a failure. None for any other exit, or an exit 1 that printed names.
+pub fn parse_foreign(code: Option<i32>, stdout: &str) -> Option<u64> {
+    let names = parse_names(stdout).len() as u64;
+    match code {
+        Some(0) => Some(names),
+        Some(1) if names == 0 => Some(0),
+        _ => None,
+    }
 }
 
 /// The installed keyrings among `names`: Arch's convention names them `*-keyring`
@@ -716,6 +733,23 @@ mod tests {
             parse_sync_info(wrapped)[0].provides,
             vec!["a", "b", "nox-mesh-host=2"]
         );
+    }
+
+    #[test]
+    fn counts_the_foreign_packages() {
+        for recorded in [
+            include_str!("../../tests/fixtures/pacman-Qmq.cmd"),
+            include_str!("../../tests/fixtures/pacman-Qmq-none.cmd"),
+        ] {
+            assert_recorded(recorded, PACMAN, &Pacman::running().foreign_names(), &[]);
+        }
+        let one = include_str!("../../tests/fixtures/pacman-Qmq.txt");
+        assert_eq!(parse_foreign(Some(0), one), Some(1));
+        // None foreign: pacman exits 1 and prints nothing.
+        let none = include_str!("../../tests/fixtures/pacman-Qmq-none.txt");
+        assert_eq!(parse_foreign(Some(1), none), Some(0));
+        assert_eq!(parse_foreign(Some(1), one), None);
+        assert_eq!(parse_foreign(None, ""), None);
     }
 
     #[test]
