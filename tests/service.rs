@@ -647,9 +647,21 @@ fn the_hello_carries_the_facts_and_a_report_repeats_them_only_when_changed() {
         "{reports:#?}"
     );
 
-    // A package installed behind the host's back: the next report carries the new count.
-    let _installed = Installed(&sb, "mesh-a");
-    sh_out(&format!("{pacman} -S --noconfirm mesh-a >/dev/null"));
+    // A package installed behind the host's back: the next report carries the new count. One
+    // no other test left installed in the shared sandbox, so the count does change.
+    let absent = ["mesh-e", "mesh-a", "mesh-c", "mesh-conf"]
+        .into_iter()
+        .find(|name| {
+            !std::process::Command::new("pacman")
+                .args(["--config", &sb.pacman_conf, "-Q", name])
+                .output()
+                .expect("pacman -Q")
+                .status
+                .success()
+        })
+        .expect("a sandbox package not installed");
+    let _installed = Installed(&sb, absent);
+    sh_out(&format!("{pacman} -S --noconfirm {absent} >/dev/null"));
     let want = count("-Q");
     assert!(
         cp.wait_for(|r| has_report(r, |r| r["facts"]["packages"] == want), WAIT),
