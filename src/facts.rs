@@ -31,8 +31,10 @@ pub fn collect(root: &Path, local_db: &Path) -> Facts {
         memory_bytes: read_proc("meminfo").and_then(|m| mem_total_bytes(&m)),
         packages: db.as_ref().map(|d| d.packages),
         pacman_version: db.and_then(|d| d.pacman_version),
-        // Counted by runs (pacman reads the sync databases); the service adds the last count.
+        // Counted and looked for by runs (pacman reads the sync databases; the look is after a
+        // transaction); the service adds what the last run found.
         foreign_packages: None,
+        needs: None,
     }
 }
 

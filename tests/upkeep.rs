@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
-use support::{sandbox, PacmanRoot, Sandbox};
+use support::{sandbox, wait_until, PacmanRoot, Sandbox};
 
 /// A repository of the test's own (`meshtest`), its packages made here.
 struct Repo {
@@ -337,6 +337,20 @@ fn the_control_plane_hears_that_the_machine_needs_a_reboot() {
         "{:#?}\n{}",
         cp.reports(),
         node.log()
+    );
+    // Started again, its hello says so before any run: the facts carry the last look.
+    let mut node = node;
+    node.restart(&[]);
+    assert!(
+        wait_until(wait, || cp.hellos().len() >= 2),
+        "{}",
+        node.log()
+    );
+    let hello = &cp.hellos()[1];
+    let why = hello["facts"]["needs"]["reboot_required"].as_str();
+    assert!(
+        why.is_some_and(|why| why.contains("modules are gone")),
+        "{hello:#}"
     );
     cp.stop();
     drop(node);

@@ -136,6 +136,11 @@ pub struct Facts {
     /// databases changed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub foreign_packages: Option<u64>,
+    /// Reboot, restarts and re-exec needed, as the last run that looked found (`upkeep`): in the
+    /// hello too, so a control plane learns it before the node's next report. Absent until a run
+    /// on the running system has looked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needs: Option<Needs>,
 }
 
 impl Facts {
@@ -405,6 +410,18 @@ mod tests {
         assert!(serde_json::to_string(&counted)
             .unwrap()
             .ends_with(r#""packages":300,"foreign_packages":1}"#));
+        let stale = Facts {
+            needs: Some(Needs {
+                reboot: None,
+                restart: vec!["sshd.service".into()],
+                reexec: false,
+            }),
+            ..counted.clone()
+        };
+        assert!(stale.changed_from(&counted));
+        assert!(serde_json::to_string(&stale).unwrap().ends_with(
+            r#""foreign_packages":1,"needs":{"reboot_required":null,"restart_required":["sshd.service"],"reexec_required":false}}"#
+        ));
     }
 
     #[test]

@@ -479,7 +479,8 @@ impl Service<'_> {
 
     /// The node's facts now, read from files with nothing spawned: pacman's local database is
     /// where `pacman -v -T` said when a run or the watcher asked, else where the pacman.conf its
-    /// command reads says; the foreign packages are the store's last count (`stats.json`).
+    /// command reads says; the foreign packages and what the machine needs are the store's last
+    /// (`stats.json`).
     fn facts(&self) -> Facts {
         let root = self.host.args.root.as_deref();
         let asked = self
@@ -499,12 +500,14 @@ impl Service<'_> {
                 inside(&pacman::conf_local_db(&text))
             }
         };
-        let foreign_packages = match Store::open(&self.host.config.state_dir, false) {
-            Ok(Some(store)) => store.stats().ok().and_then(|s| s.foreign).map(|f| f.count),
+        let stats = match Store::open(&self.host.config.state_dir, false) {
+            Ok(Some(store)) => store.stats().ok(),
             _ => None,
         };
+        let (foreign, needs) = stats.map_or((None, None), |s| (s.foreign, s.needs));
         Facts {
-            foreign_packages,
+            foreign_packages: foreign.map(|f| f.count),
+            needs,
             ..facts::collect(root.unwrap_or(std::path::Path::new("/")), &db)
         }
     }
