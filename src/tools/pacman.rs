@@ -198,17 +198,20 @@ pub fn parse_preview(stdout: &str) -> Vec<Preview<'_>> {
         .collect()
 }
 
+/// The value of one padded `Field : value` line of a `-Qi`/`-Si` block.
+fn info_field<'a>(block: &'a str, name: &str) -> Option<&'a str> {
+    block.lines().find_map(|line| {
+        let (key, value) = line.split_once(" : ")?;
+        (key.trim_end() == name).then(|| value.trim())
+    })
+}
+
 /// `Installed Size` of each package in `-Si` or `-Qi` output, in bytes (pacman prints it
 /// rounded to two decimals of its unit: the figure is within 0.5% of the real one).
 pub fn parse_installed_sizes(stdout: &str) -> BTreeMap<&str, u64> {
     let mut sizes = BTreeMap::new();
     for block in stdout.split("\n\n") {
-        let field = |name: &str| {
-            block.lines().find_map(|line| {
-                let (key, value) = line.split_once(" : ")?;
-                (key.trim_end() == name).then(|| value.trim())
-            })
-        };
+        let field = |name: &str| info_field(block, name);
         if let (Some(name), Some(size)) =
             (field("Name"), field("Installed Size").and_then(parse_size))
         {
@@ -394,12 +397,7 @@ pub struct Installed {
 pub fn parse_info(stdout: &str) -> BTreeMap<&str, Installed> {
     let mut packages = BTreeMap::new();
     for block in stdout.split("\n\n") {
-        let field = |name: &str| {
-            block.lines().find_map(|line| {
-                let (key, value) = line.split_once(" : ")?;
-                (key.trim_end() == name).then(|| value.trim())
-            })
-        };
+        let field = |name: &str| info_field(block, name);
         let Some(name) = field("Name") else { continue };
         packages.insert(
             name,
