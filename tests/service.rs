@@ -577,15 +577,9 @@ fn the_hello_carries_the_facts_and_a_report_repeats_them_only_when_changed() {
     cp.declare(1, r#"{"schema": 1}"#);
     let mut host = Scratch::with_config("facts", "{}");
     host.offline_root = false;
-    pki.write(&host.dir).expect("pki");
-    std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
-    let link = format!(
-        r#""control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}", "node": "n1", "secret_file": "{}"}}, "interval_secs": 1, "heartbeat_secs": 1"#,
-        cp.addr(),
-        host.dir.join("ca.pem").display(),
-        host.dir.join("secret").display()
-    );
-    std::fs::write(host.dir.join("config.json"), sb.config(&link)).expect("config");
+    let timers = r#""interval_secs": 1, "heartbeat_secs": 1"#;
+    std::fs::write(host.dir.join("config.json"), sb.config(timers)).expect("config");
+    support::ways::link_only(&host, &pki, &cp);
     // A foreign package (in no sync database), installed from a file.
     let pacman = format!("pacman --config {}", sb.pacman_conf);
     let _foreign = Installed(&sb, "mesh-foreign");

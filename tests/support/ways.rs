@@ -326,19 +326,17 @@ pub fn link_only(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
 /// `link_only`, and a drift timer of 600 s and no watcher unless the config sets them.
 fn link(host: &Scratch, pki: &Pki, cp: &ControlPlane) {
     link_only(host, pki, cp);
-    let path = host.dir.join("config.json");
-    let text = std::fs::read_to_string(&path).expect("config");
-    let mut config: Value = serde_json::from_str(&text).expect("config JSON");
-    for (key, value) in [
-        ("interval_secs", Value::from(600)),
-        ("heartbeat_secs", Value::from(1)),
-        ("watch", Value::from(false)),
-    ] {
-        if config.get(key).is_none() {
-            config[key] = value;
+    host.edit_config(|config| {
+        for (key, value) in [
+            ("interval_secs", Value::from(600)),
+            ("heartbeat_secs", Value::from(1)),
+            ("watch", Value::from(false)),
+        ] {
+            if config.get(key).is_none() {
+                config[key] = value;
+            }
         }
-    }
-    std::fs::write(&path, config.to_string()).expect("config");
+    });
 }
 
 /// Whether nobody holds the store's lock (`flock`, as the host takes it): taken and let go.
