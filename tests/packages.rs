@@ -847,47 +847,50 @@ fn publish_large(repo: &Path, name: &str, mib: u32) {
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_package_that_would_not_fit_in_the_cache_fails_by_name_and_changes_nothing() {
     let sb = sandbox();
-    let (private, repo) = private_repo(&sb, "room");
-    publish_large(&repo, "mesh-big", 4);
-    let pacman = PacmanRoot::new("room", &repo);
-    let cache = pacman.dir.join("root/var/cache/pacman/pkg");
-    let mount = Tmpfs::mount(&cache, "2m");
-    let host = pacman.host(&sb, "pkg-room", r#""disk_margin_mib": 1"#);
+    for way in Way::BOTH {
+        let label = format!("room-{}", way.name());
+        let (private, repo) = private_repo(&sb, &label);
+        publish_large(&repo, "mesh-big", 4);
+        let pacman = PacmanRoot::new(&label, &repo);
+        let cache = pacman.dir.join("root/var/cache/pacman/pkg");
+        let mount = Tmpfs::mount(&cache, "2m");
+        let host = pacman.host(&sb, &format!("pkg-{label}"), r#""disk_margin_mib": 1"#);
 
-    let report = host.apply_json(
-        r#"{"schema": 1, "packages": {"mesh-big": {}, "mesh-e": {}}}"#,
-        1,
-    );
-    let detail = failure(&report, "mesh-big").detail;
-    assert!(
-        detail.contains("not enough room on disk for mesh-big (4.0 MiB to download"),
-        "{detail}"
-    );
-    assert!(
-        detail.contains(&format!(
-            "missing on the filesystem of {}/ (pacman's cache)",
-            cache.display()
-        )),
-        "{detail}"
-    );
-    assert!(
-        detail.contains("with the margin of 1.0 MiB (disk_margin_mib)"),
-        "{detail}"
-    );
-    assert_eq!(failures(&report).len(), 1, "{report:#}");
-    assert_eq!(pacman.version("mesh-big"), None);
-    assert!(
-        !pacman.dir.join("root/usr/share/mesh-big").exists(),
-        "nothing of it installed"
-    );
-    assert_eq!(
-        pacman.version("mesh-e").as_deref(),
-        Some("1.0-1"),
-        "the rest converges"
-    );
-    drop(mount);
-    drop(pacman);
-    let _ = std::fs::remove_dir_all(&private);
+        let mut driver = Driver::start(way, host);
+        let ran = driver.converge(r#"{"schema": 1, "packages": {"mesh-big": {}, "mesh-e": {}}}"#);
+        let report = &ran.record;
+        let detail = failure(report, "mesh-big").detail;
+        assert!(
+            detail.contains("not enough room on disk for mesh-big (4.0 MiB to download"),
+            "{way:?}: {detail}"
+        );
+        assert!(
+            detail.contains(&format!(
+                "missing on the filesystem of {}/ (pacman's cache)",
+                cache.display()
+            )),
+            "{way:?}: {detail}"
+        );
+        assert!(
+            detail.contains("with the margin of 1.0 MiB (disk_margin_mib)"),
+            "{way:?}: {detail}"
+        );
+        assert_eq!(failures(report).len(), 1, "{way:?}: {report:#}");
+        assert_eq!(pacman.version("mesh-big"), None);
+        assert!(
+            !pacman.dir.join("root/usr/share/mesh-big").exists(),
+            "{way:?}: nothing of it installed"
+        );
+        assert_eq!(
+            pacman.version("mesh-e").as_deref(),
+            Some("1.0-1"),
+            "{way:?}: the rest converges"
+        );
+        drop(driver);
+        drop(mount);
+        drop(pacman);
+        let _ = std::fs::remove_dir_all(&private);
+    }
 }
 
 #[test]
