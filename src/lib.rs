@@ -2,48 +2,27 @@
 //! plus the parsers the fuzz targets drive. The modules stay private; the code map is in
 //! ARCHITECTURE.md.
 
-// Set up first, by `init_logging`: the journal's priorities.
-mod logging;
-
-mod accounts;
+// The layers, lowest first: each imports only from the layers above it in this list
+// (`tests/layers.sh` checks it). ARCHITECTURE.md says what each holds.
 mod cli;
-mod codec;
-mod commands;
-mod config;
-mod declaration;
-mod diff;
-mod envelope;
-mod exec;
-mod facts;
-mod fsutil;
-mod join;
-mod json_in_place;
-mod keys;
+mod engine;
 mod kinds;
 mod link;
-mod lockfile;
-mod metrics;
-mod pacnew;
-mod process;
-mod reconcile;
-mod selfref;
+mod model;
+mod os;
 mod service;
-mod sorted;
 mod store;
-#[cfg(test)]
-mod testutil;
 mod tools;
-mod unitfile;
-mod upkeep;
-mod words;
+mod util;
 
+use cli::commands::Commands;
 use cli::Command;
-use commands::{Fatal, Host};
+use engine::{Fatal, Host};
 
 /// Sets up logging for the command line `args`: the service logs at info, other commands warn.
 pub fn init_logging(args: &[String]) {
     let service = cli::parse(args.iter().cloned()).is_ok_and(|a| a.command == Command::Run);
-    logging::init(service);
+    util::logging::init(service);
 }
 
 /// Runs the command line `args` (without the program name) and returns the exit code.
@@ -51,7 +30,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = String>) -> i32 {
     match cli::parse(args) {
         Err(e) => {
             eprintln!("mesh-host: {e}\nTry `mesh-host --help`.");
-            commands::EXIT_INVALID
+            engine::EXIT_INVALID
         }
         Ok(args) => match run(args) {
             Ok(code) => code,
@@ -67,34 +46,38 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
     match &args.command {
         Command::Help => {
             println!("{}", cli::usage());
-            return Ok(commands::EXIT_OK);
+            return Ok(engine::EXIT_OK);
         }
         Command::Version => {
             println!("mesh-host {}", env!("CARGO_PKG_VERSION"));
-            return Ok(commands::EXIT_OK);
+            return Ok(engine::EXIT_OK);
         }
         // Before the config is loaded: what systemd runs must work whatever the config says.
         Command::Reload(Some(pid)) => return service::signal_reload(*pid),
         // Before the config is loaded: join may be what creates it.
-        Command::Join(join) => return join::run(&args, join),
+        Command::Join(join) => return cli::join::run(&args, join),
         // On the operator's offline machine: no config, no store.
-        Command::Keygen { out } => return keys::keygen(&args, out),
+        Command::Keygen { out } => return cli::keys::keygen(&args, out),
         _ => {}
     }
-    let command = args.command.clone();
-    let mut host = Host::new(args)?;
-    match command {
-        Command::Check(file) => host.check(&file),
-        Command::Plan(file) => host.plan(&file),
-        Command::Apply(file) => host.apply(&file),
-        Command::Reconcile => host.reconcile(),
-        Command::Owned => host.owned(),
-        Command::Status => host.status(),
+    let mut host = Host::new(args.engine_options())?;
+    let commands = || Commands {
+        host: &host,
+        json: args.json,
+        wait: args.wait,
+    };
+    match args.command.clone() {
+        Command::Check(file) => commands().check(&file),
+        Command::Plan(file) => commands().plan(&file),
+        Command::Apply(file) => commands().apply(&file),
+        Command::Reconcile => commands().reconcile(),
+        Command::Owned => commands().owned(),
+        Command::Status => commands().status(),
         Command::Reload(pid) => service::reload(&host, pid),
         Command::Run => service::run(&mut host),
-        Command::Sign { key, file } => keys::sign(&host, &key, &file),
+        Command::Sign { key, file } => cli::keys::sign(&host, &key, &file),
         Command::Join(_) | Command::Keygen { .. } | Command::Help | Command::Version => {
-            Ok(commands::EXIT_OK)
+            Ok(engine::EXIT_OK)
         }
     }
 }
@@ -103,10 +86,10 @@ fn run(args: cli::Args) -> Result<i32, Fatal> {
 pub mod fuzzing {
     /// Parses and validates a declaration with the default limits and identity.
     pub fn declaration(bytes: &[u8]) {
-        if let Ok(config) = crate::config::Config::parse("{}", None) {
-            let _ = crate::declaration::parse(
+        if let Ok(config) = crate::model::config::Config::parse("{}", None) {
+            let _ = crate::model::declaration::parse(
                 bytes,
-                &crate::declaration::Context {
+                &crate::model::declaration::Context {
                     limits: &config.limits,
                     identity: &config.identity,
                 },
@@ -118,9 +101,9 @@ pub mod fuzzing {
     /// 8032's first test key, which signs the seed corpus): envelope, signatures, declaration,
     /// revision and expiry, as the service decides; then prints the envelope again.
     pub fn envelope(bytes: &[u8]) {
-        use crate::envelope::{accept, open, Arrival, PublicKey, Trust};
+        use crate::model::envelope::{accept, open, Arrival, PublicKey, Trust};
         let (Ok(config), Ok(key)) = (
-            crate::config::Config::parse("{}", None),
+            crate::model::config::Config::parse("{}", None),
             PublicKey::parse("ed25519:11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo="),
         ) else {
             return;
@@ -140,9 +123,9 @@ pub mod fuzzing {
         };
         let text = String::from_utf8_lossy(bytes).into_owned();
         let _ = accept(text, &arrival, |b| {
-            crate::declaration::parse(
+            crate::model::declaration::parse(
                 b,
-                &crate::declaration::Context {
+                &crate::model::declaration::Context {
                     limits: &config.limits,
                     identity: &config.identity,
                 },

@@ -11,11 +11,11 @@ use super::{
     batch_then_each, check_argument, Action, Change, Env, Kind, KindError, LedgerAfter, NoOriginal,
     Observations, Outcome, RunContext, Step,
 };
-use crate::codec;
-use crate::config::{Identity, Limits};
-use crate::declaration::{Declaration, Fields};
+use crate::model::config::{Identity, Limits};
+use crate::model::declaration::{Declaration, Fields};
 use crate::store::{Digest, Entry, Ledger};
 use crate::tools::podman::{self, State};
+use crate::util::codec;
 
 pub struct Containers;
 
@@ -208,7 +208,7 @@ impl Kind for Containers {
             let source = volume.host_path.as_deref();
             if let Some(why) = source.and_then(|s| {
                 let writes = !volume.read_only || volume.changes_source.is_some();
-                crate::selfref::refuse_mount_source(s, writes)
+                crate::model::selfref::refuse_mount_source(s, writes)
             }) {
                 return Some(format!("volume {text:?}: {why}"));
             }
@@ -228,7 +228,7 @@ impl Kind for Containers {
                 writes.push((dir, "as an overlay's upper or work directory".into()));
             }
             writes.iter().find_map(|(path, how)| {
-                crate::selfref::refuse_mount(path, how, identity)
+                crate::model::selfref::refuse_mount(path, how, identity)
                     .map(|why| format!("volume {text:?}: {why}"))
             })
         })
@@ -845,7 +845,7 @@ fn observed(stdout: &[u8]) -> Result<BTreeMap<String, Observed>, serde_json::Err
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::declaration::tests::{check_refused, parse_with_defaults, problems};
+    use crate::model::declaration::tests::{check_refused, parse_with_defaults, problems};
 
     #[test]
     fn validation() {

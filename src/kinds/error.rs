@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::exec::{CommandError, Failure};
+use crate::os::exec::{CommandError, Failure};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum KindError {

@@ -9,14 +9,14 @@ use super::{
     Action, Change, Env, Kind, KindError, LedgerAfter, Listed, Observations, Outcome, RunContext,
     Step,
 };
-use crate::accounts::{Account, Accounts};
-use crate::codec;
-use crate::config::{Identity, Limits};
-use crate::declaration::{Declaration, Fields};
-use crate::diff::ContentDiff;
-use crate::fsutil::{self, Dir, FileType, PendingWrite, Stamp, Stat, WalkError};
-use crate::sorted;
+use crate::model::config::{Identity, Limits};
+use crate::model::declaration::{Declaration, Fields};
+use crate::os::accounts::{Account, Accounts};
+use crate::os::fsutil::{self, Dir, FileType, PendingWrite, Stamp, Stat, WalkError};
 use crate::store::{self, Cached, Digest, Entry, FilesIndex, Ledger, Origin, Store};
+use crate::util::codec;
+use crate::util::diff::ContentDiff;
+use crate::util::sorted;
 
 pub struct Files;
 
@@ -289,9 +289,9 @@ impl Kind for Files {
             Spec::Present(c) => Some(&c.bytes[..]),
             Spec::Absent => None,
         };
-        let refusal = crate::selfref::refuse_file(key, content, identity)?;
+        let refusal = crate::model::selfref::refuse_file(key, content, identity)?;
         Some(match (is_secret(spec), content) {
-            (true, Some(content)) => crate::declaration::redact_refusal(refusal, content),
+            (true, Some(content)) => crate::model::declaration::redact_refusal(refusal, content),
             _ => refusal,
         })
     }
@@ -533,7 +533,7 @@ impl Kind for Files {
 /// file or drop-in in a directory it searches: a unit's name, or `*.conf` in `NAME.d/`. Judged by
 /// the path alone, so a lookalike elsewhere costs no more than a `daemon-reload`.
 fn configures_unit(path: &str) -> Option<&str> {
-    use crate::unitfile::{UnitName, DECLARABLE_TYPES};
+    use crate::model::unitfile::{UnitName, DECLARABLE_TYPES};
     let (dir, name) = path.rsplit_once('/')?;
     let is_unit = |name: &str| UnitName::parse(name).is_ok();
     match (name.strip_suffix(".conf"), dir.rsplit_once('/')) {
@@ -1387,8 +1387,8 @@ fn remove_unneeded_directories(root: &Dir, cx: &RunContext, ledger: &mut Ledger)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::declaration::tests::{check_refused, parse_with_defaults, problems};
     use crate::kinds::Details;
+    use crate::model::declaration::tests::{check_refused, parse_with_defaults, problems};
 
     #[test]
     fn path_rules() {
@@ -1458,12 +1458,12 @@ mod tests {
 
     #[test]
     fn content_limit() {
-        let mut config = crate::declaration::tests::test_config();
+        let mut config = crate::model::declaration::tests::test_config();
         config.limits.max_file_bytes = 4;
         let json = r#"{"schema": 1, "files": {"/etc/x": {"content": "12345"}}}"#;
-        let err = crate::declaration::parse(
+        let err = crate::model::declaration::parse(
             json.as_bytes(),
-            &crate::declaration::Context {
+            &crate::model::declaration::Context {
                 limits: &config.limits,
                 identity: &config.identity,
             },
@@ -1508,15 +1508,15 @@ mod tests {
     fn refuses_the_hosts_own_store() {
         // The test config puts the store at /srv/mesh-store; files must be under /etc, so use a
         // store under /etc to show the refusal names the store.
-        let mut config = crate::declaration::tests::test_config();
+        let mut config = crate::model::declaration::tests::test_config();
         config
             .identity
             .state_dirs
             .push(PathBuf::from("/etc/mesh-store"));
         let json = r#"{"schema": 1, "files": {"/etc/mesh-store/ledger.json": {"content": "{}"}}}"#;
-        let err = crate::declaration::parse(
+        let err = crate::model::declaration::parse(
             json.as_bytes(),
-            &crate::declaration::Context {
+            &crate::model::declaration::Context {
                 limits: &config.limits,
                 identity: &config.identity,
             },
@@ -1842,7 +1842,7 @@ mod tests {
 
     #[test]
     fn missing_directories_are_found_outermost_first() {
-        let tmp = crate::testutil::TempDir::new("missing-dirs");
+        let tmp = crate::util::testutil::TempDir::new("missing-dirs");
         std::fs::create_dir_all(tmp.path().join("etc/app")).unwrap();
         let root = Dir::open(tmp.path()).unwrap();
         assert_eq!(
@@ -1854,7 +1854,7 @@ mod tests {
 
     #[test]
     fn observation_keeps_a_files_content_only_when_it_differs() {
-        let tmp = crate::testutil::TempDir::new("observe-held");
+        let tmp = crate::util::testutil::TempDir::new("observe-held");
         std::fs::create_dir_all(tmp.path().join("etc/app")).unwrap();
         std::fs::write(tmp.path().join("etc/app/same"), "declared").unwrap();
         std::fs::write(tmp.path().join("etc/app/other"), "edited").unwrap();
@@ -1896,8 +1896,8 @@ mod tests {
     }
 
     /// A scratch root holding `/etc/app/conf` ("declared") and a store beside it.
-    fn root_with_one_file(label: &str) -> (crate::testutil::TempDir, Dir, Store) {
-        let tmp = crate::testutil::TempDir::new(label);
+    fn root_with_one_file(label: &str) -> (crate::util::testutil::TempDir, Dir, Store) {
+        let tmp = crate::util::testutil::TempDir::new(label);
         std::fs::create_dir_all(tmp.path().join("root/etc/app")).unwrap();
         std::fs::write(tmp.path().join("root/etc/app/conf"), "declared").unwrap();
         let root = Dir::open(&tmp.path().join("root")).unwrap();
@@ -1982,11 +1982,11 @@ mod tests {
         let (_tmp, root, store) = root_with_one_file("index-hit");
         let cached = recorded(&root, &store);
         assert_eq!(cached.stamp, stamp_of_conf(&root));
-        assert_eq!(cached.digest, crate::codec::sha256(b"declared"));
+        assert_eq!(cached.digest, crate::util::codec::sha256(b"declared"));
         // An index claiming the file holds other content of the same size, with the file's very
         // stamp: believed, which shows the file was not read.
         let forged = Cached {
-            digest: crate::codec::sha256(b"12345678"),
+            digest: crate::util::codec::sha256(b"12345678"),
             ..cached
         };
         store
@@ -2007,7 +2007,7 @@ mod tests {
         );
         assert_eq!(
             store.files_index().get("/etc/app/conf").map(|c| c.digest),
-            Some(crate::codec::sha256(b"declared"))
+            Some(crate::util::codec::sha256(b"declared"))
         );
     }
 
@@ -2032,7 +2032,7 @@ mod tests {
             change(&mut stamp);
             let other = Cached {
                 stamp,
-                digest: crate::codec::sha256(b"12345678"),
+                digest: crate::util::codec::sha256(b"12345678"),
             };
             let mut index = IndexUse::load(None, None);
             index.old = FilesIndex::decode(

@@ -16,11 +16,11 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, Identity, Limits};
-use crate::declaration::{Declaration, Fields};
-use crate::diff::ContentDiff;
-use crate::exec::Runner;
+use crate::model::config::{Config, Identity, Limits};
+use crate::model::declaration::{Declaration, Fields};
+use crate::os::exec::Runner;
 use crate::store::{Digest, Entry, Ledger, Sections, Store};
+use crate::util::diff::ContentDiff;
 
 /// The one list of resource kinds, as `name: Type` (the name is the kind's key in a declaration
 /// and its section of the ledger). The order is the converge order: what later kinds need comes
@@ -144,7 +144,7 @@ pub struct Env<'a> {
     /// Where the reboot and restart look is made (`upkeep`): pacman's root and database on the
     /// running system; `None` under `--root` (the running kernel and processes are not the
     /// mounted root's) or when pacman could not say.
-    pub upkeep: Option<&'a crate::upkeep::Where>,
+    pub upkeep: Option<&'a crate::model::upkeep::Where>,
 }
 
 /// What earlier kinds did in this run, for later ones to act on.
@@ -182,7 +182,7 @@ impl<'a> RunContext<'a> {
             Some(key) => format!(
                 "{} bytes, keyed digest {}",
                 bytes.len(),
-                &crate::codec::hex(&crate::codec::hmac_sha256(key, bytes))[..16]
+                &crate::util::codec::hex(&crate::util::codec::hmac_sha256(key, bytes))[..16]
             ),
             None => format!("{} bytes", bytes.len()),
         }
@@ -342,7 +342,7 @@ pub const STOPPING: &str = "not applied: the host was stopping";
 
 /// The name an adopted resource's original is kept under in the store.
 pub fn backup_key(kind: &str, key: &str) -> String {
-    crate::codec::sha256_hex(format!("{kind}:{key}").as_bytes())
+    crate::util::codec::sha256_hex(format!("{kind}:{key}").as_bytes())
 }
 
 /// A resource kind. Every item is required (no defaults), so a new kind that forgets one does not
@@ -532,7 +532,7 @@ pub fn check_argument(what: &str, name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::declaration::tests::{parse_with_defaults, problems};
+    use crate::model::declaration::tests::{parse_with_defaults, problems};
 
     /// Each kind's name, as visited one by one.
     struct Names;

@@ -14,9 +14,9 @@ use super::{
     batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, KindError,
     LedgerAfter, Observations, Outcome, RunContext, Step, STOPPING,
 };
-use crate::config::{Identity, Limits};
-use crate::declaration::{Declaration, Fields};
-use crate::exec::{CommandError, Failure};
+use crate::model::config::{Identity, Limits};
+use crate::model::declaration::{Declaration, Fields};
+use crate::os::exec::{CommandError, Failure};
 use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::pacman::{self, InstallReason, Pacman, SyncInfo};
 
@@ -740,14 +740,14 @@ enum LockState {
 
 /// The lock pacman named, as this process reaches it: under `--root`, pacman ran chrooted
 /// into the root, so its path is inside it. Opened through the no-symlink walk.
-fn lock_parent(env: &Env, lock: &str) -> Result<Option<crate::fsutil::Parent>, String> {
+fn lock_parent(env: &Env, lock: &str) -> Result<Option<crate::os::fsutil::Parent>, String> {
     let root = if env.offline {
         env.root
     } else {
         std::path::Path::new("/")
     };
-    let dir = crate::fsutil::Dir::open(root).map_err(|e| format!("{}: {e}", root.display()))?;
-    crate::fsutil::walk_to_parent(&dir, std::path::Path::new(lock), false)
+    let dir = crate::os::fsutil::Dir::open(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    crate::os::fsutil::walk_to_parent(&dir, std::path::Path::new(lock), false)
         .map_err(|e| e.to_string())
 }
 
@@ -759,7 +759,7 @@ fn lock_state(env: &Env, lock: &str) -> Result<LockState, String> {
     let Some(identity) = parent.dir.identity(&parent.name).map_err(at)? else {
         return Ok(LockState::Gone);
     };
-    let holders = crate::lockfile::holders(&identity);
+    let holders = crate::os::lockfile::holders(&identity);
     if !holders.is_empty() {
         let list: Vec<String> = holders
             .iter()
@@ -767,7 +767,8 @@ fn lock_state(env: &Env, lock: &str) -> Result<LockState, String> {
             .collect();
         return Ok(LockState::Held(list.join(", ")));
     }
-    let predates_boot = crate::lockfile::boot_time().is_some_and(|boot| identity.modified < boot);
+    let predates_boot =
+        crate::os::lockfile::boot_time().is_some_and(|boot| identity.modified < boot);
     Ok(LockState::Unheld { predates_boot })
 }
 
@@ -795,9 +796,9 @@ pub fn local_db_dir(env: &Env) -> Result<PathBuf, String> {
 }
 
 /// pacman's root and database (`DBPath`) as seen from this process.
-pub fn paths(env: &Env) -> Result<crate::upkeep::Where, String> {
+pub fn paths(env: &Env) -> Result<crate::model::upkeep::Where, String> {
     let printed = pacman_paths(env)?;
-    Ok(crate::upkeep::Where {
+    Ok(crate::model::upkeep::Where {
         root: seen(env, pacman_path(&printed, pacman::parse_root, "Root")?),
         db: seen(
             env,
@@ -919,7 +920,7 @@ fn check_room(env: &Env, preview: &[String], names: &[&str]) -> Result<(), KindE
     );
     let root = seen(env, pacman_path(&paths, pacman::parse_root, "Root")?);
     let filesystem = |path: &std::path::Path| {
-        crate::fsutil::Dir::open(path)
+        crate::os::fsutil::Dir::open(path)
             .and_then(|dir| Ok((dir.device()?, dir.free_space()?)))
             .map_err(|e| {
                 KindError::from(format!(
@@ -1005,7 +1006,7 @@ fn prune_cache(env: &Env, keep: usize) -> Result<Pruned, String> {
         pacman_path(&paths, pacman::parse_cache_dir, "Cache Dirs")?,
     );
     let at = |e: std::io::Error| format!("{}: {e}", path.display());
-    let dir = crate::fsutil::Dir::open(&path).map_err(at)?;
+    let dir = crate::os::fsutil::Dir::open(&path).map_err(at)?;
     let names = dir
         .names_where(|name| name.to_str().and_then(pacman::parse_cache_file).is_some())
         .map_err(at)?;
@@ -1048,7 +1049,7 @@ fn prune_cache(env: &Env, keep: usize) -> Result<Pruned, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::declaration::tests::{check_refused, problems};
+    use crate::model::declaration::tests::{check_refused, problems};
 
     #[test]
     fn names_follow_pacmans_rules_and_never_become_options() {
@@ -1147,7 +1148,7 @@ mod tests {
 
     #[test]
     fn planner_cases() {
-        let d = crate::declaration::tests::parse_with_defaults(r#"{"schema": 1}"#).unwrap();
+        let d = crate::model::declaration::tests::parse_with_defaults(r#"{"schema": 1}"#).unwrap();
         let cx = RunContext::new(&d, false);
         let created = Entry::created();
         let adopted = Entry::adopted(Some(InstallReason::Explicit));

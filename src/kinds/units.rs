@@ -19,14 +19,14 @@ use super::{
     batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, KindError,
     LedgerAfter, Listed, Observations, Outcome, RunContext, Step,
 };
-use crate::config::{Identity, Limits};
-use crate::declaration::{Declaration, Fields};
-use crate::diff::ContentDiff;
-use crate::exec::Failure;
-use crate::fsutil::{self, Dir, FileType, Found};
+use crate::model::config::{Identity, Limits};
+use crate::model::declaration::{Declaration, Fields};
+use crate::model::unitfile::UnitName;
+use crate::os::exec::Failure;
+use crate::os::fsutil::{self, Dir, FileType, Found};
 use crate::store::{Digest, Entry, Ledger, Origin, Owed};
 use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb};
-use crate::unitfile::UnitName;
+use crate::util::diff::ContentDiff;
 
 mod confirm;
 
@@ -259,10 +259,10 @@ impl Kind for Units {
     }
 
     fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
-        let refusal = crate::selfref::refuse_unit(key, spec.content.as_deref(), identity)?;
+        let refusal = crate::model::selfref::refuse_unit(key, spec.content.as_deref(), identity)?;
         Some(match (is_secret(spec), &spec.content) {
             (true, Some(content)) => {
-                crate::declaration::redact_refusal(refusal, content.as_bytes())
+                crate::model::declaration::redact_refusal(refusal, content.as_bytes())
             }
             _ => refusal,
         })
@@ -362,7 +362,7 @@ impl Kind for Units {
         };
         let stale: BTreeSet<String> = match (env.offline, env.upkeep) {
             (false, Some(at)) if keys.iter().any(asked) => {
-                crate::upkeep::stale_units(at).into_iter().collect()
+                crate::model::upkeep::stale_units(at).into_iter().collect()
             }
             _ => BTreeSet::new(),
         };
@@ -780,7 +780,7 @@ pub fn digest(spec: &Spec) -> Digest {
         spec.active,
         spec.content
             .as_deref()
-            .map(|c| crate::codec::sha256_hex(c.as_bytes())),
+            .map(|c| crate::util::codec::sha256_hex(c.as_bytes())),
         spec.restart_on,
         spec.reload_on
     ))
@@ -1236,8 +1236,8 @@ pub fn watched_files(spec: &Spec) -> BTreeSet<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::declaration::tests::{check_refused, parse_with_defaults, problems};
-    use crate::diff::Body;
+    use crate::model::declaration::tests::{check_refused, parse_with_defaults, problems};
+    use crate::util::diff::Body;
 
     #[test]
     fn unit_names() {
@@ -1658,7 +1658,7 @@ mod tests {
     }
 
     fn check_refused_units(spec_json: &str, want: &str) {
-        let problems = crate::declaration::tests::problems(&format!(
+        let problems = crate::model::declaration::tests::problems(&format!(
             r#"{{"schema": 1, "units": {{"a.service": {spec_json}}}}}"#
         ));
         assert!(problems.iter().any(|p| p.contains(want)), "{problems:?}");

@@ -6,10 +6,10 @@ use std::fmt;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
-use crate::json_in_place::{member, string_is, unescape_in_place};
-use crate::pacnew::Pacnew;
+use crate::model::pacnew::Pacnew;
+use crate::model::upkeep::Needs;
 use crate::store::{Failing, ResourceResult, RunOutcome, Triggers};
-use crate::upkeep::Needs;
+use crate::util::json_in_place::{member, string_is, unescape_in_place};
 
 /// Protocol version spoken by this host.
 pub const PROTOCOL: u32 = 1;
@@ -106,7 +106,7 @@ pub struct Report {
 }
 
 /// What the node is, for the control plane to target and judge it (docs/protocol.md, "Facts").
-/// Gathered by `crate::facts`; a fact the host could not read is absent (null), never guessed.
+/// Gathered by `crate::engine::facts`; a fact the host could not read is absent (null), never guessed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Facts {
     /// os-release's `ID`, `VERSION_ID` and `BUILD_ID` (Arch has no `VERSION_ID`).

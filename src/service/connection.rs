@@ -13,8 +13,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
-use crate::config::ControlPlane;
 use crate::link::{Link, LinkError};
+use crate::model::config::ControlPlane;
 
 /// TLS settings trusting only the pinned CA (never the system's roots).
 pub fn tls_config(cp: &ControlPlane) -> Result<Arc<ClientConfig>, String> {

@@ -219,7 +219,7 @@ impl Watcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::util::testutil::TempDir;
 
     fn wait_readable(fd: RawFd) -> bool {
         let mut fds = [libc::pollfd {

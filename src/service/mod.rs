@@ -11,7 +11,7 @@ mod backoff;
 mod connection;
 mod inotify;
 mod schedule;
-mod sys;
+
 mod watch;
 mod watching;
 
@@ -21,11 +21,12 @@ use std::sync::Arc;
 use mio::unix::SourceFd;
 use mio::{Events, Poll, Token};
 
-use crate::commands::{Fatal, Host, EXIT_OK};
-use crate::envelope;
-use crate::facts;
+use crate::engine::facts;
+use crate::engine::reconcile::Scope;
+use crate::engine::{Fatal, Host, EXIT_OK};
 use crate::link::{messages, Event, Facts, Link, Message, Report, ReportOutcome};
-use crate::reconcile::Scope;
+use crate::model::envelope;
+use crate::os::sys;
 use crate::store::{
     self, InForce, LinkStatus, RunOutcome, ServicePhase, ServiceState, Source, Store, Trigger,
     Triggers,
@@ -424,7 +425,7 @@ impl Service<'_> {
     /// Logs how a run ended and says it in `STATUS=`: each failed resource at error (so
     /// `journalctl -p err` lists exactly the failures), the summary at info when all converged and
     /// at warning otherwise. (The loop sends the line again once the timer is rearmed.)
-    fn log_run(&mut self, converged: &Result<Option<crate::commands::RunResult>, Fatal>) {
+    fn log_run(&mut self, converged: &Result<Option<crate::engine::RunResult>, Fatal>) {
         let ended = store::unix_now();
         match converged {
             Ok(Some(result)) => {
@@ -482,7 +483,7 @@ impl Service<'_> {
     /// command reads says; the foreign packages and what the machine needs are the store's last
     /// (`stats.json`).
     fn facts(&self) -> Facts {
-        let root = self.host.args.root.as_deref();
+        let root = self.host.options.root.as_deref();
         let asked = self
             .pacman_db
             .as_ref()
@@ -710,7 +711,7 @@ impl Service<'_> {
     /// stale, invalid or (with trusted keys) not signed as the config requires: then reported,
     /// and the previous one stays in force (`envelope::accept` decides).
     fn on_declare(&mut self, revision: u64, text: String) {
-        let digest = crate::codec::sha256_hex(text.as_bytes());
+        let digest = crate::util::codec::sha256_hex(text.as_bytes());
         // A person's `apply` may hold the lock for minutes: the link is kept answered meanwhile.
         let pulse = Pulse::new(
             &mut self.link,

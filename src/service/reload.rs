@@ -2,12 +2,12 @@
 //! reloading needs no `kill` binary (a minimal system has none) and never signals a process that
 //! is not mesh-host.
 
-use crate::commands::{Fatal, Host, EXIT_OK};
+use crate::engine::{Fatal, Host, EXIT_OK};
 use crate::store::Store;
 
 /// Sends SIGHUP to `pid` (systemd's `$MAINPID`), which must be a mesh-host process.
 pub fn signal_reload(pid: u32) -> Result<i32, Fatal> {
-    if !crate::process::is_mesh_host(pid) {
+    if !crate::os::process::is_mesh_host(pid) {
         return Err(Fatal::Error(format!(
             "reload: process {pid} is not mesh-host (or is gone); nothing was signalled"
         )));

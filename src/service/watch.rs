@@ -12,11 +12,11 @@ use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::declaration::Declaration;
 use crate::kinds::files::Files;
 use crate::kinds::packages::Packages;
 use crate::kinds::units::{self, Units};
 use crate::kinds::Listed;
+use crate::model::declaration::Declaration;
 use crate::store::{self, Ledger};
 
 /// A resource as the ledger names it: (kind, key).
@@ -986,12 +986,12 @@ mod tests {
     }
 
     fn declared(json: &str) -> Declaration {
-        let config = crate::declaration::tests::test_config();
-        let context = crate::declaration::Context {
+        let config = crate::model::declaration::tests::test_config();
+        let context = crate::model::declaration::Context {
             limits: &config.limits,
             identity: &config.identity,
         };
-        crate::declaration::parse(json.as_bytes(), &context).unwrap()
+        crate::model::declaration::parse(json.as_bytes(), &context).unwrap()
     }
 
     fn places() -> Places<'static> {

@@ -7,10 +7,10 @@ use mio::unix::SourceFd;
 use mio::Poll;
 
 use super::{inotify, watch, Service, WATCH};
-use crate::commands::{invalid, Fatal};
+use crate::engine::reconcile::Scope;
+use crate::engine::{invalid, Fatal};
 use crate::kinds::{files::Files, packages::Packages};
 use crate::link;
-use crate::reconcile::Scope;
 use crate::store::{self, Store, Trigger};
 
 impl Service<'_> {
@@ -223,7 +223,7 @@ impl Service<'_> {
         }
         let root = self
             .host
-            .args
+            .options
             .root
             .as_deref()
             .unwrap_or(std::path::Path::new("/"));
@@ -308,7 +308,7 @@ fn watch_source(declaration_digest: &str, ledger: &store::Ledger) -> [u8; 32] {
             Ok(())
         }
     }
-    crate::codec::sha256_of_text(format_args!("{}", Source(declaration_digest, ledger)))
+    crate::util::codec::sha256_of_text(format_args!("{}", Source(declaration_digest, ledger)))
 }
 
 /// Whether `status` must be written again for the watcher. Times converted from the monotonic

@@ -9,7 +9,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::{ResourceResult, Store, StoreError};
-use crate::words::duration_words;
+use crate::util::words::duration_words;
 
 const FILE: &str = "failures.json";
 /// The longest error kept per resource: a tool's stderr can be long, the history must stay small.
@@ -318,7 +318,7 @@ mod tests {
 
     #[test]
     fn history_round_trips_through_the_store() {
-        let tmp = crate::testutil::TempDir::new("failures");
+        let tmp = crate::util::testutil::TempDir::new("failures");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         assert_eq!(store.failures().unwrap(), FailureHistory::default());
         let mut history = FailureHistory::default();

@@ -14,8 +14,8 @@ use std::ffi::OsStr;
 use std::io;
 
 use super::{Store, StoreError};
-use crate::fsutil::Stamp;
-use crate::sorted;
+use crate::os::fsutil::Stamp;
+use crate::util::sorted;
 
 const FILE: &str = "files-index";
 const HEADER: &[u8] = b"mesh-host files-index 1\n";
@@ -272,7 +272,7 @@ impl FilesIndex {
     /// An index file holding `bytes`, opened.
     #[cfg(test)]
     pub fn decode(bytes: Vec<u8>) -> Result<FilesIndex, String> {
-        let dir = crate::testutil::TempDir::new("files-index");
+        let dir = crate::util::testutil::TempDir::new("files-index");
         let path = dir.path().join(FILE);
         std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
         // The open file outlives its directory's removal, as an index replaced by a rename.
@@ -429,7 +429,7 @@ impl Store {
         let shared = format!(".{FILE}{}", super::TEMP_SUFFIX);
         self.dir.remove(OsStr::new(&shared)).map_err(error)?;
         for (temp, pid) in self.dir.own_temps(OsStr::new(FILE)).map_err(error)? {
-            if pid != std::process::id() && !crate::process::alive(pid) {
+            if pid != std::process::id() && !crate::os::process::alive(pid) {
                 self.dir.remove(&temp).map_err(error)?;
                 log::warn!(
                     "store {}: removed {}, left by a crash",

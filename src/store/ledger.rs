@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use serde::de::{DeserializeOwned, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::codec;
-use crate::json_in_place;
 use crate::kinds::{self, Kind, Visit};
+use crate::util::codec;
+use crate::util::json_in_place;
 
 const VERSION: u32 = 1;
 
@@ -580,7 +580,7 @@ mod tests {
 
     #[test]
     fn a_sha256_is_held_as_bytes_and_written_as_its_hex() {
-        let hex = crate::codec::sha256_hex(b"present");
+        let hex = crate::util::codec::sha256_hex(b"present");
         let d = Digest::parse(&hex);
         assert_eq!(d, Digest::of(b"present"));
         assert!(matches!(d, Digest::Sha256(_)));
@@ -607,9 +607,9 @@ mod tests {
     /// The ledger keeps the digests it wrote when they were strings: the same text hashed.
     #[test]
     fn a_files_digest_is_the_one_written_before() {
-        use crate::accounts::Account;
         use crate::kinds::files::{self, Content, Ownership, Spec};
-        let hex = crate::codec::sha256_hex;
+        use crate::os::accounts::Account;
+        let hex = crate::util::codec::sha256_hex;
         let content = Content {
             bytes: b"x = 1\n".to_vec().into_boxed_slice(),
             mode: Some(0o600),

@@ -109,7 +109,7 @@ impl Lock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::util::testutil::TempDir;
 
     #[test]
     fn second_holder_is_refused_with_who_holds_it() {

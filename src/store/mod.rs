@@ -9,7 +9,6 @@ mod ledger;
 mod lock;
 mod outbox;
 mod owed;
-mod runs;
 mod secrets;
 mod stats;
 
@@ -21,18 +20,20 @@ use std::path::{Path, PathBuf};
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Serialize};
 
-use crate::codec;
-use crate::fsutil::{self, Dir};
-use crate::json_in_place;
-use crate::pacnew::QuietDirs;
+use crate::model::pacnew::QuietDirs;
+use crate::os::fsutil::{self, Dir};
+use crate::util::codec;
+use crate::util::json_in_place;
 
+pub use crate::model::run::{
+    ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers, LISTED,
+};
 pub use failures::{Failing, Notice};
 pub use files_index::{is_cacheable, Cached, FilesIndex};
 pub use ledger::{Digest, Entry, Ledger, Origin, Sections};
 pub use lock::{Lock, LockError};
 pub use outbox::OutboxBounds;
 pub use owed::Owed;
-pub use runs::{ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers, LISTED};
 pub use stats::{Foreign, LastRun, RunStats};
 
 pub const IN_FORCE: &str = "declaration.json";
@@ -485,14 +486,14 @@ impl Store {
         )))
     }
 
-    /// Appends a run (abridged), keeping the most recent `runs::KEEP`.
+    /// Appends a run (abridged), keeping the most recent `crate::model::run::KEEP`.
     pub fn record_run(&self, run: &RunRecord) -> Result<(), StoreError> {
         if let Some(note) = self.set_aside_unreadable_runs()? {
             log::warn!("{note}");
         }
         let mut runs = self.runs()?;
         runs.push(run.abridged());
-        let excess = runs.len().saturating_sub(runs::KEEP);
+        let excess = runs.len().saturating_sub(crate::model::run::KEEP);
         runs.drain(..excess);
         self.write_json(RUNS, &runs)
     }
@@ -559,7 +560,7 @@ pub fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::util::testutil::TempDir;
 
     #[test]
     fn missing_store_reads_as_empty_and_is_created_0700() {

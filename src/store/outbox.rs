@@ -8,9 +8,9 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use super::{Lock, Store, StoreError, MAX_STORE_FILE};
-use crate::fsutil::Dir;
 use crate::link::messages::Counted;
 use crate::link::Report;
+use crate::os::fsutil::Dir;
 
 const DIR: &str = "outbox";
 const LAST_ID: &str = "last-report-id";
@@ -256,7 +256,7 @@ fn entry_name(id: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::util::testutil::TempDir;
 
     fn report() -> Report {
         Report {

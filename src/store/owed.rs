@@ -58,7 +58,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::util::testutil::TempDir;
 
     #[test]
     fn owed_work_is_kept_until_settled_and_written_as_plain_json() {

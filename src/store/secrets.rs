@@ -60,7 +60,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::util::testutil::TempDir;
     use std::os::unix::fs::PermissionsExt;
 
     #[test]

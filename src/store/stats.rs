@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{RunOutcome, Store, StoreError, Trigger};
-use crate::pacnew::Pacnew;
-use crate::upkeep::Needs;
+use crate::model::pacnew::Pacnew;
+use crate::model::upkeep::Needs;
 
 const FILE: &str = "stats.json";
 
@@ -146,7 +146,7 @@ mod tests {
         assert_eq!(stats.last_success, Some(10));
         assert_eq!(stats.last_run, Some(run(30, RunOutcome::Failed)));
         assert_eq!(stats.resources["files"]["in_sync"], 2);
-        let tmp = crate::testutil::TempDir::new("stats");
+        let tmp = crate::util::testutil::TempDir::new("stats");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         store.save_stats(&stats).unwrap();
         assert_eq!(store.stats().unwrap(), stats);

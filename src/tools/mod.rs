@@ -51,13 +51,16 @@ pub(crate) use words;
 /// `args` with `names` after `--` must make that same line.
 #[cfg(test)]
 pub fn assert_recorded(recorded: &str, tool: &[&str], args: &[String], names: &[&str]) {
-    let tool = crate::config::Tool {
+    let tool = crate::model::config::Tool {
         command: tool.iter().map(|s| s.to_string()).collect(),
         timeout: std::time::Duration::from_secs(1),
-        stop: crate::exec::Stop::Terminate,
+        stop: crate::os::exec::Stop::Terminate,
         grace: std::time::Duration::from_secs(1),
     };
-    let made = format!("LC_ALL=C {}", crate::exec::command_line(&tool, args, names));
+    let made = format!(
+        "LC_ALL=C {}",
+        crate::os::exec::command_line(&tool, args, names)
+    );
     assert_eq!(
         made,
         recorded.trim_end(),

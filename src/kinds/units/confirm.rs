@@ -10,11 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use super::{apply_file, unit_dir, Change, Enablement, FileChange, Op, Original};
-use crate::fsutil::{self, Dir};
 use crate::kinds::{files, Env, KindError, RunContext};
+use crate::model::unitfile::UnitName;
+use crate::os::fsutil::{self, Dir};
 use crate::store::Ledger;
 use crate::tools::systemctl::{self, Standing};
-use crate::unitfile::UnitName;
 
 /// What systemd said before the run touched a unit file, in the order `look` asks: the units
 /// whose files or links the units kind changes, the units the files kind's files in systemd's
@@ -43,7 +43,7 @@ impl Before {
 /// The host's units and their activation siblings (`mesh-host.service`, `.socket`, `.timer`,
 /// `.path`, and the same of `unit_name`).
 fn host_units(env: &Env) -> Vec<String> {
-    crate::selfref::host_units(&env.config.identity)
+    crate::model::selfref::host_units(&env.config.identity)
         .into_iter()
         .map(|(unit, _)| unit)
         .collect()

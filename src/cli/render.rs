@@ -7,15 +7,15 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::diff::{Body, ContentDiff, Tag};
-use crate::pacnew::Pacnew;
-use crate::reconcile::{OwnedRow, Planned};
+use crate::engine::reconcile::{OwnedRow, Planned};
+use crate::model::pacnew::Pacnew;
+use crate::model::upkeep::Needs;
 use crate::store::{
     Failing, InForceHead, LinkStatus, ResourceResult, RunRecord, ServicePhase, ServiceState,
     Source, WatchMode, WatchState,
 };
-use crate::upkeep::Needs;
-use crate::words::{age, duration_words, expiry};
+use crate::util::diff::{Body, ContentDiff, Tag};
+use crate::util::words::{age, duration_words, expiry};
 
 /// Prints `output` as pretty JSON. Through `serde_json::Value`, so every object's keys come out
 /// sorted, nested records included, whatever the order of their fields.
@@ -190,7 +190,7 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
     if run.diffs_cut {
         println!(
             "note: the diffs shown reached {} KiB; the changes after them are listed without theirs",
-            crate::reconcile::DIFFS_KEPT >> 10
+            crate::engine::reconcile::DIFFS_KEPT >> 10
         );
     }
 }
@@ -792,7 +792,7 @@ mod tests {
             kind: "files",
             key: "/etc/x".into(),
             origin: Origin::Adopted,
-            state: crate::reconcile::OwnedState::Drifted,
+            state: crate::engine::reconcile::OwnedState::Drifted,
             detail: "content".into(),
             diff: None,
             failing: None,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::fsutil;
+use crate::os::fsutil;
 
 /// Far more than any real table; a larger file is refused rather than read into memory.
 const MAX_TABLE_BYTES: u64 = 64 << 20;
@@ -136,7 +136,7 @@ mod tests {
 
     #[test]
     fn tables_are_read_without_following_symlinks() {
-        let tmp = crate::testutil::TempDir::new("accounts-walk");
+        let tmp = crate::util::testutil::TempDir::new("accounts-walk");
         let root = tmp.path().join("root");
         std::fs::create_dir_all(root.join("etc")).unwrap();
         std::fs::write(root.join("etc/group"), "wheel:x:10:\n").unwrap();

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::fsutil::FileIdentity;
+use crate::os::fsutil::FileIdentity;
 
 /// A process that has the file open.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,8 +61,8 @@ fn parse_boot_time(stat: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fsutil::Dir;
-    use crate::testutil::TempDir;
+    use crate::os::fsutil::Dir;
+    use crate::util::testutil::TempDir;
     use std::ffi::OsStr;
 
     #[test]

@@ -7,8 +7,8 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
-use crate::config::Identity;
-use crate::unitfile::{self, Owner, UnitName};
+use crate::model::config::Identity;
+use crate::model::unitfile::{self, Owner, UnitName};
 
 mod paths;
 mod pid1;
@@ -621,9 +621,9 @@ mod tests {
             Path::new("/etc/mesh-host")
         ));
     }
-    use crate::config::Config;
-    use crate::declaration::tests::{check_refused, problems};
-    use crate::declaration::{parse, Context};
+    use crate::model::config::Config;
+    use crate::model::declaration::tests::{check_refused, problems};
+    use crate::model::declaration::{parse, Context};
     use serde_json::json;
 
     fn unit(name: &str, content: &str) -> String {
@@ -1434,7 +1434,7 @@ mod tests {
             paths.push(format!("/etc/systemd/system/{name}"));
             paths.push(format!("/etc/systemd/system/{name}.d/x.conf"));
         }
-        for t in crate::unitfile::LOADED_TYPES {
+        for t in crate::model::unitfile::LOADED_TYPES {
             paths.push(format!("/etc/systemd/system/{t}.d/x.conf"));
             paths.push(format!("/etc/systemd/system.attached/{t}.d/x.conf"));
         }

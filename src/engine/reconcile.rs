@@ -7,22 +7,22 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::Serialize;
 
-use crate::declaration::Declaration;
-use crate::diff::ContentDiff;
-use crate::facts;
-use crate::fsutil;
+use crate::engine::facts;
 use crate::kinds::{
     self, backup_key,
     files::{self, Files},
     units::{self, Units},
     Action, Change, Details, Env, Kind, LedgerAfter, Listed, Outcome, RunContext, Step, Visit,
 };
-use crate::pacnew::{self, Pacnew};
-use crate::sorted::{self, Walk};
+use crate::model::declaration::Declaration;
+use crate::model::pacnew::{self, Pacnew};
+use crate::model::upkeep::{self, Needs};
+use crate::os::fsutil;
 use crate::store::{
     Entry, Failing, Foreign, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError,
 };
-use crate::upkeep::{self, Needs};
+use crate::util::diff::ContentDiff;
+use crate::util::sorted::{self, Walk};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -982,9 +982,9 @@ fn inspect_chunk<K: Kind>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::declaration::tests::{parse_with_defaults, test_config};
-    use crate::exec::Runner;
-    use crate::testutil::TempDir;
+    use crate::model::declaration::tests::{parse_with_defaults, test_config};
+    use crate::os::exec::Runner;
+    use crate::util::testutil::TempDir;
 
     /// A file the files kind changed and systemd's confirmation (in the units kind) put back
     /// leaves the run's changes for its failures, with what systemd said; the others stay.

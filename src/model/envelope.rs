@@ -11,9 +11,9 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::codec;
-use crate::declaration::{self, type_name, Declaration, Fields, Problems};
-use crate::json_in_place;
+use crate::model::declaration::{self, type_name, Declaration, Fields, Problems};
+use crate::util::codec;
+use crate::util::json_in_place;
 
 /// The envelope format's version, the value of its `envelope` member.
 pub const VERSION: u64 = 1;
@@ -594,7 +594,7 @@ pub fn accept(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::declaration::tests::parse_with_defaults;
+    use crate::model::declaration::tests::parse_with_defaults;
 
     const NOW: u64 = 1_800_000_000;
 

@@ -109,7 +109,7 @@ fn read_to(path: impl AsRef<Path>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::util::testutil::TempDir;
 
     /// This test's process maps a file under a scratch root's usr/, which is then deleted: the
     /// process is found, and its unit named (if the cgroup it runs in is one), no other.

@@ -1020,7 +1020,7 @@ pub fn create_dir_all(path: &Path, mode: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::util::testutil::TempDir;
 
     #[test]
     fn write_read_and_replace() {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::envelope::{PublicKey, Trust};
-use crate::exec::Stop;
+use crate::model::envelope::{PublicKey, Trust};
+use crate::os::exec::Stop;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/mesh-host/config.json";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/mesh-host";
@@ -223,7 +223,8 @@ impl Config {
         }
         let mut unit_names = vec![OWN_UNIT.to_string()];
         if let Some(name) = raw.unit_name {
-            crate::unitfile::UnitName::parse(&name).map_err(|e| format!("unit_name: {e}"))?;
+            crate::model::unitfile::UnitName::parse(&name)
+                .map_err(|e| format!("unit_name: {e}"))?;
             unit_names.push(name);
         }
         let mut unit_dirs: Vec<PathBuf> = ETC_UNIT_DIRS.iter().map(PathBuf::from).collect();

@@ -11,10 +11,10 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::codec;
-use crate::config::{Identity, Limits};
 use crate::kinds::{self, files, units, Kind, Visit};
-use crate::sorted;
+use crate::model::config::{Identity, Limits};
+use crate::util::codec;
+use crate::util::sorted;
 
 pub const SCHEMA: u64 = 1;
 
@@ -143,7 +143,7 @@ pub fn content_secrets(bytes: &[u8], texts: &mut BTreeSet<String>) {
 
 fn secret_piece(text: &str, texts: &mut BTreeSet<String>) {
     let text = text.trim();
-    if text.len() >= crate::exec::MIN_REDACTED {
+    if text.len() >= crate::os::exec::MIN_REDACTED {
         texts.insert(text.to_string());
     }
 }
@@ -153,7 +153,7 @@ fn secret_piece(text: &str, texts: &mut BTreeSet<String>) {
 pub fn redact_refusal(refusal: String, content: &[u8]) -> String {
     let mut texts = BTreeSet::new();
     content_secrets(content, &mut texts);
-    crate::exec::redact(&refusal, &texts.into_iter().collect::<Vec<_>>())
+    crate::os::exec::redact(&refusal, &texts.into_iter().collect::<Vec<_>>())
 }
 
 /// What validation needs to know about the host that will apply the declaration.
@@ -735,7 +735,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
 #[cfg(test)]
 pub mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::model::config::Config;
 
     /// Validates `json` with a default config and returns the problems, one string each.
     /// What a tool's stderr is scrubbed of: secret files' and units' lines and values, every

@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use crate::config::Identity;
+use crate::model::config::Identity;
 
 /// The system manager's unit search path (systemd.unit(5), `systemd-analyze unit-paths`).
 pub const SYSTEM_UNIT_PATH: [&str; 12] = [
@@ -615,7 +615,11 @@ mod tests {
         }
         let wild = Pattern::from_segs(&[Seg::Lit("/var/lib/mesh-".into()), Seg::Wild]);
         assert_eq!(wild.relation("/var/lib/mesh-host"), Some(Relation::Is));
-        let hosts = host_paths(&crate::config::Config::parse("{}", None).unwrap().identity);
+        let hosts = host_paths(
+            &crate::model::config::Config::parse("{}", None)
+                .unwrap()
+                .identity,
+        );
         let dotdot = Pattern::literal("/srv/../etc/mesh-host");
         assert!(dotdot.touches(&hosts, &ANY).unwrap().contains("'..'"));
         let open = Pattern::from_segs(&[Seg::Open("%h".into()), Seg::Lit("/x".into())]);
@@ -645,7 +649,11 @@ mod tests {
         assert_eq!(expand_braces("/{a}", 10).unwrap(), vec!["/{a}"]);
         assert!(expand_braces("/{a,b}{c,d}{e,f}", 4).is_none());
         assert!(expand_braces(&"{a,b}".repeat(100_000), 64).is_none());
-        let hosts = host_paths(&crate::config::Config::parse("{}", None).unwrap().identity);
+        let hosts = host_paths(
+            &crate::model::config::Config::parse("{}", None)
+                .unwrap()
+                .identity,
+        );
         let long = format!("/var/lib/mesh-host/{}", "x".repeat(PATH_MAX));
         assert!(Pattern::literal(&long).touches(&hosts, &ANY).is_none());
     }

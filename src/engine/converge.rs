@@ -7,17 +7,17 @@ use std::collections::BTreeMap;
 
 use super::unwritten::{Backlog, Unwritten};
 use super::{invalid, never, Fatal, Host, EXIT_FAILED, EXIT_OK};
-use crate::declaration::Declaration;
-use crate::exec::Runner;
+use crate::engine::metrics;
+use crate::engine::reconcile::{self, Mode, Planned, Report};
 use crate::kinds::Action;
 use crate::link;
-use crate::metrics;
-use crate::reconcile::{self, Mode, Planned, Report};
+use crate::model::declaration::Declaration;
+use crate::os::exec::Runner;
 use crate::store::{
     self, Failing, InForce, LastRun, LinkStatus, LockError, Notice, ResourceResult, RunOutcome,
     RunRecord, ServicePhase, Source, Store, StoreError, Trigger, Triggers, LISTED,
 };
-use crate::words::expiry;
+use crate::util::words::expiry;
 
 /// What one converging run did.
 pub struct RunResult {
@@ -193,7 +193,7 @@ impl Host {
             .ledger()
             .map_err(|e| refuse(e.into(), revision, Some(d.digest.clone())))?;
         // The same check the reconciler makes between resources also runs while a tool runs.
-        let runner = Runner::new(self.args.trace_commands).with_pulse(interrupted);
+        let runner = Runner::new(self.options.trace_commands).with_pulse(interrupted);
         let outcome = reconcile::run_scoped_reporting(
             &self.env(Some(&store), &runner, interrupted),
             d,
@@ -394,7 +394,7 @@ impl Host {
             None => store.service_state()?.is_some_and(|s| {
                 s.state == ServicePhase::Running
                     && s.link == LinkStatus::Connected
-                    && crate::process::alive(s.pid)
+                    && crate::os::process::alive(s.pid)
             }),
         };
         Ok(metrics::render(&metrics::Snapshot {

@@ -13,9 +13,9 @@ use rustls::pki_types::PrivatePkcs8KeyDer;
 use serde_json::json;
 
 use crate::cli::Args;
-use crate::codec;
-use crate::commands::{invalid, Fatal, Host, EXIT_OK};
-use crate::envelope::{self, Envelope, SignatureState};
+use crate::engine::{invalid, Fatal, Host, EXIT_OK};
+use crate::model::envelope::{self, Envelope, SignatureState};
+use crate::util::codec;
 
 /// Writes a new private key to `out` (0600; an existing file is never replaced) and prints its
 /// public key, the text `trusted_keys` and `join --trust-key` take.
@@ -125,7 +125,7 @@ fn read_key(path: &Path) -> Result<Ed25519KeyPair, Fatal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::util::testutil::TempDir;
 
     fn args(line: &str) -> Args {
         crate::cli::parse(line.split_whitespace().map(String::from)).expect("args")

@@ -14,11 +14,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::cli::{self, Args, Join, Token};
-use crate::codec;
-use crate::commands::{Fatal, EXIT_OK};
-use crate::config::{Config, DEFAULT_CONFIG_PATH};
-use crate::fsutil::Dir;
+use crate::engine::{Fatal, EXIT_OK};
+use crate::model::config::{Config, DEFAULT_CONFIG_PATH};
+use crate::os::fsutil::Dir;
 use crate::store::Store;
+use crate::util::codec;
 
 mod https;
 
@@ -120,7 +120,7 @@ impl Target {
             _ => Path::new("."),
         };
         // The directory first: a join that cannot write should fail before it spends the token.
-        crate::fsutil::create_dir_all(parent, 0o755)
+        crate::os::fsutil::create_dir_all(parent, 0o755)
             .map_err(|e| Fatal::Error(format!("cannot create {}: {e}", parent.display())))?;
         let dir = std::fs::canonicalize(parent)
             .map_err(|e| Fatal::Error(format!("{}: {e}", parent.display())))?;
@@ -494,7 +494,7 @@ fn signal_service(state_dir: &Path) -> Option<u32> {
     let state = store.service_state().ok().flatten()?;
     if state.state != crate::store::ServicePhase::Running
         || state.pid == 0
-        || !crate::process::is_mesh_host(state.pid)
+        || !crate::os::process::is_mesh_host(state.pid)
     {
         return None;
     }

@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn notify_reaches_a_socket() {
-        let dir = crate::testutil::TempDir::new("notify");
+        let dir = crate::util::testutil::TempDir::new("notify");
         let path = dir.path().join("notify");
         let server = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
         // Only this test sets NOTIFY_SOCKET, and it is read at the call.

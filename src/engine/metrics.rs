@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::fsutil::Dir;
+use crate::os::fsutil::Dir;
 use crate::store::{Failing, RunOutcome, RunStats};
 
 /// The run outcomes `mesh_host_last_run_outcome` lists, each 1 or 0.
@@ -304,7 +304,7 @@ pub fn count_states<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pacnew::Pacnew;
+    use crate::model::pacnew::Pacnew;
     use crate::store::LastRun;
 
     fn sample<'t>(text: &'t str, series: &str) -> Option<&'t str> {
@@ -335,7 +335,7 @@ mod tests {
 
                 secret: false,
             }]),
-            Some(crate::upkeep::Needs {
+            Some(crate::model::upkeep::Needs {
                 reboot: Some("linux 6.12.2.arch1-1 is installed".into()),
                 restart: vec!["nginx.service".into()],
                 reexec: false,
@@ -438,7 +438,7 @@ mod tests {
 
     #[test]
     fn the_file_is_replaced_whole_and_readable_by_all() {
-        let tmp = crate::testutil::TempDir::new("metrics");
+        let tmp = crate::util::testutil::TempDir::new("metrics");
         let path = tmp.path().join("mesh_host.prom");
         write(&path, "a 1\n").unwrap();
         write(&path, "a 2\n").unwrap();

@@ -1,7 +1,14 @@
 //! Command-line parsing, by hand: a few options do not justify a crate in a binary meant to stay
 //! small and auditable. Options may come before or after the command.
 
+pub mod commands;
+pub mod join;
+pub mod keys;
+mod render;
+
 use std::path::PathBuf;
+
+use crate::engine::Options;
 
 /// The help text: the kinds it manages (from the registry of kinds), then `USAGE`.
 pub fn usage() -> String {
@@ -119,6 +126,19 @@ pub struct Args {
     pub wait: bool,
     pub json: bool,
     pub trace_commands: bool,
+}
+
+impl Args {
+    /// What the engine is asked to work with, from this command line.
+    pub fn engine_options(&self) -> Options {
+        Options {
+            config: self.config.clone(),
+            state_dir: self.state_dir.clone(),
+            root: self.root.clone(),
+            trace_commands: self.trace_commands,
+            service: self.command == Command::Run,
+        }
+    }
 }
 
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
@@ -307,7 +327,7 @@ fn join(
         ));
     }
     for key in &trust_keys {
-        crate::envelope::PublicKey::parse(key).map_err(|e| format!("--trust-key: {e}"))?;
+        crate::model::envelope::PublicKey::parse(key).map_err(|e| format!("--trust-key: {e}"))?;
     }
     Ok(Join {
         authority,

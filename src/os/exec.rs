@@ -14,7 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::config::Tool;
+use crate::model::config::Tool;
 
 /// Variables systemd gives the host's own process (its notify socket, its socket-activation and
 /// watchdog descriptors, its journal stream) that must not reach a tool: podman, for one, reads

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::codec;
+use crate::util::codec;
 
 /// Lines of context around each change, as `diff -u`.
 pub const CONTEXT: usize = 3;
@@ -396,7 +396,7 @@ fn walk_back(trace: &[Vec<u32>], n: isize, m: isize) -> Vec<Edit> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::util::testutil::TempDir;
 
     /// The unified text of `hunks`, as `diff -u` prints it after its two header lines.
     fn render(hunks: &[Hunk]) -> String {

@@ -393,7 +393,7 @@ fn escape(rest: &str) -> Result<(char, usize), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::model::config::Config;
 
     fn hosts() -> HostPaths {
         let config = Config::parse(r#"{"state_dir": "/srv/mesh-store"}"#, None).unwrap();

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::{self, Dir, Stamp};
+use crate::os::fsutil::{self, Dir, Stamp};
 use crate::store;
 
 const SUFFIXES: [&str; 2] = ["pacnew", "pacsave"];
@@ -231,7 +231,7 @@ fn lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
+    use crate::util::testutil::TempDir;
 
     #[test]
     fn differing_lines_are_counted_both_ways() {

@@ -4,7 +4,7 @@
 //! one of the host's own, inside one, or (for mounts and directories it makes and chowns) above.
 
 use super::paths::{HostPaths, Pattern, Relation, Seg, ANY, AT_OR_INSIDE};
-use crate::unitfile::{self, Owner, Piece};
+use crate::model::unitfile::{self, Owner, Piece};
 
 /// Sections holding the execution settings PID 1 acts on (systemd.exec(5)).
 const EXEC_SECTIONS: [&str; 4] = ["Service", "Socket", "Mount", "Swap"];
@@ -373,8 +373,8 @@ fn unquoted_words(value: &str) -> Vec<String> {
 mod tests {
     use super::super::paths::host_paths;
     use super::*;
-    use crate::config::Config;
-    use crate::unitfile::UnitName;
+    use crate::model::config::Config;
+    use crate::model::unitfile::UnitName;
 
     fn hosts() -> HostPaths {
         let config = Config::parse(r#"{"state_dir": "/srv/mesh-store"}"#, None).unwrap();

@@ -1,0 +1,291 @@
+//! The commands that read a declaration or the store and print what they found or did: each
+//! asks the engine (`Host`) and hands the result to `render`, as text or `--json`; each returns
+//! an exit code or a `Fatal` that `main` prints once.
+
+use std::path::{Path, PathBuf};
+
+use super::render;
+use crate::engine::reconcile::{self, Mode};
+use crate::engine::{
+    invalid, never, Fatal, Host, ReadDeclaration, RunResult, Target, EXIT_ERROR, EXIT_FAILED,
+    EXIT_OK,
+};
+use crate::model::envelope;
+use crate::os::exec::Runner;
+use crate::store::{self, InForce, Ledger, RunOutcome, Source, Store, Trigger, Triggers};
+
+/// The engine, as one command line asked for it.
+pub struct Commands<'a> {
+    pub host: &'a Host,
+    /// Output as JSON, sorted keys (`--json`).
+    pub json: bool,
+    /// Wait for the store's lock instead of exiting 3 (`--wait`).
+    pub wait: bool,
+}
+
+impl Commands<'_> {
+    /// Prints what a converging run did; its exit code. A run the store could not take is
+    /// lost when this process ends: said, and exit 4.
+    fn print_converged(&self, result: &RunResult) -> i32 {
+        self.print_run(
+            &result.report,
+            result.record.commands,
+            &result.traced,
+            false,
+            &result.record.notes,
+        );
+        match &result.unwritten {
+            Some(why) => {
+                eprintln!("mesh-host: {why}; but this command ends here, and what was not written is lost");
+                EXIT_ERROR
+            }
+            None => result.exit_code(),
+        }
+    }
+
+    /// Prints what a run did or, planning, would do.
+    fn print_run(
+        &self,
+        report: &reconcile::Report,
+        command_count: usize,
+        traced: &[String],
+        planning: bool,
+        notes: &[String],
+    ) {
+        let output = render::RunOutput {
+            changes: render::Changes {
+                planned: &report.changes,
+                diffs: &report.diffs,
+            },
+            failures: &report.failures,
+            deferred: &report.deferred,
+            adopted: &report.adopted,
+            in_sync: report.in_sync,
+            pacnew: &report.pacnew,
+            needs: report.needs.as_ref(),
+            command_count,
+            commands: self.host.options.trace_commands.then_some(traced),
+            planning,
+            notes,
+            diffs_cut: report.diffs_cut,
+        };
+        render::run(self.json, &output, traced);
+    }
+
+    /// Validates a declaration and, for an envelope, says who signed it; refuses (exit 2) what
+    /// the service would refuse for its signatures: with trusted keys set, one they do not
+    /// satisfy; always, an envelope with a signature that does not verify.
+    pub fn check(&self, file: &Path) -> Result<i32, Fatal> {
+        let read = self.host.read_declaration(file)?;
+        let d = &read.declaration;
+        let refusal =
+            envelope::refusal(read.verification.as_ref(), self.host.config.trust.as_ref())
+                .map(|r| r.to_string());
+        let signatures = read
+            .verification
+            .as_ref()
+            .map_or(&[][..], |v| &v.signatures[..]);
+        let checked = render::Checked {
+            file,
+            valid: true,
+            revision: d.revision,
+            digest: &d.digest,
+            resources: d.count(),
+            signed: read.verification.is_some(),
+            signatures: signatures
+                .iter()
+                .map(|(key, state)| render::SignatureLine {
+                    key: key.to_string(),
+                    state: state.name(),
+                })
+                .collect(),
+            signatures_accepted: refusal.is_none(),
+            refusal: refusal.clone(),
+            expires: d.expires,
+        };
+        render::check(self.json, &checked, store::unix_now());
+        match refusal {
+            Some(refusal) => Err(Fatal::Invalid(format!(
+                "{}: refused: {refusal}",
+                file.display()
+            ))),
+            None => Ok(EXIT_OK),
+        }
+    }
+
+    pub fn plan(&self, file: &Path) -> Result<i32, Fatal> {
+        let d = self.host.read_declaration(file)?.declaration;
+        let store = Store::open(&self.host.config.state_dir, false)?;
+        let mut ledger = match &store {
+            Some(s) => s.ledger()?,
+            None => Ledger::default(),
+        };
+        let runner = Runner::new(self.host.options.trace_commands);
+        let report = reconcile::run(
+            &self.host.env(store.as_ref(), &runner, &never),
+            &d,
+            &mut ledger,
+            Mode::Plan,
+        )?;
+        let traced = runner.traced();
+        self.print_run(&report, runner.count(), &traced, true, &[]);
+        Ok(if report.failures.is_empty() {
+            EXIT_OK
+        } else {
+            EXIT_FAILED
+        })
+    }
+
+    /// Applies a plain declaration or an envelope as a local override: root owns the machine, so
+    /// no signature is required, but an envelope with a signature that does not verify (its text
+    /// was altered after signing) is refused.
+    pub fn apply(&self, file: &Path) -> Result<i32, Fatal> {
+        let ReadDeclaration {
+            bytes,
+            declaration: d,
+            verification,
+        } = self.host.read_declaration(file)?;
+        if let Some(refusal) = envelope::refusal(verification.as_ref(), None) {
+            return Err(Fatal::Invalid(format!(
+                "{}: refused: {refusal}; nothing was applied",
+                file.display()
+            )));
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|_| Fatal::Invalid(format!("{}: not UTF-8", file.display())))?;
+        let path = std::fs::canonicalize(file).unwrap_or_else(|_| PathBuf::from(file));
+        let in_force = InForce {
+            source: Source::Local {
+                path: path.display().to_string(),
+            },
+            revision: d.revision,
+            digest: d.digest.clone(),
+            since: store::unix_now(),
+            text,
+            control_plane_revision: None,
+            signed_by: verification
+                .map(|v| v.signers().iter().map(|k| k.to_string()).collect())
+                .unwrap_or_default(),
+            expires: d.expires,
+        };
+        let target = Target::New {
+            declaration: &d,
+            in_force,
+        };
+        match self.host.converge(
+            &Triggers::one(Trigger::Apply),
+            target,
+            &reconcile::Scope::All,
+            self.wait,
+            &never,
+        )? {
+            Some(result) => Ok(self.print_converged(&result)),
+            None => Err(Fatal::Error("the declaration was not put in force".into())),
+        }
+    }
+
+    pub fn reconcile(&self) -> Result<i32, Fatal> {
+        if Store::open(&self.host.config.state_dir, false)?.is_none() {
+            return Err(Fatal::Invalid(format!(
+                "no store at {}: nothing was ever applied here",
+                self.host.config.state_dir.display()
+            )));
+        }
+        match self.host.converge_in_force(
+            &Triggers::one(Trigger::Reconcile),
+            &reconcile::Scope::All,
+            self.wait,
+            &never,
+        )? {
+            Some(result) => Ok(self.print_converged(&result)),
+            None => Err(Fatal::Invalid(format!(
+                "store {}: no declaration in force",
+                self.host.config.state_dir.display()
+            ))),
+        }
+    }
+
+    pub fn owned(&self) -> Result<i32, Fatal> {
+        let Some(store) = Store::open(&self.host.config.state_dir, false)? else {
+            render::owned(self.json, &render::Owned { owned: &[] }, store::unix_now());
+            return Ok(EXIT_OK);
+        };
+        // The text dropped once parsed, before the ledger is read: never both held at once.
+        let declaration = match store.in_force()? {
+            Some(in_force) => self
+                .host
+                .validate(in_force.text.as_bytes())
+                .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?,
+            None => self
+                .host
+                .validate(br#"{"schema": 1}"#)
+                .map_err(|_| Fatal::Error("the empty declaration was refused".into()))?,
+        };
+        let ledger = store.ledger()?;
+        let runner = Runner::new(self.host.options.trace_commands);
+        let mut rows = reconcile::owned(
+            &self.host.env(Some(&store), &runner, &never),
+            declaration,
+            &ledger,
+        );
+        let history = store.failures()?;
+        for row in &mut rows {
+            row.failing = history.find(row.kind, &row.key).map(Box::new);
+        }
+        render::owned(
+            self.json,
+            &render::Owned { owned: &rows },
+            store::unix_now(),
+        );
+        Ok(EXIT_OK)
+    }
+
+    pub fn status(&self) -> Result<i32, Fatal> {
+        let store = Store::open(&self.host.config.state_dir, false)?;
+        let (in_force, runs, service) = match &store {
+            Some(s) => (s.in_force_head()?, s.runs()?, s.service_state()?),
+            None => (None, Vec::new(), None),
+        };
+        let failing = match &store {
+            Some(s) => s.failures()?.failing(),
+            None => Vec::new(),
+        };
+        let (pacnew, needs) = match &store {
+            Some(s) => {
+                let stats = s.stats()?;
+                (stats.pacnew, stats.needs)
+            }
+            None => (Vec::new(), None),
+        };
+        // What a run would refuse to start from, found the same way: the declaration in force
+        // checked against its digest, the ledger read whole.
+        let mut problems = Vec::new();
+        if let Some(s) = &store {
+            if let Err(e) = s.in_force() {
+                problems.push(e.to_string());
+            }
+            if let Err(e) = s.ledger() {
+                problems.push(e.to_string());
+            }
+        }
+        let last_failed = runs.last().is_some_and(|r| r.outcome == RunOutcome::Error);
+        let now = store::unix_now();
+        let status = render::Status {
+            state_dir: &self.host.config.state_dir,
+            in_force: in_force.map(|f| render::InForceStatus::new(f, |k| self.host.trusts(k), now)),
+            service: service.map(|s| render::ServiceStatus::new(s, crate::os::process::alive)),
+            runs,
+            failing,
+            pacnew,
+            needs,
+            problems,
+        };
+        render::status(self.json, &status, now);
+        // The host cannot run as it stands, or its last run could not: said by the exit code too.
+        Ok(if status.problems.is_empty() && !last_failed {
+            EXIT_OK
+        } else {
+            EXIT_ERROR
+        })
+    }
+}

@@ -1,0 +1,256 @@
+//! The engine: what a command or the service asks of the machine. `Host` holds the config and
+//! its options, reads a declaration (file or store), and runs the one converging path
+//! (`converge`: `apply`, `reconcile` and the service share it) through the reconciler; it
+//! prints nothing. Exit codes and `Fatal` are its answer to whoever called it.
+
+pub mod converge;
+pub mod facts;
+pub mod metrics;
+pub mod reconcile;
+mod unwritten;
+
+use std::cell::{OnceCell, RefCell};
+use std::path::{Path, PathBuf};
+
+use crate::kinds::Env;
+use crate::model::config::Config;
+use crate::model::declaration::{self, Declaration, Problems};
+use crate::model::envelope::{self, PublicKey, Verification};
+use crate::os::exec::Runner;
+use crate::store::{Store, StoreError};
+use unwritten::Backlog;
+
+pub use converge::{RunResult, Target};
+
+/// What the engine is asked to work with: where its config, store and target are, and how it
+/// runs. The command line fills it (`cli`), the engine never sees the command line itself.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The config file (`--config`); the default path when `None`.
+    pub config: Option<PathBuf>,
+    /// The store, over the config's `state_dir` (`--state-dir`).
+    pub state_dir: Option<PathBuf>,
+    /// A mounted root to apply into (`--root`): whatever needs the running system is deferred.
+    pub root: Option<PathBuf>,
+    /// Keep every command line run, for printing (`--trace-commands`).
+    pub trace_commands: bool,
+    /// The service: no content diffs in plans, as it prints none.
+    pub service: bool,
+}
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_FAILED: i32 = 1;
+pub const EXIT_INVALID: i32 = 2;
+pub const EXIT_LOCKED: i32 = 3;
+pub const EXIT_ERROR: i32 = 4;
+
+/// Why a command could not do its job at all; each maps to an exit code.
+#[derive(Debug)]
+pub enum Fatal {
+    /// Bad usage, config or declaration: nothing changed.
+    Invalid(String),
+    Locked(String),
+    Error(String),
+}
+
+impl Fatal {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Fatal::Invalid(_) => EXIT_INVALID,
+            Fatal::Locked(_) => EXIT_LOCKED,
+            Fatal::Error(_) => EXIT_ERROR,
+        }
+    }
+    pub fn message(&self) -> &str {
+        match self {
+            Fatal::Invalid(m) | Fatal::Locked(m) | Fatal::Error(m) => m,
+        }
+    }
+}
+
+impl From<StoreError> for Fatal {
+    fn from(e: StoreError) -> Fatal {
+        Fatal::Error(e.to_string())
+    }
+}
+
+pub fn invalid(file: &Path, problems: &Problems) -> Fatal {
+    let count = problems.0.len();
+    Fatal::Invalid(format!(
+        "{}: {count} problem{}; nothing was applied:\n{problems}",
+        file.display(),
+        if count == 1 { "" } else { "s" }
+    ))
+}
+
+/// A declaration file as read: the declaration's own bytes (taken out of the envelope when it
+/// came in one), validated, and what its signatures proved against the config's trusted keys.
+pub struct ReadDeclaration {
+    pub bytes: Vec<u8>,
+    pub declaration: Declaration,
+    pub verification: Option<Verification>,
+}
+
+/// Never interrupted: the command line has no signal handling of its own (Ctrl-C ends it).
+pub fn never() -> bool {
+    false
+}
+
+pub struct Host {
+    pub options: Options,
+    pub config: Config,
+    /// Runs the store could not take yet, oldest first (`converge::keep_run`).
+    unwritten: RefCell<Backlog>,
+    /// Where the reboot and restart look is made, asked of pacman once (`pacman -v -T`) by the
+    /// first run of this process and again after the config is reloaded: a timer run spawns
+    /// nothing for it.
+    upkeep: OnceCell<Option<crate::model::upkeep::Where>>,
+}
+
+impl Host {
+    pub fn new(options: Options) -> Result<Host, Fatal> {
+        let config = Config::load(options.config.as_deref(), options.state_dir.as_deref())
+            .map_err(Fatal::Invalid)?;
+        Ok(Host {
+            options,
+            config,
+            unwritten: RefCell::default(),
+            upkeep: OnceCell::new(),
+        })
+    }
+
+    /// Reads the config again (SIGHUP); on error the old one stays.
+    pub fn reload_config(&mut self) -> Result<(), Fatal> {
+        self.config = Config::load(
+            self.options.config.as_deref(),
+            self.options.state_dir.as_deref(),
+        )
+        .map_err(Fatal::Invalid)?;
+        self.upkeep = OnceCell::new();
+        Ok(())
+    }
+
+    fn root(&self) -> &Path {
+        self.options.root.as_deref().unwrap_or(Path::new("/"))
+    }
+
+    pub fn env<'a>(
+        &'a self,
+        store: Option<&'a Store>,
+        runner: &'a Runner<'a>,
+        interrupted: &'a dyn Fn() -> bool,
+    ) -> Env<'a> {
+        Env {
+            upkeep: self.upkeep_where(),
+            ..self.env_without_upkeep(store, runner, interrupted)
+        }
+    }
+
+    fn env_without_upkeep<'a>(
+        &'a self,
+        store: Option<&'a Store>,
+        runner: &'a Runner<'a>,
+        interrupted: &'a dyn Fn() -> bool,
+    ) -> Env<'a> {
+        Env {
+            root: self.root(),
+            offline: self.options.root.is_some(),
+            diffs: !self.options.service,
+            config: &self.config,
+            runner,
+            store,
+            interrupted,
+            upkeep: None,
+        }
+    }
+
+    /// Where the reboot and restart look is made, on the running system only. pacman is asked
+    /// by a runner of its own, as the watcher's database is: a question of the process, not of
+    /// the run whose commands are counted.
+    fn upkeep_where(&self) -> Option<&crate::model::upkeep::Where> {
+        if self.options.root.is_some() {
+            return None;
+        }
+        self.upkeep
+            .get_or_init(|| {
+                let runner = Runner::new(false);
+                let env = self.env_without_upkeep(None, &runner, &never);
+                crate::kinds::packages::paths(&env)
+                    .map_err(|e| log::info!("no reboot and restart look: pacman's root: {e}"))
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    pub fn validate(&self, bytes: &[u8]) -> Result<Declaration, Problems> {
+        declaration::parse(
+            bytes,
+            &declaration::Context {
+                limits: &self.config.limits,
+                identity: &self.config.identity,
+            },
+        )
+    }
+
+    /// Reads a declaration file (plain, or an envelope whose signatures are checked against the
+    /// trusted keys), refusing one over the size limit before reading it.
+    pub fn read_declaration(&self, file: &Path) -> Result<ReadDeclaration, Fatal> {
+        let cannot =
+            |e: std::io::Error| Fatal::Invalid(format!("{}: cannot be read: {e}", file.display()));
+        let len = std::fs::metadata(file).map_err(cannot)?.len();
+        let max = self.config.limits.max_declaration_bytes;
+        if len > max {
+            return Err(Fatal::Invalid(format!(
+                "{}: {len} bytes, more than the limit of {max} bytes; nothing was applied",
+                file.display()
+            )));
+        }
+        let raw = std::fs::read(file).map_err(cannot)?;
+        let (bytes, verification) = if envelope::is_envelope(&raw) {
+            // The file's bytes become the declaration's text (unescaped in place).
+            let envelope = envelope::open_in_place(raw).map_err(|p| invalid(file, &p))?;
+            let verification = envelope.verify(self.trusted_keys());
+            (envelope.declaration.into_bytes(), Some(verification))
+        } else {
+            (raw, None)
+        };
+        let declaration = self.validate(&bytes).map_err(|p| invalid(file, &p))?;
+        Ok(ReadDeclaration {
+            bytes,
+            declaration,
+            verification,
+        })
+    }
+
+    fn trusted_keys(&self) -> &[PublicKey] {
+        self.config.trust.as_ref().map_or(&[], |t| &t.keys)
+    }
+
+    /// Whether `key` (as the store keeps it) is one of the config's trusted keys now.
+    pub fn trusts(&self, key: &str) -> bool {
+        PublicKey::parse(key).is_ok_and(|k| self.trusted_keys().contains(&k))
+    }
+
+    /// The store, created if missing (mode 0700).
+    pub fn store(&self) -> Result<Store, Fatal> {
+        Store::open(&self.config.state_dir, true)?
+            .ok_or_else(|| Fatal::Error("the store vanished".into()))
+    }
+
+    /// pacman's local database directory as a run of this process already asked pacman for it,
+    /// or None: asks nothing (the hello's facts, gathered in the service loop).
+    pub fn pacman_local_db_known(&self) -> Option<PathBuf> {
+        let at = self.upkeep.get()?.as_ref()?;
+        Some(at.db.join("local"))
+    }
+
+    /// pacman's local database directory (where every transaction adds or removes an entry).
+    pub fn pacman_local_db(&self) -> Result<PathBuf, String> {
+        let runner = Runner::new(false);
+        let env = self.env(None, &runner, &never);
+        match env.upkeep {
+            Some(at) => Ok(at.db.join("local")),
+            None => crate::kinds::packages::local_db_dir(&env),
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The operating system, as mesh-host uses it: files walked without following symlinks, the one
+//! place processes are spawned, clocks and file descriptors, other processes and their locks,
+//! accounts. Nothing here knows what a declaration is.
+
+pub mod accounts;
+pub mod exec;
+pub mod fsutil;
+pub mod lockfile;
+pub mod process;
+pub mod sys;
