@@ -413,7 +413,11 @@ impl Host {
 /// run's is, and what was lost before it said in both. Reports and records each keep their order:
 /// one the store cannot take holds back the later ones of its sort, not the other sort (an outbox
 /// that refuses reports does not stop runs being recorded). Says why when any is left.
-fn write_runs(store: &Store, backlog: &mut Backlog, bounds: store::OutboxBounds) -> Option<String> {
+fn write_runs(
+    store: &Store,
+    backlog: &mut Backlog,
+    bounds: crate::model::config::OutboxBounds,
+) -> Option<String> {
     let mut reports_held = None;
     let mut records_held = None;
     for run in backlog.iter_mut() {

@@ -13,7 +13,7 @@ use crate::model::config::{Identity, Limits};
 use crate::model::declaration::{Declaration, Fields};
 use crate::os::accounts::{Account, Accounts};
 use crate::os::fsutil::{self, Dir, FileType, PendingWrite, Stamp, Stat, WalkError};
-use crate::store::{self, Cached, Digest, Entry, FilesIndex, Ledger, Origin, Store};
+use crate::store::{Cached, Digest, Entry, FilesIndex, Ledger, Origin, Store};
 use crate::util::codec;
 use crate::util::diff::ContentDiff;
 use crate::util::sorted;
@@ -685,9 +685,9 @@ impl<'k> IndexUse<'k> {
     }
 
     /// The file `key` was read with `stamp` and holds `declared`: kept, unless it changed too
-    /// recently for its stamp to tell a later change (`store::is_cacheable`).
+    /// recently for its stamp to tell a later change (`fsutil::is_cacheable`).
     fn confirm(&mut self, key: &'k str, stamp: Stamp, declared: &Declared) {
-        if !store::is_cacheable(&stamp, self.observed_from_ns) {
+        if !fsutil::is_cacheable(&stamp, self.observed_from_ns) {
             return self.forget(key);
         }
         let cached = Cached {

@@ -7,8 +7,8 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 use crate::model::pacnew::Pacnew;
+use crate::model::run::{Failing, ResourceResult, RunOutcome, Triggers};
 use crate::model::upkeep::Needs;
-use crate::store::{Failing, ResourceResult, RunOutcome, Triggers};
 use crate::util::json_in_place::{member, string_is, unescape_in_place};
 
 /// Protocol version spoken by this host.

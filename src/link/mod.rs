@@ -421,7 +421,7 @@ mod tests {
             id: 1,
             revision: Some(4),
             digest: None,
-            trigger: crate::store::Triggers::one(crate::store::Trigger::Declaration),
+            trigger: crate::model::run::Triggers::one(crate::model::run::Trigger::Declaration),
             outcome: ReportOutcome::Converged,
             started: 1,
             ended: 2,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::model::envelope::{PublicKey, Trust};
-use crate::os::exec::Stop;
+use crate::os::exec::{Stop, Tool};
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/mesh-host/config.json";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/mesh-host";
@@ -56,14 +56,11 @@ impl Default for Limits {
     }
 }
 
-/// One external tool: its argv prefix and how long any one call may take.
-#[derive(Debug, Clone)]
-pub struct Tool {
-    pub command: Vec<String>,
-    pub timeout: Duration,
-    /// How it is asked to stop at its timeout, and how long it then has before SIGKILL.
-    pub stop: Stop,
-    pub grace: Duration,
+/// How big the store's report outbox may grow.
+#[derive(Debug, Clone, Copy)]
+pub struct OutboxBounds {
+    pub reports: usize,
+    pub bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -332,8 +329,8 @@ fn trust(keys: Option<Vec<String>>, required: Option<usize>) -> Result<Option<Tr
 
 impl Config {
     /// How big the outbox may grow.
-    pub fn outbox_bounds(&self) -> crate::store::OutboxBounds {
-        crate::store::OutboxBounds {
+    pub fn outbox_bounds(&self) -> OutboxBounds {
+        OutboxBounds {
             reports: self.outbox_max,
             bytes: self.outbox_max_bytes,
         }

@@ -11,7 +11,6 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::os::fsutil::{self, Dir, Stamp};
-use crate::store;
 
 const SUFFIXES: [&str; 2] = ["pacnew", "pacsave"];
 
@@ -52,7 +51,7 @@ impl Pacnew {
 /// whose stamp has not changed since need not be listed again, as an entry added, removed or
 /// renamed in a directory changes its mtime and ctime. Kept in the store between runs; a stamp is
 /// kept only once it is older than the listing by more than the file clock's tick (the files
-/// index's rule, `store::is_cacheable`), so a name added in the same tick is not missed.
+/// index's rule, `fsutil::is_cacheable`), so a name added in the same tick is not missed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct QuietDirs(BTreeMap<String, DirStamp>);
 
@@ -125,7 +124,7 @@ pub fn find<'p>(
             }
         };
         if let Some(stamp) =
-            stamp.filter(|s| names.is_empty() && store::is_cacheable(s, listed_from_ns))
+            stamp.filter(|s| names.is_empty() && fsutil::is_cacheable(s, listed_from_ns))
         {
             still_quiet.insert(parent.to_string(), DirStamp::from(&stamp));
         }

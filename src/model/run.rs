@@ -246,6 +246,17 @@ impl RunRecord {
     }
 }
 
+/// A streak with the resource it belongs to: what `status`, reports and metrics show.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failing {
+    pub kind: String,
+    pub key: String,
+    pub first_seen: u64,
+    pub last_seen: u64,
+    pub runs: u64,
+    pub last_error: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

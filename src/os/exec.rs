@@ -14,8 +14,6 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::model::config::Tool;
-
 /// Variables systemd gives the host's own process (its notify socket, its socket-activation and
 /// watchdog descriptors, its journal stream) that must not reach a tool: podman, for one, reads
 /// `NOTIFY_SOCKET` and would talk to systemd about the host's service.
@@ -171,6 +169,16 @@ fn chunks<'a>(fixed: usize, names: &'a [&'a str], budget: usize) -> Vec<&'a [&'a
     }
     out.push(&names[start..]);
     out
+}
+
+/// One external tool: its argv prefix and how long any one call may take.
+#[derive(Debug, Clone)]
+pub struct Tool {
+    pub command: Vec<String>,
+    pub timeout: Duration,
+    /// How it is asked to stop at its timeout, and how long it then has before SIGKILL.
+    pub stop: Stop,
+    pub grace: Duration,
 }
 
 /// How a tool is asked to stop when it reaches its timeout; after the tool's grace, whatever is

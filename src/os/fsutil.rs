@@ -40,6 +40,27 @@ pub struct Stat {
     pub size: u64,
 }
 
+/// How long before an observation a file must have last changed for its stamp to be trusted.
+/// A change within the same tick of the file clock as the host's read would keep the stamp the
+/// host recorded (git's "racy" case), so such a stamp is not kept. Filesystems with nanosecond
+/// timestamps tick with the kernel's coarse clock (at most 10 ms); a stamp whose nanoseconds are
+/// both zero is taken to come from a filesystem that keeps whole seconds (or two, as FAT).
+const RACY_NS: i64 = 20_000_000;
+const RACY_WHOLE_SECONDS_NS: i64 = 2_000_000_000;
+
+/// Whether a file with `stamp`, looked at by an observation that began when the file clock read
+/// `observed_from_ns` (`fsutil::file_clock_now_ns`), can be trusted by its stamp from now on: it
+/// last changed clearly before that, so any later change gets another ctime.
+pub fn is_cacheable(stamp: &Stamp, observed_from_ns: i64) -> bool {
+    let whole_seconds = stamp.ctime_ns % 1_000_000_000 == 0 && stamp.mtime_ns % 1_000_000_000 == 0;
+    let margin = match whole_seconds {
+        true => RACY_WHOLE_SECONDS_NS,
+        false => RACY_NS,
+    };
+    let cutoff = observed_from_ns.saturating_sub(margin);
+    stamp.ctime_ns < cutoff && stamp.mtime_ns < cutoff
+}
+
 /// Everything `fstatat` says of a file that changes when its content or attributes do, as git's
 /// index keeps it: no user process can set the ctime, so any write, chmod or chown changes the
 /// stamp (see `store::FilesIndex`).
@@ -1368,5 +1389,37 @@ mod tests {
         assert_eq!(entry("none").unwrap(), Found::Nothing);
         assert!(entry("sub").is_err(), "a directory is not a file");
         assert!(dir.read_entry(OsStr::new("file"), 4).is_err());
+    }
+
+    fn stamp(ctime_ns: i64) -> Stamp {
+        Stamp {
+            device: 1,
+            inode: 2,
+            size: 3,
+            mode: 0o100644,
+            uid: 4,
+            gid: 5,
+            mtime_ns: ctime_ns,
+            ctime_ns,
+        }
+    }
+
+    #[test]
+    fn a_stamp_is_trusted_only_once_its_tick_is_past() {
+        let now = 1_700_000_000_123_456_789;
+        assert!(is_cacheable(&stamp(now - 3_000_000_000), now));
+        assert!(is_cacheable(&stamp(now - RACY_NS - 1), now));
+        // Changed within the racy window before the observation, or after it began.
+        assert!(!is_cacheable(&stamp(now - RACY_NS), now));
+        assert!(!is_cacheable(&stamp(now), now));
+        assert!(!is_cacheable(&stamp(now + 5), now));
+        // A whole-seconds filesystem: the second it changed in must be well past.
+        let second = 1_700_000_000_000_000_000;
+        assert!(!is_cacheable(&stamp(second), second + 1_500_000_000));
+        assert!(is_cacheable(&stamp(second), second + 2_500_000_000));
+        // An mtime set into the future keeps it uncached, whatever the ctime.
+        let mut future = stamp(now - 3_000_000_000);
+        future.mtime_ns = now + 1;
+        assert!(!is_cacheable(&future, now));
     }
 }

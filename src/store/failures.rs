@@ -9,6 +9,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::{ResourceResult, Store, StoreError};
+use crate::model::run::Failing;
 use crate::util::words::duration_words;
 
 const FILE: &str = "failures.json";
@@ -31,17 +32,6 @@ pub struct Streak {
     pub last_error: String,
     /// Unix seconds the log last said it (when it started, then at most hourly).
     pub logged: u64,
-}
-
-/// A streak with the resource it belongs to: what `status`, reports and metrics show.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Failing {
-    pub kind: String,
-    pub key: String,
-    pub first_seen: u64,
-    pub last_seen: u64,
-    pub runs: u64,
-    pub last_error: String,
 }
 
 /// What the log should say about one resource after a run.

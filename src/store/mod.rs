@@ -26,13 +26,12 @@ use crate::util::codec;
 use crate::util::json_in_place;
 
 pub use crate::model::run::{
-    ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers, LISTED,
+    Failing, ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers, LISTED,
 };
-pub use failures::{Failing, Notice};
-pub use files_index::{is_cacheable, Cached, FilesIndex};
+pub use failures::Notice;
+pub use files_index::{Cached, FilesIndex};
 pub use ledger::{Digest, Entry, Ledger, Origin, Sections};
 pub use lock::{Lock, LockError};
-pub use outbox::OutboxBounds;
 pub use owed::Owed;
 pub use stats::{Foreign, LastRun, RunStats};
 

@@ -10,19 +10,13 @@ use std::path::{Path, PathBuf};
 use super::{Lock, Store, StoreError, MAX_STORE_FILE};
 use crate::link::messages::Counted;
 use crate::link::Report;
+use crate::model::config::OutboxBounds;
 use crate::os::fsutil::Dir;
 
 const DIR: &str = "outbox";
 const LAST_ID: &str = "last-report-id";
 /// What `Dir::write_atomic` calls the file it writes before renaming it into place.
 const TEMP_SUFFIX: &str = ".json.mesh-host.tmp";
-
-/// How big the outbox may grow.
-#[derive(Debug, Clone, Copy)]
-pub struct OutboxBounds {
-    pub reports: usize,
-    pub bytes: u64,
-}
 
 impl Store {
     fn outbox_dir(&self) -> Result<PathBuf, StoreError> {

@@ -51,7 +51,7 @@ pub(crate) use words;
 /// `args` with `names` after `--` must make that same line.
 #[cfg(test)]
 pub fn assert_recorded(recorded: &str, tool: &[&str], args: &[String], names: &[&str]) {
-    let tool = crate::model::config::Tool {
+    let tool = crate::os::exec::Tool {
         command: tool.iter().map(|s| s.to_string()).collect(),
         timeout: std::time::Duration::from_secs(1),
         stop: crate::os::exec::Stop::Terminate,
