@@ -101,7 +101,8 @@ pub mod fuzzing {
     /// 8032's first test key, which signs the seed corpus): envelope, signatures, declaration,
     /// revision and expiry, as the service decides; then prints the envelope again.
     pub fn envelope(bytes: &[u8]) {
-        use crate::model::envelope::{accept, open, Arrival, PublicKey, Trust};
+        use crate::model::envelope::{accept, open, Arrival};
+        use crate::model::trust::{PublicKey, Trust};
         let (Ok(config), Ok(key)) = (
             crate::model::config::Config::parse("{}", None),
             PublicKey::parse("ed25519:11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo="),

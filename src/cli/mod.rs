@@ -327,7 +327,7 @@ fn join(
         ));
     }
     for key in &trust_keys {
-        crate::model::envelope::PublicKey::parse(key).map_err(|e| format!("--trust-key: {e}"))?;
+        crate::model::trust::PublicKey::parse(key).map_err(|e| format!("--trust-key: {e}"))?;
     }
     Ok(Join {
         authority,

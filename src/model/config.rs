@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::model::envelope::{PublicKey, Trust};
+use crate::model::trust::{PublicKey, Trust};
 use crate::os::exec::{Stop, Tool};
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/mesh-host/config.json";

@@ -8,5 +8,6 @@ pub mod envelope;
 pub mod pacnew;
 pub mod run;
 pub mod selfref;
+pub mod trust;
 pub mod unitfile;
 pub mod upkeep;
