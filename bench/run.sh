@@ -5,7 +5,7 @@
 # temp MESH_SANDBOX when `noop` runs and tears it down on exit; it builds the static binary
 # (./build.sh) when it is missing or older than src/, and the control-plane example.
 #
-#   bench/run.sh                           every figure (about 5 minutes)
+#   bench/run.sh                           every figure (several minutes)
 #   bench/run.sh QUICK=1                   every figure, fewer runs, shorter waits; writes nothing
 #   bench/run.sh size noop fleet           a subset: size idle noop files upkeep latency confirm fleet scale watch
 #                                          watch-idle watch-storm watch-memory

@@ -210,6 +210,6 @@ def figure():
         + limit_table
         + "\n\n"
         + bench.table(["figure", "value", "goal", "verdict"], services)
-        + "\n\nWith `watch` on, what stays is the watcher's own tables (about 0.3 MiB for 20,000 files, "
-        "a few buffers for all directories); see the notes below."
+        + "\n\nWith `watch` on, what stays is the watcher's own tables (a few buffers for all "
+        "directories; figure 10 gives their size)."
     )

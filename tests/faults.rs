@@ -497,7 +497,7 @@ fn a_run_lasting_five_heartbeats_keeps_the_link() {
 /// A declaration at the limit, escaped the worst way (every byte of its file a `"`: 2 bytes in
 /// the declaration, 4 in the frame), fits the default frame limit `max_declaration_bytes` sets,
 /// and the whole host (link, validation, the store's copy, the apply) peaks at under three times
-/// that frame (it was four before the frame's buffer became the text).
+/// that frame (the frame's buffer becomes the text, not a copy beside it).
 #[test]
 fn a_declaration_at_the_limit_fits_its_frame_and_costs_a_bounded_multiple_of_it() {
     let pki = Pki::new();

@@ -188,7 +188,7 @@ impl Host {
             }
         };
         // Read only now: the declaration's text (stored, or parsed from the store) is dropped,
-        // so it and the ledger are never held at once (3 MB each for 20,000 files).
+        // so it and the ledger are never held at once (each grows with the declaration).
         let mut ledger = store
             .ledger()
             .map_err(|e| refuse(e.into(), revision, Some(d.digest.clone())))?;
@@ -564,7 +564,7 @@ fn record(
         outcome,
         revision,
         digest: Some(d.digest.clone()),
-        // As many as the store keeps: a run of 20,000 changes is not listed twice in memory (the
+        // As many as the store keeps: a large run's changes are not listed twice in memory (the
         // wire report lists them all, from `report`).
         changes: (report.changes.iter().take(LISTED))
             .map(Planned::as_result)
@@ -583,8 +583,8 @@ fn record(
 /// caused repair drift.
 pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link::Report {
     let changes_len = changes.len();
-    // No more entries than a report can carry are made (a converge of 20,000 files would make
-    // 3 MB of them for `abridge` to cut to 1 MiB); the rest are counted as left out.
+    // No more entries than a report can carry are made (a large converge would make many times
+    // what `abridge` then cuts to `MAX_REPORT_BYTES`); the rest are counted as left out.
     let mut room = link::MAX_REPORT_BYTES;
     let fits = |entry: &ResourceResult| {
         let len = link::json_len(entry) + 1;

@@ -281,7 +281,7 @@ pub fn write(path: &Path, text: &str) -> Result<(), String> {
 }
 
 /// `(kind -> state -> count)` for `STATES`, from `(kind, state, how many)`: the in-sync
-/// resources of a kind come as one count, not one item each (20,000 of them in a no-op).
+/// resources of a kind come as one count, not one item each (every resource, in a no-op).
 pub fn count_states<'a>(
     states: impl IntoIterator<Item = (&'a str, &'static str, u64)>,
 ) -> BTreeMap<String, BTreeMap<String, u64>> {

@@ -269,22 +269,22 @@ fn remove_unreferenced_backups(store: &Store, ledger: &Ledger) -> Result<(), Sto
 }
 
 /// How many resources of a kind are observed at once: a chunk's observations are planned and
-/// dropped before the next chunk is observed, so a run over 20,000 files holds 4,096 of them at
-/// a time, while a batched query (pacman, systemctl) still asks about thousands of names in one
-/// spawn (a handful of spawns for 20,000 packages: `tests/noop.rs`).
+/// dropped before the next chunk is observed, so a large run holds one chunk's at a time, while
+/// a batched query (pacman, systemctl) still asks about thousands of names in one spawn (a
+/// handful of spawns however many packages: `tests/noop.rs`).
 const OBSERVED_AT_ONCE: usize = 4096;
 
 /// How many resources of a kind applied a chunk at a time (`Kind::APPLIED_IN_CHUNKS`) a chunk
 /// holds: its changes are held while it is applied, on top of what the chunks before recorded.
-/// Each chunk writes the ledger two or three times (about 12 ms each at 20,000 entries on this
-/// shared disk): 20,000 new files peak at 14.5 MiB 4,096 at a time, 13.7 MiB 2,048 and
-/// 13.4 MiB 1,024, where the ledger's writes cost about 0.35, 0.37 and 1.0 s.
+/// Each chunk writes the ledger two or three times, so smaller chunks cost more writes for
+/// little less memory: this size keeps the converge within its memory goal
+/// (docs/performance.md, figure 11) with few ledger writes.
 const APPLIED_AT_ONCE: usize = 2048;
 
 /// How many changed resources of a kind applied a chunk at a time (`Kind::APPLIED_IN_CHUNKS`)
 /// `verify` observes at once: that observation sits on top of the chunk's changes and what the
-/// chunks before recorded, the peak of a converge (5,000 new files: 7.4 MiB observed 4,096 at
-/// once, 6.4 MiB 1,024 at once).
+/// chunks before recorded, the peak of a converge: a batch smaller than the chunk keeps that
+/// peak within its memory goal (docs/performance.md, figure 11).
 const VERIFIED_IN_CHUNKS_AT_ONCE: usize = 1024;
 
 /// One run's kinds, converged in the registry's order; a store error or the host being stopped
@@ -355,7 +355,7 @@ fn converge<K: Kind>(
     let desired = K::desired(cx.declaration);
     // Declared and owned (both lists are sorted: merged, not sorted). A declared key is borrowed
     // from the declaration; one only owned (to be released) is copied, as the run changes the
-    // ledger: 20,000 declared files copy nothing.
+    // ledger: declared files copy nothing, however many.
     let mut declared = desired.keys().peekable();
     let released: Vec<String> = ledger
         .owned_keys::<K>()

@@ -124,7 +124,7 @@ pub struct Facts {
     /// (`take_refused`) once the units kind is done.
     refused: std::cell::RefCell<Vec<(String, String)>>,
     /// The files index as the run's last observation left it unchanged: kept for the next
-    /// chunk of files, so a run reads and checks the index once, not once per 4,096 files.
+    /// chunk of files, so a run reads and checks the index once, not once per chunk.
     index: std::cell::RefCell<Option<FilesIndex>>,
 }
 

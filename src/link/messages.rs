@@ -229,8 +229,8 @@ pub fn decode(body: Vec<u8>) -> Result<Message, String> {
 /// (docs/protocol.md). A report over it is abridged, so one huge run or one huge rejected
 /// declaration cannot exceed the control plane's limit and block every later report.
 pub const MAX_REPORT_BYTES: usize = 1 << 20;
-/// How many bytes `value` is as JSON, counted as it is written (a report of 20,000 entries is
-/// not built as a 3 MB buffer to be measured).
+/// How many bytes `value` is as JSON, counted as it is written (a large report is not built
+/// whole in memory just to be measured).
 pub fn json_len<T: Serialize>(value: &T) -> usize {
     let mut counted = Counted::new(std::io::sink());
     // Writing to a sink cannot fail; a value that cannot be JSON counts as nothing.

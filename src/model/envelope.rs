@@ -316,7 +316,7 @@ pub fn is_envelope(bytes: &[u8]) -> bool {
 }
 
 /// Whether the text could have an `envelope` member: its name spelled out, or a `\u` escape that
-/// could spell it. Without either, a plain declaration (3 MB for 20,000 files) is not read a
+/// could spell it. Without either, a plain declaration (megabytes, for a large one) is not read a
 /// second time to find that it is not an envelope.
 fn may_name_envelope(bytes: &[u8]) -> bool {
     match std::str::from_utf8(bytes) {

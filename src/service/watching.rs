@@ -178,7 +178,7 @@ impl Service<'_> {
                 .validate(in_force.text.as_bytes())
                 .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
             // Read again once the text is dropped: the ledger, the text and the declaration
-            // parsed from it are never held at once (3 MB or more each for 20,000 files). One
+            // parsed from it are never held at once (each grows with the declaration). One
             // changed between the two reads is seen by the next refresh, its source differing.
             drop(in_force);
             let ledger = store.ledger()?;
@@ -259,8 +259,8 @@ impl Service<'_> {
         match self.host.drifted(&scope) {
             Ok(changes) if changes.is_empty() => {}
             Ok(changes) => {
-                // A few by name: the logger keeps the room a line took, and drift in 20,000
-                // files would be a line of a megabyte.
+                // A few by name: the logger keeps the room a line took, and drift in every file
+                // of a large declaration would make one line of all their names.
                 const NAMED: usize = 10;
                 let mut names: Vec<String> = changes
                     .iter()
@@ -289,7 +289,7 @@ impl Service<'_> {
 }
 
 /// What the watches depend on, as one digest: the declaration in force (its digest) and the
-/// files and packages the ledger owns, hashed as they are listed (no copy of 20,000 keys). A NUL
+/// files and packages the ledger owns, hashed as they are listed (the keys are not copied). A NUL
 /// cannot be in a key, so it separates them.
 fn watch_source(declaration_digest: &str, ledger: &store::Ledger) -> [u8; 32] {
     struct Source<'a>(&'a str, &'a store::Ledger);

@@ -34,7 +34,7 @@ pub struct Cached {
 
 /// The index as read, held as its open file and where each record starts (4 bytes a file), not
 /// as its bytes: records are read when asked for, through a window that moves forward with the
-/// lookups, so a 20,000-file index costs ~100 KB of memory rather than its 2.2 MB. The file is
+/// lookups, so an index costs a few bytes a file of memory rather than its size. The file is
 /// only ever replaced by a rename, so the open file keeps the content its checksum was checked on.
 #[derive(Debug, Default)]
 pub struct FilesIndex {

@@ -24,9 +24,9 @@ pub enum Origin {
 }
 
 /// The digest of an applied spec, written in the ledger as its hex text. A SHA-256 (what every
-/// kind but containers records) is held as its 32 bytes, not a 64-character string: 20,000 owned
-/// files keep about 1.3 MB less. Any other text (a container's 32-digit digest, or a value a
-/// ledger was hand-edited to) is kept as written, so a ledger reads back as it was.
+/// kind but containers records) is held as its 32 bytes, not a 64-character string: the ledger
+/// holds one for every owned resource. Any other text (a container's 32-digit digest, or a value
+/// a ledger was hand-edited to) is kept as written, so a ledger reads back as it was.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Digest {
     Sha256([u8; 32]),
@@ -104,8 +104,8 @@ pub struct Entry<O> {
     pub applied: Option<Digest>,
     /// What the resource was before the host adopted it, in the kind's own type; `None` when
     /// there is nothing to put back (created, or adopted with nothing to restore). Boxed: most
-    /// owned resources were created and have none, and a file's original would take 40 bytes
-    /// in every entry (0.6 MiB of a 20,000-file ledger).
+    /// owned resources were created and have none, and a file's original held inline would take
+    /// its room in every entry, created or not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original: Option<Box<O>>,
 }
@@ -164,7 +164,7 @@ pub struct Ledger {
 
 /// Reads a kind's section into a map built at once from its sorted entries, whose nodes are
 /// full, rather than by insertions in key order (the file's order), which leave them about half
-/// empty: for 20,000 owned files that is about a megabyte kept through every run.
+/// empty, memory a large ledger would keep through every run.
 fn dense<'de, D: Deserializer<'de>, V: Deserialize<'de>>(
     deserializer: D,
 ) -> Result<BTreeMap<String, V>, D::Error> {
@@ -306,7 +306,7 @@ impl Ledger {
     }
 
     /// Reads a ledger laid out exactly as `write` lays it out, a line at a time, each resource
-    /// parsed from its own line's bytes: twice as fast as JSON parsed from a stream (which goes a
+    /// parsed from its own line's bytes: faster than JSON parsed from a stream (which goes a
     /// byte at a time), without the whole file in memory. `None` for any other layout or
     /// anything not valid: the caller then parses it as JSON, which says what is wrong.
     pub fn read_lines(mut input: impl io::BufRead) -> Option<Ledger> {

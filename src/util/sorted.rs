@@ -1,8 +1,8 @@
 //! Sorted key lists and maps walked in step. A run visits a kind's keys in ascending order, and
 //! the maps it looks them up in (the declaration's section, the observation, the ledger's
 //! section) are sorted the same way: walking each once costs about one string comparison a key,
-//! where a search costs about twenty-five at 20,000 keys (and musl's `memcmp` goes a byte at a
-//! time over the long prefix such keys share).
+//! where a search costs one per level of the tree (and musl's `memcmp` goes a byte at a time
+//! over the long prefix such keys share).
 
 use std::cmp::Ordering;
 use std::collections::btree_map;
