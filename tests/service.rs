@@ -18,6 +18,17 @@ const WAIT: Duration = Duration::from_secs(20);
 /// A node: a scratch host running `mesh-host run`, trusting `pki`'s CA and connecting to `cp`
 /// (if any), with `extra` config members.
 fn node(label: &str, pki: &Pki, cp: Option<&ControlPlane>, extra: &str) -> Service {
+    node_with_env(label, pki, cp, extra, &[])
+}
+
+/// `node`, with extra environment variables for the service.
+fn node_with_env(
+    label: &str,
+    pki: &Pki,
+    cp: Option<&ControlPlane>,
+    extra: &str,
+    env: &[(&str, &std::path::Path)],
+) -> Service {
     let host = Scratch::new(label);
     pki.write(&host.dir).expect("pki");
     std::fs::write(host.dir.join("secret"), "s3cret\n").expect("secret");
@@ -43,7 +54,7 @@ fn node(label: &str, pki: &Pki, cp: Option<&ControlPlane>, extra: &str) -> Servi
     };
     let config = format!(r#"{{{link} {interval} "heartbeat_secs": 1{extra}}}"#);
     std::fs::write(host.dir.join("config.json"), config).expect("config");
-    Service::start(host)
+    Service::start_with_env(host, env)
 }
 
 /// Waits until the node's /etc/motd is the line `text`; fails with the service's log.
@@ -216,6 +227,45 @@ fn node_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// A declaration from the link is parsed once, on arrival: the run that converges it and the
+/// watches set after that run use what was parsed then (the engine logs each parse at debug).
+#[test]
+fn a_declaration_from_the_link_is_parsed_once() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    cp.declare(1, &motd("one"));
+    let debug = std::path::Path::new("info,mesh_host::engine=debug");
+    let node = node_with_env(
+        "parsed-once",
+        &pki,
+        Some(&cp),
+        r#""interval_secs": 600"#,
+        &[("RUST_LOG", debug)],
+    );
+    let converged = |revision: u64| {
+        cp.wait_for(
+            |r| {
+                has_report(r, |r| {
+                    r["revision"] == revision && r["outcome"] == "converged"
+                })
+            },
+            WAIT,
+        )
+    };
+    let parses = || node.log().matches("declaration parsed").count();
+    // The report goes out after the watches are set from the run.
+    assert!(converged(1), "{:#?}", cp.reports());
+    assert_eq!(parses(), 1, "{}", node.log());
+    cp.declare(2, &motd("two"));
+    assert!(converged(2), "{:#?}", cp.reports());
+    assert_eq!(parses(), 2, "{}", node.log());
+    // The watches follow the declaration: /etc is watched, and an edit there is repaired.
+    let watch = &node.status()["service"]["watch"];
+    assert_eq!(watch["state"], "on", "{watch:#}");
+    std::fs::write(node.host.target("/etc/motd"), "edited\n").expect("edit");
+    assert_motd(&node, "two");
 }
 
 #[test]

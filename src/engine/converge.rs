@@ -14,8 +14,8 @@ use crate::link;
 use crate::model::declaration::Declaration;
 use crate::os::exec::Runner;
 use crate::store::{
-    self, Failing, InForce, LastRun, LinkStatus, LockError, Notice, ResourceResult, RunOutcome,
-    RunRecord, ServicePhase, Source, Store, StoreError, Trigger, Triggers, LISTED,
+    self, Failing, InForce, LastRun, Ledger, LinkStatus, LockError, Notice, ResourceResult,
+    RunOutcome, RunRecord, ServicePhase, Source, Store, StoreError, Trigger, Triggers, LISTED,
 };
 use crate::util::words::expiry;
 
@@ -26,6 +26,22 @@ pub struct RunResult {
     pub traced: Vec<String>,
     /// Why the run is kept in memory, not yet in the store (`Host::keep_run`).
     pub unwritten: Option<String>,
+    /// What the run converged with, for the service's watcher (`Target::Service` only): handed
+    /// back so its watches are set without reading and parsing the store again.
+    pub converged: Option<Converged>,
+}
+
+/// The declaration in force, parsed, with what the store says of it.
+struct InForceParsed {
+    declaration: Declaration,
+    revision: Option<u64>,
+    expires: Option<u64>,
+}
+
+/// The declaration a run converged to and the ledger as the run left it (and wrote it).
+pub struct Converged {
+    pub declaration: Declaration,
+    pub ledger: Ledger,
 }
 
 impl RunResult {
@@ -47,6 +63,11 @@ pub enum Target<'a> {
     },
     /// Whatever is in force in the store once the lock is held.
     InForce,
+    /// The same, for the service. `accepted` is the declaration it took from the control plane
+    /// and stored since its last run: converged unparsed while its digest is still the one in
+    /// force under the lock (a person's `apply` may have replaced it meanwhile), else the store's
+    /// is read. What the run converged with comes back in `RunResult::converged`.
+    Service { accepted: Option<Declaration> },
 }
 
 impl Host {
@@ -147,9 +168,31 @@ impl Host {
             Ok(Some(head)) => (head.revision, Some(head.digest)),
             _ => (None, None),
         };
-        let from_store;
-        let expires;
-        let (d, revision) = match target {
+        // The declaration in force, read and validated (its text dropped on return, before the
+        // ledger is read), with its revision and expiry; `None` when there is none yet.
+        let read_in_force = || -> Result<Option<InForceParsed>, Fatal> {
+            let in_force = match store.in_force() {
+                Ok(Some(in_force)) => in_force,
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    let (revision, digest) = stored_head();
+                    return Err(refuse(e.into(), revision, digest));
+                }
+            };
+            let d = self.validate(in_force.text.as_bytes()).map_err(|p| {
+                let e = invalid(&store.path().join(store::IN_FORCE), &p);
+                refuse(e, in_force.revision, Some(in_force.digest.clone()))
+            })?;
+            Ok(Some(InForceParsed {
+                declaration: d,
+                revision: in_force.revision,
+                expires: in_force.expires,
+            }))
+        };
+        // What this run parsed or was handed: the service's target gets it back after the run.
+        let mut owned = None;
+        let hand_back = matches!(target, Target::Service { .. });
+        let (d, revision, expires) = match target {
             Target::New {
                 declaration,
                 mut in_force,
@@ -167,24 +210,28 @@ impl Host {
                 if !unchanged {
                     store.set_in_force(&in_force)?;
                 }
-                expires = in_force.expires;
-                (declaration, declaration.revision)
+                (declaration, declaration.revision, in_force.expires)
             }
-            Target::InForce => {
-                let in_force = match store.in_force() {
-                    Ok(Some(in_force)) => in_force,
-                    Ok(None) => return Ok(None),
-                    Err(e) => {
-                        let (revision, digest) = stored_head();
-                        return Err(refuse(e.into(), revision, digest));
-                    }
+            Target::InForce | Target::Service { .. } => {
+                let accepted = match target {
+                    Target::Service { accepted } => accepted,
+                    _ => None,
                 };
-                from_store = self.validate(in_force.text.as_bytes()).map_err(|p| {
-                    let e = invalid(&store.path().join(store::IN_FORCE), &p);
-                    refuse(e, in_force.revision, Some(in_force.digest.clone()))
-                })?;
-                expires = in_force.expires;
-                (&from_store, in_force.revision)
+                // A head that cannot be read is reported by reading the store whole.
+                let head = accepted.as_ref().and(store.in_force_head().ok().flatten());
+                let found = match accepted.zip(head) {
+                    Some((d, head)) if d.digest == head.digest => Some(InForceParsed {
+                        declaration: d,
+                        revision: head.revision,
+                        expires: head.expires,
+                    }),
+                    _ => read_in_force()?,
+                };
+                let Some(found) = found else {
+                    return Ok(None);
+                };
+                let d = owned.insert(found.declaration);
+                (&*d, found.revision, found.expires)
             }
         };
         // Read only now: the declaration's text (stored, or parsed from the store) is dropped,
@@ -252,11 +299,19 @@ impl Host {
         let message = join_lines(&runs_note, &notes.join("; "));
         let unwritten = self.keep_run(&store, &record, Some(&report), &failing, &message);
         self.note_run(&store, &record, Some(&report));
+        let converged = match (hand_back, owned) {
+            (true, Some(declaration)) => Some(Converged {
+                declaration,
+                ledger,
+            }),
+            _ => None,
+        };
         Ok(Some(RunResult {
             report,
             record,
             traced: runner.traced(),
             unwritten,
+            converged,
         }))
     }
 
@@ -647,6 +702,69 @@ mod tests {
             revision: Some(1),
             ..RunRecord::empty(trigger)
         }
+    }
+
+    /// The service's run converges the declaration it accepted, unparsed, while its digest is
+    /// the one in force under the lock; once a person's `apply` replaced it, the store's.
+    #[test]
+    fn the_service_converges_what_it_accepted_only_while_it_is_in_force() {
+        let tmp = crate::util::testutil::TempDir::new("accepted");
+        let config = tmp.path().join("config.json");
+        let stub = r#"{"command": ["true"]}"#;
+        let text = format!(r#"{{"pacman": {stub}, "systemctl": {stub}, "podman": {stub}}}"#);
+        std::fs::write(&config, text).expect("config");
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(root.join("etc")).expect("root");
+        let host = Host::new(super::super::Options {
+            config: Some(config),
+            state_dir: Some(tmp.path().join("state")),
+            root: Some(root.clone()),
+            ..Default::default()
+        })
+        .expect("host");
+        let file = |name: &str| {
+            format!(
+                r#"{{"schema": 1, "files": {{"/etc/{name}": {{"content": "{name}\n", "mode": "0644"}}}}}}"#
+            )
+        };
+        let digest = |text: &str| crate::util::codec::sha256_hex(text.as_bytes());
+        let put_in_force = |text: &str| {
+            let in_force = InForce {
+                source: Source::ControlPlane,
+                revision: Some(1),
+                digest: digest(text),
+                since: 0,
+                text: text.to_string(),
+                control_plane_revision: Some(1),
+                signed_by: Vec::new(),
+                expires: None,
+            };
+            host.store().and_then(|s| Ok(s.set_in_force(&in_force)?))
+        };
+        let run = |accepted: Declaration| {
+            let target = Target::Service {
+                accepted: Some(accepted),
+            };
+            let triggers = Triggers::one(Trigger::Declaration);
+            host.converge(&triggers, target, &reconcile::Scope::All, false, &never)
+        };
+        let present = |name: &str| root.join("etc").join(name).exists();
+
+        // Accepted `a`, then a person's `apply` put `b` in force: `b` is converged.
+        let a = host.validate(file("a").as_bytes()).expect("a");
+        put_in_force(&file("b")).expect("b in force");
+        let ran = run(a).expect("run").expect("in force");
+        assert!(present("b") && !present("a"));
+        let converged = ran.converged.expect("handed back");
+        assert_eq!(converged.declaration.digest, digest(&file("b")));
+
+        // Its digest the one in force: the declaration held is converged as it is, not parsed
+        // again (here one that says it is `c`'s text while it declares `d`).
+        let mut held = host.validate(file("d").as_bytes()).expect("d");
+        held.digest = digest(&file("c"));
+        put_in_force(&file("c")).expect("c in force");
+        run(held).expect("run").expect("in force");
+        assert!(present("d") && !present("c") && !present("b"));
     }
 
     /// A run of 30,000 changes makes a report of only the entries that fit, and says how many

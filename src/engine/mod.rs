@@ -21,7 +21,7 @@ use crate::os::exec::Runner;
 use crate::store::{Store, StoreError};
 use unwritten::Backlog;
 
-pub use converge::{RunResult, Target};
+pub use converge::{Converged, RunResult, Target};
 
 /// What the engine is asked to work with: where its config, store and target are, and how it
 /// runs. The command line fills it (`cli`), the engine never sees the command line itself.
@@ -184,6 +184,8 @@ impl Host {
     }
 
     pub fn validate(&self, bytes: &[u8]) -> Result<Declaration, Problems> {
+        // Counted by tests/service.rs: the service parses each declaration once.
+        log::debug!("declaration parsed ({} bytes)", bytes.len());
         declaration::parse(
             bytes,
             &declaration::Context {

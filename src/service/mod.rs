@@ -23,8 +23,9 @@ use mio::{Events, Poll, Token};
 
 use crate::engine::facts;
 use crate::engine::reconcile::Scope;
-use crate::engine::{Fatal, Host, EXIT_OK};
+use crate::engine::{Fatal, Host, Target, EXIT_OK};
 use crate::link::{messages, Event, Facts, Link, Message, Report, ReportOutcome};
+use crate::model::declaration::Declaration;
 use crate::model::envelope;
 use crate::os::sys;
 use crate::store::{
@@ -108,6 +109,9 @@ struct Service<'h> {
     watch_problem: Option<String>,
     /// When runs kept in memory are next offered to the store (`write_kept_runs`).
     retry_writes_at: u64,
+    /// The declaration last accepted from the control plane, as parsed then, until the next run
+    /// takes it (`Target::Service`): it is not parsed again, nor kept past that run.
+    accepted: Option<Declaration>,
 }
 
 pub fn run(host: &mut Host) -> Result<i32, Fatal> {
@@ -157,6 +161,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         watched_for: None,
         watch_problem: None,
         retry_writes_at: now,
+        accepted: None,
     };
     service.configure_link(now);
     let mut events = Events::with_capacity(16);
@@ -215,8 +220,9 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
             }
         }
         service.handle_link_events(now);
-        if service.watcher.watch.take_refresh() {
-            service.refresh_watch(now);
+        // A run due refreshes the watches itself, from what it converged with.
+        if !service.schedule.pending() && service.watcher.watch.take_refresh() {
+            service.refresh_watch(now, None);
         }
     }
     sys::sd_notify("STOPPING=1");
@@ -331,6 +337,8 @@ impl Service<'_> {
         match self.host.reload_config() {
             Ok(()) => {
                 log::info!("configuration reloaded");
+                // Validated under the old limits and identity: the run reads the store's.
+                self.accepted = None;
                 // The unit directory or pacman may have moved: the watches are worked out again.
                 self.pacman_db = None;
                 self.watched_for = None;
@@ -381,7 +389,10 @@ impl Service<'_> {
             [&self.stopping, &self.reload, &self.signal_run],
         );
         let beat = || pulse.beat();
-        let converged = self.host.converge_in_force(triggers, &scope, true, &beat);
+        let target = Target::Service {
+            accepted: self.accepted.take(),
+        };
+        let mut converged = self.host.converge(triggers, target, &scope, true, &beat);
         if let Some(e) = pulse.link_error() {
             self.drop_link(sys::now_ms(), e, true);
         }
@@ -405,7 +416,14 @@ impl Service<'_> {
         } else {
             self.contest(now, &repaired);
         }
-        self.refresh_watch(now);
+        // What the run converged with sets the watches; what the watcher saw of the store
+        // before the run is covered by it.
+        let held = match &mut converged {
+            Ok(Some(result)) => result.converged.take(),
+            _ => None,
+        };
+        self.watcher.watch.take_refresh();
+        self.refresh_watch(now, held);
         self.send_outbox();
     }
 
@@ -720,6 +738,7 @@ impl Service<'_> {
         );
         let beat = || pulse.beat();
         let host = &*self.host;
+        let mut kept = None;
         let verdict = (|| -> Result<Option<String>, Fatal> {
             let store = host.store()?;
             let holder = format!(
@@ -745,13 +764,14 @@ impl Service<'_> {
             store.set_in_force(&InForce {
                 source: Source::ControlPlane,
                 revision: Some(revision),
-                digest: accepted.declaration.digest,
+                digest: accepted.declaration.digest.clone(),
                 since: store::unix_now(),
                 text: accepted.text,
                 control_plane_revision: Some(revision),
                 signed_by: accepted.signed_by.iter().map(|k| k.to_string()).collect(),
                 expires: accepted.declaration.expires,
             })?;
+            kept = Some(accepted.declaration);
             Ok(None)
         })();
         if let Some(e) = pulse.link_error() {
@@ -760,6 +780,7 @@ impl Service<'_> {
         let (outcome, message) = match verdict {
             Ok(None) => {
                 log::info!("declaration revision {revision} accepted");
+                self.accepted = kept;
                 self.schedule.add(Trigger::Declaration);
                 return;
             }

@@ -43,6 +43,11 @@ impl Schedule {
         self.next_timer = now + (self.interval_ms as f64 * factor) as u64;
     }
 
+    /// Whether a run waits to be taken (the timer's aside).
+    pub fn pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     pub fn next_timer(&self) -> u64 {
         self.next_timer
     }

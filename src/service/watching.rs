@@ -8,10 +8,11 @@ use mio::Poll;
 
 use super::{inotify, watch, Service, WATCH};
 use crate::engine::reconcile::Scope;
-use crate::engine::{invalid, Fatal};
+use crate::engine::{invalid, Converged, Fatal};
 use crate::kinds::{files::Files, packages::Packages};
 use crate::link;
-use crate::store::{self, Store, Trigger};
+use crate::model::declaration::Declaration;
+use crate::store::{self, Ledger, Store, Trigger};
 
 impl Service<'_> {
     /// After a reload: a watcher started or stopped as the config's `watch` now says.
@@ -28,7 +29,7 @@ impl Service<'_> {
                 .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)?;
         }
         self.watched_for = None;
-        self.refresh_watch(now);
+        self.refresh_watch(now, None);
         Ok(())
     }
 
@@ -152,39 +153,24 @@ impl Service<'_> {
         }
     }
 
-    /// Points the watches at what the declaration in force and the ledger name now.
-    pub(super) fn refresh_watch(&mut self, now: u64) {
+    /// Points the watches at what the declaration in force and the ledger name now: after a run,
+    /// `converged` (what it converged with, nothing read again); else as the store has them.
+    pub(super) fn refresh_watch(&mut self, now: u64, converged: Option<Converged>) {
         if self.watcher.off.is_some() {
             return;
         }
-        let loaded = (|| -> Result<Option<_>, Fatal> {
-            let Some(store) = Store::open(&self.host.config.state_dir, false)? else {
-                return Ok(None);
-            };
-            let Some(head) = store.in_force_head()? else {
-                return Ok(None);
-            };
-            // What the targets depend on: unchanged, the watches stay (and nothing is parsed,
-            // not even the declaration's text read).
-            let source = watch_source(&head.digest, &store.ledger()?);
-            if self.watched_for.as_ref() == Some(&source) {
-                return Ok(Some(None));
+        let loaded = match converged {
+            Some(Converged {
+                declaration,
+                ledger,
+            }) => {
+                let source = watch_source(&declaration.digest, &ledger);
+                let changed = self.watched_for.as_ref() != Some(&source);
+                self.watched_for = Some(source);
+                Ok(Some(changed.then_some((declaration, ledger))))
             }
-            let Some(in_force) = store.in_force()? else {
-                return Ok(None);
-            };
-            let d = self
-                .host
-                .validate(in_force.text.as_bytes())
-                .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
-            // Read again once the text is dropped: the ledger, the text and the declaration
-            // parsed from it are never held at once (each grows with the declaration). One
-            // changed between the two reads is seen by the next refresh, its source differing.
-            drop(in_force);
-            let ledger = store.ledger()?;
-            self.watched_for = Some(source);
-            Ok(Some(Some((d, ledger))))
-        })();
+            None => self.watch_source_in_store(),
+        };
         let (d, ledger) = match loaded {
             Ok(Some(None)) => {
                 self.watch_problem = None;
@@ -237,6 +223,37 @@ impl Service<'_> {
         // Freed before the watches are set, so what that allocates goes where they were.
         drop((d, ledger));
         self.watcher.set_targets(now, targets);
+    }
+
+    /// The declaration in force and the ledger, for the watches: `None` when there is no
+    /// declaration, `Some(None)` when what they depend on is what they were set for.
+    fn watch_source_in_store(&mut self) -> Result<Option<Option<(Declaration, Ledger)>>, Fatal> {
+        let Some(store) = Store::open(&self.host.config.state_dir, false)? else {
+            return Ok(None);
+        };
+        let Some(head) = store.in_force_head()? else {
+            return Ok(None);
+        };
+        // What the targets depend on: unchanged, the watches stay (and nothing is parsed,
+        // not even the declaration's text read).
+        let source = watch_source(&head.digest, &store.ledger()?);
+        if self.watched_for.as_ref() == Some(&source) {
+            return Ok(Some(None));
+        }
+        let Some(in_force) = store.in_force()? else {
+            return Ok(None);
+        };
+        let d = self
+            .host
+            .validate(in_force.text.as_bytes())
+            .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+        // Read again once the text is dropped: the ledger, the text and the declaration
+        // parsed from it are never held at once (each grows with the declaration). One
+        // changed between the two reads is seen by the next refresh, its source differing.
+        drop(in_force);
+        let ledger = store.ledger()?;
+        self.watched_for = Some(source);
+        Ok(Some(Some((d, ledger))))
     }
 
     /// The debounced watch events: observe what they touched, and run only if it drifted.
