@@ -397,31 +397,33 @@ impl Service<'_> {
             self.drop_link(sys::now_ms(), e, true);
         }
         self.log_run(&converged);
-        // A repair that failed (changed back before it could be checked) was fought too.
-        let repaired: Vec<_> = match &converged {
-            Ok(Some(result)) => {
-                let changes = result.report.changes.iter().map(|c| (c.kind, &c.key));
-                let failures = (result.report.failures.iter()).map(|f| (f.kind.as_str(), &f.key));
-                changes
-                    .chain(failures)
-                    .filter_map(|(kind, key)| Some((watch::kind(kind)?, key.clone())))
-                    .collect()
-            }
-            _ => Vec::new(),
-        };
         let now = sys::now_ms();
         // A run over what a watch touched checked nothing else: the timer keeps its time.
         if scope == Scope::All {
             self.schedule.rearm(now, sys::random());
         } else {
+            // A repair that failed (changed back before it could be checked) was fought too.
+            let repaired: Vec<_> = match &converged {
+                Ok(Some(result)) => {
+                    let changes = result.report.changes.iter().map(|c| (c.kind, &c.key));
+                    let failures =
+                        (result.report.failures.iter()).map(|f| (f.kind.as_str(), &f.key));
+                    changes
+                        .chain(failures)
+                        .filter_map(|(kind, key)| Some((watch::kind(kind)?, key.clone())))
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
             self.contest(now, &repaired);
         }
-        // What the run converged with sets the watches; what the watcher saw of the store
-        // before the run is covered by it.
+        // What the run converged with sets the watches (what the watcher saw of the store before
+        // the run is covered by it); the run's report is freed first, as it grows with the run.
         let held = match &mut converged {
             Ok(Some(result)) => result.converged.take(),
             _ => None,
         };
+        drop(converged);
         self.watcher.watch.take_refresh();
         self.refresh_watch(now, held);
         self.send_outbox();
