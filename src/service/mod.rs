@@ -729,7 +729,8 @@ impl Service<'_> {
 
     /// A declaration from the control plane: stored durably before it is applied, unless it is
     /// stale, invalid or (with trusted keys) not signed as the config requires: then reported,
-    /// and the previous one stays in force (`envelope::accept` decides).
+    /// and the previous one stays in force (`envelope::accept` decides). Accepted, it is kept as
+    /// parsed for the run that applies it.
     fn on_declare(&mut self, revision: u64, text: String) {
         let digest = crate::util::codec::sha256_hex(text.as_bytes());
         // A person's `apply` may hold the lock for minutes: the link is kept answered meanwhile.

@@ -90,14 +90,17 @@ mod tests {
     fn triggers_collapse_into_one_run() {
         let mut s = Schedule::new(0, 600_000, 0.5);
         s.take_due(0);
+        assert!(!s.pending());
         s.add(Trigger::Declaration);
         s.add(Trigger::Signal);
         s.add(Trigger::Declaration);
+        assert!(s.pending());
         assert_eq!(s.deadline(5), 5);
         assert_eq!(
             s.take_due(5),
             Some(Triggers::from_iter([Trigger::Declaration, Trigger::Signal]))
         );
         assert_eq!(s.take_due(6), None);
+        assert!(!s.pending());
     }
 }
