@@ -34,9 +34,9 @@ pub fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
 }
 
 /// SHA-256 of the text `args` formats, hashed as it is formatted: no string is built. Only for
-/// a digest that never leaves the process (the watcher's sources); a stored one is `Canonical`. The
-/// pieces are gathered in a buffer on the stack and hashed a buffer at a time: a hash update per
-/// piece (a dozen for a file's digest) costs more than the hashing.
+/// a digest that never leaves the process (the watcher's sources); a stored one is `Canonical`.
+/// The pieces are gathered in a buffer on the stack and hashed a buffer at a time: a hash update
+/// per piece costs more than the hashing.
 pub fn sha256_of_text(args: std::fmt::Arguments) -> [u8; 32] {
     struct Hashing {
         context: ring::digest::Context,
