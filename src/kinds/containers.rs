@@ -17,6 +17,8 @@ use crate::store::{Digest, Entry, Ledger};
 use crate::tools::podman::{self, State};
 use crate::util::codec;
 
+mod legacy;
+
 pub struct Containers;
 
 /// The longest environment value: podman reads `--env-file` a line at a time, in 64 KiB lines.
@@ -235,7 +237,7 @@ impl Kind for Containers {
     }
 
     fn digest(spec: &Spec) -> Digest {
-        Digest::parse(&digest(spec))
+        digest(spec)
     }
 
     fn digest_observed(spec: &Spec, _: Option<&Observed>) -> Digest {
@@ -303,7 +305,7 @@ impl Kind for Containers {
                     Action::Update,
                     needs_system(),
                     None,
-                    LedgerAfter::Applied(Digest::parse(&digest(spec))),
+                    LedgerAfter::Applied(digest(spec)),
                     Op::Forget,
                 ),
                 (_, Some(_)) => change(
@@ -318,8 +320,7 @@ impl Kind for Containers {
         }
         match desired {
             Some(spec) if spec.present => {
-                let spec_digest = label_digest(spec, cx.digest_key.as_ref());
-                let after = LedgerAfter::Applied(Digest::parse(&digest(spec)));
+                let after = LedgerAfter::Applied(digest(spec));
                 let create = |remove_first| Op::Create {
                     remove_first,
                     start: spec.running,
@@ -338,7 +339,7 @@ impl Kind for Containers {
                         "a container named {key} exists and was not created by mesh-host; remove or rename it to let mesh-host manage it"
                     ));
                 }
-                if obs.spec_digest.as_deref() != Some(spec_digest.as_str()) {
+                if !label_matches(obs.spec_digest.as_deref(), spec, cx.digest_key.as_ref()) {
                     return change(
                         Action::Update,
                         vec!["spec changed: recreate".into()],
@@ -620,36 +621,51 @@ fn absent() -> Observed {
     }
 }
 
-/// The digest the ledger keeps of a spec (internal: the store is 0700).
-pub fn digest(spec: &Spec) -> String {
-    codec::sha256_hex(spec_text(spec).as_bytes())[..32].to_string()
+/// The canonical encoding of a spec (`codec::Canonical`): `containers 0x00 0x01`, then `present`
+/// (bool), `image` (str), `command` (list of str), `env` (map), `ports` and `volumes` (list of
+/// str), `network` (option of str), `init` (bool). `running` is not in it: a start or a stop
+/// changes it, never a recreate.
+fn encoding(spec: &Spec) -> codec::Canonical {
+    let mut encoding = codec::Canonical::new("containers", 1);
+    encoding
+        .bool(spec.present)
+        .str(&spec.image)
+        .strs(spec.command.iter().map(String::as_str))
+        .map(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .strs(spec.ports.iter().map(String::as_str))
+        .strs(spec.volumes.iter().map(String::as_str))
+        .option(spec.network.as_deref(), codec::Canonical::str)
+        .bool(spec.init);
+    encoding
+}
+
+/// The digest the ledger keeps of a spec: the SHA-256 of its encoding (internal: the store is
+/// 0700).
+pub fn digest(spec: &Spec) -> Digest {
+    Digest::Sha256(encoding(spec).digest())
 }
 
 /// The digest a container's `mesh-host.spec` label holds, which `podman ps` shows and a create's
-/// command line carries (into errors, traces and the debug log). Of a spec with an environment,
-/// whose values are secret, it is keyed with the host's digest key (`codec::hmac_sha256`), so
-/// no one can test a guessed value against it; without one, `digest`.
+/// command line carries (into errors, traces and the debug log): the first 32 hex digits of the
+/// SHA-256 of the spec's encoding. Of a spec with an environment, whose values are secret, it is
+/// keyed with the host's digest key (the HMAC-SHA256 of the encoding, `codec::hmac_sha256`), so
+/// no one can test a guessed value against it.
 pub fn label_digest(spec: &Spec, key: Option<&[u8; 32]>) -> String {
-    match key.filter(|_| !spec.env.is_empty()) {
-        Some(key) => {
-            codec::hex(&codec::hmac_sha256(key, spec_text(spec).as_bytes()))[..32].to_string()
-        }
-        None => digest(spec),
-    }
+    let encoding = encoding(spec);
+    let digest = match key.filter(|_| !spec.env.is_empty()) {
+        Some(key) => encoding.keyed_digest(key),
+        None => encoding.digest(),
+    };
+    codec::hex(&digest)[..32].to_string()
 }
 
-fn spec_text(spec: &Spec) -> String {
-    format!(
-        "{}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{}",
-        spec.image,
-        spec.command,
-        spec.env,
-        spec.ports,
-        spec.volumes,
-        spec.network,
-        spec.init,
-        spec.present
-    )
+/// Whether a container's label says it was created from `spec`: its label, or the one 21d51db
+/// and earlier gave it (`legacy`), which it keeps until it is recreated for another reason.
+fn label_matches(label: Option<&str>, spec: &Spec, key: Option<&[u8; 32]>) -> bool {
+    let Some(label) = label else {
+        return false;
+    };
+    label == label_digest(spec, key) || label == legacy::label_digest(spec, key)
 }
 
 /// The labels of a container the host creates: owned, and the digest of its spec.
@@ -1043,11 +1059,10 @@ mod tests {
         .unwrap();
         let (web, plain) = (&d.containers["web"], &d.containers["plain"]);
         let key = [3u8; 32];
-        assert_eq!(label_digest(plain, Some(&key)), digest(plain));
-        assert_eq!(label_digest(web, None), digest(web));
+        assert_eq!(label_digest(plain, Some(&key)), label_digest(plain, None));
         let keyed = label_digest(web, Some(&key));
         assert_eq!(keyed.len(), 32);
-        assert_ne!(keyed, digest(web));
+        assert_ne!(keyed, label_digest(web, None));
         assert_ne!(keyed, label_digest(web, Some(&[4; 32])));
         let mut cx = RunContext::new(&d, false);
         cx.digest_key = Some(key);
@@ -1060,7 +1075,7 @@ mod tests {
         };
         let plan = |label| Containers::plan(&cx, "web", Some(web), Some(&labelled(label)), None);
         assert!(matches!(plan(keyed), Step::Adopt { .. } | Step::InSync));
-        assert!(matches!(plan(digest(web)), Step::Change(_)));
+        assert!(matches!(plan(label_digest(web, None)), Step::Change(_)));
     }
 
     #[test]
@@ -1075,7 +1090,7 @@ mod tests {
             paused: false,
             ours: true,
             spec_digest: Some(if digest_ok {
-                digest(spec)
+                label_digest(spec, None)
             } else {
                 "old".into()
             }),
@@ -1130,5 +1145,132 @@ mod tests {
             "- released; mesh-host created it"
         );
         assert_eq!(plan(None, &foreign, None), "in sync");
+    }
+
+    /// The sandbox's test image, as its container tests declare it.
+    const IMAGE: &str = "localhost/mesh-test-busybox:latest";
+
+    fn spec(present: bool, image: &str, env: &[(&str, &str)]) -> Spec {
+        Spec {
+            present,
+            image: image.into(),
+            command: if present {
+                vec!["sleep".into(), "1000".into()]
+            } else {
+                Vec::new()
+            },
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ports: Vec::new(),
+            volumes: Vec::new(),
+            network: None,
+            init: present,
+            running: true,
+        }
+    }
+
+    /// The ledger's digests and the labels, plain and keyed (a secret environment, unicode, an
+    /// empty value), pinned; a spec declared absent written out byte by byte.
+    #[test]
+    fn digests_and_labels_are_pinned_to_their_canonical_encoding() {
+        let key = codec::hex_decode_32(
+            "53f0859326c6877a1546fbd38131179fe0d4d836954d8019d723fa7e0dacbec7",
+        )
+        .unwrap();
+        let full = Spec {
+            command: Vec::new(),
+            ports: vec!["8080:80".into(), "127.0.0.1:8443:443/tcp".into()],
+            volumes: vec!["/srv/data:/data:ro".into(), "name:/cache".into()],
+            network: Some("host".into()),
+            init: false,
+            running: false,
+            ..spec(true, "docker.io/library/nginx:1.25", &[])
+        };
+        let absent = spec(false, "", &[]);
+        for (spec, hex, keyed) in [
+            (
+                spec(true, IMAGE, &[]),
+                "4c28a9f0f1ea183571c46e65dd36f8cca79a87b103b637024a74a5c0022d8623",
+                "4c28a9f0f1ea183571c46e65dd36f8cc",
+            ),
+            (
+                spec(true, IMAGE, &[("TOKEN", "s3cret \u{2713}"), ("A", "")]),
+                "ed89966f3d0a89825c1d02146158f4c2e4f4d9edd5a4a8d80fbeaeb420edfb2c",
+                "7190e139c85bf7b8306a90ae7276e42a",
+            ),
+            (
+                full,
+                "589f1e9c48cf31e1ccd65a1f0372c3714b1eafcf8c6300ff03edfc13956269b7",
+                "589f1e9c48cf31e1ccd65a1f0372c371",
+            ),
+            (
+                absent.clone(),
+                "2c3f221e7777f6df1e3aa0f01155838abdf37b428d7f8c26c4e3b4b7f7d85f61",
+                "2c3f221e7777f6df1e3aa0f01155838a",
+            ),
+        ] {
+            assert_eq!(digest(&spec).to_string(), hex, "{spec:?}");
+            assert_eq!(label_digest(&spec, None), hex[..32], "{spec:?}");
+            assert_eq!(label_digest(&spec, Some(&key)), keyed, "{spec:?}");
+        }
+        // Absent: present false, an empty image, no command, env, ports or volumes, no network,
+        // no init.
+        let mut by_hand = b"containers\x00\x01\x00".to_vec();
+        by_hand.extend_from_slice(&[0; 40]);
+        by_hand.extend_from_slice(b"\x00\x00");
+        assert_eq!(digest(&absent), Digest::Sha256(codec::sha256(&by_hand)));
+    }
+
+    /// Containers 21d51db created carry the label it computed from the spec's `{:?}` text (here
+    /// as it labelled two containers in the sandbox, with its store's digest key): found in sync,
+    /// not recreated; another spec is still a change.
+    #[test]
+    fn a_label_written_by_21d51db_is_in_sync() {
+        let key = codec::hex_decode_32(
+            "53f0859326c6877a1546fbd38131179fe0d4d836954d8019d723fa7e0dacbec7",
+        )
+        .unwrap();
+        let d = parse_with_defaults(&format!(
+            r#"{{"schema": 1, "containers": {{
+                "plain": {{"image": "{IMAGE}", "command": ["sleep", "1000"], "init": true}},
+                "env": {{"image": "{IMAGE}", "command": ["sleep", "1000"], "init": true,
+                         "env": {{"TOKEN": "s3cret \u2713", "A": ""}}}}}}}}"#
+        ))
+        .unwrap();
+        let mut cx = RunContext::new(&d, false);
+        cx.digest_key = Some(key);
+        let labelled = |label: &str| Observed {
+            exists: true,
+            running: true,
+            paused: false,
+            ours: true,
+            spec_digest: Some(label.into()),
+        };
+        let owned = Entry::created();
+        for (name, label) in [
+            ("plain", "40b8b1d9921210ecbd1c7ad9f7798cf4"),
+            ("env", "2da8f30f42196195bff68fac1984f71e"),
+        ] {
+            let spec = &d.containers[name];
+            assert_eq!(legacy::label_digest(spec, Some(&key)), label);
+            assert_ne!(label_digest(spec, Some(&key)), label);
+            let step =
+                Containers::plan(&cx, name, Some(spec), Some(&labelled(label)), Some(&owned));
+            assert!(matches!(step, Step::InSync), "{name}");
+            let other = Spec {
+                init: false,
+                ..spec.clone()
+            };
+            let step = Containers::plan(
+                &cx,
+                name,
+                Some(&other),
+                Some(&labelled(label)),
+                Some(&owned),
+            );
+            assert!(matches!(step, Step::Change(_)), "{name}");
+        }
     }
 }

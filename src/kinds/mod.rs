@@ -372,7 +372,8 @@ pub trait Kind: Listed {
     fn parse(key: &str, fields: &mut Fields, limits: &Limits) -> Option<Self::Spec>;
     /// Why this resource is the host itself, if it is.
     fn refuse_self(key: &str, spec: &Self::Spec, identity: &Identity) -> Option<String>;
-    /// The digest the ledger keeps of an applied spec.
+    /// The digest the ledger keeps of an applied spec: the SHA-256 of its canonical encoding
+    /// (`codec::Canonical`), never of a `Debug` text, which a toolchain update may change.
     fn digest(spec: &Self::Spec) -> Digest;
     /// `digest`, for a resource found in sync, from what observing it already computed where it
     /// can (files hash each declared content): a no-op checks it for every resource.

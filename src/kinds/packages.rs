@@ -476,8 +476,12 @@ impl Kind for Packages {
 /// pacman's arguments for one of the transactions, given the target.
 type Arguments<'a> = dyn Fn(&Pacman) -> Vec<String> + 'a;
 
+/// The digest the ledger keeps of a spec: the SHA-256 of its canonical encoding
+/// (`codec::Canonical`), `packages 0x00 0x01` then `present` (bool).
 pub fn digest(spec: &Spec) -> Digest {
-    Digest::of(if spec.present { b"present" } else { b"absent" })
+    let mut encoding = crate::util::codec::Canonical::new("packages", 1);
+    encoding.bool(spec.present);
+    Digest::Sha256(encoding.digest())
 }
 
 /// pacman's arguments for the target: under `--root`, the mounted system.
@@ -1209,5 +1213,24 @@ mod tests {
             plan(None, &Observed::Missing, Some(&was_dependency)),
             "Forget released; already gone"
         );
+    }
+
+    /// The ledger's digests, pinned: `packages 0x00 0x01` and `present`, hashed.
+    #[test]
+    fn digests_are_pinned_to_their_canonical_encoding() {
+        for (present, hex) in [
+            (
+                true,
+                "36bdd7effe739b2dd6fbe11f951d6e3343f5f9c6c7379ade0ce86fc38c191ccd",
+            ),
+            (
+                false,
+                "ad0969de169591205fa8aa12ee1eee72d810c66546bc2a827c00a4d645e5bd27",
+            ),
+        ] {
+            assert_eq!(digest(&Spec { present }).to_string(), hex);
+        }
+        let by_hand = crate::util::codec::sha256(b"packages\x00\x01\x01");
+        assert_eq!(digest(&Spec { present: true }), Digest::Sha256(by_hand));
     }
 }

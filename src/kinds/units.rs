@@ -772,18 +772,26 @@ fn settle_owed(env: &Env, cx: &RunContext, changes: &[Change<Op, Original>], out
     }
 }
 
+/// The digest the ledger keeps of a spec: the SHA-256 of its canonical encoding
+/// (`codec::Canonical`): `units 0x00 0x01`, then `present` (bool), `enabled` and `active`
+/// (option of bool), the SHA-256 of `content` (option of sha256), `restart_on` and `reload_on`
+/// (list of str, as declared). The package, `secret` and `restart_when_stale` change nothing
+/// applied to the unit, so they are not in it.
 pub fn digest(spec: &Spec) -> Digest {
-    Digest::of_text(format_args!(
-        "{}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
-        spec.present,
-        spec.enabled,
-        spec.active,
-        spec.content
-            .as_deref()
-            .map(|c| crate::util::codec::sha256_hex(c.as_bytes())),
-        spec.restart_on,
-        spec.reload_on
-    ))
+    use crate::util::codec::Canonical;
+    let mut encoding = Canonical::new("units", 1);
+    let content = spec.content.as_deref();
+    encoding
+        .bool(spec.present)
+        .option(spec.enabled, Canonical::bool)
+        .option(spec.active, Canonical::bool)
+        .option(
+            content.map(|c| crate::util::codec::sha256(c.as_bytes())),
+            |e, sha| e.sha256(&sha),
+        )
+        .strs(spec.restart_on.iter().map(String::as_str))
+        .strs(spec.reload_on.iter().map(String::as_str));
+    Digest::Sha256(encoding.digest())
 }
 
 /// `is-enabled` of loaded units, by name. `show`'s `UnitFileState` is the manager's cached view
@@ -1814,5 +1822,72 @@ mod tests {
             None,
         );
         assert!(matches!(step, Step::Skip(ref why) if why.contains("package web failed")));
+    }
+
+    /// The ledger's digests, pinned (a unit a package ships, one declared absent, unicode and
+    /// secret content, lists), and one written out byte by byte.
+    #[test]
+    fn digests_are_pinned_to_their_canonical_encoding() {
+        let unit =
+            |present, enabled, active, content: Option<&str>, restart: &[&str], reload: &[&str]| {
+                Spec {
+                    present,
+                    enabled,
+                    active,
+                    content: content.map(str::to_string),
+                    restart_on: restart.iter().map(|s| s.to_string()).collect(),
+                    reload_on: reload.iter().map(|s| s.to_string()).collect(),
+                    package: None,
+                    secret: false,
+                    restart_when_stale: false,
+                }
+            };
+        let shipped = unit(true, None, None, None, &[], &[]);
+        let secret = Spec {
+            secret: true,
+            package: Some("app".into()),
+            restart_when_stale: true,
+            ..unit(
+                true,
+                Some(false),
+                None,
+                Some("[Service]\nEnvironment=TOKEN=s3cret \u{2713}\nExecStart=/bin/true\n"),
+                &["/etc/a", "/etc/\u{e9}.conf"],
+                &["/etc/owned"],
+            )
+        };
+        for (spec, hex) in [
+            (
+                unit(
+                    true,
+                    Some(true),
+                    Some(true),
+                    Some("[Service]\nExecStart=/bin/true\n"),
+                    &[],
+                    &[],
+                ),
+                "384a7279967b5777e3e8ff1347ae787563004ac35dbbd70765cc3558f9da5b3e",
+            ),
+            (
+                shipped.clone(),
+                "a4230303ca3bf32e209216d2c9efa16e75c7ee82df792678ff394d9ee599d653",
+            ),
+            (
+                unit(false, None, None, None, &[], &[]),
+                "a81ef8a78daa3a23a9579055aea67322d2e4d3552fbd1bbe6ddc47a4220123ea",
+            ),
+            (
+                secret,
+                "4d9bba4c98b4b4acfc6d7affd6b4a7c17e2d222897e994e55f3c29bc8454b2f8",
+            ),
+        ] {
+            assert_eq!(digest(&spec).to_string(), hex, "{spec:?}");
+        }
+        // present, enabled none, active none, content none, two empty lists.
+        let by_hand = b"units\x00\x01\x01\x00\x00\x00\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
+        assert_eq!(
+            digest(&shipped),
+            Digest::Sha256(crate::util::codec::sha256(by_hand))
+        );
     }
 }

@@ -23,10 +23,15 @@ pub enum Origin {
     Adopted,
 }
 
-/// The digest of an applied spec, written in the ledger as its hex text. A SHA-256 (what every
-/// kind but containers records) is held as its 32 bytes, not a 64-character string: the ledger
-/// holds one for every owned resource. Any other text (a container's 32-digit digest, or a value
-/// a ledger was hand-edited to) is kept as written, so a ledger reads back as it was.
+/// The digest of an applied spec, written in the ledger as its hex text: the SHA-256 of the
+/// spec's canonical encoding (`codec::Canonical`; each kind's `digest` lists its fields). Held as
+/// its 32 bytes, not a 64-character string, as a ledger may list many thousands. Any other
+/// text (a container's 32-digit digest written by 21d51db or earlier, or a value a ledger was
+/// hand-edited to) is kept as written, so a ledger reads back as it was.
+///
+/// No plan reads it: a run that finds a resource as declared writes its digest over whatever the
+/// ledger held (`reconcile`), so a ledger written before the canonical encoding (its digests
+/// hashed Rust's `{:?}` text) is brought up to date by the first run, with nothing applied.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Digest {
     Sha256([u8; 32]),
@@ -35,13 +40,9 @@ pub enum Digest {
 
 impl Digest {
     /// The SHA-256 of `data`.
+    #[cfg(test)]
     pub fn of(data: &[u8]) -> Digest {
         Digest::Sha256(codec::sha256(data))
-    }
-
-    /// The SHA-256 of the text `args` formats (see `codec::sha256_of_text`).
-    pub fn of_text(args: std::fmt::Arguments) -> Digest {
-        Digest::Sha256(codec::sha256_of_text(args))
     }
 
     /// The digest a ledger's text names: 64 lower-case hex digits are a SHA-256.
@@ -99,8 +100,9 @@ impl<'de> Deserialize<'de> for Digest {
 #[serde(deny_unknown_fields, bound(deserialize = "O: Deserialize<'de>"))]
 pub struct Entry<O> {
     pub origin: Origin,
-    /// Digest of the spec last applied; `None` while the first apply is in flight (written ahead,
-    /// so a crash mid-apply still leaves the resource owned and its original known).
+    /// Digest of the spec last applied (see `Digest`); `None` while the first apply is in flight
+    /// (written ahead, so a crash mid-apply still leaves the resource owned and its original
+    /// known).
     pub applied: Option<Digest>,
     /// What the resource was before the host adopted it, in the kind's own type; `None` when
     /// there is nothing to put back (created, or adopted with nothing to restore). Boxed: most
@@ -586,10 +588,6 @@ mod tests {
         assert!(matches!(d, Digest::Sha256(_)));
         assert_eq!(d.to_string(), hex);
         assert_eq!(serde_json::to_string(&d).unwrap(), format!("\"{hex}\""));
-        assert_eq!(
-            Digest::of_text(format_args!("{}\n{:?}", "present", Some(420))),
-            Digest::of(b"present\nSome(420)")
-        );
         // Upper case, the wrong length or not hex: kept as written, and written back so.
         for text in [
             hex.to_uppercase(),
@@ -602,33 +600,6 @@ mod tests {
             assert_eq!(serde_json::to_string(&d).unwrap(), format!("\"{text}\""));
         }
         assert!(serde_json::from_str::<Digest>("42").is_err());
-    }
-
-    /// The ledger keeps the digests it wrote when they were strings: the same text hashed.
-    #[test]
-    fn a_files_digest_is_the_one_written_before() {
-        use crate::kinds::files::{self, Content, Ownership, Spec};
-        use crate::os::accounts::Account;
-        let hex = crate::util::codec::sha256_hex;
-        let content = Content {
-            bytes: b"x = 1\n".to_vec().into_boxed_slice(),
-            mode: Some(0o600),
-            ownership: Some(Box::new(Ownership {
-                owner: Some(Account::Name("root".into())),
-                group: Some(Account::Id(0)),
-            })),
-            secret: None,
-        };
-        let before = hex(format!(
-            "present\n{}\n{:?}\n{:?}\n{:?}",
-            hex(b"x = 1\n"),
-            Some(0o600),
-            Some("root".to_string()),
-            Some("0".to_string())
-        )
-        .as_bytes());
-        assert_eq!(files::digest(&Spec::Present(content)).to_string(), before);
-        assert_eq!(files::digest(&Spec::Absent).to_string(), hex(b"absent"));
     }
 
     /// Many entries put in at once are the ones put in one by one, a key given again keeping
