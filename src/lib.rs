@@ -37,17 +37,20 @@ mod unitfile;
 mod upkeep;
 mod words;
 
+use std::ffi::OsString;
+
 use cli::Command;
 use commands::{Fatal, Host};
 
 /// Sets up logging for the command line `args`: the service logs at info, other commands warn.
-pub fn init_logging(args: &[String]) {
+pub fn init_logging(args: &[OsString]) {
     let service = cli::parse(args.iter().cloned()).is_ok_and(|a| a.command == Command::Run);
     logging::init(service);
 }
 
-/// Runs the command line `args` (without the program name) and returns the exit code.
-pub fn main_with_args(args: impl IntoIterator<Item = String>) -> i32 {
+/// Runs the command line `args` (without the program name; any bytes, as `args_os` gives them)
+/// and returns the exit code.
+pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
     match cli::parse(args) {
         Err(e) => {
             eprintln!("mesh-host: {e}\nTry `mesh-host --help`.");
