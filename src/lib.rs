@@ -2,8 +2,9 @@
 //! plus the parsers the fuzz targets drive. The modules stay private; the code map is in
 //! ARCHITECTURE.md.
 
-// The layers, lowest first: each imports only from the layers above it in this list
-// (`tests/layers.sh` checks it). ARCHITECTURE.md says what each holds.
+// The layers, lowest first: util, os, tools, model, link, store, kinds, engine, service, cli.
+// Each imports only from itself and the layers before it (`tests/layers.rs` checks it);
+// ARCHITECTURE.md says what each holds.
 mod cli;
 mod engine;
 mod kinds;
@@ -15,18 +16,21 @@ mod store;
 mod tools;
 mod util;
 
+use std::ffi::OsString;
+
 use cli::commands::Commands;
 use cli::Command;
 use engine::{Fatal, Host};
 
 /// Sets up logging for the command line `args`: the service logs at info, other commands warn.
-pub fn init_logging(args: &[String]) {
+pub fn init_logging(args: &[OsString]) {
     let service = cli::parse(args.iter().cloned()).is_ok_and(|a| a.command == Command::Run);
     util::logging::init(service);
 }
 
-/// Runs the command line `args` (without the program name) and returns the exit code.
-pub fn main_with_args(args: impl IntoIterator<Item = String>) -> i32 {
+/// Runs the command line `args` (without the program name; any bytes, as `args_os` gives them)
+/// and returns the exit code.
+pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
     match cli::parse(args) {
         Err(e) => {
             eprintln!("mesh-host: {e}\nTry `mesh-host --help`.");

@@ -409,6 +409,74 @@ fn usage_errors_exit_2_with_help_pointer() {
     out.assert_stdout("Exit codes");
 }
 
+/// Issue 26: `--json=false` turned JSON on. An option without a value takes none.
+#[test]
+fn json_false_is_refused_not_read_as_json() {
+    let host = Scratch::new("json-false");
+    let out = host.run(&["--json=false", "status"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    out.assert_stderr(
+        "mesh-host: --json takes no value (given \"false\")\nTry `mesh-host --help`.",
+    );
+    assert!(out.stdout.is_empty(), "{out:?}");
+}
+
+/// Issue 26: an argument that is not UTF-8 panicked. A path is bytes on Linux, so it works as
+/// one; where text is needed, the error names the option.
+#[test]
+fn arguments_that_are_not_utf8_are_paths_or_named_errors() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let host = Scratch::new("non-utf8");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+    );
+    let renamed = file.with_file_name(OsStr::from_bytes(b"d\xff.json"));
+    std::fs::rename(&file, &renamed).unwrap();
+    let out = support::Output::from(host.command(&["apply"]).arg(&renamed).output().unwrap());
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(std::fs::read(host.target("/etc/a")).unwrap(), b"a");
+    let out = support::Output::from(
+        host.command(&["join", "--token"])
+            .arg(OsStr::from_bytes(b"t\xff"))
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(out.code, 2, "{out:?}");
+    out.assert_stderr("mesh-host: --token: \"t\\xFF\" is not UTF-8\n");
+}
+
+/// Issue 26: a relative `--state-dir` was refused as the default config file's `state_dir`, a
+/// file that did not exist and a key nobody wrote. The error names where the value came from.
+#[test]
+fn a_relative_state_dir_is_refused_naming_where_it_came_from() {
+    let host = Scratch::with_config("relative-state", r#"{"state_dir": "state"}"#);
+    let out = host.run(&["--state-dir", "state", "status"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "mesh-host: --state-dir: state is not an absolute path\nTry `mesh-host --help`.\n"
+    );
+    let config = host.dir.join("config.json");
+    let out = support::Output::from(
+        support::mesh_host()
+            .arg("--config")
+            .arg(&config)
+            .arg("status")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_eq!(
+        out.stderr,
+        format!(
+            "mesh-host: config {}: state_dir: state is not an absolute path\n",
+            config.display()
+        )
+    );
+}
+
 #[test]
 fn directories_the_host_creates_are_0755_whatever_the_umask() {
     let host = Scratch::new("umask");

@@ -128,7 +128,7 @@ mod tests {
     use crate::util::testutil::TempDir;
 
     fn args(line: &str) -> Args {
-        crate::cli::parse(line.split_whitespace().map(String::from)).expect("args")
+        crate::cli::parse(line.split_whitespace().map(std::ffi::OsString::from)).expect("args")
     }
 
     #[test]

@@ -1,12 +1,16 @@
-//! Command-line parsing, by hand: a few options do not justify a crate in a binary meant to stay
-//! small and auditable. Options may come before or after the command.
+//! Command-line parsing on lexopt (as ripgrep's): arguments are `OsString`s, so a path that is not
+//! UTF-8 is still a path. Options may come before or after the command; an option without a value
+//! takes none (`--json=false` is an error, not `--json`).
 
 pub mod commands;
 pub mod join;
 pub mod keys;
 mod render;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
+
+use lexopt::Arg::{Long, Short, Value};
 
 use crate::engine::Options;
 
@@ -141,7 +145,7 @@ impl Args {
     }
 }
 
-pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
     let mut state_dir = None;
     let mut config = None;
     let mut root = None;
@@ -159,38 +163,28 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut help = false;
     let mut version = false;
     let mut words = Vec::new();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |name: &str| -> Result<String, String> {
-            match inline.clone().or_else(|| args.next()) {
-                Some(v) if !v.is_empty() => Ok(v),
-                _ => Err(format!("{name} needs a value")),
-            }
-        };
-        match name.as_str() {
-            "--state-dir" => state_dir = Some(PathBuf::from(value("--state-dir")?)),
-            "--config" => config = Some(PathBuf::from(value("--config")?)),
-            "--root" => root = Some(PathBuf::from(value("--root")?)),
-            "--control-plane" => control_plane = Some(value("--control-plane")?),
-            "--token" => token = Some(value("--token")?),
-            "--token-file" => token_file = Some(PathBuf::from(value("--token-file")?)),
-            "--ca-hash" => ca_hash = Some(value("--ca-hash")?),
-            "--force" => force = true,
-            "--trust-key" => trust_keys.push(value("--trust-key")?),
-            "--out" => out = Some(PathBuf::from(value("--out")?)),
-            "--key" => key = Some(PathBuf::from(value("--key")?)),
-            "--wait" => wait = true,
-            "--json" => json = true,
-            "--trace-commands" => trace_commands = true,
-            "-h" | "--help" => help = true,
-            "-V" | "--version" => version = true,
-            "--" => words.extend(args.by_ref()),
-            s if s.starts_with('-') && s.len() > 1 => return Err(format!("unknown option {s}")),
-            _ => words.push(arg),
+    let mut parser = lexopt::Parser::from_args(args);
+    while let Some(arg) = parser.next().map_err(no_value)? {
+        match arg {
+            Long("state-dir") => state_dir = Some(path(&mut parser, "--state-dir")?),
+            Long("config") => config = Some(path(&mut parser, "--config")?),
+            Long("root") => root = Some(path(&mut parser, "--root")?),
+            Long("control-plane") => control_plane = Some(text(&mut parser, "--control-plane")?),
+            Long("token") => token = Some(text(&mut parser, "--token")?),
+            Long("token-file") => token_file = Some(path(&mut parser, "--token-file")?),
+            Long("ca-hash") => ca_hash = Some(text(&mut parser, "--ca-hash")?),
+            Long("force") => force = true,
+            Long("trust-key") => trust_keys.push(text(&mut parser, "--trust-key")?),
+            Long("out") => out = Some(path(&mut parser, "--out")?),
+            Long("key") => key = Some(path(&mut parser, "--key")?),
+            Long("wait") => wait = true,
+            Long("json") => json = true,
+            Long("trace-commands") => trace_commands = true,
+            Short('h') | Long("help") => help = true,
+            Short('V') | Long("version") => version = true,
+            Short(c) => return Err(format!("unknown option -{c}")),
+            Long(name) => return Err(format!("unknown option --{name}")),
+            Value(word) => words.push(word),
         }
     }
     let command = if help {
@@ -200,22 +194,23 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
     } else {
         let mut words = words.into_iter();
         let verb = words.next().ok_or("no command given")?;
+        let name = verb.to_string_lossy();
         let mut file = || -> Result<PathBuf, String> {
             words
                 .next()
                 .map(PathBuf::from)
-                .ok_or_else(|| format!("{verb} needs a declaration FILE"))
+                .ok_or_else(|| format!("{name} needs a declaration FILE"))
         };
-        let command = match verb.as_str() {
-            "check" => Command::Check(file()?),
-            "plan" => Command::Plan(file()?),
-            "apply" => Command::Apply(file()?),
-            "reconcile" => Command::Reconcile,
-            "owned" => Command::Owned,
-            "status" => Command::Status,
-            "run" => Command::Run,
-            "reload" => Command::Reload(None),
-            "join" => Command::Join(join(
+        let command = match verb.to_str() {
+            Some("check") => Command::Check(file()?),
+            Some("plan") => Command::Plan(file()?),
+            Some("apply") => Command::Apply(file()?),
+            Some("reconcile") => Command::Reconcile,
+            Some("owned") => Command::Owned,
+            Some("status") => Command::Status,
+            Some("run") => Command::Run,
+            Some("reload") => Command::Reload(None),
+            Some("join") => Command::Join(join(
                 control_plane.take(),
                 token.take(),
                 token_file.take(),
@@ -223,25 +218,25 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
                 force,
                 std::mem::take(&mut trust_keys),
             )?),
-            "keygen" => Command::Keygen {
+            Some("keygen") => Command::Keygen {
                 out: out
                     .take()
                     .ok_or("keygen needs --out FILE (where the private key goes)")?,
             },
-            "sign" => Command::Sign {
+            Some("sign") => Command::Sign {
                 key: key
                     .take()
                     .ok_or("sign needs --key FILE (the private key keygen wrote)")?,
                 file: file()?,
             },
-            "help" => Command::Help,
-            other => return Err(format!("unknown command {other:?}")),
+            Some("help") => Command::Help,
+            _ => return Err(format!("unknown command {verb:?}")),
         };
         let command = match command {
             Command::Reload(None) => Command::Reload(match words.next() {
                 Some(pid) => Some(
-                    pid.parse()
-                        .ok()
+                    pid.to_str()
+                        .and_then(|p| p.parse().ok())
                         .filter(|&p| p > 0)
                         .ok_or_else(|| format!("reload: {pid:?} is not a process id"))?,
                 ),
@@ -271,6 +266,14 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
                 return Err(format!("{option} is only for {verb}"));
             }
         }
+        // Checked here, where it was given, so that the error names the flag: the config only
+        // checks its own `state_dir`.
+        if let Some(dir) = state_dir.as_deref().filter(|d| !d.is_absolute()) {
+            return Err(format!(
+                "--state-dir: {} is not an absolute path",
+                dir.display()
+            ));
+        }
         command
     };
     Ok(Args {
@@ -282,6 +285,37 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
         json,
         trace_commands,
     })
+}
+
+/// An option's value; an empty one is as much a mistake as none.
+fn value(parser: &mut lexopt::Parser, option: &str) -> Result<OsString, String> {
+    match parser.value() {
+        Ok(v) if !v.is_empty() => Ok(v),
+        _ => Err(format!("{option} needs a value")),
+    }
+}
+
+/// A path option's value: any bytes, as Linux paths are.
+fn path(parser: &mut lexopt::Parser, option: &str) -> Result<PathBuf, String> {
+    value(parser, option).map(PathBuf::from)
+}
+
+/// A text option's value (a URL, token, hash or key), which must be UTF-8.
+fn text(parser: &mut lexopt::Parser, option: &str) -> Result<String, String> {
+    value(parser, option)?
+        .into_string()
+        .map_err(|v| format!("{option}: {v:?} is not UTF-8"))
+}
+
+/// The one error lexopt's `next` gives: a value attached to an option that takes none
+/// (`--json=false`), refused rather than read as the option given.
+fn no_value(e: lexopt::Error) -> String {
+    match e {
+        lexopt::Error::UnexpectedValue { option, value } => {
+            format!("{option} takes no value (given {value:?})")
+        }
+        e => e.to_string(),
+    }
 }
 
 fn join(
@@ -374,7 +408,7 @@ mod tests {
     use super::*;
 
     fn parse_str(line: &str) -> Result<Args, String> {
-        parse(line.split_whitespace().map(String::from))
+        parse(line.split_whitespace().map(OsString::from))
     }
 
     #[test]
@@ -424,6 +458,71 @@ mod tests {
         assert_eq!(
             parse_str("status --token t").unwrap_err(),
             "--token is only for join"
+        );
+    }
+
+    #[test]
+    fn options_without_a_value_take_none() {
+        for flag in [
+            "--json",
+            "--wait",
+            "--trace-commands",
+            "--force",
+            "--help",
+            "--version",
+        ] {
+            assert_eq!(
+                parse_str(&format!("status {flag}=false")).unwrap_err(),
+                format!("{flag} takes no value (given \"false\")")
+            );
+        }
+        assert_eq!(
+            parse_str("status --json=").unwrap_err(),
+            "--json takes no value (given \"\")"
+        );
+        assert!(parse_str("status --json").unwrap().json);
+        assert_eq!(parse_str("-hV").unwrap().command, Command::Help);
+    }
+
+    #[test]
+    fn arguments_that_are_not_utf8() {
+        use std::os::unix::ffi::OsStrExt;
+        let os = |b: &[u8]| OsString::from(std::ffi::OsStr::from_bytes(b));
+        let parse_os = |line: &[u8]| parse(line.split(|&b| b == b' ').map(os));
+        let a = parse_os(b"--state-dir /s\xff check d\xfe.json").unwrap();
+        assert_eq!(a.command, Command::Check(os(b"d\xfe.json").into()));
+        assert_eq!(a.state_dir, Some(os(b"/s\xff").into()));
+        for (line, want) in [
+            (&b"fr\xffb"[..], r#"unknown command "fr\xFFb""#),
+            (b"reload 4\xff", r#"reload: "4\xFF" is not a process id"#),
+            (b"status x\xff", r#"unexpected argument "x\xFF""#),
+            (b"join --token t\xff", r#"--token: "t\xFF" is not UTF-8"#),
+            (
+                b"join --control-plane=https://\xff",
+                r#"--control-plane: "https://\xFF" is not UTF-8"#,
+            ),
+            (b"status --st\xffte", "unknown option --st\u{fffd}te"),
+        ] {
+            assert_eq!(parse_os(line).unwrap_err(), want, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn a_relative_state_dir_is_refused_naming_the_flag() {
+        assert_eq!(
+            parse_str("--state-dir state status").unwrap_err(),
+            "--state-dir: state is not an absolute path"
+        );
+        assert_eq!(
+            parse_str("apply f --state-dir=./s").unwrap_err(),
+            "--state-dir: ./s is not an absolute path"
+        );
+        // A relative --config or --root is a path all the same: the config names its file when
+        // it refuses one of its keys, and the root is where the files go.
+        let a = parse_str("--config c.json --root mnt status").unwrap();
+        assert_eq!(
+            (a.config, a.root),
+            (Some("c.json".into()), Some("mnt".into()))
         );
     }
 
