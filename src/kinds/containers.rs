@@ -12,7 +12,8 @@ use super::{
     Observations, Outcome, RunContext, Step,
 };
 use crate::model::config::{Identity, Limits};
-use crate::model::declaration::{Declaration, Fields};
+use crate::model::declaration::Declaration;
+use crate::model::fields::Fields;
 use crate::store::{Digest, Entry, Ledger};
 use crate::tools::podman::{self, State};
 use crate::util::codec;

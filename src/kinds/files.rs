@@ -10,7 +10,8 @@ use super::{
     Step,
 };
 use crate::model::config::{Identity, Limits};
-use crate::model::declaration::{Declaration, Fields};
+use crate::model::declaration::Declaration;
+use crate::model::fields::Fields;
 use crate::os::accounts::{Account, Accounts};
 use crate::os::fsutil::{self, Dir, FileType, PendingWrite, Stamp, Stat, WalkError};
 use crate::store::{Cached, Digest, Entry, FilesIndex, Ledger, Origin, Store};
@@ -291,7 +292,7 @@ impl Kind for Files {
         };
         let refusal = crate::model::selfref::refuse_file(key, content, identity)?;
         Some(match (is_secret(spec), content) {
-            (true, Some(content)) => crate::model::declaration::redact_refusal(refusal, content),
+            (true, Some(content)) => crate::model::fields::redact_refusal(refusal, content),
             _ => refusal,
         })
     }

@@ -17,7 +17,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::model::config::{Config, Identity, Limits};
-use crate::model::declaration::{Declaration, Fields};
+use crate::model::declaration::Declaration;
+use crate::model::fields::Fields;
 use crate::os::exec::Runner;
 use crate::store::{Digest, Entry, Ledger, Sections, Store};
 use crate::util::diff::ContentDiff;

@@ -15,7 +15,8 @@ use super::{
     LedgerAfter, Observations, Outcome, RunContext, Step, STOPPING,
 };
 use crate::model::config::{Identity, Limits};
-use crate::model::declaration::{Declaration, Fields};
+use crate::model::declaration::Declaration;
+use crate::model::fields::Fields;
 use crate::os::exec::{CommandError, Failure};
 use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::pacman::{self, InstallReason, Pacman, SyncInfo};

@@ -20,7 +20,8 @@ use super::{
     LedgerAfter, Listed, Observations, Outcome, RunContext, Step,
 };
 use crate::model::config::{Identity, Limits};
-use crate::model::declaration::{Declaration, Fields};
+use crate::model::declaration::Declaration;
+use crate::model::fields::Fields;
 use crate::model::unitfile::UnitName;
 use crate::os::exec::Failure;
 use crate::os::fsutil::{self, Dir, FileType, Found};
@@ -262,7 +263,7 @@ impl Kind for Units {
         let refusal = crate::model::selfref::refuse_unit(key, spec.content.as_deref(), identity)?;
         Some(match (is_secret(spec), &spec.content) {
             (true, Some(content)) => {
-                crate::model::declaration::redact_refusal(refusal, content.as_bytes())
+                crate::model::fields::redact_refusal(refusal, content.as_bytes())
             }
             _ => refusal,
         })

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod declaration;
 pub mod envelope;
+pub mod fields;
 pub mod pacnew;
 pub mod run;
 pub mod selfref;
