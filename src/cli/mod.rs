@@ -18,7 +18,7 @@ use crate::engine::Options;
 pub fn usage() -> String {
     format!(
         "mesh-host: converges this machine to a declaration ({})\n\n{USAGE}",
-        crate::kinds::ABOUT.join(", ")
+        crate::model::spec::ABOUT.join(", ")
     )
 }
 

@@ -11,22 +11,15 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::{
-    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, KindError,
-    LedgerAfter, Observations, Outcome, RunContext, Step, STOPPING,
+    batch_then_each, query_by_halves, Action, Change, Env, Kind, KindError, LedgerAfter,
+    Observations, Outcome, RunContext, Step, STOPPING,
 };
-use crate::model::config::{Identity, Limits};
 use crate::model::declaration::Declaration;
-use crate::model::fields::Fields;
+use crate::model::spec::packages::{digest, Packages, Spec};
+use crate::model::spec::KindSpec;
 use crate::os::exec::{CommandError, Failure};
 use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::pacman::{self, InstallReason, Pacman, SyncInfo};
-
-pub struct Packages;
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Spec {
-    pub present: bool,
-}
 
 #[derive(Debug, PartialEq)]
 pub enum Observed {
@@ -59,53 +52,12 @@ pub struct Facts {
 }
 
 impl Kind for Packages {
-    const ABOUT: &'static str = "pacman packages";
     // One pacman transaction for the kind: a package removed in one chunk may be needed by one
     // removed in a later chunk, which pacman refuses apart.
     const APPLIED_IN_CHUNKS: bool = false;
-    type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
-    type Original = InstallReason;
     type Facts = Facts;
-
-    fn check_key(key: &str) -> Result<(), String> {
-        check_argument("package", key)?;
-        // pacman's rules: alphanumerics and @._+-, not starting with '-' or '.'.
-        if key.starts_with('.') {
-            return Err(format!("package name {key:?} starts with '.'"));
-        }
-        if let Some(c) = key
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || "@._+-".contains(*c)))
-        {
-            return Err(format!(
-                "package name {key:?} contains {c:?}; pacman allows letters, digits and @._+-"
-            ));
-        }
-        if key.len() > 255 {
-            return Err("package name is longer than 255 bytes".into());
-        }
-        Ok(())
-    }
-
-    fn parse(_key: &str, fields: &mut Fields, _limits: &Limits) -> Option<Spec> {
-        Some(Spec {
-            present: fields.present(),
-        })
-    }
-
-    fn refuse_self(key: &str, _spec: &Spec, identity: &Identity) -> Option<String> {
-        identity.package_names.iter().any(|p| p == key).then(|| {
-            format!(
-                "{key} is the host's own package; the package manager upgrades it, not the mesh"
-            )
-        })
-    }
-
-    fn digest(spec: &Spec) -> Digest {
-        digest(spec)
-    }
 
     fn digest_observed(spec: &Spec, _: Option<&Observed>) -> Digest {
         Self::digest(spec)
@@ -476,14 +428,6 @@ impl Kind for Packages {
 
 /// pacman's arguments for one of the transactions, given the target.
 type Arguments<'a> = dyn Fn(&Pacman) -> Vec<String> + 'a;
-
-/// The digest the ledger keeps of a spec: the SHA-256 of its canonical encoding
-/// (`codec::Canonical`), `packages 0x00 0x01` then `present` (bool).
-pub fn digest(spec: &Spec) -> Digest {
-    let mut encoding = crate::util::codec::Canonical::new("packages", 1);
-    encoding.bool(spec.present);
-    Digest::Sha256(encoding.digest())
-}
 
 /// pacman's arguments for the target: under `--root`, the mounted system.
 fn target<'a>(env: &Env<'a>) -> Result<Pacman<'a>, String> {

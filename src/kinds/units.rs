@@ -13,15 +13,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use super::{
-    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, KindError,
-    LedgerAfter, Listed, Observations, Outcome, RunContext, Step,
+    batch_then_each, query_by_halves, Action, Change, Env, Kind, KindError, LedgerAfter,
+    Observations, Outcome, RunContext, Step,
 };
-use crate::model::config::{Identity, Limits};
 use crate::model::declaration::Declaration;
-use crate::model::fields::Fields;
+use crate::model::spec::units::{digest, is_secret, watched_files, Original, Spec, Units};
+use crate::model::spec::KindSpec;
+use crate::model::spec::Named;
 use crate::model::unitfile::UnitName;
 use crate::os::exec::Failure;
 use crate::os::fsutil::{self, Dir, FileType, Found};
@@ -30,33 +29,6 @@ use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb}
 use crate::util::diff::ContentDiff;
 
 mod confirm;
-
-pub struct Units;
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Spec {
-    pub present: bool,
-    /// Unmanaged when `None`.
-    pub enabled: Option<bool>,
-    pub active: Option<bool>,
-    /// The unit file, written to the unit directory; `None` for units a package ships.
-    pub content: Option<String>,
-    pub restart_on: Vec<String>,
-    pub reload_on: Vec<String>,
-    /// The package that ships the unit: if it fails to install, the unit is skipped.
-    pub package: Option<String>,
-    /// `"secret": true`: its content is never shown (see `is_secret`), and its file is 0600.
-    pub secret: bool,
-    /// `"restart_when_stale": true`: restarted, when running, while its processes map files an
-    /// upgrade deleted under /usr (`upkeep`): after the run's own transaction, or anyone's.
-    pub restart_when_stale: bool,
-}
-
-/// Whether a unit's content is secret: only when declared so (a unit file is the manager's to
-/// read, with no mode of its own to say so). Never shown, logged, reported or diffed.
-pub fn is_secret(spec: &Spec) -> bool {
-    spec.secret
-}
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Observed {
@@ -105,15 +77,6 @@ impl Observed {
     fn enabled(&self) -> bool {
         self.enablement.as_ref().is_some_and(UnitFileState::enabled)
     }
-}
-
-/// What the unit was before the host adopted it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Original {
-    enabled: bool,
-    active: bool,
-    /// Backup name of its unit file in the unit directory, if the host overwrote one.
-    file_backup: Option<String>,
 }
 
 /// One unit's change: at most one thing each to its file, its enablement and its activation
@@ -169,109 +132,13 @@ impl Op {
 }
 
 impl Kind for Units {
-    const ABOUT: &'static str = "systemd units";
     // In phases over every unit (stop, disable, files, one daemon-reload, then each verb in one
     // systemctl call): split, a unit would start before a unit file it needs is written and
     // read, and every chunk would cost a daemon-reload.
     const APPLIED_IN_CHUNKS: bool = false;
-    type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
-    type Original = Original;
     type Facts = ();
-
-    fn check_key(key: &str) -> Result<(), String> {
-        check_unit_name(key)
-    }
-
-    fn parse(key: &str, fields: &mut Fields, limits: &Limits) -> Option<Spec> {
-        let present = fields.present();
-        let enabled = fields.bool("enabled");
-        let active = fields.bool("active");
-        // A template is a file to ship; systemd enables and starts its instances, never it.
-        if UnitName::parse(key).is_ok_and(|name| name.is_template()) {
-            for (name, given) in [("enabled", enabled.is_some()), ("active", active.is_some())] {
-                if given {
-                    fields.problem(
-                        name,
-                        format!("{key} is a template: declare its instances to enable or start them (such as {})", key.replacen("@.", "@NAME.", 1)),
-                    );
-                }
-            }
-        }
-        let content = fields.str("content").map(str::to_string);
-        // The same bound as files: what the host writes it must be able to read back.
-        if let Some(c) = content
-            .as_ref()
-            .filter(|c| c.len() as u64 > limits.max_file_bytes)
-        {
-            fields.problem(
-                "content",
-                format!(
-                    "is {} bytes, more than the limit of {} bytes",
-                    c.len(),
-                    limits.max_file_bytes
-                ),
-            );
-        }
-        let mut paths = |name: &'static str| -> Vec<String> {
-            let list = fields.strings(name).unwrap_or_default();
-            let mut out = Vec::new();
-            for (i, path) in list.into_iter().enumerate() {
-                match super::files::check_path(path) {
-                    Ok(()) => out.push(path.to_string()),
-                    Err(e) => {
-                        let at = format!("{}[{i}]", fields.at(name));
-                        fields.problems.push(at, e);
-                    }
-                }
-            }
-            out
-        };
-        let restart_on = paths("restart_on");
-        let reload_on = paths("reload_on");
-        let package = fields.str("package").map(str::to_string);
-        let secret = fields.bool("secret").unwrap_or(false);
-        let restart_when_stale = fields.bool("restart_when_stale").unwrap_or(false);
-        if !present {
-            for (name, given) in [
-                ("enabled", enabled.is_some()),
-                ("active", active.is_some()),
-                ("content", content.is_some()),
-                ("secret", secret),
-                ("restart_when_stale", restart_when_stale),
-            ] {
-                if given {
-                    fields.problem(name, "makes no sense for a unit declared absent (it is stopped, disabled and its file removed)");
-                }
-            }
-        }
-        Some(Spec {
-            present,
-            enabled,
-            active,
-            content,
-            restart_on,
-            reload_on,
-            package,
-            secret,
-            restart_when_stale,
-        })
-    }
-
-    fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
-        let refusal = crate::model::selfref::refuse_unit(key, spec.content.as_deref(), identity)?;
-        Some(match (is_secret(spec), &spec.content) {
-            (true, Some(content)) => {
-                crate::model::fields::redact_refusal(refusal, content.as_bytes())
-            }
-            _ => refusal,
-        })
-    }
-
-    fn digest(spec: &Spec) -> Digest {
-        digest(spec)
-    }
 
     fn digest_observed(spec: &Spec, _: Option<&Observed>) -> Digest {
         Self::digest(spec)
@@ -773,28 +640,6 @@ fn settle_owed(env: &Env, cx: &RunContext, changes: &[Change<Op, Original>], out
     }
 }
 
-/// The digest the ledger keeps of a spec: the SHA-256 of its canonical encoding
-/// (`codec::Canonical`): `units 0x00 0x01`, then `present` (bool), `enabled` and `active`
-/// (option of bool), the SHA-256 of `content` (option of sha256), `restart_on` and `reload_on`
-/// (list of str, as declared). The package, `secret` and `restart_when_stale` change nothing
-/// applied to the unit, so they are not in it.
-pub fn digest(spec: &Spec) -> Digest {
-    use crate::util::codec::Canonical;
-    let mut encoding = Canonical::new("units", 1);
-    let content = spec.content.as_deref();
-    encoding
-        .bool(spec.present)
-        .option(spec.enabled, Canonical::bool)
-        .option(spec.active, Canonical::bool)
-        .option(
-            content.map(|c| crate::util::codec::sha256(c.as_bytes())),
-            |e, sha| e.sha256(&sha),
-        )
-        .strs(spec.restart_on.iter().map(String::as_str))
-        .strs(spec.reload_on.iter().map(String::as_str));
-    Digest::Sha256(encoding.digest())
-}
-
 /// `is-enabled` of loaded units, by name. `show`'s `UnitFileState` is the manager's cached view
 /// and can lag an enable or disable (systemd 252 still said `enabled` after `systemctl disable`);
 /// `is-enabled` reads the unit files. It stops at the first unit without a file, so when the
@@ -811,12 +656,6 @@ fn query_enablement(env: &Env, names: &[&str]) -> BTreeMap<String, Option<UnitFi
         .zip(states)
         .map(|(name, state)| (name.to_string(), state.ok()))
         .collect()
-}
-
-/// systemd's rules: a name prefix of letters, digits and `:-_.\@`, a known suffix, at most 255 bytes.
-pub fn check_unit_name(name: &str) -> Result<(), String> {
-    check_argument("unit", name)?;
-    UnitName::parse(name).map(|_| ())
 }
 
 /// The unit directory, opened from the target root one component at a time, never through a
@@ -1231,15 +1070,6 @@ fn describe(op: &Op) -> Vec<String> {
     .filter(|(on, _)| *on)
     .map(|(_, s)| s.to_string())
     .collect()
-}
-
-/// Files named by `restart_on`/`reload_on` must be files this declaration manages.
-pub fn watched_files(spec: &Spec) -> BTreeSet<&str> {
-    spec.restart_on
-        .iter()
-        .chain(&spec.reload_on)
-        .map(String::as_str)
-        .collect()
 }
 
 #[cfg(test)]

@@ -10,20 +10,34 @@ use std::marker::PhantomData;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::kinds::{self, files, units, Kind, Visit};
 use crate::model::config::{Identity, Limits};
 use crate::model::fields::{
     content_secrets, resource_location, secret_piece, type_name, Fields, Problems, StrictValue,
     StrictVisitor,
 };
+use crate::model::spec::files::{self};
+use crate::model::spec::units::{self};
+use crate::model::spec::{self, KindSpec};
 use crate::util::codec;
 use crate::util::sorted;
 
 pub const SCHEMA: u64 = 1;
 
+/// Where a kind's resources are in a declaration (given by the registry).
+pub trait Declared: KindSpec {
+    fn desired(declaration: &Declaration) -> &BTreeMap<String, Self::Spec>;
+    fn desired_mut(declaration: &mut Declaration) -> &mut BTreeMap<String, Self::Spec>;
+}
+
+/// Something done once per kind of a declaration.
+trait VisitDeclared {
+    type Out;
+    fn visit<K: Declared>(&mut self) -> Self::Out;
+}
+
 macro_rules! declaration {
     ($($name:ident: $kind:ty,)*) => {
-        /// The validated desired state: one map per kind of the registry (`kinds::registry!`),
+        /// The validated desired state: one map per kind of the registry (`spec::registry!`),
         /// keyed by each resource's identity.
         #[derive(Debug, Clone, Default)]
         pub struct Declaration {
@@ -34,25 +48,47 @@ macro_rules! declaration {
             /// Install packages through a full `pacman -Syu` instead of `-S` (never a partial
             /// upgrade).
             pub packages_upgrade: bool,
-            $(pub $name: BTreeMap<String, <$kind as Kind>::Spec>,)*
+            $(pub $name: BTreeMap<String, <$kind as KindSpec>::Spec>,)*
             /// sha256 of the declaration's bytes, as received.
             pub digest: String,
         }
+
+        /// Does `visitor`'s work for every kind, in converge order.
+        fn each<V: VisitDeclared>(visitor: &mut V) -> Vec<V::Out> {
+            vec![$(visitor.visit::<$kind>()),*]
+        }
+
+        /// Does `visitor`'s work for the kind called `name`, if there is one.
+        fn by_name<V: VisitDeclared>(name: &str, visitor: &mut V) -> Option<V::Out> {
+            match name {
+                $(stringify!($name) => Some(visitor.visit::<$kind>()),)*
+                _ => None,
+            }
+        }
+
+        $(impl Declared for $kind {
+            fn desired(d: &Declaration) -> &BTreeMap<String, Self::Spec> {
+                &d.$name
+            }
+            fn desired_mut(d: &mut Declaration) -> &mut BTreeMap<String, Self::Spec> {
+                &mut d.$name
+            }
+        })*
     };
 }
-kinds::registry!(declaration);
+spec::registry!(declaration);
 
 impl Declaration {
     /// How many resources it declares, of every kind.
     pub fn count(&self) -> usize {
         struct Count<'d>(&'d Declaration);
-        impl Visit for Count<'_> {
+        impl VisitDeclared for Count<'_> {
             type Out = usize;
-            fn visit<K: Kind>(&mut self) -> usize {
+            fn visit<K: Declared>(&mut self) -> usize {
                 K::desired(self.0).len()
             }
         }
-        kinds::each(&mut Count(self)).into_iter().sum()
+        each(&mut Count(self)).into_iter().sum()
     }
 
     /// Whether anything in it is secret: a secret file or unit (`files::is_secret`,
@@ -129,7 +165,7 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
     let revision = fields.u64("revision");
     let expires = fields.u64("expires");
     let packages_upgrade = fields.bool("packages_upgrade").unwrap_or(false);
-    for kind in kinds::NAMES {
+    for kind in spec::NAMES {
         fields.object(kind);
     }
     fields.finish();
@@ -146,7 +182,7 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
     }
     // Each kind's problems in the kinds' order, whatever order the JSON had them in.
     let mut found = top.problems;
-    for kind in kinds::NAMES {
+    for kind in spec::NAMES {
         if let Some(mut of_kind) = found.remove(kind) {
             problems.0.append(&mut of_kind.0);
         }
@@ -167,7 +203,7 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
 }
 
 /// Validates one resource: its spec if it has no problem.
-fn parse_resource<K: Kind>(
+fn parse_resource<K: Declared>(
     key: &str,
     value: &Value,
     cx: &Context,
@@ -245,7 +281,7 @@ impl<'de> Visitor<'de> for TopSeed<'_, '_> {
                 top: &mut top,
                 de: PhantomData,
             };
-            let value = match kinds::by_name(&key, &mut reader) {
+            let value = match by_name(&key, &mut reader) {
                 Some(read) => read?,
                 None => map.next_value::<StrictValue>()?.0,
             };
@@ -285,9 +321,9 @@ struct SectionReader<'m, 'c, 'x, 't, 'de, A> {
     de: PhantomData<&'de ()>,
 }
 
-impl<'de, A: MapAccess<'de>> Visit for SectionReader<'_, '_, '_, '_, 'de, A> {
+impl<'de, A: MapAccess<'de>> VisitDeclared for SectionReader<'_, '_, '_, '_, 'de, A> {
     type Out = Result<Value, A::Error>;
-    fn visit<K: Kind>(&mut self) -> Self::Out {
+    fn visit<K: Declared>(&mut self) -> Self::Out {
         let seed = SectionSeed::<K> {
             cx: self.cx,
             kind: PhantomData,
@@ -309,14 +345,14 @@ struct SectionSeed<'c, 'x, K> {
     kind: PhantomData<K>,
 }
 
-impl<'de, K: Kind> DeserializeSeed<'de> for SectionSeed<'_, '_, K> {
+impl<'de, K: Declared> DeserializeSeed<'de> for SectionSeed<'_, '_, K> {
     type Value = Result<Section<K::Spec>, Value>;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
-impl<'de, K: Kind> Visitor<'de> for SectionSeed<'_, '_, K> {
+impl<'de, K: Declared> Visitor<'de> for SectionSeed<'_, '_, K> {
     type Value = Result<Section<K::Spec>, Value>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "the {} of a declaration", K::NAME)

@@ -12,11 +12,11 @@ use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::kinds::files::Files;
-use crate::kinds::packages::Packages;
-use crate::kinds::units::{self, Units};
-use crate::kinds::Listed;
 use crate::model::declaration::Declaration;
+use crate::model::spec::files::Files;
+use crate::model::spec::packages::Packages;
+use crate::model::spec::units::{self, Units};
+use crate::model::spec::Named;
 use crate::store::{self, Ledger};
 
 /// A resource as the ledger names it: (kind, key).

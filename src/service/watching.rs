@@ -9,8 +9,8 @@ use mio::Poll;
 use super::{inotify, watch, Service, WATCH};
 use crate::engine::reconcile::Scope;
 use crate::engine::{invalid, Fatal};
-use crate::kinds::{files::Files, packages::Packages};
 use crate::link;
+use crate::model::spec::{files::Files, packages::Packages};
 use crate::store::{self, Store, Trigger};
 
 impl Service<'_> {
