@@ -16,75 +16,7 @@ mod store;
 mod tools;
 mod util;
 
-use std::ffi::OsString;
-
-use cli::commands::Commands;
-use cli::Command;
-use engine::{Fatal, Host};
-
-/// Sets up logging for the command line `args`: the service logs at info, other commands warn.
-pub fn init_logging(args: &[OsString]) {
-    let service = cli::parse(args.iter().cloned()).is_ok_and(|a| a.command == Command::Run);
-    util::logging::init(service);
-}
-
-/// Runs the command line `args` (without the program name; any bytes, as `args_os` gives them)
-/// and returns the exit code.
-pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
-    match cli::parse(args) {
-        Err(e) => {
-            eprintln!("mesh-host: {e}\nTry `mesh-host --help`.");
-            engine::EXIT_INVALID
-        }
-        Ok(args) => match run(args) {
-            Ok(code) => code,
-            Err(fatal) => {
-                eprintln!("mesh-host: {}", fatal.message());
-                fatal.exit_code()
-            }
-        },
-    }
-}
-
-fn run(args: cli::Args) -> Result<i32, Fatal> {
-    match &args.command {
-        Command::Help => {
-            println!("{}", cli::usage());
-            return Ok(engine::EXIT_OK);
-        }
-        Command::Version => {
-            println!("mesh-host {}", env!("CARGO_PKG_VERSION"));
-            return Ok(engine::EXIT_OK);
-        }
-        // Before the config is loaded: what systemd runs must work whatever the config says.
-        Command::Reload(Some(pid)) => return service::signal_reload(*pid),
-        // Before the config is loaded: join may be what creates it.
-        Command::Join(join) => return cli::join::run(&args, join),
-        // On the operator's offline machine: no config, no store.
-        Command::Keygen { out } => return cli::keys::keygen(&args, out),
-        _ => {}
-    }
-    let mut host = Host::new(args.engine_options())?;
-    let commands = || Commands {
-        host: &host,
-        json: args.json,
-        wait: args.wait,
-    };
-    match args.command.clone() {
-        Command::Check(file) => commands().check(&file),
-        Command::Plan(file) => commands().plan(&file),
-        Command::Apply(file) => commands().apply(&file),
-        Command::Reconcile => commands().reconcile(),
-        Command::Owned => commands().owned(),
-        Command::Status => commands().status(),
-        Command::Reload(pid) => service::reload(&host, pid),
-        Command::Run => service::run(&mut host),
-        Command::Sign { key, file } => cli::keys::sign(&host, &key, &file),
-        Command::Join(_) | Command::Keygen { .. } | Command::Help | Command::Version => {
-            Ok(engine::EXIT_OK)
-        }
-    }
-}
+pub use cli::{init_logging, main_with_args};
 
 /// Entry points for fuzzing: each takes arbitrary bytes and must never panic.
 pub mod fuzzing {

@@ -13,7 +13,7 @@ use rustls::pki_types::CertificateDer;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::cli::{self, Args, Join, Token};
+use crate::cli::args::{self, Args, Join, Token};
 use crate::engine::{Fatal, EXIT_OK};
 use crate::model::config::{Config, DEFAULT_CONFIG_PATH};
 use crate::os::fsutil::Dir;
@@ -474,7 +474,7 @@ fn read_token(source: &Token) -> Result<String, Fatal> {
     let text = String::from_utf8(bytes)
         .map_err(|_| Fatal::Invalid(format!("{what}: the token is not text")))?;
     let token = text.trim();
-    cli::check_token(token).map_err(|e| Fatal::Invalid(format!("{what}: {e}")))?;
+    args::check_token(token).map_err(|e| Fatal::Invalid(format!("{what}: {e}")))?;
     Ok(token.to_string())
 }
 

@@ -451,7 +451,7 @@ mod tests {
         assert_eq!(NAMES, ["packages", "files", "units", "containers"]);
         assert_eq!(each(&mut Names), NAMES);
         assert_eq!(ABOUT.len(), NAMES.len());
-        let usage = crate::cli::usage();
+        let usage = crate::cli::args::usage();
         assert!(usage.contains(&ABOUT.join(", ")), "{usage}");
     }
 
