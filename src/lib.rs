@@ -2,8 +2,9 @@
 //! plus the parsers the fuzz targets drive. The modules stay private; the code map is in
 //! ARCHITECTURE.md.
 
-// The layers, lowest first: each imports only from the layers above it in this list
-// (`tests/layers.sh` checks it). ARCHITECTURE.md says what each holds.
+// The layers, lowest first: util, os, tools, model, link, store, kinds, engine, service, cli.
+// Each imports only from itself and the layers before it (`tests/layers.rs` checks it);
+// ARCHITECTURE.md says what each holds.
 mod cli;
 mod engine;
 mod kinds;
@@ -15,72 +16,7 @@ mod store;
 mod tools;
 mod util;
 
-use cli::commands::Commands;
-use cli::Command;
-use engine::{Fatal, Host};
-
-/// Sets up logging for the command line `args`: the service logs at info, other commands warn.
-pub fn init_logging(args: &[String]) {
-    let service = cli::parse(args.iter().cloned()).is_ok_and(|a| a.command == Command::Run);
-    util::logging::init(service);
-}
-
-/// Runs the command line `args` (without the program name) and returns the exit code.
-pub fn main_with_args(args: impl IntoIterator<Item = String>) -> i32 {
-    match cli::parse(args) {
-        Err(e) => {
-            eprintln!("mesh-host: {e}\nTry `mesh-host --help`.");
-            engine::EXIT_INVALID
-        }
-        Ok(args) => match run(args) {
-            Ok(code) => code,
-            Err(fatal) => {
-                eprintln!("mesh-host: {}", fatal.message());
-                fatal.exit_code()
-            }
-        },
-    }
-}
-
-fn run(args: cli::Args) -> Result<i32, Fatal> {
-    match &args.command {
-        Command::Help => {
-            println!("{}", cli::usage());
-            return Ok(engine::EXIT_OK);
-        }
-        Command::Version => {
-            println!("mesh-host {}", env!("CARGO_PKG_VERSION"));
-            return Ok(engine::EXIT_OK);
-        }
-        // Before the config is loaded: what systemd runs must work whatever the config says.
-        Command::Reload(Some(pid)) => return service::signal_reload(*pid),
-        // Before the config is loaded: join may be what creates it.
-        Command::Join(join) => return cli::join::run(&args, join),
-        // On the operator's offline machine: no config, no store.
-        Command::Keygen { out } => return cli::keys::keygen(&args, out),
-        _ => {}
-    }
-    let mut host = Host::new(args.engine_options())?;
-    let commands = || Commands {
-        host: &host,
-        json: args.json,
-        wait: args.wait,
-    };
-    match args.command.clone() {
-        Command::Check(file) => commands().check(&file),
-        Command::Plan(file) => commands().plan(&file),
-        Command::Apply(file) => commands().apply(&file),
-        Command::Reconcile => commands().reconcile(),
-        Command::Owned => commands().owned(),
-        Command::Status => commands().status(),
-        Command::Reload(pid) => service::reload(&host, pid),
-        Command::Run => service::run(&mut host),
-        Command::Sign { key, file } => cli::keys::sign(&host, &key, &file),
-        Command::Join(_) | Command::Keygen { .. } | Command::Help | Command::Version => {
-            Ok(engine::EXIT_OK)
-        }
-    }
-}
+pub use cli::{init_logging, main_with_args};
 
 /// Entry points for fuzzing: each takes arbitrary bytes and must never panic.
 pub mod fuzzing {

@@ -460,3 +460,92 @@ fn sigterm_between_creates_leaves_the_rest_for_the_next_run() {
         assert_eq!(state(&second).as_deref(), Some("running"));
     }
 }
+
+/// Two containers as 21d51db left them (before digests had their canonical encoding): created
+/// with the labels it gave these specs (one with a secret environment, keyed with its store's
+/// digest key, both written here as it wrote them), owned in its ledger. `apply` finds them in
+/// sync and recreates neither; their labels stay as they are (a label cannot change without a
+/// recreate) and the ledger's digests become the canonical ones.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn containers_labelled_by_21d51db_are_not_recreated() {
+    let (sb, plain, host, mut cleanup) = container_test("labelled-21d51db");
+    let with_env = unique("labelled-21d51db-env");
+    cleanup.0.push(with_env.clone());
+    assert_eq!(
+        sb.image, "localhost/mesh-test-busybox:latest",
+        "the labels below are of specs of this image"
+    );
+    let env_spec = spec(&sb, r#""env": {"TOKEN": "s3cret \u2713", "A": ""}"#);
+    let json = declaration(&[(&plain, spec(&sb, "")), (&with_env, env_spec)]);
+    for (name, label) in [
+        (&plain, "40b8b1d9921210ecbd1c7ad9f7798cf4"),
+        (&with_env, "2da8f30f42196195bff68fac1984f71e"),
+    ] {
+        let spec_label = format!("mesh-host.spec={label}");
+        let (code, _) = podman(&[
+            "run",
+            "-d",
+            "--init",
+            "--name",
+            name,
+            "--label",
+            "mesh-host.owned=1",
+            "--label",
+            &spec_label,
+            &sb.image,
+            "sleep",
+            "1000",
+        ]);
+        assert_eq!(code, 0, "podman run {name}");
+    }
+    std::fs::create_dir(host.state()).unwrap();
+    let key = "53f0859326c6877a1546fbd38131179fe0d4d836954d8019d723fa7e0dacbec7";
+    let key: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&key[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    std::fs::write(host.state().join("digest-key"), key).unwrap();
+    let ledger = host.state().join("ledger.json");
+    std::fs::write(
+        &ledger,
+        format!(
+            r#"{{
+"version":1,
+"resources":{{
+"containers":{{
+"{with_env}":{{"origin":"created","applied":"257f66f66ce9f1e9b1a3936f019151a6"}},
+"{plain}":{{"origin":"created","applied":"40b8b1d9921210ecbd1c7ad9f7798cf4"}}}}}},
+"directories":[]}}"#
+        ),
+    )
+    .unwrap();
+    let ids = [id(&plain), id(&with_env)];
+
+    apply(&host, &json, 0).assert_stdout("0 changed, 2 in sync");
+    assert_eq!(
+        [id(&plain), id(&with_env)],
+        ids,
+        "a container was recreated"
+    );
+    assert_eq!(
+        label(&plain, "mesh-host.spec").as_deref(),
+        Some("40b8b1d9921210ecbd1c7ad9f7798cf4")
+    );
+    let read: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&ledger).unwrap()).unwrap();
+    let applied = |name: &str| read["resources"]["containers"][name]["applied"].clone();
+    assert_eq!(
+        applied(&plain),
+        "4c28a9f0f1ea183571c46e65dd36f8cca79a87b103b637024a74a5c0022d8623"
+    );
+    assert_eq!(
+        applied(&with_env),
+        "ed89966f3d0a89825c1d02146158f4c2e4f4d9edd5a4a8d80fbeaeb420edfb2c"
+    );
+    assert_no_op(&host, &json);
+    assert_eq!(
+        [id(&plain), id(&with_env)],
+        ids,
+        "a container was recreated"
+    );
+}

@@ -2,9 +2,9 @@
 //! file imports, through any chain, a file that imports it. Run alone with
 //! `cargo test --test layers`; it prints every upward import and every cycle it finds.
 //!
-//! What counts as an import: every `crate::` path and every `super::` path in a file's code
-//! outside its unit tests (`#[cfg(test)] mod tests`, to the end of the file), resolved to the
-//! file that defines the module it names. `mod` lines and `pub use` re-exports are not imports:
+//! What counts as an import: every `crate::` path (also a macro's `$crate::`) and every
+//! `super::` path in a file's code outside its unit tests (`#[cfg(test)] mod tests`, to the end
+//! of the file), resolved to the file that defines the module it names. `mod` lines and `pub use` re-exports are not imports:
 //! a parent names its children; it does not depend on what they do.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -88,7 +88,7 @@ fn named_paths(source: &Source) -> Vec<Vec<String>> {
         .chain(code.match_indices("super::"))
     {
         let before = &code[..at];
-        if before.ends_with('$') || before.ends_with("::") || before.ends_with("use ") {
+        if before.ends_with("::") || before.ends_with("use ") {
             continue;
         }
         let path: String = code[at..]

@@ -1221,3 +1221,62 @@ fn a_unit_whose_file_is_declared_as_a_file_converges_in_one_run() {
     host.apply(&declare(&host, "empty.json", json!({})), 0);
     assert!(!Path::new(&path).exists());
 }
+
+/// A unit as 21d51db left it (before digests had their canonical encoding): its file written,
+/// enabled and started, owned in its ledger with the digest 21d51db wrote applying this spec in
+/// the sandbox. `apply` finds it in sync: no file written, nothing reloaded or restarted; the
+/// ledger's digest becomes the canonical one (`kinds::units`' unit test computes it the same
+/// way).
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_unit_owned_in_a_ledger_21d51db_wrote_is_not_restarted() {
+    let (sb, unit, host, _cleanup) = unit_test("legacy-21d51db");
+    let content =
+        "[Unit]\nDescription=legacy \u{2713}\n\n[Service]\nExecStart=/bin/sleep infinity\n\n\
+                   [Install]\nWantedBy=default.target\n";
+    let file = declare_running(&host, &unit, content);
+    install_by_hand(&sb, &unit, content);
+    sh(&format!("systemctl --user enable --now -- {unit}"));
+    std::fs::create_dir(host.state()).unwrap();
+    let ledger = host.state().join("ledger.json");
+    std::fs::write(
+        &ledger,
+        format!(
+            r#"{{
+"version":1,
+"resources":{{
+"units":{{
+"{unit}":{{"origin":"created","applied":"a5dd514808143d75b22fdcfa32cb6905a73e0dd806cbbecf18940063535329d9"}}}}}},
+"directories":[]}}"#
+        ),
+    )
+    .unwrap();
+    let pid = main_pid(&unit);
+    let written = std::fs::metadata(sb.unit_dir.join(&unit))
+        .unwrap()
+        .modified()
+        .unwrap();
+
+    let out = apply_traced(&host, &file, 0);
+    out.assert_stdout("0 changed, 1 in sync");
+    for verb in [
+        "daemon-reload",
+        "enable",
+        "start",
+        "restart",
+        "reload-or-restart",
+    ] {
+        assert_eq!(traced_verbs(&out, verb), 0, "{verb}: {out:?}");
+    }
+    assert_eq!(main_pid(&unit), pid, "the unit was restarted");
+    let modified = std::fs::metadata(sb.unit_dir.join(&unit))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(modified, written, "the unit file was written");
+    let read: Value = serde_json::from_str(&std::fs::read_to_string(&ledger).unwrap()).unwrap();
+    assert_eq!(
+        read["resources"]["units"][&unit]["applied"],
+        "bd44d83a891965113dca2eb1ce9d12f7096f38ac3ba99f4ced8c254fb0c19272"
+    );
+}

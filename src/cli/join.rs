@@ -13,14 +13,14 @@ use rustls::pki_types::CertificateDer;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::cli::{self, Args, Join, Token};
+use crate::cli::args::{self, Args, Join, Token};
 use crate::engine::{Fatal, EXIT_OK};
 use crate::model::config::{Config, DEFAULT_CONFIG_PATH};
 use crate::os::fsutil::Dir;
 use crate::store::Store;
 use crate::util::codec;
 
-mod https;
+mod client;
 
 /// The most the host reads of any response body.
 const MAX_BODY: usize = 1 << 20;
@@ -362,7 +362,7 @@ fn send(
     root: Option<&CertificateDer<'static>>,
     doing: &str,
 ) -> Result<String, Fatal> {
-    let response = https::request(
+    let response = client::request(
         endpoint,
         json_body,
         root,
@@ -375,7 +375,7 @@ fn send(
 }
 
 /// The body of a 200; a refusal's `error`, with what to do, otherwise.
-fn read_body(response: https::Response, endpoint: &str) -> Result<String, Fatal> {
+fn read_body(response: client::Response, endpoint: &str) -> Result<String, Fatal> {
     let status = response.status;
     let body = String::from_utf8(response.body).map_err(|_| {
         Fatal::Error(format!(
@@ -404,12 +404,12 @@ fn read_body(response: https::Response, endpoint: &str) -> Result<String, Fatal>
     })
 }
 
-fn unreachable(endpoint: &str, doing: &str, e: https::Error) -> Fatal {
+fn unreachable(endpoint: &str, doing: &str, e: client::Error) -> Fatal {
     match &e {
-        https::Error::Url(why) => {
+        client::Error::Url(why) => {
             return Fatal::Invalid(format!("{endpoint}: {why}; give https://HOST:PORT"))
         }
-        https::Error::Response(why) => {
+        client::Error::Response(why) => {
             return Fatal::Error(format!(
                 "{endpoint}: reading the answer: {why}; nothing was changed: is this a mesh \
                  control plane? (tell its operator)"
@@ -417,7 +417,7 @@ fn unreachable(endpoint: &str, doing: &str, e: https::Error) -> Fatal {
         }
         _ => {}
     }
-    if let https::Error::Tls(_) = e {
+    if let client::Error::Tls(_) = e {
         return Fatal::Error(format!(
             "TLS with the control plane failed ({doing}, {endpoint}): {e}: the TLS handshake \
              failed; if the CA's hash matched, the server's certificate does not chain to that \
@@ -427,10 +427,10 @@ fn unreachable(endpoint: &str, doing: &str, e: https::Error) -> Fatal {
         ));
     }
     let hint = match &e {
-        https::Error::HostNotFound(_) => {
+        client::Error::HostNotFound(_) => {
             "the name does not resolve: check the host in --control-plane"
         }
-        https::Error::Timeout => {
+        client::Error::Timeout => {
             "no answer in time: check the address, and that a firewall lets this host reach it"
         }
         _ => {
@@ -474,7 +474,7 @@ fn read_token(source: &Token) -> Result<String, Fatal> {
     let text = String::from_utf8(bytes)
         .map_err(|_| Fatal::Invalid(format!("{what}: the token is not text")))?;
     let token = text.trim();
-    cli::check_token(token).map_err(|e| Fatal::Invalid(format!("{what}: {e}")))?;
+    args::check_token(token).map_err(|e| Fatal::Invalid(format!("{what}: {e}")))?;
     Ok(token.to_string())
 }
 

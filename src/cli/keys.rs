@@ -12,7 +12,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::PrivatePkcs8KeyDer;
 use serde_json::json;
 
-use crate::cli::Args;
+use crate::cli::args::Args;
 use crate::engine::{invalid, Fatal, Host, EXIT_OK};
 use crate::model::envelope::{self, Envelope, SignatureState};
 use crate::util::codec;
@@ -128,7 +128,8 @@ mod tests {
     use crate::util::testutil::TempDir;
 
     fn args(line: &str) -> Args {
-        crate::cli::parse(line.split_whitespace().map(String::from)).expect("args")
+        crate::cli::args::parse(line.split_whitespace().map(std::ffi::OsString::from))
+            .expect("args")
     }
 
     #[test]

@@ -1,553 +1,80 @@
-//! Command-line parsing, by hand: a few options do not justify a crate in a binary meant to stay
-//! small and auditable. Options may come before or after the command.
+//! The command line: its arguments (`args`), the commands that print what the engine found or
+//! did (`commands`, `render`), and those that need no engine (`join`, `keys`). `main_with_args`
+//! parses, dispatches, prints an error once and picks the exit code.
 
-pub mod commands;
-pub mod join;
-pub mod keys;
+pub mod args;
+mod commands;
+mod join;
+mod keys;
 mod render;
 
-use std::path::PathBuf;
+use std::ffi::OsString;
 
-use crate::engine::Options;
+use crate::engine::{self, Fatal, Host};
+use crate::{service, util};
+use args::Command;
+use commands::Commands;
 
-/// The help text: the kinds it manages (from the registry of kinds), then `USAGE`.
-pub fn usage() -> String {
-    format!(
-        "mesh-host: converges this machine to a declaration ({})\n\n{USAGE}",
-        crate::kinds::ABOUT.join(", ")
-    )
+/// Sets up logging for the command line `args`: the service logs at info, other commands warn.
+pub fn init_logging(args: &[OsString]) {
+    let service = args::parse(args.iter().cloned()).is_ok_and(|a| a.command == Command::Run);
+    util::logging::init(service);
 }
 
-const USAGE: &str = "\
-Usage: mesh-host [OPTIONS] COMMAND [ARGS]
-
-Commands:
-  check FILE        validate a declaration or signed envelope, say who signed it; changes
-                    nothing (exit 0 valid, 2 invalid or not signed as trusted_keys require)
-  plan FILE         show what applying FILE would change; changes nothing
-  apply FILE        validate, lock, converge, record; FILE becomes the declaration in force
-  reconcile         converge again to the declaration in force in the store
-  owned             every resource the host owns, as observed now
-  status            the service and its link, the declaration in force, the recent runs
-  reload [PID]      make the service re-read its config (SIGHUP to PID, what systemd's
-                    $MAINPID is, or to the service the store names); what ExecReload= runs
-  run               the service: hold the link to the control plane and reconcile on start,
-                    on each declaration, on the drift timer and on reconnect (SIGHUP reloads
-                    the config, SIGUSR1 reconciles now, SIGTERM stops after the current resource)
-  join --control-plane https://HOST:PORT --token-file FILE --ca-hash sha256:HEX [--force]
-       [--trust-key ed25519:KEY ...]
-                    trade a one-time token for this node's identity: write the config's
-                    control_plane section, ca.pem and secret beside the config (as root), and
-                    make a running service reconnect (SIGHUP); --force replaces an earlier join;
-                    --trust-key (repeatable) sets trusted_keys: only declarations signed by
-                    them are accepted from the control plane. The token comes from FILE, from
-                    standard input with --token -, or from the command line with --token TOKEN
-                    (visible to every user in ps)
-  keygen --out FILE write a new ed25519 private key to FILE (0600, never overwritten) and
-                    print its public key (ed25519:BASE64)
-  sign --key FILE DECLARATION
-                    print a signed envelope of DECLARATION (a declaration, or an envelope to
-                    add this key's signature to)
-
-Options:
-  --state-dir DIR       the store (default /var/lib/mesh-host, or the config's state_dir)
-  --config FILE         the host's config (default /etc/mesh-host/config.json)
-  --root DIR            apply into a mounted root (rescue): what needs the running system is deferred
-  --wait                apply/reconcile: wait for another reconcile's lock instead of exiting 3
-  --json                machine-readable output
-  --trace-commands      list every external command run (stderr; in --json output as `commands`)
-  -h, --help            this text
-  -V, --version         the version
-
-Exit codes: 0 converged/valid/joined, 1 some resources failed (the rest applied), 2 invalid or
-refused (nothing changed), 3 another reconcile holds the lock, 4 the host could not run (store,
-I/O) or could not complete the join (control plane unreachable, files not written).
-Logs go to stderr; set RUST_LOG=debug for more.";
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Command {
-    Check(PathBuf),
-    Plan(PathBuf),
-    Apply(PathBuf),
-    Reconcile,
-    Owned,
-    Status,
-    Run,
-    Reload(Option<u32>),
-    Join(Join),
-    Keygen { out: PathBuf },
-    Sign { key: PathBuf, file: PathBuf },
-    Help,
-    Version,
-}
-
-/// `join`'s arguments, checked for form here; what they lead to is checked in `join.rs`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Join {
-    /// `host:port` (port 443 when the URL gives none), from `https://HOST[:PORT][/]`.
-    pub authority: String,
-    pub token: Token,
-    /// The CA's SHA-256 (of its DER encoding), lower-case hex.
-    pub ca_hash: String,
-    pub force: bool,
-    /// `--trust-key`, each already checked to be a public key: the config's `trusted_keys`.
-    pub trust_keys: Vec<String>,
-}
-
-/// Where `join` takes its token from. A token on the command line is in every user's `ps`, so
-/// the file and standard input are the ones the docs recommend.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Token {
-    /// `--token TOKEN`.
-    Given(String),
-    /// `--token -`.
-    Stdin,
-    /// `--token-file FILE`.
-    File(PathBuf),
-}
-
-/// A token's form: one word of printable ASCII.
-pub fn check_token(token: &str) -> Result<(), String> {
-    if token.is_empty() {
-        return Err("the token is empty".into());
-    }
-    if token.chars().any(|c| !c.is_ascii_graphic()) {
-        return Err("the token must be printable ASCII without spaces".into());
-    }
-    Ok(())
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Args {
-    pub command: Command,
-    pub state_dir: Option<PathBuf>,
-    pub config: Option<PathBuf>,
-    pub root: Option<PathBuf>,
-    pub wait: bool,
-    pub json: bool,
-    pub trace_commands: bool,
-}
-
-impl Args {
-    /// What the engine is asked to work with, from this command line.
-    pub fn engine_options(&self) -> Options {
-        Options {
-            config: self.config.clone(),
-            state_dir: self.state_dir.clone(),
-            root: self.root.clone(),
-            trace_commands: self.trace_commands,
-            service: self.command == Command::Run,
+/// Runs the command line `args` (without the program name; any bytes, as `args_os` gives them)
+/// and returns the exit code.
+pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
+    match args::parse(args) {
+        Err(e) => {
+            eprintln!("mesh-host: {e}\nTry `mesh-host --help`.");
+            engine::EXIT_INVALID
         }
-    }
-}
-
-pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
-    let mut state_dir = None;
-    let mut config = None;
-    let mut root = None;
-    let mut wait = false;
-    let mut json = false;
-    let mut trace_commands = false;
-    let mut control_plane = None;
-    let mut token = None;
-    let mut token_file = None;
-    let mut ca_hash = None;
-    let mut force = false;
-    let mut trust_keys = Vec::new();
-    let mut out = None;
-    let mut key = None;
-    let mut help = false;
-    let mut version = false;
-    let mut words = Vec::new();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |name: &str| -> Result<String, String> {
-            match inline.clone().or_else(|| args.next()) {
-                Some(v) if !v.is_empty() => Ok(v),
-                _ => Err(format!("{name} needs a value")),
+        Ok(args) => match run(args) {
+            Ok(code) => code,
+            Err(fatal) => {
+                eprintln!("mesh-host: {}", fatal.message());
+                fatal.exit_code()
             }
-        };
-        match name.as_str() {
-            "--state-dir" => state_dir = Some(PathBuf::from(value("--state-dir")?)),
-            "--config" => config = Some(PathBuf::from(value("--config")?)),
-            "--root" => root = Some(PathBuf::from(value("--root")?)),
-            "--control-plane" => control_plane = Some(value("--control-plane")?),
-            "--token" => token = Some(value("--token")?),
-            "--token-file" => token_file = Some(PathBuf::from(value("--token-file")?)),
-            "--ca-hash" => ca_hash = Some(value("--ca-hash")?),
-            "--force" => force = true,
-            "--trust-key" => trust_keys.push(value("--trust-key")?),
-            "--out" => out = Some(PathBuf::from(value("--out")?)),
-            "--key" => key = Some(PathBuf::from(value("--key")?)),
-            "--wait" => wait = true,
-            "--json" => json = true,
-            "--trace-commands" => trace_commands = true,
-            "-h" | "--help" => help = true,
-            "-V" | "--version" => version = true,
-            "--" => words.extend(args.by_ref()),
-            s if s.starts_with('-') && s.len() > 1 => return Err(format!("unknown option {s}")),
-            _ => words.push(arg),
-        }
-    }
-    let command = if help {
-        Command::Help
-    } else if version {
-        Command::Version
-    } else {
-        let mut words = words.into_iter();
-        let verb = words.next().ok_or("no command given")?;
-        let mut file = || -> Result<PathBuf, String> {
-            words
-                .next()
-                .map(PathBuf::from)
-                .ok_or_else(|| format!("{verb} needs a declaration FILE"))
-        };
-        let command = match verb.as_str() {
-            "check" => Command::Check(file()?),
-            "plan" => Command::Plan(file()?),
-            "apply" => Command::Apply(file()?),
-            "reconcile" => Command::Reconcile,
-            "owned" => Command::Owned,
-            "status" => Command::Status,
-            "run" => Command::Run,
-            "reload" => Command::Reload(None),
-            "join" => Command::Join(join(
-                control_plane.take(),
-                token.take(),
-                token_file.take(),
-                ca_hash.take(),
-                force,
-                std::mem::take(&mut trust_keys),
-            )?),
-            "keygen" => Command::Keygen {
-                out: out
-                    .take()
-                    .ok_or("keygen needs --out FILE (where the private key goes)")?,
-            },
-            "sign" => Command::Sign {
-                key: key
-                    .take()
-                    .ok_or("sign needs --key FILE (the private key keygen wrote)")?,
-                file: file()?,
-            },
-            "help" => Command::Help,
-            other => return Err(format!("unknown command {other:?}")),
-        };
-        let command = match command {
-            Command::Reload(None) => Command::Reload(match words.next() {
-                Some(pid) => Some(
-                    pid.parse()
-                        .ok()
-                        .filter(|&p| p > 0)
-                        .ok_or_else(|| format!("reload: {pid:?} is not a process id"))?,
-                ),
-                None => None,
-            }),
-            command => command,
-        };
-        if let Some(extra) = words.next() {
-            return Err(format!("unexpected argument {extra:?}"));
-        }
-        let join_only = [
-            ("--control-plane", control_plane.is_some()),
-            ("--token", token.is_some()),
-            ("--token-file", token_file.is_some()),
-            ("--ca-hash", ca_hash.is_some()),
-            ("--force", force && !matches!(command, Command::Join(_))),
-            ("--trust-key", !trust_keys.is_empty()),
-        ];
-        if let Some((option, _)) = join_only.iter().find(|(_, given)| *given) {
-            return Err(format!("{option} is only for join"));
-        }
-        for (option, given, verb) in [
-            ("--out", out.is_some(), "keygen"),
-            ("--key", key.is_some(), "sign"),
-        ] {
-            if given {
-                return Err(format!("{option} is only for {verb}"));
-            }
-        }
-        command
-    };
-    Ok(Args {
-        command,
-        state_dir,
-        config,
-        root,
-        wait,
-        json,
-        trace_commands,
-    })
-}
-
-fn join(
-    control_plane: Option<String>,
-    token: Option<String>,
-    token_file: Option<PathBuf>,
-    ca_hash: Option<String>,
-    force: bool,
-    trust_keys: Vec<String>,
-) -> Result<Join, String> {
-    let need = |v: Option<String>, option: &str, what: &str| {
-        v.ok_or_else(|| format!("join needs {option} {what}"))
-    };
-    let url = need(control_plane, "--control-plane", "https://HOST:PORT")?;
-    let token = match (token, token_file) {
-        (Some(_), Some(_)) => return Err("join takes --token or --token-file, not both".into()),
-        (Some(t), None) if t == "-" => Token::Stdin,
-        (Some(t), None) => {
-            check_token(&t).map_err(|e| format!("--token: {e}"))?;
-            Token::Given(t)
-        }
-        (None, Some(file)) => Token::File(file),
-        (None, None) => {
-            return Err(
-                "join needs --token-file FILE (or --token -, read from standard input) \
-                 with the one-time token the control plane issued"
-                    .into(),
-            )
-        }
-    };
-    let ca_hash = need(
-        ca_hash,
-        "--ca-hash",
-        "sha256:HEX (the control plane's CA hash)",
-    )?;
-    let authority = https_authority(&url)?;
-    let hex = ca_hash
-        .strip_prefix("sha256:")
-        .ok_or_else(|| format!("--ca-hash: {ca_hash:?} does not start with sha256:"))?;
-    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!(
-            "--ca-hash: {ca_hash:?} is not sha256: and 64 hex digits"
-        ));
-    }
-    for key in &trust_keys {
-        crate::model::trust::PublicKey::parse(key).map_err(|e| format!("--trust-key: {e}"))?;
-    }
-    Ok(Join {
-        authority,
-        token,
-        ca_hash: hex.to_ascii_lowercase(),
-        force,
-        trust_keys,
-    })
-}
-
-/// `host:port` of `https://HOST[:PORT][/]`; nothing else (no path, user or query) is accepted.
-fn https_authority(url: &str) -> Result<String, String> {
-    let bad = |why: &str| format!("--control-plane: {url:?} {why}; give https://HOST:PORT");
-    let rest = url
-        .strip_prefix("https://")
-        .ok_or_else(|| bad("is not an https:// URL"))?;
-    let authority = rest.strip_suffix('/').unwrap_or(rest);
-    if authority.is_empty() || authority.contains(['/', '?', '#', '@']) {
-        return Err(bad("has a path, query or user, or no host"));
-    }
-    if authority
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control())
-    {
-        return Err(bad("has spaces"));
-    }
-    // An IPv6 literal is bracketed, so its port follows "]:".
-    let (host, port) = match authority.rfind(':') {
-        Some(i) if !authority[i..].contains(']') => (&authority[..i], Some(&authority[i + 1..])),
-        _ => (authority, None),
-    };
-    if host.is_empty() || host == "[]" {
-        return Err(bad("has no host"));
-    }
-    match port {
-        None => Ok(format!("{host}:443")),
-        Some(p) if p.parse::<u16>().is_ok_and(|p| p > 0) => Ok(authority.to_string()),
-        Some(p) => Err(bad(&format!("has port {p:?}, not 1-65535"))),
+        },
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse_str(line: &str) -> Result<Args, String> {
-        parse(line.split_whitespace().map(String::from))
-    }
-
-    #[test]
-    fn commands_and_options_anywhere() {
-        let a = parse_str("--state-dir /s apply --wait x.json --json").unwrap();
-        assert_eq!(a.command, Command::Apply("x.json".into()));
-        assert_eq!(a.state_dir, Some("/s".into()));
-        assert!(a.wait && a.json);
-        let a = parse_str("plan --root=/mnt f").unwrap();
-        assert_eq!(a.root, Some("/mnt".into()));
-        assert_eq!(parse_str("status --help").unwrap().command, Command::Help);
-        assert_eq!(parse_str("--version").unwrap().command, Command::Version);
-        assert_eq!(parse_str("reload").unwrap().command, Command::Reload(None));
-        assert_eq!(
-            parse_str("reload 42").unwrap().command,
-            Command::Reload(Some(42))
-        );
-        assert_eq!(
-            parse_str("reload 0").unwrap_err(),
-            "reload: \"0\" is not a process id"
-        );
-    }
-
-    #[test]
-    fn usage_errors() {
-        assert_eq!(parse_str("").unwrap_err(), "no command given");
-        assert_eq!(
-            parse_str("apply").unwrap_err(),
-            "apply needs a declaration FILE"
-        );
-        assert_eq!(
-            parse_str("frobnicate").unwrap_err(),
-            "unknown command \"frobnicate\""
-        );
-        assert_eq!(
-            parse_str("status --bogus").unwrap_err(),
-            "unknown option --bogus"
-        );
-        assert_eq!(
-            parse_str("check a b").unwrap_err(),
-            "unexpected argument \"b\""
-        );
-        assert_eq!(
-            parse_str("plan f --root").unwrap_err(),
-            "--root needs a value"
-        );
-        assert_eq!(
-            parse_str("status --token t").unwrap_err(),
-            "--token is only for join"
-        );
-    }
-
-    #[test]
-    fn join_arguments() {
-        let hash = format!("sha256:{}", "AB".repeat(32));
-        let a = parse_str(&format!(
-            "join --control-plane https://cp.example:8443/ --token t0k --ca-hash {hash} --force"
-        ))
-        .unwrap();
-        assert_eq!(
-            a.command,
-            Command::Join(Join {
-                authority: "cp.example:8443".into(),
-                token: Token::Given("t0k".into()),
-                ca_hash: "ab".repeat(32),
-                force: true,
-                trust_keys: Vec::new(),
-            })
-        );
-        let join = |url: &str, hash: &str| {
-            parse_str(&format!(
-                "join --control-plane {url} --token t --ca-hash {hash}"
-            ))
-            .map(|a| match a.command {
-                Command::Join(j) => j.authority,
-                other => panic!("{other:?}"),
-            })
-        };
-        let good = format!("sha256:{}", "0".repeat(64));
-        assert_eq!(join("https://cp", &good).unwrap(), "cp:443");
-        assert_eq!(join("https://[::1]:9", &good).unwrap(), "[::1]:9");
-        assert_eq!(join("https://[::1]", &good).unwrap(), "[::1]:443");
-        for (url, hash, want) in [
-            ("http://cp:1", good.as_str(), "is not an https:// URL"),
-            ("https://cp:1/v1", &good, "has a path"),
-            ("https://cp:0", &good, "not 1-65535"),
-            ("https://cp:x", &good, "not 1-65535"),
-            ("https://:1", &good, "has no host"),
-            ("https://cp:1", "0000", "does not start with sha256:"),
-            ("https://cp:1", "sha256:00", "64 hex digits"),
-        ] {
-            let err = join(url, hash).unwrap_err();
-            assert!(err.contains(want), "{url} {hash}: {err}");
+fn run(args: args::Args) -> Result<i32, Fatal> {
+    match &args.command {
+        Command::Help => {
+            println!("{}", args::usage());
+            return Ok(engine::EXIT_OK);
         }
-        assert_eq!(
-            parse_str("join --token t").unwrap_err(),
-            "join needs --control-plane https://HOST:PORT"
-        );
-    }
-
-    #[test]
-    fn keys_and_signing_arguments() {
-        let key = "ed25519:iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w=";
-        let a = parse_str(&format!(
-            "join --control-plane https://cp:1 --token t --ca-hash sha256:{} --trust-key {key} \
-             --trust-key={key}",
-            "0".repeat(64)
-        ))
-        .unwrap();
-        match a.command {
-            Command::Join(j) => assert_eq!(j.trust_keys, vec![key, key]),
-            other => panic!("{other:?}"),
+        Command::Version => {
+            println!("mesh-host {}", env!("CARGO_PKG_VERSION"));
+            return Ok(engine::EXIT_OK);
         }
-        let bad = parse_str(&format!(
-            "join --control-plane https://cp:1 --token t --ca-hash sha256:{} --trust-key x",
-            "0".repeat(64)
-        ));
-        assert!(bad
-            .unwrap_err()
-            .contains("--trust-key: \"x\" is not a public key"));
-        assert_eq!(
-            parse_str("keygen --out k").unwrap().command,
-            Command::Keygen { out: "k".into() }
-        );
-        assert_eq!(
-            parse_str("sign d.json --key k").unwrap().command,
-            Command::Sign {
-                key: "k".into(),
-                file: "d.json".into()
-            }
-        );
-        for (line, want) in [
-            ("keygen", "keygen needs --out FILE"),
-            ("sign d.json", "sign needs --key FILE"),
-            ("sign --key k", "sign needs a declaration FILE"),
-            ("check d.json --key k", "--key is only for sign"),
-            ("sign --key k d --out o", "--out is only for keygen"),
-            (
-                &format!("status --trust-key {key}"),
-                "--trust-key is only for join",
-            ),
-        ] {
-            let err = parse_str(line).unwrap_err();
-            assert!(err.starts_with(want), "{line}: {err}");
-        }
+        // Before the config is loaded: what systemd runs must work whatever the config says.
+        Command::Reload(Some(pid)) => return service::signal_reload(*pid),
+        // Before the config is loaded: join may be what creates it.
+        Command::Join(join) => return join::run(&args, join),
+        // On the operator's offline machine: no config, no store.
+        Command::Keygen { out } => return keys::keygen(&args, out),
+        _ => {}
     }
-
-    #[test]
-    fn join_takes_its_token_from_a_file_stdin_or_the_command_line() {
-        let token = |options: &str| {
-            let hash = format!("sha256:{}", "0".repeat(64));
-            parse_str(&format!(
-                "join --control-plane https://cp {options} --ca-hash {hash}"
-            ))
-            .map(|a| match a.command {
-                Command::Join(j) => j.token,
-                other => panic!("{other:?}"),
-            })
-        };
-        assert_eq!(
-            token("--token-file /root/tok").unwrap(),
-            Token::File("/root/tok".into())
-        );
-        assert_eq!(token("--token -").unwrap(), Token::Stdin);
-        assert_eq!(token("--token t0k").unwrap(), Token::Given("t0k".into()));
-        assert!(token("--token a --token-file f")
-            .unwrap_err()
-            .contains("not both"));
-        assert!(token("").unwrap_err().contains("--token-file FILE"));
-        assert!(token("--token=a\u{7f}b").unwrap_err().contains("printable"));
-        assert_eq!(
-            parse_str("status --token-file f").unwrap_err(),
-            "--token-file is only for join"
-        );
+    let mut host = Host::new(args.engine_options())?;
+    let commands = || Commands {
+        host: &host,
+        json: args.json,
+        wait: args.wait,
+    };
+    match args.command.clone() {
+        Command::Check(file) => commands().check(&file),
+        Command::Plan(file) => commands().plan(&file),
+        Command::Apply(file) => commands().apply(&file),
+        Command::Reconcile => commands().reconcile(),
+        Command::Owned => commands().owned(),
+        Command::Status => commands().status(),
+        Command::Reload(pid) => service::reload(&host, pid),
+        Command::Run => service::run(&mut host),
+        Command::Sign { key, file } => keys::sign(&host, &key, &file),
+        Command::Join(_) | Command::Keygen { .. } | Command::Help | Command::Version => {
+            Ok(engine::EXIT_OK)
+        }
     }
 }

@@ -115,7 +115,7 @@ pub fn render(s: &Snapshot) -> String {
         "gauge",
         "Declared and owned resources by kind and state, as the last run found them.",
     );
-    for kind in crate::kinds::NAMES {
+    for kind in crate::model::spec::NAMES {
         let counts = s.stats.resources.get(*kind);
         for state in STATES {
             let n = counts.and_then(|c| c.get(state)).copied().unwrap_or(0);

@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 
 use crate::kinds::Env;
 use crate::model::config::Config;
-use crate::model::declaration::{self, Declaration, Problems};
+use crate::model::declaration::{self, Declaration};
 use crate::model::envelope::{self, Verification};
+use crate::model::fields::Problems;
 use crate::model::trust::PublicKey;
 use crate::os::exec::Runner;
 use crate::store::{Store, StoreError};

@@ -9,13 +9,12 @@ use serde::Serialize;
 
 use crate::engine::facts;
 use crate::kinds::{
-    self, backup_key,
-    files::{self, Files},
-    units::{self, Units},
-    Action, Change, Details, Env, Kind, LedgerAfter, Listed, Outcome, RunContext, Step, Visit,
+    self, backup_key, units, Action, Change, Details, Env, Kind, LedgerAfter, Outcome, RunContext,
+    Step, Visit,
 };
 use crate::model::declaration::Declaration;
 use crate::model::pacnew::{self, Pacnew};
+use crate::model::spec::{self, files::Files, units::Units, Named as _};
 use crate::model::upkeep::{self, Needs};
 use crate::os::fsutil;
 use crate::store::{
@@ -215,7 +214,10 @@ pub fn run_scoped_reporting(
         fsutil::file_clock_now_ns(),
     );
     pacnew::withhold_secret(&mut report.pacnew, |path| {
-        declaration.files.get(path).is_some_and(files::is_secret)
+        declaration
+            .files
+            .get(path)
+            .is_some_and(spec::files::is_secret)
     });
     // After the run's transactions and restarts; planning (the watcher's checks) leaves it.
     if let (Mode::Apply, Some(at)) = (mode, env.upkeep) {
@@ -842,7 +844,7 @@ pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedR
     let mut rows = inspecting.rows;
     drop(cx);
     let secret: HashSet<String> = (declaration.files.iter())
-        .filter(|(_, spec)| files::is_secret(spec))
+        .filter(|(_, spec)| spec::files::is_secret(spec))
         .map(|(path, _)| path.clone())
         .collect();
     drop(declaration);

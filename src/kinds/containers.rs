@@ -5,42 +5,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
-
 use super::{
-    batch_then_each, check_argument, Action, Change, Env, Kind, KindError, LedgerAfter, NoOriginal,
-    Observations, Outcome, RunContext, Step,
+    batch_then_each, Action, Change, Env, Kind, KindError, LedgerAfter, Observations, Outcome,
+    RunContext, Step,
 };
-use crate::model::config::{Identity, Limits};
-use crate::model::declaration::{Declaration, Fields};
+use crate::model::declaration::Declaration;
+use crate::model::spec::containers::{digest, encoding, Containers, Spec};
+use crate::model::spec::{KindSpec, NoOriginal};
 use crate::store::{Digest, Entry, Ledger};
 use crate::tools::podman::{self, State};
 use crate::util::codec;
 
-pub struct Containers;
-
-/// The longest environment value: podman reads `--env-file` a line at a time, in 64 KiB lines.
-const MAX_ENV_VALUE: usize = 60_000;
+mod legacy;
 
 /// Label marking a container as created by mesh-host.
 pub const OWNED_LABEL: &str = "mesh-host.owned";
 /// Label holding the digest of the spec a container was created from.
 pub const SPEC_LABEL: &str = "mesh-host.spec";
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Spec {
-    pub present: bool,
-    pub image: String,
-    pub command: Vec<String>,
-    pub env: BTreeMap<String, String>,
-    pub ports: Vec<String>,
-    pub volumes: Vec<String>,
-    pub network: Option<String>,
-    /// Run an init process as PID 1 that forwards signals and reaps children (`podman --init`).
-    pub init: bool,
-    /// Whether it should be running (default) or only exist.
-    pub running: bool,
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observed {
@@ -71,172 +52,12 @@ pub enum Op {
 }
 
 impl Kind for Containers {
-    const ABOUT: &'static str = "podman containers";
     // In phases over every container (removals, then stops, then creates): split, a create
     // could come before the removal that frees its name or port.
     const APPLIED_IN_CHUNKS: bool = false;
-    type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
-    type Original = NoOriginal;
     type Facts = ();
-
-    fn check_key(key: &str) -> Result<(), String> {
-        check_argument("container", key)?;
-        let mut chars = key.chars();
-        let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
-        if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
-            return Err(format!(
-                "container name {key:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]*"
-            ));
-        }
-        Ok(())
-    }
-
-    fn parse(_key: &str, fields: &mut Fields, _limits: &Limits) -> Option<Spec> {
-        let present = fields.present();
-        let image = fields.str("image");
-        let command = fields.strings("command").unwrap_or_default();
-        let env = fields.string_map("env").unwrap_or_default();
-        let ports = fields.strings("ports").unwrap_or_default();
-        let volumes = fields.strings("volumes").unwrap_or_default();
-        let network = fields.str("network");
-        let init = fields.bool("init").unwrap_or(false);
-        let running = fields.bool("running").unwrap_or(true);
-        if !present {
-            for name in [
-                "image", "command", "env", "ports", "volumes", "network", "init", "running",
-            ] {
-                if fields.has(name) {
-                    fields.problem(name, "makes no sense for a container declared absent");
-                }
-            }
-            return Some(Spec {
-                present,
-                image: String::new(),
-                command: Vec::new(),
-                env,
-                ports: Vec::new(),
-                volumes: Vec::new(),
-                network: None,
-                init,
-                running: false,
-            });
-        }
-        match image {
-            None if !fields.has("image") => fields.problem("image", "missing"),
-            Some(i) => {
-                if let Err(e) = check_argument("image", i) {
-                    fields.problem("image", e);
-                }
-            }
-            None => {}
-        }
-        for (name, value) in &env {
-            // What podman's --env-file carries unchanged, in every version.
-            let problem = if value.contains(['\n', '\r', '\0']) {
-                Some("contains a line break or NUL, which podman's --env-file cannot carry")
-            } else if value.starts_with(['"', '\'']) {
-                Some("starts with a quote, which newer podman strips from an --env-file value")
-            } else if value.len() > MAX_ENV_VALUE {
-                Some("is longer than podman's --env-file line limit of 60000 bytes")
-            } else {
-                None
-            };
-            if let Some(problem) = problem {
-                let at = format!("{}[{}]", fields.at("env"), Value::String(name.clone()));
-                fields.problems.push(at, format!("its value {problem}"));
-            }
-        }
-        for name in env.keys() {
-            let valid = name
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
-                let at = format!("{}[{}]", fields.at("env"), Value::String(name.clone()));
-                fields
-                    .problems
-                    .push(at, "is not a valid environment variable name");
-            }
-        }
-        let mut list = |name: &'static str, items: &[&str], valid: fn(&str) -> bool, what: &str| {
-            for (i, item) in items.iter().enumerate() {
-                if !valid(item) {
-                    let at = format!("{}[{i}]", fields.at(name));
-                    fields.problems.push(at, format!("{item:?} is not {what}"));
-                }
-            }
-        };
-        list(
-            "ports",
-            &ports,
-            valid_port,
-            "a port mapping such as \"8080:80\" or \"127.0.0.1:8080:80/tcp\"",
-        );
-        for (i, volume) in volumes.iter().enumerate() {
-            if let Err(e) = parse_volume(volume) {
-                let at = format!("{}[{i}]", fields.at("volumes"));
-                fields.problems.push(
-                    at,
-                    format!("{volume:?} is not a volume such as \"/srv/data:/data:ro\" or \"name:/data\": {e}"),
-                );
-            }
-        }
-        if let Some(n) = network {
-            if let Err(e) = check_argument("network", n) {
-                fields.problem("network", e);
-            }
-        }
-        Some(Spec {
-            present,
-            image: image?.to_string(),
-            command: command.iter().map(|s| s.to_string()).collect(),
-            env,
-            ports: ports.iter().map(|s| s.to_string()).collect(),
-            volumes: volumes.iter().map(|s| s.to_string()).collect(),
-            network: network.map(str::to_string),
-            init,
-            running,
-        })
-    }
-
-    fn refuse_self(_key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
-        spec.volumes.iter().find_map(|text| {
-            let volume = parse_volume(text).ok()?;
-            let source = volume.host_path.as_deref();
-            if let Some(why) = source.and_then(|s| {
-                let writes = !volume.read_only || volume.changes_source.is_some();
-                crate::model::selfref::refuse_mount_source(s, writes)
-            }) {
-                return Some(format!("volume {text:?}: {why}"));
-            }
-            let mut writes: Vec<(&str, String)> = Vec::new();
-            if let Some(source) = source {
-                if !volume.read_only {
-                    writes.push((source, "read-write".into()));
-                }
-                if let Some(option) = volume.changes_source {
-                    writes.push((
-                        source,
-                        format!("with :{option} (podman changes the source)"),
-                    ));
-                }
-            }
-            for dir in &volume.overlay_dirs {
-                writes.push((dir, "as an overlay's upper or work directory".into()));
-            }
-            writes.iter().find_map(|(path, how)| {
-                crate::model::selfref::refuse_mount(path, how, identity)
-                    .map(|why| format!("volume {text:?}: {why}"))
-            })
-        })
-    }
-
-    fn digest(spec: &Spec) -> Digest {
-        Digest::parse(&digest(spec))
-    }
 
     fn digest_observed(spec: &Spec, _: Option<&Observed>) -> Digest {
         Self::digest(spec)
@@ -303,7 +124,7 @@ impl Kind for Containers {
                     Action::Update,
                     needs_system(),
                     None,
-                    LedgerAfter::Applied(Digest::parse(&digest(spec))),
+                    LedgerAfter::Applied(digest(spec)),
                     Op::Forget,
                 ),
                 (_, Some(_)) => change(
@@ -318,8 +139,7 @@ impl Kind for Containers {
         }
         match desired {
             Some(spec) if spec.present => {
-                let spec_digest = label_digest(spec, cx.digest_key.as_ref());
-                let after = LedgerAfter::Applied(Digest::parse(&digest(spec)));
+                let after = LedgerAfter::Applied(digest(spec));
                 let create = |remove_first| Op::Create {
                     remove_first,
                     start: spec.running,
@@ -338,7 +158,7 @@ impl Kind for Containers {
                         "a container named {key} exists and was not created by mesh-host; remove or rename it to let mesh-host manage it"
                     ));
                 }
-                if obs.spec_digest.as_deref() != Some(spec_digest.as_str()) {
+                if !label_matches(obs.spec_digest.as_deref(), spec, cx.digest_key.as_ref()) {
                     return change(
                         Action::Update,
                         vec!["spec changed: recreate".into()],
@@ -620,36 +440,27 @@ fn absent() -> Observed {
     }
 }
 
-/// The digest the ledger keeps of a spec (internal: the store is 0700).
-pub fn digest(spec: &Spec) -> String {
-    codec::sha256_hex(spec_text(spec).as_bytes())[..32].to_string()
-}
-
 /// The digest a container's `mesh-host.spec` label holds, which `podman ps` shows and a create's
-/// command line carries (into errors, traces and the debug log). Of a spec with an environment,
-/// whose values are secret, it is keyed with the host's digest key (`codec::hmac_sha256`), so
-/// no one can test a guessed value against it; without one, `digest`.
+/// command line carries (into errors, traces and the debug log): the first 32 hex digits of the
+/// SHA-256 of the spec's encoding. Of a spec with an environment, whose values are secret, it is
+/// keyed with the host's digest key (the HMAC-SHA256 of the encoding, `codec::hmac_sha256`), so
+/// no one can test a guessed value against it.
 pub fn label_digest(spec: &Spec, key: Option<&[u8; 32]>) -> String {
-    match key.filter(|_| !spec.env.is_empty()) {
-        Some(key) => {
-            codec::hex(&codec::hmac_sha256(key, spec_text(spec).as_bytes()))[..32].to_string()
-        }
-        None => digest(spec),
-    }
+    let encoding = encoding(spec);
+    let digest = match key.filter(|_| !spec.env.is_empty()) {
+        Some(key) => encoding.keyed_digest(key),
+        None => encoding.digest(),
+    };
+    codec::hex(&digest)[..32].to_string()
 }
 
-fn spec_text(spec: &Spec) -> String {
-    format!(
-        "{}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{}",
-        spec.image,
-        spec.command,
-        spec.env,
-        spec.ports,
-        spec.volumes,
-        spec.network,
-        spec.init,
-        spec.present
-    )
+/// Whether a container's label says it was created from `spec`: its label, or the one 21d51db
+/// and earlier gave it (`legacy`), which it keeps until it is recreated for another reason.
+fn label_matches(label: Option<&str>, spec: &Spec, key: Option<&[u8; 32]>) -> bool {
+    let Some(label) = label else {
+        return false;
+    };
+    label == label_digest(spec, key) || label == legacy::label_digest(spec, key)
 }
 
 /// The labels of a container the host creates: owned, and the digest of its spec.
@@ -676,152 +487,6 @@ fn create_command<'a>(
         image: &spec.image,
         command: &spec.command,
     }
-}
-
-fn valid_port(p: &str) -> bool {
-    !p.is_empty()
-        && !p.starts_with('-')
-        && p.chars()
-            .all(|c| c.is_ascii_alphanumeric() || ".:/[]-".contains(c))
-}
-
-/// A `--volume` value as podman reads it (podman-run(1), `--volume`).
-#[derive(Debug, PartialEq)]
-pub struct Volume {
-    /// The host directory of a bind mount, normalised; `None` for a named volume.
-    pub host_path: Option<String>,
-    /// `ro`; an overlay (`O`) also leaves its source unchanged.
-    pub read_only: bool,
-    /// `U` (chown) or `z`/`Z` (relabel): podman changes the source itself, even read-only.
-    pub changes_source: Option<&'static str>,
-    /// An overlay's `upperdir=` and `workdir=`, normalised: written to.
-    pub overlay_dirs: Vec<String>,
-}
-
-/// podman's volume options, in groups of which at most one may be given.
-const VOLUME_OPTIONS: [&[&str]; 11] = [
-    &["ro", "rw"],
-    &["z", "Z"],
-    &["U"],
-    &["O"],
-    &["exec", "noexec"],
-    &["dev", "nodev"],
-    &["suid", "nosuid"],
-    &["bind", "rbind"],
-    &["copy", "nocopy"],
-    &[
-        "private",
-        "rprivate",
-        "shared",
-        "rshared",
-        "slave",
-        "rslave",
-        "unbindable",
-        "runbindable",
-    ],
-    &["idmap"],
-];
-
-/// Parses `SOURCE:DEST[:OPTIONS]`: a host path (absolute; `.`, `//` and a trailing `/` are
-/// normalised away) or a volume name, an absolute destination, and
-/// comma-separated options podman knows.
-pub fn parse_volume(text: &str) -> Result<Volume, String> {
-    if text.chars().any(char::is_control) {
-        return Err("it contains control characters".into());
-    }
-    let parts: Vec<&str> = text.split(':').collect();
-    let (source, destination, options) = match parts.as_slice() {
-        [source, destination] => (*source, *destination, None),
-        [source, destination, options] => (*source, *destination, Some(*options)),
-        [_] => return Err("it has no source (SOURCE:DEST)".into()),
-        _ => return Err("it has more than two ':'".into()),
-    };
-    if !destination.starts_with('/') {
-        return Err(format!(
-            "destination {destination:?} is not an absolute path"
-        ));
-    }
-    let host_path = if source.starts_with('/') {
-        Some(normalise(source))
-    } else if source.starts_with('.') {
-        return Err(format!(
-            "source {source:?} is relative to podman's working directory; give an absolute path"
-        ));
-    } else {
-        check_volume_name(source)?;
-        None
-    };
-    let mut volume = Volume {
-        host_path,
-        read_only: false,
-        changes_source: None,
-        overlay_dirs: Vec::new(),
-    };
-    let mut seen: Vec<usize> = Vec::new();
-    for option in options
-        .map(|o| o.split(',').collect())
-        .unwrap_or(Vec::new())
-    {
-        if let Some(dir) = option
-            .strip_prefix("upperdir=")
-            .or_else(|| option.strip_prefix("workdir="))
-        {
-            if !dir.starts_with('/') {
-                return Err(format!("{option:?} is not an absolute path"));
-            }
-            volume.overlay_dirs.push(normalise(dir));
-            continue;
-        }
-        let name = option.split_once('=').map_or(option, |(n, _)| n);
-        let Some(group) = VOLUME_OPTIONS
-            .iter()
-            .position(|g| g.contains(&name) && (name == "idmap" || name == option))
-        else {
-            return Err(format!("{option:?} is not a podman volume option"));
-        };
-        if seen.contains(&group) {
-            return Err(format!(
-                "{option:?} repeats or contradicts another option ({})",
-                VOLUME_OPTIONS[group].join("/")
-            ));
-        }
-        seen.push(group);
-        match name {
-            "ro" | "O" => volume.read_only = true,
-            "U" => volume.changes_source = Some("U"),
-            "z" => volume.changes_source = Some("z"),
-            "Z" => volume.changes_source = Some("Z"),
-            _ => {}
-        }
-    }
-    Ok(volume)
-}
-
-/// A host path without `.`, empty components or a trailing `/`. `..` is kept: it cannot be
-/// resolved without following symlinks, so a writable mount through it is refused.
-fn normalise(path: &str) -> String {
-    let mut out = String::new();
-    for part in path.split('/') {
-        if !matches!(part, "" | ".") {
-            out.push('/');
-            out.push_str(part);
-        }
-    }
-    if out.is_empty() {
-        out.push('/');
-    }
-    out
-}
-
-fn check_volume_name(name: &str) -> Result<(), String> {
-    let mut chars = name.chars();
-    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
-    if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
-        return Err(format!(
-            "volume name {name:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]*"
-        ));
-    }
-    Ok(())
 }
 
 /// What `podman ps` says of each container, by name.
@@ -1043,11 +708,10 @@ mod tests {
         .unwrap();
         let (web, plain) = (&d.containers["web"], &d.containers["plain"]);
         let key = [3u8; 32];
-        assert_eq!(label_digest(plain, Some(&key)), digest(plain));
-        assert_eq!(label_digest(web, None), digest(web));
+        assert_eq!(label_digest(plain, Some(&key)), label_digest(plain, None));
         let keyed = label_digest(web, Some(&key));
         assert_eq!(keyed.len(), 32);
-        assert_ne!(keyed, digest(web));
+        assert_ne!(keyed, label_digest(web, None));
         assert_ne!(keyed, label_digest(web, Some(&[4; 32])));
         let mut cx = RunContext::new(&d, false);
         cx.digest_key = Some(key);
@@ -1060,7 +724,7 @@ mod tests {
         };
         let plan = |label| Containers::plan(&cx, "web", Some(web), Some(&labelled(label)), None);
         assert!(matches!(plan(keyed), Step::Adopt { .. } | Step::InSync));
-        assert!(matches!(plan(digest(web)), Step::Change(_)));
+        assert!(matches!(plan(label_digest(web, None)), Step::Change(_)));
     }
 
     #[test]
@@ -1075,7 +739,7 @@ mod tests {
             paused: false,
             ours: true,
             spec_digest: Some(if digest_ok {
-                digest(spec)
+                label_digest(spec, None)
             } else {
                 "old".into()
             }),
@@ -1130,5 +794,132 @@ mod tests {
             "- released; mesh-host created it"
         );
         assert_eq!(plan(None, &foreign, None), "in sync");
+    }
+
+    /// The sandbox's test image, as its container tests declare it.
+    const IMAGE: &str = "localhost/mesh-test-busybox:latest";
+
+    fn spec(present: bool, image: &str, env: &[(&str, &str)]) -> Spec {
+        Spec {
+            present,
+            image: image.into(),
+            command: if present {
+                vec!["sleep".into(), "1000".into()]
+            } else {
+                Vec::new()
+            },
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ports: Vec::new(),
+            volumes: Vec::new(),
+            network: None,
+            init: present,
+            running: true,
+        }
+    }
+
+    /// The ledger's digests and the labels, plain and keyed (a secret environment, unicode, an
+    /// empty value), pinned; a spec declared absent written out byte by byte.
+    #[test]
+    fn digests_and_labels_are_pinned_to_their_canonical_encoding() {
+        let key = codec::hex_decode_32(
+            "53f0859326c6877a1546fbd38131179fe0d4d836954d8019d723fa7e0dacbec7",
+        )
+        .unwrap();
+        let full = Spec {
+            command: Vec::new(),
+            ports: vec!["8080:80".into(), "127.0.0.1:8443:443/tcp".into()],
+            volumes: vec!["/srv/data:/data:ro".into(), "name:/cache".into()],
+            network: Some("host".into()),
+            init: false,
+            running: false,
+            ..spec(true, "docker.io/library/nginx:1.25", &[])
+        };
+        let absent = spec(false, "", &[]);
+        for (spec, hex, keyed) in [
+            (
+                spec(true, IMAGE, &[]),
+                "4c28a9f0f1ea183571c46e65dd36f8cca79a87b103b637024a74a5c0022d8623",
+                "4c28a9f0f1ea183571c46e65dd36f8cc",
+            ),
+            (
+                spec(true, IMAGE, &[("TOKEN", "s3cret \u{2713}"), ("A", "")]),
+                "ed89966f3d0a89825c1d02146158f4c2e4f4d9edd5a4a8d80fbeaeb420edfb2c",
+                "7190e139c85bf7b8306a90ae7276e42a",
+            ),
+            (
+                full,
+                "589f1e9c48cf31e1ccd65a1f0372c3714b1eafcf8c6300ff03edfc13956269b7",
+                "589f1e9c48cf31e1ccd65a1f0372c371",
+            ),
+            (
+                absent.clone(),
+                "2c3f221e7777f6df1e3aa0f01155838abdf37b428d7f8c26c4e3b4b7f7d85f61",
+                "2c3f221e7777f6df1e3aa0f01155838a",
+            ),
+        ] {
+            assert_eq!(digest(&spec).to_string(), hex, "{spec:?}");
+            assert_eq!(label_digest(&spec, None), hex[..32], "{spec:?}");
+            assert_eq!(label_digest(&spec, Some(&key)), keyed, "{spec:?}");
+        }
+        // Absent: present false, an empty image, no command, env, ports or volumes, no network,
+        // no init.
+        let mut by_hand = b"containers\x00\x01\x00".to_vec();
+        by_hand.extend_from_slice(&[0; 40]);
+        by_hand.extend_from_slice(b"\x00\x00");
+        assert_eq!(digest(&absent), Digest::Sha256(codec::sha256(&by_hand)));
+    }
+
+    /// Containers 21d51db created carry the label it computed from the spec's `{:?}` text (here
+    /// as it labelled two containers in the sandbox, with its store's digest key): found in sync,
+    /// not recreated; another spec is still a change.
+    #[test]
+    fn a_label_written_by_21d51db_is_in_sync() {
+        let key = codec::hex_decode_32(
+            "53f0859326c6877a1546fbd38131179fe0d4d836954d8019d723fa7e0dacbec7",
+        )
+        .unwrap();
+        let d = parse_with_defaults(&format!(
+            r#"{{"schema": 1, "containers": {{
+                "plain": {{"image": "{IMAGE}", "command": ["sleep", "1000"], "init": true}},
+                "env": {{"image": "{IMAGE}", "command": ["sleep", "1000"], "init": true,
+                         "env": {{"TOKEN": "s3cret \u2713", "A": ""}}}}}}}}"#
+        ))
+        .unwrap();
+        let mut cx = RunContext::new(&d, false);
+        cx.digest_key = Some(key);
+        let labelled = |label: &str| Observed {
+            exists: true,
+            running: true,
+            paused: false,
+            ours: true,
+            spec_digest: Some(label.into()),
+        };
+        let owned = Entry::created();
+        for (name, label) in [
+            ("plain", "40b8b1d9921210ecbd1c7ad9f7798cf4"),
+            ("env", "2da8f30f42196195bff68fac1984f71e"),
+        ] {
+            let spec = &d.containers[name];
+            assert_eq!(legacy::label_digest(spec, Some(&key)), label);
+            assert_ne!(label_digest(spec, Some(&key)), label);
+            let step =
+                Containers::plan(&cx, name, Some(spec), Some(&labelled(label)), Some(&owned));
+            assert!(matches!(step, Step::InSync), "{name}");
+            let other = Spec {
+                init: false,
+                ..spec.clone()
+            };
+            let step = Containers::plan(
+                &cx,
+                name,
+                Some(&other),
+                Some(&labelled(label)),
+                Some(&owned),
+            );
+            assert!(matches!(step, Step::Change(_)), "{name}");
+        }
     }
 }

@@ -1,8 +1,8 @@
-//! Resource kinds. Each kind is one module with the same shape: parse and validate its resources,
-//! refuse the host's own, observe every resource it needs in one batched query, plan (a pure
-//! function of desired, observed and the ledger), apply the plan, and release what it owns when it
-//! leaves the declaration. The reconciler drives all kinds through this one trait, in the order
-//! of `registry!`, the one list of kinds.
+//! Resource kinds' effects. Each kind is one module with the same shape: observe every resource
+//! it needs in one batched query, plan (a pure function of desired, observed and the ledger),
+//! apply the plan, and release what it owns when it leaves the declaration. Its pure part (keys,
+//! spec, parsing, self-refusal, digest) is its file in `model/spec/`. The reconciler drives all
+//! kinds through the `Kind` trait, in the order of `model::spec::registry!`, the one list.
 
 pub mod containers;
 pub mod error;
@@ -13,89 +13,32 @@ pub mod units;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-
-use crate::model::config::{Config, Identity, Limits};
-use crate::model::declaration::{Declaration, Fields};
+use crate::model::config::Config;
+use crate::model::declaration::{Declaration, Declared};
+use crate::model::digest::Digest;
+use crate::model::spec::KindSpec;
 use crate::os::exec::Runner;
-use crate::store::{Digest, Entry, Ledger, Sections, Store};
+use crate::store::{Entry, Ledger, Owned, Store};
 use crate::util::diff::ContentDiff;
+use serde::Serialize;
 
-/// The one list of resource kinds, as `name: Type` (the name is the kind's key in a declaration
-/// and its section of the ledger). The order is the converge order: what later kinds need comes
-/// first (units start what packages installed and restart on the files written before them).
-/// Every per-kind list of the host follows from it (`registry!(some_macro)` hands the list to
-/// `some_macro`): `Declaration`'s fields and known keys, the section parsing, the converge and
-/// `owned` order, counting, the usage text, the ledger's sections, the facts kinds leave for
-/// later ones. Adding a kind is a module implementing `Kind` and a line here; see ARCHITECTURE.md.
-macro_rules! registry {
-    ($then:ident) => {
-        $then! {
-            packages: $crate::kinds::packages::Packages,
-            files: $crate::kinds::files::Files,
-            units: $crate::kinds::units::Units,
-            containers: $crate::kinds::containers::Containers,
-        }
-    };
-}
-pub(crate) use registry;
-
-/// What the registry knows of each kind, implemented for the listed kinds only (by `listed!`):
-/// `Kind` requires it, so a kind missing from the list does not compile.
-pub trait Listed {
-    /// The declaration's key for this kind, and its section of the ledger.
-    const NAME: &'static str;
-    /// The kind's resources in a declaration.
-    fn desired(declaration: &Declaration) -> &BTreeMap<String, <Self as Kind>::Spec>
-    where
-        Self: Kind;
-    fn desired_mut(declaration: &mut Declaration) -> &mut BTreeMap<String, <Self as Kind>::Spec>
-    where
-        Self: Kind;
-    /// The kind's section of the ledger.
-    fn owned(sections: &Sections) -> &BTreeMap<String, Entry<<Self as Kind>::Original>>
-    where
-        Self: Kind;
-    fn owned_mut(sections: &mut Sections) -> &mut BTreeMap<String, Entry<<Self as Kind>::Original>>
-    where
-        Self: Kind;
-    /// What the kind did in this run, for later kinds (its `note` writes it).
+/// What each kind did in this run, for later kinds: its part of `Facts` (given by the registry).
+pub trait Noted {
     fn facts_mut(facts: &mut Facts) -> &mut <Self as Kind>::Facts
     where
         Self: Kind;
 }
 
 /// Something done once per kind, generic over it: `each` does it for every kind in converge
-/// order, `by_name` for the kind a declaration's key names.
+/// order.
 pub trait Visit {
     type Out;
     fn visit<K: Kind>(&mut self) -> Self::Out;
 }
 
-macro_rules! listed {
+macro_rules! kinds {
     ($($name:ident: $kind:ty,)*) => {
-        /// The kinds' names, in converge order: the top-level keys a declaration may have besides
-        /// its own fields.
-        pub const NAMES: &[&str] = &[$(stringify!($name)),*];
-
-        /// What each kind manages, in converge order, for the usage text.
-        pub const ABOUT: &[&str] = &[$(<$kind as Kind>::ABOUT),*];
-
-        $(impl Listed for $kind {
-            const NAME: &'static str = stringify!($name);
-            fn desired(d: &Declaration) -> &BTreeMap<String, <Self as Kind>::Spec> {
-                &d.$name
-            }
-            fn desired_mut(d: &mut Declaration) -> &mut BTreeMap<String, <Self as Kind>::Spec> {
-                &mut d.$name
-            }
-            fn owned(s: &Sections) -> &BTreeMap<String, Entry<<Self as Kind>::Original>> {
-                &s.$name
-            }
-            fn owned_mut(s: &mut Sections) -> &mut BTreeMap<String, Entry<<Self as Kind>::Original>> {
-                &mut s.$name
-            }
+        $(impl Noted for $kind {
             fn facts_mut(f: &mut Facts) -> &mut <Self as Kind>::Facts {
                 &mut f.$name
             }
@@ -112,17 +55,9 @@ macro_rules! listed {
         pub fn each<V: Visit>(visitor: &mut V) -> Vec<V::Out> {
             vec![$(visitor.visit::<$kind>()),*]
         }
-
-        /// Does `visitor`'s work for the kind called `name`, if there is one.
-        pub fn by_name<V: Visit>(name: &str, visitor: &mut V) -> Option<V::Out> {
-            match name {
-                $(stringify!($name) => Some(visitor.visit::<$kind>()),)*
-                _ => None,
-            }
-        }
     };
 }
-registry!(listed);
+crate::model::spec::registry!(kinds);
 pub use error::{BatchFailure, KindError};
 
 /// The world a kind acts on.
@@ -188,10 +123,6 @@ impl<'a> RunContext<'a> {
         }
     }
 }
-
-/// The original of a kind that keeps none (nothing of it is adopted): no value exists.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum NoOriginal {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -345,11 +276,10 @@ pub fn backup_key(kind: &str, key: &str) -> String {
     crate::util::codec::sha256_hex(format!("{kind}:{key}").as_bytes())
 }
 
-/// A resource kind. Every item is required (no defaults), so a new kind that forgets one does not
-/// compile; `Listed` (its name, its declaration field, its ledger section) comes from the registry.
-pub trait Kind: Listed {
-    /// What it manages, for the usage text: `files under /etc`.
-    const ABOUT: &'static str;
+/// A resource kind: its pure part (`KindSpec`, in `model::spec`), where it is in a declaration
+/// (`Declared`) and in the ledger (`Owned`), and here what observing, planning and applying it
+/// takes. Every item is required (no defaults), so a new kind that forgets one does not compile.
+pub trait Kind: KindSpec + Declared + Owned + Noted {
     /// Whether a run may apply the kind's changes a chunk at a time (`reconcile`'s
     /// `OBSERVED_AT_ONCE` resources: each chunk planned, written ahead, applied, verified and
     /// recorded before the next is observed), so a converge holds one chunk's changes, not the
@@ -357,23 +287,11 @@ pub trait Kind: Listed {
     /// in one transaction or in phases (every removal, then every install), which a split would
     /// reorder.
     const APPLIED_IN_CHUNKS: bool;
-    type Spec: std::fmt::Debug + Clone;
     type Observed: std::fmt::Debug;
     type Op: std::fmt::Debug;
-    /// What the ledger keeps of an adopted resource, to put it back on release (`NoOriginal` for
-    /// a kind that adopts nothing). Serialised in the ledger as the `original` of its entry.
-    type Original: std::fmt::Debug + Clone + PartialEq + Serialize + DeserializeOwned;
     /// What it tells later kinds about this run (`()` when nothing); see `RunContext::facts`.
     type Facts: std::fmt::Debug + Default;
 
-    /// Validates a resource's identity (a path, a package or unit name).
-    fn check_key(key: &str) -> Result<(), String>;
-    /// Validates one resource's fields; problems go to `fields`.
-    fn parse(key: &str, fields: &mut Fields, limits: &Limits) -> Option<Self::Spec>;
-    /// Why this resource is the host itself, if it is.
-    fn refuse_self(key: &str, spec: &Self::Spec, identity: &Identity) -> Option<String>;
-    /// The digest the ledger keeps of an applied spec.
-    fn digest(spec: &Self::Spec) -> Digest;
     /// `digest`, for a resource found in sync, from what observing it already computed where it
     /// can (files hash each declared content): a no-op checks it for every resource.
     fn digest_observed(spec: &Self::Spec, observed: Option<&Self::Observed>) -> Digest;
@@ -511,28 +429,11 @@ fn halves<T, E: BatchFailure + Into<KindError>>(
     }
 }
 
-/// Checks names that end up as arguments of a tool: never empty, never option-like.
-pub fn check_argument(what: &str, name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err(format!("{what} name is empty"));
-    }
-    if name.starts_with('-') {
-        return Err(format!(
-            "{what} name {name:?} starts with '-' and could be taken for an option"
-        ));
-    }
-    if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(format!(
-            "{what} name {name:?} contains whitespace or control characters"
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::declaration::tests::{parse_with_defaults, problems};
+    use crate::model::spec::{ABOUT, NAMES};
 
     /// Each kind's name, as visited one by one.
     struct Names;
@@ -549,12 +450,8 @@ mod tests {
         // may use all three.
         assert_eq!(NAMES, ["packages", "files", "units", "containers"]);
         assert_eq!(each(&mut Names), NAMES);
-        for name in NAMES {
-            assert_eq!(by_name(name, &mut Names), Some(*name));
-        }
-        assert_eq!(by_name("mounts", &mut Names), None);
         assert_eq!(ABOUT.len(), NAMES.len());
-        let usage = crate::cli::usage();
+        let usage = crate::cli::args::usage();
         assert!(usage.contains(&ABOUT.join(", ")), "{usage}");
     }
 

@@ -11,21 +11,15 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::{
-    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, KindError,
-    LedgerAfter, Observations, Outcome, RunContext, Step, STOPPING,
+    batch_then_each, query_by_halves, Action, Change, Env, Kind, KindError, LedgerAfter,
+    Observations, Outcome, RunContext, Step, STOPPING,
 };
-use crate::model::config::{Identity, Limits};
-use crate::model::declaration::{Declaration, Fields};
+use crate::model::declaration::Declaration;
+use crate::model::spec::packages::{digest, Packages, Spec};
+use crate::model::spec::KindSpec;
 use crate::os::exec::{CommandError, Failure};
 use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::pacman::{self, InstallReason, Pacman, SyncInfo};
-
-pub struct Packages;
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Spec {
-    pub present: bool,
-}
 
 #[derive(Debug, PartialEq)]
 pub enum Observed {
@@ -58,53 +52,12 @@ pub struct Facts {
 }
 
 impl Kind for Packages {
-    const ABOUT: &'static str = "pacman packages";
     // One pacman transaction for the kind: a package removed in one chunk may be needed by one
     // removed in a later chunk, which pacman refuses apart.
     const APPLIED_IN_CHUNKS: bool = false;
-    type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
-    type Original = InstallReason;
     type Facts = Facts;
-
-    fn check_key(key: &str) -> Result<(), String> {
-        check_argument("package", key)?;
-        // pacman's rules: alphanumerics and @._+-, not starting with '-' or '.'.
-        if key.starts_with('.') {
-            return Err(format!("package name {key:?} starts with '.'"));
-        }
-        if let Some(c) = key
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || "@._+-".contains(*c)))
-        {
-            return Err(format!(
-                "package name {key:?} contains {c:?}; pacman allows letters, digits and @._+-"
-            ));
-        }
-        if key.len() > 255 {
-            return Err("package name is longer than 255 bytes".into());
-        }
-        Ok(())
-    }
-
-    fn parse(_key: &str, fields: &mut Fields, _limits: &Limits) -> Option<Spec> {
-        Some(Spec {
-            present: fields.present(),
-        })
-    }
-
-    fn refuse_self(key: &str, _spec: &Spec, identity: &Identity) -> Option<String> {
-        identity.package_names.iter().any(|p| p == key).then(|| {
-            format!(
-                "{key} is the host's own package; the package manager upgrades it, not the mesh"
-            )
-        })
-    }
-
-    fn digest(spec: &Spec) -> Digest {
-        digest(spec)
-    }
 
     fn digest_observed(spec: &Spec, _: Option<&Observed>) -> Digest {
         Self::digest(spec)
@@ -475,10 +428,6 @@ impl Kind for Packages {
 
 /// pacman's arguments for one of the transactions, given the target.
 type Arguments<'a> = dyn Fn(&Pacman) -> Vec<String> + 'a;
-
-pub fn digest(spec: &Spec) -> Digest {
-    Digest::of(if spec.present { b"present" } else { b"absent" })
-}
 
 /// pacman's arguments for the target: under `--root`, the mounted system.
 fn target<'a>(env: &Env<'a>) -> Result<Pacman<'a>, String> {
@@ -1209,5 +1158,24 @@ mod tests {
             plan(None, &Observed::Missing, Some(&was_dependency)),
             "Forget released; already gone"
         );
+    }
+
+    /// The ledger's digests, pinned: `packages 0x00 0x01` and `present`, hashed.
+    #[test]
+    fn digests_are_pinned_to_their_canonical_encoding() {
+        for (present, hex) in [
+            (
+                true,
+                "36bdd7effe739b2dd6fbe11f951d6e3343f5f9c6c7379ade0ce86fc38c191ccd",
+            ),
+            (
+                false,
+                "ad0969de169591205fa8aa12ee1eee72d810c66546bc2a827c00a4d645e5bd27",
+            ),
+        ] {
+            assert_eq!(digest(&Spec { present }).to_string(), hex);
+        }
+        let by_hand = crate::util::codec::sha256(b"packages\x00\x01\x01");
+        assert_eq!(digest(&Spec { present: true }), Digest::Sha256(by_hand));
     }
 }

@@ -13,14 +13,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use super::{
-    batch_then_each, check_argument, query_by_halves, Action, Change, Env, Kind, KindError,
-    LedgerAfter, Listed, Observations, Outcome, RunContext, Step,
+    batch_then_each, query_by_halves, Action, Change, Env, Kind, KindError, LedgerAfter,
+    Observations, Outcome, RunContext, Step,
 };
-use crate::model::config::{Identity, Limits};
-use crate::model::declaration::{Declaration, Fields};
+use crate::model::declaration::Declaration;
+use crate::model::spec::units::{digest, is_secret, watched_files, Original, Spec, Units};
+use crate::model::spec::KindSpec;
+use crate::model::spec::Named;
 use crate::model::unitfile::UnitName;
 use crate::os::exec::Failure;
 use crate::os::fsutil::{self, Dir, FileType, Found};
@@ -29,33 +29,6 @@ use crate::tools::systemctl::{self, ActiveState, LoadState, UnitFileState, Verb}
 use crate::util::diff::ContentDiff;
 
 mod confirm;
-
-pub struct Units;
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Spec {
-    pub present: bool,
-    /// Unmanaged when `None`.
-    pub enabled: Option<bool>,
-    pub active: Option<bool>,
-    /// The unit file, written to the unit directory; `None` for units a package ships.
-    pub content: Option<String>,
-    pub restart_on: Vec<String>,
-    pub reload_on: Vec<String>,
-    /// The package that ships the unit: if it fails to install, the unit is skipped.
-    pub package: Option<String>,
-    /// `"secret": true`: its content is never shown (see `is_secret`), and its file is 0600.
-    pub secret: bool,
-    /// `"restart_when_stale": true`: restarted, when running, while its processes map files an
-    /// upgrade deleted under /usr (`upkeep`): after the run's own transaction, or anyone's.
-    pub restart_when_stale: bool,
-}
-
-/// Whether a unit's content is secret: only when declared so (a unit file is the manager's to
-/// read, with no mode of its own to say so). Never shown, logged, reported or diffed.
-pub fn is_secret(spec: &Spec) -> bool {
-    spec.secret
-}
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Observed {
@@ -104,15 +77,6 @@ impl Observed {
     fn enabled(&self) -> bool {
         self.enablement.as_ref().is_some_and(UnitFileState::enabled)
     }
-}
-
-/// What the unit was before the host adopted it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Original {
-    enabled: bool,
-    active: bool,
-    /// Backup name of its unit file in the unit directory, if the host overwrote one.
-    file_backup: Option<String>,
 }
 
 /// One unit's change: at most one thing each to its file, its enablement and its activation
@@ -168,109 +132,13 @@ impl Op {
 }
 
 impl Kind for Units {
-    const ABOUT: &'static str = "systemd units";
     // In phases over every unit (stop, disable, files, one daemon-reload, then each verb in one
     // systemctl call): split, a unit would start before a unit file it needs is written and
     // read, and every chunk would cost a daemon-reload.
     const APPLIED_IN_CHUNKS: bool = false;
-    type Spec = Spec;
     type Observed = Observed;
     type Op = Op;
-    type Original = Original;
     type Facts = ();
-
-    fn check_key(key: &str) -> Result<(), String> {
-        check_unit_name(key)
-    }
-
-    fn parse(key: &str, fields: &mut Fields, limits: &Limits) -> Option<Spec> {
-        let present = fields.present();
-        let enabled = fields.bool("enabled");
-        let active = fields.bool("active");
-        // A template is a file to ship; systemd enables and starts its instances, never it.
-        if UnitName::parse(key).is_ok_and(|name| name.is_template()) {
-            for (name, given) in [("enabled", enabled.is_some()), ("active", active.is_some())] {
-                if given {
-                    fields.problem(
-                        name,
-                        format!("{key} is a template: declare its instances to enable or start them (such as {})", key.replacen("@.", "@NAME.", 1)),
-                    );
-                }
-            }
-        }
-        let content = fields.str("content").map(str::to_string);
-        // The same bound as files: what the host writes it must be able to read back.
-        if let Some(c) = content
-            .as_ref()
-            .filter(|c| c.len() as u64 > limits.max_file_bytes)
-        {
-            fields.problem(
-                "content",
-                format!(
-                    "is {} bytes, more than the limit of {} bytes",
-                    c.len(),
-                    limits.max_file_bytes
-                ),
-            );
-        }
-        let mut paths = |name: &'static str| -> Vec<String> {
-            let list = fields.strings(name).unwrap_or_default();
-            let mut out = Vec::new();
-            for (i, path) in list.into_iter().enumerate() {
-                match super::files::check_path(path) {
-                    Ok(()) => out.push(path.to_string()),
-                    Err(e) => {
-                        let at = format!("{}[{i}]", fields.at(name));
-                        fields.problems.push(at, e);
-                    }
-                }
-            }
-            out
-        };
-        let restart_on = paths("restart_on");
-        let reload_on = paths("reload_on");
-        let package = fields.str("package").map(str::to_string);
-        let secret = fields.bool("secret").unwrap_or(false);
-        let restart_when_stale = fields.bool("restart_when_stale").unwrap_or(false);
-        if !present {
-            for (name, given) in [
-                ("enabled", enabled.is_some()),
-                ("active", active.is_some()),
-                ("content", content.is_some()),
-                ("secret", secret),
-                ("restart_when_stale", restart_when_stale),
-            ] {
-                if given {
-                    fields.problem(name, "makes no sense for a unit declared absent (it is stopped, disabled and its file removed)");
-                }
-            }
-        }
-        Some(Spec {
-            present,
-            enabled,
-            active,
-            content,
-            restart_on,
-            reload_on,
-            package,
-            secret,
-            restart_when_stale,
-        })
-    }
-
-    fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
-        let refusal = crate::model::selfref::refuse_unit(key, spec.content.as_deref(), identity)?;
-        Some(match (is_secret(spec), &spec.content) {
-            (true, Some(content)) => {
-                crate::model::declaration::redact_refusal(refusal, content.as_bytes())
-            }
-            _ => refusal,
-        })
-    }
-
-    fn digest(spec: &Spec) -> Digest {
-        digest(spec)
-    }
 
     fn digest_observed(spec: &Spec, _: Option<&Observed>) -> Digest {
         Self::digest(spec)
@@ -772,20 +640,6 @@ fn settle_owed(env: &Env, cx: &RunContext, changes: &[Change<Op, Original>], out
     }
 }
 
-pub fn digest(spec: &Spec) -> Digest {
-    Digest::of_text(format_args!(
-        "{}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
-        spec.present,
-        spec.enabled,
-        spec.active,
-        spec.content
-            .as_deref()
-            .map(|c| crate::util::codec::sha256_hex(c.as_bytes())),
-        spec.restart_on,
-        spec.reload_on
-    ))
-}
-
 /// `is-enabled` of loaded units, by name. `show`'s `UnitFileState` is the manager's cached view
 /// and can lag an enable or disable (systemd 252 still said `enabled` after `systemctl disable`);
 /// `is-enabled` reads the unit files. It stops at the first unit without a file, so when the
@@ -802,12 +656,6 @@ fn query_enablement(env: &Env, names: &[&str]) -> BTreeMap<String, Option<UnitFi
         .zip(states)
         .map(|(name, state)| (name.to_string(), state.ok()))
         .collect()
-}
-
-/// systemd's rules: a name prefix of letters, digits and `:-_.\@`, a known suffix, at most 255 bytes.
-pub fn check_unit_name(name: &str) -> Result<(), String> {
-    check_argument("unit", name)?;
-    UnitName::parse(name).map(|_| ())
 }
 
 /// The unit directory, opened from the target root one component at a time, never through a
@@ -1222,15 +1070,6 @@ fn describe(op: &Op) -> Vec<String> {
     .filter(|(on, _)| *on)
     .map(|(_, s)| s.to_string())
     .collect()
-}
-
-/// Files named by `restart_on`/`reload_on` must be files this declaration manages.
-pub fn watched_files(spec: &Spec) -> BTreeSet<&str> {
-    spec.restart_on
-        .iter()
-        .chain(&spec.reload_on)
-        .map(String::as_str)
-        .collect()
 }
 
 #[cfg(test)]
@@ -1814,5 +1653,72 @@ mod tests {
             None,
         );
         assert!(matches!(step, Step::Skip(ref why) if why.contains("package web failed")));
+    }
+
+    /// The ledger's digests, pinned (a unit a package ships, one declared absent, unicode and
+    /// secret content, lists), and one written out byte by byte.
+    #[test]
+    fn digests_are_pinned_to_their_canonical_encoding() {
+        let unit =
+            |present, enabled, active, content: Option<&str>, restart: &[&str], reload: &[&str]| {
+                Spec {
+                    present,
+                    enabled,
+                    active,
+                    content: content.map(str::to_string),
+                    restart_on: restart.iter().map(|s| s.to_string()).collect(),
+                    reload_on: reload.iter().map(|s| s.to_string()).collect(),
+                    package: None,
+                    secret: false,
+                    restart_when_stale: false,
+                }
+            };
+        let shipped = unit(true, None, None, None, &[], &[]);
+        let secret = Spec {
+            secret: true,
+            package: Some("app".into()),
+            restart_when_stale: true,
+            ..unit(
+                true,
+                Some(false),
+                None,
+                Some("[Service]\nEnvironment=TOKEN=s3cret \u{2713}\nExecStart=/bin/true\n"),
+                &["/etc/a", "/etc/\u{e9}.conf"],
+                &["/etc/owned"],
+            )
+        };
+        for (spec, hex) in [
+            (
+                unit(
+                    true,
+                    Some(true),
+                    Some(true),
+                    Some("[Service]\nExecStart=/bin/true\n"),
+                    &[],
+                    &[],
+                ),
+                "384a7279967b5777e3e8ff1347ae787563004ac35dbbd70765cc3558f9da5b3e",
+            ),
+            (
+                shipped.clone(),
+                "a4230303ca3bf32e209216d2c9efa16e75c7ee82df792678ff394d9ee599d653",
+            ),
+            (
+                unit(false, None, None, None, &[], &[]),
+                "a81ef8a78daa3a23a9579055aea67322d2e4d3552fbd1bbe6ddc47a4220123ea",
+            ),
+            (
+                secret,
+                "4d9bba4c98b4b4acfc6d7affd6b4a7c17e2d222897e994e55f3c29bc8454b2f8",
+            ),
+        ] {
+            assert_eq!(digest(&spec).to_string(), hex, "{spec:?}");
+        }
+        // present, enabled none, active none, content none, two empty lists.
+        let by_hand = b"units\x00\x01\x01\x00\x00\x00\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
+        assert_eq!(
+            digest(&shipped),
+            Digest::Sha256(crate::util::codec::sha256(by_hand))
+        );
     }
 }

@@ -205,8 +205,11 @@ impl Config {
         let unit_dir = raw
             .unit_dir
             .unwrap_or_else(|| PathBuf::from("/etc/systemd/system"));
-        for (what, p) in [("state_dir", &state_dir), ("unit_dir", &unit_dir)] {
-            if !p.is_absolute() {
+        // An override is checked where it was given (`--state-dir`, in cli/args.rs), so that its
+        // error names the flag, not this file's key.
+        let from_file = state_dir_override.is_none().then_some(&state_dir);
+        for (what, p) in [("state_dir", from_file), ("unit_dir", Some(&unit_dir))] {
+            if let Some(p) = p.filter(|p| !p.is_absolute()) {
                 return Err(format!("{what}: {} is not an absolute path", p.display()));
             }
         }
@@ -535,6 +538,16 @@ mod tests {
             let err = parse(&json).unwrap_err();
             assert!(err.contains(want), "{json}: {err}");
         }
+    }
+
+    #[test]
+    fn a_relative_state_dir_is_named_by_its_key_only_when_the_config_gave_it() {
+        assert_eq!(
+            parse(r#"{"state_dir": "state"}"#).unwrap_err(),
+            "state_dir: state is not an absolute path"
+        );
+        let overridden = Config::parse(r#"{"state_dir": "state"}"#, Some(Path::new("/srv/s")));
+        assert_eq!(overridden.unwrap().state_dir, Path::new("/srv/s"));
     }
 
     #[test]

@@ -11,7 +11,8 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::declaration::{self, type_name, Declaration, Fields, Problems};
+use crate::model::declaration::Declaration;
+use crate::model::fields::{type_name, Fields, Problems};
 use crate::model::trust::{PublicKey, Trust};
 use crate::util::codec;
 use crate::util::json_in_place;
@@ -354,7 +355,7 @@ fn parse(bytes: &[u8]) -> Result<Envelope, Problems> {
     let mut problems = Problems::default();
     // Duplicate keys are refused: two `declaration` members could be read differently by two
     // parsers, and the bytes verified must be the bytes applied.
-    let mut top = match declaration::strict_json(bytes) {
+    let mut top = match crate::model::fields::strict_json(bytes) {
         Ok(Value::Object(top)) => top,
         Ok(other) => {
             problems.push(

@@ -4,10 +4,13 @@
 
 pub mod config;
 pub mod declaration;
+pub mod digest;
 pub mod envelope;
+pub mod fields;
 pub mod pacnew;
 pub mod run;
 pub mod selfref;
+pub mod spec;
 pub mod trust;
 pub mod unitfile;
 pub mod upkeep;

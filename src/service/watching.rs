@@ -6,12 +6,12 @@
 use mio::unix::SourceFd;
 use mio::Poll;
 
-use super::{inotify, watch, Service, WATCH};
+use super::{watch, watcher, Service, WATCH};
 use crate::engine::reconcile::Scope;
 use crate::engine::{invalid, Converged, Fatal};
-use crate::kinds::{files::Files, packages::Packages};
 use crate::link;
 use crate::model::declaration::Declaration;
+use crate::model::spec::{files::Files, packages::Packages};
 use crate::store::{self, Ledger, Store, Trigger};
 
 impl Service<'_> {
@@ -23,7 +23,7 @@ impl Service<'_> {
         if let Some(fd) = self.watcher.raw() {
             poll.registry().deregister(&mut SourceFd(&fd))?;
         }
-        self.watcher = inotify::Watcher::new(self.host.config.watch);
+        self.watcher = watcher::Watcher::new(self.host.config.watch);
         if let Some(fd) = self.watcher.raw() {
             poll.registry()
                 .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)?;

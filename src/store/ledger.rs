@@ -6,10 +6,10 @@ use std::io;
 use std::path::PathBuf;
 
 use serde::de::{DeserializeOwned, Deserializer, MapAccess, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
-use crate::kinds::{self, Kind, Visit};
-use crate::util::codec;
+pub use crate::model::digest::Digest;
+use crate::model::spec::{self, KindSpec};
 use crate::util::json_in_place;
 
 const VERSION: u32 = 1;
@@ -23,84 +23,14 @@ pub enum Origin {
     Adopted,
 }
 
-/// The digest of an applied spec, written in the ledger as its hex text. A SHA-256 (what every
-/// kind but containers records) is held as its 32 bytes, not a 64-character string: the ledger
-/// holds one for every owned resource. Any other text (a container's 32-digit digest, or a value
-/// a ledger was hand-edited to) is kept as written, so a ledger reads back as it was.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Digest {
-    Sha256([u8; 32]),
-    Text(Box<str>),
-}
-
-impl Digest {
-    /// The SHA-256 of `data`.
-    pub fn of(data: &[u8]) -> Digest {
-        Digest::Sha256(codec::sha256(data))
-    }
-
-    /// The SHA-256 of the text `args` formats (see `codec::sha256_of_text`).
-    pub fn of_text(args: std::fmt::Arguments) -> Digest {
-        Digest::Sha256(codec::sha256_of_text(args))
-    }
-
-    /// The digest a ledger's text names: 64 lower-case hex digits are a SHA-256.
-    pub fn parse(text: &str) -> Digest {
-        match codec::hex_decode_32(text) {
-            Some(bytes) => Digest::Sha256(bytes),
-            None => Digest::Text(text.into()),
-        }
-    }
-}
-
-impl std::fmt::Display for Digest {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        match self {
-            Digest::Sha256(bytes) => codec::Hex32(bytes).fmt(f),
-            Digest::Text(text) => f.write_str(text),
-        }
-    }
-}
-
-impl std::fmt::Debug for Digest {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        // As the ledger's text, quoted.
-        match self {
-            Digest::Sha256(bytes) => write!(f, "\"{}\"", codec::Hex32(bytes)),
-            Digest::Text(text) => write!(f, "{text:?}"),
-        }
-    }
-}
-
-impl Serialize for Digest {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Digest {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Text;
-        impl Visitor<'_> for Text {
-            type Value = Digest;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a digest's text")
-            }
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Digest, E> {
-                Ok(Digest::parse(text))
-            }
-        }
-        deserializer.deserialize_str(Text)
-    }
-}
-
 /// One owned resource; `O` is its kind's `Kind::Original`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, bound(deserialize = "O: Deserialize<'de>"))]
 pub struct Entry<O> {
     pub origin: Origin,
-    /// Digest of the spec last applied; `None` while the first apply is in flight (written ahead,
-    /// so a crash mid-apply still leaves the resource owned and its original known).
+    /// Digest of the spec last applied (see `Digest`); `None` while the first apply is in flight
+    /// (written ahead, so a crash mid-apply still leaves the resource owned and its original
+    /// known).
     pub applied: Option<Digest>,
     /// What the resource was before the host adopted it, in the kind's own type; `None` when
     /// there is nothing to put back (created, or adopted with nothing to restore). Boxed: most
@@ -143,12 +73,46 @@ macro_rules! sections {
                     skip_serializing_if = "BTreeMap::is_empty",
                     deserialize_with = "dense"
                 )]
-                pub $name: BTreeMap<String, Entry<<$kind as Kind>::Original>>,
+                pub $name: BTreeMap<String, Entry<<$kind as KindSpec>::Original>>,
             )*
         }
+
+        /// Does `visitor`'s work for every kind, in converge order.
+        fn each<V: VisitOwned>(visitor: &mut V) -> Vec<V::Out> {
+            vec![$(visitor.visit::<$kind>()),*]
+        }
+
+        /// Does `visitor`'s work for the kind called `name`, if there is one.
+        fn by_name<V: VisitOwned>(name: &str, visitor: &mut V) -> Option<V::Out> {
+            match name {
+                $(stringify!($name) => Some(visitor.visit::<$kind>()),)*
+                _ => None,
+            }
+        }
+
+        $(impl Owned for $kind {
+            fn owned(s: &Sections) -> &BTreeMap<String, Entry<Self::Original>> {
+                &s.$name
+            }
+            fn owned_mut(s: &mut Sections) -> &mut BTreeMap<String, Entry<Self::Original>> {
+                &mut s.$name
+            }
+        })*
     };
 }
-kinds::registry!(sections);
+spec::registry!(sections);
+
+/// Where a kind's entries are in the ledger (given by the registry).
+pub trait Owned: KindSpec {
+    fn owned(sections: &Sections) -> &BTreeMap<String, Entry<Self::Original>>;
+    fn owned_mut(sections: &mut Sections) -> &mut BTreeMap<String, Entry<Self::Original>>;
+}
+
+/// Something done once per kind of the ledger.
+trait VisitOwned {
+    type Out;
+    fn visit<K: Owned>(&mut self) -> Self::Out;
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -224,33 +188,33 @@ impl Ledger {
     /// How many resources the ledger lists, of every kind.
     pub fn owned_count(&self) -> usize {
         struct Count<'l>(&'l Ledger);
-        impl Visit for Count<'_> {
+        impl VisitOwned for Count<'_> {
             type Out = usize;
-            fn visit<K: Kind>(&mut self) -> usize {
+            fn visit<K: Owned>(&mut self) -> usize {
                 K::owned(&self.0.resources).len()
             }
         }
-        kinds::each(&mut Count(self)).into_iter().sum()
+        each(&mut Count(self)).into_iter().sum()
     }
 
-    pub fn get<K: Kind>(&self, key: &str) -> Option<&Entry<K::Original>> {
+    pub fn get<K: Owned>(&self, key: &str) -> Option<&Entry<K::Original>> {
         K::owned(&self.resources).get(key)
     }
 
     /// What the host owns of `K`, by key: for walking in step with sorted keys
     /// (`sorted::Walk`) rather than a search per key.
-    pub fn section<K: Kind>(&self) -> &BTreeMap<String, Entry<K::Original>> {
+    pub fn section<K: Owned>(&self) -> &BTreeMap<String, Entry<K::Original>> {
         K::owned(&self.resources)
     }
 
     /// Owned keys of `K`, sorted.
     #[cfg(test)]
-    pub fn keys<K: Kind>(&self) -> Vec<String> {
+    pub fn keys<K: Owned>(&self) -> Vec<String> {
         K::owned(&self.resources).keys().cloned().collect()
     }
 
     /// Owned keys of `K`, sorted, borrowed.
-    pub fn owned_keys<'l, K: Kind>(&'l self) -> impl Iterator<Item = &'l str> + Clone
+    pub fn owned_keys<'l, K: Owned>(&'l self) -> impl Iterator<Item = &'l str> + Clone
     where
         K::Original: 'l,
     {
@@ -260,9 +224,9 @@ impl Ledger {
     /// Every adopted resource as (kind, key): the ones whose originals the store keeps.
     pub fn adopted(&self) -> Vec<(&'static str, String)> {
         struct Adopted<'l>(&'l Ledger);
-        impl Visit for Adopted<'_> {
+        impl VisitOwned for Adopted<'_> {
             type Out = Vec<(&'static str, String)>;
-            fn visit<K: Kind>(&mut self) -> Self::Out {
+            fn visit<K: Owned>(&mut self) -> Self::Out {
                 K::owned(&self.0.resources)
                     .iter()
                     .filter(|(_, e)| e.origin == Origin::Adopted)
@@ -270,27 +234,27 @@ impl Ledger {
                     .collect()
             }
         }
-        kinds::each(&mut Adopted(self)).concat()
+        each(&mut Adopted(self)).concat()
     }
 
     #[cfg(test)]
-    pub fn insert<K: Kind>(&mut self, key: &str, entry: Entry<K::Original>) {
+    pub fn insert<K: Owned>(&mut self, key: &str, entry: Entry<K::Original>) {
         K::owned_mut(&mut self.resources).insert(key.to_string(), entry);
     }
 
     /// Inserts many entries at once: the section is built again with full nodes (see `dense`),
     /// not grown by insertions in key order (a plan's order), which leave them half empty.
-    pub fn insert_all<K: Kind>(&mut self, entries: Vec<(String, Entry<K::Original>)>) {
+    pub fn insert_all<K: Owned>(&mut self, entries: Vec<(String, Entry<K::Original>)>) {
         let mut added: BTreeMap<_, _> = entries.into_iter().collect();
         K::owned_mut(&mut self.resources).append(&mut added);
     }
 
-    pub fn remove<K: Kind>(&mut self, key: &str) -> Option<Entry<K::Original>> {
+    pub fn remove<K: Owned>(&mut self, key: &str) -> Option<Entry<K::Original>> {
         K::owned_mut(&mut self.resources).remove(key)
     }
 
     /// Records that `digest` is now applied to an owned resource.
-    pub fn set_applied<K: Kind>(&mut self, key: &str, digest: Digest) {
+    pub fn set_applied<K: Owned>(&mut self, key: &str, digest: Digest) {
         if let Some(entry) = K::owned_mut(&mut self.resources).get_mut(key) {
             entry.applied = Some(digest);
         }
@@ -333,7 +297,7 @@ impl Ledger {
                     line: &mut line,
                     sections: &mut ledger.resources,
                 };
-                match kinds::by_name(&kind, &mut section)?? {
+                match by_name(&kind, &mut section)?? {
                     SectionEnd::MoreKinds => {}
                     SectionEnd::LastKind => break,
                 }
@@ -379,9 +343,9 @@ struct SectionLines<'r, I> {
     sections: &'r mut Sections,
 }
 
-impl<I: io::BufRead> Visit for SectionLines<'_, I> {
+impl<I: io::BufRead> VisitOwned for SectionLines<'_, I> {
     type Out = Option<SectionEnd>;
-    fn visit<K: Kind>(&mut self) -> Option<SectionEnd> {
+    fn visit<K: Owned>(&mut self) -> Option<SectionEnd> {
         let mut entries = Vec::new();
         loop {
             next_line(self.input, self.line)?;
@@ -454,10 +418,10 @@ impl serde_json::ser::Formatter for EntryPerLine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::containers::Containers;
-    use crate::kinds::files::Files;
-    use crate::kinds::packages::Packages;
-    use crate::kinds::units::Units;
+    use crate::model::spec::containers::Containers;
+    use crate::model::spec::files::Files;
+    use crate::model::spec::packages::Packages;
+    use crate::model::spec::units::Units;
     use crate::tools::pacman::InstallReason;
 
     /// A ledger as the previous version wrote it (originals as untyped JSON values), with one
@@ -586,10 +550,6 @@ mod tests {
         assert!(matches!(d, Digest::Sha256(_)));
         assert_eq!(d.to_string(), hex);
         assert_eq!(serde_json::to_string(&d).unwrap(), format!("\"{hex}\""));
-        assert_eq!(
-            Digest::of_text(format_args!("{}\n{:?}", "present", Some(420))),
-            Digest::of(b"present\nSome(420)")
-        );
         // Upper case, the wrong length or not hex: kept as written, and written back so.
         for text in [
             hex.to_uppercase(),
@@ -602,33 +562,6 @@ mod tests {
             assert_eq!(serde_json::to_string(&d).unwrap(), format!("\"{text}\""));
         }
         assert!(serde_json::from_str::<Digest>("42").is_err());
-    }
-
-    /// The ledger keeps the digests it wrote when they were strings: the same text hashed.
-    #[test]
-    fn a_files_digest_is_the_one_written_before() {
-        use crate::kinds::files::{self, Content, Ownership, Spec};
-        use crate::os::accounts::Account;
-        let hex = crate::util::codec::sha256_hex;
-        let content = Content {
-            bytes: b"x = 1\n".to_vec().into_boxed_slice(),
-            mode: Some(0o600),
-            ownership: Some(Box::new(Ownership {
-                owner: Some(Account::Name("root".into())),
-                group: Some(Account::Id(0)),
-            })),
-            secret: None,
-        };
-        let before = hex(format!(
-            "present\n{}\n{:?}\n{:?}\n{:?}",
-            hex(b"x = 1\n"),
-            Some(0o600),
-            Some("root".to_string()),
-            Some("0".to_string())
-        )
-        .as_bytes());
-        assert_eq!(files::digest(&Spec::Present(content)).to_string(), before);
-        assert_eq!(files::digest(&Spec::Absent).to_string(), hex(b"absent"));
     }
 
     /// Many entries put in at once are the ones put in one by one, a key given again keeping

@@ -30,7 +30,7 @@ pub use crate::model::run::{
 };
 pub use failures::Notice;
 pub use files_index::{Cached, FilesIndex};
-pub use ledger::{Digest, Entry, Ledger, Origin, Sections};
+pub use ledger::{Digest, Entry, Ledger, Origin, Owned};
 pub use lock::{Lock, LockError};
 pub use owed::Owed;
 pub use stats::{Foreign, LastRun, RunStats};
@@ -640,7 +640,7 @@ mod tests {
     /// one ledger (trailing bytes, a symlink, larger than the limit) is refused, never half read.
     #[test]
     fn a_streamed_ledger_reads_back_and_a_bad_one_is_refused() {
-        use crate::kinds::files::Files;
+        use crate::model::spec::files::Files;
         let tmp = TempDir::new("store-streamed");
         let store = Store::open(&tmp.path().join("s"), true).unwrap().unwrap();
         let mut ledger = Ledger::default();
@@ -672,8 +672,8 @@ mod tests {
     /// the same.
     #[test]
     fn the_ledger_is_saved_a_resource_a_line_and_read_in_any_layout() {
-        use crate::kinds::files::Files;
-        use crate::kinds::packages::Packages;
+        use crate::model::spec::files::Files;
+        use crate::model::spec::packages::Packages;
         let tmp = TempDir::new("store-lines");
         let store = Store::open(&tmp.path().join("s"), true).unwrap().unwrap();
         let mut ledger = Ledger::default();

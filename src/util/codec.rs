@@ -1,4 +1,5 @@
-//! SHA-256, hex and base64: the encodings the host needs. SHA-256 is ring's (already in the tree
+//! SHA-256, hex and base64: the encodings the host needs, and the canonical encoding of a spec
+//! its digests are made of (`Canonical`). SHA-256 is ring's (already in the tree
 //! for the link's TLS, with the CPU's SHA extensions where it has them); hex and base64 are a few
 //! auditable lines here rather than crates.
 
@@ -32,9 +33,10 @@ pub fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
     out
 }
 
-/// SHA-256 of the text `args` formats, hashed as it is formatted: no string is built. The
-/// pieces are gathered in a buffer on the stack and hashed a buffer at a time: a hash update per
-/// piece (a dozen for a file's digest) costs more than the hashing.
+/// SHA-256 of the text `args` formats, hashed as it is formatted: no string is built. Only for
+/// a digest that never leaves the process (the watcher's sources); a stored one is `Canonical`.
+/// The pieces are gathered in a buffer on the stack and hashed a buffer at a time: a hash update
+/// per piece costs more than the hashing.
 pub fn sha256_of_text(args: std::fmt::Arguments) -> [u8; 32] {
     struct Hashing {
         context: ring::digest::Context,
@@ -68,6 +70,112 @@ pub fn sha256_of_text(args: std::fmt::Arguments) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(hashing.context.finish().as_ref());
     out
+}
+
+/// The canonical encoding of a declared spec, whose SHA-256 is the digest the ledger keeps and a
+/// container's label holds. Explicit bytes, never a `Debug` or serde text, which a toolchain or
+/// crate update may change: a digest that moved would make every resource look changed.
+///
+/// ```text
+/// encoding = kind name (ASCII) 0x00 version(1 byte) field...   the fields in the kind's order
+/// bool     = 0x00 | 0x01
+/// u32      = 4 bytes, big-endian
+/// str      = length (8 bytes, big-endian) then the UTF-8 bytes
+/// sha256   = the 32 bytes of a SHA-256 (of a file's or unit's content)
+/// option   = 0x00 (none) | 0x01 then the value
+/// list     = count (8 bytes, big-endian) then each item
+/// map      = count (8 bytes, big-endian) then each key and value, keys in ascending byte order
+/// ```
+///
+/// Each kind's `digest` lists its fields. Changing a kind's fields or their encoding takes a new
+/// version byte.
+pub struct Canonical(Vec<u8>);
+
+impl Canonical {
+    /// The start of the encoding of a spec of `kind` in encoding `version`.
+    pub fn new(kind: &str, version: u8) -> Canonical {
+        let mut bytes = Vec::with_capacity(96);
+        bytes.extend_from_slice(kind.as_bytes());
+        bytes.extend_from_slice(&[0, version]);
+        Canonical(bytes)
+    }
+
+    pub fn bool(&mut self, value: bool) -> &mut Canonical {
+        self.0.push(u8::from(value));
+        self
+    }
+
+    pub fn u32(&mut self, value: u32) -> &mut Canonical {
+        self.0.extend_from_slice(&value.to_be_bytes());
+        self
+    }
+
+    pub fn str(&mut self, value: &str) -> &mut Canonical {
+        self.count(value.len());
+        self.0.extend_from_slice(value.as_bytes());
+        self
+    }
+
+    pub fn sha256(&mut self, value: &[u8; 32]) -> &mut Canonical {
+        self.0.extend_from_slice(value);
+        self
+    }
+
+    /// `0x00` for none; `0x01`, then what `put` encodes of the value.
+    pub fn option<T>(
+        &mut self,
+        value: Option<T>,
+        put: impl FnOnce(&mut Canonical, T) -> &mut Canonical,
+    ) -> &mut Canonical {
+        match value {
+            None => self.0.push(0),
+            Some(value) => {
+                self.0.push(1);
+                put(self, value);
+            }
+        }
+        self
+    }
+
+    pub fn strs<'a>(&mut self, items: impl ExactSizeIterator<Item = &'a str>) -> &mut Canonical {
+        self.count(items.len());
+        for item in items {
+            self.str(item);
+        }
+        self
+    }
+
+    /// A map given in its keys' ascending byte order (a `BTreeMap<String, _>`'s).
+    pub fn map<'a>(
+        &mut self,
+        entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    ) -> &mut Canonical {
+        self.count(entries.len());
+        for (key, value) in entries {
+            self.str(key).str(value);
+        }
+        self
+    }
+
+    fn count(&mut self, n: usize) {
+        self.0.extend_from_slice(&(n as u64).to_be_bytes());
+    }
+
+    /// The encoded bytes, for tests to show them.
+    #[cfg(test)]
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The SHA-256 of the encoding: the spec's digest.
+    pub fn digest(&self) -> [u8; 32] {
+        sha256(&self.0)
+    }
+
+    /// The HMAC-SHA256 of the encoding under `key`: the digest of a spec holding secrets, shown.
+    pub fn keyed_digest(&self, key: &[u8]) -> [u8; 32] {
+        hmac_sha256(key, &self.0)
+    }
 }
 
 /// Lower-case hex of 32 bytes, formatted from the stack (a digest written or hashed again).
@@ -203,6 +311,30 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Each field's bytes as the encoding's documentation gives them.
+    #[test]
+    fn the_canonical_encoding_is_the_documented_bytes() {
+        let mut e = Canonical::new("kind", 1);
+        e.bool(true)
+            .bool(false)
+            .u32(0o644)
+            .str("é")
+            .sha256(&[0xab; 32])
+            .option(None::<u32>, Canonical::u32)
+            .option(Some("x"), Canonical::str)
+            .strs(["a", ""].into_iter())
+            .map([("K", "v")].into_iter());
+        let mut want = b"kind\x00\x01\x01\x00\x00\x00\x01\xa4".to_vec();
+        want.extend_from_slice(b"\0\0\0\0\0\0\0\x02\xc3\xa9");
+        want.extend_from_slice(&[0xab; 32]);
+        want.extend_from_slice(b"\x00\x01\0\0\0\0\0\0\0\x01x");
+        want.extend_from_slice(b"\0\0\0\0\0\0\0\x02\0\0\0\0\0\0\0\x01a\0\0\0\0\0\0\0\0");
+        want.extend_from_slice(b"\0\0\0\0\0\0\0\x01\0\0\0\0\0\0\0\x01K\0\0\0\0\0\0\0\x01v");
+        assert_eq!(e.bytes(), want);
+        assert_eq!(e.digest(), sha256(&want));
+        assert_eq!(e.keyed_digest(b"key"), hmac_sha256(b"key", &want));
     }
 
     #[test]

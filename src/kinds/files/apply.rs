@@ -1,0 +1,284 @@
+//! Applying files: each written atomically beside its target through the no-symlink walk, the
+//! directories it needs made and fsynced, an adopted file's original put back on release, the
+//! directories the host made removed once empty.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use super::state::Op;
+use crate::kinds::{Env, RunContext};
+use crate::model::spec::files::{Files, Original, Spec};
+use crate::os::fsutil::{self, Dir, FileType, PendingWrite, WalkError};
+use crate::store::{Entry, Ledger, Origin};
+
+/// Puts the file `key` back as the host found it, for systemd's confirmation of unit changes
+/// (`kinds::units::confirm`), which found that this run's write reaches the host's units: a file
+/// the host created is removed, an adopted one gets its original, durably. The ledger still says
+/// it is owned, no longer as applied (as its write-ahead left it), so the next run writes it
+/// again and is refused again.
+pub fn put_back(env: &Env, cx: &RunContext, ledger: &mut Ledger, key: &str) -> Result<(), String> {
+    let op = match ledger.get::<Files>(key) {
+        Some(entry) if entry.origin == Origin::Created => Op::Remove,
+        Some(Entry {
+            original: Some(original),
+            ..
+        }) => Op::Restore(Original::clone(original)),
+        _ => {
+            return Err(format!(
+                "{key}: mesh-host keeps no original of it to put back"
+            ))
+        }
+    };
+    let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
+    let mut parents = ParentDirs::new(&root);
+    if let Some(mut entry) = ledger.remove::<Files>(key) {
+        entry.applied = None;
+        ledger.insert_all::<Files>(vec![(key.to_string(), entry)]);
+    }
+    apply_one(env, cx, &mut parents, ledger, key, &op)?;
+    parents.sync_filesystems()?;
+    match parents.sync().into_iter().next() {
+        Some((dir, e)) => Err(format!("{key}: fsync {}: {e}", dir.display())),
+        None => Ok(()),
+    }
+}
+
+/// Records that systemd's confirmation refused this run's change to `key` (and put it back):
+/// `reconcile` makes it the file's outcome.
+pub fn refused(cx: &RunContext, key: &str, why: &str) {
+    (cx.facts.files.refused.borrow_mut()).push((key.to_string(), why.to_string()));
+}
+
+/// Carries out one change; a write gives back its temp file, to be renamed once every written
+/// file is durable (see `Files::apply`).
+pub fn apply_one(
+    env: &Env,
+    cx: &RunContext,
+    parents: &mut ParentDirs,
+    ledger: &mut Ledger,
+    key: &str,
+    op: &Op,
+) -> Result<Option<PendingWrite>, String> {
+    let path = Path::new(key);
+    let create = matches!(op, Op::Write { .. } | Op::Restore(_));
+    let parent = match parents.get(path, create) {
+        Ok(Some(parent)) => parent,
+        Ok(None) => return Ok(None), // removing: a missing parent means nothing to remove
+        Err(e) => return Err(e.to_string()),
+    };
+    ledger.directories.extend(parent.created.iter().cloned());
+    let io = |what: &str, e: std::io::Error| format!("{key}: cannot {what}: {e}");
+    match op {
+        Op::Write { mode, owner } => {
+            let Some(Spec::Present(content)) = cx.declaration.files.get(key) else {
+                return Err(format!("{key}: the declaration has no content to write"));
+            };
+            refuse_non_file(&parent, key)?;
+            parent
+                .dir
+                .write_temp_unsynced(&parent.name, &content.bytes, *mode, *owner)
+                .map(Some)
+                .map_err(|e| io("write", e))
+        }
+        Op::SetAttributes { mode, owner } => refuse_non_file(&parent, key).and_then(|()| {
+            parent
+                .dir
+                .set_attributes(&parent.name, *mode, *owner)
+                .map(|()| None)
+                .map_err(|e| io("set mode and owner", e))
+        }),
+        // With the temp file a crash between a write and its rename may have left beside it: the
+        // file was owned (written ahead in the ledger) before that write began.
+        Op::Remove => parent
+            .dir
+            .remove(&parent.name)
+            .and_then(|_| parent.dir.remove_temp(&parent.name))
+            .map(|()| None)
+            .map_err(|e| io("remove", e)),
+        Op::Restore(original) => {
+            let store = env.store.ok_or("no store to restore the original from")?;
+            let bytes = store
+                .read_backup(&original.backup)
+                .map_err(|e| e.to_string())?;
+            refuse_non_file(&parent, key)?;
+            parent
+                .dir
+                .write_atomic_unsynced(
+                    &parent.name,
+                    &bytes,
+                    original.mode,
+                    Some((original.uid, original.gid)),
+                )
+                .map(|()| None)
+                .map_err(|e| io("restore the original", e))
+        }
+        Op::Forget => parent
+            .dir
+            .remove_temp(&parent.name)
+            .map(|()| None)
+            .map_err(|e| io("remove", e)),
+    }
+}
+
+/// The parent directories one `apply` writes into, each walked to once (not once per file), with
+/// the ones that took an unsynced rename.
+pub struct ParentDirs<'r> {
+    pub(super) root: &'r Dir,
+    pub(super) dirs: HashMap<PathBuf, (Dir, bool)>,
+}
+
+/// A file's parent directory as `apply_one` needs it.
+pub struct ParentRef<'d> {
+    pub(super) dir: &'d Dir,
+    pub(super) name: std::ffi::OsString,
+    /// Directories the walk to it created (only the first time).
+    pub(super) created: Vec<PathBuf>,
+}
+
+impl<'r> ParentDirs<'r> {
+    pub(super) fn new(root: &'r Dir) -> Self {
+        ParentDirs {
+            root,
+            dirs: HashMap::new(),
+        }
+    }
+
+    /// `None` when the parent is missing and `create` is false. Marks the directory as one to
+    /// sync, since every caller changes a name in it.
+    pub(super) fn get(
+        &mut self,
+        path: &Path,
+        create: bool,
+    ) -> Result<Option<ParentRef<'_>>, WalkError> {
+        let (Some(dir_path), Some(name)) = (path.parent(), path.file_name()) else {
+            return fsutil::walk_to_parent(self.root, path, create).map(|_| None);
+        };
+        let mut created = Vec::new();
+        if !self.dirs.contains_key(dir_path) {
+            let Some(parent) = fsutil::walk_to_parent(self.root, path, create)? else {
+                return Ok(None);
+            };
+            created = parent.created;
+            self.dirs
+                .insert(dir_path.to_path_buf(), (parent.dir, false));
+        }
+        let Some((dir, dirty)) = self.dirs.get_mut(dir_path) else {
+            return Ok(None);
+        };
+        *dirty = true;
+        Ok(Some(ParentRef {
+            dir,
+            name: name.to_os_string(),
+            created,
+        }))
+    }
+
+    /// Makes the data of every file written so far durable: one `syncfs` per filesystem the
+    /// directories written into are on.
+    pub(super) fn sync_filesystems(&self) -> Result<(), String> {
+        let mut synced = HashSet::new();
+        for (path, (dir, _)) in self.dirs.iter().filter(|(_, (_, dirty))| *dirty) {
+            let device = dir
+                .device()
+                .map_err(|e| format!("fstat {}: {e}", path.display()))?;
+            if synced.insert(device) {
+                dir.sync_filesystem()
+                    .map_err(|e| format!("syncfs {}: {e}", path.display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Syncs each directory written into; the ones that failed, with why.
+    pub(super) fn sync(&self) -> Vec<(PathBuf, std::io::Error)> {
+        self.dirs
+            .iter()
+            .filter(|(_, (_, dirty))| *dirty)
+            .filter_map(|(path, (dir, _))| dir.sync().err().map(|e| (path.clone(), e)))
+            .collect()
+    }
+}
+
+/// The directories above `path` that do not exist yet, outermost first. An unreachable path
+/// gives what was found so far; applying it reports the problem.
+pub fn missing_directories(root: &Dir, path: &Path) -> Vec<PathBuf> {
+    let mut ancestors: Vec<&Path> = path
+        .ancestors()
+        .skip(1)
+        .filter(|a| a.parent().is_some())
+        .collect();
+    ancestors.reverse();
+    let mut missing = Vec::new();
+    for dir in ancestors {
+        if missing.is_empty() {
+            let exists = match fsutil::walk_to_parent(root, dir, false) {
+                Ok(Some(parent)) => !matches!(parent.dir.stat(&parent.name), Ok(None)),
+                Ok(None) => false,
+                Err(_) => return missing,
+            };
+            if exists {
+                continue;
+            }
+        }
+        missing.push(dir.to_path_buf());
+    }
+    missing
+}
+
+/// A directory or symlink where a file goes is an error, never overwritten.
+pub fn refuse_non_file(parent: &ParentRef, key: &str) -> Result<(), String> {
+    match parent.dir.stat(&parent.name) {
+        Ok(Some(st)) if st.file_type != FileType::Regular => Err(format!(
+            "{key} is {}; mesh-host does not replace it",
+            st.file_type.describe()
+        )),
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("{key}: {e}")),
+    }
+}
+
+/// Removes directories the host created that are empty and hold no declared file, deepest first.
+pub fn remove_unneeded_directories(root: &Dir, cx: &RunContext, ledger: &mut Ledger) {
+    // Every directory above a declared file, once: one pass over the files, not one per directory.
+    // Keys are normalised absolute paths, so their ancestors are their prefixes before each '/'.
+    let needed: HashSet<&str> = cx
+        .declaration
+        .files
+        .iter()
+        .filter(|(_, spec)| matches!(spec, Spec::Present(_)))
+        .flat_map(|(path, _)| path.rmatch_indices('/').map(|(at, _)| &path[..at]))
+        .collect();
+    let mut dirs: Vec<PathBuf> = ledger
+        .directories
+        .iter()
+        .filter(|d| !d.to_str().is_some_and(|d| needed.contains(d)))
+        .cloned()
+        .collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for dir in dirs {
+        let removed = match fsutil::walk_to_parent(root, &dir, false) {
+            Ok(Some(parent)) => match parent.dir.rmdir(&parent.name) {
+                Ok(_) => true,
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOTEMPTY)
+                        || e.raw_os_error() == Some(libc::EEXIST) =>
+                {
+                    false
+                }
+                Err(e) => {
+                    log::warn!("cannot remove directory {}: {e}", dir.display());
+                    false
+                }
+            },
+            Ok(None) => true,
+            Err(WalkError::NotADirectory { .. }) => true,
+            Err(e) => {
+                log::warn!("cannot remove directory {}: {e}", dir.display());
+                false
+            }
+        };
+        if removed {
+            ledger.directories.remove(&dir);
+        }
+    }
+}

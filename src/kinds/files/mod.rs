@@ -1,0 +1,1107 @@
+//! Files under /etc: content, mode, owner and group. Written atomically beside the target, never
+//! through a symlink; an adopted file's original is kept in the store and put back on release;
+//! directories the host had to create are removed again once empty.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use super::{Change, Env, Kind, KindError, Observations, Outcome, RunContext, Step};
+use crate::model::declaration::Declaration;
+use crate::model::spec::files::{
+    configures_unit, content_digest_of, digest, Files, Original, Spec,
+};
+use crate::model::spec::Named as _;
+use crate::os::accounts::{Account, Accounts};
+use crate::os::fsutil::Dir;
+use crate::store::{Digest, Entry, Ledger};
+use crate::util::sorted;
+
+mod apply;
+mod observe;
+mod plan;
+mod state;
+
+use apply::{apply_one, missing_directories, remove_unneeded_directories, ParentDirs};
+pub use apply::{put_back, refused};
+use observe::{Declared, IndexUse, Looking};
+use plan::{plan_absent, plan_present, plan_release};
+pub use state::Facts;
+use state::{Held, Observed, Op, State};
+
+impl Kind for Files {
+    // Each file is written, renamed and synced on its own: nothing spans two chunks but the
+    // directories they share, which are looked up and made again as needed.
+    const APPLIED_IN_CHUNKS: bool = true;
+    type Observed = Observed;
+    type Op = Op;
+    type Facts = Facts;
+
+    fn digest_observed(spec: &Spec, observed: Option<&Observed>) -> Digest {
+        match (spec, observed.map(|o| &o.state)) {
+            (
+                Spec::Present(c),
+                Some(State::Regular {
+                    held: Held::Declared { sha },
+                    ..
+                }),
+            ) => content_digest_of(c, sha),
+            _ => digest(spec),
+        }
+    }
+
+    fn observe(
+        env: &Env,
+        cx: &RunContext,
+        keys: &[&str],
+    ) -> Result<Observations<Observed>, KindError> {
+        let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
+        let mut accounts: Option<Accounts> = None;
+        let index = IndexUse::load(env.store, cx.facts.files.index.take());
+        let max = env.config.limits.max_file_bytes;
+        let mut looking = Looking::new(&root, index, max, env.diffs);
+        // Listed, then made a map at once: full B-tree nodes (see `declaration`'s sections).
+        let mut out = Vec::with_capacity(keys.len());
+        // Keys come in order: the declared files are walked beside them, not searched for each.
+        let mut declared_files = cx.declaration.files.iter().peekable();
+        for &key in keys {
+            while declared_files
+                .next_if(|(k, _)| sorted::compare(k, key).is_lt())
+                .is_some()
+            {}
+            let spec = match declared_files.peek() {
+                Some((k, spec)) if sorted::compare(k, key).is_eq() => Some(*spec),
+                _ => cx.declaration.files.get(key),
+            };
+            let content = match spec {
+                Some(Spec::Present(c)) => Some(c),
+                _ => None,
+            };
+            let (owner, group) = match content {
+                Some(c) => (c.owner(), c.group()),
+                None => (None, None),
+            };
+            let mut resolve =
+                |account: Option<&Account>, user: bool| -> Result<Option<u32>, String> {
+                    let Some(account) = account else {
+                        return Ok(None);
+                    };
+                    let table = accounts.get_or_insert_with(|| Accounts::read(env.root));
+                    if user {
+                        table.uid(account)
+                    } else {
+                        table.gid(account)
+                    }
+                    .map(Some)
+                };
+            let uid = resolve(owner, true);
+            let gid = resolve(group, false);
+            let declared = content.map(|c| Declared::of(&c.bytes));
+            let state = looking.at(key, declared.as_ref());
+            // Released (not declared at all): an adopted file's original is put back.
+            let original = match (spec, env.store) {
+                (None, Some(store)) if env.diffs => {
+                    store.read_backup(&super::backup_key(Files::NAME, key)).ok()
+                }
+                _ => None,
+            };
+            // A path that cannot be read is that file's own problem (`State::Blocked`).
+            let observed = Observed {
+                state,
+                uid,
+                gid,
+                original,
+            };
+            out.push((key.to_string(), Ok(observed)));
+        }
+        *cx.facts.files.index.borrow_mut() = looking.index.save(env.store);
+        Ok(out.into_iter().collect())
+    }
+
+    fn plan(
+        cx: &RunContext,
+        key: &str,
+        desired: Option<&Spec>,
+        observed: Option<&Observed>,
+        owned: Option<&Entry<Original>>,
+    ) -> Step<Op, Original> {
+        let Some(observed) = observed else {
+            return Step::Fail(format!("{key} was not observed"));
+        };
+        match desired {
+            Some(Spec::Present(content)) => {
+                plan_present(cx, key, content, observed, owned, cx.diffs)
+            }
+            Some(Spec::Absent) => plan_absent(key, observed, owned, cx.diffs),
+            None => plan_release(key, observed, owned, cx.diffs),
+        }
+    }
+
+    fn apply(
+        env: &Env,
+        cx: &RunContext,
+        ledger: &mut Ledger,
+        changes: &[Change<Op, Original>],
+    ) -> Vec<Outcome> {
+        let fail_all = |message: String| -> Vec<Outcome> {
+            changes
+                .iter()
+                .map(|_| Outcome::Failed(message.clone().into()))
+                .collect()
+        };
+        // The index a chunk's observation kept describes the files before this apply: the next
+        // chunk reads the one `verify` leaves.
+        cx.facts.files.index.take();
+        let root = match Dir::open(env.root) {
+            Ok(root) => root,
+            Err(e) => return fail_all(format!("root {}: {e}", env.root.display())),
+        };
+        // Write-ahead for directories too: the ledger lists every directory this run will create
+        // before it exists, so a crash cannot leave one the host would never remove.
+        let mut looked_at = HashSet::new();
+        let upcoming: Vec<PathBuf> = changes
+            .iter()
+            .filter(|c| matches!(c.op, Op::Write { .. } | Op::Restore(_)))
+            .filter(|c| looked_at.insert(Path::new(&c.key).parent()))
+            .flat_map(|c| missing_directories(&root, Path::new(&c.key)))
+            .filter(|d| !ledger.directories.contains(d))
+            .collect();
+        if !upcoming.is_empty() {
+            ledger.directories.extend(upcoming);
+            if let Some(store) = env.store {
+                if let Err(e) = store.save_ledger(ledger) {
+                    return fail_all(e.to_string());
+                }
+            }
+        }
+        let mut parents = ParentDirs::new(&root);
+        let mut written = Vec::new();
+        let mut outcomes: Vec<Outcome> = changes
+            .iter()
+            .enumerate()
+            .map(|(i, change)| {
+                if (env.interrupted)() {
+                    return Outcome::Stopped;
+                }
+                match apply_one(env, cx, &mut parents, ledger, &change.key, &change.op) {
+                    Ok(Some(pending)) => {
+                        written.push((i, pending));
+                        Outcome::Done
+                    }
+                    Ok(None) => Outcome::Done,
+                    Err(e) => Outcome::Failed(e.into()),
+                }
+            })
+            .collect();
+        // The new contents are written but not in place: made durable all at once (one sync per
+        // filesystem instead of an fsync per file), then renamed, so no name ever points at data
+        // that is not on disk.
+        let synced = match written.is_empty() {
+            true => Ok(()),
+            false => parents.sync_filesystems(),
+        };
+        for (i, pending) in written {
+            let key = &changes[i].key;
+            let dir = Path::new(key).parent().unwrap_or(Path::new("/"));
+            outcomes[i] = match (&synced, parents.dirs.get(dir)) {
+                (Ok(()), Some((dir, _))) => match dir.rename_pending(pending) {
+                    Ok(()) => Outcome::Done,
+                    Err(e) => Outcome::Failed(format!("{key}: cannot write: {e}").into()),
+                },
+                (Err(e), Some((dir, _))) => {
+                    dir.discard_pending(pending);
+                    Outcome::Failed(format!("{key}: cannot make the write durable: {e}").into())
+                }
+                (_, None) => Outcome::Failed(format!("{key}: its directory was lost").into()),
+            };
+        }
+        // The renames are durable once their directories are: a write whose directory cannot be
+        // synced has not happened as far as the ledger is concerned.
+        for (dir, e) in parents.sync() {
+            for (change, outcome) in changes.iter().zip(outcomes.iter_mut()) {
+                if *outcome == Outcome::Done && Path::new(&change.key).parent() == Some(&dir) {
+                    *outcome = Outcome::Failed(
+                        format!(
+                            "{}: cannot make the write durable (fsync {}): {e}",
+                            change.key,
+                            dir.display()
+                        )
+                        .into(),
+                    );
+                }
+            }
+        }
+        drop(parents);
+        remove_unneeded_directories(&root, cx, ledger);
+        outcomes
+    }
+
+    fn note(
+        declaration: &Declaration,
+        facts: &mut Facts,
+        change: &Change<Op, Original>,
+        outcome: &Outcome,
+    ) {
+        if *outcome != Outcome::Done || matches!(change.op, Op::Forget) {
+            return;
+        }
+        if let Some(unit) = configures_unit(&change.key) {
+            facts.unit_config.insert(unit.to_string());
+        }
+        if Path::new(&change.key)
+            .components()
+            .any(|c| c.as_os_str() == "systemd")
+        {
+            facts.in_systemd_dirs.insert(change.key.clone());
+        }
+        let units_act_on = facts.units_act_on.get_or_insert_with(|| {
+            (declaration.units.values())
+                .flat_map(|unit| unit.restart_on.iter().chain(&unit.reload_on))
+                .cloned()
+                .collect()
+        });
+        if units_act_on.contains(&change.key) {
+            facts.changed.insert(change.key.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan::adopted_entry;
+    use super::*;
+    use crate::kinds::Details;
+    use crate::kinds::{Action, LedgerAfter};
+    use crate::model::declaration::tests::{check_refused, parse_with_defaults, problems};
+    use crate::model::spec::files::{content_digest, is_secret, Content};
+    use crate::os::fsutil::{self, FileType, Stamp, Stat};
+    use crate::store::{Cached, FilesIndex, Store};
+    use crate::util::codec;
+
+    #[test]
+    fn path_rules() {
+        for (path, message) in [
+            ("etc/x", "not absolute"),
+            ("/etc/x/", "ends with '/'"),
+            ("/etc//x", "empty component"),
+            ("/etc/./x", "\".\" component"),
+            ("/etc/../root/x", "\"..\" component"),
+            ("/root/x", "not under /etc"),
+            ("/etc", "not under /etc"),
+            ("/etc\u{0}x", "NUL"),
+        ] {
+            let json = format!(
+                r#"{{"schema": 1, "files": {{{}: {{"content": ""}}}}}}"#,
+                serde_json::Value::String(path.into())
+            );
+            check_refused(&json, &[message]);
+        }
+    }
+
+    #[test]
+    fn field_rules() {
+        let cases = [
+            (
+                r#"{"content": "x", "mode": "0999"}"#,
+                r#"files["/etc/x"].mode: "0999" is not an octal mode"#,
+            ),
+            (
+                r#"{"content": "x", "mode": "644x"}"#,
+                "is not an octal mode",
+            ),
+            (
+                r#"{"content": "x", "mode": 644}"#,
+                "mode: must be a string, not a number",
+            ),
+            (r#"{"content": "x", "content_base64": "eA=="}"#, "not both"),
+            (r#"{"mode": "0644"}"#, "content: missing"),
+            (
+                r#"{"content_base64": "e!=="}"#,
+                "content_base64: is not valid base64",
+            ),
+            (
+                r#"{"content": "x", "owner": "-r"}"#,
+                "owner: \"-r\" is not a valid user or group name",
+            ),
+            (
+                r#"{"state": "absent", "content": "x"}"#,
+                "content: makes no sense for a file declared absent",
+            ),
+            (
+                r#"{"state": "gone", "content": ""}"#,
+                "state: \"gone\" is not a state",
+            ),
+            (
+                r#"{"content": "x", "contnet": "y"}"#,
+                "unknown field \"contnet\"",
+            ),
+        ];
+        for (body, message) in cases {
+            check_refused(
+                &format!(r#"{{"schema": 1, "files": {{"/etc/x": {body}}}}}"#),
+                &[message],
+            );
+        }
+    }
+
+    #[test]
+    fn content_limit() {
+        let mut config = crate::model::declaration::tests::test_config();
+        config.limits.max_file_bytes = 4;
+        let json = r#"{"schema": 1, "files": {"/etc/x": {"content": "12345"}}}"#;
+        let err = crate::model::declaration::parse(
+            json.as_bytes(),
+            &crate::model::declaration::Context {
+                limits: &config.limits,
+                identity: &config.identity,
+            },
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("content: is 5 bytes, more than the limit of 4 bytes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn refuses_the_hosts_own_config_directory() {
+        check_refused(
+            r#"{"schema": 1, "files": {"/etc/mesh-host/config.json": {"content": "{}"}}}"#,
+            &["refused", "/etc/mesh-host is the host's own configuration"],
+        );
+    }
+
+    #[test]
+    fn refuses_the_hosts_own_unit_file() {
+        check_refused(
+            r#"{"schema": 1, "files": {"/etc/systemd/system/mesh-host.service": {"content": ""}}}"#,
+            &["refused", "own unit mesh-host.service"],
+        );
+    }
+
+    #[test]
+    fn refuses_the_hosts_own_drop_ins_and_links() {
+        for path in [
+            "/etc/systemd/system/mesh-host.service.d/override.conf",
+            "/etc/systemd/system/multi-user.target.wants/mesh-host.service",
+            "/etc/systemd/system/agent.service",
+        ] {
+            let json = format!(r#"{{"schema": 1, "files": {{"{path}": {{"content": ""}}}}}}"#);
+            check_refused(&json, &["refused", "the host's own unit"]);
+        }
+    }
+
+    #[test]
+    fn refuses_the_hosts_own_store() {
+        // The test config puts the store at /srv/mesh-store; files must be under /etc, so use a
+        // store under /etc to show the refusal names the store.
+        let mut config = crate::model::declaration::tests::test_config();
+        config
+            .identity
+            .state_dirs
+            .push(PathBuf::from("/etc/mesh-store"));
+        let json = r#"{"schema": 1, "files": {"/etc/mesh-store/ledger.json": {"content": "{}"}}}"#;
+        let err = crate::model::declaration::parse(
+            json.as_bytes(),
+            &crate::model::declaration::Context {
+                limits: &config.limits,
+                identity: &config.identity,
+            },
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("/etc/mesh-store is the host's own store"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn other_units_files_are_fine() {
+        assert!(problems(r#"{"schema": 1, "files": {"/etc/systemd/system/mesh-hostile.service": {"content": ""}}}"#).is_empty());
+    }
+
+    fn observed(state: State) -> Observed {
+        Observed {
+            state,
+            uid: Ok(None),
+            gid: Ok(None),
+            original: None,
+        }
+    }
+
+    fn stat(size: usize, mode: u32) -> Stat {
+        Stat {
+            file_type: FileType::Regular,
+            mode,
+            uid: 0,
+            gid: 0,
+            size: size as u64,
+        }
+    }
+
+    /// A file holding something other than the declared content.
+    fn regular(bytes: &[u8], mode: u32) -> State {
+        State::Regular {
+            stat: stat(bytes.len(), mode),
+            held: Held::Other(bytes.to_vec()),
+        }
+    }
+
+    /// A file holding the declared content.
+    fn as_declared(size: usize, mode: u32) -> State {
+        State::Regular {
+            stat: stat(size, mode),
+            held: Held::Declared { sha: [0; 32] },
+        }
+    }
+
+    fn plan_for(
+        json_spec: &str,
+        state: State,
+        owned: Option<&Entry<Original>>,
+    ) -> Step<Op, Original> {
+        let d = parse_with_defaults(&format!(
+            r#"{{"schema": 1, "files": {{"/etc/x": {json_spec}}}}}"#
+        ))
+        .unwrap();
+        let cx = RunContext::new(&d, false);
+        Files::plan(
+            &cx,
+            "/etc/x",
+            d.files.get("/etc/x"),
+            Some(&observed(state)),
+            owned,
+        )
+    }
+
+    fn summary(step: Step<Op, Original>) -> String {
+        match step {
+            Step::InSync => "in sync".into(),
+            Step::Adopt { intent, .. } => format!("adopt {:?}", intent.origin),
+            Step::Fail(e) | Step::Skip(e) => format!("fail: {e}"),
+            Step::Change(c) => format!(
+                "{} {} intent={:?} backup={} {:?}",
+                c.action.symbol(),
+                c.details.join(", "),
+                c.intent.map(|e| e.origin),
+                c.backup.is_some(),
+                c.op
+            )
+            .split(" {")
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        }
+    }
+
+    #[test]
+    fn planner_cases() {
+        let created = Entry::created();
+        let adopted = adopted_entry(
+            "/etc/x",
+            &Stat {
+                file_type: FileType::Regular,
+                mode: 0o600,
+                uid: 0,
+                gid: 0,
+                size: 3,
+            },
+        );
+        let cases: Vec<(&str, State, Option<&Entry<Original>>, &str)> = vec![
+            (
+                r#"{"content": "hi"}"#,
+                State::Missing,
+                None,
+                "+ 2 bytes, mode 0644 intent=Some(Created) backup=false Write",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                as_declared(2, 0o600),
+                None,
+                "adopt Adopted",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                as_declared(2, 0o600),
+                Some(&created),
+                "in sync",
+            ),
+            (
+                r#"{"content": "hi", "mode": "0644"}"#,
+                as_declared(2, 0o600),
+                Some(&created),
+                "~ mode 0600 -> 0644 intent=None backup=false SetAttributes",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                regular(b"old", 0o600),
+                None,
+                "~ content (3 -> 2 bytes) intent=Some(Adopted) backup=true Write",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                State::Other(FileType::Directory),
+                None,
+                "fail: /etc/x is a directory; mesh-host does not replace it",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                State::Other(FileType::Symlink),
+                None,
+                "fail: /etc/x is a symlink; mesh-host does not replace it",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                State::Blocked("/etc is a symlink".into()),
+                None,
+                "fail: /etc is a symlink",
+            ),
+            (r#"{"state": "absent"}"#, State::Missing, None, "in sync"),
+            (
+                r#"{"state": "absent"}"#,
+                regular(b"x", 0o644),
+                None,
+                "- declared absent intent=None backup=false Remove",
+            ),
+            (
+                r#"{"state": "absent"}"#,
+                State::Missing,
+                Some(&created),
+                "- already absent intent=None backup=false Forget",
+            ),
+        ];
+        for (spec, state, owned, want) in cases {
+            assert_eq!(summary(plan_for(spec, state, owned)), want, "{spec}");
+        }
+        let d = parse_with_defaults(r#"{"schema": 1}"#).unwrap();
+        let cx = RunContext::new(&d, false);
+        let release = |state, owned| {
+            summary(Files::plan(
+                &cx,
+                "/etc/x",
+                None,
+                Some(&observed(state)),
+                owned,
+            ))
+        };
+        assert_eq!(release(regular(b"x", 0o644), None), "in sync");
+        assert_eq!(
+            release(regular(b"x", 0o644), Some(&created)),
+            "- released; mesh-host created it intent=None backup=false Remove"
+        );
+        assert_eq!(
+            release(State::Missing, Some(&created)),
+            "- released; already gone intent=None backup=false Forget"
+        );
+        assert!(release(regular(b"x", 0o644), Some(&adopted))
+            .starts_with("~ released; original restored"));
+    }
+
+    /// `is_secret`: declared, or by default a mode that lets others not read the file.
+    #[test]
+    fn a_file_is_secret_when_declared_or_by_its_mode() {
+        for (spec, secret) in [
+            (r#"{"content": "x"}"#, false),
+            (r#"{"content": "x", "mode": "0644"}"#, false),
+            (r#"{"content": "x", "mode": "0600"}"#, true),
+            (r#"{"content": "x", "mode": "0640"}"#, true),
+            (r#"{"content": "x", "mode": "0400"}"#, true),
+            (r#"{"content": "x", "mode": "4750"}"#, true),
+            (
+                r#"{"content": "x", "mode": "0600", "secret": false}"#,
+                false,
+            ),
+            (r#"{"content": "x", "mode": "0644", "secret": true}"#, true),
+            (r#"{"content": "x", "secret": true}"#, true),
+            (r#"{"state": "absent"}"#, false),
+        ] {
+            let d = parse_with_defaults(&format!(
+                r#"{{"schema": 1, "files": {{"/etc/x": {spec}}}}}"#
+            ))
+            .unwrap();
+            assert_eq!(is_secret(&d.files["/etc/x"]), secret, "{spec}");
+        }
+        check_refused(
+            r#"{"schema": 1, "files": {"/etc/x": {"state": "absent", "secret": true}}}"#,
+            &["secret: makes no sense for a file declared absent"],
+        );
+        check_refused(
+            r#"{"schema": 1, "files": {"/etc/x": {"content": "x", "secret": "yes"}}}"#,
+            &["secret: must be"],
+        );
+    }
+
+    /// A secret file's change shows sizes and keyed digests (the same content, the same digest;
+    /// another key, another digest), never the content nor its plain SHA-256.
+    #[test]
+    fn a_secret_files_change_shows_sizes_and_keyed_digests_only() {
+        let canary = "password=canary-7f3a";
+        let d = parse_with_defaults(&format!(
+            r#"{{"schema": 1, "files": {{"/etc/x": {{"content": "{canary}\n", "mode": "0600"}}}}}}"#
+        ))
+        .unwrap();
+        let details = |key: Option<[u8; 32]>, state: State| {
+            let mut cx = RunContext::new(&d, false);
+            cx.digest_key = key;
+            let step = Files::plan(
+                &cx,
+                "/etc/x",
+                d.files.get("/etc/x"),
+                Some(&observed(state)),
+                None,
+            );
+            summary(step)
+        };
+        let key = Some([7; 32]);
+        let keyed =
+            |bytes: &[u8]| codec::hex(&codec::hmac_sha256(&[7; 32], bytes))[..16].to_string();
+        let new = keyed(
+            format!(
+                "{canary}
+"
+            )
+            .as_bytes(),
+        );
+        assert_eq!(
+            details(
+                key,
+                regular(
+                    b"password=old
+",
+                    0o600
+                )
+            ),
+            format!(
+                "~ secret content (13 bytes, keyed digest {} -> 21 bytes, keyed digest {new}) \
+                 intent=Some(Adopted) backup=true Write",
+                keyed(
+                    b"password=old
+"
+                )
+            )
+        );
+        assert_eq!(
+            details(key, State::Missing),
+            format!("+ secret, 21 bytes, keyed digest {new}, mode 0600 intent=Some(Created) backup=false Write")
+        );
+        let other_key = details(Some([8; 32]), State::Missing);
+        assert!(!other_key.contains(&new), "{other_key}");
+        let plain = codec::sha256_hex(
+            format!(
+                "{canary}
+"
+            )
+            .as_bytes(),
+        );
+        for shown in [
+            details(key, State::Missing),
+            details(None, regular(b"x", 0o600)),
+            other_key,
+        ] {
+            assert!(
+                !shown.contains("canary") && !shown.contains(&plain[..16]),
+                "{shown}"
+            );
+        }
+        assert_eq!(
+            details(None, regular(b"x", 0o600)),
+            "~ secret content (1 bytes -> 21 bytes) intent=Some(Adopted) backup=true Write"
+        );
+        let undeclared_mode = plan_for(r#"{"content": "x", "secret": true}"#, State::Missing, None);
+        assert_eq!(
+            summary(undeclared_mode),
+            "+ secret, 1 bytes, mode 0600 intent=Some(Created) backup=false Write"
+        );
+    }
+
+    /// A refusal quoting a line of secret content (a directive naming the host's unit) is
+    /// shown with the line scrubbed.
+    #[test]
+    fn a_refusal_of_secret_content_does_not_quote_it() {
+        let json = r#"{"schema": 1, "files": {"/etc/systemd/system/a.service.d/x.conf": {"content": "[Unit]\nRequires=mesh-host.service canary-unit\n", "secret": true}}}"#;
+        let err = problems(json).join("\n");
+        assert!(err.contains("the host's own unit"), "{err}");
+        assert!(!err.contains("canary-unit"), "{err}");
+        let plain = json.replace(r#", "secret": true"#, "");
+        assert!(problems(&plain).join("\n").contains("canary-unit"));
+    }
+
+    #[test]
+    fn missing_directories_are_found_outermost_first() {
+        let tmp = crate::util::testutil::TempDir::new("missing-dirs");
+        std::fs::create_dir_all(tmp.path().join("etc/app")).unwrap();
+        let root = Dir::open(tmp.path()).unwrap();
+        assert_eq!(
+            missing_directories(&root, Path::new("/etc/app/a/b/conf")),
+            vec![PathBuf::from("/etc/app/a"), PathBuf::from("/etc/app/a/b")]
+        );
+        assert!(missing_directories(&root, Path::new("/etc/app/conf")).is_empty());
+    }
+
+    #[test]
+    fn observation_keeps_a_files_content_only_when_it_differs() {
+        let tmp = crate::util::testutil::TempDir::new("observe-held");
+        std::fs::create_dir_all(tmp.path().join("etc/app")).unwrap();
+        std::fs::write(tmp.path().join("etc/app/same"), "declared").unwrap();
+        std::fs::write(tmp.path().join("etc/app/other"), "edited").unwrap();
+        let root = Dir::open(tmp.path()).unwrap();
+        let mut looking = Looking::new(&root, IndexUse::load(None, None), 100, true);
+        let mut observe = |key: &'static str, declared: Option<&[u8]>| {
+            held(looking.at(key, declared.map(Declared::of).as_ref()))
+        };
+        assert_eq!(observe("/etc/app/same", Some(b"declared")), "Declared");
+        assert_eq!(
+            observe("/etc/app/other", Some(b"declared")),
+            format!("{:?}", Held::Other(b"edited".to_vec()))
+        );
+        // No content declared (to be removed or released): what it holds, for the plan's diff.
+        assert_eq!(
+            observe("/etc/app/other", None),
+            format!("{:?}", Held::Other(b"edited".to_vec()))
+        );
+        assert_eq!(observe("/etc/app/gone", Some(b"declared")), "Missing");
+        // The directory was walked to once for all four.
+        assert_eq!(looking.parents.dirs.len(), 1);
+    }
+
+    #[test]
+    fn unknown_owner_fails_that_file_only() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "files": {"/etc/x": {"content": "a", "owner": "www"}}}"#,
+        )
+        .unwrap();
+        let cx = RunContext::new(&d, false);
+        let obs = Observed {
+            state: State::Missing,
+            uid: Err("user \"www\" does not exist".into()),
+            gid: Ok(None),
+            original: None,
+        };
+        let step = Files::plan(&cx, "/etc/x", d.files.get("/etc/x"), Some(&obs), None);
+        assert_eq!(summary(step), "fail: owner: user \"www\" does not exist");
+    }
+
+    /// A scratch root holding `/etc/app/conf` ("declared") and a store beside it.
+    fn root_with_one_file(label: &str) -> (crate::util::testutil::TempDir, Dir, Store) {
+        let tmp = crate::util::testutil::TempDir::new(label);
+        std::fs::create_dir_all(tmp.path().join("root/etc/app")).unwrap();
+        std::fs::write(tmp.path().join("root/etc/app/conf"), "declared").unwrap();
+        let root = Dir::open(&tmp.path().join("root")).unwrap();
+        let store = Store::open(&tmp.path().join("store"), true)
+            .unwrap()
+            .unwrap();
+        (tmp, root, store)
+    }
+
+    /// Observes `/etc/app/conf` against `declared` with the store's index, saving it after; the
+    /// `Held` found. `observed_from_ns` stands for when the observation began.
+    fn observe_indexed(
+        root: &Dir,
+        store: &Store,
+        declared: &[u8],
+        observed_from_ns: i64,
+    ) -> String {
+        let mut index = IndexUse::load(Some(store), None);
+        index.observed_from_ns = observed_from_ns;
+        let mut looking = Looking::new(root, index, 100, false);
+        let state = looking.at("/etc/app/conf", Some(&Declared::of(declared)));
+        looking.index.save(Some(store));
+        held(state)
+    }
+
+    /// What a state holds, `Declared` without its digest.
+    fn held(state: State) -> String {
+        match state {
+            State::Regular {
+                held: Held::Declared { .. },
+                ..
+            } => "Declared".to_string(),
+            State::Regular { held, .. } => format!("{held:?}"),
+            other => format!("{other:?}"),
+        }
+    }
+
+    fn stamp_of_conf(root: &Dir) -> Stamp {
+        let etc = fsutil::walk_to_dir(root, Path::new("/etc/app"), false)
+            .unwrap()
+            .unwrap();
+        etc.stat_stamped(std::ffi::OsStr::new("conf"))
+            .unwrap()
+            .unwrap()
+            .1
+    }
+
+    /// Well after any file in the test changed.
+    const LATER: i64 = i64::MAX / 2;
+
+    #[test]
+    fn an_index_is_kept_for_the_next_chunk_only_while_unchanged() {
+        let (_tmp, root, store) = root_with_one_file("index-kept");
+        let observe = |mut index: IndexUse<'static>| {
+            index.observed_from_ns = LATER;
+            let mut looking = Looking::new(&root, index, 100, false);
+            looking.at("/etc/app/conf", Some(&Declared::of(b"declared")));
+            looking.index
+        };
+        // The first observation records the file: the index changed, so it is read again.
+        let index = observe(IndexUse::load(Some(&store), None));
+        assert!(index.save(Some(&store)).is_none());
+        // The next finds it as recorded: the index as read is handed on, and vouches again.
+        let index = observe(IndexUse::load(Some(&store), None));
+        let kept = index.save(Some(&store)).expect("unchanged, kept");
+        let index = IndexUse::load(None, Some(kept));
+        assert!(index.vouches(
+            "/etc/app/conf",
+            &stamp_of_conf(&root),
+            &Declared::of(b"declared")
+        ));
+    }
+
+    /// `/etc/app/conf` observed as declared, and the entry the index then keeps of it.
+    fn recorded(root: &Dir, store: &Store) -> Cached {
+        assert_eq!(observe_indexed(root, store, b"declared", LATER), "Declared");
+        store.files_index().get("/etc/app/conf").expect("recorded")
+    }
+
+    #[test]
+    fn a_file_the_index_vouches_for_is_not_read() {
+        let (_tmp, root, store) = root_with_one_file("index-hit");
+        let cached = recorded(&root, &store);
+        assert_eq!(cached.stamp, stamp_of_conf(&root));
+        assert_eq!(cached.digest, crate::util::codec::sha256(b"declared"));
+        // An index claiming the file holds other content of the same size, with the file's very
+        // stamp: believed, which shows the file was not read.
+        let forged = Cached {
+            digest: crate::util::codec::sha256(b"12345678"),
+            ..cached
+        };
+        store
+            .save_files_index(
+                &FilesIndex::default(),
+                vec![("/etc/app/conf", Some(forged))],
+            )
+            .unwrap();
+        assert_eq!(
+            observe_indexed(&root, &store, b"12345678", LATER),
+            "Declared"
+        );
+        // Another declared content does not match the entry's digest: read and compared.
+        assert_eq!(
+            observe_indexed(&root, &store, b"declared", LATER),
+            "Declared",
+            "read: the file does hold it"
+        );
+        assert_eq!(
+            store.files_index().get("/etc/app/conf").map(|c| c.digest),
+            Some(crate::util::codec::sha256(b"declared"))
+        );
+    }
+
+    #[test]
+    fn every_stamp_field_that_differs_means_the_file_is_read() {
+        let (_tmp, root, store) = root_with_one_file("index-fields");
+        let cached = recorded(&root, &store);
+        let changes: [fn(&mut Stamp); 8] = [
+            |s| s.device += 1,
+            |s| s.inode += 1,
+            |s| s.size += 1,
+            |s| s.mode ^= 0o002,
+            |s| s.uid += 1,
+            |s| s.gid += 1,
+            |s| s.mtime_ns += 1,
+            |s| s.ctime_ns += 1,
+        ];
+        for change in changes {
+            // The index says the file held other content with a stamp differing in one field:
+            // not believed, the file is read (and holds the declared content after all).
+            let mut stamp = cached.stamp;
+            change(&mut stamp);
+            let other = Cached {
+                stamp,
+                digest: crate::util::codec::sha256(b"12345678"),
+            };
+            let mut index = IndexUse::load(None, None);
+            index.old = FilesIndex::decode(
+                FilesIndex::default().updated(vec![("/etc/app/conf", Some(other))]),
+            )
+            .unwrap();
+            assert!(!index.vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"12345678")));
+        }
+        let mut index = IndexUse::load(Some(&store), None);
+        assert!(index.vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"declared")));
+        index.old = FilesIndex::default();
+        assert!(!index.vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"declared")));
+    }
+
+    #[test]
+    fn a_file_changed_in_the_tick_of_its_read_is_not_kept_in_the_index() {
+        let (tmp, root, store) = root_with_one_file("index-racy");
+        // The observation began when the file was just written (git's "racy" case): a change
+        // right after the read could keep the stamp, so it is not recorded.
+        let ctime = stamp_of_conf(&root).ctime_ns;
+        assert_eq!(
+            observe_indexed(&root, &store, b"declared", ctime),
+            "Declared"
+        );
+        assert_eq!(store.files_index().get("/etc/app/conf"), None);
+        // A later observation, once that tick is past, records it.
+        assert_eq!(
+            observe_indexed(&root, &store, b"declared", LATER),
+            "Declared"
+        );
+        assert!(store.files_index().get("/etc/app/conf").is_some());
+        // A file found to differ is dropped from the index.
+        std::fs::write(tmp.path().join("root/etc/app/conf"), "edited!!").unwrap();
+        assert_eq!(
+            observe_indexed(&root, &store, b"declared", LATER),
+            format!("{:?}", Held::Other(b"edited!!".to_vec()))
+        );
+        assert_eq!(store.files_index().get("/etc/app/conf"), None);
+    }
+
+    #[test]
+    fn a_corrupt_index_is_rebuilt_by_reading_the_files() {
+        let (tmp, root, store) = root_with_one_file("index-corrupt");
+        std::fs::write(tmp.path().join("store/files-index"), "{not an index").unwrap();
+        assert!(store.files_index().get("/etc/app/conf").is_none());
+        assert_eq!(
+            observe_indexed(&root, &store, b"declared", LATER),
+            "Declared"
+        );
+        assert!(store.files_index().get("/etc/app/conf").is_some());
+    }
+
+    #[test]
+    fn a_run_keeps_only_the_changed_files_a_unit_acts_on() {
+        let d = parse_with_defaults(
+            r#"{"schema": 1, "files": {"/etc/app.conf": {"content": "a"},
+                "/etc/other.conf": {"content": "b"}, "/etc/app.env": {"content": "c"}},
+                "units": {"app.service": {"restart_on": ["/etc/app.conf"],
+                    "reload_on": ["/etc/app.env"]}}}"#,
+        )
+        .unwrap();
+        let change = |key: &str, op| Change {
+            key: key.to_string(),
+            action: Action::Update,
+            details: Details::default(),
+            diff: None,
+            intent: None,
+            backup: None,
+            after: LedgerAfter::Disown,
+            op,
+        };
+        let mut facts = Facts::default();
+        let write = || Op::Write {
+            mode: 0o644,
+            owner: None,
+        };
+        for key in ["/etc/app.conf", "/etc/other.conf", "/etc/app.env"] {
+            Files::note(&d, &mut facts, &change(key, write()), &Outcome::Done);
+        }
+        // Failed, or only the ledger changed: the file did not change.
+        let failed = Outcome::Failed("no".into());
+        Files::note(&d, &mut facts, &change("/etc/app.conf", write()), &failed);
+        let kept: Vec<&str> = facts.changed.iter().map(String::as_str).collect();
+        assert_eq!(kept, ["/etc/app.conf", "/etc/app.env"]);
+        let mut facts = Facts::default();
+        Files::note(
+            &d,
+            &mut facts,
+            &change("/etc/app.conf", Op::Forget),
+            &Outcome::Done,
+        );
+        Files::note(&d, &mut facts, &change("/etc/app.env", write()), &failed);
+        assert!(facts.changed.is_empty());
+    }
+
+    #[test]
+    fn unit_files_and_drop_ins_are_known_by_their_look() {
+        for (path, unit) in [
+            (
+                "/etc/systemd/system/a.service.d/override.conf",
+                Some("a.service"),
+            ),
+            (
+                "/etc/systemd/system/web@.service.d/10-x.conf",
+                Some("web@.service"),
+            ),
+            ("/etc/systemd/system/service.d/all.conf", Some("service")),
+            ("/etc/systemd/system/b.timer", Some("b.timer")),
+            ("/etc/sysctl.d/99-x.conf", None),
+            ("/etc/app.conf", None),
+            ("/etc/systemd/system/a.service.d/notes.txt", None),
+        ] {
+            assert_eq!(configures_unit(path), unit, "{path}");
+        }
+    }
+
+    /// The ledger's digests, pinned (empty content, unicode, secret content, owner and group by
+    /// name and by id), and one written out byte by byte; found in sync, the same digest is
+    /// made from the SHA-256 observation computed.
+    #[test]
+    fn digests_are_pinned_to_their_canonical_encoding() {
+        assert_eq!(
+            digest(&Spec::Absent).to_string(),
+            "83b208da4b97f67861bad0f796de033f9c12769ae201077e08d187657cdc1a5c"
+        );
+        for (spec, hex) in [
+            (
+                r#"{"content": "a"}"#,
+                "c91ca32061cdb2f9949baa0522e740bdc4a6431346349e8abfea4a0996fdccbd",
+            ),
+            (
+                r#"{"content": "", "mode": "0600"}"#,
+                "885a21c7e247344d8bfa613d6c772b6d4ea6f43a6dbf1e6808362cdf4db0ece6",
+            ),
+            (
+                r#"{"content": "h\u00e9llo \u2713\n", "mode": "0644", "owner": "0", "group": "0"}"#,
+                "c1c3e1870650384b0559e488ce62afa7d023178fff7c19d11f1c889256f1b67d",
+            ),
+            (
+                r#"{"content": "token = s3cret \u2713\n", "secret": true, "mode": "0640", "group": "0"}"#,
+                "2de80b889511c825f56dc78606eaff7d36ba1176124763d8f913330f391f0ad3",
+            ),
+            (
+                r#"{"content": "x", "owner": "www-data", "group": "wheel"}"#,
+                "8a65a67550d085435887f5d17c1312f479310f4a376510473021099d5bc88ca7",
+            ),
+        ] {
+            let d = parse_with_defaults(&format!(
+                r#"{{"schema": 1, "files": {{"/etc/x": {spec}}}}}"#
+            ))
+            .unwrap();
+            let Some(Spec::Present(c)) = d.files.get("/etc/x") else {
+                panic!("{spec}: not present");
+            };
+            assert_eq!(content_digest(c).to_string(), hex, "{spec}");
+            // Found in sync, the digest is made from the SHA-256 observation computed.
+            let obs = observed(State::Regular {
+                stat: stat(c.bytes.len(), 0o644),
+                held: Held::Declared {
+                    sha: Declared::of(&c.bytes).sha,
+                },
+            });
+            let spec = Spec::Present(c.clone());
+            assert_eq!(Files::digest_observed(&spec, Some(&obs)), digest(&spec));
+            assert_eq!(Files::digest_observed(&spec, None), digest(&spec));
+        }
+        assert_eq!(
+            Files::digest_observed(&Spec::Absent, Some(&observed(State::Missing))),
+            digest(&Spec::Absent)
+        );
+        // "a": present, the SHA-256 of "a", no mode, owner or group.
+        let mut by_hand = b"files\x00\x01\x01".to_vec();
+        by_hand.extend_from_slice(&codec::sha256(b"a"));
+        by_hand.extend_from_slice(b"\x00\x00\x00");
+        assert_eq!(
+            digest(&Spec::Present(Content {
+                bytes: Box::new(*b"a"),
+                mode: None,
+                ownership: None,
+                secret: None,
+            })),
+            Digest::Sha256(codec::sha256(&by_hand))
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! Observing declared and owned files: one walk per parent directory, each file's stat checked
+//! against the files index (a file unchanged since it was last found as declared is not read again).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::state::{Held, State};
+use crate::os::fsutil::{self, Dir, FileType, Stamp};
+use crate::store::{Cached, FilesIndex, Store};
+use crate::util::codec;
+
+/// Parent directories opened during one observation, so many files in one directory cost one
+/// walk from the root (each still opened one component at a time, never through a symlink).
+#[derive(Default)]
+pub struct ParentCache {
+    /// By the directory's path (keys are normalised, so its text is its identity).
+    pub(super) dirs: HashMap<String, Result<Option<Dir>, String>>,
+}
+
+/// The files index during one observation (see `store::FilesIndex`): the index as read, when
+/// the observation began on the file clock, and the entries it changes.
+pub struct IndexUse<'k> {
+    pub(super) old: FilesIndex,
+    pub(super) observed_from_ns: i64,
+    pub(super) updates: Vec<(&'k str, Option<Cached>)>,
+}
+
+impl<'k> IndexUse<'k> {
+    /// Without a store (planning before the first apply) every file is read. `kept`: the index
+    /// an earlier observation in this run read and left unchanged, used instead of reading it.
+    pub(super) fn load(store: Option<&Store>, kept: Option<FilesIndex>) -> IndexUse<'k> {
+        IndexUse {
+            // Taken before any file is looked at: only files changed before it can be trusted.
+            observed_from_ns: fsutil::file_clock_now_ns(),
+            old: kept
+                .or_else(|| store.map(Store::files_index))
+                .unwrap_or_default(),
+            updates: Vec::new(),
+        }
+    }
+
+    /// Whether the index says the file `key`, now stamped `stamp`, holds `declared`: it had that
+    /// stamp when the host last saw it hold content with the declared digest.
+    pub(super) fn vouches(&self, key: &str, stamp: &Stamp, declared: &Declared) -> bool {
+        match self.old.get(key) {
+            Some(cached) => {
+                cached.stamp == *stamp
+                    && stamp.size == declared.bytes.len() as u64
+                    && cached.digest == declared.sha
+            }
+            None => false,
+        }
+    }
+
+    /// The file `key` was read with `stamp` and holds `declared`: kept, unless it changed too
+    /// recently for its stamp to tell a later change (`fsutil::is_cacheable`).
+    pub(super) fn confirm(&mut self, key: &'k str, stamp: Stamp, declared: &Declared) {
+        if !fsutil::is_cacheable(&stamp, self.observed_from_ns) {
+            return self.forget(key);
+        }
+        let cached = Cached {
+            stamp,
+            digest: declared.sha,
+        };
+        if self.old.get(key) != Some(cached) {
+            self.updates.push((key, Some(cached)));
+        }
+    }
+
+    /// The file `key` is not (or no longer known to be) as declared.
+    pub(super) fn forget(&mut self, key: &'k str) {
+        if self.old.get(key).is_some() {
+            self.updates.push((key, None));
+        }
+    }
+
+    /// Writes the index back if any entry changed. A cache: failing to save it costs the next
+    /// run reading files again, so it is only logged. The index as read when nothing changed
+    /// (it is still the file's), to be used by the next observation.
+    pub(super) fn save(self, store: Option<&Store>) -> Option<FilesIndex> {
+        let store = store?;
+        if self.updates.is_empty() {
+            return Some(self.old);
+        }
+        if let Err(e) = store.save_files_index(&self.old, self.updates) {
+            log::warn!("{e}; the next run reads the files again");
+        }
+        None
+    }
+}
+
+/// Declared content, with its SHA-256 (what the files index keeps of it).
+#[derive(Debug, Clone, Copy)]
+pub struct Declared<'c> {
+    pub(super) bytes: &'c [u8],
+    pub(super) sha: [u8; 32],
+}
+
+impl<'c> Declared<'c> {
+    pub(super) fn of(bytes: &'c [u8]) -> Declared<'c> {
+        Declared {
+            bytes,
+            sha: codec::sha256(bytes),
+        }
+    }
+}
+
+/// What one observation looks at files with: the root, the directories walked to so far, a
+/// buffer each file is read into in turn, the files index, and the size limit.
+pub struct Looking<'r, 'k> {
+    pub(super) root: &'r Dir,
+    pub(super) parents: ParentCache,
+    pub(super) buffer: Vec<u8>,
+    pub(super) index: IndexUse<'k>,
+    pub(super) max: u64,
+    /// Whether a file with no declared content is read (for a plan's diff of its removal).
+    pub(super) read_undeclared: bool,
+}
+
+impl<'r, 'k> Looking<'r, 'k> {
+    pub(super) fn new(
+        root: &'r Dir,
+        index: IndexUse<'k>,
+        max: u64,
+        read_undeclared: bool,
+    ) -> Looking<'r, 'k> {
+        Looking {
+            root,
+            parents: ParentCache::default(),
+            buffer: Vec::new(),
+            index,
+            max,
+            read_undeclared,
+        }
+    }
+
+    /// Observes one file. With `declared` content, the file is read and compared, unless the
+    /// files index vouches for it; without, it is only looked at. A file not found as declared
+    /// is forgotten by the index.
+    pub(super) fn at(&mut self, key: &'k str, declared: Option<&Declared>) -> State {
+        let state = self.stamped(key, declared);
+        if !matches!(
+            state,
+            State::Regular {
+                held: Held::Declared { .. },
+                ..
+            }
+        ) {
+            self.index.forget(key);
+        }
+        state
+    }
+
+    pub(super) fn stamped(&mut self, key: &'k str, declared: Option<&Declared>) -> State {
+        let Looking {
+            root,
+            parents,
+            buffer,
+            index,
+            max,
+            read_undeclared,
+        } = self;
+        let (root, max) = (*root, *max);
+        let Some((parent_path, name)) = key.rsplit_once('/') else {
+            return State::Blocked(format!("{key}: not a file path"));
+        };
+        let name = std::ffi::OsStr::new(name);
+        if !parents.dirs.contains_key(parent_path) {
+            let found = match fsutil::walk_to_parent(root, Path::new(key), false) {
+                Ok(found) => Ok(found.map(|p| p.dir)),
+                Err(e) => Err(e.to_string()),
+            };
+            parents.dirs.insert(parent_path.to_string(), found);
+        }
+        let Some(parent) = parents.dirs.get(parent_path) else {
+            return State::Blocked(format!("{key}: its directory was not looked at"));
+        };
+        let dir = match parent {
+            Ok(Some(dir)) => dir,
+            Ok(None) => return State::Missing,
+            Err(e) => return State::Blocked(e.clone()),
+        };
+        match dir.stat_stamped(name) {
+            Ok(None) => State::Missing,
+            Ok(Some((st, _))) if st.file_type != FileType::Regular => State::Other(st.file_type),
+            Ok(Some((stat, stamp))) => {
+                let Some(declared) = declared else {
+                    // To be removed or replaced: read for the plan's diff, if it can be.
+                    let held = match read_undeclared {
+                        false => Held::Unread,
+                        true => match dir.read_after_stat(name, &stat, max, buffer) {
+                            Ok(true) => Held::Other(std::mem::take(buffer)),
+                            Ok(false) => return State::Missing,
+                            Err(_) => Held::Unread,
+                        },
+                    };
+                    return State::Regular { stat, held };
+                };
+                if index.vouches(key, &stamp, declared) {
+                    return State::Regular {
+                        stat,
+                        held: Held::Declared { sha: declared.sha },
+                    };
+                }
+                match dir.read_after_stat(name, &stat, max, buffer) {
+                    Ok(true) => {
+                        let held = if buffer.as_slice() == declared.bytes {
+                            index.confirm(key, stamp, declared);
+                            Held::Declared { sha: declared.sha }
+                        } else {
+                            Held::Other(std::mem::take(buffer))
+                        };
+                        State::Regular { stat, held }
+                    }
+                    Ok(false) => State::Missing,
+                    Err(e) => State::Blocked(format!("{key}: {e}")),
+                }
+            }
+            Err(e) => State::Blocked(format!("{key}: {e}")),
+        }
+    }
+}

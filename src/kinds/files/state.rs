@@ -1,0 +1,101 @@
+//! What observing a file finds and what its plan says to do: the types the observation, the
+//! plan and the apply of files pass between them.
+
+use std::collections::{BTreeSet, HashSet};
+
+use crate::model::spec::files::Original;
+use crate::os::fsutil::{FileType, Stat};
+use crate::store::FilesIndex;
+
+#[derive(Debug)]
+pub struct Observed {
+    pub(super) state: State,
+    /// Declared owner and group resolved against the target's own tables.
+    pub(super) uid: Result<Option<u32>, String>,
+    pub(super) gid: Result<Option<u32>, String>,
+    /// What releasing an adopted file puts back (its backup in the store), read only for a file
+    /// no longer declared, for the plan's diff.
+    pub(super) original: Option<Vec<u8>>,
+}
+
+#[derive(Debug)]
+pub enum State {
+    Missing,
+    Regular {
+        stat: Stat,
+        held: Held,
+    },
+    /// A directory, symlink or special file where a file is declared.
+    Other(FileType),
+    /// The path cannot be reached: a symlinked or non-directory parent, or an I/O error.
+    Blocked(String),
+}
+
+/// What files tell later kinds about a run.
+#[derive(Debug, Default)]
+pub struct Facts {
+    /// Files (absolute target paths) changed in this run that a declared unit restarts or
+    /// reloads on: only those, as a run may change 20,000 files.
+    pub changed: BTreeSet<String>,
+    /// Unit files and drop-ins changed in this run, known by their look (a unit's name, or
+    /// `*.conf` in a `NAME.d/` directory), by the name of the unit or drop-in directory they
+    /// configure (`a.service`, `web@.service`, `web-.service`, `service`): the units kind
+    /// reloads the manager for them before it starts anything, and restarts a running unit
+    /// whose own or template's changed.
+    pub unit_config: BTreeSet<String>,
+    /// Every path a declared unit restarts or reloads on, gathered when the first change is
+    /// noted.
+    pub(super) units_act_on: Option<HashSet<String>>,
+    /// Files changed in this run in a directory systemd may read units from (a path with a
+    /// `systemd` component): systemd's confirmation (`kinds::units::confirm`) asks about them
+    /// and puts them back (`put_back`) when they reach the host's units.
+    pub in_systemd_dirs: BTreeSet<String>,
+    /// Files of this run that systemd's confirmation put back, with why (`refused`): written by
+    /// the units kind after this kind's outcomes were recorded, so `reconcile` fails them
+    /// (`take_refused`) once the units kind is done.
+    pub(super) refused: std::cell::RefCell<Vec<(String, String)>>,
+    /// The files index as the run's last observation left it unchanged: kept for the next
+    /// chunk of files, so a run reads and checks the index once, not once per chunk.
+    pub(super) index: std::cell::RefCell<Option<FilesIndex>>,
+}
+
+impl Facts {
+    /// The files systemd's confirmation put back in this run, with why, taken once.
+    pub fn take_refused(&self) -> Vec<(String, String)> {
+        self.refused.take()
+    }
+}
+
+/// What planning needs of a regular file's content. Observation compares it with the declared
+/// content as it reads it and keeps the bytes only when they differ (the original to back up if
+/// the host adopts the file), so a no-op over many files holds none of them.
+#[derive(Debug)]
+pub enum Held {
+    /// As declared; the content's SHA-256, computed once to compare it with the files index, is
+    /// kept for the ledger's digest of a file found in sync (`Kind::digest_observed`).
+    Declared { sha: [u8; 32] },
+    /// Other than declared; or, with no content declared (declared absent, or being released),
+    /// what removing or replacing it loses, for the plan's diff.
+    Other(Vec<u8>),
+    /// No content is declared for it and it is not read (the plan shows no diffs) or could not
+    /// be (its removal goes on regardless).
+    Unread,
+}
+
+#[derive(Debug)]
+pub enum Op {
+    /// Writes the declared content (taken from the declaration when applied, not copied into the
+    /// plan).
+    Write {
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    },
+    SetAttributes {
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    },
+    Remove,
+    Restore(Original),
+    /// Already as wanted; only the ledger changes.
+    Forget,
+}

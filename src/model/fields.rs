@@ -1,0 +1,322 @@
+//! The toolkit a declaration is read with: its problems, each with its location
+//! (`files["/etc/x"].mode`), the fields of one JSON object read with every wrong type and unknown
+//! field reported, JSON with duplicate keys refused, and secret content scrubbed from what a
+//! refusal quotes. Each kind's spec (`model::spec`) parses its fields with it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// One thing wrong with a declaration, and where (`files["/etc/x"].mode`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub location: String,
+    pub message: String,
+}
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.location.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.location, self.message)
+        }
+    }
+}
+#[derive(Debug, Default)]
+pub struct Problems(pub Vec<Problem>);
+impl Problems {
+    pub fn push(&mut self, location: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            location: location.into(),
+            message: message.into(),
+        });
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+/// `Declaration::secret_texts` of one secret content: each line, and what follows each `=` or
+/// `:` in it (`Environment=TOKEN=x` gives `TOKEN=x` and `x`).
+pub fn content_secrets(bytes: &[u8], texts: &mut BTreeSet<String>) {
+    for line in String::from_utf8_lossy(bytes).lines() {
+        secret_piece(line, texts);
+        for (at, _) in line.match_indices(['=', ':']) {
+            secret_piece(&line[at + 1..], texts);
+        }
+    }
+}
+pub fn secret_piece(text: &str, texts: &mut BTreeSet<String>) {
+    let text = text.trim();
+    if text.len() >= crate::os::exec::MIN_REDACTED {
+        texts.insert(text.to_string());
+    }
+}
+/// A refusal of secret `content` with what it quotes of it scrubbed (`exec::redact`): a
+/// refusal is shown and reported like any problem.
+pub fn redact_refusal(refusal: String, content: &[u8]) -> String {
+    let mut texts = BTreeSet::new();
+    content_secrets(content, &mut texts);
+    crate::os::exec::redact(&refusal, &texts.into_iter().collect::<Vec<_>>())
+}
+/// Where a resource is, for messages: `files["/etc/x"]`. Formatted only for a problem, never for
+/// each of thousands of valid resources.
+pub fn resource_location(kind: &str, key: &str) -> String {
+    format!("{kind}[{}]", Value::String(key.to_string()))
+}
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+/// Reads the fields of one JSON object, reporting wrong types and, at `finish`, unknown fields
+/// (a typo such as `"enabeld"` must never be silently ignored).
+pub struct Fields<'a, 'p> {
+    object: &'a Map<String, Value>,
+    location: Location<'a>,
+    known: Vec<&'static str>,
+    pub problems: &'p mut Problems,
+}
+/// Where the object `Fields` reads is, kept unformatted until a problem needs it.
+enum Location<'a> {
+    Text(String),
+    Resource { kind: &'static str, key: &'a str },
+}
+impl<'a, 'p> Fields<'a, 'p> {
+    pub fn new(
+        object: &'a Map<String, Value>,
+        location: String,
+        problems: &'p mut Problems,
+    ) -> Self {
+        Fields {
+            object,
+            location: Location::Text(location),
+            // A resource's kind asks for a handful of fields: room for them at once.
+            known: Vec::with_capacity(8),
+            problems,
+        }
+    }
+
+    /// The fields of resource `key` of `kind`.
+    pub fn for_resource(
+        object: &'a Map<String, Value>,
+        kind: &'static str,
+        key: &'a str,
+        problems: &'p mut Problems,
+    ) -> Self {
+        Fields {
+            object,
+            location: Location::Resource { kind, key },
+            // A resource's kind asks for a handful of fields: room for them at once.
+            known: Vec::with_capacity(8),
+            problems,
+        }
+    }
+
+    fn location(&self) -> String {
+        match &self.location {
+            Location::Text(text) => text.clone(),
+            Location::Resource { kind, key } => resource_location(kind, key),
+        }
+    }
+
+    /// The location of field `name`, for messages.
+    pub fn at(&self, name: &str) -> String {
+        match self.location() {
+            location if location.is_empty() => name.to_string(),
+            location => format!("{location}.{name}"),
+        }
+    }
+
+    pub fn problem(&mut self, name: &str, message: impl Into<String>) {
+        let at = self.at(name);
+        self.problems.push(at, message);
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.object.contains_key(name)
+    }
+
+    fn get(&mut self, name: &'static str) -> Option<&'a Value> {
+        self.known.push(name);
+        self.object.get(name)
+    }
+
+    fn typed<T>(
+        &mut self,
+        name: &'static str,
+        want: &str,
+        pick: impl Fn(&'a Value) -> Option<T>,
+    ) -> Option<T> {
+        let value = self.get(name)?;
+        let picked = pick(value);
+        if picked.is_none() {
+            let message = format!("must be {want}, not {}", type_name(value));
+            self.problem(name, message);
+        }
+        picked
+    }
+
+    pub fn str(&mut self, name: &'static str) -> Option<&'a str> {
+        self.typed(name, "a string", Value::as_str)
+    }
+
+    pub fn bool(&mut self, name: &'static str) -> Option<bool> {
+        self.typed(name, "true or false", Value::as_bool)
+    }
+
+    pub fn u64(&mut self, name: &'static str) -> Option<u64> {
+        self.typed(name, "a non-negative integer", Value::as_u64)
+    }
+
+    pub fn object(&mut self, name: &'static str) -> Option<&'a Map<String, Value>> {
+        self.typed(name, "an object", Value::as_object)
+    }
+
+    pub fn array(&mut self, name: &'static str) -> Option<&'a Vec<Value>> {
+        self.typed(name, "an array", Value::as_array)
+    }
+
+    /// An array of strings; each wrong element is reported with its index.
+    pub fn strings(&mut self, name: &'static str) -> Option<Vec<&'a str>> {
+        let items = self.typed(name, "an array of strings", Value::as_array)?;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            match item.as_str() {
+                Some(s) => out.push(s),
+                None => {
+                    let at = format!("{}[{i}]", self.at(name));
+                    self.problems
+                        .push(at, format!("must be a string, not {}", type_name(item)));
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// An object whose values are all strings (environment variables, labels).
+    pub fn string_map(&mut self, name: &'static str) -> Option<BTreeMap<String, String>> {
+        let map = self.object(name)?;
+        let mut out = BTreeMap::new();
+        for (k, v) in map {
+            match v.as_str() {
+                Some(s) => {
+                    out.insert(k.clone(), s.to_string());
+                }
+                None => {
+                    let at = format!("{}[{}]", self.at(name), Value::String(k.clone()));
+                    self.problems
+                        .push(at, format!("must be a string, not {}", type_name(v)));
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// `state`: `present` (the default) or `absent`.
+    pub fn present(&mut self) -> bool {
+        match self.str("state") {
+            None | Some("present") => true,
+            Some("absent") => false,
+            Some(other) => {
+                self.problem(
+                    "state",
+                    format!("{other:?} is not a state (present or absent)"),
+                );
+                true
+            }
+        }
+    }
+
+    /// Reports every field that was never asked for.
+    pub fn finish(self) {
+        for key in self.object.keys() {
+            if !self.known.contains(&key.as_str()) {
+                let at = self.location();
+                let mut known = self.known.clone();
+                known.sort_unstable();
+                known.dedup();
+                self.problems.push(
+                    at,
+                    format!("unknown field {key:?} (known fields: {})", known.join(", ")),
+                );
+            }
+        }
+    }
+}
+/// Parses JSON text with duplicate object keys rejected (see `StrictValue`).
+pub fn strict_json(bytes: &[u8]) -> Result<Value, serde_json::Error> {
+    serde_json::from_slice::<StrictValue>(bytes).map(|StrictValue(v)| v)
+}
+/// A JSON value parsed with duplicate object keys rejected: `{"a": 1, "a": 2}` is ambiguous, and
+/// serde_json's own `Value` silently keeps the last one.
+pub struct StrictValue(pub Value);
+impl<'de> Deserialize<'de> for StrictValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor)
+    }
+}
+pub struct StrictVisitor;
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = StrictValue;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::from(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::from(v)))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::from(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::String(v.to_string())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::String(v)))
+    }
+    fn visit_unit<E>(self) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::Null))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<StrictValue, A::Error> {
+        let mut items = Vec::new();
+        while let Some(StrictValue(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(StrictValue(Value::Array(items)))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StrictValue, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(de::Error::custom(format!("duplicate key {key:?}")));
+            }
+            let StrictValue(v) = map.next_value()?;
+            object.insert(key, v);
+        }
+        Ok(StrictValue(Value::Object(object)))
+    }
+}
