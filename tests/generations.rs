@@ -137,6 +137,15 @@ fn rollback_to_an_expired_signature_needs_force() {
 #[test]
 fn a_confirmed_apply_stays() {
     let host = Scratch::new("confirm");
+    let metrics = host.dir.join("metrics.prom");
+    let file = metrics.display().to_string();
+    host.edit_config(|c| c["metrics_file"] = serde_json::json!(file));
+    let metric = |line: &str| {
+        std::fs::read_to_string(&metrics)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l == line)
+    };
     host.apply(&declaration(&host, 1, "one", None), 0);
     let out = host.run(&[
         "apply",
@@ -147,9 +156,21 @@ fn a_confirmed_apply_stays() {
     assert_eq!(out.code, 0, "{out:?}");
     out.assert_stderr("pending: reverted in 2 s unless `mesh-host confirm` runs first");
     host.run(&["status"]).assert_stdout("pending: reverted in");
+    assert!(metric(
+        r#"mesh_host_declaration_confirmation{state="pending"} 1"#
+    ));
+    assert!(metric(
+        "# TYPE mesh_host_declaration_confirm_deadline_seconds gauge"
+    ));
     let confirmed = host.run(&["confirm"]);
     assert_eq!(confirmed.code, 0, "{confirmed:?}");
     confirmed.assert_stdout("revision 2 confirmed");
+    assert!(metric(
+        r#"mesh_host_declaration_confirmation{state="confirmed"} 1"#
+    ));
+    assert!(!metric(
+        "# TYPE mesh_host_declaration_confirm_deadline_seconds gauge"
+    ));
     let again = host.run(&["confirm"]);
     assert_eq!(again.code, 2, "{again:?}");
     again.assert_stderr("nothing to confirm");

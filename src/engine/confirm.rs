@@ -159,6 +159,9 @@ impl Host {
             revision = g.current().map(|c| c.revision);
             !g.due(now) && g.confirm(now)
         })?;
+        if confirmed {
+            self.write_metrics(&store, None);
+        }
         match confirmed {
             true => Ok(format!(
                 "revision {} confirmed",
@@ -194,6 +197,9 @@ impl Host {
             revision = g.current().map(|c| c.revision);
             !g.due(now) && g.confirm_by_ack(id, now)
         })?;
+        if confirmed {
+            self.write_metrics(&store, Some(true));
+        }
         Ok(confirmed.then(|| {
             format!(
                 "revision {} confirmed: the control plane acknowledged its run's report",

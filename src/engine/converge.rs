@@ -416,12 +416,23 @@ impl Host {
                     && crate::os::process::alive(s.pid)
             }),
         };
+        let generations = store.generations()?;
+        let confirmation = generations.current().map(|g| metrics::Confirmation {
+            state: match g.state {
+                State::Pending { .. } => "pending",
+                State::Confirmed { .. } => "confirmed",
+                State::Unconfirmed | State::Reverted { .. } => "unconfirmed",
+            },
+            deadline: generations.pending().map(|(deadline, _)| deadline),
+            reverted: generations.reverted.as_ref().map(|r| r.at),
+        });
         Ok(metrics::render(&metrics::Snapshot {
             now: store::unix_now(),
             version: env!("CARGO_PKG_VERSION"),
             stats: &stats,
             failing: &failing,
             declaration,
+            confirmation,
             link_up,
             outbox_reports: store.outbox_len()?,
         }))
