@@ -203,7 +203,7 @@ fn an_unconfirmed_apply_is_reverted_by_the_next_command() {
     std::thread::sleep(Duration::from_secs(2));
     // Reading changes nothing: status says it is past its deadline.
     host.run(&["status"])
-        .assert_stdout("pending: reverted in 0 s");
+        .assert_stdout("reverted by the next run");
     assert_eq!(read(&host, "/etc/a").as_deref(), Some("two"));
     let late = host.run(&["confirm"]);
     assert_eq!(late.code, 2, "{late:?}");

@@ -861,3 +861,43 @@ fn an_acked_declaration_is_confirmed_and_stays() {
         .iter()
         .any(|r| triggers(r).contains(&"revert".into())));
 }
+
+/// Issue 22 (2), inside the window: a host killed and started again before the deadline does not
+/// revert at once; it waits out the rest of the window, then reverts.
+#[test]
+fn a_host_started_inside_the_window_waits_out_the_rest() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    cp.declare(1, &motd_revision(1, "one"));
+    let mut node = node(
+        "revert-wait",
+        &pki,
+        Some(&cp),
+        r#""interval_secs": 600, "confirm_secs": 6"#,
+    );
+    second_revision_unacked(&cp, &node);
+    let deadline = node.status()["generations"]["list"][1]["state"]["deadline"]
+        .as_u64()
+        .unwrap_or_default();
+    let runs_before = node.runs().len();
+    node.kill();
+    node.restart(&[]);
+    assert!(
+        wait_until(WAIT, || node
+            .runs()
+            .get(runs_before)
+            .is_some_and(|r| r["trigger"] == "start")),
+        "{}",
+        node.log()
+    );
+    assert_eq!(node.read("/etc/motd").as_deref(), Some("two\n"));
+    assert_eq!(last_generation(&node), ("pending".into(), 2));
+    assert_motd(&node, "one");
+    let reverted = node.status()["generations"]["reverted"]["at"]
+        .as_u64()
+        .unwrap_or_default();
+    assert!(
+        reverted >= deadline,
+        "reverted at {reverted}, deadline {deadline}"
+    );
+}

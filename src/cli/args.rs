@@ -40,7 +40,9 @@ Commands:
                     $MAINPID is, or to the service the store names); what ExecReload= runs
   run               the service: hold the link to the control plane and reconcile on start,
                     on each declaration, on the drift timer and on reconnect (SIGHUP reloads
-                    the config, SIGUSR1 reconciles now, SIGTERM stops after the current resource)
+                    the config, SIGUSR1 reconciles now, SIGUSR2 re-reads the pending
+                    declaration's deadline, SIGTERM stops after the current resource); a
+                    pending declaration not confirmed by its deadline is reverted
   join --control-plane https://HOST:PORT --token-file FILE --ca-hash sha256:HEX [--force]
        [--trust-key ed25519:KEY ...]
                     trade a one-time token for this node's identity: write the config's

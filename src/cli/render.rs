@@ -456,6 +456,10 @@ fn generations_lines(generations: &Generations, now: u64) {
             Source::ControlPlane => "the control plane".to_string(),
         };
         let state = match g.state {
+            GenerationState::Pending { deadline, .. } if deadline <= now => format!(
+                "pending, past its deadline {} ago: reverted by the next run",
+                age(now - deadline)
+            ),
             GenerationState::Pending { deadline, by, .. } => format!(
                 "pending: reverted in {} unless {}",
                 age(deadline.saturating_sub(now)),

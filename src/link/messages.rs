@@ -628,6 +628,32 @@ mod tests {
         }
     }
 
+    /// A `declare`'s `confirm_secs` is read beside its declaration, and encoded only when set
+    /// (a control plane from before it sends none, and reads none back).
+    #[test]
+    fn a_declare_carries_its_confirmation_window() {
+        let with = br#"{"type":"declare","revision":3,"declaration":"d","confirm_secs":0}"#;
+        let decoded = decode(with.to_vec()).unwrap();
+        assert_eq!(Ok(&decoded), by_serde(with).as_ref());
+        assert!(matches!(
+            decoded,
+            Message::Declare {
+                confirm_secs: Some(0),
+                ..
+            }
+        ));
+        let without = br#"{"type":"declare","revision":3,"declaration":"d"}"#;
+        let decoded = decode(without.to_vec()).unwrap();
+        assert!(matches!(
+            decoded,
+            Message::Declare {
+                confirm_secs: None,
+                ..
+            }
+        ));
+        assert_eq!(serde_json::to_vec(&decoded).unwrap(), without);
+    }
+
     #[test]
     fn a_bad_declare_is_refused_by_name_as_serde_would_refuse_it() {
         let refused = [

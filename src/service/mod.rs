@@ -482,15 +482,17 @@ impl Service<'_> {
             }
         };
         self.load_pending();
+        if self.pending.is_some_and(|d| d <= store::unix_now()) {
+            // Not reverted (the store failed): tried again after the next run, not in a loop.
+            log::error!("the pending declaration is past its deadline but was not reverted");
+            self.pending = None;
+        }
         if ran {
             let now = sys::now_ms();
             self.watcher.watch.covered();
             self.schedule.rearm(now, sys::random());
             self.refresh_watch(now);
             self.send_outbox();
-        } else if self.pending.is_some_and(|d| d <= store::unix_now()) {
-            // Not reverted (the store failed): not tried again in a busy loop.
-            self.pending = None;
         }
         ran
     }

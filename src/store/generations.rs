@@ -341,6 +341,26 @@ impl Store {
         Ok(())
     }
 
+    /// Removes the temp files of texts a crash left half written (the store's lock is held).
+    pub(super) fn remove_generation_temps(&self) -> Result<(), StoreError> {
+        let Ok(texts) = self.dir.child(OsStr::new(TEXTS)) else {
+            return Ok(());
+        };
+        let entries = std::fs::read_dir(self.path.join(TEXTS))
+            .map_err(|e| self.error(TEXTS, format!("cannot be listed: {e}")))?;
+        for name in entries.flatten().map(|e| e.file_name()) {
+            let temp = name
+                .to_str()
+                .is_some_and(|n| n.starts_with('.') && n.ends_with(super::TEMP_SUFFIX));
+            if temp {
+                texts
+                    .remove(&name)
+                    .map_err(|e| self.error(TEXTS, format!("cannot be cleaned: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
     fn remove_texts(&self, digests: &[String]) {
         let Ok(texts) = self.texts() else { return };
         for digest in digests {

@@ -472,6 +472,7 @@ impl Store {
             }
         }
         self.remove_files_index_temps()?;
+        self.remove_generation_temps()?;
         self.outbox_recover()
     }
 
