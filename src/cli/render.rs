@@ -477,8 +477,9 @@ fn generations_lines(generations: &Generations, now: u64) {
             true => ", signature expired",
             false => "",
         };
+        // The state first: a line of status ending `ago: ...` is a run's.
         println!(
-            "  {} revision {}, from {source}, sha256 {}, put in force {} ago{expired}: {state}",
+            "  {} revision {} ({state}), from {source}, sha256 {}, put in force {} ago{expired}",
             if i == 0 { "*" } else { " " },
             words_revision(g.revision),
             &g.digest[..g.digest.len().min(12)],
