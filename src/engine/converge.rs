@@ -171,7 +171,7 @@ impl Host {
                 if !unchanged {
                     let state = match confirm_secs {
                         Some(secs) => State::Pending {
-                            deadline: started + secs,
+                            deadline: store::unix_now() + secs,
                             by: Confirmer::Person,
                             report: None,
                         },

@@ -1,6 +1,6 @@
-//! `mesh-host reload [PID]`: what `ExecReload=` runs. The host signals the service itself, so
-//! reloading needs no `kill` binary (a minimal system has none) and never signals a process that
-//! is not mesh-host.
+//! `mesh-host reload [PID]`: what `ExecReload=` runs, and the word `apply --confirm` sends of a
+//! new pending declaration. The host signals the service itself, so reloading needs no `kill`
+//! binary (a minimal system has none) and never signals a process that is not mesh-host.
 
 use crate::engine::{Fatal, Host, EXIT_OK};
 use crate::store::Store;

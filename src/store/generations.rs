@@ -324,9 +324,17 @@ impl Store {
         state: State,
         keep: usize,
     ) -> Result<(), StoreError> {
-        let mut generations = self.generations()?;
+        // What cannot be read never stops a new declaration (the way out of a damaged store):
+        // the history starts again, and the unreadable file is set aside for a person.
+        let mut generations = match self.generations() {
+            Ok(generations) => generations,
+            Err(e) => {
+                self.set_aside_generations(&e);
+                Generations::default()
+            }
+        };
         if generations.list.is_empty() {
-            if let Some(old) = self.in_force()? {
+            if let Ok(Some(old)) = self.in_force() {
                 self.save_text(&old.digest, &old.text)?;
                 generations
                     .list
@@ -359,6 +367,16 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    fn set_aside_generations(&self, why: &StoreError) {
+        let aside = format!("{GENERATIONS}.unreadable-{}", super::unix_now());
+        let moved = std::fs::rename(self.path.join(GENERATIONS), self.path.join(&aside))
+            .and_then(|()| self.dir.sync());
+        match moved {
+            Ok(()) => log::error!("{why}; set aside as {aside}: the generations start again"),
+            Err(e) => log::error!("{why}; and it cannot be set aside: {e}"),
+        }
     }
 
     fn remove_texts(&self, digests: &[String]) {
@@ -631,9 +649,17 @@ mod tests {
         assert_eq!(revisions(&g), [1, 2, 1]);
         assert_eq!(g.list[1].state, State::Reverted { at: 50 });
         assert_eq!(g.reverted.as_ref(), Some(&r));
+        // An unreadable history never stops a new declaration: set aside, started again.
+        std::fs::write(tmp.path().join(GENERATIONS), "{ torn").unwrap();
+        assert!(store.generations().is_err());
+        store
+            .put_in_force(&in_force(3, "{\"a\": 3}"), OK, 5)
+            .unwrap();
+        assert_eq!(revisions(&store.generations().unwrap()), [1, 3]);
+        let g = store.generations().unwrap();
         // Damaged: refused by name.
         let file = tmp.path().join(TEXTS).join(&g.list[0].digest);
-        std::fs::write(&file, "{\"a\": 3}").unwrap();
+        std::fs::write(&file, "{\"a\": 4}").unwrap();
         let e = store.generation_text(&g.list[0]).unwrap_err().to_string();
         assert!(e.contains("its text does not match its digest"), "{e}");
     }
