@@ -15,22 +15,23 @@
 #       OUTDIR must not exist (or be empty). Run as root (files are chowned in the scratch root).
 #   tests/golden.sh compare [--ignore-log-targets] DIR_A [DIR_B]
 #       diff -ru of two recorded directories (DIR_B defaults to tests/golden/expected, the record
-#       of main at 21d51db, made with --sandbox); exits 1 on any difference, 0 when identical.
+#       of the current behaviour, made with --sandbox); exits 1 on any difference, 0 when
+#       identical. A change of output on purpose records it again (and says so in its commit).
 #       --ignore-log-targets compares log lines without their module path (`[WARN  mesh_host::
 #       commands::converge]` as `[WARN  mesh_host]`), which moving a file changes by itself;
 #       the records are not changed.
 #
-# Record with a release build, as the expected record was (panic = "abort": the non-UTF-8
-# argument case exits 134, where a debug build exits 101). About 15 s; 90 s with --sandbox.
+# A debug and a release build record the same. About 15 s; 90 s with --sandbox.
+# tests/run.sh records the debug build on its fresh sandbox and compares, before the tests.
 #
 # Example, after a change:
 #   cargo build --release && tests/golden.sh record target/release/mesh-host /tmp/after --sandbox
 #   tests/golden.sh compare /tmp/after
 #
-# Differences issue 26 makes on purpose show up too: the cases named `issue26-*` record the
-# command-line bugs it fixes (`--json=false`, a relative --state-dir, a non-UTF-8 argument), and
-# `join-unreachable` quotes the HTTPS client's error (ureq replaces join/https.rs). Anything else
-# that differs is a change of behaviour.
+# The record first made at 21d51db differed from the layered tree's (issue 26) in exactly the
+# three command-line fixes the `issue26-*` cases show (`--json=false`, a relative --state-dir, a
+# non-UTF-8 argument) and in the log target of one moved module (git log -- tests/golden).
+# Anything else that differs is a change of behaviour.
 #
 # Scenarios: files (a scratch root's whole life: apply, drift, repair, failure, .pacnew, expiry,
 # signed, release, a broken store), errors (command line, declarations, configs, keys, sign,
@@ -40,8 +41,8 @@
 # recorded as cases too.
 #
 # The fixtures (declarations, two throwaway ed25519 test keys) are in tests/golden/fixtures/.
-# Not part of tests/run.sh. A sandbox whose repo was bumped (tests/sandbox/bump-package.sh) prints
-# other versions: record with a freshly set-up sandbox.
+# A sandbox whose repo was bumped (tests/sandbox/bump-package.sh) prints other versions: record
+# with a freshly set-up sandbox.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

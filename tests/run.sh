@@ -2,7 +2,8 @@
 # tests/run.sh - THE test command of mesh-host (as root: `./tests/run.sh [cargo test args]`).
 # Builds a fresh sandbox with real pacman, systemctl --user and podman (tests/sandbox/setup.sh),
 # always tears it down on exit, and runs `cargo test --all-targets --no-fail-fast "$@"` with the
-# sandbox's env and `--include-ignored`: the tests marked `#[ignore = "needs the sandbox ..."]` or
+# sandbox's env and `--include-ignored` (after tests/golden.sh, every command's output against the
+# recorded one): the tests marked `#[ignore = "needs the sandbox ..."]` or
 # `"needs root ..."` run too. Exits with cargo's status (2 when not root). SKIP_APT=1: no apt-get.
 set -euo pipefail
 if [ "$(id -u)" != 0 ]; then
@@ -26,6 +27,12 @@ done
 [ "$separator" = yes ] || args+=(--)
 args+=(--include-ignored)
 status=0
+# Every command's output (text and --json) against the recorded one, on the fresh sandbox.
+cargo build
+golden=$(mktemp -d)
+tests/golden.sh record target/debug/mesh-host "$golden/out" --sandbox >"$golden/log" 2>&1 \
+  && tests/golden.sh compare "$golden/out" || { tail -5 "$golden/log"; status=1; }
+rm -rf "$golden"
 cargo test --all-targets --no-fail-fast "${args[@]}" || status=$?
 # systemd's confirmation of unit changes, shown alone: a build with the unit model switchable off
 # (the test-only feature test-no-unit-model; never in a shipped binary).

@@ -1,4 +1,4 @@
-//! The self-refusal model's unit-file reader (`src/unitfile.rs`, `src/selfref.rs`) against real
+//! The self-refusal model's unit-file reader (`src/model/unitfile.rs`, `src/model/selfref.rs`) against real
 //! systemd: every unit file the test machine ships, each with systematic syntax mutations that
 //! insert a reference to the host's unit (byte-order marks, line ends, backslashes, quotes,
 //! specifiers, continuations, comments, case). The sandbox's `systemd --user` manager loads every

@@ -42,7 +42,7 @@ impl Lost {
     }
 }
 
-/// The runs not yet written whole, oldest first: one per `commands::Host`, so the service keeps
+/// The runs not yet written whole, oldest first: one per `engine::Host`, so the service keeps
 /// them from run to run.
 #[derive(Default)]
 pub struct Backlog {

@@ -76,7 +76,7 @@ pub struct ReconnectPolicy {
 }
 
 /// One run (or one refused declaration), as the control plane receives it; made from the run
-/// record (`commands::converge`), its own type so the wire does not follow the store.
+/// record (`engine::converge`), its own type so the wire does not follow the store.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// Increasing per host; acknowledged by `ack`.

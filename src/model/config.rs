@@ -213,7 +213,7 @@ impl Config {
         let unit_dir = raw
             .unit_dir
             .unwrap_or_else(|| PathBuf::from("/etc/systemd/system"));
-        // An override is checked where it was given (`--state-dir`, in cli.rs), so that its
+        // An override is checked where it was given (`--state-dir`, in cli/args.rs), so that its
         // error names the flag, not this file's key.
         let from_file = state_dir_override.is_none().then_some(&state_dir);
         for (what, p) in [("state_dir", from_file), ("unit_dir", Some(&unit_dir))] {

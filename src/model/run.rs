@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 pub const KEEP: usize = 50;
 /// How many resources of each list a kept record lists: the history stays small however large
 /// the runs (the control plane's report of each run is complete). A run's record is made with
-/// no more changes than this (`commands::converge`), the rest counted in `omitted`.
+/// no more changes than this (`engine::converge`), the rest counted in `omitted`.
 pub const LISTED: usize = 100;
 
 /// Why a run happens; a run lists every trigger that collapsed into it.

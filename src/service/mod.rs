@@ -9,8 +9,8 @@ mod reload;
 
 mod backoff;
 mod connection;
-mod inotify;
 mod schedule;
+mod watcher;
 
 mod watch;
 mod watching;
@@ -100,7 +100,7 @@ struct Service<'h> {
     acked: Option<u64>,
     signals: sys::SignalFd,
     status: RefCell<Option<ServiceState>>,
-    watcher: inotify::Watcher,
+    watcher: watcher::Watcher,
     /// What a run with trigger `watch` alone converges: what drifted, or everything.
     watch_scope: Option<Scope>,
     /// pacman's local database, once looked up (`Err`: packages are on the timer, and why).
@@ -132,7 +132,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
     poll.registry()
         .register(&mut SourceFd(&timer.raw()), TIMER, mio::Interest::READABLE)
         .map_err(|e| io("epoll", e))?;
-    let watcher = inotify::Watcher::new(host.config.watch);
+    let watcher = watcher::Watcher::new(host.config.watch);
     if let Some(fd) = watcher.raw() {
         poll.registry()
             .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)

@@ -17,6 +17,7 @@ use crate::model::spec::files::Files;
 use crate::model::spec::packages::Packages;
 use crate::model::spec::units::{self, Units};
 use crate::model::spec::Named;
+use crate::os::inotify::{AddError, Event};
 use crate::store::{self, Ledger};
 
 /// A resource as the ledger names it: (kind, key).
@@ -420,28 +421,6 @@ impl<'a> Builder<'a> {
         targets.resources.dedup();
         targets
     }
-}
-
-/// An inotify event, reduced to what the decisions need.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    /// `name` in the watched directory `wd` was created, written, closed after writing, changed
-    /// attributes, deleted or moved in or out.
-    Entry { wd: i32, name: OsString },
-    /// The watched directory itself was deleted, moved or unmounted (or its watch dropped).
-    Gone { wd: i32 },
-    /// The kernel's queue overflowed: events were lost.
-    Overflow,
-}
-
-/// Why a directory could not be watched.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AddError {
-    /// It went away between the look and the watch: look again.
-    Vanished,
-    /// The per-user watch limit (`fs.inotify.max_user_watches`) is reached.
-    Limit,
-    Other(String),
 }
 
 /// What the loop should do once the debounce is over.

@@ -6,7 +6,7 @@
 use mio::unix::SourceFd;
 use mio::Poll;
 
-use super::{inotify, watch, Service, WATCH};
+use super::{watch, watcher, Service, WATCH};
 use crate::engine::reconcile::Scope;
 use crate::engine::{invalid, Fatal};
 use crate::link;
@@ -22,7 +22,7 @@ impl Service<'_> {
         if let Some(fd) = self.watcher.raw() {
             poll.registry().deregister(&mut SourceFd(&fd))?;
         }
-        self.watcher = inotify::Watcher::new(self.host.config.watch);
+        self.watcher = watcher::Watcher::new(self.host.config.watch);
         if let Some(fd) = self.watcher.raw() {
             poll.registry()
                 .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)?;

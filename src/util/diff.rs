@@ -1,7 +1,7 @@
 //! Unified diffs of a resource's content, for a person reviewing a plan: Myers' line diff made
 //! into `diff -u`'s hunks (three lines of context), capped per resource; content that is not text
 //! is summarised by its sizes and SHA-256s, and content a resource keeps secret by its sizes only.
-//! Pure: bytes in, what to show out; `commands::render` prints it.
+//! Pure: bytes in, what to show out; `cli::render` prints it.
 
 use std::collections::HashMap;
 

@@ -1,14 +1,12 @@
 //! The inotify descriptor the service loop multiplexes, beside the timerfd and signalfd of
 //! `sys.rs`: non-blocking, registered through mio's `SourceFd`, watching directories only
-//! (never through a symlink). `Watcher` carries out what the pure `watch::Watch` decides.
+//! (never through a symlink); its events decoded.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-
-use super::watch::{AddError, Event, Targets, Watch};
 
 /// Changes to a directory's entries, and the directory itself going away.
 const MASK: u32 = libc::IN_CREATE
@@ -118,102 +116,26 @@ fn parse(bytes: &[u8], out: &mut Vec<Event>) {
     }
 }
 
-/// The watcher the loop owns: the descriptor (when inotify could be had and `watch` is on) and
-/// the decisions.
-pub struct Watcher {
-    /// The config's `watch`.
-    pub enabled: bool,
-    fd: Option<Inotify>,
-    pub watch: Watch,
-    /// Why nothing is watched, when nothing is.
-    pub off: Option<String>,
+/// An inotify event, reduced to what the decisions need.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// `name` in the watched directory `wd` was created, written, closed after writing, changed
+    /// attributes, deleted or moved in or out.
+    Entry { wd: i32, name: OsString },
+    /// The watched directory itself was deleted, moved or unmounted (or its watch dropped).
+    Gone { wd: i32 },
+    /// The kernel's queue overflowed: events were lost.
+    Overflow,
 }
 
-impl Watcher {
-    /// A watcher when `enabled` and the kernel gives an inotify instance; otherwise one that
-    /// says why not (the drift timer alone then finds drift).
-    pub fn new(enabled: bool) -> Watcher {
-        let (fd, off) = match enabled {
-            false => (None, Some("`watch` is false in the config".to_string())),
-            true => match Inotify::new() {
-                Ok(fd) => (Some(fd), None),
-                Err(e) => (None, Some(format!("no inotify ({e})"))),
-            },
-        };
-        Watcher {
-            enabled,
-            fd,
-            watch: Watch::default(),
-            off,
-        }
-    }
-
-    pub fn raw(&self) -> Option<RawFd> {
-        self.fd.as_ref().map(Inotify::raw)
-    }
-
-    pub fn set_targets(&mut self, now: u64, targets: Targets) {
-        if self.fd.is_some() {
-            self.watch.set_targets(targets);
-            self.sync(now);
-        }
-    }
-
-    /// Makes the kernel's watches match what `watch` wants, looking again while directories
-    /// come and go underneath.
-    pub fn sync(&mut self, now: u64) {
-        let Some(fd) = &self.fd else { return };
-        // Bounded: a directory tree changing faster than it can be looked at is left to the
-        // next event (or the timer).
-        for _ in 0..8 {
-            if !self.watch.needs_sync() {
-                break;
-            }
-            let add = self.watch.plan(&|p: &Path| {
-                std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_dir())
-            });
-            // Dropped first: a directory moved away and back is the same inode, and adding it
-            // again would hand back the descriptor about to be dropped.
-            for wd in self.watch.take_stale() {
-                fd.remove(wd);
-            }
-            for dir in add {
-                match fd.add(&dir) {
-                    Ok(wd) => self.watch.added(dir, wd),
-                    Err(e) => {
-                        let newly = !self.watch.unwatched().contains_key(&dir);
-                        match &e {
-                            AddError::Other(why) if newly => {
-                                log::warn!("not watched, left to the timer: {why}")
-                            }
-                            AddError::Limit if newly => log::warn!(
-                                "{} not watched, left to the timer: the per-user inotify watch \
-                                 limit (fs.inotify.max_user_watches) is reached",
-                                dir.display()
-                            ),
-                            _ => {}
-                        }
-                        self.watch.add_failed(now, dir, e);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Takes in every queued event.
-    pub fn read(&mut self, now: u64) {
-        let Some(fd) = &self.fd else { return };
-        let mut events = Vec::new();
-        if let Err(e) = fd.read(&mut events) {
-            // Nothing else to learn from it: treat it as lost events.
-            log::error!("inotify: {e}");
-            events.push(Event::Overflow);
-        }
-        for event in events {
-            self.watch.handle(now, event);
-        }
-        self.sync(now);
-    }
+/// Why a directory could not be watched.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AddError {
+    /// It went away between the look and the watch: look again.
+    Vanished,
+    /// The per-user watch limit (`fs.inotify.max_user_watches`) is reached.
+    Limit,
+    Other(String),
 }
 
 #[cfg(test)]
