@@ -275,11 +275,9 @@ impl Store {
 
     /// A generation's text, checked against its digest: a damaged one is refused, never applied.
     pub fn generation_text(&self, generation: &Generation) -> Result<String, StoreError> {
-        let name = format!("{TEXTS}/{}", generation.digest);
-        let bytes = match self
-            .texts()?
-            .read(OsStr::new(&generation.digest), MAX_STORE_FILE)
-        {
+        let file = text_file(&generation.digest);
+        let name = format!("{TEXTS}/{file}");
+        let bytes = match self.texts()?.read(OsStr::new(&file), MAX_STORE_FILE) {
             Ok(Some((_, bytes))) => bytes,
             Ok(None) => return Err(self.error(&name, "is missing")),
             Err(e) => return Err(self.error(&name, format!("cannot be read: {e}"))),
@@ -299,7 +297,8 @@ impl Store {
 
     fn save_text(&self, digest: &str, text: &str) -> Result<(), StoreError> {
         let texts = self.texts()?;
-        let name = OsStr::new(digest);
+        let file = text_file(digest);
+        let name = OsStr::new(&file);
         let kept = matches!(texts.read(name, MAX_STORE_FILE), Ok(Some((_, b))) if codec::sha256_hex(&b) == digest);
         if kept {
             return Ok(());
@@ -308,7 +307,7 @@ impl Store {
             .write_atomic(name, text.as_bytes(), 0o600, None)
             .map_err(|e| {
                 self.error(
-                    &format!("{TEXTS}/{digest}"),
+                    &format!("{TEXTS}/{file}"),
                     format!("cannot be written: {e}"),
                 )
             })
@@ -382,10 +381,11 @@ impl Store {
     fn remove_texts(&self, digests: &[String]) {
         let Ok(texts) = self.texts() else { return };
         for digest in digests {
-            if let Err(e) = texts.remove(OsStr::new(digest)) {
+            let file = text_file(digest);
+            if let Err(e) = texts.remove(OsStr::new(&file)) {
                 log::warn!(
                     "{}: not removed: {e}",
-                    self.path.join(TEXTS).join(digest).display()
+                    self.path.join(TEXTS).join(&file).display()
                 );
             }
         }
@@ -477,6 +477,11 @@ impl Store {
         self.restore(&target, now, keep, Some(reverted.clone()))?;
         Ok(Revert::Reverted(reverted))
     }
+}
+
+/// Where a generation's text is kept, in `generations/`: its digest, as a JSON file.
+fn text_file(digest: &str) -> String {
+    format!("{digest}.json")
 }
 
 /// A revision as people read it (`none` for a declaration without one).
@@ -658,7 +663,7 @@ mod tests {
         assert_eq!(revisions(&store.generations().unwrap()), [1, 3]);
         let g = store.generations().unwrap();
         // Damaged: refused by name.
-        let file = tmp.path().join(TEXTS).join(&g.list[0].digest);
+        let file = tmp.path().join(TEXTS).join(text_file(&g.list[0].digest));
         std::fs::write(&file, "{\"a\": 4}").unwrap();
         let e = store.generation_text(&g.list[0]).unwrap_err().to_string();
         assert!(e.contains("its text does not match its digest"), "{e}");
