@@ -19,6 +19,7 @@ fn usage() -> &'static str {
     "usage: cargo run --example control-plane -- --listen ADDR --declaration FILE [--revision N]
        --pki-dir DIR [--join-listen ADDR] [--token-ttl SECS] [--node NODE --secret-file FILE]
        [--quiet] [--push-count N [--push-delay SECS]] [--accept-log FILE]
+       [--confirm-secs SECS] [--no-ack]
 
 Creates a CA and a server certificate (for `localhost` and 127.0.0.1) in DIR if it holds none,
 serves the link on ADDR and the join exchange on --join-listen ADDR (default: ADDR's address, a
@@ -35,7 +36,11 @@ For benchmarks (bench/): --quiet prints no reports nor connections; --push-count
 revisions one after another, each once the previous one is reported (one host only: reports are
 told apart by id), with `@PUSH@` in FILE replaced by the push number (0 for the first revision);
 --accept-log FILE appends the Unix time in milliseconds of every accepted connection to FILE,
-once a second."
+once a second.
+
+Confirmation (docs/protocol.md): --confirm-secs SECS puts `confirm_secs` in every declare (0: the
+host needs no confirmation); --no-ack records reports without acking them, so a host reverts
+each declaration once its window passes."
 }
 
 struct Args {
@@ -51,6 +56,8 @@ struct Args {
     push_count: u64,
     push_delay: u64,
     accept_log: Option<PathBuf>,
+    confirm_secs: Option<u64>,
+    no_ack: bool,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -58,10 +65,15 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         (None, None, 1, None, None, None);
     let (mut quiet, mut push_count, mut push_delay, mut accept_log) = (false, 0, 0, None);
     let (mut join_listen, mut token_ttl) = (None, 3600);
+    let (mut confirm_secs, mut no_ack) = (None, false);
     let number = |flag: &str, value: &str| value.parse().map_err(|e| format!("{flag}: {e}"));
     while let Some(flag) = args.next() {
         if flag == "--quiet" {
             quiet = true;
+            continue;
+        }
+        if flag == "--no-ack" {
+            no_ack = true;
             continue;
         }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -79,6 +91,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--push-count" => push_count = number(&flag, &value)?,
             "--push-delay" => push_delay = number(&flag, &value)?,
             "--accept-log" => accept_log = Some(value.into()),
+            "--confirm-secs" => confirm_secs = Some(number(&flag, &value)?),
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
@@ -99,6 +112,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         push_count,
         push_delay,
         accept_log,
+        confirm_secs,
+        no_ack,
     })
 }
 
@@ -163,6 +178,8 @@ fn run(args: Args) -> Result<(), String> {
         },
     );
     eprintln!("listening on {}", cp.addr());
+    cp.set_confirm_secs(args.confirm_secs);
+    cp.hold_acks(args.no_ack);
     let token = control_plane::random_hex(16);
     cp.add_token(&token, Duration::from_secs(args.token_ttl));
     // The server certificate names `localhost` and 127.0.0.1: join through one of them.

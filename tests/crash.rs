@@ -136,12 +136,14 @@ fn temp_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The temp files in `dir` that no write in progress explains: a running service writes its
-/// state (service.json) on its own, so that one's temp file may be a write caught half way.
+/// state (service.json) on its own, and its generations (generations.json) when the control
+/// plane's ack confirms a declaration, between runs; so either one's temp file may be a write
+/// caught half way (a crash's is removed by the next run, as every store file's is).
 fn temp_files_left(dir: &Path, f: &Findings) -> Vec<PathBuf> {
-    let service_state = format!(".service.json{TMP_SUFFIX}");
+    let live = [".service.json", ".generations.json"].map(|name| format!("{name}{TMP_SUFFIX}"));
     temp_files(dir)
         .into_iter()
-        .filter(|p| !(f.way == Way::Service && p.ends_with(&service_state)))
+        .filter(|p| !(f.way == Way::Service && live.iter().any(|l| p.ends_with(l))))
         .collect()
 }
 

@@ -1,7 +1,8 @@
 //! Secret content never leaves the machine (docs/declaration.md "Secrets"): a canary string in
 //! secret files and in a container's environment is looked for in everything the host prints,
 //! logs (at debug, journal-style), records, reports and exports, and found in none of it. The
-//! only places it may be are the store's declaration in force and the files themselves.
+//! only places it may be are the store's declarations (the one in force, and the generations
+//! kept for rollback and revert) and the files themselves.
 
 mod support;
 
@@ -14,7 +15,8 @@ use support::{Output, Scratch};
 /// What no output may contain: every secret below holds it.
 const CANARY: &str = "canary-4f1d9c2e";
 
-/// Every file under `dir` but the declaration in force and the digest key, as (path, bytes).
+/// Every file under `dir` but the declarations (in force, generations/) and the digest key, as
+/// (path, bytes).
 fn store_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -23,7 +25,10 @@ fn store_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
             let path = entry.path();
             let name = entry.file_name();
             if path.is_dir() {
-                stack.push(path);
+                // The declarations once in force, kept by digest, hold what the one in force does.
+                if !(d == dir && name == "generations") {
+                    stack.push(path);
+                }
             } else if d == dir && (name == "declaration.json" || name == "digest-key") {
                 continue;
             } else {
@@ -35,7 +40,8 @@ fn store_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 }
 
 /// Asserts that none of `texts` (what was printed, logged, sent) nor any store file but the
-/// declaration in force and the key holds the canary or the plain SHA-256 of a secret content.
+/// declarations (in force, and its generations') and the key holds the canary or the plain
+/// SHA-256 of a secret content.
 #[track_caller]
 fn assert_no_secret(texts: &[(String, String)], store: &Path, secrets: &[&str]) {
     let plain: Vec<String> = secrets.iter().map(|s| sha256_hex(s.as_bytes())).collect();

@@ -756,3 +756,211 @@ fn the_hello_carries_the_facts_and_a_report_repeats_them_only_when_changed() {
     assert_eq!(hellos.len(), 2, "{}", node.log());
     assert_eq!(hellos[1]["facts"]["foreign_packages"], 0, "{hellos:#?}");
 }
+
+/// The last generation's state (`pending`, `confirmed`, ...) and revision, as `status` says.
+fn last_generation(node: &Service) -> (String, u64) {
+    let status = node.status();
+    let last = status["generations"]["list"]
+        .as_array()
+        .and_then(|l| l.last().cloned())
+        .unwrap_or_default();
+    (
+        last["state"]["is"].as_str().unwrap_or_default().to_string(),
+        last["revision"].as_u64().unwrap_or(0),
+    )
+}
+
+/// Revision 1 pushed and confirmed by the ack of its run's report, then revision 2 pushed with
+/// acks held: its run's report reaches the control plane, which does not ack it.
+fn second_revision_unacked(cp: &ControlPlane, node: &Service) {
+    assert!(
+        wait_until(WAIT, || last_generation(node) == ("confirmed".into(), 1)),
+        "{:?}\n{}",
+        last_generation(node),
+        node.log()
+    );
+    cp.hold_acks(true);
+    cp.declare(2, &motd_revision(2, "two"));
+    assert_motd(node, "two");
+    assert!(
+        cp.wait_for(
+            |r| has_report(r, |r| r["revision"] == 2
+                && triggers(r).contains(&"declaration".into())),
+            WAIT
+        ),
+        "{:#?}",
+        cp.reports()
+    );
+    assert_eq!(last_generation(node), ("pending".into(), 2));
+}
+
+fn motd_revision(revision: u64, text: &str) -> String {
+    format!(
+        r#"{{"schema": 1, "revision": {revision}, "files": {{"/etc/motd": {{"content": "{text}\n"}}}}}}"#
+    )
+}
+
+/// Issue 22 (1): the control plane stops after pushing a declaration (its run's report never
+/// acked) and stays down past the window (the `declare`'s own `confirm_secs`): the host reverts
+/// by itself; when the control plane is back it receives `reverted` (what, to what, why: the
+/// link's last error) and a hello naming both revisions, and does not push it again.
+#[test]
+fn an_unconfirmed_declaration_is_reverted_while_the_control_plane_is_down() {
+    let pki = Pki::new();
+    let mut cp = control_plane(&pki, Behaviour::Normal);
+    let addr = cp.addr();
+    cp.set_confirm_secs(Some(3));
+    cp.declare(1, &motd_revision(1, "one"));
+    let node = node("revert-link", &pki, Some(&cp), r#""interval_secs": 600"#);
+    second_revision_unacked(&cp, &node);
+    cp.stop();
+    assert_motd(&node, "one");
+    assert!(
+        wait_until(WAIT, || node.status()["generations"]["reverted"]
+            ["revision"]
+            == 2),
+        "{}",
+        node.log()
+    );
+    assert_eq!(node.status()["in_force"]["control_plane_revision"], 2);
+
+    let mut config = CpConfig::new("n1", "s3cret");
+    config.bind = Some(addr);
+    let cp = ControlPlane::start(&pki, config);
+    cp.declare(2, &motd_revision(2, "two"));
+    assert!(
+        cp.wait_for(
+            |r| has_report(r, |r| triggers(r).contains(&"revert".into())
+                && r["reverted"]["revision"] == 2
+                && r["reverted"]["to_revision"] == 1
+                && r["revision"] == 1),
+            Duration::from_secs(30)
+        ),
+        "{:#?}\n{}",
+        cp.reports(),
+        node.log()
+    );
+    let reverted = cp
+        .reports()
+        .into_iter()
+        .find(|r| !r["reverted"].is_null())
+        .unwrap_or_default();
+    let why = reverted["reverted"]["why"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("did not acknowledge") && why.contains("the link's last error"),
+        "{why}"
+    );
+    let hello = cp.hellos().last().cloned().unwrap_or_default();
+    assert_eq!(hello["revision"], 2, "{hello:#}");
+    assert_eq!(hello["reverted"]["revision"], 2, "{hello:#}");
+    assert_eq!(hello["reverted"]["to_revision"], 1, "{hello:#}");
+    // Not pushed again unasked: revision 1 stays.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(node.read("/etc/motd").as_deref(), Some("one\n"));
+}
+
+/// Issue 22 (2): killed (SIGKILL) inside the window, started after it: the revert is the first
+/// run of the new process, before its start run.
+#[test]
+fn a_host_started_after_the_window_reverts_first() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    cp.declare(1, &motd_revision(1, "one"));
+    let mut node = node(
+        "revert-crash",
+        &pki,
+        Some(&cp),
+        r#""interval_secs": 600, "confirm_secs": 4"#,
+    );
+    second_revision_unacked(&cp, &node);
+    let runs_before = node.runs().len();
+    node.kill();
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(node.read("/etc/motd").as_deref(), Some("two\n"));
+    node.restart(&[]);
+    assert_motd(&node, "one");
+    assert!(
+        wait_until(WAIT, || node.runs().len() >= runs_before + 2),
+        "{}",
+        node.log()
+    );
+    let runs = node.runs();
+    let first = &runs[runs_before];
+    assert_eq!(first["trigger"], "revert", "{runs:#?}");
+    assert_eq!(runs[runs_before + 1]["trigger"], "start", "{runs:#?}");
+    assert_eq!(
+        node.status()["generations"]["reverted"]["to_revision"],
+        1,
+        "{}",
+        node.log()
+    );
+}
+
+/// Issue 22 (3): the control plane acks in time: no revert, long after the window.
+#[test]
+fn an_acked_declaration_is_confirmed_and_stays() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    cp.declare(1, &motd_revision(1, "one"));
+    let node = node(
+        "confirmed",
+        &pki,
+        Some(&cp),
+        r#""interval_secs": 600, "confirm_secs": 2"#,
+    );
+    assert!(wait_until(WAIT, || last_generation(&node) == ("confirmed".into(), 1)));
+    cp.declare(2, &motd_revision(2, "two"));
+    assert!(
+        wait_until(WAIT, || last_generation(&node) == ("confirmed".into(), 2)),
+        "{}",
+        node.log()
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(node.read("/etc/motd").as_deref(), Some("two\n"));
+    assert_eq!(last_generation(&node), ("confirmed".into(), 2));
+    assert!(node.status()["generations"]["reverted"].is_null());
+    assert!(!cp
+        .reports()
+        .iter()
+        .any(|r| triggers(r).contains(&"revert".into())));
+}
+
+/// Issue 22 (2), inside the window: a host killed and started again before the deadline does not
+/// revert at once; it waits out the rest of the window, then reverts.
+#[test]
+fn a_host_started_inside_the_window_waits_out_the_rest() {
+    let pki = Pki::new();
+    let cp = control_plane(&pki, Behaviour::Normal);
+    cp.declare(1, &motd_revision(1, "one"));
+    let mut node = node(
+        "revert-wait",
+        &pki,
+        Some(&cp),
+        r#""interval_secs": 600, "confirm_secs": 6"#,
+    );
+    second_revision_unacked(&cp, &node);
+    let deadline = node.status()["generations"]["list"][1]["state"]["deadline"]
+        .as_u64()
+        .unwrap_or_default();
+    let runs_before = node.runs().len();
+    node.kill();
+    node.restart(&[]);
+    assert!(
+        wait_until(WAIT, || node
+            .runs()
+            .get(runs_before)
+            .is_some_and(|r| r["trigger"] == "start")),
+        "{}",
+        node.log()
+    );
+    assert_eq!(node.read("/etc/motd").as_deref(), Some("two\n"));
+    assert_eq!(last_generation(&node), ("pending".into(), 2));
+    assert_motd(&node, "one");
+    let reverted = node.status()["generations"]["reverted"]["at"]
+        .as_u64()
+        .unwrap_or_default();
+    assert!(
+        reverted >= deadline,
+        "reverted at {reverted}, deadline {deadline}"
+    );
+}

@@ -24,15 +24,25 @@ Commands:
   check FILE        validate a declaration or signed envelope, say who signed it; changes
                     nothing (exit 0 valid, 2 invalid or not signed as trusted_keys require)
   plan FILE         show what applying FILE would change; changes nothing
-  apply FILE        validate, lock, converge, record; FILE becomes the declaration in force
+  apply [--confirm SECS] FILE
+                    validate, lock, converge, record; FILE becomes the declaration in force;
+                    with --confirm, pending: reverted to the last confirmed generation unless
+                    `mesh-host confirm` runs within SECS seconds
+  confirm           confirm the pending declaration in force
+  rollback [--to REVISION] [--force]
+                    put an earlier generation back in force (the one before, or REVISION's) and
+                    converge to it; one whose signature has expired needs --force
   reconcile         converge again to the declaration in force in the store
   owned             every resource the host owns, as observed now
-  status            the service and its link, the declaration in force, the recent runs
+  status            the service and its link, the declaration in force, its generations
+                    (pending, confirmed, reverted), the recent runs
   reload [PID]      make the service re-read its config (SIGHUP to PID, what systemd's
                     $MAINPID is, or to the service the store names); what ExecReload= runs
   run               the service: hold the link to the control plane and reconcile on start,
                     on each declaration, on the drift timer and on reconnect (SIGHUP reloads
-                    the config, SIGUSR1 reconciles now, SIGTERM stops after the current resource)
+                    the config, SIGUSR1 reconciles now, SIGUSR2 re-reads the pending
+                    declaration's deadline, SIGTERM stops after the current resource); a
+                    pending declaration not confirmed by its deadline is reverted
   join --control-plane https://HOST:PORT --token-file FILE --ca-hash sha256:HEX [--force]
        [--trust-key ed25519:KEY ...]
                     trade a one-time token for this node's identity: write the config's
@@ -67,15 +77,26 @@ Logs go to stderr; set RUST_LOG=debug for more.";
 pub enum Command {
     Check(PathBuf),
     Plan(PathBuf),
-    Apply(PathBuf),
+    /// The file, and `--confirm SECS`.
+    Apply(PathBuf, Option<u64>),
+    Confirm,
+    Rollback {
+        to: Option<u64>,
+        force: bool,
+    },
     Reconcile,
     Owned,
     Status,
     Run,
     Reload(Option<u32>),
     Join(Join),
-    Keygen { out: PathBuf },
-    Sign { key: PathBuf, file: PathBuf },
+    Keygen {
+        out: PathBuf,
+    },
+    Sign {
+        key: PathBuf,
+        file: PathBuf,
+    },
     Help,
     Version,
 }
@@ -155,6 +176,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
     let mut trust_keys = Vec::new();
     let mut out = None;
     let mut key = None;
+    let mut confirm = None;
+    let mut to = None;
     let mut help = false;
     let mut version = false;
     let mut words = Vec::new();
@@ -172,6 +195,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             Long("trust-key") => trust_keys.push(text(&mut parser, "--trust-key")?),
             Long("out") => out = Some(path(&mut parser, "--out")?),
             Long("key") => key = Some(path(&mut parser, "--key")?),
+            Long("confirm") => confirm = Some(number(&mut parser, "--confirm")?),
+            Long("to") => to = Some(number(&mut parser, "--to")?),
             Long("wait") => wait = true,
             Long("json") => json = true,
             Long("trace-commands") => trace_commands = true,
@@ -199,7 +224,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         let command = match verb.to_str() {
             Some("check") => Command::Check(file()?),
             Some("plan") => Command::Plan(file()?),
-            Some("apply") => Command::Apply(file()?),
+            Some("apply") => Command::Apply(file()?, confirm.take()),
+            Some("confirm") => Command::Confirm,
+            Some("rollback") => Command::Rollback {
+                to: to.take(),
+                force,
+            },
             Some("reconcile") => Command::Reconcile,
             Some("owned") => Command::Owned,
             Some("status") => Command::Status,
@@ -247,7 +277,6 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             ("--token", token.is_some()),
             ("--token-file", token_file.is_some()),
             ("--ca-hash", ca_hash.is_some()),
-            ("--force", force && !matches!(command, Command::Join(_))),
             ("--trust-key", !trust_keys.is_empty()),
         ];
         if let Some((option, _)) = join_only.iter().find(|(_, given)| *given) {
@@ -256,6 +285,13 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         for (option, given, verb) in [
             ("--out", out.is_some(), "keygen"),
             ("--key", key.is_some(), "sign"),
+            ("--confirm", confirm.is_some(), "apply"),
+            ("--to", to.is_some(), "rollback"),
+            (
+                "--force",
+                force && !matches!(command, Command::Join(_) | Command::Rollback { .. }),
+                "join and rollback",
+            ),
         ] {
             if given {
                 return Err(format!("{option} is only for {verb}"));
@@ -296,6 +332,15 @@ fn path(parser: &mut lexopt::Parser, option: &str) -> Result<PathBuf, String> {
 }
 
 /// A text option's value (a URL, token, hash or key), which must be UTF-8.
+/// A whole number of at least 1 (`--confirm SECS`, `--to REVISION`).
+fn number(parser: &mut lexopt::Parser, option: &str) -> Result<u64, String> {
+    let word = text(parser, option)?;
+    word.parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{option}: {word:?} is not a whole number of at least 1"))
+}
+
 fn text(parser: &mut lexopt::Parser, option: &str) -> Result<String, String> {
     value(parser, option)?
         .into_string()
@@ -409,7 +454,7 @@ mod tests {
     #[test]
     fn commands_and_options_anywhere() {
         let a = parse_str("--state-dir /s apply --wait x.json --json").unwrap();
-        assert_eq!(a.command, Command::Apply("x.json".into()));
+        assert_eq!(a.command, Command::Apply("x.json".into(), None));
         assert_eq!(a.state_dir, Some("/s".into()));
         assert!(a.wait && a.json);
         let a = parse_str("plan --root=/mnt f").unwrap();

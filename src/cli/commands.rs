@@ -139,7 +139,8 @@ impl Commands<'_> {
     /// Applies a plain declaration or an envelope as a local override: root owns the machine, so
     /// no signature is required, but an envelope with a signature that does not verify (its text
     /// was altered after signing) is refused.
-    pub fn apply(&self, file: &Path) -> Result<i32, Fatal> {
+    pub fn apply(&self, file: &Path, confirm_secs: Option<u64>) -> Result<i32, Fatal> {
+        self.revert_first()?;
         let ReadDeclaration {
             bytes,
             declaration: d,
@@ -171,16 +172,63 @@ impl Commands<'_> {
         let target = Target::New {
             declaration: &d,
             in_force,
+            confirm_secs,
         };
-        match self.host.converge(
+        let converged = self.host.converge(
             &Triggers::one(Trigger::Apply),
             target,
             &reconcile::Scope::All,
             self.wait,
             &never,
-        )? {
+        )?;
+        if let Some(secs) = confirm_secs {
+            // The running service keeps the deadline too (it may outlive this command).
+            crate::service::signal_pending(self.host);
+            eprintln!(
+                "mesh-host: pending: reverted in {secs} s unless `mesh-host confirm` runs first"
+            );
+        }
+        match converged {
             Some(result) => Ok(self.print_converged(&result)),
             None => Err(Fatal::Error("the declaration was not put in force".into())),
+        }
+    }
+
+    /// A pending declaration past its deadline is reverted before a command does anything else
+    /// (after a crash or a reboot, whatever runs first); said on stderr.
+    fn revert_first(&self) -> Result<(), Fatal> {
+        let Some(reverting) = self.host.revert_if_due(None, self.wait, &never)? else {
+            return Ok(());
+        };
+        eprintln!("mesh-host: {}", reverting.said);
+        if let Some(run) = &reverting.run {
+            eprintln!(
+                "mesh-host: the revert's run {}: {} changed, {} failed",
+                run.record.outcome,
+                run.report.changes.len(),
+                run.report.failures.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// `mesh-host confirm`.
+    pub fn confirm(&self) -> Result<i32, Fatal> {
+        self.revert_first()?;
+        let said = self.host.confirm(self.wait)?;
+        render::said(self.json, &said);
+        Ok(EXIT_OK)
+    }
+
+    /// `mesh-host rollback [--to REVISION] [--force]`: says what it put back, then prints its
+    /// run as `apply` does.
+    pub fn rollback(&self, to: Option<u64>, force: bool) -> Result<i32, Fatal> {
+        self.revert_first()?;
+        let (said, converged) = self.host.rollback(to, force, self.wait, &never)?;
+        eprintln!("mesh-host: {said}");
+        match converged {
+            Some(result) => Ok(self.print_converged(&result)),
+            None => Err(Fatal::Error("the generation was not put in force".into())),
         }
     }
 
@@ -191,6 +239,7 @@ impl Commands<'_> {
                 self.host.config.state_dir.display()
             )));
         }
+        self.revert_first()?;
         match self.host.converge_in_force(
             &Triggers::one(Trigger::Reconcile),
             &reconcile::Scope::All,
@@ -246,6 +295,10 @@ impl Commands<'_> {
             Some(s) => (s.in_force_head()?, s.runs()?, s.service_state()?),
             None => (None, Vec::new(), None),
         };
+        let generations = match &store {
+            Some(s) => s.generations()?,
+            None => Default::default(),
+        };
         let failing = match &store {
             Some(s) => s.failures()?.failing(),
             None => Vec::new(),
@@ -279,6 +332,7 @@ impl Commands<'_> {
             pacnew,
             needs,
             problems,
+            generations,
         };
         render::status(self.json, &status, now);
         // The host cannot run as it stands, or its last run could not: said by the exit code too.

@@ -66,7 +66,9 @@ fn run(args: args::Args) -> Result<i32, Fatal> {
     match args.command.clone() {
         Command::Check(file) => commands().check(&file),
         Command::Plan(file) => commands().plan(&file),
-        Command::Apply(file) => commands().apply(&file),
+        Command::Apply(file, confirm) => commands().apply(&file, confirm),
+        Command::Confirm => commands().confirm(),
+        Command::Rollback { to, force } => commands().rollback(to, force),
         Command::Reconcile => commands().reconcile(),
         Command::Owned => commands().owned(),
         Command::Status => commands().status(),

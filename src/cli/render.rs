@@ -11,8 +11,8 @@ use crate::engine::reconcile::{OwnedRow, Planned};
 use crate::model::pacnew::Pacnew;
 use crate::model::upkeep::Needs;
 use crate::store::{
-    Failing, InForceHead, LinkStatus, ResourceResult, RunRecord, ServicePhase, ServiceState,
-    Source, WatchMode, WatchState,
+    words_revision, Confirmer, Failing, Generations, InForceHead, LinkStatus, ResourceResult,
+    RunRecord, ServicePhase, ServiceState, Source, State as GenerationState, WatchMode, WatchState,
 };
 use crate::util::diff::{Body, ContentDiff, Tag};
 use crate::util::words::{age, duration_words, expiry};
@@ -431,6 +431,75 @@ pub struct Status<'a> {
     /// Store files a run would refuse (the declaration in force not matching its digest, an
     /// unreadable ledger): nothing is applied until they are put right.
     pub problems: Vec<String>,
+    /// The declarations last in force, oldest first, and the last revert (left out when none).
+    #[serde(skip_serializing_if = "Generations::is_empty")]
+    pub generations: Generations,
+}
+
+/// What `confirm` and `rollback` did, in a sentence (`{"said": ...}` as JSON).
+pub fn said(json: bool, said: &str) {
+    if json {
+        return print_json(&serde_json::json!({ "said": said }));
+    }
+    println!("{said}");
+}
+
+/// The generations in `status`, newest first: the first is the declaration in force.
+fn generations_lines(generations: &Generations, now: u64) {
+    if generations.list.is_empty() {
+        return;
+    }
+    println!("generations (newest first):");
+    for (i, g) in generations.list.iter().rev().enumerate() {
+        let source = match &g.source {
+            Source::Local { path } => format!("local file {path}"),
+            Source::ControlPlane => "the control plane".to_string(),
+        };
+        let state = match g.state {
+            GenerationState::Pending { deadline, .. } if deadline <= now => format!(
+                "pending, past its deadline {} ago: reverted by the next run",
+                age(now - deadline)
+            ),
+            GenerationState::Pending { deadline, by, .. } => format!(
+                "pending: reverted in {} unless {}",
+                age(deadline.saturating_sub(now)),
+                match by {
+                    Confirmer::Person => "`mesh-host confirm` runs",
+                    Confirmer::ControlPlane => "the control plane acknowledges its run's report",
+                }
+            ),
+            GenerationState::Reverted { at } => {
+                format!("reverted {} ago", age(now.saturating_sub(at)))
+            }
+            other => other.name().to_string(),
+        };
+        let expired = match g.expired(now) {
+            true => ", signature expired",
+            false => "",
+        };
+        // The state first: a line of status ending `ago: ...` is a run's.
+        println!(
+            "  {} revision {} ({state}), from {source}, sha256 {}, put in force {} ago{expired}",
+            if i == 0 { "*" } else { " " },
+            words_revision(g.revision),
+            &g.digest[..g.digest.len().min(12)],
+            age(now.saturating_sub(g.applied)),
+        );
+    }
+    if let Some(r) = &generations.reverted {
+        println!(
+            "reverted: revision {} {} ago, back to revision {}: {}{}",
+            words_revision(r.revision),
+            age(now.saturating_sub(r.at)),
+            words_revision(r.to_revision),
+            r.why,
+            if r.signature_expired {
+                " (its signature has expired: held to get the machine back)"
+            } else {
+                ""
+            }
+        );
+    }
 }
 
 pub fn status(json: bool, status: &Status, now: u64) {
@@ -503,6 +572,7 @@ pub fn status(json: bool, status: &Status, now: u64) {
             }
         }
     }
+    generations_lines(&status.generations, now);
     if !status.failing.is_empty() {
         println!("failing: {} resources", status.failing.len());
         for f in &status.failing {
@@ -879,6 +949,7 @@ mod tests {
                 reexec: true,
             }),
             problems: vec!["store /s/ledger.json: cannot be read".into()],
+            generations: Default::default(),
         };
         assert_eq!(
             json(&status),

@@ -14,8 +14,9 @@ use crate::link;
 use crate::model::declaration::Declaration;
 use crate::os::exec::Runner;
 use crate::store::{
-    self, Failing, InForce, LastRun, Ledger, LinkStatus, LockError, Notice, ResourceResult,
-    RunOutcome, RunRecord, ServicePhase, Source, Store, StoreError, Trigger, Triggers, LISTED,
+    self, Confirmer, Failing, InForce, LastRun, Ledger, LinkStatus, LockError, Notice,
+    ResourceResult, RunOutcome, RunRecord, ServicePhase, Source, State, Store, StoreError, Trigger,
+    Triggers, LISTED,
 };
 use crate::util::words::expiry;
 
@@ -60,6 +61,8 @@ pub enum Target<'a> {
     New {
         declaration: &'a Declaration,
         in_force: InForce,
+        /// `apply --confirm SECS`: pending, reverted unless a person confirms it within SECS.
+        confirm_secs: Option<u64>,
     },
     /// Whatever is in force in the store once the lock is held.
     InForce,
@@ -196,6 +199,7 @@ impl Host {
             Target::New {
                 declaration,
                 mut in_force,
+                confirm_secs,
             } => {
                 // A local override keeps the control plane's revision: only a newer one replaces it.
                 let current = store.in_force_head()?;
@@ -208,7 +212,15 @@ impl Host {
                         && f.signed_by == in_force.signed_by
                 });
                 if !unchanged {
-                    store.set_in_force(&in_force)?;
+                    let state = match confirm_secs {
+                        Some(secs) => State::Pending {
+                            deadline: store::unix_now() + secs,
+                            by: Confirmer::Person,
+                            report: None,
+                        },
+                        None => State::Confirmed { at: started },
+                    };
+                    store.put_in_force(&in_force, state, self.config.generations)?;
                 }
                 (declaration, declaration.revision, in_force.expires)
             }
@@ -298,6 +310,10 @@ impl Host {
         let failing = note_failures(&store, &report, record.ended);
         let message = join_lines(&runs_note, &notes.join("; "));
         let unwritten = self.keep_run(&store, &record, Some(&report), &failing, &message);
+        // Its report's ack confirms the declaration the control plane pushed, if pending.
+        if unwritten.is_none() && self.config.control_plane.is_some() {
+            self.await_ack(&store, &d.digest);
+        }
         self.note_run(&store, &record, Some(&report));
         let converged = match (hand_back, owned) {
             (true, Some(declaration)) => Some(Converged {
@@ -331,6 +347,9 @@ impl Host {
         let report = self.config.control_plane.as_ref().map(|_| {
             let mut report = report_of(record, run.map_or(&[], |r| &r.changes), message);
             report.failing = failing.to_vec();
+            if record.trigger.contains(Trigger::Revert) {
+                report.reverted = store.generations().ok().and_then(|g| g.reverted);
+            }
             if let Some(run) = run {
                 report.pacnew = run.pacnew.clone();
                 report.needs = run.needs.clone().map(Box::new);
@@ -452,12 +471,23 @@ impl Host {
                     && crate::os::process::alive(s.pid)
             }),
         };
+        let generations = store.generations()?;
+        let confirmation = generations.current().map(|g| metrics::Confirmation {
+            state: match g.state {
+                State::Pending { .. } => "pending",
+                State::Confirmed { .. } => "confirmed",
+                State::Unconfirmed | State::Reverted { .. } => "unconfirmed",
+            },
+            deadline: generations.pending().map(|(deadline, _)| deadline),
+            reverted: generations.reverted.as_ref().map(|r| r.at),
+        });
         Ok(metrics::render(&metrics::Snapshot {
             now: store::unix_now(),
             version: env!("CARGO_PKG_VERSION"),
             stats: &stats,
             failing: &failing,
             declaration,
+            confirmation,
             link_up,
             outbox_reports: store.outbox_len()?,
         }))
@@ -677,6 +707,7 @@ pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link
         facts: None,
         pacnew: Vec::new(),
         needs: None,
+        reverted: None,
     };
     if left_out > 0 {
         report.abridge_counting(left_out);

@@ -20,6 +20,19 @@ const OUTCOMES: [RunOutcome; 4] = [
 /// The states `mesh_host_resources` lists for every kind, zeros included.
 pub const STATES: [&str; 5] = ["in_sync", "drifted", "failed", "missing", "deferred"];
 const SOURCES: [&str; 2] = ["control_plane", "local"];
+/// The confirmation states `mesh_host_declaration_confirmation` lists, each 1 or 0.
+const CONFIRMATIONS: [&str; 3] = ["confirmed", "pending", "unconfirmed"];
+
+/// Whether the declaration in force is confirmed, and the last revert (the store's generations).
+pub struct Confirmation {
+    /// `confirmed`, `pending` or `unconfirmed` (pending past its deadline with nothing to go
+    /// back to).
+    pub state: &'static str,
+    /// Unix seconds, while pending.
+    pub deadline: Option<u64>,
+    /// Unix seconds of the last revert, until a declaration is next put in force.
+    pub reverted: Option<u64>,
+}
 
 /// The declaration in force, as the metrics show it.
 pub struct DeclarationInfo {
@@ -38,6 +51,8 @@ pub struct Snapshot<'a> {
     pub stats: &'a RunStats,
     pub failing: &'a [Failing],
     pub declaration: Option<DeclarationInfo>,
+    /// `None` for a store that keeps no generations yet.
+    pub confirmation: Option<Confirmation>,
     pub link_up: bool,
     pub outbox_reports: usize,
 }
@@ -170,6 +185,40 @@ pub fn render(s: &Snapshot) -> String {
             &[("source", source)],
             u64::from(is),
         );
+    }
+    if let Some(c) = &s.confirmation {
+        out.family(
+            "mesh_host_declaration_confirmation",
+            "gauge",
+            "1 for whether the declaration in force is confirmed, pending or unconfirmed.",
+        );
+        for state in CONFIRMATIONS {
+            out.sample(
+                "mesh_host_declaration_confirmation",
+                &[("state", state)],
+                u64::from(c.state == state),
+            );
+        }
+        if let Some(deadline) = c.deadline {
+            out.family(
+                "mesh_host_declaration_confirm_deadline_seconds",
+                "gauge",
+                "Unix time the pending declaration in force is reverted unless confirmed.",
+            );
+            out.sample(
+                "mesh_host_declaration_confirm_deadline_seconds",
+                &[],
+                deadline,
+            );
+        }
+        if let Some(at) = c.reverted {
+            out.family(
+                "mesh_host_declaration_reverted_timestamp_seconds",
+                "gauge",
+                "Unix time the last declaration not confirmed in time was reverted.",
+            );
+            out.sample("mesh_host_declaration_reverted_timestamp_seconds", &[], at);
+        }
     }
     out.family(
         "mesh_host_link_up",
@@ -359,6 +408,11 @@ mod tests {
                 since: 150,
                 source: "control_plane",
             }),
+            confirmation: Some(Confirmation {
+                state: "pending",
+                deadline: Some(400),
+                reverted: Some(120),
+            }),
             link_up: true,
             outbox_reports: 2,
         });
@@ -387,6 +441,16 @@ mod tests {
                 "1",
             ),
             (r#"mesh_host_declaration_source{source="local"}"#, "0"),
+            (
+                r#"mesh_host_declaration_confirmation{state="pending"}"#,
+                "1",
+            ),
+            (
+                r#"mesh_host_declaration_confirmation{state="confirmed"}"#,
+                "0",
+            ),
+            ("mesh_host_declaration_confirm_deadline_seconds", "400"),
+            ("mesh_host_declaration_reverted_timestamp_seconds", "120"),
             ("mesh_host_link_up", "1"),
             ("mesh_host_outbox_reports", "2"),
             ("mesh_host_pacnew_files", "1"),
@@ -418,6 +482,7 @@ mod tests {
             stats: &stats,
             failing: &[],
             declaration: None,
+            confirmation: None,
             link_up: false,
             outbox_reports: 0,
         });

@@ -3,6 +3,7 @@
 //! (`converge`: `apply`, `reconcile` and the service share it) through the reconciler; it
 //! prints nothing. Exit codes and `Fatal` are its answer to whoever called it.
 
+pub mod confirm;
 pub mod converge;
 pub mod facts;
 pub mod metrics;
@@ -22,6 +23,7 @@ use crate::os::exec::Runner;
 use crate::store::{Store, StoreError};
 use unwritten::Backlog;
 
+pub use confirm::Reverting;
 pub use converge::{Converged, RunResult, Target};
 
 /// What the engine is asked to work with: where its config, store and target are, and how it

@@ -28,6 +28,10 @@ pub enum Message {
         /// What the node is (docs/protocol.md, "Facts"); absent from hosts before it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         facts: Option<Facts>,
+        /// The last declaration the host reverted, until a new one is put in force: so the
+        /// control plane does not push it again unasked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reverted: Option<Reverted>,
     },
     /// Control plane -> host: the hello was accepted; maybe with the fleet's reconnect policy.
     Welcome {
@@ -38,6 +42,10 @@ pub enum Message {
     Declare {
         revision: u64,
         declaration: String,
+        /// How long the host waits for the ack of the report of the run that applies it before
+        /// reverting it (0: no confirmation needed); absent, the host's `confirm_secs`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        confirm_secs: Option<u64>,
     },
     /// Host -> control plane: one per run, or for a declaration ignored or rejected.
     Report(Report),
@@ -103,6 +111,27 @@ pub struct Report {
     /// The node's facts, when they changed since the hello or the last report that carried them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facts: Option<Facts>,
+    /// The run that reverted a declaration not confirmed in time: which, to what, when and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverted: Option<Reverted>,
+}
+
+/// A pending declaration taken back, not confirmed in time (docs/protocol.md, "Confirmation").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reverted {
+    /// The revision taken back, and its digest.
+    pub revision: Option<u64>,
+    pub digest: String,
+    /// Unix seconds.
+    pub at: u64,
+    /// Why it was not confirmed, as the host knows it (the link's last error).
+    pub why: String,
+    /// The confirmed generation put back in force.
+    pub to_revision: Option<u64>,
+    pub to_digest: String,
+    /// It is signed and its signature has expired: held anyway, to get the machine back.
+    #[serde(default)]
+    pub signature_expired: bool,
 }
 
 /// What the node is, for the control plane to target and judge it (docs/protocol.md, "Facts").
@@ -213,6 +242,8 @@ pub fn decode(body: Vec<u8>) -> Result<Message, String> {
         revision: u64,
         #[serde(rename = "declaration")]
         _declaration: IgnoredAny,
+        #[serde(default)]
+        confirm_secs: Option<u64>,
     }
     let head: Head = serde_json::from_slice(&body).map_err(|e| not_a_message(&e))?;
     let span = member(&body, "declaration")
@@ -222,6 +253,7 @@ pub fn decode(body: Vec<u8>) -> Result<Message, String> {
     Ok(Message::Declare {
         revision: head.revision,
         declaration,
+        confirm_secs: head.confirm_secs,
     })
 }
 
@@ -495,6 +527,7 @@ mod tests {
                 restart: vec!["nginx.service".into()],
                 reexec: false,
             })),
+            reverted: None,
         };
         let r = r#"{"kind":"files","key":"/etc/x","action":"ACTION","detail":"content"}"#;
         let expected = [
@@ -560,6 +593,7 @@ mod tests {
                 serde_json::to_vec(&Message::Declare {
                     revision: 9,
                     declaration: text.clone(),
+                    confirm_secs: None,
                 })
                 .unwrap(),
                 // Members in another order, spaces, unknown ones holding what looks like a member.
@@ -592,6 +626,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A `declare`'s `confirm_secs` is read beside its declaration, and encoded only when set
+    /// (a control plane from before it sends none, and reads none back).
+    #[test]
+    fn a_declare_carries_its_confirmation_window() {
+        let with = br#"{"type":"declare","revision":3,"declaration":"d","confirm_secs":0}"#;
+        let decoded = decode(with.to_vec()).unwrap();
+        assert_eq!(Ok(&decoded), by_serde(with).as_ref());
+        assert!(matches!(
+            decoded,
+            Message::Declare {
+                confirm_secs: Some(0),
+                ..
+            }
+        ));
+        let without = br#"{"type":"declare","revision":3,"declaration":"d"}"#;
+        let decoded = decode(without.to_vec()).unwrap();
+        assert!(matches!(
+            decoded,
+            Message::Declare {
+                confirm_secs: None,
+                ..
+            }
+        ));
+        assert_eq!(serde_json::to_vec(&decoded).unwrap(), without);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::fmt;
 
 pub use messages::{
-    json_len, Facts, Message, ReconnectPolicy, Report, ReportOutcome, MAX_REPORT_BYTES,
+    json_len, Facts, Message, ReconnectPolicy, Report, ReportOutcome, Reverted, MAX_REPORT_BYTES,
 };
 
 /// What the link tells the host.
@@ -21,6 +21,8 @@ pub enum Event {
     Declare {
         revision: u64,
         text: String,
+        /// The `declare`'s own confirmation window, if it carries one.
+        confirm_secs: Option<u64>,
     },
     Ack {
         id: u64,
@@ -217,6 +219,7 @@ impl Link {
                 Message::Declare {
                     revision,
                     declaration,
+                    confirm_secs,
                 },
             ) => {
                 // Declarations that arrive while a run holds the loop collapse to the newest:
@@ -237,6 +240,7 @@ impl Link {
                         self.events.push_back(Event::Declare {
                             revision,
                             text: declaration,
+                            confirm_secs,
                         });
                     }
                 }
@@ -326,6 +330,7 @@ mod tests {
             revision: Some(3),
             digest: None,
             facts: None,
+            reverted: None,
         }
     }
 
@@ -405,6 +410,7 @@ mod tests {
         let declare = Peer::frame(&Message::Declare {
             revision: 4,
             declaration: "{\"schema\": 1}".into(),
+            confirm_secs: None,
         });
         // Byte by byte: incomplete frames are a normal outcome.
         for (i, b) in declare.iter().enumerate() {
@@ -414,7 +420,8 @@ mod tests {
             link.poll_event(),
             Some(Event::Declare {
                 revision: 4,
-                text: "{\"schema\": 1}".into()
+                text: "{\"schema\": 1}".into(),
+                confirm_secs: None,
             })
         );
         let report = Report {
@@ -434,6 +441,7 @@ mod tests {
             facts: None,
             pacnew: Vec::new(),
             needs: None,
+            reverted: None,
         };
         link.send_report(100, &report);
         assert_eq!(peer.receive(&mut link), vec![Message::Report(report)]);
@@ -482,6 +490,7 @@ mod tests {
         let early = Peer::frame(&Message::Declare {
             revision: 1,
             declaration: String::new(),
+            confirm_secs: None,
         });
         assert!(
             matches!(fresh.handle_input(1, &early), Err(LinkError::Protocol(e)) if e.contains("waiting for welcome"))
@@ -519,6 +528,7 @@ mod tests {
         let declare = Peer::frame(&Message::Declare {
             revision: 4,
             declaration: "x".repeat(200),
+            confirm_secs: None,
         });
         // One byte a second, answered pings keeping the link alive: the frame's deadline is three
         // heartbeats and its length at 64 KB/s (a few ms here) after its first byte.
@@ -566,6 +576,7 @@ mod tests {
             Peer::frame(&Message::Declare {
                 revision,
                 declaration: format!("r{revision}"),
+                confirm_secs: None,
             })
         };
         let mut bytes = declare(4);
@@ -579,7 +590,8 @@ mod tests {
             link.poll_event(),
             Some(Event::Declare {
                 revision: 7,
-                text: "r7".into()
+                text: "r7".into(),
+                confirm_secs: None,
             })
         );
         assert_eq!(link.poll_event(), None);

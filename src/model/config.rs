@@ -108,6 +108,12 @@ pub struct Config {
     /// applied only when signed by enough of these keys. Only this file sets it, never a
     /// declaration (the config directory is refused to them).
     pub trust: Option<Trust>,
+    /// How many declarations once in force the store keeps (generations), for `rollback` and
+    /// for reverting an unconfirmed one; at least 2 (the one in force and one to go back to).
+    pub generations: usize,
+    /// How long a declaration from the control plane stays pending: unless the control plane
+    /// acks the report of the run that applied it within this, the host reverts it (0: never).
+    pub confirm_secs: u64,
 }
 
 /// Where the control plane is and how the host proves itself and checks the control plane.
@@ -150,6 +156,8 @@ struct RawConfig {
     metrics_file: Option<PathBuf>,
     trusted_keys: Option<Vec<String>>,
     signatures_required: Option<usize>,
+    generations: Option<usize>,
+    confirm_secs: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -292,6 +300,16 @@ impl Config {
             control_plane,
             metrics_file: raw.metrics_file,
             trust: trust(raw.trusted_keys, raw.signatures_required)?,
+            generations: match raw.generations {
+                Some(n) if n < 2 => {
+                    return Err(
+                        "generations: must be at least 2 (the one in force and one before it)"
+                            .into(),
+                    )
+                }
+                n => n.unwrap_or(5),
+            },
+            confirm_secs: raw.confirm_secs.unwrap_or(300),
         })
     }
 }
@@ -477,6 +495,7 @@ mod tests {
         let frame = serde_json::to_vec(&crate::link::Message::Declare {
             revision: u64::MAX,
             declaration: text.clone(),
+            confirm_secs: None,
         })
         .unwrap();
         assert!(frame.len() <= frame_bytes_for(text.len() as u64));

@@ -32,10 +32,14 @@ pub enum Trigger {
     Apply,
     /// `mesh-host reconcile`.
     Reconcile,
+    /// A pending declaration was not confirmed in time: the last confirmed one is back in force.
+    Revert,
+    /// `mesh-host rollback`: a person put an earlier generation back in force.
+    Rollback,
 }
 
 impl Trigger {
-    const ALL: [Trigger; 8] = [
+    const ALL: [Trigger; 10] = [
         Trigger::Start,
         Trigger::Declaration,
         Trigger::Timer,
@@ -44,6 +48,8 @@ impl Trigger {
         Trigger::Watch,
         Trigger::Apply,
         Trigger::Reconcile,
+        Trigger::Revert,
+        Trigger::Rollback,
     ];
 
     pub fn name(self) -> &'static str {
@@ -56,6 +62,8 @@ impl Trigger {
             Trigger::Watch => "watch",
             Trigger::Apply => "apply",
             Trigger::Reconcile => "reconcile",
+            Trigger::Revert => "revert",
+            Trigger::Rollback => "rollback",
         }
     }
 
@@ -65,7 +73,7 @@ impl Trigger {
 }
 
 /// The triggers of one run, each once, in a fixed order (start, declaration, timer, reconnect,
-/// signal, watch, apply, reconcile). As JSON, a list of names (the wire report's `trigger`);
+/// signal, watch, apply, reconcile, revert, rollback). As JSON, a list of names (the wire report's `trigger`);
 /// the run record keeps them joined (`start, timer`), see `joined`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(transparent)]

@@ -81,7 +81,13 @@ impl TimerFd {
 /// The signals the service handles, delivered through an fd instead of handlers.
 pub struct SignalFd(OwnedFd);
 
-pub const HANDLED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGUSR1];
+pub const HANDLED: [libc::c_int; 5] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
 
 impl SignalFd {
     /// Blocks the handled signals for this (single-threaded) process and opens the fd. The mask

@@ -23,21 +23,21 @@ use mio::{Events, Poll, Token};
 
 use crate::engine::facts;
 use crate::engine::reconcile::Scope;
-use crate::engine::{Fatal, Host, Target, EXIT_OK};
+use crate::engine::{Fatal, Host, Reverting, Target, EXIT_OK};
 use crate::link::{messages, Event, Facts, Link, Message, Report, ReportOutcome};
 use crate::model::declaration::Declaration;
 use crate::model::envelope;
 use crate::os::sys;
 use crate::store::{
-    self, InForce, LinkStatus, RunOutcome, ServicePhase, ServiceState, Source, Store, Trigger,
-    Triggers,
+    self, Confirmer, InForce, LinkStatus, RunOutcome, ServicePhase, ServiceState, Source, State,
+    Store, Trigger, Triggers,
 };
 use crate::tools::pacman;
 use backoff::Backoff;
 use connection::Connection;
 use schedule::Schedule;
 
-pub use reload::{reload, signal_reload};
+pub use reload::{reload, signal_pending, signal_reload};
 
 const SIGNALS: Token = Token(0);
 const TIMER: Token = Token(1);
@@ -92,6 +92,13 @@ struct Service<'h> {
     reload: Cell<bool>,
     /// SIGUSR1 seen while a run was in progress.
     signal_run: Cell<bool>,
+    /// SIGUSR2: a person's `apply --confirm` made a declaration pending; its deadline is read.
+    recheck: Cell<bool>,
+    /// The deadline (Unix seconds) of the pending declaration in force, when there is one: the
+    /// timer wakes the loop for it, which then reverts it.
+    pending: Option<u64>,
+    /// The newest ack the store's lock kept from confirming the pending declaration: tried again.
+    acked: Option<u64>,
     signals: sys::SignalFd,
     status: RefCell<Option<ServiceState>>,
     watcher: watcher::Watcher,
@@ -152,6 +159,9 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         stopping: Cell::new(false),
         reload: Cell::new(false),
         signal_run: Cell::new(false),
+        recheck: Cell::new(false),
+        pending: None,
+        acked: None,
         signals,
         status: RefCell::new(None),
         watcher,
@@ -164,6 +174,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         accepted: None,
     };
     service.configure_link(now);
+    service.load_pending();
     let mut events = Events::with_capacity(16);
     let mut ready = false;
     loop {
@@ -177,9 +188,17 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         if service.signal_run.take() {
             service.schedule.add(Trigger::Signal);
         }
+        if service.recheck.take() {
+            service.load_pending();
+        }
         if service.stopping.get() {
             break;
         }
+        // A pending declaration past its deadline is reverted before anything else runs.
+        if service.revert_if_due() {
+            continue;
+        }
+        service.confirm_acked();
         service.on_watch_due(sys::now_ms());
         service.write_kept_runs(sys::now_ms());
         // Before a run too: a run may take minutes, and `status` should show the link as it is.
@@ -247,12 +266,8 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
 
 /// Reads pending signals: TERM/INT stop, HUP reloads the config, USR1 asks for a run.
 /// Returns whether the host is stopping.
-fn read_signals(
-    signals: &sys::SignalFd,
-    stopping: &Cell<bool>,
-    reload: &Cell<bool>,
-    signal_run: &Cell<bool>,
-) -> bool {
+fn read_signals(signals: &sys::SignalFd, flags: [&Cell<bool>; 4]) -> bool {
+    let [stopping, reload, signal_run, recheck] = flags;
     while let Some(signal) = signals.read() {
         match signal {
             libc::SIGTERM | libc::SIGINT => {
@@ -261,6 +276,7 @@ fn read_signals(
             }
             libc::SIGHUP => reload.set(true),
             libc::SIGUSR1 => signal_run.set(true),
+            libc::SIGUSR2 => recheck.set(true),
             _ => {}
         }
     }
@@ -275,15 +291,15 @@ struct Pulse<'a> {
     /// The first error the link hit, for the loop to drop it with after the run.
     error: RefCell<Option<String>>,
     signals: &'a sys::SignalFd,
-    /// stopping, reload, signal_run.
-    flags: [&'a Cell<bool>; 3],
+    /// stopping, reload, signal_run, recheck.
+    flags: [&'a Cell<bool>; 4],
 }
 
 impl<'a> Pulse<'a> {
     fn new(
         link: &'a mut LinkState,
         signals: &'a sys::SignalFd,
-        flags: [&'a Cell<bool>; 3],
+        flags: [&'a Cell<bool>; 4],
     ) -> Pulse<'a> {
         Pulse {
             link: RefCell::new(link),
@@ -312,8 +328,7 @@ impl<'a> Pulse<'a> {
                 }
             }
         }
-        let [stopping, reload, signal_run] = self.flags;
-        read_signals(self.signals, stopping, reload, signal_run)
+        read_signals(self.signals, self.flags)
     }
 
     fn link_error(self) -> Option<String> {
@@ -327,9 +342,12 @@ impl Service<'_> {
     fn drain_signals(&self) -> bool {
         read_signals(
             &self.signals,
-            &self.stopping,
-            &self.reload,
-            &self.signal_run,
+            [
+                &self.stopping,
+                &self.reload,
+                &self.signal_run,
+                &self.recheck,
+            ],
         )
     }
 
@@ -386,7 +404,12 @@ impl Service<'_> {
         let pulse = Pulse::new(
             &mut self.link,
             &self.signals,
-            [&self.stopping, &self.reload, &self.signal_run],
+            [
+                &self.stopping,
+                &self.reload,
+                &self.signal_run,
+                &self.recheck,
+            ],
         );
         let beat = || pulse.beat();
         let target = Target::Service {
@@ -426,7 +449,92 @@ impl Service<'_> {
         drop(converged);
         self.watcher.watch.take_refresh();
         self.refresh_watch(now, held);
+        self.load_pending();
         self.send_outbox();
+    }
+
+    /// Reads the pending declaration's deadline from the store (a problem reading it is logged,
+    /// and the deadline kept as it was).
+    fn load_pending(&mut self) {
+        match self.host.pending_deadline() {
+            Ok(pending) => self.pending = pending,
+            Err(e) => log::error!("the pending declaration's deadline: {}", e.message()),
+        }
+    }
+
+    /// Reverts the pending declaration once its deadline has passed (the link's last error says
+    /// why the ack did not come); whether a run happened.
+    fn revert_if_due(&mut self) -> bool {
+        if self
+            .pending
+            .is_none_or(|deadline| deadline > store::unix_now())
+        {
+            return false;
+        }
+        self.notify_status("reverting");
+        let pulse = Pulse::new(
+            &mut self.link,
+            &self.signals,
+            [
+                &self.stopping,
+                &self.reload,
+                &self.signal_run,
+                &self.recheck,
+            ],
+        );
+        let beat = || pulse.beat();
+        let reverted = self
+            .host
+            .revert_if_due(self.last_error.as_deref(), true, &beat);
+        if let Some(e) = pulse.link_error() {
+            self.drop_link(sys::now_ms(), e, true);
+        }
+        let ran = match reverted {
+            Ok(Some(Reverting { run: Some(run), .. })) => {
+                self.log_run(&Ok(Some(run)));
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                log::error!("revert failed: {}", e.message());
+                self.log_run(&Err(e));
+                true
+            }
+        };
+        self.load_pending();
+        if self.pending.is_some_and(|d| d <= store::unix_now()) {
+            // Not reverted (the store failed): tried again after the next run, not in a loop.
+            log::error!("the pending declaration is past its deadline but was not reverted");
+            self.pending = None;
+        }
+        if ran {
+            let now = sys::now_ms();
+            self.watcher.watch.covered();
+            self.schedule.rearm(now, sys::random());
+            self.refresh_watch(now, None);
+            self.send_outbox();
+        }
+        ran
+    }
+
+    /// Confirms the pending declaration with the newest ack, if the store's lock kept it from
+    /// being confirmed when the ack came.
+    fn confirm_acked(&mut self) {
+        let Some(id) = self.acked else { return };
+        match self.host.confirm_acked(id) {
+            Ok(confirmed) => {
+                self.acked = None;
+                if let Some(said) = confirmed {
+                    log::info!("{said}");
+                    self.load_pending();
+                }
+            }
+            Err(Fatal::Locked(_)) => {}
+            Err(e) => {
+                self.acked = None;
+                log::error!("the pending declaration was not confirmed: {}", e.message());
+            }
+        }
     }
 
     /// Offers the runs kept in memory (the store could not take them) to the store again, every
@@ -542,11 +650,9 @@ impl Service<'_> {
             .ok_or("no control plane")?;
         let secret = std::fs::read_to_string(&cp.secret_file)
             .map_err(|e| format!("secret {}: {e}", cp.secret_file.display()))?;
-        let in_force = self
-            .host
-            .store()
-            .ok()
-            .and_then(|s| s.in_force_head().ok().flatten());
+        let store = self.host.store().ok();
+        let in_force = (store.as_ref()).and_then(|s| s.in_force_head().ok().flatten());
+        let reverted = (store.as_ref()).and_then(|s| s.generations().ok()?.reverted);
         Ok(Message::Hello {
             protocol: messages::PROTOCOL,
             node: cp.node.clone(),
@@ -555,6 +661,7 @@ impl Service<'_> {
             revision: in_force.as_ref().and_then(|f| f.control_plane_revision),
             digest: in_force.map(|f| f.digest),
             facts: Some(facts),
+            reverted,
         })
     }
 
@@ -702,7 +809,11 @@ impl Service<'_> {
                         self.send_outbox();
                     }
                 }
-                Event::Declare { revision, text } => self.on_declare(revision, text),
+                Event::Declare {
+                    revision,
+                    text,
+                    confirm_secs,
+                } => self.on_declare(revision, text, confirm_secs),
                 Event::Policy(policy) => {
                     if self.backoff.set_policy(policy.base_ms, policy.cap_ms) {
                         let (base, cap) = self.backoff.policy();
@@ -722,6 +833,10 @@ impl Service<'_> {
                     {
                         log::error!("acknowledged reports could not be dropped: {}", e.message());
                     }
+                    if self.pending.is_some() {
+                        self.acked = Some(id);
+                        self.confirm_acked();
+                    }
                 }
             }
         }
@@ -731,13 +846,18 @@ impl Service<'_> {
     /// stale, invalid or (with trusted keys) not signed as the config requires: then reported,
     /// and the previous one stays in force (`envelope::accept` decides). Accepted, it is kept as
     /// parsed for the run that applies it.
-    fn on_declare(&mut self, revision: u64, text: String) {
+    fn on_declare(&mut self, revision: u64, text: String, confirm_secs: Option<u64>) {
         let digest = crate::util::codec::sha256_hex(text.as_bytes());
         // A person's `apply` may hold the lock for minutes: the link is kept answered meanwhile.
         let pulse = Pulse::new(
             &mut self.link,
             &self.signals,
-            [&self.stopping, &self.reload, &self.signal_run],
+            [
+                &self.stopping,
+                &self.reload,
+                &self.signal_run,
+                &self.recheck,
+            ],
         );
         let beat = || pulse.beat();
         let host = &*self.host;
@@ -764,16 +884,26 @@ impl Service<'_> {
                 Err(envelope::Refused::Stale(message)) => return Ok(Some(message)),
                 Err(envelope::Refused::Rejected(message)) => return Err(Fatal::Invalid(message)),
             };
-            store.set_in_force(&InForce {
+            let now = store::unix_now();
+            let state = match confirm_secs.unwrap_or(host.config.confirm_secs) {
+                0 => State::Confirmed { at: now },
+                secs => State::Pending {
+                    deadline: now + secs,
+                    by: Confirmer::ControlPlane,
+                    report: None,
+                },
+            };
+            let in_force = InForce {
                 source: Source::ControlPlane,
                 revision: Some(revision),
                 digest: accepted.declaration.digest.clone(),
-                since: store::unix_now(),
+                since: now,
                 text: accepted.text,
                 control_plane_revision: Some(revision),
                 signed_by: accepted.signed_by.iter().map(|k| k.to_string()).collect(),
                 expires: accepted.declaration.expires,
-            })?;
+            };
+            store.put_in_force(&in_force, state, host.config.generations)?;
             kept = Some(accepted.declaration);
             Ok(None)
         })();
@@ -785,6 +915,7 @@ impl Service<'_> {
                 log::info!("declaration revision {revision} accepted");
                 self.accepted = kept;
                 self.schedule.add(Trigger::Declaration);
+                self.load_pending();
                 return;
             }
             Ok(Some(message)) => (ReportOutcome::Ignored, message),
@@ -817,6 +948,7 @@ impl Service<'_> {
             facts: None,
             pacnew: Vec::new(),
             needs: None,
+            reverted: None,
         };
         if let Ok(store) = self.host.store() {
             if let Err(e) = store.outbox_push(&mut report, self.host.config.outbox_bounds()) {
@@ -880,7 +1012,14 @@ impl Service<'_> {
             true => self.retry_writes_at,
             false => u64::MAX,
         };
-        self.schedule.deadline(now).min(link).min(watch).min(writes)
+        // The pending declaration's wall-clock deadline, on the loop's monotonic clock.
+        let pending = self.pending.map_or(u64::MAX, |deadline| {
+            let unix_ms = store::unix_now() * 1000;
+            now + (deadline * 1000).saturating_sub(unix_ms)
+        });
+        (self.schedule.deadline(now).min(link).min(watch))
+            .min(writes)
+            .min(pending)
     }
 
     /// Writes what `status` shows, when it changed.

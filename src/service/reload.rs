@@ -1,6 +1,6 @@
-//! `mesh-host reload [PID]`: what `ExecReload=` runs. The host signals the service itself, so
-//! reloading needs no `kill` binary (a minimal system has none) and never signals a process that
-//! is not mesh-host.
+//! `mesh-host reload [PID]`: what `ExecReload=` runs, and the word `apply --confirm` sends of a
+//! new pending declaration. The host signals the service itself, so reloading needs no `kill`
+//! binary (a minimal system has none) and never signals a process that is not mesh-host.
 
 use crate::engine::{Fatal, Host, EXIT_OK};
 use crate::store::Store;
@@ -40,6 +40,32 @@ pub fn reload(host: &Host, pid: Option<u32>) -> Result<i32, Fatal> {
         _ => Err(Fatal::Error(
             "reload: the store names no running service; nothing was signalled".into(),
         )),
+    }
+}
+
+/// Tells the running service, if any, that the store holds a new pending declaration, so it
+/// keeps its deadline (SIGUSR2); with no service running, whatever `mesh-host` runs first after
+/// the deadline reverts it.
+pub fn signal_pending(host: &Host) {
+    let state = Store::open(&host.config.state_dir, false)
+        .ok()
+        .flatten()
+        .and_then(|store| store.service_state().ok().flatten());
+    let Some(state) = state.filter(|s| s.state == crate::store::ServicePhase::Running) else {
+        return;
+    };
+    if !crate::os::process::is_mesh_host(state.pid) {
+        return;
+    }
+    let Ok(pid) = libc::pid_t::try_from(state.pid) else {
+        return;
+    };
+    if unsafe { libc::kill(pid, libc::SIGUSR2) } != 0 {
+        log::warn!(
+            "the service (pid {pid}) was not told of the pending declaration: {}; it reverts \
+             it on its next wake",
+            std::io::Error::last_os_error()
+        );
     }
 }
 

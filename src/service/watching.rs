@@ -144,6 +144,7 @@ impl Service<'_> {
                 facts: None,
                 pacnew: Vec::new(),
                 needs: None,
+                reverted: None,
             };
             store.outbox_push(&mut report, self.host.config.outbox_bounds())?;
             Ok(())

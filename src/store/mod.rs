@@ -5,6 +5,7 @@
 
 mod failures;
 mod files_index;
+mod generations;
 mod ledger;
 mod lock;
 mod outbox;
@@ -30,6 +31,7 @@ pub use crate::model::run::{
 };
 pub use failures::Notice;
 pub use files_index::{Cached, FilesIndex};
+pub use generations::{words_revision, Confirmer, Generations, Revert, State, GENERATIONS};
 pub use ledger::{Digest, Entry, Ledger, Origin, Owned};
 pub use lock::{Lock, LockError};
 pub use owed::Owed;
@@ -449,7 +451,14 @@ impl Store {
     pub fn clean_after_crash(&self) -> Result<(), StoreError> {
         // Only the files written under the store's lock: others (service.json, the outbox's id
         // floor) have writers that do not take it, and their own next write replaces the temp.
-        for name in [IN_FORCE, LEDGER, RUNS, PACNEW_QUIET, owed::OWED] {
+        for name in [
+            IN_FORCE,
+            LEDGER,
+            RUNS,
+            PACNEW_QUIET,
+            owed::OWED,
+            GENERATIONS,
+        ] {
             let temp = format!(".{name}{TEMP_SUFFIX}");
             let removed = self
                 .dir
@@ -463,6 +472,7 @@ impl Store {
             }
         }
         self.remove_files_index_temps()?;
+        self.remove_generation_temps()?;
         self.outbox_recover()
     }
 

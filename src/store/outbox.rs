@@ -156,6 +156,12 @@ impl Store {
         self.sync_outbox(&fd)
     }
 
+    /// The id the last report queued was given (0 before any): right after `outbox_push`, that
+    /// report's.
+    pub fn outbox_last_id(&self) -> Result<u64, StoreError> {
+        Ok(self.read_json(LAST_ID)?.unwrap_or(0))
+    }
+
     /// How many reports wait for the control plane's acknowledgement.
     pub fn outbox_len(&self) -> Result<usize, StoreError> {
         let dir = self.outbox_dir()?;
@@ -270,6 +276,7 @@ mod tests {
             facts: None,
             pacnew: vec![],
             needs: None,
+            reverted: None,
         }
     }
 

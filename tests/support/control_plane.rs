@@ -87,6 +87,11 @@ struct State {
     declaration: Option<(u64, String)>,
     /// Declarations sent once to every welcomed host whatever its revision (`send_declare`).
     forced: Vec<(u64, String)>,
+    /// Reports are recorded but not acked (`hold_acks`): the host's pending declaration is not
+    /// confirmed.
+    acks_held: bool,
+    /// The `confirm_secs` every `declare` carries, when set (`set_confirm_secs`).
+    confirm_secs: Option<u64>,
     reports: Vec<Value>,
     hellos: Vec<Value>,
     /// The facts a host sent last (in its hello, or a later report that carried them), by node.
@@ -242,6 +247,17 @@ impl ControlPlane {
     pub fn send_declare(&self, revision: u64, text: &str) {
         self.shared
             .update(|s| s.forced.push((revision, text.to_string())));
+    }
+
+    /// With `hold`, reports are recorded but no longer acked: a declaration pushed meanwhile
+    /// stays pending on the host, and is reverted once its window passes.
+    pub fn hold_acks(&self, hold: bool) {
+        self.shared.update(|s| s.acks_held = hold);
+    }
+
+    /// Every `declare` sent from now on carries `confirm_secs` (None: none, the host's own).
+    pub fn set_confirm_secs(&self, secs: Option<u64>) {
+        self.shared.update(|s| s.confirm_secs = secs);
     }
 
     /// Every report received, in order of arrival, one per `id`.
@@ -493,14 +509,19 @@ impl Conn {
         let mut known = hello["revision"].as_u64();
         let mut forced_sent = 0;
         loop {
-            let (newer, forced) = {
+            let (newer, forced, confirm_secs) = {
                 let s = shared.lock();
                 let newer = s.declaration.clone().filter(|(r, _)| known < Some(*r));
-                (newer, s.forced[forced_sent..].to_vec())
+                (newer, s.forced[forced_sent..].to_vec(), s.confirm_secs)
             };
             forced_sent += forced.len();
             for (revision, text) in newer.into_iter().chain(forced) {
-                self.send(&json!({"type": "declare", "revision": revision, "declaration": text}))?;
+                let mut declare =
+                    json!({"type": "declare", "revision": revision, "declaration": text});
+                if let Some(secs) = confirm_secs {
+                    declare["confirm_secs"] = json!(secs);
+                }
+                self.send(&declare)?;
                 known = known.max(Some(revision));
             }
             let Some(message) = self.poll()? else {
@@ -526,7 +547,9 @@ impl Conn {
                             s.facts.insert(node.clone(), facts.clone());
                         }
                     });
-                    self.send(&json!({"type": "ack", "id": id}))?;
+                    if !shared.lock().acks_held {
+                        self.send(&json!({"type": "ack", "id": id}))?;
+                    }
                 }
                 Some("error") => return Err(format!("the host closes: {}", message["message"])),
                 _ => return self.refuse(&format!("unexpected message {}", message["type"])),

@@ -35,6 +35,12 @@ impl Service {
         Service { host, child, umask }
     }
 
+    /// SIGKILL, as a crash: nothing of it runs after this returns.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Starts it again on the same host after `stop`.
     pub fn restart(&mut self, env: &[(&str, &std::path::Path)]) {
         let _ = self.child.kill();
