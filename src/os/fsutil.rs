@@ -1039,7 +1039,7 @@ pub fn create_dir_all(path: &Path, mode: u32) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
     use crate::util::testutil::TempDir;
 
@@ -1391,7 +1391,8 @@ mod tests {
         assert!(dir.read_entry(OsStr::new("file"), 4).is_err());
     }
 
-    fn stamp(ctime_ns: i64) -> Stamp {
+    /// A regular file's stamp with this ctime (and mtime), for unit tests here and in the store.
+    pub fn stamp(ctime_ns: i64) -> Stamp {
         Stamp {
             device: 1,
             inode: 2,

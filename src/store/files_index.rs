@@ -424,19 +424,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn stamp(ctime_ns: i64) -> Stamp {
-        Stamp {
-            device: 1,
-            inode: 2,
-            size: 3,
-            mode: 0o100644,
-            uid: 4,
-            gid: 5,
-            mtime_ns: ctime_ns,
-            ctime_ns,
-        }
-    }
+    use crate::os::fsutil::tests::stamp;
 
     fn cached(ctime_ns: i64, digest: u8) -> Cached {
         Cached {
