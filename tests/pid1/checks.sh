@@ -385,13 +385,13 @@ check_confirm_revert() {
   wait_until 30 "the control plane received the revert's report (why: the refused reconnect)" report
   local entries revert_us up_us
   entries=$(journal_since "$killed")
-  revert_us=$(jq -r -s 'map(select(.MESSAGE | startswith("reconciling (") and contains("revert"))) | .[0].__REALTIME_TIMESTAMP // empty' <<<"$entries")
+  revert_us=$(jq -r -s --arg m "revision $r2 reverted: " 'map(select(.MESSAGE | startswith($m))) | .[0].__REALTIME_TIMESTAMP // empty' <<<"$entries")
   up_us=$(jq -r -s 'map(select(.MESSAGE == "link up")) | .[0].__REALTIME_TIMESTAMP // empty' <<<"$entries")
   [ -n "$revert_us" ] && [ -n "$up_us" ] || why "the revert's run and the link up in the journal"
   [ "$up_us" -gt "$revert_us" ] || why "no link up between the link's failure and the revert"
   jq -r '"  \(.__REALTIME_TIMESTAMP) \(.MESSAGE)"' <<<"$entries"
   awk -v d="$deadline" -v r="$revert_us" -v u="$up_us" 'BEGIN {
-    printf "window ended at %d; revert began %.2f s after; reconnected %.2f s after the window ended\n",
+    printf "figure: window ended at %d; reverted %.2f s after; reconnected (link up) %.2f s after the window ended\n",
       d, r / 1e6 - d, u / 1e6 - d }'
   # Back to the tier's control plane (its revision is older: nothing is pushed).
   printf '%s\n' "$CONFIG" > "$ROOT/etc/mesh-host/config.json"
