@@ -5,7 +5,8 @@
 # prints the check's evidence: every command it ran in the container, its output, its status.
 
 ALL_CHECKS=(install verify start ready_after_start_run status_pid unit_converged reload
-            journal refusals stop_during_transaction crash_during_transaction upgrade remove)
+            journal refusals stop_during_transaction crash_during_transaction upgrade confirm_revert
+            remove)
 
 # The declarations the host must refuse: one JSON file each in tests/pid1/refused/ (add more there).
 REFUSED_DIR=tests/pid1/refused
@@ -313,6 +314,88 @@ check_upgrade() {
     && [ "$(stat -c %i "$ROOT/usr/bin/mesh-host")" != "$inode_old" ] || why "the running binary is pkgrel 2's new file (inode)"
   [ "$(in_ct "/proc/$new/exe" --version)" = "mesh-host $VERSION" ] \
     && [ "$(in_ct mesh-host --version)" = "mesh-host $VERSION" ] || why "--version of the running binary matches"
+}
+
+# Issue 22's end to end: the host reaches its control plane by a name in /etc/hosts; a declaration
+# rewrites /etc/hosts so that the name points nowhere (127.0.0.2: the control plane listens on
+# 127.0.0.1 only). A second control plane (same CA, node and secret) on its own port, holding its
+# acks (--no-ack, --confirm-secs 15), pushes it; it is then restarted acking, on the same port, so
+# the control plane is up but the host cannot reach it: the link fails, the window passes, the host
+# puts /etc/hosts back by itself (revert) and reconnects. Prints the window's end to the reconnect.
+check_confirm_revert() {
+  local cp_pid= port r1 r2 decl=$WORK/confirm-declaration.json original deadline
+  trap '[ -z "$cp_pid" ] || { kill "$cp_pid"; wait "$cp_pid"; } 2>/dev/null' EXIT
+  converge_to "$(base v2)"
+  r1=$DECLARED r2=$((DECLARED + 1))
+  confirmed() { status_json | jq -e --argjson r "$r1" '.generations.list[-1] | .revision == $r and .state.is == "confirmed"' >/dev/null; }
+  wait_until 30 "revision $r1 confirmed by the tier's control plane" confirmed
+  in_ct systemctl stop mesh-host.service || why "stop mesh-host"
+  in_ct sh -c 'grep -v cp.mesh.test /etc/hosts > /etc/hosts.new; echo "127.0.0.1 cp.mesh.test" >> /etc/hosts.new; mv /etc/hosts.new /etc/hosts' \
+    || why "cp.mesh.test -> 127.0.0.1 in the container's /etc/hosts"
+  original=$(in_ct cat /etc/hosts)
+  base v2 | jq --arg h "$(grep -v cp.mesh.test <<<"$original"; echo '127.0.0.2 cp.mesh.test')" \
+    '.files["/etc/hosts"] = {content: ($h + "\n")}' > "$decl"
+  # control_plane PORT [FLAG...]: the second control plane on 127.0.0.1:PORT (0: a free one).
+  control_plane() {
+    local at=$1; shift
+    target/debug/examples/control-plane --listen "127.0.0.1:$at" --declaration "$decl" --revision "$r2" \
+      --pki-dir "$WORK/pki" --node pid1 --secret-file "$WORK/secret" "$@" \
+      >> "$WORK/confirm-reports.jsonl" 2>> "$WORK/confirm-cp.log" &
+    cp_pid=$!
+  }
+  control_plane 0 --no-ack --confirm-secs 15
+  listening() { port=$(sed -n 's/^listening on 127.0.0.1://p' "$WORK/confirm-cp.log"); [ -n "$port" ]; }
+  wait_until 20 "the second control plane listening" listening
+  # The certificate names localhost: the host checks that name and connects to cp.mesh.test.
+  jq --arg a "cp.mesh.test:$port" '.control_plane.address = $a | .control_plane.server_name = "localhost" | .confirm_secs = 15' \
+    <<<"$CONFIG" > "$ROOT/etc/mesh-host/config.json"
+  in_ct cat /etc/mesh-host/config.json /etc/hosts
+  in_ct systemctl start mesh-host.service || why "start mesh-host with the control plane at cp.mesh.test:$port"
+  reported() { grep '^{' "$WORK/confirm-reports.jsonl" | jq -e -s --argjson r "$r2" 'any(.revision == $r and .outcome == "converged")' >/dev/null; }
+  wait_until 60 "a converged report of revision $r2 (not acked)" reported
+  in_ct grep -x '127.0.0.2 cp.mesh.test' /etc/hosts || why "revision $r2 pointed cp.mesh.test to 127.0.0.2"
+  deadline=$(status_json | jq -e --argjson r "$r2" '.generations.list[-1] | select(.revision == $r and .state.is == "pending") | .state.deadline') \
+    || why "revision $r2 pending"
+  in_ct mesh-host status | contains 'pending: reverted in' || why "mesh-host status says revision $r2 is pending"
+  # The link breaks: the control plane comes back at once, acking, on the same port, with
+  # revision $r2 as its newest (not pushed again); the host's reconnects go to 127.0.0.2.
+  local killed
+  killed=$(now_us)
+  kill "$cp_pid"; wait "$cp_pid" 2>/dev/null
+  : > "$WORK/confirm-cp.log"
+  control_plane "$port"
+  listening_again() { [ "$(sed -n 's/^listening on //p' "$WORK/confirm-cp.log")" = "127.0.0.1:$port" ]; }
+  wait_until 20 "the control plane back on 127.0.0.1:$port" listening_again
+  # The host connects to cp.mesh.test:$port and is refused: the name now points to 127.0.0.2.
+  refused() { journal_since "$killed" | jq -r .MESSAGE | contains -x "link ended: .*Connection refused.*"; }
+  wait_until 30 "a reconnect to cp.mesh.test:$port refused, in the journal" refused
+  [ "$(date +%s)" -lt "$deadline" ] || why "the link failed before the deadline ($deadline)"
+  ! grep -q '^hello: ' "$WORK/confirm-cp.log" || why "no hello reached the control plane before the revert"
+  reverted() { status_json | jq -e --argjson r "$r2" '.generations.reverted.revision == $r' >/dev/null; }
+  wait_until 60 "revision $r2 reverted (deadline $deadline)" reverted
+  run_is "$r1" converged revert || why "the newest run is the revert, of revision $r1: $(last_run)"
+  [ "$(in_ct cat /etc/hosts)" = "$original" ] || why "/etc/hosts back to its original content"
+  in_ct mesh-host status | contains "^reverted: .*$r2 .* back to .*$r1" || why "mesh-host status names the revert"
+  hello() { grep '^hello: ' "$WORK/confirm-cp.log" | sed 's/^hello: //' \
+              | jq -e -s --argjson r1 "$r1" --argjson r2 "$r2" 'any(.revision == $r2 and .reverted.revision == $r2 and .reverted.to_revision == $r1)' >/dev/null; }
+  wait_until 120 "a hello naming revision $r2 reverted to $r1" hello
+  report() { grep '^{' "$WORK/confirm-reports.jsonl" | jq -e -s --argjson r1 "$r1" --argjson r2 "$r2" \
+               'any(.revision == $r1 and .reverted.revision == $r2 and .reverted.to_revision == $r1
+                    and (.reverted.why | contains("Connection refused")))' >/dev/null; }
+  wait_until 30 "the control plane received the revert's report (why: the refused reconnect)" report
+  local entries revert_us up_us
+  entries=$(journal_since "$killed")
+  revert_us=$(jq -r -s --arg m "revision $r2 reverted: " 'map(select(.MESSAGE | startswith($m))) | .[0].__REALTIME_TIMESTAMP // empty' <<<"$entries")
+  up_us=$(jq -r -s 'map(select(.MESSAGE == "link up")) | .[0].__REALTIME_TIMESTAMP // empty' <<<"$entries")
+  [ -n "$revert_us" ] && [ -n "$up_us" ] || why "the revert's run and the link up in the journal"
+  [ "$up_us" -gt "$revert_us" ] || why "no link up between the link's failure and the revert"
+  jq -r '"  \(.__REALTIME_TIMESTAMP) \(.MESSAGE)"' <<<"$entries"
+  awk -v d="$deadline" -v r="$revert_us" -v u="$up_us" 'BEGIN {
+    printf "figure: window ended at %d; reverted %.2f s after; reconnected (link up) %.2f s after the window ended\n",
+      d, r / 1e6 - d, u / 1e6 - d }'
+  # Back to the tier's control plane (its revision is older: nothing is pushed).
+  printf '%s\n' "$CONFIG" > "$ROOT/etc/mesh-host/config.json"
+  in_ct systemctl restart mesh-host.service || why "restart on the tier's control plane"
 }
 
 check_remove() {

@@ -6,7 +6,8 @@
 # tarball (tests/makepkg.sh), with `pacman -U` inside it as a node would, joins it to the reference control plane
 # (examples/control-plane.rs, on this machine's loopback: the container shares its network) and
 # runs the checks in tests/pid1/checks.sh, each with the commands it ran and their output as its
-# evidence. Always cleans up (container, copy, build user, control plane), bounded in time.
+# evidence (a passing check prints its lines that begin `figure: `: what it measured). Always
+# cleans up (container, copy, build user, control plane), bounded in time.
 #
 # As root: tests/pid1/run.sh [CHECK...]   (no CHECK: all of them, in order; they build on each other)
 # Environment:
@@ -232,6 +233,7 @@ run_check() {
   if ( set +e; "check_$name" ) >> "$EVIDENCE" 2>&1; then
     PASSED+=("$name")
     printf 'ok   - %s (%s s)\n' "$name" "$(( $(date +%s) - started ))"
+    grep '^figure: ' "$EVIDENCE" | sed 's/^/    /' || :   # a check's measurements, shown
   else
     FAILED+=("$name")
     printf 'FAIL - %s (%s s); evidence (each command run, its output, its exit status):\n' "$name" "$(( $(date +%s) - started ))"
