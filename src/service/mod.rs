@@ -88,12 +88,8 @@ struct Service<'h> {
     /// This process's last run, and the `STATUS=` line last sent to systemd.
     last_run: Option<notify::LastRun>,
     sent_status: RefCell<String>,
-    stopping: Cell<bool>,
-    reload: Cell<bool>,
-    /// SIGUSR1 seen while a run was in progress.
-    signal_run: Cell<bool>,
-    /// SIGUSR2: a person's `apply --confirm` made a declaration pending; its deadline is read.
-    recheck: Cell<bool>,
+    /// What the signals read so far ask of the loop.
+    signalled: Signalled,
     /// The deadline (Unix seconds) of the pending declaration in force, when there is one: the
     /// timer wakes the loop for it, which then reverts it.
     pending: Option<u64>,
@@ -156,10 +152,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         started_unix: store::unix_now(),
         last_run: None,
         sent_status: RefCell::new(String::new()),
-        stopping: Cell::new(false),
-        reload: Cell::new(false),
-        signal_run: Cell::new(false),
-        recheck: Cell::new(false),
+        signalled: Signalled::default(),
         pending: None,
         acked: None,
         signals,
@@ -179,19 +172,19 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
     let mut ready = false;
     loop {
         service.drain_signals();
-        if service.reload.take() {
+        if service.signalled.reload.take() {
             service.reload_config();
             service
                 .rewatch(sys::now_ms(), &poll)
                 .map_err(|e| io("epoll", e))?;
         }
-        if service.signal_run.take() {
+        if service.signalled.signal_run.take() {
             service.schedule.add(Trigger::Signal);
         }
-        if service.recheck.take() {
+        if service.signalled.recheck.take() {
             service.load_pending();
         }
-        if service.stopping.get() {
+        if service.signalled.stopping.get() {
             break;
         }
         // A pending declaration past its deadline is reverted before anything else runs.
@@ -264,10 +257,28 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
     Ok(EXIT_OK)
 }
 
-/// Reads pending signals: TERM/INT stop, HUP reloads the config, USR1 asks for a run.
-/// Returns whether the host is stopping.
-fn read_signals(signals: &sys::SignalFd, flags: [&Cell<bool>; 4]) -> bool {
-    let [stopping, reload, signal_run, recheck] = flags;
+/// What the signals read so far ask of the loop, each taken when the loop acts on it.
+#[derive(Default)]
+struct Signalled {
+    /// SIGTERM or SIGINT: stop after the resource being applied.
+    stopping: Cell<bool>,
+    /// SIGHUP: read the config again.
+    reload: Cell<bool>,
+    /// SIGUSR1 seen while a run was in progress.
+    signal_run: Cell<bool>,
+    /// SIGUSR2: a person's `apply --confirm` made a declaration pending; its deadline is read.
+    recheck: Cell<bool>,
+}
+
+/// Reads pending signals: TERM/INT stop, HUP reloads the config, USR1 asks for a run, USR2
+/// rereads the pending deadline. Returns whether the host is stopping.
+fn read_signals(signals: &sys::SignalFd, flags: &Signalled) -> bool {
+    let Signalled {
+        stopping,
+        reload,
+        signal_run,
+        recheck,
+    } = flags;
     while let Some(signal) = signals.read() {
         match signal {
             libc::SIGTERM | libc::SIGINT => {
@@ -291,16 +302,11 @@ struct Pulse<'a> {
     /// The first error the link hit, for the loop to drop it with after the run.
     error: RefCell<Option<String>>,
     signals: &'a sys::SignalFd,
-    /// stopping, reload, signal_run, recheck.
-    flags: [&'a Cell<bool>; 4],
+    flags: &'a Signalled,
 }
 
 impl<'a> Pulse<'a> {
-    fn new(
-        link: &'a mut LinkState,
-        signals: &'a sys::SignalFd,
-        flags: [&'a Cell<bool>; 4],
-    ) -> Pulse<'a> {
+    fn new(link: &'a mut LinkState, signals: &'a sys::SignalFd, flags: &'a Signalled) -> Pulse<'a> {
         Pulse {
             link: RefCell::new(link),
             error: RefCell::new(None),
@@ -340,15 +346,7 @@ impl Service<'_> {
     /// Reads pending signals: TERM/INT stop, HUP reloads the config, USR1 asks for a run.
     /// Returns whether the host is stopping, so the reconciler can check between resources.
     fn drain_signals(&self) -> bool {
-        read_signals(
-            &self.signals,
-            [
-                &self.stopping,
-                &self.reload,
-                &self.signal_run,
-                &self.recheck,
-            ],
-        )
+        read_signals(&self.signals, &self.signalled)
     }
 
     fn reload_config(&mut self) {
@@ -401,16 +399,7 @@ impl Service<'_> {
             }
         };
         // Between resources, while a tool runs and while waiting for the store's lock.
-        let pulse = Pulse::new(
-            &mut self.link,
-            &self.signals,
-            [
-                &self.stopping,
-                &self.reload,
-                &self.signal_run,
-                &self.recheck,
-            ],
-        );
+        let pulse = Pulse::new(&mut self.link, &self.signals, &self.signalled);
         let beat = || pulse.beat();
         let target = Target::Service {
             accepted: self.accepted.take(),
@@ -472,16 +461,7 @@ impl Service<'_> {
             return false;
         }
         self.notify_status("reverting");
-        let pulse = Pulse::new(
-            &mut self.link,
-            &self.signals,
-            [
-                &self.stopping,
-                &self.reload,
-                &self.signal_run,
-                &self.recheck,
-            ],
-        );
+        let pulse = Pulse::new(&mut self.link, &self.signals, &self.signalled);
         let beat = || pulse.beat();
         let reverted = self
             .host
@@ -849,16 +829,7 @@ impl Service<'_> {
     fn on_declare(&mut self, revision: u64, text: String, confirm_secs: Option<u64>) {
         let digest = crate::util::codec::sha256_hex(text.as_bytes());
         // A person's `apply` may hold the lock for minutes: the link is kept answered meanwhile.
-        let pulse = Pulse::new(
-            &mut self.link,
-            &self.signals,
-            [
-                &self.stopping,
-                &self.reload,
-                &self.signal_run,
-                &self.recheck,
-            ],
-        );
+        let pulse = Pulse::new(&mut self.link, &self.signals, &self.signalled);
         let beat = || pulse.beat();
         let host = &*self.host;
         let mut kept = None;
