@@ -687,17 +687,21 @@ enum LockState {
     },
 }
 
-/// The lock pacman named, as this process reaches it: under `--root`, pacman ran chrooted
-/// into the root, so its path is inside it. Opened through the no-symlink walk.
+/// The lock pacman named, as this process reaches it (under `--root`, pacman 6 names it inside
+/// the root, pacman 7 with the root in front: `Printed`). Opened through the no-symlink walk.
 fn lock_parent(env: &Env, lock: &str) -> Result<Option<crate::os::fsutil::Parent>, String> {
-    let root = if env.offline {
-        env.root
-    } else {
-        std::path::Path::new("/")
+    let slash = std::path::Path::new("/");
+    let lock = match env.offline {
+        true => pacman_paths(env)?.printed.seen(std::path::Path::new(lock)),
+        false => PathBuf::from(lock),
+    };
+    // Walked from the root, as anything in it is.
+    let (root, inside) = match lock.strip_prefix(env.root) {
+        Ok(inside) => (env.root, slash.join(inside)),
+        Err(_) => (slash, lock),
     };
     let dir = crate::os::fsutil::Dir::open(root).map_err(|e| format!("{}: {e}", root.display()))?;
-    crate::os::fsutil::walk_to_parent(&dir, std::path::Path::new(lock), false)
-        .map_err(|e| e.to_string())
+    crate::os::fsutil::walk_to_parent(&dir, &inside, false).map_err(|e| e.to_string())
 }
 
 fn lock_state(env: &Env, lock: &str) -> Result<LockState, String> {
@@ -748,11 +752,8 @@ pub fn local_db_dir(env: &Env) -> Result<PathBuf, String> {
 pub fn paths(env: &Env) -> Result<crate::model::upkeep::Where, String> {
     let printed = pacman_paths(env)?;
     Ok(crate::model::upkeep::Where {
-        root: seen(env, pacman_path(&printed, pacman::parse_root, "Root")?),
-        db: seen(
-            env,
-            pacman_path(&printed, pacman::parse_db_path, "DB Path")?,
-        ),
+        root: printed.path(pacman::parse_root, "Root")?,
+        db: printed.path(pacman::parse_db_path, "DB Path")?,
     })
 }
 
@@ -772,31 +773,36 @@ pub fn foreign_count(env: &Env) -> Result<u64, String> {
     })
 }
 
-/// What `pacman -v -T` (a dependency test of nothing) prints: the paths pacman is configured with.
-fn pacman_paths(env: &Env) -> Result<String, String> {
+/// What `pacman -v -T` (a dependency test of nothing) printed: the paths pacman is configured
+/// with, and where they are seen from this process.
+struct Verbose {
+    text: String,
+    printed: pacman::Printed,
+}
+
+impl Verbose {
+    /// One of the paths, as this process reaches it.
+    fn path(&self, parse: fn(&str) -> Option<PathBuf>, field: &str) -> Result<PathBuf, String> {
+        parse(&self.text)
+            .map(|path| self.printed.seen(&path))
+            .ok_or_else(|| format!("`pacman -v -T` printed no `{field}`"))
+    }
+}
+
+fn pacman_paths(env: &Env) -> Result<Verbose, String> {
     let args = target(env)?.paths();
     let output = env
         .runner
         .run(&env.config.pacman, &args, &[])
         .map_err(|e| e.to_string())?;
-    Ok(output.stdout_text())
-}
-
-fn pacman_path(
-    paths: &str,
-    parse: fn(&str) -> Option<PathBuf>,
-    field: &str,
-) -> Result<PathBuf, String> {
-    parse(paths).ok_or_else(|| format!("`pacman -v -T` printed no `{field}`"))
-}
-
-/// A path pacman printed, as seen from this process: under --sysroot pacman prints the paths
-/// inside the mounted root.
-fn seen(env: &Env, path: PathBuf) -> PathBuf {
-    match env.offline {
-        true => env.root.join(path.strip_prefix("/").unwrap_or(&path)),
-        false => path,
-    }
+    let text = output.stdout_text();
+    let root = pacman::parse_root(&text).ok_or("`pacman -v -T` printed no `Root`")?;
+    // pacman 7 prints the root resolved: a root given through a symlink is known both ways.
+    let real = env
+        .offline
+        .then(|| std::fs::canonicalize(env.root).unwrap_or_else(|_| env.root.to_path_buf()));
+    let printed = pacman::Printed::new(real.as_deref().map(|real| (env.root, real)), &root);
+    Ok(Verbose { text, printed })
 }
 
 /// The keyrings' own transaction before a full upgrade (`-Sy --needed` of the installed
@@ -863,11 +869,8 @@ fn check_room(env: &Env, preview: &[String], names: &[&str]) -> Result<(), KindE
         .sum::<u64>()
         .saturating_sub(old.values().sum::<u64>());
     let paths = pacman_paths(env)?;
-    let cache = seen(
-        env,
-        pacman_path(&paths, pacman::parse_cache_dir, "Cache Dirs")?,
-    );
-    let root = seen(env, pacman_path(&paths, pacman::parse_root, "Root")?);
+    let cache = paths.path(pacman::parse_cache_dir, "Cache Dirs")?;
+    let root = paths.path(pacman::parse_root, "Root")?;
     let filesystem = |path: &std::path::Path| {
         crate::os::fsutil::Dir::open(path)
             .and_then(|dir| Ok((dir.device()?, dir.free_space()?)))
@@ -949,11 +952,7 @@ struct Pruned {
 /// go with their signatures (what `paccache -rk N` does). Files not named as pacman names them
 /// are left alone.
 fn prune_cache(env: &Env, keep: usize) -> Result<Pruned, String> {
-    let paths = pacman_paths(env)?;
-    let path = seen(
-        env,
-        pacman_path(&paths, pacman::parse_cache_dir, "Cache Dirs")?,
-    );
+    let path = pacman_paths(env)?.path(pacman::parse_cache_dir, "Cache Dirs")?;
     let at = |e: std::io::Error| format!("{}: {e}", path.display());
     let dir = crate::os::fsutil::Dir::open(&path).map_err(at)?;
     let names = dir

@@ -495,6 +495,37 @@ pub fn parse_cache_dir(stdout: &str) -> Option<PathBuf> {
     verbose_path(stdout, "Cache Dirs")
 }
 
+/// Where the paths pacman printed (`-v`, the lock in its errors) are, seen from this process.
+/// Under `--sysroot`, pacman 6 chroots into the root and prints paths inside it (`Root : /`);
+/// pacman 7 no longer chroots and prints them with the root in front, resolved (`Root : /mnt/`
+/// for `--sysroot /mnt/./`). Which of the two is told by the `Root` it printed, not by its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Printed {
+    /// The root to put in front of a printed path, when pacman printed it inside the root.
+    inside: Option<PathBuf>,
+}
+
+impl Printed {
+    /// From the `--sysroot` pacman was given, as given and resolved (`realpath`), none on the
+    /// running system, and the `Root` it printed (`parse_root`).
+    pub fn new(sysroot: Option<(&Path, &Path)>, printed_root: &Path) -> Printed {
+        let inside = sysroot
+            .filter(|(given, real)| {
+                !printed_root.starts_with(given) && !printed_root.starts_with(real)
+            })
+            .map(|(given, _)| given.to_path_buf());
+        Printed { inside }
+    }
+
+    /// A path pacman printed, as this process reaches it.
+    pub fn seen(&self, path: &Path) -> PathBuf {
+        match &self.inside {
+            Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
+            None => path.to_path_buf(),
+        }
+    }
+}
+
 /// The first path of a `Field : PATH  PATH2` line of `pacman -v` (the colon may follow the field
 /// without a space: `Cache Dirs:`; pacman separates several paths by two spaces).
 fn verbose_path(stdout: &str, name: &str) -> Option<PathBuf> {
