@@ -73,12 +73,19 @@ impl Kind for Packages {
         }
         let args = target(env)?.query_info();
         let results = query_by_halves(env.runner, "`pacman -Qi`", keys, |batch| {
-            let observing = |error| KindError::command("observe", error);
+            let observing = |error| pacman_failed("observe", error);
             let output = env
                 .runner
                 .query(&env.config.pacman, &args, batch)
                 .map_err(observing)?;
-            if !Pacman::answered(output.code) {
+            // It exits 1 for a name not installed, and for a conf it cannot use.
+            let complaint = pacman::parse_messages(&output.stderr).iter().any(|m| {
+                !matches!(
+                    m,
+                    pacman::Message::PackageNotFound(_) | pacman::Message::Warning(_)
+                )
+            });
+            if !Pacman::answered(output.code) || complaint {
                 return Err(observing(CommandError {
                     command: "pacman -Qi".into(),
                     failure: Failure::Exit(output.code, output.stderr),
@@ -426,6 +433,19 @@ impl Kind for Packages {
     }
 }
 
+/// pacman's failure at `step`; one of its download sandbox (pacman.conf's `DownloadUser`) is
+/// named with its cause and the option that turns it off, and blames no package.
+fn pacman_failed(step: &'static str, error: CommandError) -> KindError {
+    let why = match &error.failure {
+        Failure::Exit(_, stderr) => pacman::download_sandbox(stderr),
+        _ => None,
+    };
+    match why {
+        Some(why) => KindError::Setup { why, error },
+        None => KindError::command(step, error),
+    }
+}
+
 /// pacman's arguments for one of the transactions, given the target.
 type Arguments<'a> = dyn Fn(&Pacman) -> Vec<String> + 'a;
 
@@ -453,7 +473,7 @@ fn check_sync_packages<'n>(
         let output = env
             .runner
             .query(&env.config.pacman, &tool.sync_info(), names)
-            .map_err(|e| KindError::command("check what would be installed", e))?;
+            .map_err(|e| pacman_failed("check what would be installed", e))?;
         // Its exit status counts the names not found; any other complaint is a real failure.
         let complaint = pacman::parse_messages(&output.stderr).iter().any(|m| {
             !matches!(
@@ -463,6 +483,13 @@ fn check_sync_packages<'n>(
         });
         match output.code {
             Some(_) if !complaint => Ok((output.stdout_text(), output.stderr)),
+            code if pacman::download_sandbox(&output.stderr).is_some() => Err(pacman_failed(
+                "check what would be installed",
+                CommandError {
+                    command: "pacman -Si".into(),
+                    failure: Failure::Exit(code, output.stderr),
+                },
+            )),
             code => Err(KindError::from(format!(
                 "`pacman -Si` (checking what would be installed) exited with status {code:?}: {}",
                 output.stderr.trim()
@@ -621,11 +648,16 @@ fn run_waiting_for_lock(
             Err(e) => e,
         };
         let Some(lock) = locked_by(&e) else {
-            return Err(match e.failure {
-                Failure::Exit(Some(_), _) => {
-                    TransactionError::Packages(KindError::command(step, e))
-                }
-                _ => TransactionError::Pacman(KindError::command(step, e)),
+            return Err(match pacman_failed(step, e) {
+                e @ KindError::Command {
+                    error:
+                        CommandError {
+                            failure: Failure::Exit(Some(_), _),
+                            ..
+                        },
+                    ..
+                } => TransactionError::Packages(e),
+                e => TransactionError::Pacman(e),
             });
         };
         let state = match lock_state(env, &lock) {
@@ -763,7 +795,7 @@ pub fn foreign_count(env: &Env) -> Result<u64, String> {
     let output = env
         .runner
         .query(&env.config.pacman, &args, &[])
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| pacman_failed("count the foreign packages", e).to_string())?;
     pacman::parse_foreign(output.code, &output.stdout_text()).ok_or_else(|| {
         format!(
             "`pacman -Qmq` exited with status {:?}: {}",
@@ -794,7 +826,7 @@ fn pacman_paths(env: &Env) -> Result<Verbose, String> {
     let output = env
         .runner
         .run(&env.config.pacman, &args, &[])
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| pacman_failed("read its paths", e).to_string())?;
     let text = output.stdout_text();
     let root = pacman::parse_root(&text).ok_or("`pacman -v -T` printed no `Root`")?;
     // pacman 7 prints the root resolved: a root given through a symlink is known both ways.
@@ -813,7 +845,7 @@ fn keyrings_first(env: &Env) -> Result<(), TransactionError> {
     let output = env
         .runner
         .query(&env.config.pacman, &pacman.installed_names(), &[])
-        .map_err(|e| TransactionError::Pacman(KindError::command("list the keyrings", e)))?;
+        .map_err(|e| TransactionError::Pacman(pacman_failed("list the keyrings", e)))?;
     // It exits 1 when nothing is installed at all.
     if !Pacman::answered(output.code) {
         return Err(TransactionError::Packages(KindError::from(format!(
@@ -845,7 +877,7 @@ fn check_room(env: &Env, preview: &[String], names: &[&str]) -> Result<(), KindE
     let query = |args: &[String], names: &[&str]| {
         env.runner
             .query(&env.config.pacman, args, names)
-            .map_err(|e| KindError::command("check the room on disk", e))
+            .map_err(|e| pacman_failed("check the room on disk", e))
     };
     let output = query(preview, names)?;
     if output.code != Some(0) {

@@ -598,6 +598,54 @@ pub fn locked_database(stderr: &str) -> Option<&str> {
     )
 }
 
+/// Why pacman 7's download sandbox stopped it, from its stderr: pacman.conf's `DownloadUser`
+/// (Arch sets `alpm`) makes it download as that user, confined with Landlock. A kernel without
+/// Landlock, or a user that does not exist, fails every download (the user, every command).
+/// The reason names the cause and the pacman.conf option that turns it off (pacman.conf(5)).
+pub fn download_sandbox(stderr: &str) -> Option<String> {
+    let errors = || {
+        stderr
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("error: "))
+    };
+    let user = errors().find_map(|e| {
+        let quoted = e
+            .strip_prefix("problem setting DownloadUser '")
+            .or_else(|| e.strip_prefix("download user '"))?;
+        quoted.split_once('\'').map(|(name, _)| name)
+    });
+    if let Some(user) = user {
+        return Some(format!(
+            "pacman's download user '{user}' (DownloadUser in pacman.conf) does not exist: create \
+             it (Arch's pacman package makes `alpm` with systemd-sysusers) or remove DownloadUser \
+             from pacman.conf"
+        ));
+    }
+    if let Some(landlock) = errors().find(|e| e.contains("Landlock")) {
+        let cause = match landlock.contains("not supported by the kernel") {
+            true => "the kernel does not support Landlock",
+            false => "Landlock failed",
+        };
+        return Some(format!(
+            "pacman's download sandbox failed: {cause} ({landlock}); DisableSandboxFilesystem \
+             (or DisableSandbox) in pacman.conf's [options] turns that part off, as does removing \
+             DownloadUser"
+        ));
+    }
+    if let Some(seccomp) = errors().find(|e| e.contains("seccomp")) {
+        return Some(format!(
+            "pacman's download sandbox failed: its system call filter ({seccomp}); \
+             DisableSandboxSyscalls (or DisableSandbox) in pacman.conf's [options] turns that \
+             part off, as does removing DownloadUser"
+        ));
+    }
+    let switching = errors().find(|e| e.starts_with("switching to sandbox user"))?;
+    Some(format!(
+        "pacman could not download as its DownloadUser ({switching}); without DownloadUser in \
+         pacman.conf it downloads as root"
+    ))
+}
+
 /// The names `-Si` (or `-Qi`) said it has no package of.
 pub fn not_found(stderr: &str) -> BTreeSet<&str> {
     parse_messages(stderr)
