@@ -1067,14 +1067,18 @@ mod tests {
 
     #[test]
     fn sync_info_shows_what_would_take_the_host_over() {
-        let infos = pacman::parse_sync_info(include_str!("../../tests/fixtures/pacman-Si.txt"));
         let host = vec!["nox-mesh-host".to_string()];
-        let why = takes_over(&infos[0], &host).unwrap();
-        assert!(
-            why.contains("mesh-usurper replaces nox-mesh-host, the host's own package"),
-            "{why}"
-        );
-        assert_eq!(takes_over(&infos[1], &host), None);
+        for g in crate::tools::generations("pacman") {
+            let text = g.read("pacman-Si.txt");
+            let infos = pacman::parse_sync_info(&text);
+            let why = takes_over(&infos[0], &host).unwrap();
+            assert!(
+                why.contains("mesh-usurper replaces nox-mesh-host, the host's own package"),
+                "{}: {why}",
+                g.name
+            );
+            assert_eq!(takes_over(&infos[1], &host), None, "{}", g.name);
+        }
         for (field, entry, relation) in [
             ("conflicts", "nox-mesh-host>=1.0", "conflicts with"),
             ("provides", "nox-mesh-host", "provides"),
