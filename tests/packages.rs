@@ -523,7 +523,12 @@ fn a_download_sandbox_pacman_cannot_set_up_fails_the_packages_naming_the_option(
     ] {
         std::fs::create_dir_all(root.join(sub)).expect("pacman root");
     }
-    let plain = pacman_conf(&root, Some(&sb.pacman_repo));
+    // Without the sandbox, whatever the harness's conf sets: each case sets its own.
+    let plain: String = pacman_conf(&root, Some(&sb.pacman_repo))
+        .lines()
+        .filter(|l| !l.starts_with("DownloadUser") && !l.starts_with("DisableSandbox"))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let conf = dir.join("pacman.conf");
     std::fs::write(&conf, &plain).expect("pacman.conf");
     sh(&format!(
