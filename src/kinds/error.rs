@@ -109,4 +109,26 @@ mod tests {
         );
         assert_eq!(KindError::from("refused: x").to_string(), "refused: x");
     }
+
+    /// A tool that cannot work as configured says why first, and no name is retried alone.
+    #[test]
+    fn a_setup_failure_names_its_cause_and_blames_no_name() {
+        let error = KindError::Setup {
+            why: "pacman's download sandbox failed: the kernel does not support Landlock".into(),
+            error: CommandError {
+                command: "pacman -S --needed --noconfirm -- a".into(),
+                failure: Failure::Exit(
+                    Some(1),
+                    "error: switching to sandbox user 'alpm' failed!\n".into(),
+                ),
+            },
+        };
+        assert_eq!(
+            error.to_string(),
+            "pacman's download sandbox failed: the kernel does not support Landlock: `pacman -S \
+             --needed --noconfirm -- a` exited with status 1: error: switching to sandbox user \
+             'alpm' failed!"
+        );
+        assert!(!error.blames_names());
+    }
 }
