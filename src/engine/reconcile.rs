@@ -21,6 +21,7 @@ use crate::store::{
     Entry, Failing, Foreign, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError,
 };
 use crate::util::diff::ContentDiff;
+use crate::util::progress::{self, Event};
 use crate::util::sorted::{self, Walk};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -395,6 +396,14 @@ fn converge<K: Kind>(
             report.interrupted = true;
             return save(env, ledger, ledger_dirty);
         }
+        let (failed_before, adopted_before) = (report.failures.len(), report.adopted.len());
+        let changes_before = changes.len();
+        env.runner.tell(|| Event::Step {
+            kind: K::NAME,
+            step: progress::Step::Observe,
+            total: chunk.len(),
+            named: progress::named(chunk.iter().map(|key| (None, *key))),
+        });
         let observed = match K::observe(env, cx, chunk) {
             Ok(observed) => observed,
             Err(e) => {
@@ -486,6 +495,13 @@ fn converge<K: Kind>(
         // Planned: the chunk's observation is not needed again (`verify` makes its own), so it
         // is not held beside the next one, nor beside the chunk's changes being applied.
         drop(observed);
+        env.runner.tell(|| Event::Planned {
+            kind: K::NAME,
+            in_sync,
+            adopted: report.adopted.len() - adopted_before,
+            changes: changes.len() - changes_before,
+            failed: report.failures.len() - failed_before,
+        });
         if in_sync > 0 {
             report.in_sync += in_sync;
             *report.in_sync_by_kind.entry(K::NAME).or_default() += in_sync;
@@ -529,6 +545,14 @@ fn apply_planned<K: Kind>(
     mut ledger_dirty: bool,
     report: &mut Report,
 ) -> Result<(), StoreError> {
+    if !changes.is_empty() {
+        env.runner.tell(|| Event::Step {
+            kind: K::NAME,
+            step: progress::Step::Apply,
+            total: changes.len(),
+            named: progress::named(changes.iter().map(|c| (Some(c.action.symbol()), &*c.key))),
+        });
+    }
     // Write-ahead: originals and new ownership are durable before anything is touched.
     let mut intents = Vec::new();
     for change in &changes {
@@ -723,6 +747,12 @@ fn verify<K: Kind>(
             return;
         }
         let keys: Vec<&str> = chunk.iter().map(|(c, _)| c.key.as_str()).collect();
+        env.runner.tell(|| Event::Step {
+            kind: K::NAME,
+            step: progress::Step::Verify,
+            total: keys.len(),
+            named: progress::named(keys.iter().map(|key| (None, *key))),
+        });
         let observed = K::observe(env, &fresh, &keys);
         for (change, outcome) in chunk {
             check::<K>(&fresh, cx, ledger, change, outcome, &observed);
