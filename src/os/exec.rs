@@ -829,6 +829,102 @@ mod tests {
         assert_eq!(runner.traced(), vec!["sh -c echo $LC_ALL; echo err >&2"]);
     }
 
+    /// A sink keeping what it was told, as text.
+    fn told() -> (Sink, std::rc::Rc<RefCell<Vec<String>>>) {
+        let seen = std::rc::Rc::new(RefCell::new(Vec::new()));
+        let keep = std::rc::Rc::clone(&seen);
+        let sink = Sink::new(move |event| {
+            keep.borrow_mut().push(match event {
+                Event::Command(c) => format!("command {c}"),
+                Event::Line(l) => format!("line {l}"),
+                Event::Exited { code, .. } => format!("exited {code:?}"),
+                other => format!("{other:?}"),
+            })
+        });
+        (sink, seen)
+    }
+
+    /// A transaction's lines reach the sink (a redrawn line as a terminal would show it last,
+    /// no blank ones, stderr's scrubbed of secrets, a last one without its line break), between
+    /// its command and its exit, and are captured whole as ever.
+    #[test]
+    fn a_transaction_passes_its_lines_on_and_still_captures_them_whole() {
+        let (sink, seen) = told();
+        let runner = Runner::new(false).with_progress(Some(sink));
+        runner.withhold(vec!["canary-42".into()]);
+        let script = "echo one; printf 'bar 10%%\\rbar 100%%\\r\\n\\n'; s=canary; \
+                      echo \"warned $s-42\" >&2; printf last";
+        let out = runner.transaction(&sh(5000), &[script], &[]).unwrap();
+        assert_eq!(out.stdout_text(), "one\nbar 10%\rbar 100%\r\n\nlast");
+        assert_eq!(out.stderr, "warned [secret withheld]\n");
+        let seen = seen.borrow();
+        assert_eq!(seen.first(), Some(&format!("command sh -c {script}")));
+        assert_eq!(seen.last().map(String::as_str), Some("exited Some(0)"));
+        assert_eq!(seen.len(), 6, "{seen:?}");
+        // Two pipes: how stdout's lines and stderr's interleave is the kernel's.
+        let stdout: Vec<&str> = (seen.iter().map(String::as_str))
+            .filter(|l| l.starts_with("line ") && !l.contains("warned"))
+            .collect();
+        assert_eq!(stdout, ["line one", "line bar 100%", "line last"]);
+        assert!(seen.contains(&"line warned [secret withheld]".to_string()));
+    }
+
+    /// A line is passed on when it is printed, not when the command ends: this one waits, after
+    /// its first line, for the file the sink makes on seeing that line (and would reach its
+    /// timeout otherwise).
+    #[test]
+    fn a_transaction_line_is_passed_on_while_the_command_still_runs() {
+        let dir = crate::util::testutil::TempDir::new("exec-lines");
+        let go = dir.path().join("go");
+        let made = go.clone();
+        let sink = Sink::new(move |event| {
+            if *event == Event::Line("waiting") {
+                let _ = std::fs::write(&made, "");
+            }
+        });
+        let runner = Runner::new(false).with_progress(Some(sink));
+        let script = format!(
+            "echo waiting; while [ ! -e {} ]; do sleep 0.01; done; echo went",
+            go.display()
+        );
+        let out = runner.transaction(&sh(20_000), &[script], &[]);
+        assert_eq!(out.map(|o| o.stdout_text()), Ok("waiting\nwent\n".into()));
+    }
+
+    /// Tried again while pacman's lock is held elsewhere, a transaction is not told again, nor
+    /// its complaint on stderr; its stdout is. Queries and other commands are told, never their
+    /// output; without a sink nothing is made.
+    #[test]
+    fn what_each_way_of_running_tells() {
+        let script = "echo out; echo err >&2";
+        let telling = |run: &dyn Fn(&Runner) -> Result<Output, CommandError>| {
+            let (sink, seen) = told();
+            run(&Runner::new(false).with_progress(Some(sink))).unwrap();
+            let seen = seen.borrow().clone();
+            seen
+        };
+        let command = format!("command sh -c {script}");
+        assert_eq!(
+            telling(&|r| r.transaction_again(&sh(5000), &[script], &[])),
+            ["line out"]
+        );
+        assert_eq!(
+            telling(&|r| r.run(&sh(5000), &[script], &[])),
+            [command.as_str(), "exited Some(0)"]
+        );
+        assert_eq!(
+            telling(&|r| r.query(&sh(5000), &[format!("{script}; exit 3")], &[])),
+            [format!("{command}; exit 3").as_str(), "exited Some(3)"]
+        );
+        let out = Runner::new(false)
+            .transaction(&sh(5000), &[script], &[])
+            .unwrap();
+        assert_eq!(
+            (out.stdout_text().as_str(), out.stderr.as_str()),
+            ("out\n", "err\n")
+        );
+    }
+
     #[test]
     fn names_beyond_one_command_line_go_to_further_invocations_in_order() {
         let names: Vec<String> = (0..10).map(|i| format!("name{i}")).collect();
