@@ -164,7 +164,8 @@ impl Args {
             root: self.root.clone(),
             trace_commands: self.trace_commands,
             service: self.command == Command::Run,
-            progress: super::progress::sink(self),
+            // What the terminal shows (`cli/progress.rs`): set beside the config in `cli/mod.rs`.
+            progress: None,
         }
     }
 }

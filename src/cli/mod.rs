@@ -63,7 +63,11 @@ fn run(args: args::Args) -> Result<i32, Fatal> {
         Command::Keygen { out } => return keys::keygen(&args, out),
         _ => {}
     }
-    let mut host = Host::new(args.engine_options())?;
+    let options = engine::Options {
+        progress: progress::sink(&args),
+        ..args.engine_options()
+    };
+    let mut host = Host::new(options)?;
     let commands = || Commands {
         host: &host,
         json: args.json,
