@@ -192,3 +192,33 @@ fn a_transaction_shows_its_steps_and_pacmans_lines_on_a_terminal_while_it_runs()
     }
     std::fs::remove_dir_all(&repo).expect("cleanup");
 }
+
+/// `-q` leaves errors and the result only: a warning (a store found with a loose mode, set back
+/// to 0700) is said without it and not with it; an error is said either way.
+#[test]
+fn quiet_says_errors_only() {
+    let host = Scratch::new("progress-quiet");
+    let file = host.dir.join("declaration.json");
+    std::fs::write(
+        &file,
+        r#"{"schema": 1, "files": {"/etc/motd": {"content": "hi\n"}}}"#,
+    )
+    .expect("write");
+    host.apply(&file, 0);
+    let loosen = || {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(host.state(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod")
+    };
+    loosen();
+    let said = host.run(&["status"]);
+    assert_eq!(said.code, 0, "{said:?}");
+    said.assert_stderr("had mode 0755; set to 0700");
+    loosen();
+    let quiet = host.run(&["-q", "status"]);
+    assert_eq!((quiet.code, quiet.stderr.as_str()), (0, ""), "{quiet:?}");
+    quiet.assert_stdout("declaration in force: from local file");
+    let missing = host.run(&["-q", "apply", "/nonexistent.json"]);
+    assert_eq!(missing.code, 2, "{missing:?}");
+    missing.assert_stderr("mesh-host: /nonexistent.json: cannot be read");
+}
