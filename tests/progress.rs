@@ -193,6 +193,66 @@ fn a_transaction_shows_its_steps_and_pacmans_lines_on_a_terminal_while_it_runs()
     std::fs::remove_dir_all(&repo).expect("cleanup");
 }
 
+/// While another process holds pacman's lock, the transaction is told once with its complaint,
+/// then one `waiting` line names the holder, however many times it is tried again; once the lock
+/// is let go, the transaction's own lines follow.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_held_lock_is_one_waiting_line_not_a_retry_every_half_second() {
+    let sb = sandbox();
+    let pacman = PacmanRoot::new("progress-lock", &sb.pacman_repo);
+    let host = pacman.host(&sb, "progress-lock", "");
+    let file = host.dir.join("declaration.json");
+    std::fs::write(&file, r#"{"schema": 1, "packages": {"mesh-e": {}}}"#).expect("write");
+    let lock = pacman.lock_file();
+    // A live process holds the lock open, as a running pacman does.
+    let mut holder = Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec 3>{}; exec sleep 120", lock.display()))
+        .spawn()
+        .expect("lock holder");
+    while !lock.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let holder_pid = holder.id();
+    let mut released = false;
+    let args = ["--trace-commands", "apply", file.to_str().expect("utf-8")];
+    let out = on_terminal(&host, &args, |line| {
+        // Let go once told, and after two more tries (the retries come twice a second).
+        if line.contains("-> waiting: ") && !released {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            let _ = holder.kill();
+            let _ = holder.wait();
+            let _ = std::fs::remove_file(&lock);
+            released = true;
+        }
+    });
+    assert_eq!(out.code, 0, "{out:?}");
+    let count = |text: &str| out.stderr.matches(text).count();
+    let install = " -S --needed --noconfirm -- mesh-e\n";
+    // Tried again and again (`--trace-commands` lists every try), told once.
+    let tries = (out.stderr.lines())
+        .filter(|l| l.starts_with("command: ") && l.ends_with(install.trim_end()))
+        .count();
+    assert!(tries >= 3, "{out:?}");
+    assert_eq!(
+        count(&format!(
+            "  -> pacman --config {}{install}",
+            pacman.conf.display()
+        )),
+        1,
+        "{out:?}"
+    );
+    assert_eq!(count("unable to lock database"), 1, "{out:?}");
+    out.assert_stderr(&format!(
+        "  -> waiting: pacman's database lock {}, held by pid {holder_pid} (sleep)\n",
+        lock.display()
+    ));
+    assert_eq!(count("-> waiting: "), 1, "{out:?}");
+    out.assert_stderr("     installing mesh-e...\n");
+    assert_eq!(pacman.version("mesh-e").as_deref(), Some("1.0-1"));
+}
+
 /// `-q` leaves errors and the result only: a warning (a store found with a loose mode, set back
 /// to 0700) is said without it and not with it; an error is said either way.
 #[test]
