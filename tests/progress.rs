@@ -227,6 +227,9 @@ fn a_held_lock_is_one_waiting_line_not_a_retry_every_half_second() {
             released = true;
         }
     });
+    // Whatever the run did, the holder does not outlive the test.
+    let _ = holder.kill();
+    let _ = holder.wait();
     assert_eq!(out.code, 0, "{out:?}");
     let count = |text: &str| out.stderr.matches(text).count();
     let install = " -S --needed --noconfirm -- mesh-e\n";
