@@ -1078,6 +1078,61 @@ mod tests {
         assert!(cx.facts.files.take_refused().is_empty());
     }
 
+    /// A run tells each kind's steps as they start: what it observes, what that came to, what it
+    /// changes (with each change's sign) and what it checks again, naming the first few.
+    #[test]
+    fn a_run_tells_each_step_as_it_starts() {
+        let scratch = TempDir::new("reconcile-progress");
+        let root = scratch.path().join("root");
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::write(root.join("etc/g"), "as declared\n").unwrap();
+        let store = Store::open(&scratch.path().join("state"), true)
+            .unwrap()
+            .unwrap();
+        let files: Vec<String> = ["a", "b", "c", "d", "e", "f", "g"]
+            .iter()
+            .map(|name| format!(r#""/etc/{name}": {{"content": "as declared\n"}}"#))
+            .collect();
+        let text = format!(r#"{{"schema": 1, "files": {{{}}}}}"#, files.join(", "));
+        let declaration = parse_with_defaults(&text).unwrap();
+        let told = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let keep = std::rc::Rc::clone(&told);
+        let sink = progress::Sink::new(move |event| keep.borrow_mut().push(format!("{event:?}")));
+        let config = test_config();
+        let runner = Runner::new(false).with_progress(Some(sink));
+        let env = Env {
+            root: &root,
+            offline: true,
+            config: &config,
+            runner: &runner,
+            store: Some(&store),
+            interrupted: &|| false,
+            upkeep: None,
+            diffs: false,
+        };
+        let mut ledger = store.ledger().unwrap();
+        run(&env, &declaration, &mut ledger, Mode::Apply).unwrap();
+        let named = |sign: Option<char>, keys: &[&str]| {
+            keys.iter()
+                .map(|k| format!("({sign:?}, \"/etc/{k}\")"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let step = |step: &str, total: usize, named: String| {
+            format!(r#"Step {{ kind: "files", step: {step}, total: {total}, named: [{named}] }}"#)
+        };
+        assert_eq!(
+            *told.borrow(),
+            [
+                step("Observe", 7, named(None, &["a", "b", "c", "d", "e"])),
+                r#"Planned { kind: "files", in_sync: 0, adopted: 1, changes: 6, failed: 0 }"#
+                    .to_string(),
+                step("Apply", 6, named(Some('+'), &["a", "b", "c", "d", "e"])),
+                step("Verify", 6, named(None, &["a", "b", "c", "d", "e"])),
+            ]
+        );
+    }
+
     /// Applies `text` in a scratch root (with an empty `/etc`) and store, the host starting to
     /// stop once `stopping(root)` holds: the scratch (kept until the caller is done), the root,
     /// the store and the run's report.
