@@ -20,6 +20,7 @@ use crate::model::spec::KindSpec;
 use crate::os::exec::{CommandError, Failure};
 use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::pacman::{self, InstallReason, Pacman, SyncInfo};
+use crate::util::progress::Event;
 
 #[derive(Debug, PartialEq)]
 pub enum Observed {
@@ -642,11 +643,19 @@ fn run_waiting_for_lock(
     let mut unheld_before = false;
     // Said once per holder, not at every retry (twice a second for minutes).
     let mut said_busy: Option<String> = None;
+    let mut again = false;
     loop {
-        let e = match env.runner.run(&env.config.pacman, args, names) {
+        let ran = match again {
+            false => env.runner.transaction(&env.config.pacman, args, names),
+            true => env
+                .runner
+                .transaction_again(&env.config.pacman, args, names),
+        };
+        let e = match ran {
             Ok(_) => return Ok(()),
             Err(e) => e,
         };
+        again = true;
         let Some(lock) = locked_by(&e) else {
             return Err(match pacman_failed(step, e) {
                 e @ KindError::Command {
@@ -670,6 +679,8 @@ fn run_waiting_for_lock(
                 unheld_before = false;
                 if said_busy.as_ref() != Some(&by) {
                     log::info!("pacman is busy: its database lock {lock} is held by {by}; waiting");
+                    let what = format!("pacman's database lock {lock}, held by {by}");
+                    env.runner.tell(|| Event::Waiting(&what));
                     said_busy = Some(by);
                 }
             }
