@@ -266,6 +266,12 @@ impl Store {
         &self.path
     }
 
+    /// The store as a `Fence` no walk to a declared file may enter, known by device and inode
+    /// whatever path reaches it: a declaration never writes into the host's own store.
+    pub fn fence(&self) -> Option<fsutil::Fence> {
+        fsutil::Fence::around(&self.dir, &self.path).ok()
+    }
+
     fn error(&self, name: &str, message: impl fmt::Display) -> StoreError {
         StoreError {
             path: self.path.join(name),

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use super::state::Op;
 use crate::kinds::{Env, RunContext};
 use crate::model::spec::files::{Files, Original, Spec};
-use crate::os::fsutil::{self, Dir, FileType, PendingWrite, WalkError};
-use crate::store::{Entry, Ledger, Origin};
+use crate::os::fsutil::{self, Dir, Fence, FileType, PendingWrite, WalkError};
+use crate::store::{Entry, Ledger, Origin, Store};
 
 /// Puts the file `key` back as the host found it, for systemd's confirmation of unit changes
 /// (`kinds::units::confirm`), which found that this run's write reaches the host's units: a file
@@ -30,7 +30,7 @@ pub fn put_back(env: &Env, cx: &RunContext, ledger: &mut Ledger, key: &str) -> R
         }
     };
     let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
-    let mut parents = ParentDirs::new(&root);
+    let mut parents = ParentDirs::new(&root, env);
     if let Some(mut entry) = ledger.remove::<Files>(key) {
         entry.applied = None;
         ledger.insert_all::<Files>(vec![(key.to_string(), entry)]);
@@ -103,7 +103,7 @@ pub fn apply_one(
             refuse_non_file(&parent, key)?;
             parent
                 .dir
-                .write_atomic_unsynced(
+                .replace_unsynced(
                     &parent.name,
                     &bytes,
                     original.mode,
@@ -125,6 +125,8 @@ pub fn apply_one(
 pub struct ParentDirs<'r> {
     pub(super) root: &'r Dir,
     pub(super) dirs: HashMap<PathBuf, (Dir, bool)>,
+    /// The store, which no walk enters (`Store::fence`): checked again here, at the write.
+    fence: Option<Fence>,
 }
 
 /// A file's parent directory as `apply_one` needs it.
@@ -136,10 +138,11 @@ pub struct ParentRef<'d> {
 }
 
 impl<'r> ParentDirs<'r> {
-    pub(super) fn new(root: &'r Dir) -> Self {
+    pub(super) fn new(root: &'r Dir, env: &Env) -> Self {
         ParentDirs {
             root,
             dirs: HashMap::new(),
+            fence: env.store.and_then(Store::fence),
         }
     }
 
@@ -155,7 +158,9 @@ impl<'r> ParentDirs<'r> {
         };
         let mut created = Vec::new();
         if !self.dirs.contains_key(dir_path) {
-            let Some(parent) = fsutil::walk_to_parent(self.root, path, create)? else {
+            let fence = self.fence.as_ref();
+            let Some(parent) = fsutil::walk_to_parent_fenced(self.root, path, create, fence)?
+            else {
                 return Ok(None);
             };
             created = parent.created;

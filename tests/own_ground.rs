@@ -1,0 +1,173 @@
+//! What a declaration can never reach, whatever the machine looks like: another link of a
+//! declared file, the host's own store (by any path), its temp files' names; and what the host
+//! never loses: an original kept in the store, the store's own owner. Each test is a case an
+//! operator tried on a hostile machine (issue 32), through `apply` and, where a declaration can
+//! reach it, through the service too.
+
+mod support;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use serde_json::Value;
+use support::ways::{Driver, Way};
+use support::{failures, Scratch};
+
+/// Mode, owner and link count of `path`.
+fn meta(path: &Path) -> (u32, u32, u64) {
+    let m = std::fs::symlink_metadata(path).expect("exists");
+    (m.mode() & 0o7777, m.uid(), m.nlink())
+}
+
+/// The failures of a run record, as "key: detail" lines.
+fn failed(record: &Value) -> Vec<String> {
+    failures(record)
+        .into_iter()
+        .map(|f| format!("{}: {}", f.key, f.detail))
+        .collect()
+}
+
+/// Mode and owner declared for a file with other hard links (one outside /etc, one the store's
+/// own digest key) reach only the declared name: the other links keep their mode, owner and
+/// content, and the run says the file was written anew.
+#[test]
+#[ignore = "needs root (chown): run ./tests/run.sh as root"]
+fn a_change_reaches_only_the_file_declared_never_its_other_links() {
+    support::require_root("it chowns files to the declared owner");
+    for way in Way::BOTH {
+        let host = Scratch::new(&format!("links-{}", way.name()));
+        let keep = host.target("/srv/keep");
+        std::fs::create_dir_all(keep.parent().expect("parent")).unwrap();
+        std::fs::write(&keep, "k\n").unwrap();
+        std::fs::set_permissions(&keep, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::hard_link(&keep, host.target("/etc/linked.conf")).unwrap();
+        let mut driver = Driver::start(way, host);
+        // A secret file makes the store's digest key.
+        let ran = driver
+            .converge(r#"{"schema": 1, "files": {"/etc/s": {"content": "s", "mode": "0600"}}}"#);
+        assert!(failed(&ran.record).is_empty(), "{:#}", ran.record);
+        let key = driver.host().state().join("digest-key");
+        // A key the declaration can spell (32 bytes, as the store reads it), in place.
+        let key_bytes = "k".repeat(32);
+        std::fs::write(&key, &key_bytes).expect("the digest key");
+        std::fs::hard_link(&key, driver.host().target("/etc/key-link")).unwrap();
+        let ran = driver.converge(&format!(
+            r#"{{"schema": 1, "files": {{
+                "/etc/s": {{"content": "s", "mode": "0600"}},
+                "/etc/linked.conf": {{"content": "k\n", "mode": "0644", "owner": "65534"}},
+                "/etc/key-link": {{"content": "{key_bytes}", "mode": "0644", "owner": "65534"}}}}}}"#
+        ));
+        assert!(failed(&ran.record).is_empty(), "{way:?}: {:#}", ran.record);
+        let host = driver.host();
+        assert_eq!(
+            meta(&keep),
+            (0o600, 0, 1),
+            "{way:?}: the other link keeps its own"
+        );
+        assert_eq!(
+            meta(&key),
+            (0o600, 0, 1),
+            "{way:?}: the store's key keeps its own"
+        );
+        assert_eq!(std::fs::read(&key).unwrap(), key_bytes.as_bytes());
+        assert_eq!(std::fs::read(&keep).unwrap(), b"k\n");
+        for declared in ["/etc/linked.conf", "/etc/key-link"] {
+            assert_eq!(
+                meta(&host.target(declared)),
+                (0o644, 65534, 1),
+                "{way:?}: {declared}"
+            );
+        }
+        let record = ran.record.to_string();
+        assert!(
+            record.contains("written as a new file: its other hard link keeps its own"),
+            "{way:?}: {record}"
+        );
+        // Released: the originals go back as new files too; the other links are untouched.
+        driver.converge(r#"{"schema": 1}"#);
+        let host = driver.host();
+        assert_eq!(meta(&keep), (0o600, 0, 1), "{way:?}");
+        assert_eq!(meta(&key), (0o600, 0, 1), "{way:?}");
+        assert_eq!(meta(&host.target("/etc/linked.conf")), (0o600, 0, 1));
+    }
+}
+
+/// A store inside the target root, reached by a declared path: refused by device and inode
+/// whichever way the store was named (`--state-dir` through a symlink to it, or its own path
+/// under `--root`), and its files left as they are.
+#[test]
+fn a_declaration_never_reaches_the_store_whatever_the_path() {
+    for way in Way::BOTH {
+        let host = Scratch::new(&format!("store-fence-{}", way.name()));
+        let inside = host.target("/etc/mstore");
+        std::fs::create_dir_all(&inside).unwrap();
+        // The store's path as the host is told it is a symlink: no text names /etc/mstore.
+        std::os::unix::fs::symlink(&inside, host.state()).unwrap();
+        let mut driver = Driver::start(way, host);
+        let ran = driver.converge(
+            r#"{"schema": 1, "files": {
+                "/etc/mstore/declaration.json": {"state": "absent"},
+                "/etc/mstore/backups/x": {"content": "x"},
+                "/etc/ok": {"content": "ok"}}}"#,
+        );
+        let failures = failed(&ran.record);
+        assert_eq!(failures.len(), 2, "{way:?}: {failures:?}");
+        for f in &failures {
+            assert!(
+                f.contains("/etc/mstore is the host's own store")
+                    && f.contains("by device and inode"),
+                "{way:?}: {f}"
+            );
+        }
+        let host = driver.host();
+        assert!(inside.join("declaration.json").is_file(), "{way:?}");
+        assert!(!inside.join("backups/x").exists(), "{way:?}");
+        assert_eq!(std::fs::read(host.target("/etc/ok")).unwrap(), b"ok");
+    }
+    // Named by its own path under --root: the same.
+    let host = Scratch::new("store-fence-direct");
+    let store = host.target("/etc/mstore");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/mstore/declaration.json": {"state": "absent"}}}"#,
+    );
+    let out = host.run(&[
+        "--state-dir",
+        store.to_str().unwrap(),
+        "apply",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 1, "{out:?}");
+    out.assert_stdout("/etc/mstore is the host's own store");
+    assert!(store.join("declaration.json").is_file(), "{out:?}");
+}
+
+/// Names in the host's own temp namespace are refused when declared, before anything is
+/// applied; a declared name of 250 bytes is written (its temp name is not 265 bytes).
+#[test]
+fn the_hosts_temp_names_cannot_be_declared_and_any_valid_name_is_written() {
+    let host = Scratch::new("temp-names");
+    std::fs::write(host.target("/etc/motd"), "before").unwrap();
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/motd": {"content": "m"},
+            "/etc/.motd.mesh-host.tmp": {"content": "t"}}}"#,
+    );
+    let out = host.apply(&file, 2);
+    out.assert_stderr(r#"ends with ".mesh-host.tmp": mesh-host names its own temp files so"#);
+    assert_eq!(std::fs::read(host.target("/etc/motd")).unwrap(), b"before");
+
+    let long = format!("/etc/{}", "l".repeat(250));
+    let file = host.declaration(
+        "long.json",
+        &format!(r#"{{"schema": 1, "files": {{"{long}": {{"content": "long"}}}}}}"#),
+    );
+    host.apply(&file, 0);
+    assert_eq!(std::fs::read(host.target(&long)).unwrap(), b"long");
+    let left: Vec<_> = std::fs::read_dir(host.target("/etc"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".mesh-host.tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
