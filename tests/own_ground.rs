@@ -171,3 +171,51 @@ fn the_hosts_temp_names_cannot_be_declared_and_any_valid_name_is_written() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A store given away (`chown -R nobody`) is taken back when it is next opened, with a
+/// warning, as its mode is: its backups and its digest key among the rest.
+#[test]
+#[ignore = "needs root (chown): run ./tests/run.sh as root"]
+fn a_store_given_away_is_taken_back_with_a_warning() {
+    support::require_root("it chowns the store");
+    let host = Scratch::new("store-owner");
+    std::fs::write(host.target("/etc/adopted"), "original").unwrap();
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/adopted": {"content": "declared"},
+            "/etc/s": {"content": "s", "mode": "0600"}}}"#,
+    );
+    host.apply(&file, 0);
+    let state = host.state();
+    let backup = std::fs::read_dir(state.join("backups"))
+        .unwrap()
+        .flatten()
+        .next()
+        .expect("the original's backup")
+        .path();
+    let given = [
+        state.clone(),
+        state.join("backups"),
+        backup,
+        state.join("digest-key"),
+        state.join("ledger.json"),
+    ];
+    let status = std::process::Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&state)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = host.apply(&file, 0);
+    out.assert_stderr("had another owner");
+    out.assert_stderr("given back to 0:0");
+    for path in &given {
+        let m = std::fs::symlink_metadata(path).unwrap();
+        assert_eq!((m.uid(), m.gid()), (0, 0), "{}", path.display());
+    }
+    let out = host.apply(&file, 0);
+    assert!(
+        !out.stderr.contains("another owner"),
+        "once taken back, quiet: {out:?}"
+    );
+}

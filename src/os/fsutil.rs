@@ -878,6 +878,61 @@ impl Dir {
         check(unsafe { libc::fsync(self.raw()) }).map(drop)
     }
 
+    /// Gives this directory, and what is in it, the owner `uid` and group `gid` where they have
+    /// another, never following a symlink: every name in it is looked at, and a directory's
+    /// contents too when it or one above it had another owner (a `chown -R`), so a directory of
+    /// many files with the right owner costs one look. The paths changed (below this directory)
+    /// with the owner each had.
+    pub fn enforce_owner(&self, uid: u32, gid: u32) -> io::Result<Vec<(PathBuf, u32, u32)>> {
+        let mut changed = Vec::new();
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        check(unsafe { libc::fstat(self.raw(), &mut st) })?;
+        let deep = (st.st_uid, st.st_gid) != (uid, gid);
+        if deep {
+            check(unsafe { libc::fchown(self.raw(), uid, gid) })?;
+            changed.push((PathBuf::from("."), st.st_uid, st.st_gid));
+        }
+        self.enforce_owner_below(Path::new(""), uid, gid, deep, &mut changed)?;
+        Ok(changed)
+    }
+
+    fn enforce_owner_below(
+        &self,
+        at: &Path,
+        uid: u32,
+        gid: u32,
+        deep: bool,
+        changed: &mut Vec<(PathBuf, u32, u32)>,
+    ) -> io::Result<()> {
+        for name in self.names_where(|_| true)? {
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            let found = with_c_name(&name, |c| {
+                retry(|| unsafe {
+                    libc::fstatat(self.raw(), c, &mut st, libc::AT_SYMLINK_NOFOLLOW)
+                })
+            });
+            match found {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+            let wrong = (st.st_uid, st.st_gid) != (uid, gid);
+            if wrong {
+                with_c_name(&name, |c| {
+                    retry(|| unsafe {
+                        libc::fchownat(self.raw(), c, uid, gid, libc::AT_SYMLINK_NOFOLLOW)
+                    })
+                })?;
+                changed.push((at.join(&name), st.st_uid, st.st_gid));
+            }
+            if (deep || wrong) && st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                self.child(&name)?
+                    .enforce_owner_below(&at.join(&name), uid, gid, true, changed)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Gives this directory exactly the permission bits `mode`; the bits it had if they differed.
     pub fn enforce_mode(&self, mode: u32) -> io::Result<Option<u32>> {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };

@@ -252,6 +252,26 @@ impl Store {
                 path.display()
             ),
         }
+        // Its owner too: a store another user owns is one that user can rewrite (a ledger that
+        // claims files, originals put back as /etc files).
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        match dir.enforce_owner(uid, gid) {
+            Ok(changed) if changed.is_empty() => {}
+            Ok(changed) => {
+                let (path0, had_uid, had_gid) = &changed[0];
+                log::warn!(
+                    "store {}: {} of its files and directories had another owner ({} had \
+                     {had_uid}:{had_gid}); given back to {uid}:{gid}, who runs mesh-host",
+                    path.display(),
+                    changed.len(),
+                    path.join(path0).display(),
+                )
+            }
+            Err(e) => log::warn!(
+                "store {}: its owner could not be set to {uid}:{gid}: {e}",
+                path.display()
+            ),
+        }
         if create {
             dir.mkdir_durable(OsStr::new(BACKUPS), 0o700)
                 .map_err(|e| error(format!("cannot create {BACKUPS}/: {e}")))?;
