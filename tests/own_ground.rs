@@ -219,3 +219,81 @@ fn a_store_given_away_is_taken_back_with_a_warning() {
         "once taken back, quiet: {out:?}"
     );
 }
+
+/// `getfattr -d -m -` of `path`: every extended attribute it has, by name, as `getfattr` dumps them.
+fn xattrs(path: &Path) -> String {
+    let out = std::process::Command::new("getfattr")
+        .args(["--absolute-names", "-d", "-m", "-", "-e", "hex"])
+        .arg(path)
+        .output()
+        .expect("getfattr (apt-get install attr)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The first line names the file.
+    text.lines().skip(1).collect::<Vec<_>>().join("\n")
+}
+
+fn run(command: &str, args: &[&str], path: &Path) {
+    let status = std::process::Command::new(command)
+        .args(args)
+        .arg(path)
+        .status()
+        .unwrap_or_else(|e| panic!("{command}: {e} (see tests/sandbox/apt-packages)"));
+    assert!(status.success(), "{command} {args:?} {}", path.display());
+}
+
+/// An original is never overwritten: with the ledger lost and the backup still in the store,
+/// the next run adopts the file again as the host left it but keeps the first original, and
+/// says so; a release then puts back that original, with its mode, owner, `user.*` attribute,
+/// POSIX ACL and file capability.
+#[test]
+#[ignore = "needs root (chown, setcap): run ./tests/run.sh as root"]
+fn an_original_survives_a_lost_ledger_with_its_attributes() {
+    support::require_root("it sets file capabilities and owners");
+    for way in Way::BOTH {
+        let host = Scratch::new(&format!("original-{}", way.name()));
+        let motd = host.target("/etc/motd");
+        std::fs::write(&motd, "the original\n").unwrap();
+        std::fs::set_permissions(&motd, std::fs::Permissions::from_mode(0o640)).unwrap();
+        std::os::unix::fs::chown(&motd, Some(65534), Some(65534)).unwrap();
+        run("setfattr", &["-n", "user.origin", "-v", "kept"], &motd);
+        run("setfacl", &["-m", "u:65533:r"], &motd);
+        run("setcap", &["cap_net_raw+ep"], &motd);
+        let before = (meta(&motd), xattrs(&motd));
+        assert!(
+            before.1.contains("user.origin")
+                && before.1.contains("system.posix_acl_access")
+                && before.1.contains("security.capability"),
+            "{}",
+            before.1
+        );
+        let mut driver = Driver::start(way, host);
+        let declared = r#"{"schema": 1, "files": {"/etc/motd": {"content": "declared\n", "mode": "0644", "owner": "0", "group": "0"}}}"#;
+        let ran = driver.converge(declared);
+        assert!(failed(&ran.record).is_empty(), "{way:?}: {:#}", ran.record);
+        assert_eq!(std::fs::read(&motd).unwrap(), b"declared\n");
+        assert_eq!(
+            xattrs(&motd),
+            "",
+            "{way:?}: the declared file is as declared"
+        );
+
+        std::fs::remove_file(driver.host().state().join("ledger.json")).unwrap();
+        let ran = driver.converge(&declared.replace("declared\\n", "declared again\\n"));
+        assert!(failed(&ran.record).is_empty(), "{way:?}: {:#}", ran.record);
+        let record = ran.record.to_string();
+        assert!(
+            record.contains(
+                "the original kept in the store from an earlier adoption stays the original"
+            ),
+            "{way:?}: {record}"
+        );
+
+        driver.converge(r#"{"schema": 1}"#);
+        assert_eq!(std::fs::read(&motd).unwrap(), b"the original\n", "{way:?}");
+        assert_eq!((meta(&motd), xattrs(&motd)), before, "{way:?}");
+        let backups = std::fs::read_dir(driver.host().state().join("backups"))
+            .unwrap()
+            .count();
+        assert_eq!(backups, 0, "{way:?}: released, the backup goes");
+    }
+}

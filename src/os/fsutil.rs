@@ -697,24 +697,26 @@ impl Dir {
         )
     }
 
-    /// `write_atomic_unsynced` of a declared file (an original put back): through its own temp
-    /// name (`target_temp_name`), which fits whatever the name's length.
+    /// `write_atomic_unsynced` of a declared file with its extended attributes (an original put
+    /// back): through its own temp name (`target_temp_name`), which fits whatever the name's
+    /// length. The attributes this process may not set are named in what it returns.
     pub fn replace_unsynced(
         &self,
         name: &OsStr,
         bytes: &[u8],
         mode: u32,
         owner: Option<(u32, u32)>,
-    ) -> io::Result<()> {
-        let pending = self.write_temp(
-            target_temp_name(name),
-            name,
-            mode,
-            owner,
-            true,
-            |mut file| io::Write::write_all(&mut file, bytes),
-        )?;
-        self.rename_pending(pending)
+        xattrs: &[Xattr],
+    ) -> io::Result<Vec<String>> {
+        let mut refused = Vec::new();
+        let tmp = target_temp_name(name);
+        let pending = self.write_temp(tmp, name, mode, owner, true, |mut file| {
+            io::Write::write_all(&mut file, bytes)?;
+            refused = set_xattrs(file, xattrs);
+            Ok(())
+        })?;
+        self.rename_pending(pending)?;
+        Ok(refused)
     }
 
     /// Renames a written temp file over its target (removing it if that fails); durable once the
@@ -808,6 +810,71 @@ impl Dir {
         check(unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) })?;
         check(unsafe { libc::fsync(fd.as_raw_fd()) })?;
         Ok(())
+    }
+
+    /// The extended attributes of regular file `name` (never through a symlink), names with
+    /// their values: `user.*`, `trusted.*`, `security.*` (file capabilities, SELinux labels) and
+    /// POSIX ACLs (`system.posix_acl_access`), as far as this process may read them. None on a
+    /// filesystem without them.
+    pub fn xattrs(&self, name: &OsStr) -> io::Result<Vec<Xattr>> {
+        let fd = self.open_at(
+            name,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        )?;
+        let fd = fd.as_raw_fd();
+        let unsupported = |e: &io::Error| e.raw_os_error() == Some(libc::ENOTSUP);
+        // Each asked for its size first; grown and asked again if it grew meanwhile (ERANGE).
+        let sized = |get: &dyn Fn(&mut [u8]) -> isize| -> io::Result<Vec<u8>> {
+            loop {
+                let size = check_size(get(&mut []))?;
+                let mut buf = vec![0u8; size];
+                match check_size(get(&mut buf)) {
+                    Ok(n) => {
+                        buf.truncate(n);
+                        return Ok(buf);
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let list =
+            match sized(&|buf| unsafe { libc::flistxattr(fd, buf.as_mut_ptr().cast(), buf.len()) })
+            {
+                Ok(list) => list,
+                Err(e) if unsupported(&e) => return Ok(Vec::new()),
+                Err(e) => return Err(e),
+            };
+        let mut found = Vec::new();
+        for attr in list.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+            let c = CString::new(attr)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "NUL in a name"))?;
+            match sized(&|buf| unsafe {
+                libc::fgetxattr(fd, c.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            }) {
+                Ok(value) => found.push(Xattr {
+                    name: attr.to_vec(),
+                    value,
+                }),
+                // Removed meanwhile.
+                Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(found)
+    }
+
+    /// Renames `from` to `to` in this directory (replacing `to`); `Ok(false)` when `from` is
+    /// absent. Durable once the caller syncs this directory.
+    pub fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<bool> {
+        let (from, to) = (cstring(from)?, cstring(to)?);
+        match retry(|| unsafe {
+            libc::renameat(self.raw(), from.as_ptr(), self.raw(), to.as_ptr())
+        }) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Removes non-directory `name` (a symlink itself, never its target); `Ok(false)` if absent.
@@ -943,6 +1010,50 @@ impl Dir {
         }
         check(unsafe { libc::fchmod(self.raw(), mode as libc::mode_t) })?;
         Ok(Some(had))
+    }
+}
+
+/// An extended attribute: its whole name (`user.x`, `security.capability`) and its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Xattr {
+    pub name: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+/// Sets `xattrs` on an open file; the names of those this process may not set (a
+/// `security.*` one without the privilege, any on a filesystem without them), for the caller to
+/// say. File capabilities go last: a change of owner, or a write, clears them.
+fn set_xattrs(file: &std::fs::File, xattrs: &[Xattr]) -> Vec<String> {
+    let mut refused = Vec::new();
+    let capability = |x: &&Xattr| x.name == b"security.capability";
+    let ordered = xattrs.iter().filter(|x| !capability(x));
+    for xattr in ordered.chain(xattrs.iter().filter(capability)) {
+        let named = String::from_utf8_lossy(&xattr.name).into_owned();
+        let Ok(c) = CString::new(xattr.name.clone()) else {
+            refused.push(named);
+            continue;
+        };
+        let set = check(unsafe {
+            libc::fsetxattr(
+                file.as_raw_fd(),
+                c.as_ptr(),
+                xattr.value.as_ptr().cast(),
+                xattr.value.len(),
+                0,
+            )
+        });
+        if let Err(e) = set {
+            refused.push(format!("{named} ({e})"));
+        }
+    }
+    refused
+}
+
+fn check_size(ret: isize) -> io::Result<usize> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
     }
 }
 
@@ -1310,7 +1421,8 @@ pub mod tests {
         );
         let pending = dir.write_temp_unsynced(&long, b"one", 0o644, None).unwrap();
         dir.rename_pending(pending).unwrap();
-        dir.replace_unsynced(&long, b"two", 0o600, None).unwrap();
+        dir.replace_unsynced(&long, b"two", 0o600, None, &[])
+            .unwrap();
         assert_eq!(std::fs::read(tmp.path().join(&long)).unwrap(), b"two");
         dir.write_temp_unsynced(&long, b"left by a crash", 0o644, None)
             .unwrap();
