@@ -45,7 +45,7 @@ pub const LEDGER: &str = "ledger.json";
 const RUNS: &str = "runs.json";
 const PACNEW_QUIET: &str = "pacnew-quiet.json";
 /// What `Dir::write_atomic` appends to the name of the file it writes before renaming it.
-const TEMP_SUFFIX: &str = ".mesh-host.tmp";
+const TEMP_SUFFIX: &str = fsutil::TEMP_SUFFIX;
 /// Largest store file read back (the declaration in force is the largest: 64 MiB by default).
 const MAX_STORE_FILE: u64 = 1 << 30;
 

@@ -466,6 +466,17 @@ mod tests {
         }
     }
 
+    /// `state` (a regular file) with `links` hard links.
+    fn linked(state: State, links: u64) -> State {
+        match state {
+            State::Regular { mut stat, held } => {
+                stat.links = links;
+                State::Regular { stat, held }
+            }
+            other => other,
+        }
+    }
+
     fn plan_for(
         json_spec: &str,
         state: State,
@@ -543,6 +554,19 @@ mod tests {
                 as_declared(2, 0o600),
                 Some(&created),
                 "~ mode 0600 -> 0644 intent=None backup=false SetAttributes",
+            ),
+            (
+                r#"{"content": "hi", "mode": "0644"}"#,
+                linked(as_declared(2, 0o600), 2),
+                Some(&created),
+                "~ mode 0600 -> 0644, written as a new file: its other hard link keeps its own \
+                 intent=None backup=false Write",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                linked(as_declared(2, 0o600), 3),
+                Some(&created),
+                "in sync",
             ),
             (
                 r#"{"content": "hi"}"#,
