@@ -255,21 +255,21 @@ fn count_foreign(env: &Env, at: &upkeep::Where) -> Option<Foreign> {
 }
 
 /// Originals are dropped only after the ledger stops pointing at them, so a crash in between
-/// leaves one behind; this clears such leftovers (and only those: every adopted resource the
-/// ledger lists keeps its original).
+/// leaves one set aside (`Store::release_backup`); this clears such leftovers, and only those:
+/// a backup the ledger does not list but that was never released is an original whose ledger
+/// entry was lost, kept for the resource's next adoption.
 fn remove_unreferenced_backups(store: &Store, ledger: &Ledger) -> Result<(), StoreError> {
     let referenced: BTreeSet<String> = ledger
         .adopted()
         .into_iter()
         .map(|(kind, key)| backup_key(kind, &key))
         .collect();
-    for name in store.backup_names()? {
-        if !referenced.contains(&name) {
-            store.remove_backup(&name)?;
-        }
-    }
-    Ok(())
+    store.remove_released_backups(&referenced)
 }
+
+/// What a run says of an adoption whose original was already in the store.
+const ORIGINAL_KEPT: &str = "the original kept in the store from an earlier adoption stays the \
+    original (the ledger no longer listed it)";
 
 /// How many resources of a kind are observed at once: a chunk's observations are planned and
 /// dropped before the next chunk is observed, so a large run holds one chunk's at a time, while
@@ -461,19 +461,21 @@ fn converge<K: Kind>(
                     }
                 }
                 Step::Adopt { mut intent, backup } => {
-                    report.adopted.push(result(
-                        K::NAME,
-                        key,
-                        ResultAction::Adopt,
-                        "already as declared",
-                    ));
+                    let mut kept = false;
                     if mode == Mode::Apply {
                         if let (Some(bytes), Some(store)) = (&backup, env.store) {
-                            store.save_backup(&backup_key(K::NAME, key), bytes)?;
+                            kept = store.save_backup(&backup_key(K::NAME, key), bytes)?;
                         }
                         intent.applied = spec.map(K::digest);
                         adopted.push((key.to_string(), intent));
                     }
+                    let detail = match kept {
+                        true => format!("already as declared; {ORIGINAL_KEPT}"),
+                        false => "already as declared".to_string(),
+                    };
+                    report
+                        .adopted
+                        .push(result(K::NAME, key, ResultAction::Adopt, detail));
                 }
                 Step::Change(change) => {
                     match &change.diff {
@@ -541,7 +543,7 @@ fn apply_planned<K: Kind>(
     env: &Env,
     cx: &mut RunContext,
     ledger: &mut Ledger,
-    changes: Vec<Change<K::Op, K::Original>>,
+    mut changes: Vec<Change<K::Op, K::Original>>,
     mut ledger_dirty: bool,
     report: &mut Report,
 ) -> Result<(), StoreError> {
@@ -555,9 +557,11 @@ fn apply_planned<K: Kind>(
     }
     // Write-ahead: originals and new ownership are durable before anything is touched.
     let mut intents = Vec::new();
-    for change in &changes {
+    for change in &mut changes {
         if let (Some(bytes), Some(store)) = (&change.backup, env.store) {
-            store.save_backup(&backup_key(K::NAME, &change.key), bytes)?;
+            if store.save_backup(&backup_key(K::NAME, &change.key), bytes)? {
+                change.details = change.details.with(ORIGINAL_KEPT);
+            }
         }
         if let Some(intent) = &change.intent {
             intents.push((change.key.clone(), Entry::clone(intent)));
@@ -619,6 +623,12 @@ fn apply_planned<K: Kind>(
                 change.action.into(),
                 e.to_string(),
             )),
+        }
+    }
+    // Set aside before the ledger stops naming them: never taken for an original after a crash.
+    if let Some(store) = env.store {
+        for name in &released_backups {
+            store.release_backup(name)?;
         }
     }
     // The kind may have changed its own bookkeeping (directories it created) even when nothing

@@ -182,6 +182,13 @@ impl Default for Details {
 }
 
 impl Details {
+    /// These details with `line` added at the end.
+    pub fn with(&self, line: &str) -> Details {
+        let mut lines: Vec<String> = self.iter().map(str::to_string).collect();
+        lines.push(line.to_string());
+        Details::from(lines)
+    }
+
     /// The details' lines.
     fn text(&self) -> &str {
         match &self.0 {

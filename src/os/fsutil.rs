@@ -38,6 +38,9 @@ pub struct Stat {
     pub uid: u32,
     pub gid: u32,
     pub size: u64,
+    /// Hard links to it (`st_nlink`): more than one, and a change in place would reach the
+    /// others.
+    pub links: u64,
 }
 
 /// How long before an observation a file must have last changed for its stamp to be trusted.
@@ -119,6 +122,49 @@ pub enum WalkError {
         path: PathBuf,
         error: io::Error,
     },
+    /// A directory on the way is the `Fence`'s: the host's own store.
+    Fenced {
+        path: PathBuf,
+        store: PathBuf,
+    },
+}
+
+/// A directory no walk may enter, known by device and inode, so no spelling of a path reaches
+/// it (a symlinked or bind-mounted parent, a `--root` that holds it): the host's own store.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    pub device: u64,
+    pub inode: u64,
+    /// How the host names it, for the error.
+    pub path: PathBuf,
+}
+
+impl Fence {
+    /// The fence around directory `dir`, opened at `path`.
+    pub fn around(dir: &Dir, path: &Path) -> io::Result<Fence> {
+        let stamp = dir.stamp()?;
+        Ok(Fence {
+            device: stamp.device,
+            inode: stamp.inode,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Refuses `dir`, walked to at `at`, when it is the fenced directory: asked of the open
+    /// directory itself, so nothing swapped in after a look gets past.
+    fn check(&self, dir: &Dir, at: &Path) -> Result<(), WalkError> {
+        let stamp = dir.stamp().map_err(|error| WalkError::Io {
+            path: at.to_path_buf(),
+            error,
+        })?;
+        match (stamp.device, stamp.inode) == (self.device, self.inode) {
+            true => Err(WalkError::Fenced {
+                path: at.to_path_buf(),
+                store: self.path.clone(),
+            }),
+            false => Ok(()),
+        }
+    }
 }
 
 impl fmt::Display for WalkError {
@@ -141,6 +187,13 @@ impl fmt::Display for WalkError {
                 )
             }
             WalkError::Io { path, error } => write!(f, "{}: {error}", path.display()),
+            WalkError::Fenced { path, store } => write!(
+                f,
+                "{} is the host's own store {} (the same directory, by device and inode); \
+                 mesh-host never writes into it",
+                path.display(),
+                store.display()
+            ),
         }
     }
 }
@@ -163,9 +216,28 @@ pub struct PendingWrite {
     target: CString,
 }
 
-/// `.NAME.mesh-host.tmp`: where an atomic write of `name` is prepared.
+/// What every temp file mesh-host makes ends with: a declared file may not (`model::spec::files`),
+/// so no declared name is ever one of the host's temps.
+pub const TEMP_SUFFIX: &str = ".mesh-host.tmp";
+
+/// `.NAME.mesh-host.tmp`: where an atomic write of store file `name` (a name the host chose) is
+/// prepared.
 fn temp_name(name: &OsStr) -> io::Result<CString> {
     temp_name_with(name, "")
+}
+
+/// `.HASH.mesh-host.tmp`, HASH the first 128 bits of the SHA-256 of `name` in hex: where a write
+/// of a declared file `name` is prepared. 47 bytes whatever the name's length (a 255-byte name
+/// has a temp within NAME_MAX), one per name (so a crash's is found again), and in the host's
+/// own namespace, which no declared name may enter.
+fn target_temp_name(name: &OsStr) -> CString {
+    let digest = crate::util::codec::hex(&crate::util::codec::sha256(name.as_bytes())[..16]);
+    let mut tmp_name = Vec::with_capacity(1 + 32 + TEMP_SUFFIX.len());
+    tmp_name.push(b'.');
+    tmp_name.extend_from_slice(digest.as_bytes());
+    tmp_name.extend_from_slice(TEMP_SUFFIX.as_bytes());
+    // Hex digits and a fixed suffix: no NUL.
+    CString::new(tmp_name).unwrap_or_default()
 }
 
 /// `.NAME.PID-N.mesh-host.tmp`: a temp of `name` no other writer uses, this process's `N`th.
@@ -179,7 +251,7 @@ fn temp_name_with(name: &OsStr, writer: &str) -> io::Result<CString> {
     let mut tmp_name = Vec::from(b".".as_slice());
     tmp_name.extend_from_slice(name.as_bytes());
     tmp_name.extend_from_slice(writer.as_bytes());
-    tmp_name.extend_from_slice(b".mesh-host.tmp");
+    tmp_name.extend_from_slice(TEMP_SUFFIX.as_bytes());
     CString::new(tmp_name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))
 }
 
@@ -615,9 +687,36 @@ impl Dir {
         mode: u32,
         owner: Option<(u32, u32)>,
     ) -> io::Result<PendingWrite> {
-        self.write_temp(temp_name(name)?, name, mode, owner, false, |mut file| {
-            io::Write::write_all(&mut file, bytes)
-        })
+        self.write_temp(
+            target_temp_name(name),
+            name,
+            mode,
+            owner,
+            false,
+            |mut file| io::Write::write_all(&mut file, bytes),
+        )
+    }
+
+    /// `write_atomic_unsynced` of a declared file with its extended attributes (an original put
+    /// back): through its own temp name (`target_temp_name`), which fits whatever the name's
+    /// length. The attributes this process may not set are named in what it returns.
+    pub fn replace_unsynced(
+        &self,
+        name: &OsStr,
+        bytes: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        xattrs: &[Xattr],
+    ) -> io::Result<Vec<String>> {
+        let mut refused = Vec::new();
+        let tmp = target_temp_name(name);
+        let pending = self.write_temp(tmp, name, mode, owner, true, |mut file| {
+            io::Write::write_all(&mut file, bytes)?;
+            refused = set_xattrs(file, xattrs);
+            Ok(())
+        })?;
+        self.rename_pending(pending)?;
+        Ok(refused)
     }
 
     /// Renames a written temp file over its target (removing it if that fails); durable once the
@@ -642,14 +741,21 @@ impl Dir {
         let _ = unsafe { libc::unlinkat(self.raw(), pending.tmp.as_ptr(), 0) };
     }
 
-    /// Removes the temp file a crash may have left beside `name` (nothing when there is none).
+    /// Removes the temp file a crash may have left beside declared file `name` (nothing when
+    /// there is none), and the one an earlier version named `.NAME.mesh-host.tmp`.
     pub fn remove_temp(&self, name: &OsStr) -> io::Result<()> {
-        let tmp = temp_name(name)?;
-        match retry(|| unsafe { libc::unlinkat(self.raw(), tmp.as_ptr(), 0) }) {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
+        let temps = [Some(target_temp_name(name)), temp_name(name).ok()];
+        for tmp in temps.into_iter().flatten() {
+            match retry(|| unsafe { libc::unlinkat(self.raw(), tmp.as_ptr(), 0) }) {
+                Ok(_) => {}
+                // ENAMETOOLONG: an earlier version could not have written it either.
+                Err(e)
+                    if e.kind() == io::ErrorKind::NotFound
+                        || e.raw_os_error() == Some(libc::ENAMETOOLONG) => {}
+                Err(e) => return Err(e),
+            }
         }
+        Ok(())
     }
 
     /// Flushes every written file of this directory's filesystem to disk (`syncfs`).
@@ -672,7 +778,11 @@ impl Dir {
         Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
     }
 
-    /// Sets mode and owner of an existing regular file in place, without following a symlink.
+    /// Sets mode and owner of an existing regular file, without following a symlink: in place
+    /// when `name` is its only link; otherwise on a copy renamed over `name` (synced; durable
+    /// once the caller syncs this directory), so its other links, which may be anywhere on the
+    /// filesystem (the store's key), keep theirs. Judged on the file opened, so a link made
+    /// since it was observed is never changed either.
     pub fn set_attributes(
         &self,
         name: &OsStr,
@@ -683,12 +793,88 @@ impl Dir {
             name,
             libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
         )?;
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+        if st.st_nlink > 1 {
+            readable(&stat_of(&st), u64::MAX)?;
+            let mut source = std::fs::File::from(fd);
+            let tmp = target_temp_name(name);
+            let pending = self.write_temp(tmp, name, mode, owner, true, |mut file| {
+                io::copy(&mut source, &mut file).map(drop)
+            })?;
+            return self.rename_pending(pending);
+        }
         if let Some((uid, gid)) = owner {
             check(unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) })?;
         }
         check(unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) })?;
         check(unsafe { libc::fsync(fd.as_raw_fd()) })?;
         Ok(())
+    }
+
+    /// The extended attributes of regular file `name` (never through a symlink), names with
+    /// their values: `user.*`, `trusted.*`, `security.*` (file capabilities, SELinux labels) and
+    /// POSIX ACLs (`system.posix_acl_access`), as far as this process may read them. None on a
+    /// filesystem without them.
+    pub fn xattrs(&self, name: &OsStr) -> io::Result<Vec<Xattr>> {
+        let fd = self.open_at(
+            name,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        )?;
+        let fd = fd.as_raw_fd();
+        let unsupported = |e: &io::Error| e.raw_os_error() == Some(libc::ENOTSUP);
+        // Each asked for its size first; grown and asked again if it grew meanwhile (ERANGE).
+        let sized = |get: &dyn Fn(&mut [u8]) -> isize| -> io::Result<Vec<u8>> {
+            loop {
+                let size = check_size(get(&mut []))?;
+                let mut buf = vec![0u8; size];
+                match check_size(get(&mut buf)) {
+                    Ok(n) => {
+                        buf.truncate(n);
+                        return Ok(buf);
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let list =
+            match sized(&|buf| unsafe { libc::flistxattr(fd, buf.as_mut_ptr().cast(), buf.len()) })
+            {
+                Ok(list) => list,
+                Err(e) if unsupported(&e) => return Ok(Vec::new()),
+                Err(e) => return Err(e),
+            };
+        let mut found = Vec::new();
+        for attr in list.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+            let c = CString::new(attr)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "NUL in a name"))?;
+            match sized(&|buf| unsafe {
+                libc::fgetxattr(fd, c.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            }) {
+                Ok(value) => found.push(Xattr {
+                    name: attr.to_vec(),
+                    value,
+                }),
+                // Removed meanwhile.
+                Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(found)
+    }
+
+    /// Renames `from` to `to` in this directory (replacing `to`); `Ok(false)` when `from` is
+    /// absent. Durable once the caller syncs this directory.
+    pub fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<bool> {
+        let (from, to) = (cstring(from)?, cstring(to)?);
+        match retry(|| unsafe {
+            libc::renameat(self.raw(), from.as_ptr(), self.raw(), to.as_ptr())
+        }) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Removes non-directory `name` (a symlink itself, never its target); `Ok(false)` if absent.
@@ -759,6 +945,69 @@ impl Dir {
         check(unsafe { libc::fsync(self.raw()) }).map(drop)
     }
 
+    /// Gives this directory, and what is in it, the owner `uid` and group `gid` where they have
+    /// another, never following a symlink: every name in it is looked at, and a directory's
+    /// contents too when it or one above it had another owner (a `chown -R`), so a directory of
+    /// many files with the right owner costs one look. The paths changed (below this directory)
+    /// with the owner each had.
+    pub fn enforce_owner(&self, uid: u32, gid: u32) -> io::Result<Vec<(PathBuf, u32, u32)>> {
+        let mut changed = Vec::new();
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        check(unsafe { libc::fstat(self.raw(), &mut st) })?;
+        let deep = (st.st_uid, st.st_gid) != (uid, gid);
+        if deep {
+            check(unsafe { libc::fchown(self.raw(), uid, gid) })?;
+            changed.push((PathBuf::from("."), st.st_uid, st.st_gid));
+        }
+        self.enforce_owner_below(Path::new(""), uid, gid, deep, &mut changed)?;
+        Ok(changed)
+    }
+
+    fn enforce_owner_below(
+        &self,
+        at: &Path,
+        uid: u32,
+        gid: u32,
+        deep: bool,
+        changed: &mut Vec<(PathBuf, u32, u32)>,
+    ) -> io::Result<()> {
+        for name in self.names_where(|_| true)? {
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            let found = with_c_name(&name, |c| {
+                retry(|| unsafe {
+                    libc::fstatat(self.raw(), c, &mut st, libc::AT_SYMLINK_NOFOLLOW)
+                })
+            });
+            match found {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+            let wrong = (st.st_uid, st.st_gid) != (uid, gid);
+            // A name a writer removed meanwhile (the outbox, written without the lock) is skipped.
+            let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
+            if wrong {
+                match with_c_name(&name, |c| {
+                    retry(|| unsafe {
+                        libc::fchownat(self.raw(), c, uid, gid, libc::AT_SYMLINK_NOFOLLOW)
+                    })
+                }) {
+                    Ok(_) => changed.push((at.join(&name), st.st_uid, st.st_gid)),
+                    Err(e) if gone(&e) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            if (deep || wrong) && st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                match self.child(&name) {
+                    Ok(dir) => dir.enforce_owner_below(&at.join(&name), uid, gid, true, changed)?,
+                    Err(e) if gone(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Gives this directory exactly the permission bits `mode`; the bits it had if they differed.
     pub fn enforce_mode(&self, mode: u32) -> io::Result<Option<u32>> {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -769,6 +1018,50 @@ impl Dir {
         }
         check(unsafe { libc::fchmod(self.raw(), mode as libc::mode_t) })?;
         Ok(Some(had))
+    }
+}
+
+/// An extended attribute: its whole name (`user.x`, `security.capability`) and its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Xattr {
+    pub name: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+/// Sets `xattrs` on an open file; the names of those this process may not set (a
+/// `security.*` one without the privilege, any on a filesystem without them), for the caller to
+/// say. File capabilities go last: a change of owner, or a write, clears them.
+fn set_xattrs(file: &std::fs::File, xattrs: &[Xattr]) -> Vec<String> {
+    let mut refused = Vec::new();
+    let capability = |x: &&Xattr| x.name == b"security.capability";
+    let ordered = xattrs.iter().filter(|x| !capability(x));
+    for xattr in ordered.chain(xattrs.iter().filter(capability)) {
+        let named = String::from_utf8_lossy(&xattr.name).into_owned();
+        let Ok(c) = CString::new(xattr.name.clone()) else {
+            refused.push(named);
+            continue;
+        };
+        let set = check(unsafe {
+            libc::fsetxattr(
+                file.as_raw_fd(),
+                c.as_ptr(),
+                xattr.value.as_ptr().cast(),
+                xattr.value.len(),
+                0,
+            )
+        });
+        if let Err(e) = set {
+            refused.push(format!("{named} ({e})"));
+        }
+    }
+    refused
+}
+
+fn check_size(ret: isize) -> io::Result<usize> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
     }
 }
 
@@ -838,6 +1131,7 @@ fn stat_of(st: &libc::stat) -> Stat {
         uid: st.st_uid,
         gid: st.st_gid,
         size: st.st_size as u64,
+        links: st.st_nlink,
     }
 }
 
@@ -865,6 +1159,17 @@ pub struct Parent {
 }
 
 pub fn walk_to_parent(root: &Dir, path: &Path, create: bool) -> Result<Option<Parent>, WalkError> {
+    walk_to_parent_fenced(root, path, create, None)
+}
+
+/// `walk_to_parent` that refuses to enter `fence`'s directory (the root included) at any
+/// component.
+pub fn walk_to_parent_fenced(
+    root: &Dir,
+    path: &Path,
+    create: bool,
+    fence: Option<&Fence>,
+) -> Result<Option<Parent>, WalkError> {
     let names: Vec<&OsStr> = path
         .components()
         .filter_map(|c| match c {
@@ -886,6 +1191,9 @@ pub fn walk_to_parent(root: &Dir, path: &Path, create: bool) -> Result<Option<Pa
     });
     for name in dirs {
         let parent = dir?;
+        if let Some(fence) = fence {
+            fence.check(&parent, &current)?;
+        }
         current.push(name);
         let io_error = |error| WalkError::Io {
             path: current.clone(),
@@ -922,6 +1230,9 @@ pub fn walk_to_parent(root: &Dir, path: &Path, create: bool) -> Result<Option<Pa
             });
     }
     let dir = dir?;
+    if let Some(fence) = fence {
+        fence.check(&dir, &current)?;
+    }
     Ok(Some(Parent {
         dir,
         name: last.to_os_string(),
@@ -1102,6 +1413,72 @@ pub mod tests {
         assert_eq!(text(&long).unwrap(), long.as_bytes());
         assert!(text("a\0b").is_err());
         assert!(text(&format!("{long}\0")).is_err());
+    }
+
+    /// A declared file's temp is 47 bytes whatever its name (a 255-byte name is written), one
+    /// per name, and left by a crash it is found again by the name alone.
+    #[test]
+    fn a_declared_files_temp_fits_any_name_and_is_found_again() {
+        let tmp = TempDir::new("fsutil-target-temp");
+        let dir = Dir::open(tmp.path()).unwrap();
+        let long = OsString::from("n".repeat(255));
+        assert_eq!(target_temp_name(&long).as_bytes().len(), 47);
+        assert_ne!(
+            target_temp_name(OsStr::new("motd")),
+            target_temp_name(OsStr::new("motd2"))
+        );
+        let pending = dir.write_temp_unsynced(&long, b"one", 0o644, None).unwrap();
+        dir.rename_pending(pending).unwrap();
+        dir.replace_unsynced(&long, b"two", 0o600, None, &[])
+            .unwrap();
+        assert_eq!(std::fs::read(tmp.path().join(&long)).unwrap(), b"two");
+        dir.write_temp_unsynced(&long, b"left by a crash", 0o644, None)
+            .unwrap();
+        std::fs::write(
+            tmp.path().join(".motd.mesh-host.tmp"),
+            "an earlier version's",
+        )
+        .unwrap();
+        dir.remove_temp(&long).unwrap();
+        dir.remove_temp(OsStr::new("motd")).unwrap();
+        assert_eq!(dir.names_where(|_| true).unwrap(), vec![long]);
+    }
+
+    /// Mode and owner of a file with another link are set on a new file: the other link, the
+    /// inode it names, keeps its mode, owner and content.
+    #[test]
+    fn attributes_of_a_linked_file_reach_only_its_name() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let tmp = TempDir::new("fsutil-links");
+        let dir = Dir::open(tmp.path()).unwrap();
+        let (name, other) = (tmp.path().join("conf"), tmp.path().join("key"));
+        std::fs::write(&other, "secret").unwrap();
+        std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::hard_link(&other, &name).unwrap();
+        assert_eq!(dir.stat(OsStr::new("conf")).unwrap().unwrap().links, 2);
+        let me = std::fs::metadata(&other).unwrap().uid();
+        // Another owner only where this process may give one (as root, which the tests run as).
+        let owner = (me == 0).then_some((65534, 65534));
+        dir.set_attributes(OsStr::new("conf"), 0o644, owner)
+            .unwrap();
+        let (named, kept) = (
+            std::fs::metadata(&name).unwrap(),
+            std::fs::metadata(&other).unwrap(),
+        );
+        let owner_uid = owner.map_or(me, |(uid, _)| uid);
+        assert_eq!(
+            (named.mode() & 0o7777, named.uid(), named.nlink()),
+            (0o644, owner_uid, 1)
+        );
+        assert_eq!(
+            (kept.mode() & 0o7777, kept.uid(), kept.nlink()),
+            (0o600, me, 1)
+        );
+        assert_eq!(std::fs::read(&name).unwrap(), b"secret");
+        // Its only link now: in place.
+        dir.set_attributes(OsStr::new("conf"), 0o640, None).unwrap();
+        assert_eq!(std::fs::metadata(&name).unwrap().ino(), named.ino());
+        assert_eq!(dir.names_where(|_| true).unwrap().len(), 2);
     }
 
     #[test]

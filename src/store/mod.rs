@@ -3,6 +3,7 @@
 //! replaces a whole file atomically and durably, so a crash leaves the previous or the new state;
 //! a file that cannot be read is reported, never silently replaced.
 
+mod backups;
 mod failures;
 mod files_index;
 mod generations;
@@ -29,6 +30,7 @@ use crate::util::json_in_place;
 pub use crate::model::run::{
     Failing, ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers, LISTED,
 };
+pub use backups::OriginalAttrs;
 pub use failures::Notice;
 pub use files_index::{Cached, FilesIndex};
 pub use generations::{words_revision, Confirmer, Generations, Revert, State, GENERATIONS};
@@ -42,9 +44,8 @@ const SERVICE: &str = "service.json";
 pub const LEDGER: &str = "ledger.json";
 const RUNS: &str = "runs.json";
 const PACNEW_QUIET: &str = "pacnew-quiet.json";
-const BACKUPS: &str = "backups";
 /// What `Dir::write_atomic` appends to the name of the file it writes before renaming it.
-const TEMP_SUFFIX: &str = ".mesh-host.tmp";
+const TEMP_SUFFIX: &str = fsutil::TEMP_SUFFIX;
 /// Largest store file read back (the declaration in force is the largest: 64 MiB by default).
 const MAX_STORE_FILE: u64 = 1 << 30;
 
@@ -252,9 +253,29 @@ impl Store {
                 path.display()
             ),
         }
+        // Its owner too: a store another user owns is one that user can rewrite (a ledger that
+        // claims files, originals put back as /etc files).
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        match dir.enforce_owner(uid, gid) {
+            Ok(changed) if changed.is_empty() => {}
+            Ok(changed) => {
+                let (path0, had_uid, had_gid) = &changed[0];
+                log::warn!(
+                    "store {}: {} of its files and directories had another owner ({} had \
+                     {had_uid}:{had_gid}); given back to {uid}:{gid}, who runs mesh-host",
+                    path.display(),
+                    changed.len(),
+                    path.join(path0).display(),
+                )
+            }
+            Err(e) => log::warn!(
+                "store {}: its owner could not be set to {uid}:{gid}: {e}",
+                path.display()
+            ),
+        }
         if create {
-            dir.mkdir_durable(OsStr::new(BACKUPS), 0o700)
-                .map_err(|e| error(format!("cannot create {BACKUPS}/: {e}")))?;
+            dir.mkdir_durable(OsStr::new(backups::BACKUPS), 0o700)
+                .map_err(|e| error(format!("cannot create {}/: {e}", backups::BACKUPS)))?;
         }
         Ok(Some(Store {
             path: path.to_path_buf(),
@@ -264,6 +285,12 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The store as a `Fence` no walk to a declared file may enter, known by device and inode
+    /// whatever path reaches it: a declaration never writes into the host's own store.
+    pub fn fence(&self) -> Option<fsutil::Fence> {
+        fsutil::Fence::around(&self.dir, &self.path).ok()
     }
 
     fn error(&self, name: &str, message: impl fmt::Display) -> StoreError {
@@ -505,56 +532,6 @@ impl Store {
         let excess = runs.len().saturating_sub(crate::model::run::KEEP);
         runs.drain(..excess);
         self.write_json(RUNS, &runs)
-    }
-
-    fn backups(&self) -> Result<Dir, StoreError> {
-        self.dir
-            .child(OsStr::new(BACKUPS))
-            .map_err(|e| self.error(BACKUPS, format!("cannot be opened: {e}")))
-    }
-
-    /// Keeps an adopted resource's original bytes under `name` (see `kinds::backup_key`).
-    pub fn save_backup(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
-        self.backups()?
-            .write_atomic(OsStr::new(name), bytes, 0o600, None)
-            .map_err(|e| {
-                self.error(
-                    &format!("{BACKUPS}/{name}"),
-                    format!("cannot be written: {e}"),
-                )
-            })
-    }
-
-    pub fn read_backup(&self, name: &str) -> Result<Vec<u8>, StoreError> {
-        let path = format!("{BACKUPS}/{name}");
-        match self.backups()?.read(OsStr::new(name), MAX_STORE_FILE) {
-            Ok(Some((_, bytes))) => Ok(bytes),
-            Ok(None) => Err(self.error(&path, "is missing")),
-            Err(e) => Err(self.error(&path, format!("cannot be read: {e}"))),
-        }
-    }
-
-    /// The names of every backup kept.
-    pub fn backup_names(&self) -> Result<Vec<String>, StoreError> {
-        let entries = std::fs::read_dir(self.path.join(BACKUPS))
-            .map_err(|e| self.error(BACKUPS, format!("cannot be listed: {e}")))?;
-        Ok(entries
-            .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|name| !name.starts_with('.'))
-            .collect())
-    }
-
-    pub fn remove_backup(&self, name: &str) -> Result<(), StoreError> {
-        self.backups()?
-            .remove(OsStr::new(name))
-            .map(drop)
-            .map_err(|e| {
-                self.error(
-                    &format!("{BACKUPS}/{name}"),
-                    format!("cannot be removed: {e}"),
-                )
-            })
     }
 }
 
@@ -874,20 +851,5 @@ mod tests {
             // The head alone (status, the hello) still reads: it names the digest expected.
             assert_eq!(store.in_force_head().unwrap().unwrap().digest, digest);
         }
-    }
-
-    #[test]
-    fn backups_round_trip() {
-        let tmp = TempDir::new("store-backup");
-        let store = Store::open(tmp.path(), true).unwrap().unwrap();
-        let name = "0123abcd";
-        store.save_backup(name, b"original").unwrap();
-        assert_eq!(store.read_backup(name).unwrap(), b"original");
-        store.remove_backup(name).unwrap();
-        assert!(store
-            .read_backup(name)
-            .unwrap_err()
-            .to_string()
-            .contains("is missing"));
     }
 }

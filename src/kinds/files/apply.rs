@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use super::state::Op;
 use crate::kinds::{Env, RunContext};
 use crate::model::spec::files::{Files, Original, Spec};
-use crate::os::fsutil::{self, Dir, FileType, PendingWrite, WalkError};
-use crate::store::{Entry, Ledger, Origin};
+use crate::os::fsutil::{self, Dir, Fence, FileType, PendingWrite, WalkError};
+use crate::store::{Entry, Ledger, Origin, OriginalAttrs, Store};
 
 /// Puts the file `key` back as the host found it, for systemd's confirmation of unit changes
 /// (`kinds::units::confirm`), which found that this run's write reaches the host's units: a file
@@ -30,7 +30,7 @@ pub fn put_back(env: &Env, cx: &RunContext, ledger: &mut Ledger, key: &str) -> R
         }
     };
     let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
-    let mut parents = ParentDirs::new(&root);
+    let mut parents = ParentDirs::new(&root, env);
     if let Some(mut entry) = ledger.remove::<Files>(key) {
         entry.applied = None;
         ledger.insert_all::<Files>(vec![(key.to_string(), entry)]);
@@ -68,6 +68,9 @@ pub fn apply_one(
     };
     ledger.directories.extend(parent.created.iter().cloned());
     let io = |what: &str, e: std::io::Error| format!("{key}: cannot {what}: {e}");
+    if matches!(op, Op::Write { .. } | Op::SetAttributes { .. }) {
+        keep_original_attrs(env, ledger, &parent, key)?;
+    }
     match op {
         Op::Write { mode, owner } => {
             let Some(Spec::Present(content)) = cx.declaration.files.get(key) else {
@@ -100,17 +103,31 @@ pub fn apply_one(
             let bytes = store
                 .read_backup(&original.backup)
                 .map_err(|e| e.to_string())?;
+            // What was kept with the backup is the original's, whatever the ledger says (it
+            // may have been lost, and the file adopted again as the host had left it).
+            let attrs = store
+                .backup_attrs(&original.backup)
+                .map_err(|e| e.to_string())?;
+            let (mode, owner, xattrs) = match &attrs {
+                Some(a) => (
+                    a.mode,
+                    (a.uid, a.gid),
+                    a.xattrs().map_err(|e| format!("{key}: {e}"))?,
+                ),
+                None => (original.mode, (original.uid, original.gid), Vec::new()),
+            };
             refuse_non_file(&parent, key)?;
-            parent
+            let refused = parent
                 .dir
-                .write_atomic_unsynced(
-                    &parent.name,
-                    &bytes,
-                    original.mode,
-                    Some((original.uid, original.gid)),
-                )
-                .map(|()| None)
-                .map_err(|e| io("restore the original", e))
+                .replace_unsynced(&parent.name, &bytes, mode, Some(owner), &xattrs)
+                .map_err(|e| io("restore the original", e))?;
+            if !refused.is_empty() {
+                log::warn!(
+                    "{key}: put back without the extended attributes this process may not set: {}",
+                    refused.join(", ")
+                );
+            }
+            Ok(None)
         }
         Op::Forget => parent
             .dir
@@ -120,11 +137,53 @@ pub fn apply_one(
     }
 }
 
+/// Before the host first changes an adopted file, keeps what it has besides its bytes (mode,
+/// owner, extended attributes: ACLs, capabilities, labels) with its backup, durably: a write
+/// replaces the file with a new one, which has none of them, and the original is put back with
+/// them. Once kept, never again: the file then holds what the host wrote.
+fn keep_original_attrs(
+    env: &Env,
+    ledger: &Ledger,
+    parent: &ParentRef,
+    key: &str,
+) -> Result<(), String> {
+    let (Some(store), Some(entry)) = (env.store, ledger.get::<Files>(key)) else {
+        return Ok(());
+    };
+    let (Origin::Adopted, Some(original)) = (entry.origin, &entry.original) else {
+        return Ok(());
+    };
+    if store
+        .has_backup_attrs(&original.backup)
+        .map_err(|e| e.to_string())?
+    {
+        return Ok(());
+    }
+    let xattrs = match parent.dir.xattrs(&parent.name) {
+        Ok(xattrs) => xattrs,
+        // Gone or replaced meanwhile: its write says so.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(format!("{key}: cannot read its extended attributes: {e}")),
+    };
+    let (attrs, left_out) = OriginalAttrs::new(original.mode, original.uid, original.gid, xattrs);
+    if !left_out.is_empty() {
+        log::warn!(
+            "{key}: extended attributes whose names are not UTF-8 are not kept: {}",
+            left_out.join(", ")
+        );
+    }
+    store
+        .save_backup_attrs(&original.backup, &attrs)
+        .map_err(|e| e.to_string())
+}
+
 /// The parent directories one `apply` writes into, each walked to once (not once per file), with
 /// the ones that took an unsynced rename.
 pub struct ParentDirs<'r> {
     pub(super) root: &'r Dir,
     pub(super) dirs: HashMap<PathBuf, (Dir, bool)>,
+    /// The store, which no walk enters (`Store::fence`): checked again here, at the write.
+    fence: Option<Fence>,
 }
 
 /// A file's parent directory as `apply_one` needs it.
@@ -136,10 +195,11 @@ pub struct ParentRef<'d> {
 }
 
 impl<'r> ParentDirs<'r> {
-    pub(super) fn new(root: &'r Dir) -> Self {
+    pub(super) fn new(root: &'r Dir, env: &Env) -> Self {
         ParentDirs {
             root,
             dirs: HashMap::new(),
+            fence: env.store.and_then(Store::fence),
         }
     }
 
@@ -155,7 +215,9 @@ impl<'r> ParentDirs<'r> {
         };
         let mut created = Vec::new();
         if !self.dirs.contains_key(dir_path) {
-            let Some(parent) = fsutil::walk_to_parent(self.root, path, create)? else {
+            let fence = self.fence.as_ref();
+            let Some(parent) = fsutil::walk_to_parent_fenced(self.root, path, create, fence)?
+            else {
                 return Ok(None);
             };
             created = parent.created;

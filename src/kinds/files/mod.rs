@@ -13,7 +13,7 @@ use crate::model::spec::files::{
 use crate::model::spec::Named as _;
 use crate::os::accounts::{Account, Accounts};
 use crate::os::fsutil::Dir;
-use crate::store::{Digest, Entry, Ledger};
+use crate::store::{Digest, Entry, Ledger, Store};
 use crate::util::sorted;
 
 mod apply;
@@ -59,6 +59,7 @@ impl Kind for Files {
         let index = IndexUse::load(env.store, cx.facts.files.index.take());
         let max = env.config.limits.max_file_bytes;
         let mut looking = Looking::new(&root, index, max, env.diffs);
+        looking.fence = env.store.and_then(Store::fence);
         // Listed, then made a map at once: full B-tree nodes (see `declaration`'s sections).
         let mut out = Vec::with_capacity(keys.len());
         // Keys come in order: the declared files are walked beside them, not searched for each.
@@ -173,7 +174,7 @@ impl Kind for Files {
                 }
             }
         }
-        let mut parents = ParentDirs::new(&root);
+        let mut parents = ParentDirs::new(&root, env);
         let mut written = Vec::new();
         let mut outcomes: Vec<Outcome> = changes
             .iter()
@@ -288,6 +289,14 @@ mod tests {
             ("/root/x", "not under /etc"),
             ("/etc", "not under /etc"),
             ("/etc\u{0}x", "NUL"),
+            (
+                "/etc/.motd.mesh-host.tmp",
+                "ends with \".mesh-host.tmp\": mesh-host names its own temp files so",
+            ),
+            (
+                "/etc/.0123456789abcdef0123456789abcdef.mesh-host.tmp",
+                "own temp files",
+            ),
         ] {
             let json = format!(
                 r#"{{"schema": 1, "files": {{{}: {{"content": ""}}}}}}"#,
@@ -437,6 +446,7 @@ mod tests {
             uid: 0,
             gid: 0,
             size: size as u64,
+            links: 1,
         }
     }
 
@@ -453,6 +463,17 @@ mod tests {
         State::Regular {
             stat: stat(size, mode),
             held: Held::Declared { sha: [0; 32] },
+        }
+    }
+
+    /// `state` (a regular file) with `links` hard links.
+    fn linked(state: State, links: u64) -> State {
+        match state {
+            State::Regular { mut stat, held } => {
+                stat.links = links;
+                State::Regular { stat, held }
+            }
+            other => other,
         }
     }
 
@@ -506,6 +527,7 @@ mod tests {
                 uid: 0,
                 gid: 0,
                 size: 3,
+                links: 1,
             },
         );
         let cases: Vec<(&str, State, Option<&Entry<Original>>, &str)> = vec![
@@ -532,6 +554,19 @@ mod tests {
                 as_declared(2, 0o600),
                 Some(&created),
                 "~ mode 0600 -> 0644 intent=None backup=false SetAttributes",
+            ),
+            (
+                r#"{"content": "hi", "mode": "0644"}"#,
+                linked(as_declared(2, 0o600), 2),
+                Some(&created),
+                "~ mode 0600 -> 0644, written as a new file: its other hard link keeps its own \
+                 intent=None backup=false Write",
+            ),
+            (
+                r#"{"content": "hi"}"#,
+                linked(as_declared(2, 0o600), 3),
+                Some(&created),
+                "in sync",
             ),
             (
                 r#"{"content": "hi"}"#,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::state::{Held, State};
-use crate::os::fsutil::{self, Dir, FileType, Stamp};
+use crate::os::fsutil::{self, Dir, Fence, FileType, Stamp};
 use crate::store::{Cached, FilesIndex, Store};
 use crate::util::codec;
 
@@ -115,6 +115,8 @@ pub struct Looking<'r, 'k> {
     pub(super) max: u64,
     /// Whether a file with no declared content is read (for a plan's diff of its removal).
     pub(super) read_undeclared: bool,
+    /// The store, which no walk enters (`Store::fence`).
+    pub(super) fence: Option<Fence>,
 }
 
 impl<'r, 'k> Looking<'r, 'k> {
@@ -131,6 +133,7 @@ impl<'r, 'k> Looking<'r, 'k> {
             index,
             max,
             read_undeclared,
+            fence: None,
         }
     }
 
@@ -159,6 +162,7 @@ impl<'r, 'k> Looking<'r, 'k> {
             index,
             max,
             read_undeclared,
+            fence,
         } = self;
         let (root, max) = (*root, *max);
         let Some((parent_path, name)) = key.rsplit_once('/') else {
@@ -166,10 +170,11 @@ impl<'r, 'k> Looking<'r, 'k> {
         };
         let name = std::ffi::OsStr::new(name);
         if !parents.dirs.contains_key(parent_path) {
-            let found = match fsutil::walk_to_parent(root, Path::new(key), false) {
-                Ok(found) => Ok(found.map(|p| p.dir)),
-                Err(e) => Err(e.to_string()),
-            };
+            let found =
+                match fsutil::walk_to_parent_fenced(root, Path::new(key), false, fence.as_ref()) {
+                    Ok(found) => Ok(found.map(|p| p.dir)),
+                    Err(e) => Err(e.to_string()),
+                };
             parents.dirs.insert(parent_path.to_string(), found);
         }
         let Some(parent) = parents.dirs.get(parent_path) else {

@@ -109,11 +109,19 @@ pub fn plan_present(
                 };
             }
             let owner = Some((new_uid, new_gid));
-            let op = if content_differs {
+            // A file with other links is never changed in place: they may be anywhere (another
+            // directory, the store), and a new file at this name leaves them as they are.
+            let op = if content_differs || stat.links > 1 {
                 Op::Write { mode, owner }
             } else {
                 Op::SetAttributes { mode, owner }
             };
+            if stat.links > 1 {
+                details.push(match stat.links - 1 {
+                    1 => "written as a new file: its other hard link keeps its own".to_string(),
+                    n => format!("written as a new file: its {n} other hard links keep theirs"),
+                });
+            }
             let diff = (content_differs && diffs).then(|| {
                 Box::new(ContentDiff::new(
                     "on the machine",

@@ -6,6 +6,7 @@ use crate::model::config::{Identity, Limits};
 use crate::model::digest::Digest;
 use crate::model::fields::Fields;
 use crate::os::accounts::Account;
+use crate::os::fsutil::TEMP_SUFFIX;
 use crate::util::codec;
 
 pub struct Files;
@@ -265,6 +266,12 @@ pub fn check_path(key: &str) -> Result<(), String> {
     }
     if !key.starts_with("/etc/") {
         return Err("path is not under /etc".into());
+    }
+    if key.ends_with(TEMP_SUFFIX) {
+        return Err(format!(
+            "path's file name ends with {TEMP_SUFFIX:?}: mesh-host names its own temp files so, \
+             and a declared one could be another file's temp"
+        ));
     }
     Ok(())
 }
