@@ -18,6 +18,8 @@ pub const OWN_PACKAGE: &str = "nox-mesh-host";
 pub const OWN_UNIT: &str = "mesh-host.service";
 /// The host's config directory; always refused.
 pub const OWN_CONFIG_DIR: &str = "/etc/mesh-host";
+/// The most of a config file read: a config is a few hundred bytes of JSON.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// What the host is, so that a declaration naming any of it is refused by name.
 #[derive(Debug, Clone)]
@@ -186,7 +188,7 @@ impl Config {
             Some(p) => (p, true),
             None => (Path::new(DEFAULT_CONFIG_PATH), false),
         };
-        let text = match std::fs::read_to_string(path) {
+        let text = match crate::os::input::read_text(path, MAX_CONFIG_BYTES) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => "{}".to_string(),
             Err(e) => return Err(format!("config {}: {e}", path.display())),

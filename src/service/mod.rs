@@ -605,7 +605,8 @@ impl Service<'_> {
                     Some(root) => root.join(p.strip_prefix("/").unwrap_or(p)),
                     None => p.to_path_buf(),
                 };
-                let text = std::fs::read_to_string(inside(&conf)).unwrap_or_default();
+                let max = crate::os::input::MAX_SMALL_INPUT;
+                let text = crate::os::input::read_text(&inside(&conf), max).unwrap_or_default();
                 inside(&pacman::conf_local_db(&text))
             }
         };
@@ -628,8 +629,9 @@ impl Service<'_> {
             .control_plane
             .as_ref()
             .ok_or("no control plane")?;
-        let secret = std::fs::read_to_string(&cp.secret_file)
-            .map_err(|e| format!("secret {}: {e}", cp.secret_file.display()))?;
+        let secret =
+            crate::os::input::read_text(&cp.secret_file, crate::os::input::MAX_SMALL_INPUT)
+                .map_err(|e| format!("secret {}: {e}", cp.secret_file.display()))?;
         let store = self.host.store().ok();
         let in_force = (store.as_ref()).and_then(|s| s.in_force_head().ok().flatten());
         let reverted = (store.as_ref()).and_then(|s| s.generations().ok()?.reverted);
@@ -699,15 +701,20 @@ impl Service<'_> {
                 }
             },
         };
-        let opened = self.hello(facts).and_then(|hello| {
-            let link = Link::new(
-                now,
-                hello,
-                self.host.config.heartbeat.as_millis() as u64,
-                self.host.config.max_frame_bytes,
-            );
-            Connection::open(cp, tls, link)
-        });
+        let hello = match self.hello(facts) {
+            Ok(hello) => hello,
+            Err(e) => {
+                log::error!("no link yet, retrying: {e}");
+                return self.drop_link(now, e, true);
+            }
+        };
+        let link = Link::new(
+            now,
+            hello,
+            self.host.config.heartbeat.as_millis() as u64,
+            self.host.config.max_frame_bytes,
+        );
+        let opened = Connection::open(cp, tls, link);
         let registered = opened.and_then(|mut conn| {
             let interest = conn.interest();
             match poll.registry().register(&mut conn.stream, LINK, interest) {

@@ -1,0 +1,164 @@
+//! Hostile inputs (issue 32): files that are not regular files or lie about their size, numbers
+//! out of range, a lost `last-report-id`. Every run here is bounded in time and memory, so a
+//! host that would hang or read forever fails the test instead of blocking it.
+
+mod support;
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::control_plane::{ControlPlane, CpConfig};
+use support::pki::Pki;
+use support::service::Service;
+use support::ways::link_only;
+use support::{wait_until, Output, Scratch};
+
+/// How long a refusal may take: it should be instant; past this the host hung.
+const HANG: Duration = Duration::from_secs(15);
+
+/// Runs `command` with its address space capped (a read that never ends fails fast instead of
+/// eating the machine's memory) and kills it if it has not ended within `HANG`.
+fn bounded(mut command: Command) -> Output {
+    // Async-signal-safe: setrlimit only.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            libc::setrlimit(libc::RLIMIT_AS, &limit);
+            Ok(())
+        });
+    }
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mesh-host");
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > HANG {
+            let _ = child.kill();
+            let out = Output::from(child.wait_with_output().expect("output"));
+            panic!("mesh-host hung for {HANG:?} on its input: {out:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Output::from(child.wait_with_output().expect("output"))
+}
+
+fn mkfifo(path: &Path) {
+    let c = CString::new(path.as_os_str().as_bytes()).expect("path");
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+fn fifo(host: &Scratch, name: &str) -> PathBuf {
+    let path = host.dir.join(name);
+    mkfifo(&path);
+    path
+}
+
+#[track_caller]
+fn refused(out: &Output, text: &str) {
+    assert_eq!(out.code, 2, "{out:?}");
+    out.assert_stderr(text);
+}
+
+#[test]
+fn a_device_is_refused_as_a_declaration_before_any_read() {
+    let host = Scratch::new("input-dev");
+    for command in ["check", "plan", "apply"] {
+        let out = bounded(host.command(&[command, "/dev/zero"]));
+        refused(
+            &out,
+            "/dev/zero: cannot be read: is a character device, not a regular file",
+        );
+    }
+    let key = host.dir.join("key.pem");
+    let out = host.run(&["keygen", "--out", key.to_str().expect("path")]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = bounded(host.command(&["sign", "--key", key.to_str().expect("path"), "/dev/zero"]));
+    refused(&out, "is a character device, not a regular file");
+    let out = bounded(host.command(&["sign", "--key", "/dev/zero", "/dev/zero"]));
+    refused(
+        &out,
+        "--key /dev/zero: cannot be read: is a character device",
+    );
+}
+
+#[test]
+fn a_fifo_nobody_writes_to_is_refused_as_a_declaration_or_config_without_blocking() {
+    let host = Scratch::new("input-fifo");
+    let declaration = fifo(&host, "declaration.json");
+    let shown = declaration.display().to_string();
+    for command in ["check", "apply"] {
+        let out = bounded(host.command(&[command, &shown]));
+        refused(
+            &out,
+            &format!("{shown}: cannot be read: is a FIFO, not a regular file"),
+        );
+    }
+    let config = fifo(&host, "config-fifo.json");
+    let mut command = support::mesh_host();
+    command
+        .arg("--state-dir")
+        .arg(host.state())
+        .arg("--config")
+        .arg(&config)
+        .arg("status");
+    let out = bounded(command);
+    refused(
+        &out,
+        &format!("config {}: is a FIFO, not a regular file", config.display()),
+    );
+    let token = fifo(&host, "token");
+    let command = host.command(&[
+        "join",
+        "--control-plane",
+        "https://127.0.0.1:1",
+        "--token-file",
+        token.to_str().expect("path"),
+        "--ca-hash",
+        &format!("sha256:{}", "0".repeat(64)),
+    ]);
+    let out = bounded(command);
+    refused(&out, "is a FIFO, not a regular file");
+}
+
+/// A file whose `stat` says 0 bytes but reads as more (as /proc's): the limit holds on what is
+/// read, not on the size the file claims.
+#[test]
+fn a_declaration_over_the_limit_is_refused_whatever_size_it_claims() {
+    let host = Scratch::with_config("input-proc", r#"{"max_declaration_bytes": 100}"#);
+    let maps = "/proc/self/maps";
+    assert_eq!(std::fs::metadata(maps).expect("maps").len(), 0);
+    let out = bounded(host.command(&["check", maps]));
+    refused(
+        &out,
+        "/proc/self/maps: is more than the limit of 100 bytes; nothing was applied",
+    );
+}
+
+/// The service's secret a FIFO: its hello is refused naming the file and the service still
+/// answers SIGTERM (it used to block in `open` for good).
+#[test]
+fn the_service_refuses_a_fifo_for_its_secret_and_stays_responsive() {
+    let host = Scratch::new("input-secret");
+    let pki = Pki::new();
+    let cp = ControlPlane::start(&pki, CpConfig::new("n1", "s3cret"));
+    link_only(&host, &pki, &cp);
+    let secret = host.dir.join("secret");
+    std::fs::remove_file(&secret).expect("secret");
+    mkfifo(&secret);
+    let mut service = Service::start(host);
+    let said = wait_until(Duration::from_secs(20), || {
+        service.log().contains("is a FIFO, not a regular file")
+    });
+    assert!(said, "{}", service.log());
+    assert_eq!(service.stop(), Some(0), "{}", service.log());
+}
