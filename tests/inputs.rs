@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use support::control_plane::{ControlPlane, CpConfig};
 use support::pki::Pki;
 use support::service::Service;
-use support::ways::link_only;
+use support::ways::{link_only, Driver, Way};
 use support::{wait_until, Output, Scratch};
 
 /// How long a refusal may take: it should be instant; past this the host hung.
@@ -161,4 +161,77 @@ fn the_service_refuses_a_fifo_for_its_secret_and_stays_responsive() {
     });
     assert!(said, "{}", service.log());
     assert_eq!(service.stop(), Some(0), "{}", service.log());
+}
+
+/// A config value of the wrong type or out of range is named by file and key, with what it
+/// expects and what it found (it was serde's "invalid type ... at line 1 column 20").
+#[test]
+fn a_bad_config_value_names_the_file_and_the_key() {
+    for (json, said) in [
+        (
+            r#"{"max_file_bytes": -1}"#,
+            "max_file_bytes: expected a whole number from 0 to 1099511627776, found -1",
+        ),
+        (
+            r#"{"max_file_bytes": 1.5}"#,
+            "max_file_bytes: expected a whole number from 0 to 1099511627776, found 1.5",
+        ),
+        (
+            r#"{"interval_secs": "600"}"#,
+            r#"interval_secs: expected a whole number from 1 to 31536000, found "600""#,
+        ),
+        (
+            r#"{"confirm_secs": 18446744073709551615}"#,
+            "confirm_secs: expected a whole number from 0 to 31536000, found 18446744073709551615",
+        ),
+        (
+            r#"{"podman": {"timeout_secs": -5}}"#,
+            "podman.timeout_secs: expected a whole number from 1 to 31536000, found -5",
+        ),
+    ] {
+        let host = Scratch::with_config("input-config", json);
+        let out = bounded(host.command(&["status"]));
+        let file = host.dir.join("config.json");
+        refused(&out, &format!("config {}: {said}", file.display()));
+    }
+}
+
+/// A `declare` whose `confirm_secs` is past the range (a deadline that would wrap) is rejected
+/// by name, reported, and the declaration before it stays in force; the service lives on.
+#[test]
+fn a_confirm_secs_from_the_link_past_its_range_is_rejected() {
+    let driver = Driver::start(Way::Service, Scratch::new("input-confirm"));
+    let cp = driver.control_plane().expect("control plane");
+    cp.set_confirm_secs(Some(u64::MAX));
+    cp.send_declare(
+        1,
+        r#"{"schema": 1, "revision": 1, "files": {"/etc/motd": {"content": "one\n"}}}"#,
+    );
+    let said = "confirm_secs: expected a whole number of seconds from 0 to 31536000, found \
+                18446744073709551615";
+    let rejected = cp.wait_for(
+        |reports| {
+            reports.iter().any(|r| {
+                r["revision"] == 1
+                    && r["outcome"] == "rejected"
+                    && r["message"].as_str().unwrap_or("").contains(said)
+            })
+        },
+        Duration::from_secs(30),
+    );
+    let log = std::fs::read_to_string(driver.host().dir.join("service.log")).unwrap_or_default();
+    assert!(rejected, "{:#?}\n{log}", cp.reports());
+    assert!(!driver.host().target("/etc/motd").exists());
+    cp.set_confirm_secs(Some(60));
+    cp.send_declare(
+        2,
+        r#"{"schema": 1, "revision": 2, "files": {"/etc/motd": {"content": "two\n"}}}"#,
+    );
+    let converged = cp.wait_for(
+        |reports| (reports.iter()).any(|r| r["revision"] == 2 && r["outcome"] == "converged"),
+        Duration::from_secs(30),
+    );
+    assert!(converged, "{:#?}", cp.reports());
+    let motd = std::fs::read_to_string(driver.host().target("/etc/motd"));
+    assert_eq!(motd.ok().as_deref(), Some("two\n"));
 }

@@ -866,7 +866,8 @@ impl Service<'_> {
             let state = match confirm_secs.unwrap_or(host.config.confirm_secs) {
                 0 => State::Confirmed { at: now },
                 secs => State::Pending {
-                    deadline: now + secs,
+                    deadline: store::confirm_deadline(now, secs, "confirm_secs")
+                        .map_err(Fatal::Invalid)?,
                     by: Confirmer::ControlPlane,
                     report: None,
                 },
@@ -992,8 +993,8 @@ impl Service<'_> {
         };
         // The pending declaration's wall-clock deadline, on the loop's monotonic clock.
         let pending = self.pending.map_or(u64::MAX, |deadline| {
-            let unix_ms = store::unix_now() * 1000;
-            now + (deadline * 1000).saturating_sub(unix_ms)
+            let unix_ms = store::unix_now().saturating_mul(1000);
+            now.saturating_add(deadline.saturating_mul(1000).saturating_sub(unix_ms))
         });
         (self.schedule.deadline(now).min(link).min(watch))
             .min(writes)
