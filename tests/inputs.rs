@@ -235,3 +235,48 @@ fn a_confirm_secs_from_the_link_past_its_range_is_rejected() {
     let motd = std::fs::read_to_string(driver.host().target("/etc/motd"));
     assert_eq!(motd.ok().as_deref(), Some("two\n"));
 }
+
+/// Whether every report the host queued has been acknowledged (its outbox holds none).
+fn outbox_empty(state: &Path) -> bool {
+    std::fs::read_dir(state.join("outbox")).is_ok_and(|entries| {
+        !entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(".json"))
+    })
+}
+
+/// `last-report-id` lost after every report was acknowledged, between runs of one service and
+/// across a restart: the ids go on increasing and every report reaches the reference control
+/// plane, which drops an id it already stored (the host used to give id 1 again, lost at once).
+#[test]
+fn report_ids_never_repeat_when_the_id_floor_is_lost() {
+    let mut driver = Driver::start(Way::Service, Scratch::new("input-ids"));
+    let ran = driver.converge(r#"{"schema": 1, "files": {"/etc/motd": {"content": "one\n"}}}"#);
+    assert_eq!(ran.record["outcome"], "converged", "{:#}", ran.record);
+    let state = driver.host().state();
+    let wait = Duration::from_secs(30);
+    for restart in [false, true, false] {
+        assert!(
+            wait_until(wait, || outbox_empty(&state)),
+            "never acknowledged"
+        );
+        let before = driver.control_plane().expect("cp").reports().len();
+        std::fs::remove_file(state.join("last-report-id")).expect("last-report-id");
+        let service = driver.service().expect("service");
+        if restart {
+            service.restart(&[]);
+        } else {
+            service.signal(libc::SIGUSR1);
+        }
+        let cp = driver.control_plane().expect("cp");
+        let arrived = cp.wait_for(|reports| reports.len() > before, wait);
+        let ids: Vec<u64> = (cp.reports().iter())
+            .filter_map(|r| r["id"].as_u64())
+            .collect();
+        assert!(
+            arrived,
+            "the report after the lost floor never arrived: {ids:?}"
+        );
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    }
+}
