@@ -9,6 +9,7 @@ mod reload;
 
 mod backoff;
 mod connection;
+mod retry;
 mod schedule;
 mod watcher;
 
@@ -100,6 +101,8 @@ struct Service<'h> {
     watcher: watcher::Watcher,
     /// What a run with trigger `watch` alone converges: what drifted, or everything.
     watch_scope: Option<Scope>,
+    /// Watch repairs that failed, tried again within seconds (`retry.rs`).
+    repair_retry: retry::Retry,
     /// pacman's local database, once looked up (`Err`: packages are on the timer, and why).
     pacman_db: Option<Result<std::path::PathBuf, String>>,
     /// The facts last sent (in the hello or a report): a report carries them only when changed.
@@ -159,6 +162,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         status: RefCell::new(None),
         watcher,
         watch_scope: None,
+        repair_retry: retry::Retry::default(),
         pacman_db: None,
         facts_sent: None,
         watched_for: None,
@@ -193,6 +197,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         }
         service.confirm_acked();
         service.on_watch_due(sys::now_ms());
+        service.on_retry_due(sys::now_ms());
         service.write_kept_runs(sys::now_ms());
         // Before a run too: a run may take minutes, and `status` should show the link as it is.
         service.publish_status(sys::now_ms());
@@ -413,7 +418,9 @@ impl Service<'_> {
         // A run over what a watch touched checked nothing else: the timer keeps its time.
         if scope == Scope::All {
             self.schedule.rearm(now, sys::random());
+            self.repair_retry.covered();
         } else {
+            self.retry_failed_repairs(now, &scope, &converged);
             // A repair that failed (changed back before it could be checked) was fought too.
             let repaired: Vec<_> = match &converged {
                 Ok(Some(result)) => {
@@ -986,7 +993,8 @@ impl Service<'_> {
             LinkState::None => u64::MAX,
         };
         // Reports a person's `apply` queued are picked up at least every heartbeat.
-        let watch = self.watcher.watch.deadline().unwrap_or(u64::MAX);
+        let watch = [self.watcher.watch.deadline(), self.repair_retry.deadline()];
+        let watch = watch.into_iter().flatten().min().unwrap_or(u64::MAX);
         let writes = match self.host.has_unwritten() {
             true => self.retry_writes_at,
             false => u64::MAX,
