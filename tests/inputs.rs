@@ -280,3 +280,20 @@ fn report_ids_never_repeat_when_the_id_floor_is_lost() {
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
     }
 }
+
+/// `apply --confirm` past the range: refused (exit 2) before anything is put in force; its
+/// deadline used to wrap into the past, and the next command reverted the declaration.
+#[test]
+fn apply_confirm_past_its_range_puts_nothing_in_force() {
+    let host = Scratch::new("input-apply-confirm");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/motd": {"content": "one\n"}}}"#,
+    );
+    let shown = file.to_str().expect("path");
+    let out = bounded(host.command(&["apply", "--confirm", "18446744073709551615", shown]));
+    refused(&out, "--confirm");
+    assert!(!host.target("/etc/motd").exists(), "{out:?}");
+    let status = host.run(&["status", "--json"]).json();
+    assert_eq!(status["in_force"], serde_json::Value::Null, "{status:#}");
+}
