@@ -19,7 +19,7 @@ struct Cleanup(std::path::PathBuf, String);
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = Command::new("systemctl")
-            .args(["--user", "stop", &self.1])
+            .args(["--user", "disable", "--now", &self.1])
             .status();
         if std::fs::remove_file(&self.0).is_ok() {
             let _ = Command::new("systemctl")
@@ -37,15 +37,29 @@ fn watch_runs(node: &Service) -> Vec<Value> {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_repair_whose_job_a_person_stop_cancels_is_retried_within_seconds() {
+    raced("race-stop", &["stop"]);
+}
+
+/// As seen under PID 1 after `systemctl disable --now`: the unit is enabled and started again.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_repair_whose_job_a_person_disable_now_cancels_is_retried_within_seconds() {
+    raced("race-disable", &["disable", "--now"]);
+}
+
+/// A declared unit (enabled, active, slow to start) stopped and touched by a person, whose
+/// `person` command (`systemctl --user ...`) then comes while the watcher's repair starts it.
+fn raced(label: &str, person: &[&str]) {
     let sb = sandbox();
-    let unit = format!("mesh-it-{}-race.service", std::process::id());
+    let unit = format!("mesh-it-{}-{label}.service", std::process::id());
     // A slow start: the repair's start job is still running when the person's stop comes.
-    let content = "[Service]\nExecStartPre=/bin/sleep 3\nExecStart=/bin/sleep infinity\n";
+    let content = "[Service]\nExecStartPre=/bin/sleep 3\nExecStart=/bin/sleep infinity\n\
+                   [Install]\nWantedBy=default.target\n";
     let path = sb.unit_dir.join(&unit);
     let _cleanup = Cleanup(path.clone(), unit.clone());
-    let declaration =
-        serde_json::json!({"schema": 1, "units": {&unit: {"content": content, "active": true}}});
-    let host = sb.host("watch-race", r#""interval_secs": 600"#);
+    let declaration = serde_json::json!({"schema": 1, "units": {&unit: {"content": content,
+        "enabled": true, "active": true}}});
+    let host = sb.host(label, r#""interval_secs": 600"#);
     let file = host.declaration("d.json", &declaration.to_string());
     host.apply(&file, 0);
     assert_eq!(systemctl_user(&["is-active", &unit]), "active");
@@ -71,9 +85,11 @@ fn a_repair_whose_job_a_person_stop_cancels_is_retried_within_seconds() {
         node.log()
     );
     let stop = Command::new("systemctl")
-        .args(["--user", "stop", &unit])
+        .arg("--user")
+        .args(person)
+        .arg(&unit)
         .status()
-        .expect("systemctl stop");
+        .expect("systemctl");
     let failed_then_repaired = || {
         let runs = watch_runs(&node);
         let failed = runs.iter().position(|r| r["outcome"] == "failed");
@@ -81,9 +97,11 @@ fn a_repair_whose_job_a_person_stop_cancels_is_retried_within_seconds() {
     };
     assert!(
         wait_until(wait, || failed_then_repaired()
-            && systemctl_user(&["is-active", &unit]) == "active"),
-        "person's stop: {stop}; is-active {}; watch runs {:#?}\n{}",
+            && systemctl_user(&["is-active", &unit]) == "active"
+            && systemctl_user(&["is-enabled", &unit]) == "enabled"),
+        "person's {person:?}: {stop}; is-active {}, is-enabled {}; watch runs {:#?}\n{}",
         systemctl_user(&["is-active", &unit]),
+        systemctl_user(&["is-enabled", &unit]),
         watch_runs(&node),
         node.log()
     );
