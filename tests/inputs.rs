@@ -297,3 +297,40 @@ fn apply_confirm_past_its_range_puts_nothing_in_force() {
     let status = host.run(&["status", "--json"]).json();
     assert_eq!(status["in_force"], serde_json::Value::Null, "{status:#}");
 }
+
+/// Through the service: a config reloaded (SIGHUP) with a bad value is refused naming the file
+/// and the key, and one replaced by a FIFO is refused without blocking the loop (it used to
+/// wait in `open` for a writer, deaf to SIGTERM); the previous config stays in both cases.
+#[test]
+fn a_reloaded_config_that_is_bad_or_a_fifo_is_refused_and_the_service_lives_on() {
+    let host = Scratch::with_config("input-reload", r#"{"interval_secs": 600}"#);
+    let config = host.dir.join("config.json");
+    let mut service = Service::start(host);
+    let wait = Duration::from_secs(20);
+    assert!(
+        wait_until(wait, || service.log().contains("reconciling (start)")),
+        "{}",
+        service.log()
+    );
+    service.reload_config(r#"{"interval_secs": -1}"#);
+    let said = format!(
+        "configuration not reloaded, the previous one stays: config {}: interval_secs: expected \
+         a whole number from 1 to 31536000, found -1",
+        config.display()
+    );
+    assert!(
+        wait_until(wait, || service.log().contains(&said)),
+        "{}",
+        service.log()
+    );
+    std::fs::remove_file(&config).expect("config");
+    mkfifo(&config);
+    service.signal(libc::SIGHUP);
+    let said = format!("config {}: is a FIFO, not a regular file", config.display());
+    assert!(
+        wait_until(wait, || service.log().contains(&said)),
+        "{}",
+        service.log()
+    );
+    assert_eq!(service.stop(), Some(0), "{}", service.log());
+}
