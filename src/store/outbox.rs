@@ -406,6 +406,18 @@ mod tests {
     }
 
     #[test]
+    fn past_the_largest_id_no_report_is_numbered() {
+        let tmp = TempDir::new("outbox-max");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        std::fs::write(tmp.path().join(LAST_ID), u64::MAX.to_string()).unwrap();
+        let err = store.outbox_push(&mut report(), bounds(3)).unwrap_err();
+        assert!(
+            err.to_string().contains("has reached the largest id"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_new_store_gives_ids_from_one() {
         let tmp = TempDir::new("outbox-new");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
