@@ -334,3 +334,17 @@ fn a_reloaded_config_that_is_bad_or_a_fifo_is_refused_and_the_service_lives_on()
     );
     assert_eq!(service.stop(), Some(0), "{}", service.log());
 }
+
+/// The store's lock a FIFO: refused by name (the holder's name would be read from it).
+#[test]
+fn a_fifo_for_the_stores_lock_is_refused_by_name() {
+    let host = Scratch::new("input-lock");
+    let file = host.declaration("d.json", r#"{"schema": 1}"#);
+    host.apply(&file, 0);
+    let lock = host.state().join("lock");
+    std::fs::remove_file(&lock).expect("lock");
+    mkfifo(&lock);
+    let out = bounded(host.command(&["apply", file.to_str().expect("path")]));
+    assert_ne!(out.code, 0, "{out:?}");
+    out.assert_stderr(&format!("lock {}: is not a regular file", lock.display()));
+}
