@@ -248,7 +248,8 @@ impl RawConfig {
             interval_secs: c.whole("interval_secs", 1, MAX_SECS)?,
             watch: c.flag("watch")?,
             heartbeat_secs: c.whole("heartbeat_secs", 1, MAX_SECS)?,
-            reconnect_base_secs: c.whole("reconnect_base_secs", 1, MAX_SECS)?,
+            // The backoff's cap is 5 minutes (service/backoff.rs): a larger base would be cut.
+            reconnect_base_secs: c.whole("reconnect_base_secs", 1, 300)?,
             max_frame_bytes: c.count("max_frame_bytes", 1, MAX_BYTES)?,
             outbox_max: c.count("outbox_max", 1, MAX_COUNT)?,
             outbox_max_bytes: c.whole("outbox_max_bytes", 1, MAX_BYTES)?,
