@@ -353,7 +353,7 @@ impl<'a> Section<'a> {
     }
 
     fn count(&self, key: &str, min: u64, max: u64) -> Result<Option<usize>, String> {
-        // Every bound fits a usize on the 64-bit targets the host is built for.
+        let max = max.min(usize::MAX as u64);
         Ok(self.whole(key, min, max)?.map(|n| n as usize))
     }
 
