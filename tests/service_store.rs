@@ -401,19 +401,20 @@ fn the_files_index_written_by_the_watchers_checks_and_plans_at_once_never_collid
     assert_eq!(left, 0, "no writer's temp is left behind");
 }
 
-/// The outbox refusing reports (its id floor unreadable) holds back neither the runs' records
-/// nor, once it is put right, their reports: kept in memory meanwhile, not lost.
+/// The outbox refusing reports (a file where its directory should be) holds back neither the
+/// runs' records nor, once it is put right, their reports: kept in memory meanwhile, not lost.
 #[test]
 fn an_outbox_that_refuses_reports_holds_back_no_record_and_loses_no_report() {
     let pki = Pki::new();
     let cp = control_plane(&pki);
     let node = converged(host("outbox", &pki, &cp, ""), &cp);
     watching(&node);
-    let floor = node.host.state().join("last-report-id");
-    // Put right below as it was: a floor removed would number reports from 1 again, and the
-    // control plane drops a report whose id it has already acknowledged.
-    let was = std::fs::read(&floor).expect("the floor after the first report");
-    std::fs::write(&floor, "not a number").expect("damage the floor");
+    // Moved aside and put back below as it was, with whatever it holds. (A damaged id floor no
+    // longer refuses reports: it is rebuilt, tests/inputs.rs.)
+    let outbox = node.host.state().join("outbox");
+    let aside = node.host.state().join("outbox.aside");
+    std::fs::rename(&outbox, &aside).expect("move the outbox aside");
+    std::fs::write(&outbox, "").expect("a file in its place");
     std::fs::write(node.host.target("/etc/motd"), "edited\n").expect("drift");
     let run = run_where(&node, repaired_motd);
     assert_eq!(run["outcome"], "converged", "{run:#}");
@@ -423,6 +424,7 @@ fn an_outbox_that_refuses_reports_holds_back_no_record_and_loses_no_report() {
         cp.reports()
     );
 
-    std::fs::write(&floor, was).expect("put right");
+    std::fs::remove_file(&outbox).expect("put right");
+    std::fs::rename(&aside, &outbox).expect("put right");
     report_where(&node, &cp, reported_motd);
 }

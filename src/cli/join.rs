@@ -133,7 +133,10 @@ impl Target {
                 io::Error::last_os_error()
             )));
         }
-        let existing = match std::fs::read_to_string(config_path) {
+        let existing = match crate::os::input::read_text(
+            config_path,
+            crate::model::config::MAX_CONFIG_BYTES,
+        ) {
             Ok(text) => Some(text),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(Fatal::Error(format!("config {shown}: {e}"))),
@@ -462,7 +465,8 @@ fn read_token(source: &Token) -> Result<String, Fatal> {
         ),
         Token::File(path) => (
             format!("--token-file {}", path.display()),
-            std::fs::File::open(path).and_then(|f| f.take(MAX_TOKEN + 1).read_to_end(&mut bytes)),
+            crate::os::input::open_regular(path)
+                .and_then(|f| f.take(MAX_TOKEN + 1).read_to_end(&mut bytes)),
         ),
     };
     read.map_err(|e| Fatal::Invalid(format!("{what}: cannot be read: {e}")))?;

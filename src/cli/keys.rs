@@ -68,15 +68,8 @@ pub fn sign(host: &Host, key: &Path, file: &Path) -> Result<i32, Fatal> {
     let key_pair = read_key(key)?;
     let cannot =
         |e: std::io::Error| Fatal::Invalid(format!("{}: cannot be read: {e}", file.display()));
-    let len = std::fs::metadata(file).map_err(cannot)?.len();
     let max = host.config.limits.max_declaration_bytes;
-    if len > max {
-        return Err(Fatal::Invalid(format!(
-            "{}: {len} bytes, more than the limit of {max} bytes",
-            file.display()
-        )));
-    }
-    let bytes = std::fs::read(file).map_err(cannot)?;
+    let bytes = crate::os::input::read_bounded(file, max).map_err(cannot)?;
     let mut envelope = match envelope::open(&bytes).map_err(|p| invalid(file, &p))? {
         Some(envelope) => envelope,
         None => Envelope::new(
@@ -115,7 +108,8 @@ pub fn sign(host: &Host, key: &Path, file: &Path) -> Result<i32, Fatal> {
 /// Reads a PKCS#8 PEM ed25519 private key.
 fn read_key(path: &Path) -> Result<Ed25519KeyPair, Fatal> {
     let bad = |why: String| Fatal::Invalid(format!("--key {}: {why}", path.display()));
-    let pem = std::fs::read(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
+    let pem = crate::os::input::read_bounded(path, crate::os::input::MAX_SMALL_INPUT)
+        .map_err(|e| bad(format!("cannot be read: {e}")))?;
     let der = PrivatePkcs8KeyDer::from_pem_slice(&pem)
         .map_err(|e| bad(format!("not a PEM private key (PRIVATE KEY): {e}")))?;
     Ed25519KeyPair::from_pkcs8_maybe_unchecked(der.secret_pkcs8_der())

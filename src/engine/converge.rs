@@ -215,7 +215,8 @@ impl Host {
                 if !unchanged {
                     let state = match confirm_secs {
                         Some(secs) => State::Pending {
-                            deadline: store::unix_now() + secs,
+                            deadline: store::confirm_deadline(store::unix_now(), secs, "--confirm")
+                                .map_err(Fatal::Invalid)?,
                             by: Confirmer::Person,
                             report: None,
                         },

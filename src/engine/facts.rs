@@ -6,12 +6,16 @@
 use std::path::Path;
 
 use crate::link::Facts;
+use crate::os::input;
+
+/// The most of a package's `files` list read (linux-firmware's is a few MiB).
+const MAX_FILES_LIST: u64 = 64 << 20;
 
 /// The facts now. `root` holds os-release; `local_db` is pacman's `DBPath/local`.
 pub fn collect(root: &Path, local_db: &Path) -> Facts {
     let os = ["etc/os-release", "usr/lib/os-release"]
         .iter()
-        .find_map(|p| std::fs::read_to_string(root.join(p)).ok())
+        .find_map(|p| input::read_text(&root.join(p), input::MAX_SMALL_INPUT).ok())
         .unwrap_or_default();
     let field = |key: &str| os_release_field(&os, key);
     let (kernel_running, arch) = uname();
@@ -178,10 +182,12 @@ fn read_local_db(dir: &Path) -> Option<LocalDb> {
         }
         db.packages += 1;
         if name == "pacman" {
-            let desc = std::fs::read_to_string(entry.path().join("desc")).unwrap_or_default();
+            let desc = input::read_text(&entry.path().join("desc"), input::MAX_SMALL_INPUT)
+                .unwrap_or_default();
             db.pacman_version = desc_field(&desc, "VERSION").map(str::to_string);
         } else if name.starts_with("linux") {
-            let files = std::fs::read_to_string(entry.path().join("files")).unwrap_or_default();
+            let files =
+                input::read_text(&entry.path().join("files"), MAX_FILES_LIST).unwrap_or_default();
             db.kernels
                 .extend(kernel_releases(&files).into_iter().map(str::to_string));
         }

@@ -208,19 +208,18 @@ impl Host {
     }
 
     /// Reads a declaration file (plain, or an envelope whose signatures are checked against the
-    /// trusted keys), refusing one over the size limit before reading it.
+    /// trusted keys): only a regular file, no more of it read than the size limit (`os::input`).
     pub fn read_declaration(&self, file: &Path) -> Result<ReadDeclaration, Fatal> {
         let cannot =
             |e: std::io::Error| Fatal::Invalid(format!("{}: cannot be read: {e}", file.display()));
-        let len = std::fs::metadata(file).map_err(cannot)?.len();
         let max = self.config.limits.max_declaration_bytes;
-        if len > max {
-            return Err(Fatal::Invalid(format!(
-                "{}: {len} bytes, more than the limit of {max} bytes; nothing was applied",
-                file.display()
-            )));
-        }
-        let raw = std::fs::read(file).map_err(cannot)?;
+        let raw = crate::os::input::read_bounded(file, max).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                Fatal::Invalid(format!("{}: {e}; nothing was applied", file.display()))
+            } else {
+                cannot(e)
+            }
+        })?;
         let (bytes, verification) = if envelope::is_envelope(&raw) {
             // The file's bytes become the declaration's text (unescaped in place).
             let envelope = envelope::open_in_place(raw).map_err(|p| invalid(file, &p))?;

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::model::trust::{PublicKey, Trust};
 use crate::os::exec::{Stop, Tool};
@@ -18,6 +18,8 @@ pub const OWN_PACKAGE: &str = "nox-mesh-host";
 pub const OWN_UNIT: &str = "mesh-host.service";
 /// The host's config directory; always refused.
 pub const OWN_CONFIG_DIR: &str = "/etc/mesh-host";
+/// The most of a config file read: a config is a few hundred bytes of JSON.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// What the host is, so that a declaration naming any of it is refused by name.
 #[derive(Debug, Clone)]
@@ -130,8 +132,8 @@ pub struct ControlPlane {
     pub secret_file: PathBuf,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+/// The config's fields as found, each checked for its type and range by `RawConfig::read`.
+#[derive(Default)]
 struct RawConfig {
     state_dir: Option<PathBuf>,
     unit_name: Option<String>,
@@ -160,8 +162,6 @@ struct RawConfig {
     confirm_secs: Option<u64>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawControlPlane {
     address: String,
     server_name: Option<String>,
@@ -170,12 +170,248 @@ struct RawControlPlane {
     secret_file: PathBuf,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawTool {
     command: Option<Vec<String>>,
     timeout_secs: Option<u64>,
     grace_secs: Option<u64>,
+}
+
+/// The longest duration the config or the link may give (a year): a time computed from one is
+/// far from wrapping, and no real interval, timeout or confirmation window comes near it.
+pub const MAX_SECS: u64 = 365 * 24 * 3600;
+/// The longest `confirm_secs`, from the config, the link or `apply --confirm`.
+pub const MAX_CONFIRM_SECS: u64 = MAX_SECS;
+/// The largest size in bytes the config may give (1 TiB).
+const MAX_BYTES: u64 = 1 << 40;
+/// The largest count the config may give (reports kept).
+const MAX_COUNT: u64 = 1_000_000;
+/// The most generations or cached package versions kept.
+const MAX_KEPT: u64 = 1000;
+
+const KEYS: &[&str] = &[
+    "state_dir",
+    "unit_name",
+    "unit_dir",
+    "max_file_bytes",
+    "max_declaration_bytes",
+    "pacman",
+    "systemctl",
+    "podman",
+    "pacman_lock_wait_secs",
+    "pacman_remove_stale_lock",
+    "disk_margin_mib",
+    "cache_keep",
+    "interval_secs",
+    "watch",
+    "heartbeat_secs",
+    "reconnect_base_secs",
+    "max_frame_bytes",
+    "outbox_max",
+    "outbox_max_bytes",
+    "control_plane",
+    "metrics_file",
+    "trusted_keys",
+    "signatures_required",
+    "generations",
+    "confirm_secs",
+];
+const CONTROL_PLANE_KEYS: &[&str] = &["address", "server_name", "ca_file", "node", "secret_file"];
+const TOOL_KEYS: &[&str] = &["command", "timeout_secs", "grace_secs"];
+
+impl RawConfig {
+    /// Every field of `value` checked for its type and range, the first wrong one named by its
+    /// key (`pacman.timeout_secs: expected a whole number from 1 to 31536000, found -1`).
+    fn read(value: &Value) -> Result<RawConfig, String> {
+        let c = Section::new(String::new(), value, KEYS)?;
+        Ok(RawConfig {
+            state_dir: c.path("state_dir")?,
+            unit_name: c.text("unit_name")?,
+            unit_dir: c.path("unit_dir")?,
+            max_file_bytes: c.whole("max_file_bytes", 0, MAX_BYTES)?,
+            max_declaration_bytes: c.whole("max_declaration_bytes", 0, MAX_BYTES)?,
+            pacman: c
+                .section("pacman", TOOL_KEYS)?
+                .map(RawTool::read)
+                .transpose()?,
+            systemctl: c
+                .section("systemctl", TOOL_KEYS)?
+                .map(RawTool::read)
+                .transpose()?,
+            podman: c
+                .section("podman", TOOL_KEYS)?
+                .map(RawTool::read)
+                .transpose()?,
+            pacman_lock_wait_secs: c.whole("pacman_lock_wait_secs", 0, MAX_SECS)?,
+            pacman_remove_stale_lock: c.flag("pacman_remove_stale_lock")?,
+            disk_margin_mib: c.whole("disk_margin_mib", 0, MAX_BYTES >> 20)?,
+            cache_keep: c.count("cache_keep", 1, MAX_KEPT)?,
+            interval_secs: c.whole("interval_secs", 1, MAX_SECS)?,
+            watch: c.flag("watch")?,
+            heartbeat_secs: c.whole("heartbeat_secs", 1, MAX_SECS)?,
+            // The backoff's cap is 5 minutes (service/backoff.rs): a larger base would be cut.
+            reconnect_base_secs: c.whole("reconnect_base_secs", 1, 300)?,
+            max_frame_bytes: c.count("max_frame_bytes", 1, MAX_BYTES)?,
+            outbox_max: c.count("outbox_max", 1, MAX_COUNT)?,
+            outbox_max_bytes: c.whole("outbox_max_bytes", 1, MAX_BYTES)?,
+            control_plane: (c.section("control_plane", CONTROL_PLANE_KEYS)?)
+                .map(RawControlPlane::read)
+                .transpose()?,
+            metrics_file: c.path("metrics_file")?,
+            trusted_keys: c.texts("trusted_keys")?,
+            signatures_required: c.count("signatures_required", 0, MAX_KEPT)?,
+            generations: c.count("generations", 2, MAX_KEPT)?,
+            confirm_secs: c.whole("confirm_secs", 0, MAX_CONFIRM_SECS)?,
+        })
+    }
+}
+
+impl RawControlPlane {
+    fn read(c: Section) -> Result<RawControlPlane, String> {
+        Ok(RawControlPlane {
+            address: c.required(c.text("address")?, "address")?,
+            server_name: c.text("server_name")?,
+            ca_file: c.required(c.path("ca_file")?, "ca_file")?,
+            node: c.required(c.text("node")?, "node")?,
+            secret_file: c.required(c.path("secret_file")?, "secret_file")?,
+        })
+    }
+}
+
+impl RawTool {
+    fn read(c: Section) -> Result<RawTool, String> {
+        Ok(RawTool {
+            command: c.texts("command")?,
+            timeout_secs: c.whole("timeout_secs", 1, MAX_SECS)?,
+            grace_secs: c.whole("grace_secs", 0, MAX_SECS)?,
+        })
+    }
+}
+
+/// One JSON object of the config: its members read by key, each error naming the key as the
+/// config spells it (`control_plane.node`), as a declaration's problems name their location.
+struct Section<'a> {
+    /// `""`, or the section's key and a dot.
+    at: String,
+    map: &'a Map<String, Value>,
+}
+
+impl<'a> Section<'a> {
+    /// `value` as an object whose every key is one of `known`.
+    fn new(at: String, value: &'a Value, known: &[&str]) -> Result<Section<'a>, String> {
+        let Value::Object(map) = value else {
+            let whole = at.trim_end_matches('.');
+            let what = if whole.is_empty() {
+                "the config"
+            } else {
+                whole
+            };
+            return Err(format!(
+                "{what}: expected an object, found {}",
+                shown(value)
+            ));
+        };
+        if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
+            let within = at.trim_end_matches('.');
+            let within = if within.is_empty() {
+                String::new()
+            } else {
+                format!("{within}: ")
+            };
+            return Err(format!(
+                "{within}unknown field {unknown:?} (known fields: {})",
+                known.join(", ")
+            ));
+        }
+        Ok(Section { at, map })
+    }
+
+    /// The member `key`; `null` is as if it were left out.
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    fn wrong(&self, key: &str, expected: &str, found: &Value) -> String {
+        format!(
+            "{}{key}: expected {expected}, found {}",
+            self.at,
+            shown(found)
+        )
+    }
+
+    fn required<T>(&self, value: Option<T>, key: &str) -> Result<T, String> {
+        value.ok_or_else(|| format!("{}{key}: missing", self.at))
+    }
+
+    fn whole(&self, key: &str, min: u64, max: u64) -> Result<Option<u64>, String> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        match v.as_u64() {
+            Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
+            _ => Err(self.wrong(key, &format!("a whole number from {min} to {max}"), v)),
+        }
+    }
+
+    fn count(&self, key: &str, min: u64, max: u64) -> Result<Option<usize>, String> {
+        let max = max.min(usize::MAX as u64);
+        Ok(self.whole(key, min, max)?.map(|n| n as usize))
+    }
+
+    fn flag(&self, key: &str) -> Result<Option<bool>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.wrong(key, "true or false", v)),
+        }
+    }
+
+    fn text(&self, key: &str) -> Result<Option<String>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(self.wrong(key, "a string", v)),
+        }
+    }
+
+    fn path(&self, key: &str) -> Result<Option<PathBuf>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(PathBuf::from(s))),
+            Some(v) => Err(self.wrong(key, "a path (a string)", v)),
+        }
+    }
+
+    fn texts(&self, key: &str) -> Result<Option<Vec<String>>, String> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let Value::Array(items) = v else {
+            return Err(self.wrong(key, "an array of strings", v));
+        };
+        let mut texts = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            match item {
+                Value::String(s) => texts.push(s.clone()),
+                other => return Err(self.wrong(&format!("{key}[{i}]"), "a string", other)),
+            }
+        }
+        Ok(Some(texts))
+    }
+
+    fn section(&self, key: &str, known: &[&str]) -> Result<Option<Section<'a>>, String> {
+        self.get(key)
+            .map(|v| Section::new(format!("{}{key}.", self.at), v, known))
+            .transpose()
+    }
+}
+
+/// A value as the config has it, cut short when long.
+fn shown(value: &Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(60) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text,
+    }
 }
 
 impl Config {
@@ -186,7 +422,7 @@ impl Config {
             Some(p) => (p, true),
             None => (Path::new(DEFAULT_CONFIG_PATH), false),
         };
-        let text = match std::fs::read_to_string(path) {
+        let text = match crate::os::input::read_text(path, MAX_CONFIG_BYTES) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => "{}".to_string(),
             Err(e) => return Err(format!("config {}: {e}", path.display())),
@@ -201,8 +437,9 @@ impl Config {
 
     /// Parses config text (JSON); unknown fields are errors.
     pub fn parse(text: &str, state_dir_override: Option<&Path>) -> Result<Config, String> {
-        let raw: RawConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        Config::from_raw(raw, state_dir_override)
+        let value =
+            crate::model::fields::strict_json(text.as_bytes()).map_err(|e| e.to_string())?;
+        Config::from_raw(RawConfig::read(&value)?, state_dir_override)
     }
 
     fn from_raw(raw: RawConfig, state_dir_override: Option<&Path>) -> Result<Config, String> {
@@ -275,40 +512,20 @@ impl Config {
             pacman_lock_wait: Duration::from_secs(raw.pacman_lock_wait_secs.unwrap_or(120)),
             pacman_remove_stale_lock: raw.pacman_remove_stale_lock.unwrap_or(false),
             disk_margin_bytes: raw.disk_margin_mib.unwrap_or(256).saturating_mul(1 << 20),
-            cache_keep: match raw.cache_keep {
-                Some(0) => {
-                    return Err(
-                        "cache_keep: must be at least 1 (leave it out to keep the whole cache)"
-                            .into(),
-                    )
-                }
-                keep => keep,
-            },
-            interval: Duration::from_secs(at_least_one("interval_secs", raw.interval_secs, 600)?),
+            cache_keep: raw.cache_keep,
+            interval: Duration::from_secs(raw.interval_secs.unwrap_or(600)),
             watch: raw.watch.unwrap_or(true),
-            heartbeat: Duration::from_secs(at_least_one("heartbeat_secs", raw.heartbeat_secs, 30)?),
-            reconnect_base: Duration::from_secs(at_least_one(
-                "reconnect_base_secs",
-                raw.reconnect_base_secs,
-                1,
-            )?),
+            heartbeat: Duration::from_secs(raw.heartbeat_secs.unwrap_or(30)),
+            reconnect_base: Duration::from_secs(raw.reconnect_base_secs.unwrap_or(1)),
             max_frame_bytes: raw
                 .max_frame_bytes
                 .unwrap_or_else(|| frame_bytes_for(limits.max_declaration_bytes)),
-            outbox_max: raw.outbox_max.unwrap_or(500).max(1),
-            outbox_max_bytes: raw.outbox_max_bytes.unwrap_or(64 << 20).max(1),
+            outbox_max: raw.outbox_max.unwrap_or(500),
+            outbox_max_bytes: raw.outbox_max_bytes.unwrap_or(64 << 20),
             control_plane,
             metrics_file: raw.metrics_file,
             trust: trust(raw.trusted_keys, raw.signatures_required)?,
-            generations: match raw.generations {
-                Some(n) if n < 2 => {
-                    return Err(
-                        "generations: must be at least 2 (the one in force and one before it)"
-                            .into(),
-                    )
-                }
-                n => n.unwrap_or(5),
-            },
+            generations: raw.generations.unwrap_or(5),
             confirm_secs: raw.confirm_secs.unwrap_or(300),
         })
     }
@@ -368,13 +585,6 @@ pub fn frame_bytes_for(max_declaration_bytes: u64) -> usize {
     usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
-fn at_least_one(name: &str, value: Option<u64>, default: u64) -> Result<u64, String> {
-    match value.unwrap_or(default) {
-        0 => Err(format!("{name}: must be at least 1")),
-        v => Ok(v),
-    }
-}
-
 fn control_plane(raw: RawControlPlane) -> Result<ControlPlane, String> {
     let Some((host, port)) = raw.address.rsplit_once(':') else {
         return Err(format!(
@@ -429,9 +639,6 @@ fn tool(
         return Err(format!("{name}.command: must name a program"));
     }
     let timeout = timeout.unwrap_or(default_timeout);
-    if timeout == 0 {
-        return Err(format!("{name}.timeout_secs: must be at least 1"));
-    }
     Ok(Tool {
         command,
         timeout: Duration::from_secs(timeout),
@@ -475,9 +682,10 @@ mod tests {
         assert_eq!(c.cache_keep, None, "the cache is pacman's by default");
         let c = parse(r#"{"disk_margin_mib": 0, "cache_keep": 2}"#).unwrap();
         assert_eq!((c.disk_margin_bytes, c.cache_keep), (0, Some(2)));
-        assert!(parse(r#"{"cache_keep": 0}"#)
-            .unwrap_err()
-            .contains("cache_keep: must be at least 1"));
+        assert_eq!(
+            parse(r#"{"cache_keep": 0}"#).unwrap_err(),
+            "cache_keep: expected a whole number from 1 to 1000, found 0"
+        );
     }
 
     #[test]
@@ -512,9 +720,10 @@ mod tests {
             r#"{"control_plane": {"address": "cp.example", "ca_file": "/x", "node": "n", "secret_file": "/s"}}"#,
         );
         assert!(bad.unwrap_err().contains("is not host:port"));
-        assert!(parse(r#"{"interval_secs": 0}"#)
-            .unwrap_err()
-            .contains("interval_secs: must be at least 1"));
+        assert_eq!(
+            parse(r#"{"interval_secs": 0}"#).unwrap_err(),
+            "interval_secs: expected a whole number from 1 to 31536000, found 0"
+        );
     }
 
     #[test]
@@ -569,11 +778,111 @@ mod tests {
         assert_eq!(overridden.unwrap().state_dir, Path::new("/srv/s"));
     }
 
+    /// Every key, given each wrong type, is named with what it expects and what it found; a
+    /// number out of its range too (issue 32: serde's "expected u64 at line 1 column 20").
+    #[test]
+    fn every_wrong_value_names_its_key() {
+        let cp = |member: &str| {
+            let mut section = serde_json::json!({"address": "cp:1", "ca_file": "/c",
+                "node": "n", "secret_file": "/s"});
+            section[member] = Value::Null;
+            section
+        };
+        type Placed = Box<dyn Fn(Value) -> Value>;
+        let mut keys: Vec<(String, Placed)> = Vec::new();
+        for key in KEYS {
+            keys.push((
+                key.to_string(),
+                Box::new(move |v| serde_json::json!({*key: v})),
+            ));
+        }
+        for tool in ["pacman", "systemctl", "podman"] {
+            for key in TOOL_KEYS {
+                let at = format!("{tool}.{key}");
+                keys.push((at, Box::new(move |v| serde_json::json!({tool: {*key: v}}))));
+            }
+        }
+        for key in CONTROL_PLANE_KEYS {
+            keys.push((
+                format!("control_plane.{key}"),
+                Box::new(move |v| {
+                    let mut section = cp(key);
+                    section[*key] = v;
+                    serde_json::json!({ "control_plane": section })
+                }),
+            ));
+        }
+        let wrong = [
+            serde_json::json!(-1),
+            serde_json::json!(1.5),
+            serde_json::json!("5"),
+            serde_json::json!(true),
+            serde_json::json!([1]),
+            serde_json::json!({"a": 1}),
+            serde_json::json!(u64::MAX),
+        ];
+        for (key, config) in &keys {
+            for value in &wrong {
+                let json = config(value.clone()).to_string();
+                match parse(&json) {
+                    Ok(_) => assert!(
+                        matches!(value, Value::String(_))
+                            || (value.is_boolean()
+                                && ["watch", "pacman_remove_stale_lock"].contains(&key.as_str())),
+                        "{json} accepted"
+                    ),
+                    Err(e) => assert!(
+                        [": ", "[", "."]
+                            .iter()
+                            .any(|s| e.starts_with(&format!("{key}{s}")))
+                            || e.starts_with(&format!("{key}: unknown field")),
+                        "{json}: {e}"
+                    ),
+                }
+            }
+        }
+        assert_eq!(
+            parse(r#"{"max_file_bytes": -1}"#).unwrap_err(),
+            "max_file_bytes: expected a whole number from 0 to 1099511627776, found -1"
+        );
+        assert_eq!(
+            parse(r#"{"max_file_bytes": "8M"}"#).unwrap_err(),
+            "max_file_bytes: expected a whole number from 0 to 1099511627776, found \"8M\""
+        );
+        assert_eq!(
+            parse(r#"{"confirm_secs": 18446744073709551615}"#).unwrap_err(),
+            "confirm_secs: expected a whole number from 0 to 31536000, found 18446744073709551615"
+        );
+        assert_eq!(
+            parse(r#"{"watch": "yes"}"#).unwrap_err(),
+            "watch: expected true or false, found \"yes\""
+        );
+        assert_eq!(
+            parse(r#"{"trusted_keys": ["ed25519:x", 5]}"#).unwrap_err(),
+            "trusted_keys[1]: expected a string, found 5"
+        );
+        assert_eq!(
+            parse(r#"{"control_plane": {"address": "cp:1"}}"#).unwrap_err(),
+            "control_plane.ca_file: missing"
+        );
+        assert_eq!(
+            parse("[]").unwrap_err(),
+            "the config: expected an object, found []"
+        );
+    }
+
     #[test]
     fn rejects_typos_and_nonsense() {
         assert!(parse(r#"{"state_dri": "/x"}"#)
             .unwrap_err()
-            .contains("unknown field"));
+            .starts_with("unknown field \"state_dri\" (known fields: state_dir, unit_name, "));
+        assert_eq!(
+            parse(r#"{"pacman": {"timeout": 5}}"#).unwrap_err(),
+            "pacman: unknown field \"timeout\" (known fields: command, timeout_secs, grace_secs)"
+        );
+        assert!(parse(r#"{"watch": true, "watch": false}"#)
+            .unwrap_err()
+            .contains("duplicate"));
         assert!(parse(r#"{"state_dir": "relative"}"#)
             .unwrap_err()
             .contains("absolute"));

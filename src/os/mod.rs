@@ -6,6 +6,7 @@ pub mod accounts;
 pub mod exec;
 pub mod fsutil;
 pub mod inotify;
+pub mod input;
 pub mod lockfile;
 pub mod process;
 pub mod sys;

@@ -20,8 +20,9 @@ use crate::model::config::ControlPlane;
 pub fn tls_config(cp: &ControlPlane) -> Result<Arc<ClientConfig>, String> {
     let ca = |e: &dyn std::fmt::Display| format!("control plane CA {}: {e}", cp.ca_file.display());
     let mut roots = RootCertStore::empty();
-    let certs: Vec<CertificateDer> = CertificateDer::pem_file_iter(&cp.ca_file)
-        .map_err(|e| ca(&e))?
+    let pem = crate::os::input::read_bounded(&cp.ca_file, crate::os::input::MAX_SMALL_INPUT)
+        .map_err(|e| ca(&e))?;
+    let certs: Vec<CertificateDer> = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<_, _>>()
         .map_err(|e| ca(&e))?;
     if certs.is_empty() {

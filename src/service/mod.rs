@@ -9,6 +9,7 @@ mod reload;
 
 mod backoff;
 mod connection;
+mod retry;
 mod schedule;
 mod watcher;
 
@@ -100,6 +101,8 @@ struct Service<'h> {
     watcher: watcher::Watcher,
     /// What a run with trigger `watch` alone converges: what drifted, or everything.
     watch_scope: Option<Scope>,
+    /// Watch repairs that failed, tried again within seconds (`retry.rs`).
+    repair_retry: retry::Retry,
     /// pacman's local database, once looked up (`Err`: packages are on the timer, and why).
     pacman_db: Option<Result<std::path::PathBuf, String>>,
     /// The facts last sent (in the hello or a report): a report carries them only when changed.
@@ -159,6 +162,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         status: RefCell::new(None),
         watcher,
         watch_scope: None,
+        repair_retry: retry::Retry::default(),
         pacman_db: None,
         facts_sent: None,
         watched_for: None,
@@ -193,6 +197,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
         }
         service.confirm_acked();
         service.on_watch_due(sys::now_ms());
+        service.on_retry_due(sys::now_ms());
         service.write_kept_runs(sys::now_ms());
         // Before a run too: a run may take minutes, and `status` should show the link as it is.
         service.publish_status(sys::now_ms());
@@ -413,7 +418,9 @@ impl Service<'_> {
         // A run over what a watch touched checked nothing else: the timer keeps its time.
         if scope == Scope::All {
             self.schedule.rearm(now, sys::random());
+            self.repair_retry.covered();
         } else {
+            self.retry_failed_repairs(now, &scope, &converged);
             // A repair that failed (changed back before it could be checked) was fought too.
             let repaired: Vec<_> = match &converged {
                 Ok(Some(result)) => {
@@ -605,7 +612,8 @@ impl Service<'_> {
                     Some(root) => root.join(p.strip_prefix("/").unwrap_or(p)),
                     None => p.to_path_buf(),
                 };
-                let text = std::fs::read_to_string(inside(&conf)).unwrap_or_default();
+                let max = crate::os::input::MAX_SMALL_INPUT;
+                let text = crate::os::input::read_text(&inside(&conf), max).unwrap_or_default();
                 inside(&pacman::conf_local_db(&text))
             }
         };
@@ -628,8 +636,9 @@ impl Service<'_> {
             .control_plane
             .as_ref()
             .ok_or("no control plane")?;
-        let secret = std::fs::read_to_string(&cp.secret_file)
-            .map_err(|e| format!("secret {}: {e}", cp.secret_file.display()))?;
+        let secret =
+            crate::os::input::read_text(&cp.secret_file, crate::os::input::MAX_SMALL_INPUT)
+                .map_err(|e| format!("secret {}: {e}", cp.secret_file.display()))?;
         let store = self.host.store().ok();
         let in_force = (store.as_ref()).and_then(|s| s.in_force_head().ok().flatten());
         let reverted = (store.as_ref()).and_then(|s| s.generations().ok()?.reverted);
@@ -699,15 +708,20 @@ impl Service<'_> {
                 }
             },
         };
-        let opened = self.hello(facts).and_then(|hello| {
-            let link = Link::new(
-                now,
-                hello,
-                self.host.config.heartbeat.as_millis() as u64,
-                self.host.config.max_frame_bytes,
-            );
-            Connection::open(cp, tls, link)
-        });
+        let hello = match self.hello(facts) {
+            Ok(hello) => hello,
+            Err(e) => {
+                log::error!("no link yet, retrying: {e}");
+                return self.drop_link(now, e, true);
+            }
+        };
+        let link = Link::new(
+            now,
+            hello,
+            self.host.config.heartbeat.as_millis() as u64,
+            self.host.config.max_frame_bytes,
+        );
+        let opened = Connection::open(cp, tls, link);
         let registered = opened.and_then(|mut conn| {
             let interest = conn.interest();
             match poll.registry().register(&mut conn.stream, LINK, interest) {
@@ -859,7 +873,8 @@ impl Service<'_> {
             let state = match confirm_secs.unwrap_or(host.config.confirm_secs) {
                 0 => State::Confirmed { at: now },
                 secs => State::Pending {
-                    deadline: now + secs,
+                    deadline: store::confirm_deadline(now, secs, "confirm_secs")
+                        .map_err(Fatal::Invalid)?,
                     by: Confirmer::ControlPlane,
                     report: None,
                 },
@@ -978,15 +993,16 @@ impl Service<'_> {
             LinkState::None => u64::MAX,
         };
         // Reports a person's `apply` queued are picked up at least every heartbeat.
-        let watch = self.watcher.watch.deadline().unwrap_or(u64::MAX);
+        let watch = [self.watcher.watch.deadline(), self.repair_retry.deadline()];
+        let watch = watch.into_iter().flatten().min().unwrap_or(u64::MAX);
         let writes = match self.host.has_unwritten() {
             true => self.retry_writes_at,
             false => u64::MAX,
         };
         // The pending declaration's wall-clock deadline, on the loop's monotonic clock.
         let pending = self.pending.map_or(u64::MAX, |deadline| {
-            let unix_ms = store::unix_now() * 1000;
-            now + (deadline * 1000).saturating_sub(unix_ms)
+            let unix_ms = store::unix_now().saturating_mul(1000);
+            now.saturating_add(deadline.saturating_mul(1000).saturating_sub(unix_ms))
         });
         (self.schedule.deadline(now).min(link).min(watch))
             .min(writes)

@@ -6,9 +6,11 @@
 use mio::unix::SourceFd;
 use mio::Poll;
 
-use super::{watch, watcher, Service, WATCH};
+use std::collections::BTreeSet;
+
+use super::{retry, watch, watcher, Service, WATCH};
 use crate::engine::reconcile::Scope;
-use crate::engine::{invalid, Converged, Fatal};
+use crate::engine::{invalid, Converged, Fatal, RunResult};
 use crate::link;
 use crate::model::declaration::Declaration;
 use crate::model::spec::{files::Files, packages::Packages};
@@ -61,6 +63,12 @@ impl Service<'_> {
         }
         if let Some(Err(e)) = &self.pacman_db {
             timer_only.push(format!("packages: {e}"));
+        }
+        for (kind, key) in self.repair_retry.given_up() {
+            timer_only.push(format!(
+                "{kind} {key}: its repair failed {} times in a row",
+                retry::DELAYS_MS.len() + 1
+            ));
         }
         let (state, detail) = match (&self.watcher.off, &self.watch_problem) {
             (Some(why), _) => (store::WatchMode::Off, Some(why.clone())),
@@ -257,6 +265,38 @@ impl Service<'_> {
         Ok(Some(Some((d, ledger))))
     }
 
+    /// A watch run at `now` over `scope` ended (`converged`): what it failed to repair is tried
+    /// again within seconds (a person's `systemctl stop` can cancel a repair's start job), a
+    /// few times, then left to the timer, said in the log and in `status`.
+    pub(super) fn retry_failed_repairs(
+        &mut self,
+        now: u64,
+        scope: &Scope,
+        converged: &Result<Option<RunResult>, Fatal>,
+    ) {
+        let failed: BTreeSet<watch::Resource> = match (converged, scope) {
+            (Ok(Some(result)), _) => (result.report.failures.iter())
+                .filter_map(|f| Some((watch::kind(&f.kind)?, f.key.clone())))
+                .collect(),
+            // The run could not be made at all (the store, the lock): all of it again.
+            (Err(_), Scope::Only(all)) => all.clone(),
+            _ => BTreeSet::new(),
+        };
+        if let Some(said) = self.repair_retry.after_watch_run(now, failed) {
+            log::warn!("{said}");
+        }
+    }
+
+    /// A failed watch repair whose retry is due: a watch run over it.
+    pub(super) fn on_retry_due(&mut self, now: u64) {
+        let Some(failed) = self.repair_retry.take_due(now) else {
+            return;
+        };
+        log::info!("watch: trying the failed repair again");
+        self.watch_scope = Some(widen(self.watch_scope.take(), Scope::Only(failed)));
+        self.schedule.add(Trigger::Watch);
+    }
+
     /// The debounced watch events: observe what they touched, and run only if it drifted.
     pub(super) fn on_watch_due(&mut self, now: u64) {
         let (due, settled) = self.watcher.watch.take_due(now);
@@ -289,20 +329,23 @@ impl Service<'_> {
                     names.push(format!("{} more", changes.len() - NAMED));
                 }
                 log::info!("watch: drift in {}", names.join(", "));
-                self.watch_scope = Some(match self.watch_scope.take() {
-                    Some(Scope::Only(mut before)) => {
-                        if let Scope::Only(more) = scope {
-                            before.extend(more);
-                        }
-                        Scope::Only(before)
-                    }
-                    Some(Scope::All) => Scope::All,
-                    None => scope,
-                });
+                self.watch_scope = Some(widen(self.watch_scope.take(), scope));
                 self.schedule.add(Trigger::Watch);
             }
             Err(e) => log::error!("watch: could not check: {}", e.message()),
         }
+    }
+}
+
+/// The scope a watch run waits with, and `more`.
+fn widen(scope: Option<Scope>, more: Scope) -> Scope {
+    match (scope, more) {
+        (Some(Scope::Only(mut before)), Scope::Only(more)) => {
+            before.extend(more);
+            Scope::Only(before)
+        }
+        (Some(Scope::All), _) | (_, Scope::All) => Scope::All,
+        (None, more) => more,
     }
 }
 

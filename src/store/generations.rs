@@ -484,6 +484,19 @@ fn text_file(digest: &str) -> String {
     format!("{digest}.json")
 }
 
+/// The deadline of a declaration pending `secs` (from `what`: the link's `confirm_secs`,
+/// `apply --confirm`) from unix time `now`. Refused past `MAX_CONFIRM_SECS`: a deadline that
+/// wrapped would be in the past, and the next command would revert the declaration at once.
+pub fn confirm_deadline(now: u64, secs: u64, what: &str) -> Result<u64, String> {
+    let max = crate::model::config::MAX_CONFIRM_SECS;
+    match now.checked_add(secs) {
+        Some(deadline) if secs <= max => Ok(deadline),
+        _ => Err(format!(
+            "{what}: expected a whole number of seconds from 0 to {max}, found {secs}"
+        )),
+    }
+}
+
 /// A revision as people read it (`none` for a declaration without one).
 pub fn words_revision(revision: Option<u64>) -> String {
     revision.map_or("none".into(), |r| r.to_string())
@@ -504,6 +517,22 @@ fn generation_of(in_force: &InForce, state: State) -> Generation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_confirmation_window_past_its_range_or_the_clock_is_refused() {
+        assert_eq!(confirm_deadline(1000, 300, "confirm_secs"), Ok(1300));
+        let max = crate::model::config::MAX_CONFIRM_SECS;
+        assert_eq!(confirm_deadline(1000, max, "x"), Ok(1000 + max));
+        for (now, secs) in [(1000, max + 1), (1000, u64::MAX), (u64::MAX, 1)] {
+            let err = confirm_deadline(now, secs, "--confirm").unwrap_err();
+            assert_eq!(
+                err,
+                format!(
+                    "--confirm: expected a whole number of seconds from 0 to {max}, found {secs}"
+                )
+            );
+        }
+    }
     use crate::util::testutil::TempDir;
 
     fn generation(revision: u64, state: State) -> Generation {

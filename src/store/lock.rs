@@ -47,6 +47,13 @@ impl Lock {
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(path)
             .map_err(io_error)?;
+        // A FIFO or device in its place would block or never end the holder's read below.
+        if !file.metadata().map_err(io_error)?.is_file() {
+            return Err(io_error(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "is not a regular file",
+            )));
+        }
         let operation = if wait {
             libc::LOCK_EX
         } else {
@@ -61,7 +68,7 @@ impl Lock {
                 io::ErrorKind::Interrupted => continue,
                 io::ErrorKind::WouldBlock => {
                     let mut text = String::new();
-                    let _ = file.read_to_string(&mut text);
+                    let _ = (&mut file).take(4096).read_to_string(&mut text);
                     let text = text.trim();
                     let who = if text.is_empty() {
                         "holder unknown".to_string()

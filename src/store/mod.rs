@@ -33,7 +33,9 @@ pub use crate::model::run::{
 pub use backups::OriginalAttrs;
 pub use failures::Notice;
 pub use files_index::{Cached, FilesIndex};
-pub use generations::{words_revision, Confirmer, Generations, Revert, State, GENERATIONS};
+pub use generations::{
+    confirm_deadline, words_revision, Confirmer, Generations, Revert, State, GENERATIONS,
+};
 pub use ledger::{Digest, Entry, Ledger, Origin, Owned};
 pub use lock::{Lock, LockError};
 pub use owed::Owed;

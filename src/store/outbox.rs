@@ -44,9 +44,14 @@ impl Store {
         let _lock = self.outbox_lock(&dir)?;
         let fd = self.open_outbox(&dir)?;
         let entries = self.outbox_entries(&dir, &fd)?;
-        let floor: u64 = self.read_json(LAST_ID)?.unwrap_or(0);
+        let floor = self.id_floor(&dir, &entries)?;
         let newest = entries.last().map_or(0, |(id, _)| *id);
-        report.id = floor.max(newest) + 1;
+        report.id = floor.max(newest).checked_add(1).ok_or_else(|| {
+            self.error(
+                LAST_ID,
+                "has reached the largest id; no report can be given one",
+            )
+        })?;
         report.abridge();
         let name = entry_name(report.id);
         // Streamed to its file, measured as it goes: a report of up to a MiB is not built whole
@@ -144,7 +149,8 @@ impl Store {
         let Some(newest) = acked.last() else {
             return Ok(());
         };
-        let floor: u64 = self.read_json(LAST_ID)?.unwrap_or(0);
+        // A damaged floor is replaced by the newest acknowledged id (`id_floor` covers the rest).
+        let floor: u64 = self.read_json(LAST_ID).ok().flatten().unwrap_or(0);
         if *newest > floor {
             self.write_json(LAST_ID, newest)?;
         }
@@ -154,6 +160,38 @@ impl Store {
         // One fsync for every removal: an acknowledged report must not come back after a crash
         // (the control plane would store it twice).
         self.sync_outbox(&fd)
+    }
+
+    /// The id the next report must exceed: `last-report-id`, or, when it is lost or damaged,
+    /// one rebuilt so that no id is given twice (a control plane drops an id it already stored,
+    /// and the outbox may have been emptied by acks): the newest report kept or set aside and,
+    /// for a store that recorded runs (so ids were given before), the unix time in
+    /// milliseconds, which ids given at fewer than a thousand a second never reach. Called
+    /// under the outbox lock.
+    fn id_floor(&self, dir: &Path, entries: &[(u64, u64)]) -> Result<u64, StoreError> {
+        let why = match self.read_json::<u64>(LAST_ID) {
+            Ok(Some(floor)) => return Ok(floor),
+            Ok(None) if !self.path().join(super::RUNS).exists() => return Ok(0),
+            Ok(None) => "is missing".to_string(),
+            Err(_) => "cannot be read (damaged)".to_string(),
+        };
+        let set_aside = std::fs::read_dir(dir).into_iter().flatten().flatten();
+        let set_aside = set_aside.filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_suffix(".json.unreadable")?.parse::<u64>().ok()
+        });
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let floor = (entries.iter().map(|(id, _)| *id))
+            .chain(set_aside)
+            .fold(millis, u64::max);
+        log::warn!(
+            "{}: {why}; report ids go on after {floor} (the newest report kept, or the time in \
+             milliseconds), so none is given twice",
+            self.path().join(LAST_ID).display()
+        );
+        Ok(floor)
     }
 
     /// The id the last report queued was given (0 before any): right after `outbox_push`, that
@@ -319,6 +357,71 @@ mod tests {
             6,
             "ids keep increasing"
         );
+    }
+
+    /// Issue 32: `last-report-id` lost or damaged after every report was acknowledged; the next
+    /// id still exceeds every id given (it was 1 again, which a control plane drops as stored).
+    #[test]
+    fn a_lost_or_damaged_id_floor_is_rebuilt_and_never_gives_an_id_twice() {
+        let tmp = TempDir::new("outbox-floor");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        for _ in 0..3 {
+            store.outbox_push(&mut report(), bounds(10)).unwrap();
+        }
+        store.outbox_ack(3).unwrap();
+        let bare = crate::store::RunRecord::bare(
+            crate::store::Triggers::one(crate::store::Trigger::Timer),
+            0,
+            0,
+            crate::store::RunOutcome::Converged,
+        );
+        store.record_run(&bare).unwrap();
+        let floor = tmp.path().join(LAST_ID);
+        let mut given = 3;
+        for damage in [None, Some("{ torn"), Some("-1")] {
+            match damage {
+                None => std::fs::remove_file(&floor).unwrap(),
+                Some(text) => std::fs::write(&floor, text).unwrap(),
+            }
+            let id = store.outbox_push(&mut report(), bounds(10)).unwrap();
+            assert!(id > given, "{damage:?}: {id} after {given}");
+            let next = store.outbox_push(&mut report(), bounds(10)).unwrap();
+            assert_eq!(next, id + 1, "the floor was written back");
+            given = next;
+        }
+        // Kept reports above the time floor are counted too.
+        std::fs::remove_file(&floor).unwrap();
+        let mut far = report();
+        far.id = u64::MAX / 2;
+        let name = entry_name(far.id);
+        std::fs::write(
+            tmp.path().join(DIR).join(name),
+            serde_json::to_vec(&far).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            store.outbox_push(&mut report(), bounds(10)).unwrap(),
+            u64::MAX / 2 + 1
+        );
+    }
+
+    #[test]
+    fn past_the_largest_id_no_report_is_numbered() {
+        let tmp = TempDir::new("outbox-max");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        std::fs::write(tmp.path().join(LAST_ID), u64::MAX.to_string()).unwrap();
+        let err = store.outbox_push(&mut report(), bounds(3)).unwrap_err();
+        assert!(
+            err.to_string().contains("has reached the largest id"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_new_store_gives_ids_from_one() {
+        let tmp = TempDir::new("outbox-new");
+        let store = Store::open(tmp.path(), true).unwrap().unwrap();
+        assert_eq!(store.outbox_push(&mut report(), bounds(3)).unwrap(), 1);
     }
 
     #[test]

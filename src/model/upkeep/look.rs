@@ -98,8 +98,9 @@ fn stale_processes(root: &Path) -> Vec<(u32, Placement)> {
     found
 }
 
+/// A small file of the root or /proc; anything else there (a FIFO, a device) is not read.
 fn read(path: impl AsRef<Path>) -> Option<String> {
-    std::fs::read_to_string(path).ok()
+    crate::os::input::read_text(path.as_ref(), crate::os::input::MAX_SMALL_INPUT).ok()
 }
 
 fn read_to(path: impl AsRef<Path>) -> String {
