@@ -16,6 +16,17 @@ pub struct CommandDoc {
     pub usage: &'static str,
     /// What it does, one paragraph (wrapped where it is shown).
     pub about: &'static str,
+    /// What its operands are, for the completions.
+    pub operand: Operand,
+}
+
+/// What a command's operands are, so that a shell completes them.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Operand {
+    None,
+    File,
+    Pid,
+    Command,
 }
 
 /// An option: `--long` (and `-s`), the name of its value (`None`: a flag, which takes none),
@@ -37,11 +48,13 @@ pub const COMMANDS: &[CommandDoc] = &[
         usage: "FILE",
         about: "Validate a declaration or signed envelope and say who signed it; changes nothing \
                 (exit 0 valid, 2 invalid or not signed as trusted_keys require).",
+        operand: Operand::File,
     },
     CommandDoc {
         name: "plan",
         usage: "FILE",
         about: "Show what applying FILE would change; changes nothing.",
+        operand: Operand::File,
     },
     CommandDoc {
         name: "apply",
@@ -49,39 +62,46 @@ pub const COMMANDS: &[CommandDoc] = &[
         about: "Validate, lock, converge, record: FILE becomes the declaration in force. With \
                 --confirm it is pending: reverted to the last confirmed generation unless \
                 `mesh-host confirm` runs within SECS seconds.",
+        operand: Operand::File,
     },
     CommandDoc {
         name: "confirm",
         usage: "",
         about: "Confirm the pending declaration in force.",
+        operand: Operand::None,
     },
     CommandDoc {
         name: "rollback",
         usage: "[--to REVISION] [--force]",
         about: "Put an earlier generation back in force (the one before, or REVISION's) and \
                 converge to it; one whose signature has expired needs --force.",
+        operand: Operand::None,
     },
     CommandDoc {
         name: "reconcile",
         usage: "",
         about: "Converge again to the declaration in force in the store.",
+        operand: Operand::None,
     },
     CommandDoc {
         name: "owned",
         usage: "",
         about: "Every resource the host owns, as observed now.",
+        operand: Operand::None,
     },
     CommandDoc {
         name: "status",
         usage: "",
         about: "The service and its link, the declaration in force, its generations (pending, \
                 confirmed, reverted), the recent runs.",
+        operand: Operand::None,
     },
     CommandDoc {
         name: "reload",
         usage: "[PID]",
         about: "Make the service re-read its config (SIGHUP to PID, what systemd's $MAINPID is, \
                 or to the service the store names); what ExecReload= runs.",
+        operand: Operand::Pid,
     },
     CommandDoc {
         name: "run",
@@ -91,6 +111,7 @@ pub const COMMANDS: &[CommandDoc] = &[
                 SIGUSR1 reconciles now, SIGUSR2 re-reads the pending declaration's deadline, \
                 SIGTERM stops after the current resource); a pending declaration not confirmed \
                 by its deadline is reverted.",
+        operand: Operand::None,
     },
     CommandDoc {
         name: "join",
@@ -103,23 +124,27 @@ pub const COMMANDS: &[CommandDoc] = &[
                 accepted from the control plane. The token comes from FILE, from standard input \
                 with --token -, or from the command line with --token TOKEN (visible to every \
                 user in ps).",
+        operand: Operand::None,
     },
     CommandDoc {
         name: "keygen",
         usage: "--out FILE",
         about: "Write a new ed25519 private key to FILE (0600, never overwritten) and print its \
                 public key (ed25519:BASE64).",
+        operand: Operand::None,
     },
     CommandDoc {
         name: "sign",
         usage: "--key FILE DECLARATION",
         about: "Print a signed envelope of DECLARATION (a declaration, or an envelope to add \
                 this key's signature to).",
+        operand: Operand::File,
     },
     CommandDoc {
         name: "help",
         usage: "[COMMAND]",
         about: "This text, or COMMAND's.",
+        operand: Operand::Command,
     },
 ];
 

@@ -6,6 +6,7 @@ pub mod args;
 mod commands;
 mod join;
 mod keys;
+pub mod manual;
 mod render;
 
 use std::ffi::OsString;
