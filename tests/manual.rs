@@ -66,7 +66,11 @@ fn bash(line: &[&str]) -> String {
          echo \"${{COMPREPLY[*]}}\"",
         share("completions/mesh-host.bash").display()
     );
-    let (code, out, err) = output(Command::new("bash").args(["-c", &script, "bash"]).args(line));
+    let (code, out, err) = output(
+        Command::new("bash")
+            .args(["-c", &script, "bash"])
+            .args(line),
+    );
     assert_eq!(code, 0, "{err}");
     out.trim().to_string()
 }
@@ -264,7 +268,10 @@ fn the_declaration_schema_accepts_what_check_accepts_and_refuses_wrong_shapes() 
         accepted.len() >= 6,
         "too few declarations accepted: {accepted:?}"
     );
-    for path in files.iter().filter(|f| f.starts_with(repo().join("examples"))) {
+    for path in files
+        .iter()
+        .filter(|f| f.starts_with(repo().join("examples")))
+    {
         assert!(accepted.contains(&path), "check refuses {}", path.display());
     }
     let cases: Vec<(&str, &Path)> = accepted
