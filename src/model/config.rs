@@ -19,6 +19,16 @@ pub const OWN_PACKAGE: &str = "nox-mesh-host";
 pub const OWN_UNIT: &str = "mesh-host.service";
 /// The host's config directory; always refused.
 pub const OWN_CONFIG_DIR: &str = "/etc/mesh-host";
+/// What `mesh-host join` writes beside the config: `control_plane` and `trusted_keys` (`RawJoin`),
+/// each in one of the two files only. A file the package does not own, so removing and
+/// reinstalling it (which puts back an empty config.json) never makes the node forget its
+/// control plane.
+pub const JOIN_FILE: &str = "join.json";
+
+/// join.json beside the config file at `config_path`.
+pub fn join_path(config_path: &Path) -> PathBuf {
+    config_path.with_file_name(JOIN_FILE)
+}
 
 /// What the host is, so that a declaration naming any of it is refused by name.
 #[derive(Debug, Clone)]
@@ -394,6 +404,14 @@ struct RawConfig {
     confirm_secs: Option<u64>,
 }
 
+/// join.json: what `mesh-host join` wrote.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJoin {
+    control_plane: Option<RawControlPlane>,
+    trusted_keys: Option<Vec<String>>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawControlPlane {
@@ -415,6 +433,7 @@ struct RawTool {
 impl Config {
     /// Loads the config. A missing file at the default path means defaults; a missing file the
     /// user named explicitly is an error.
+    /// join.json beside it is read with it (`JOIN_FILE`).
     pub fn load(path: Option<&Path>, state_dir_override: Option<&Path>) -> Result<Config, String> {
         let (path, explicit) = match path {
             Some(p) => (p, true),
@@ -425,11 +444,56 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => "{}".to_string(),
             Err(e) => return Err(format!("config {}: {e}", path.display())),
         };
-        let mut config = Config::parse(&text, state_dir_override)
+        let join = join_path(path);
+        let joined = match std::fs::read_to_string(&join) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("config {}: {e}", join.display())),
+        };
+        Config::from_texts(path, &text, joined.as_deref(), state_dir_override)
+    }
+
+    /// The config at `path` from its text and join.json's (when there is one), each error
+    /// naming its file.
+    pub fn from_texts(
+        path: &Path,
+        text: &str,
+        joined: Option<&str>,
+        state_dir_override: Option<&Path>,
+    ) -> Result<Config, String> {
+        let join = join_path(path);
+        let mut raw: RawConfig =
+            serde_json::from_str(text).map_err(|e| format!("config {}: {e}", path.display()))?;
+        if let Some(joined) = joined {
+            let at = |e: String| format!("config {}: {e}", join.display());
+            let from_join: RawJoin = serde_json::from_str(joined).map_err(|e| at(e.to_string()))?;
+            let both = |key: &str| {
+                at(format!(
+                    "{key} is also in {}: keep it in one of the two (mesh-host join writes {JOIN_FILE})",
+                    path.display()
+                ))
+            };
+            if from_join.control_plane.is_some() {
+                if raw.control_plane.is_some() {
+                    return Err(both("control_plane"));
+                }
+                raw.control_plane = from_join.control_plane;
+            }
+            if from_join.trusted_keys.is_some() {
+                if raw.trusted_keys.is_some() {
+                    return Err(both("trusted_keys"));
+                }
+                raw.trusted_keys = from_join.trusted_keys;
+            }
+        }
+        let mut config = Config::from_raw(raw, state_dir_override)
             .map_err(|e| format!("config {}: {e}", path.display()))?;
-        // A relative --config is a file all the same; the host refuses it by its absolute path.
-        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-        config.identity.config_files.push(absolute);
+        // A relative --config is a file all the same; the host refuses it by its absolute path,
+        // and join.json beside it, there or not.
+        for file in [path, &join] {
+            let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+            config.identity.config_files.push(absolute);
+        }
         Ok(config)
     }
 
@@ -801,6 +865,36 @@ mod tests {
         );
         let overridden = Config::parse(r#"{"state_dir": "state"}"#, Some(Path::new("/srv/s")));
         assert_eq!(overridden.unwrap().state_dir, Path::new("/srv/s"));
+    }
+
+    #[test]
+    fn join_json_adds_what_join_wrote_and_each_key_is_in_one_file_only() {
+        let path = Path::new("/etc/mesh-host/config.json");
+        let cp = r#"{"control_plane": {"address": "cp:1", "ca_file": "/etc/mesh-host/ca.pem",
+                     "node": "n1", "secret_file": "/etc/mesh-host/secret"}}"#;
+        let c = Config::from_texts(path, r#"{"interval_secs": 60}"#, Some(cp), None).unwrap();
+        assert_eq!(c.control_plane.unwrap().node, "n1");
+        assert_eq!(c.interval, Duration::from_secs(60));
+        assert!(c
+            .identity
+            .config_files
+            .contains(&PathBuf::from("/etc/mesh-host/join.json")));
+        // Written by an older join into config.json, it still counts.
+        let c = Config::from_texts(path, cp, None, None).unwrap();
+        assert_eq!(c.control_plane.unwrap().node, "n1");
+        for (config, joined, want) in [
+            (cp, cp, "config /etc/mesh-host/join.json: control_plane is also in /etc/mesh-host/config.json"),
+            (
+                r#"{"trusted_keys": []}"#,
+                r#"{"trusted_keys": []}"#,
+                "join.json: trusted_keys is also in",
+            ),
+            ("{}", r#"{"interval_secs": 5}"#, "join.json: unknown field `interval_secs`"),
+            (r#"{"watch": 1}"#, "{}", "config /etc/mesh-host/config.json: invalid type"),
+        ] {
+            let err = Config::from_texts(path, config, Some(joined), None).unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
     }
 
     #[test]
