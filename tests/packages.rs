@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde_json::Value;
 use support::ways::{Driver, Way};
 use support::{
-    failure, failures, sandbox, sh, status, sysroot_with_repo, wait_until, PacmanRoot, Sandbox,
-    Scratch,
+    failure, failures, pacman_conf, sandbox, sh, status, sysroot_with_repo, wait_until, PacmanRoot,
+    Sandbox, Scratch,
 };
 
 /// A pacman root with its own database and conf, removed when dropped.
@@ -412,15 +412,34 @@ fn packages_upgrade_installs_through_a_full_upgrade() {
     let _ = std::fs::remove_dir_all(&private);
 }
 
+/// Rescue mode through `--sysroot`, as pacman 6 runs it (chrooted: it prints paths inside the
+/// root) and as pacman 7 does (it prints them with the root in front): install, a full upgrade
+/// with `cache_keep` pruning the root's cache, a stale lock in the root's database removed, then
+/// a removal. With pacman 7, reading its paths as pacman 6's put the root in front twice.
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
-fn rescue_mode_installs_into_the_mounted_root_through_sysroot() {
+fn rescue_mode_installs_upgrades_and_removes_through_sysroot() {
     let sb = sandbox();
-    // `--sysroot` chroots before reading the conf: the root holds its conf, database and repo.
-    let mut host = Scratch::with_config("pkg-rescue", r#"{"pacman": {"command": ["pacman"]}}"#);
+    // `--sysroot` reads the root's own conf, database and repo.
+    let mut host = Scratch::with_config(
+        "pkg-rescue",
+        r#"{"pacman": {"command": ["pacman"]}, "cache_keep": 1, "pacman_remove_stale_lock": true}"#,
+    );
     host.offline_root = true;
     let root = host.root();
     sysroot_with_repo(&root, &sb.pacman_repo);
+    let version = |name: &str| {
+        let local = root.join("var/lib/pacman/local");
+        std::fs::read_dir(&local)
+            .expect("the root's local database")
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .find_map(|entry| {
+                let (rest, rel) = entry.rsplit_once('-')?;
+                let (package, ver) = rest.rsplit_once('-')?;
+                (package == name).then(|| format!("{ver}-{rel}"))
+            })
+    };
 
     let report = host.apply_json(r#"{"schema": 1, "packages": {"mesh-b": {}}}"#, 0);
     let commands = commands(&report);
@@ -433,6 +452,171 @@ fn rescue_mode_installs_into_the_mounted_root_through_sysroot() {
     assert!(root.join("usr/share/mesh-a/marker").exists());
     let again = host.apply_json(r#"{"schema": 1, "packages": {"mesh-b": {}}}"#, 0);
     assert_eq!(again["changes"], Value::Array(vec![]), "{again:#}");
+
+    // A new mesh-b in the root's repo: the full upgrade (run as mesh-e is new) takes it, and
+    // cache_keep 1 drops 1.0-1.
+    let private = host.dir.join("bump");
+    std::fs::create_dir_all(private.join("tmp")).expect("bump dir");
+    std::fs::write(private.join(".mesh-sandbox"), "").expect("marker");
+    let repo = root.join("repo");
+    std::fs::write(
+        private.join("env"),
+        format!("export MESH_PACMAN_REPO={}\n", repo.display()),
+    )
+    .expect("env");
+    bump(&private, &repo, &[("mesh-b", "2.0-1")]);
+    let declaration =
+        r#"{"schema": 1, "packages_upgrade": true, "packages": {"mesh-b": {}, "mesh-e": {}}}"#;
+    let report = host.apply_json(declaration, 0);
+    assert_eq!(version("mesh-b").as_deref(), Some("2.0-1"), "{report:#}");
+    assert_eq!(version("mesh-e").as_deref(), Some("1.0-1"), "{report:#}");
+    let cache = root.join("var/cache/pacman/pkg");
+    assert!(cache.join("mesh-b-2.0-1-any.pkg.tar.zst").exists());
+    assert!(
+        !cache.join("mesh-b-1.0-1-any.pkg.tar.zst").exists(),
+        "cache_keep 1 left the old version: {report:#}"
+    );
+
+    // A lock from before this boot in the root's database: named as pacman names it, removed.
+    let lock = root.join("var/lib/pacman/db.lck");
+    sh(&format!("touch -d @1000000000 {}", lock.display()));
+    let removed = r#"{"schema": 1, "packages": {"mesh-b": {"state": "absent"}, "mesh-e": {}}}"#;
+    let report = host.apply_json(removed, 0);
+    assert!(!lock.exists(), "{report:#}");
+    assert_eq!(version("mesh-b"), None, "{report:#}");
+    assert!(!root.join("usr/share/mesh-b/marker").exists());
+}
+
+/// pacman's major version, from `pacman --version`.
+fn pacman_major() -> u32 {
+    let out = Command::new("pacman")
+        .arg("--version")
+        .output()
+        .expect("pacman --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_once("Pacman v")
+        .and_then(|(_, rest)| rest.split('.').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no version in `pacman --version`: {text}"))
+}
+
+/// pacman 7's download sandbox (pacman.conf's `DownloadUser`, which Arch sets) when pacman
+/// cannot set it up: on a kernel without Landlock (made so for pacman, whatever this kernel
+/// has, by tests/support/no-landlock.py's seccomp filter) the download fails; with a user that
+/// does not exist every command does. The package fails naming the cause and the option that
+/// turns it off, and the unit declared beside it is written all the same. pacman 6 knows no
+/// `DownloadUser` (it warns of the line) and installs.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_download_sandbox_pacman_cannot_set_up_fails_the_packages_naming_the_option() {
+    let sb = sandbox();
+    let sandbox_dir = PathBuf::from(std::env::var("MESH_SANDBOX").expect("MESH_SANDBOX"));
+    let dir = sandbox_dir
+        .join("tmp")
+        .join(format!("pacman-download-user-{}", std::process::id()));
+    let root = dir.join("root");
+    for sub in [
+        "var/lib/pacman",
+        "var/cache/pacman/pkg",
+        "var/log",
+        "etc/pacman.d/hooks",
+        "etc/pacman.d/gnupg",
+    ] {
+        std::fs::create_dir_all(root.join(sub)).expect("pacman root");
+    }
+    // Without the sandbox, whatever the harness's conf sets: each case sets its own.
+    let plain: String = pacman_conf(&root, Some(&sb.pacman_repo))
+        .lines()
+        .filter(|l| !l.starts_with("DownloadUser") && !l.starts_with("DisableSandbox"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let conf = dir.join("pacman.conf");
+    std::fs::write(&conf, &plain).expect("pacman.conf");
+    sh(&format!(
+        "LC_ALL=C pacman --config {} -Sy --noconfirm",
+        conf.display()
+    ));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/no-landlock.py");
+    let pacman7 = pacman_major() >= 7;
+    for (label, user, wrapper, cause) in [
+        (
+            "landlock",
+            "nobody",
+            vec!["python3", script.to_str().expect("utf-8")],
+            "the kernel does not support Landlock (restricting filesystem access failed because \
+             Landlock is not supported by the kernel!); DisableSandboxFilesystem (or \
+             DisableSandbox) in pacman.conf's [options] turns that part off",
+        ),
+        (
+            "no-user",
+            "mesh-no-such-user",
+            vec![],
+            "pacman's download user 'mesh-no-such-user' (DownloadUser in pacman.conf) does not \
+             exist: create it",
+        ),
+    ] {
+        let with_user = plain.replacen(
+            "[options]\n",
+            &format!("[options]\nDownloadUser = {user}\n"),
+            1,
+        );
+        std::fs::write(&conf, with_user).expect("pacman.conf");
+        let command: Vec<String> = wrapper
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                "pacman".into(),
+                "--config".into(),
+                conf.display().to_string(),
+            ])
+            .collect();
+        let host = Scratch::with_config(
+            &format!("pkg-download-{label}"),
+            &serde_json::json!({
+                "pacman": {"command": command},
+                "systemctl": {"command": ["systemctl", "--user"]},
+                "podman": {"command": ["podman"]},
+                "unit_dir": sb.unit_dir,
+            })
+            .to_string(),
+        );
+        let mut host = host;
+        host.offline_root = false;
+        let unit = format!("mesh-download-{label}-{}.service", std::process::id());
+        let written = sb.unit_dir.join(&unit);
+        let content = "[Service]\nExecStart=/bin/true\n";
+        let declaration = serde_json::json!({
+            "schema": 1,
+            "packages": {"mesh-e": {}},
+            "units": {&unit: {"content": content}},
+        })
+        .to_string();
+        let cache = root.join("var/cache/pacman/pkg");
+        sh(&format!("rm -f {}/mesh-e-*", cache.display()));
+        if !pacman7 {
+            let report = host.apply_json(&declaration, 0);
+            assert_eq!(failures(&report).len(), 0, "{label}: {report:#}");
+            assert!(root.join("usr/share/mesh-e/marker").exists(), "{label}");
+            let _ = std::fs::remove_file(&written);
+            std::fs::write(&conf, &plain).expect("pacman.conf");
+            sh(&format!(
+                "LC_ALL=C pacman --config {} -R --noconfirm mesh-e",
+                conf.display()
+            ));
+            continue;
+        }
+        let report = host.apply_json(&declaration, 1);
+        let detail = failure(&report, "mesh-e").detail;
+        assert!(detail.contains(cause), "{label}: {detail}");
+        assert_eq!(failures(&report).len(), 1, "{label}: {report:#}");
+        assert!(!root.join("usr/share/mesh-e/marker").exists(), "{label}");
+        assert_eq!(
+            std::fs::read_to_string(&written).ok().as_deref(),
+            Some(content),
+            "{label}: the unit is written all the same"
+        );
+        let _ = std::fs::remove_file(&written);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A private copy of the sandbox repo, with an `env` naming it for bump-package.sh.

@@ -18,21 +18,21 @@ _mesh_host() {
     done
     local options
     case $command in
-        check) options="--state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        plan) options="--state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        apply) options="--confirm --state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        confirm) options="--state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        rollback) options="--to --force --state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        reconcile) options="--state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        owned) options="--state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        status) options="--state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        reload) options="--state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        run) options="--state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        join) options="--force --control-plane --token-file --token --ca-hash --trust-key --state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        keygen) options="--out --state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        sign) options="--key --state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        help) options="--state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
-        *) options="--state-dir --config --root --wait --json --trace-commands -h --help -V --version" ;;
+        check) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        plan) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        apply) options="--confirm --state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        confirm) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        rollback) options="--to --force --state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        reconcile) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        owned) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        status) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        reload) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        run) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        join) options="--force --control-plane --token-file --token --ca-hash --trust-key --state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        keygen) options="--out --state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        sign) options="--key --state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        help) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        *) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$options" -- "$cur"))

@@ -20,6 +20,8 @@ complete -c mesh-host -l root -x -a '(__fish_complete_directories)' -d 'Apply in
 complete -c mesh-host -l wait -d 'Wait for another run\'s lock instead of exiting 3'
 complete -c mesh-host -l json -d 'Machine-readable output'
 complete -c mesh-host -l trace-commands -d 'List every external command run'
+complete -c mesh-host -s q -l quiet -d 'No progress and no warnings on stderr'
+complete -c mesh-host -s v -l verbose -d 'More progress on a terminal'
 complete -c mesh-host -s h -l help -d 'This text'
 complete -c mesh-host -s V -l version -d 'The version'
 complete -c mesh-host -n '__fish_seen_subcommand_from apply' -l confirm -x -d 'The declaration is pending until `mesh-host confirm`'

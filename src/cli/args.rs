@@ -194,6 +194,20 @@ pub const OPTIONS: &[OptionDoc] = &[
         commands: &[],
     },
     OptionDoc {
+        long: "quiet",
+        short: Some('q'),
+        value: None,
+        about: "No progress and no warnings on stderr: only errors and the result.",
+        commands: &[],
+    },
+    OptionDoc {
+        long: "verbose",
+        short: Some('v'),
+        value: None,
+        about: "More progress on a terminal: each command's exit and time, what each kind found.",
+        commands: &[],
+    },
+    OptionDoc {
         long: "help",
         short: Some('h'),
         value: None,
@@ -481,6 +495,10 @@ pub struct Args {
     pub wait: bool,
     pub json: bool,
     pub trace_commands: bool,
+    /// `-q`: no progress, no warnings.
+    pub quiet: bool,
+    /// `-v`: more progress.
+    pub verbose: bool,
 }
 
 impl Args {
@@ -492,6 +510,8 @@ impl Args {
             root: self.root.clone(),
             trace_commands: self.trace_commands,
             service: self.command == Command::Run,
+            // What the terminal shows (`cli/progress.rs`): set beside the config in `cli/mod.rs`.
+            progress: None,
         }
     }
 }
@@ -503,6 +523,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
     let mut wait = false;
     let mut json = false;
     let mut trace_commands = false;
+    let (mut quiet, mut verbose) = (false, false);
     let mut control_plane = None;
     let mut token = None;
     let mut token_file = None;
@@ -543,6 +564,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             Long("wait") => wait = true,
             Long("json") => json = true,
             Long("trace-commands") => trace_commands = true,
+            Short('q') | Long("quiet") => quiet = true,
+            Short('v') | Long("verbose") => verbose = true,
             Short('h') | Long("help") => help = true,
             Short('V') | Long("version") => version = true,
             Short(c) => return Err(format!("unknown option -{c}")),
@@ -642,6 +665,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         }
         command
     };
+    if quiet && verbose {
+        return Err("--quiet and --verbose cannot be given together".into());
+    }
     Ok(Args {
         command,
         state_dir,
@@ -650,6 +676,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         wait,
         json,
         trace_commands,
+        quiet,
+        verbose,
     })
 }
 
@@ -907,6 +935,8 @@ mod tests {
             "--json",
             "--wait",
             "--trace-commands",
+            "--quiet",
+            "--verbose",
             "--force",
             "--help",
             "--version",
@@ -922,6 +952,23 @@ mod tests {
         );
         assert!(parse_str("status --json").unwrap().json);
         assert_eq!(parse_str("-hV").unwrap().command, Command::Help(None));
+    }
+
+    #[test]
+    fn quiet_or_verbose_but_not_both() {
+        let (q, v) = (
+            parse_str("-q apply f").unwrap(),
+            parse_str("apply --verbose f").unwrap(),
+        );
+        assert!(q.quiet && !q.verbose && v.verbose && !v.quiet);
+        assert_eq!(
+            parse_str("apply f -v").unwrap().command,
+            Command::Apply("f".into(), None)
+        );
+        assert_eq!(
+            parse_str("-qv apply f").unwrap_err(),
+            "--quiet and --verbose cannot be given together"
+        );
     }
 
     #[test]

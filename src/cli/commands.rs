@@ -11,7 +11,6 @@ use crate::engine::{
     EXIT_OK,
 };
 use crate::model::envelope;
-use crate::os::exec::Runner;
 use crate::store::{self, InForce, Ledger, RunOutcome, Source, Store, Trigger, Triggers};
 
 /// The engine, as one command line asked for it.
@@ -120,7 +119,7 @@ impl Commands<'_> {
             Some(s) => s.ledger()?,
             None => Ledger::default(),
         };
-        let runner = Runner::new(self.host.options.trace_commands);
+        let runner = self.host.runner();
         let report = reconcile::run(
             &self.host.env(store.as_ref(), &runner, &never),
             &d,
@@ -271,7 +270,7 @@ impl Commands<'_> {
                 .map_err(|_| Fatal::Error("the empty declaration was refused".into()))?,
         };
         let ledger = store.ledger()?;
-        let runner = Runner::new(self.host.options.trace_commands);
+        let runner = self.host.runner();
         let mut rows = reconcile::owned(
             &self.host.env(Some(&store), &runner, &never),
             declaration,

@@ -7,6 +7,7 @@ mod commands;
 mod join;
 mod keys;
 pub mod manual;
+mod progress;
 mod render;
 
 use std::ffi::OsString;
@@ -16,10 +17,15 @@ use crate::{service, util};
 use args::Command;
 use commands::Commands;
 
-/// Sets up logging for the command line `args`: the service logs at info, other commands warn.
+/// Sets up logging for the command line `args`: the service logs at info, other commands warn,
+/// and with `-q` only say errors.
 pub fn init_logging(args: &[OsString]) {
-    let service = args::parse(args.iter().cloned()).is_ok_and(|a| a.command == Command::Run);
-    util::logging::init(service);
+    let level = match args::parse(args.iter().cloned()) {
+        Ok(a) if a.command == Command::Run => log::LevelFilter::Info,
+        Ok(a) if a.quiet => log::LevelFilter::Error,
+        _ => log::LevelFilter::Warn,
+    };
+    util::logging::init(level);
 }
 
 /// Runs the command line `args` (without the program name; any bytes, as `args_os` gives them)
@@ -61,7 +67,11 @@ fn run(args: args::Args) -> Result<i32, Fatal> {
         Command::Keygen { out } => return keys::keygen(&args, out),
         _ => {}
     }
-    let mut host = Host::new(args.engine_options())?;
+    let options = engine::Options {
+        progress: progress::sink(&args),
+        ..args.engine_options()
+    };
+    let mut host = Host::new(options)?;
     let commands = || Commands {
         host: &host,
         json: args.json,

@@ -18,6 +18,7 @@ use crate::store::{
     ResourceResult, RunOutcome, RunRecord, ServicePhase, Source, State, Store, StoreError, Trigger,
     Triggers, LISTED,
 };
+use crate::util::progress::Event;
 use crate::util::words::expiry;
 
 /// What one converging run did.
@@ -252,7 +253,12 @@ impl Host {
             .ledger()
             .map_err(|e| refuse(e.into(), revision, Some(d.digest.clone())))?;
         // The same check the reconciler makes between resources also runs while a tool runs.
-        let runner = Runner::new(self.options.trace_commands).with_pulse(interrupted);
+        let runner = self.runner().with_pulse(interrupted);
+        runner.tell(|| Event::Run {
+            triggers: triggers.to_string(),
+            revision,
+            digest: &d.digest,
+        });
         let outcome = reconcile::run_scoped_reporting(
             &self.env(Some(&store), &runner, interrupted),
             d,

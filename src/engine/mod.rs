@@ -21,6 +21,7 @@ use crate::model::fields::Problems;
 use crate::model::trust::PublicKey;
 use crate::os::exec::Runner;
 use crate::store::{Store, StoreError};
+use crate::util::progress::Sink;
 use unwritten::Backlog;
 
 pub use confirm::Reverting;
@@ -40,6 +41,8 @@ pub struct Options {
     pub trace_commands: bool,
     /// The service: no content diffs in plans, as it prints none.
     pub service: bool,
+    /// Where each run tells what it starts doing (a person's terminal); nothing when `None`.
+    pub progress: Option<Sink>,
 }
 
 pub const EXIT_OK: i32 = 0;
@@ -132,6 +135,12 @@ impl Host {
         .map_err(Fatal::Invalid)?;
         self.upkeep = OnceCell::new();
         Ok(())
+    }
+
+    /// A runner for one command's or run's commands: traced with `--trace-commands`, each told
+    /// to the progress sink as it starts.
+    pub fn runner<'p>(&self) -> Runner<'p> {
+        Runner::new(self.options.trace_commands).with_progress(self.options.progress.clone())
     }
 
     fn root(&self) -> &Path {

@@ -21,6 +21,7 @@ use crate::store::{
     Entry, Failing, Foreign, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError,
 };
 use crate::util::diff::ContentDiff;
+use crate::util::progress::{self, Event};
 use crate::util::sorted::{self, Walk};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -395,6 +396,14 @@ fn converge<K: Kind>(
             report.interrupted = true;
             return save(env, ledger, ledger_dirty);
         }
+        let (failed_before, adopted_before) = (report.failures.len(), report.adopted.len());
+        let changes_before = changes.len();
+        env.runner.tell(|| Event::Step {
+            kind: K::NAME,
+            step: progress::Step::Observe,
+            total: chunk.len(),
+            named: progress::named(chunk.iter().map(|key| (None, *key))),
+        });
         let observed = match K::observe(env, cx, chunk) {
             Ok(observed) => observed,
             Err(e) => {
@@ -486,6 +495,13 @@ fn converge<K: Kind>(
         // Planned: the chunk's observation is not needed again (`verify` makes its own), so it
         // is not held beside the next one, nor beside the chunk's changes being applied.
         drop(observed);
+        env.runner.tell(|| Event::Planned {
+            kind: K::NAME,
+            in_sync,
+            adopted: report.adopted.len() - adopted_before,
+            changes: changes.len() - changes_before,
+            failed: report.failures.len() - failed_before,
+        });
         if in_sync > 0 {
             report.in_sync += in_sync;
             *report.in_sync_by_kind.entry(K::NAME).or_default() += in_sync;
@@ -529,6 +545,14 @@ fn apply_planned<K: Kind>(
     mut ledger_dirty: bool,
     report: &mut Report,
 ) -> Result<(), StoreError> {
+    if !changes.is_empty() {
+        env.runner.tell(|| Event::Step {
+            kind: K::NAME,
+            step: progress::Step::Apply,
+            total: changes.len(),
+            named: progress::named(changes.iter().map(|c| (Some(c.action.symbol()), &*c.key))),
+        });
+    }
     // Write-ahead: originals and new ownership are durable before anything is touched.
     let mut intents = Vec::new();
     for change in &changes {
@@ -723,6 +747,12 @@ fn verify<K: Kind>(
             return;
         }
         let keys: Vec<&str> = chunk.iter().map(|(c, _)| c.key.as_str()).collect();
+        env.runner.tell(|| Event::Step {
+            kind: K::NAME,
+            step: progress::Step::Verify,
+            total: keys.len(),
+            named: progress::named(keys.iter().map(|key| (None, *key))),
+        });
         let observed = K::observe(env, &fresh, &keys);
         for (change, outcome) in chunk {
             check::<K>(&fresh, cx, ledger, change, outcome, &observed);
@@ -1046,6 +1076,61 @@ mod tests {
         assert_eq!(failed.detail, "systemd says the host's units changed");
         // Taken once: the next kind finds none.
         assert!(cx.facts.files.take_refused().is_empty());
+    }
+
+    /// A run tells each kind's steps as they start: what it observes, what that came to, what it
+    /// changes (with each change's sign) and what it checks again, naming the first few.
+    #[test]
+    fn a_run_tells_each_step_as_it_starts() {
+        let scratch = TempDir::new("reconcile-progress");
+        let root = scratch.path().join("root");
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::write(root.join("etc/g"), "as declared\n").unwrap();
+        let store = Store::open(&scratch.path().join("state"), true)
+            .unwrap()
+            .unwrap();
+        let files: Vec<String> = ["a", "b", "c", "d", "e", "f", "g"]
+            .iter()
+            .map(|name| format!(r#""/etc/{name}": {{"content": "as declared\n"}}"#))
+            .collect();
+        let text = format!(r#"{{"schema": 1, "files": {{{}}}}}"#, files.join(", "));
+        let declaration = parse_with_defaults(&text).unwrap();
+        let told = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let keep = std::rc::Rc::clone(&told);
+        let sink = progress::Sink::new(move |event| keep.borrow_mut().push(format!("{event:?}")));
+        let config = test_config();
+        let runner = Runner::new(false).with_progress(Some(sink));
+        let env = Env {
+            root: &root,
+            offline: true,
+            config: &config,
+            runner: &runner,
+            store: Some(&store),
+            interrupted: &|| false,
+            upkeep: None,
+            diffs: false,
+        };
+        let mut ledger = store.ledger().unwrap();
+        run(&env, &declaration, &mut ledger, Mode::Apply).unwrap();
+        let named = |sign: Option<char>, keys: &[&str]| {
+            keys.iter()
+                .map(|k| format!("({sign:?}, \"/etc/{k}\")"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let step = |step: &str, total: usize, named: String| {
+            format!(r#"Step {{ kind: "files", step: {step}, total: {total}, named: [{named}] }}"#)
+        };
+        assert_eq!(
+            *told.borrow(),
+            [
+                step("Observe", 7, named(None, &["a", "b", "c", "d", "e"])),
+                r#"Planned { kind: "files", in_sync: 0, adopted: 1, changes: 6, failed: 0 }"#
+                    .to_string(),
+                step("Apply", 6, named(Some('+'), &["a", "b", "c", "d", "e"])),
+                step("Verify", 6, named(None, &["a", "b", "c", "d", "e"])),
+            ]
+        );
     }
 
     /// Applies `text` in a scratch root (with an empty `/etc`) and store, the host starting to

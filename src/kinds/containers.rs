@@ -632,31 +632,37 @@ mod tests {
 
     #[test]
     fn parses_saved_podman_ps() {
-        let all = observed(include_bytes!("../../tests/fixtures/podman-ps.json")).unwrap();
-        assert_eq!(all.len(), 2);
-        assert_eq!(
-            all["mesh-fix-running"],
-            Observed {
-                exists: true,
-                running: true,
-                paused: false,
-                ours: true,
-                spec_digest: Some("abc123".into())
-            }
-        );
-        // `Labels: null`, `State: exited` (status 3): someone else's, stopped.
-        assert_eq!(
-            all["mesh-fix-exited"],
-            Observed {
-                exists: true,
-                running: false,
-                paused: false,
-                ours: false,
-                spec_digest: None
-            }
-        );
-        let empty = observed(include_bytes!("../../tests/fixtures/podman-ps-empty.json")).unwrap();
-        assert!(empty.is_empty());
+        for g in crate::tools::generations("podman") {
+            let all = observed(g.read("podman-ps.json").as_bytes()).unwrap();
+            assert_eq!(all.len(), 2, "{}", g.name);
+            assert_eq!(
+                all["mesh-fix-running"],
+                Observed {
+                    exists: true,
+                    running: true,
+                    paused: false,
+                    ours: true,
+                    spec_digest: Some("abc123".into())
+                },
+                "{}",
+                g.name
+            );
+            // `Labels: null`, `State: exited` (status 3): someone else's, stopped.
+            assert_eq!(
+                all["mesh-fix-exited"],
+                Observed {
+                    exists: true,
+                    running: false,
+                    paused: false,
+                    ours: false,
+                    spec_digest: None
+                },
+                "{}",
+                g.name
+            );
+            let empty = observed(g.read("podman-ps-empty.json").as_bytes()).unwrap();
+            assert!(empty.is_empty(), "{}", g.name);
+        }
     }
 
     #[test]

@@ -15,6 +15,9 @@ pub enum KindError {
         step: &'static str,
         error: CommandError,
     },
+    /// A tool that cannot work as configured, whatever the names (pacman's download sandbox on a
+    /// kernel without Landlock): `why` names the cause and the setting that changes it.
+    Setup { why: String, error: CommandError },
     /// The kind's own reason: a refusal, a file it could not read or write, a lock it would not
     /// wait for, a tool's answer it could not read.
     Reason(String),
@@ -43,6 +46,7 @@ impl fmt::Display for KindError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KindError::Command { error, .. } => error.fmt(f),
+            KindError::Setup { why, error } => write!(f, "{why}: {error}"),
             KindError::Reason(reason) => f.write_str(reason),
         }
     }
@@ -60,6 +64,7 @@ impl BatchFailure for KindError {
     fn blames_names(&self) -> bool {
         match self {
             KindError::Command { error, .. } => matches!(error.failure, Failure::Exit(..)),
+            KindError::Setup { .. } => false,
             KindError::Reason(_) => true,
         }
     }
@@ -103,5 +108,27 @@ mod tests {
             "`podman ps` could not be started: No such file or directory (os error 2)"
         );
         assert_eq!(KindError::from("refused: x").to_string(), "refused: x");
+    }
+
+    /// A tool that cannot work as configured says why first, and no name is retried alone.
+    #[test]
+    fn a_setup_failure_names_its_cause_and_blames_no_name() {
+        let error = KindError::Setup {
+            why: "pacman's download sandbox failed: the kernel does not support Landlock".into(),
+            error: CommandError {
+                command: "pacman -S --needed --noconfirm -- a".into(),
+                failure: Failure::Exit(
+                    Some(1),
+                    "error: switching to sandbox user 'alpm' failed!\n".into(),
+                ),
+            },
+        };
+        assert_eq!(
+            error.to_string(),
+            "pacman's download sandbox failed: the kernel does not support Landlock: `pacman -S \
+             --needed --noconfirm -- a` exited with status 1: error: switching to sandbox user \
+             'alpm' failed!"
+        );
+        assert!(!error.blames_names());
     }
 }

@@ -20,6 +20,7 @@ use crate::model::spec::KindSpec;
 use crate::os::exec::{CommandError, Failure};
 use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::pacman::{self, InstallReason, Pacman, SyncInfo};
+use crate::util::progress::Event;
 
 #[derive(Debug, PartialEq)]
 pub enum Observed {
@@ -73,12 +74,19 @@ impl Kind for Packages {
         }
         let args = target(env)?.query_info();
         let results = query_by_halves(env.runner, "`pacman -Qi`", keys, |batch| {
-            let observing = |error| KindError::command("observe", error);
+            let observing = |error| pacman_failed("observe", error);
             let output = env
                 .runner
                 .query(&env.config.pacman, &args, batch)
                 .map_err(observing)?;
-            if !Pacman::answered(output.code) {
+            // It exits 1 for a name not installed, and for a conf it cannot use.
+            let complaint = pacman::parse_messages(&output.stderr).iter().any(|m| {
+                !matches!(
+                    m,
+                    pacman::Message::PackageNotFound(_) | pacman::Message::Warning(_)
+                )
+            });
+            if !Pacman::answered(output.code) || complaint {
                 return Err(observing(CommandError {
                     command: "pacman -Qi".into(),
                     failure: Failure::Exit(output.code, output.stderr),
@@ -426,6 +434,19 @@ impl Kind for Packages {
     }
 }
 
+/// pacman's failure at `step`; one of its download sandbox (pacman.conf's `DownloadUser`) is
+/// named with its cause and the option that turns it off, and blames no package.
+fn pacman_failed(step: &'static str, error: CommandError) -> KindError {
+    let why = match &error.failure {
+        Failure::Exit(_, stderr) => pacman::download_sandbox(stderr),
+        _ => None,
+    };
+    match why {
+        Some(why) => KindError::Setup { why, error },
+        None => KindError::command(step, error),
+    }
+}
+
 /// pacman's arguments for one of the transactions, given the target.
 type Arguments<'a> = dyn Fn(&Pacman) -> Vec<String> + 'a;
 
@@ -453,7 +474,7 @@ fn check_sync_packages<'n>(
         let output = env
             .runner
             .query(&env.config.pacman, &tool.sync_info(), names)
-            .map_err(|e| KindError::command("check what would be installed", e))?;
+            .map_err(|e| pacman_failed("check what would be installed", e))?;
         // Its exit status counts the names not found; any other complaint is a real failure.
         let complaint = pacman::parse_messages(&output.stderr).iter().any(|m| {
             !matches!(
@@ -463,6 +484,13 @@ fn check_sync_packages<'n>(
         });
         match output.code {
             Some(_) if !complaint => Ok((output.stdout_text(), output.stderr)),
+            code if pacman::download_sandbox(&output.stderr).is_some() => Err(pacman_failed(
+                "check what would be installed",
+                CommandError {
+                    command: "pacman -Si".into(),
+                    failure: Failure::Exit(code, output.stderr),
+                },
+            )),
             code => Err(KindError::from(format!(
                 "`pacman -Si` (checking what would be installed) exited with status {code:?}: {}",
                 output.stderr.trim()
@@ -615,17 +643,30 @@ fn run_waiting_for_lock(
     let mut unheld_before = false;
     // Said once per holder, not at every retry (twice a second for minutes).
     let mut said_busy: Option<String> = None;
+    let mut again = false;
     loop {
-        let e = match env.runner.run(&env.config.pacman, args, names) {
+        let ran = match again {
+            false => env.runner.transaction(&env.config.pacman, args, names),
+            true => env
+                .runner
+                .transaction_again(&env.config.pacman, args, names),
+        };
+        let e = match ran {
             Ok(_) => return Ok(()),
             Err(e) => e,
         };
+        again = true;
         let Some(lock) = locked_by(&e) else {
-            return Err(match e.failure {
-                Failure::Exit(Some(_), _) => {
-                    TransactionError::Packages(KindError::command(step, e))
-                }
-                _ => TransactionError::Pacman(KindError::command(step, e)),
+            return Err(match pacman_failed(step, e) {
+                e @ KindError::Command {
+                    error:
+                        CommandError {
+                            failure: Failure::Exit(Some(_), _),
+                            ..
+                        },
+                    ..
+                } => TransactionError::Packages(e),
+                e => TransactionError::Pacman(e),
             });
         };
         let state = match lock_state(env, &lock) {
@@ -638,6 +679,8 @@ fn run_waiting_for_lock(
                 unheld_before = false;
                 if said_busy.as_ref() != Some(&by) {
                     log::info!("pacman is busy: its database lock {lock} is held by {by}; waiting");
+                    let what = format!("pacman's database lock {lock}, held by {by}");
+                    env.runner.tell(|| Event::Waiting(&what));
                     said_busy = Some(by);
                 }
             }
@@ -687,17 +730,21 @@ enum LockState {
     },
 }
 
-/// The lock pacman named, as this process reaches it: under `--root`, pacman ran chrooted
-/// into the root, so its path is inside it. Opened through the no-symlink walk.
+/// The lock pacman named, as this process reaches it (under `--root`, pacman 6 names it inside
+/// the root, pacman 7 with the root in front: `Printed`). Opened through the no-symlink walk.
 fn lock_parent(env: &Env, lock: &str) -> Result<Option<crate::os::fsutil::Parent>, String> {
-    let root = if env.offline {
-        env.root
-    } else {
-        std::path::Path::new("/")
+    let slash = std::path::Path::new("/");
+    let lock = match env.offline {
+        true => pacman_paths(env)?.printed.seen(std::path::Path::new(lock)),
+        false => PathBuf::from(lock),
+    };
+    // Walked from the root, as anything in it is.
+    let (root, inside) = match lock.strip_prefix(env.root) {
+        Ok(inside) => (env.root, slash.join(inside)),
+        Err(_) => (slash, lock),
     };
     let dir = crate::os::fsutil::Dir::open(root).map_err(|e| format!("{}: {e}", root.display()))?;
-    crate::os::fsutil::walk_to_parent(&dir, std::path::Path::new(lock), false)
-        .map_err(|e| e.to_string())
+    crate::os::fsutil::walk_to_parent(&dir, &inside, false).map_err(|e| e.to_string())
 }
 
 fn lock_state(env: &Env, lock: &str) -> Result<LockState, String> {
@@ -748,11 +795,8 @@ pub fn local_db_dir(env: &Env) -> Result<PathBuf, String> {
 pub fn paths(env: &Env) -> Result<crate::model::upkeep::Where, String> {
     let printed = pacman_paths(env)?;
     Ok(crate::model::upkeep::Where {
-        root: seen(env, pacman_path(&printed, pacman::parse_root, "Root")?),
-        db: seen(
-            env,
-            pacman_path(&printed, pacman::parse_db_path, "DB Path")?,
-        ),
+        root: printed.path(pacman::parse_root, "Root")?,
+        db: printed.path(pacman::parse_db_path, "DB Path")?,
     })
 }
 
@@ -762,7 +806,7 @@ pub fn foreign_count(env: &Env) -> Result<u64, String> {
     let output = env
         .runner
         .query(&env.config.pacman, &args, &[])
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| pacman_failed("count the foreign packages", e).to_string())?;
     pacman::parse_foreign(output.code, &output.stdout_text()).ok_or_else(|| {
         format!(
             "`pacman -Qmq` exited with status {:?}: {}",
@@ -772,31 +816,36 @@ pub fn foreign_count(env: &Env) -> Result<u64, String> {
     })
 }
 
-/// What `pacman -v -T` (a dependency test of nothing) prints: the paths pacman is configured with.
-fn pacman_paths(env: &Env) -> Result<String, String> {
+/// What `pacman -v -T` (a dependency test of nothing) printed: the paths pacman is configured
+/// with, and where they are seen from this process.
+struct Verbose {
+    text: String,
+    printed: pacman::Printed,
+}
+
+impl Verbose {
+    /// One of the paths, as this process reaches it.
+    fn path(&self, parse: fn(&str) -> Option<PathBuf>, field: &str) -> Result<PathBuf, String> {
+        parse(&self.text)
+            .map(|path| self.printed.seen(&path))
+            .ok_or_else(|| format!("`pacman -v -T` printed no `{field}`"))
+    }
+}
+
+fn pacman_paths(env: &Env) -> Result<Verbose, String> {
     let args = target(env)?.paths();
     let output = env
         .runner
         .run(&env.config.pacman, &args, &[])
-        .map_err(|e| e.to_string())?;
-    Ok(output.stdout_text())
-}
-
-fn pacman_path(
-    paths: &str,
-    parse: fn(&str) -> Option<PathBuf>,
-    field: &str,
-) -> Result<PathBuf, String> {
-    parse(paths).ok_or_else(|| format!("`pacman -v -T` printed no `{field}`"))
-}
-
-/// A path pacman printed, as seen from this process: under --sysroot pacman prints the paths
-/// inside the mounted root.
-fn seen(env: &Env, path: PathBuf) -> PathBuf {
-    match env.offline {
-        true => env.root.join(path.strip_prefix("/").unwrap_or(&path)),
-        false => path,
-    }
+        .map_err(|e| pacman_failed("read its paths", e).to_string())?;
+    let text = output.stdout_text();
+    let root = pacman::parse_root(&text).ok_or("`pacman -v -T` printed no `Root`")?;
+    // pacman 7 prints the root resolved: a root given through a symlink is known both ways.
+    let real = env
+        .offline
+        .then(|| std::fs::canonicalize(env.root).unwrap_or_else(|_| env.root.to_path_buf()));
+    let printed = pacman::Printed::new(real.as_deref().map(|real| (env.root, real)), &root);
+    Ok(Verbose { text, printed })
 }
 
 /// The keyrings' own transaction before a full upgrade (`-Sy --needed` of the installed
@@ -807,7 +856,7 @@ fn keyrings_first(env: &Env) -> Result<(), TransactionError> {
     let output = env
         .runner
         .query(&env.config.pacman, &pacman.installed_names(), &[])
-        .map_err(|e| TransactionError::Pacman(KindError::command("list the keyrings", e)))?;
+        .map_err(|e| TransactionError::Pacman(pacman_failed("list the keyrings", e)))?;
     // It exits 1 when nothing is installed at all.
     if !Pacman::answered(output.code) {
         return Err(TransactionError::Packages(KindError::from(format!(
@@ -839,7 +888,7 @@ fn check_room(env: &Env, preview: &[String], names: &[&str]) -> Result<(), KindE
     let query = |args: &[String], names: &[&str]| {
         env.runner
             .query(&env.config.pacman, args, names)
-            .map_err(|e| KindError::command("check the room on disk", e))
+            .map_err(|e| pacman_failed("check the room on disk", e))
     };
     let output = query(preview, names)?;
     if output.code != Some(0) {
@@ -863,11 +912,8 @@ fn check_room(env: &Env, preview: &[String], names: &[&str]) -> Result<(), KindE
         .sum::<u64>()
         .saturating_sub(old.values().sum::<u64>());
     let paths = pacman_paths(env)?;
-    let cache = seen(
-        env,
-        pacman_path(&paths, pacman::parse_cache_dir, "Cache Dirs")?,
-    );
-    let root = seen(env, pacman_path(&paths, pacman::parse_root, "Root")?);
+    let cache = paths.path(pacman::parse_cache_dir, "Cache Dirs")?;
+    let root = paths.path(pacman::parse_root, "Root")?;
     let filesystem = |path: &std::path::Path| {
         crate::os::fsutil::Dir::open(path)
             .and_then(|dir| Ok((dir.device()?, dir.free_space()?)))
@@ -949,11 +995,7 @@ struct Pruned {
 /// go with their signatures (what `paccache -rk N` does). Files not named as pacman names them
 /// are left alone.
 fn prune_cache(env: &Env, keep: usize) -> Result<Pruned, String> {
-    let paths = pacman_paths(env)?;
-    let path = seen(
-        env,
-        pacman_path(&paths, pacman::parse_cache_dir, "Cache Dirs")?,
-    );
+    let path = pacman_paths(env)?.path(pacman::parse_cache_dir, "Cache Dirs")?;
     let at = |e: std::io::Error| format!("{}: {e}", path.display());
     let dir = crate::os::fsutil::Dir::open(&path).map_err(at)?;
     let names = dir
@@ -1036,14 +1078,18 @@ mod tests {
 
     #[test]
     fn sync_info_shows_what_would_take_the_host_over() {
-        let infos = pacman::parse_sync_info(include_str!("../../tests/fixtures/pacman-Si.txt"));
         let host = vec!["nox-mesh-host".to_string()];
-        let why = takes_over(&infos[0], &host).unwrap();
-        assert!(
-            why.contains("mesh-usurper replaces nox-mesh-host, the host's own package"),
-            "{why}"
-        );
-        assert_eq!(takes_over(&infos[1], &host), None);
+        for g in crate::tools::generations("pacman") {
+            let text = g.read("pacman-Si.txt");
+            let infos = pacman::parse_sync_info(&text);
+            let why = takes_over(&infos[0], &host).unwrap();
+            assert!(
+                why.contains("mesh-usurper replaces nox-mesh-host, the host's own package"),
+                "{}: {why}",
+                g.name
+            );
+            assert_eq!(takes_over(&infos[1], &host), None, "{}", g.name);
+        }
         for (field, entry, relation) in [
             ("conflicts", "nox-mesh-host>=1.0", "conflicts with"),
             ("provides", "nox-mesh-host", "provides"),

@@ -642,8 +642,9 @@ fn settle_owed(env: &Env, cx: &RunContext, changes: &[Change<Op, Original>], out
 
 /// `is-enabled` of loaded units, by name. `show`'s `UnitFileState` is the manager's cached view
 /// and can lag an enable or disable (systemd 252 still said `enabled` after `systemctl disable`);
-/// `is-enabled` reads the unit files. It stops at the first unit without a file, so when the
-/// batch answers short it is asked again by halves; a unit whose file is gone gets `""`.
+/// `is-enabled` reads the unit files. systemd 252 stops at the first unit without a file, so when
+/// the batch answers short it is asked again by halves; a unit whose file is gone gets `""`
+/// (systemd 262 says `not-found` for it and goes on).
 fn query_enablement(env: &Env, names: &[&str]) -> BTreeMap<String, Option<UnitFileState>> {
     let states = query_by_halves(env.runner, "`systemctl is-enabled`", names, |batch| {
         env.runner

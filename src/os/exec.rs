@@ -14,6 +14,8 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::util::progress::{Event, Sink};
+
 /// Variables systemd gives the host's own process (its notify socket, its socket-activation and
 /// watchdog descriptors, its journal stream) that must not reach a tool: podman, for one, reads
 /// `NOTIFY_SOCKET` and would talk to systemd about the host's service.
@@ -295,6 +297,24 @@ pub struct Runner<'p> {
     pulse: Option<(&'p dyn Fn() -> bool, Cell<Instant>)>,
     /// Secret texts scrubbed from every stderr captured (`withhold`).
     withheld: RefCell<Vec<String>>,
+    /// Where each command is told as it starts, and a transaction's lines as they come.
+    progress: Option<Sink>,
+}
+
+/// What a person watching is told of one command.
+#[derive(Clone, Copy)]
+struct Shown {
+    /// Its command line as it starts, and its exit as it ends.
+    command: bool,
+    /// Its stdout's and its stderr's lines as they come.
+    lines: [bool; 2],
+}
+
+impl Shown {
+    const COMMAND: Shown = Shown {
+        command: true,
+        lines: [false, false],
+    };
 }
 
 /// The shortest text `redact` scrubs: shorter pieces are words of every message.
@@ -326,6 +346,20 @@ impl<'p> Runner<'p> {
             trace: trace.then(|| RefCell::new(Vec::new())),
             pulse: None,
             withheld: RefCell::new(Vec::new()),
+            progress: None,
+        }
+    }
+
+    /// Tells `progress` each command as it starts (and the lines of transactions as they come).
+    pub fn with_progress(mut self, progress: Option<Sink>) -> Runner<'p> {
+        self.progress = progress;
+        self
+    }
+
+    /// Tells the progress sink, if there is one, the event `event` makes (only then made).
+    pub fn tell<'e>(&self, event: impl FnOnce() -> Event<'e>) {
+        if let Some(sink) = &self.progress {
+            sink.send(&event());
         }
     }
 
@@ -338,7 +372,8 @@ impl<'p> Runner<'p> {
         *self.withheld.borrow_mut() = secrets;
     }
 
-    /// A command's captured stderr, as text with the secrets scrubbed.
+    /// A command's captured stderr (or a line of its output passed on), as text with the
+    /// secrets scrubbed.
     fn stderr_text(&self, bytes: &[u8]) -> String {
         let text = String::from_utf8_lossy(bytes);
         let secrets = self.withheld.borrow();
@@ -416,7 +451,38 @@ impl<'p> Runner<'p> {
         args: &[S],
         names: &[&str],
     ) -> Result<Output, CommandError> {
-        self.invocations(tool, args, names, true)
+        self.invocations(tool, args, names, true, Shown::COMMAND)
+    }
+
+    /// `run` for a transaction a person may wait minutes for: what it prints is passed on to
+    /// the progress sink line by line as it comes (and still captured whole).
+    pub fn transaction<S: AsRef<str>>(
+        &self,
+        tool: &Tool,
+        args: &[S],
+        names: &[&str],
+    ) -> Result<Output, CommandError> {
+        let shown = Shown {
+            command: true,
+            lines: [true, true],
+        };
+        self.invocations(tool, args, names, true, shown)
+    }
+
+    /// `transaction` tried again while another process holds pacman's lock (twice a second, for
+    /// minutes): not told again, nor its complaint about the lock (stderr); what it prints on
+    /// stdout, once it has the lock and runs, is passed on.
+    pub fn transaction_again<S: AsRef<str>>(
+        &self,
+        tool: &Tool,
+        args: &[S],
+        names: &[&str],
+    ) -> Result<Output, CommandError> {
+        let shown = Shown {
+            command: false,
+            lines: [true, false],
+        };
+        self.invocations(tool, args, names, true, shown)
     }
 
     /// Runs `tool args -- names` and returns its output whatever its exit code (for queries whose
@@ -428,7 +494,7 @@ impl<'p> Runner<'p> {
         args: &[S],
         names: &[&str],
     ) -> Result<Output, CommandError> {
-        self.invocations(tool, args, names, false)
+        self.invocations(tool, args, names, false, Shown::COMMAND)
     }
 
     /// `tool args -- names` over as many invocations as the names need, their outputs joined;
@@ -439,11 +505,12 @@ impl<'p> Runner<'p> {
         args: &[S],
         names: &[&str],
         exit_zero: bool,
+        shown: Shown,
     ) -> Result<Output, CommandError> {
         let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
         let mut all: Option<Output> = None;
         for chunk in chunks(fixed_bytes(tool, &args), names, argv_budget()) {
-            let (command, output) = self.spawn(tool, &args, chunk)?;
+            let (command, output) = self.spawn(tool, &args, chunk, shown)?;
             if exit_zero && output.code != Some(0) {
                 return Err(CommandError {
                     command,
@@ -463,6 +530,7 @@ impl<'p> Runner<'p> {
         tool: &Tool,
         args: &[&str],
         names: &[&str],
+        shown: Shown,
     ) -> Result<(String, Output), CommandError> {
         let argv = argv(tool, args, names);
         let command = argv.join(" ");
@@ -471,6 +539,17 @@ impl<'p> Runner<'p> {
             trace.borrow_mut().push(command.clone());
         }
         log::debug!("running `{command}`");
+        let shown = match self.progress {
+            Some(_) => shown,
+            None => Shown {
+                command: false,
+                lines: [false, false],
+            },
+        };
+        if shown.command {
+            self.tell(|| Event::Command(&command));
+        }
+        let started = Instant::now();
         let error = |failure| CommandError {
             command: command.clone(),
             failure,
@@ -488,12 +567,19 @@ impl<'p> Runner<'p> {
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(error(Failure::Spawn("no pipes".into())));
         };
+        let pass = |line: &[u8]| {
+            let line = self.stderr_text(line);
+            self.tell(|| Event::Line(&line));
+        };
         let mut pipes = Pipes {
             stdout,
             stderr,
             open: [true, true],
             out: Vec::new(),
             err: Vec::new(),
+            passing: shown.lines,
+            passed: [0, 0],
+            pass: &pass,
         };
         let deadline = Instant::now() + tool.timeout;
         let beat = || self.beat();
@@ -510,6 +596,12 @@ impl<'p> Runner<'p> {
                 return Err(error(Failure::Spawn(e.to_string())));
             }
         };
+        if shown.command {
+            self.tell(|| Event::Exited {
+                code: status.code(),
+                took: started.elapsed(),
+            });
+        }
         Ok((
             command,
             Output {
@@ -574,16 +666,22 @@ fn kill_group(child: &Child, signal: libc::c_int) {
     unsafe { libc::kill(-(child.id() as libc::pid_t), signal) };
 }
 
-/// A child's stdout and stderr, read as they come so neither pipe fills and blocks it.
-struct Pipes {
+/// A child's stdout and stderr, read as they come so neither pipe fills and blocks it; the
+/// lines of those `passing` are handed to `pass` as they complete (a last line without its line
+/// break once its pipe closes), while still captured whole.
+struct Pipes<'l> {
     stdout: ChildStdout,
     stderr: ChildStderr,
     open: [bool; 2],
     out: Vec<u8>,
     err: Vec<u8>,
+    passing: [bool; 2],
+    /// How much of `out` and `err` was handed to `pass`.
+    passed: [usize; 2],
+    pass: &'l dyn Fn(&[u8]),
 }
 
-impl Pipes {
+impl Pipes<'_> {
     /// Reads until both pipes close and the child exits, or `deadline`: `Ok(None)` then. With
     /// `leader_only`, returns as soon as the child itself exits, pipes open or not (something it
     /// left behind may hold them). `beat` gets a turn at least every `PULSE` (the service answers
@@ -670,8 +768,37 @@ impl Pipes {
                     sink.extend_from_slice(&buf[..n]);
                 }
             }
+            if self.passing[i] {
+                self.pass_lines(i);
+            }
         }
         Ok(())
+    }
+
+    /// Hands pipe `i`'s lines completed since the last call to `pass`, and the rest once the
+    /// pipe is closed. Of a line redrawn with carriage returns (a progress bar), what a terminal
+    /// would show last; blank lines are skipped.
+    fn pass_lines(&mut self, i: usize) {
+        let text = if i == 0 { &self.out } else { &self.err };
+        let mut from = self.passed[i];
+        while from < text.len() {
+            let end = match text[from..].iter().position(|&b| b == b'\n') {
+                Some(at) => from + at,
+                None if self.open[i] => break,
+                None => text.len(),
+            };
+            let line = &text[from..end];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let shown = match line.iter().rposition(|&b| b == b'\r') {
+                Some(at) => &line[at + 1..],
+                None => line,
+            };
+            if !shown.iter().all(u8::is_ascii_whitespace) {
+                (self.pass)(shown);
+            }
+            from = (end + 1).min(text.len());
+        }
+        self.passed[i] = from;
     }
 }
 
@@ -700,6 +827,102 @@ mod tests {
         assert_eq!(out.stderr, "err\n");
         assert_eq!(runner.count(), 1);
         assert_eq!(runner.traced(), vec!["sh -c echo $LC_ALL; echo err >&2"]);
+    }
+
+    /// A sink keeping what it was told, as text.
+    fn told() -> (Sink, std::rc::Rc<RefCell<Vec<String>>>) {
+        let seen = std::rc::Rc::new(RefCell::new(Vec::new()));
+        let keep = std::rc::Rc::clone(&seen);
+        let sink = Sink::new(move |event| {
+            keep.borrow_mut().push(match event {
+                Event::Command(c) => format!("command {c}"),
+                Event::Line(l) => format!("line {l}"),
+                Event::Exited { code, .. } => format!("exited {code:?}"),
+                other => format!("{other:?}"),
+            })
+        });
+        (sink, seen)
+    }
+
+    /// A transaction's lines reach the sink (a redrawn line as a terminal would show it last,
+    /// no blank ones, stderr's scrubbed of secrets, a last one without its line break), between
+    /// its command and its exit, and are captured whole as ever.
+    #[test]
+    fn a_transaction_passes_its_lines_on_and_still_captures_them_whole() {
+        let (sink, seen) = told();
+        let runner = Runner::new(false).with_progress(Some(sink));
+        runner.withhold(vec!["canary-42".into()]);
+        let script = "echo one; printf 'bar 10%%\\rbar 100%%\\r\\n\\n'; s=canary; \
+                      echo \"warned $s-42\" >&2; printf last";
+        let out = runner.transaction(&sh(5000), &[script], &[]).unwrap();
+        assert_eq!(out.stdout_text(), "one\nbar 10%\rbar 100%\r\n\nlast");
+        assert_eq!(out.stderr, "warned [secret withheld]\n");
+        let seen = seen.borrow();
+        assert_eq!(seen.first(), Some(&format!("command sh -c {script}")));
+        assert_eq!(seen.last().map(String::as_str), Some("exited Some(0)"));
+        assert_eq!(seen.len(), 6, "{seen:?}");
+        // Two pipes: how stdout's lines and stderr's interleave is the kernel's.
+        let stdout: Vec<&str> = (seen.iter().map(String::as_str))
+            .filter(|l| l.starts_with("line ") && !l.contains("warned"))
+            .collect();
+        assert_eq!(stdout, ["line one", "line bar 100%", "line last"]);
+        assert!(seen.contains(&"line warned [secret withheld]".to_string()));
+    }
+
+    /// A line is passed on when it is printed, not when the command ends: this one waits, after
+    /// its first line, for the file the sink makes on seeing that line (and would reach its
+    /// timeout otherwise).
+    #[test]
+    fn a_transaction_line_is_passed_on_while_the_command_still_runs() {
+        let dir = crate::util::testutil::TempDir::new("exec-lines");
+        let go = dir.path().join("go");
+        let made = go.clone();
+        let sink = Sink::new(move |event| {
+            if *event == Event::Line("waiting") {
+                let _ = std::fs::write(&made, "");
+            }
+        });
+        let runner = Runner::new(false).with_progress(Some(sink));
+        let script = format!(
+            "echo waiting; while [ ! -e {} ]; do sleep 0.01; done; echo went",
+            go.display()
+        );
+        let out = runner.transaction(&sh(20_000), &[script], &[]);
+        assert_eq!(out.map(|o| o.stdout_text()), Ok("waiting\nwent\n".into()));
+    }
+
+    /// Tried again while pacman's lock is held elsewhere, a transaction is not told again, nor
+    /// its complaint on stderr; its stdout is. Queries and other commands are told, never their
+    /// output; without a sink nothing is made.
+    #[test]
+    fn what_each_way_of_running_tells() {
+        let script = "echo out; echo err >&2";
+        let telling = |run: &dyn Fn(&Runner) -> Result<Output, CommandError>| {
+            let (sink, seen) = told();
+            run(&Runner::new(false).with_progress(Some(sink))).unwrap();
+            let seen = seen.borrow().clone();
+            seen
+        };
+        let command = format!("command sh -c {script}");
+        assert_eq!(
+            telling(&|r| r.transaction_again(&sh(5000), &[script], &[])),
+            ["line out"]
+        );
+        assert_eq!(
+            telling(&|r| r.run(&sh(5000), &[script], &[])),
+            [command.as_str(), "exited Some(0)"]
+        );
+        assert_eq!(
+            telling(&|r| r.query(&sh(5000), &[format!("{script}; exit 3")], &[])),
+            [format!("{command}; exit 3").as_str(), "exited Some(3)"]
+        );
+        let out = Runner::new(false)
+            .transaction(&sh(5000), &[script], &[])
+            .unwrap();
+        assert_eq!(
+            (out.stdout_text().as_str(), out.stderr.as_str()),
+            ("out\n", "err\n")
+        );
     }
 
     #[test]

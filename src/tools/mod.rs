@@ -67,3 +67,54 @@ pub fn assert_recorded(recorded: &str, tool: &[&str], args: &[String], names: &[
         "the fixture's command is not the builder's"
     );
 }
+
+/// One generation of a tool's saved output: `tests/fixtures/TOOL-VERSION/` (`pacman-7.1.0`).
+#[cfg(test)]
+pub struct Generation {
+    pub name: String,
+    dir: std::path::PathBuf,
+}
+
+#[cfg(test)]
+impl Generation {
+    /// A fixture of this generation, read as the test runs.
+    pub fn read(&self, file: &str) -> String {
+        let path = self.dir.join(file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+}
+
+/// Every generation of `tool`'s fixtures (`pacman`, `systemd`, `podman`), oldest first: each
+/// parser test walks them all, so a capture of a new version is tested by adding its directory.
+#[cfg(test)]
+pub fn generations(tool: &str) -> Vec<Generation> {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let prefix = format!("{tool}-");
+    let mut found: Vec<(Vec<u32>, Generation)> = std::fs::read_dir(&fixtures)
+        .unwrap_or_else(|e| panic!("{}: {e}", fixtures.display()))
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let version = name.strip_prefix(&prefix)?;
+            let numbers = version
+                .split('.')
+                .map(|n| n.parse().ok())
+                .collect::<Option<_>>()?;
+            Some((
+                numbers,
+                Generation {
+                    name,
+                    dir: entry.path(),
+                },
+            ))
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    let found: Vec<Generation> = found.into_iter().map(|(_, g)| g).collect();
+    assert!(
+        found.len() >= 2,
+        "{tool}: fewer than two generations in {}",
+        fixtures.display()
+    );
+    found
+}

@@ -495,6 +495,37 @@ pub fn parse_cache_dir(stdout: &str) -> Option<PathBuf> {
     verbose_path(stdout, "Cache Dirs")
 }
 
+/// Where the paths pacman printed (`-v`, the lock in its errors) are, seen from this process.
+/// Under `--sysroot`, pacman 6 chroots into the root and prints paths inside it (`Root : /`);
+/// pacman 7 no longer chroots and prints them with the root in front, resolved (`Root : /mnt/`
+/// for `--sysroot /mnt/./`). Which of the two is told by the `Root` it printed, not by its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Printed {
+    /// The root to put in front of a printed path, when pacman printed it inside the root.
+    inside: Option<PathBuf>,
+}
+
+impl Printed {
+    /// From the `--sysroot` pacman was given, as given and resolved (`realpath`), none on the
+    /// running system, and the `Root` it printed (`parse_root`).
+    pub fn new(sysroot: Option<(&Path, &Path)>, printed_root: &Path) -> Printed {
+        let inside = sysroot
+            .filter(|(given, real)| {
+                !printed_root.starts_with(given) && !printed_root.starts_with(real)
+            })
+            .map(|(given, _)| given.to_path_buf());
+        Printed { inside }
+    }
+
+    /// A path pacman printed, as this process reaches it.
+    pub fn seen(&self, path: &Path) -> PathBuf {
+        match &self.inside {
+            Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
+            None => path.to_path_buf(),
+        }
+    }
+}
+
 /// The first path of a `Field : PATH  PATH2` line of `pacman -v` (the colon may follow the field
 /// without a space: `Cache Dirs:`; pacman separates several paths by two spaces).
 fn verbose_path(stdout: &str, name: &str) -> Option<PathBuf> {
@@ -567,6 +598,54 @@ pub fn locked_database(stderr: &str) -> Option<&str> {
     )
 }
 
+/// Why pacman 7's download sandbox stopped it, from its stderr: pacman.conf's `DownloadUser`
+/// (Arch sets `alpm`) makes it download as that user, confined with Landlock. A kernel without
+/// Landlock, or a user that does not exist, fails every download (the user, every command).
+/// The reason names the cause and the pacman.conf option that turns it off (pacman.conf(5)).
+pub fn download_sandbox(stderr: &str) -> Option<String> {
+    let errors = || {
+        stderr
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("error: "))
+    };
+    let user = errors().find_map(|e| {
+        let quoted = e
+            .strip_prefix("problem setting DownloadUser '")
+            .or_else(|| e.strip_prefix("download user '"))?;
+        quoted.split_once('\'').map(|(name, _)| name)
+    });
+    if let Some(user) = user {
+        return Some(format!(
+            "pacman's download user '{user}' (DownloadUser in pacman.conf) does not exist: create \
+             it (Arch's pacman package makes `alpm` with systemd-sysusers) or remove DownloadUser \
+             from pacman.conf"
+        ));
+    }
+    if let Some(landlock) = errors().find(|e| e.contains("Landlock")) {
+        let cause = match landlock.contains("not supported by the kernel") {
+            true => "the kernel does not support Landlock",
+            false => "Landlock failed",
+        };
+        return Some(format!(
+            "pacman's download sandbox failed: {cause} ({landlock}); DisableSandboxFilesystem \
+             (or DisableSandbox) in pacman.conf's [options] turns that part off, as does removing \
+             DownloadUser"
+        ));
+    }
+    if let Some(seccomp) = errors().find(|e| e.contains("seccomp")) {
+        return Some(format!(
+            "pacman's download sandbox failed: its system call filter ({seccomp}); \
+             DisableSandboxSyscalls (or DisableSandbox) in pacman.conf's [options] turns that \
+             part off, as does removing DownloadUser"
+        ));
+    }
+    let switching = errors().find(|e| e.starts_with("switching to sandbox user"))?;
+    Some(format!(
+        "pacman could not download as its DownloadUser ({switching}); without DownloadUser in \
+         pacman.conf it downloads as root"
+    ))
+}
+
 /// The names `-Si` (or `-Qi`) said it has no package of.
 pub fn not_found(stderr: &str) -> BTreeSet<&str> {
     parse_messages(stderr)
@@ -581,7 +660,7 @@ pub fn not_found(stderr: &str) -> BTreeSet<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::assert_recorded;
+    use crate::tools::{assert_recorded, generations};
 
     const PACMAN: &[&str] = &["pacman", "--config", "/tmp/mesh-sandbox/pacman/pacman.conf"];
 
@@ -644,239 +723,370 @@ mod tests {
 
     #[test]
     fn parses_info_output_with_install_reasons() {
-        assert_recorded(
-            include_str!("../../tests/fixtures/pacman-Qi.cmd"),
-            PACMAN,
-            &Pacman::running().query_info(),
-            &["mesh-a", "mesh-b", "mesh-e"],
-        );
-        let out = parse_info(include_str!("../../tests/fixtures/pacman-Qi.txt"));
-        assert_eq!(
-            out.into_iter().collect::<Vec<_>>(),
-            vec![
-                (
-                    "mesh-a",
-                    installed("1.0-1", InstallReason::Dependency, &["mesh-b"])
-                ),
-                ("mesh-b", installed("1.0-1", InstallReason::Explicit, &[])),
-                ("mesh-e", installed("1.0-1", InstallReason::Explicit, &[])),
-            ]
-        );
+        for g in generations("pacman") {
+            assert_recorded(
+                &g.read("pacman-Qi.cmd"),
+                PACMAN,
+                &Pacman::running().query_info(),
+                &["mesh-a", "mesh-b", "mesh-e"],
+            );
+            let out_text = g.read("pacman-Qi.txt");
+            let out = parse_info(&out_text);
+            assert_eq!(
+                out.into_iter().collect::<Vec<_>>(),
+                vec![
+                    (
+                        "mesh-a",
+                        installed("1.0-1", InstallReason::Dependency, &["mesh-b"])
+                    ),
+                    ("mesh-b", installed("1.0-1", InstallReason::Explicit, &[])),
+                    ("mesh-e", installed("1.0-1", InstallReason::Explicit, &[])),
+                ]
+            );
+        }
     }
 
     #[test]
     fn parses_info_output_when_some_are_missing() {
-        assert_recorded(
-            include_str!("../../tests/fixtures/pacman-Qi-missing.cmd"),
-            PACMAN,
-            &Pacman::running().query_info(),
-            &["mesh-a", "mesh-nope"],
-        );
-        // Exit 1, the missing one named on stderr only.
-        let out = parse_info(include_str!(
-            "../../tests/fixtures/pacman-Qi-missing.stdout"
-        ));
-        assert_eq!(
-            out.into_iter().collect::<Vec<_>>(),
-            vec![(
-                "mesh-a",
-                installed("1.0-1", InstallReason::Dependency, &["mesh-b"])
-            )]
-        );
-        assert_eq!(
-            not_found(include_str!(
-                "../../tests/fixtures/pacman-Qi-missing.stderr"
-            )),
-            BTreeSet::from(["mesh-nope"])
-        );
-        assert!(parse_info("").is_empty());
+        for g in generations("pacman") {
+            assert_recorded(
+                &g.read("pacman-Qi-missing.cmd"),
+                PACMAN,
+                &Pacman::running().query_info(),
+                &["mesh-a", "mesh-nope"],
+            );
+            // Exit 1, the missing one named on stderr only.
+            let out_text = g.read("pacman-Qi-missing.stdout");
+            let out = parse_info(&out_text);
+            assert_eq!(
+                out.into_iter().collect::<Vec<_>>(),
+                vec![(
+                    "mesh-a",
+                    installed("1.0-1", InstallReason::Dependency, &["mesh-b"])
+                )]
+            );
+            assert_eq!(
+                not_found(&g.read("pacman-Qi-missing.stderr")),
+                BTreeSet::from(["mesh-nope"])
+            );
+            assert!(parse_info("").is_empty());
+        }
     }
 
     #[test]
     fn parses_sync_info_and_what_it_did_not_find() {
-        assert_recorded(
-            include_str!("../../tests/fixtures/pacman-Si.cmd"),
-            PACMAN,
-            &Pacman::running().sync_info(),
-            &["mesh-usurper", "mesh-a", "mesh-nope"],
-        );
-        let infos = parse_sync_info(include_str!("../../tests/fixtures/pacman-Si.txt"));
-        assert_eq!(
-            infos,
-            vec![
-                SyncInfo {
-                    name: "mesh-usurper",
-                    replaces: vec!["nox-mesh-host"],
-                    conflicts: vec!["nox-mesh-host"],
-                    provides: vec!["nox-mesh-host=9.0"],
-                    depends: vec![],
-                },
-                SyncInfo {
-                    name: "mesh-a",
-                    replaces: vec![],
-                    conflicts: vec![],
-                    provides: vec![],
-                    depends: vec![],
-                },
-            ]
-        );
-        let stderr = include_str!("../../tests/fixtures/pacman-Si.stderr");
-        assert_eq!(
-            parse_messages(stderr),
-            [Message::PackageNotFound("mesh-nope")]
-        );
-        // A list pacman wraps onto further lines is read whole.
-        let wrapped = "Name            : x\nProvides        : a  b\n                  nox-mesh-host=2\nDepends On      : None\n";
-        assert_eq!(
-            parse_sync_info(wrapped)[0].provides,
-            vec!["a", "b", "nox-mesh-host=2"]
-        );
+        for g in generations("pacman") {
+            assert_recorded(
+                &g.read("pacman-Si.cmd"),
+                PACMAN,
+                &Pacman::running().sync_info(),
+                &["mesh-usurper", "mesh-a", "mesh-nope"],
+            );
+            let infos_text = g.read("pacman-Si.txt");
+            let infos = parse_sync_info(&infos_text);
+            assert_eq!(
+                infos,
+                vec![
+                    SyncInfo {
+                        name: "mesh-usurper",
+                        replaces: vec!["nox-mesh-host"],
+                        conflicts: vec!["nox-mesh-host"],
+                        provides: vec!["nox-mesh-host=9.0"],
+                        depends: vec![],
+                    },
+                    SyncInfo {
+                        name: "mesh-a",
+                        replaces: vec![],
+                        conflicts: vec![],
+                        provides: vec![],
+                        depends: vec![],
+                    },
+                ]
+            );
+            let stderr = &g.read("pacman-Si.stderr");
+            assert_eq!(
+                parse_messages(stderr),
+                [Message::PackageNotFound("mesh-nope")]
+            );
+            // A list pacman wraps onto further lines is read whole.
+            let wrapped = "Name            : x\nProvides        : a  b\n                  nox-mesh-host=2\nDepends On      : None\n";
+            assert_eq!(
+                parse_sync_info(wrapped)[0].provides,
+                vec!["a", "b", "nox-mesh-host=2"]
+            );
+        }
     }
 
     #[test]
     fn counts_the_foreign_packages() {
-        for recorded in [
-            include_str!("../../tests/fixtures/pacman-Qmq.cmd"),
-            include_str!("../../tests/fixtures/pacman-Qmq-none.cmd"),
-        ] {
-            assert_recorded(recorded, PACMAN, &Pacman::running().foreign_names(), &[]);
+        for g in generations("pacman") {
+            for recorded in [&g.read("pacman-Qmq.cmd"), &g.read("pacman-Qmq-none.cmd")] {
+                assert_recorded(recorded, PACMAN, &Pacman::running().foreign_names(), &[]);
+            }
+            let one = &g.read("pacman-Qmq.txt");
+            assert_eq!(parse_foreign(Some(0), one), Some(1));
+            // None foreign: pacman exits 1 and prints nothing.
+            let none = &g.read("pacman-Qmq-none.txt");
+            assert_eq!(parse_foreign(Some(1), none), Some(0));
+            assert_eq!(parse_foreign(Some(1), one), None);
+            assert_eq!(parse_foreign(None, ""), None);
         }
-        let one = include_str!("../../tests/fixtures/pacman-Qmq.txt");
-        assert_eq!(parse_foreign(Some(0), one), Some(1));
-        // None foreign: pacman exits 1 and prints nothing.
-        let none = include_str!("../../tests/fixtures/pacman-Qmq-none.txt");
-        assert_eq!(parse_foreign(Some(1), none), Some(0));
-        assert_eq!(parse_foreign(Some(1), one), None);
-        assert_eq!(parse_foreign(None, ""), None);
     }
 
     #[test]
     fn parses_what_a_removal_would_take() {
-        assert_recorded(
-            include_str!("../../tests/fixtures/pacman-Rsp.cmd"),
-            PACMAN,
-            &Pacman::running().removal_preview(),
-            &["mesh-b"],
-        );
-        // mesh-a was installed as mesh-b's dependency: it would go too.
-        assert_eq!(
-            parse_removal(include_str!("../../tests/fixtures/pacman-Rsp.txt")),
-            ["mesh-b", "mesh-a"]
-        );
+        for g in generations("pacman") {
+            assert_recorded(
+                &g.read("pacman-Rsp.cmd"),
+                PACMAN,
+                &Pacman::running().removal_preview(),
+                &["mesh-b"],
+            );
+            // mesh-a was installed as mesh-b's dependency: it would go too.
+            assert_eq!(
+                parse_removal(&g.read("pacman-Rsp.txt")),
+                ["mesh-b", "mesh-a"]
+            );
+        }
     }
 
     #[test]
     fn recognises_the_lock_not_found_and_conflict_errors_in_real_output() {
-        for fixture in [
-            include_str!("../../tests/fixtures/pacman-S-dblck.cmd"),
-            include_str!("../../tests/fixtures/pacman-S-notfound.cmd"),
-            include_str!("../../tests/fixtures/pacman-S-conflict.cmd"),
-        ] {
-            let name = fixture.split_whitespace().last().unwrap_or_default();
-            assert_recorded(fixture, PACMAN, &Pacman::running().install(), &[name]);
+        for g in generations("pacman") {
+            for fixture in [
+                &g.read("pacman-S-dblck.cmd"),
+                &g.read("pacman-S-notfound.cmd"),
+                &g.read("pacman-S-conflict.cmd"),
+            ] {
+                let name = fixture.split_whitespace().last().unwrap_or_default();
+                assert_recorded(fixture, PACMAN, &Pacman::running().install(), &[name]);
+            }
+            let locked = &g.read("pacman-S-dblck.stderr");
+            assert_eq!(
+                locked_database(locked),
+                Some("/tmp/mesh-sandbox/pacman/root/var/lib/pacman/db.lck")
+            );
+            assert_eq!(
+                parse_messages(locked)[..2],
+                [Message::Locked, Message::Locked]
+            );
+            let not_found = &g.read("pacman-S-notfound.stderr");
+            assert_eq!(locked_database(not_found), None);
+            assert_eq!(
+                parse_messages(not_found),
+                [Message::TargetNotFound("mesh-nope")]
+            );
+            let conflict = &g.read("pacman-S-conflict.stderr");
+            assert_eq!(
+                parse_messages(conflict),
+                [Message::Conflict, Message::Conflict]
+            );
+            assert_eq!(locked_database(conflict), None);
         }
-        let locked = include_str!("../../tests/fixtures/pacman-S-dblck.stderr");
-        assert_eq!(
-            locked_database(locked),
-            Some("/tmp/mesh-sandbox/pacman/root/var/lib/pacman/db.lck")
-        );
-        assert_eq!(
-            parse_messages(locked)[..2],
-            [Message::Locked, Message::Locked]
-        );
-        let not_found = include_str!("../../tests/fixtures/pacman-S-notfound.stderr");
-        assert_eq!(locked_database(not_found), None);
-        assert_eq!(
-            parse_messages(not_found),
-            [Message::TargetNotFound("mesh-nope")]
-        );
-        let conflict = include_str!("../../tests/fixtures/pacman-S-conflict.stderr");
-        assert_eq!(
-            parse_messages(conflict),
-            [Message::Conflict, Message::Conflict]
-        );
-        assert_eq!(locked_database(conflict), None);
     }
 
     #[test]
     fn db_path_from_verbose_output() {
-        assert_recorded(
-            include_str!("../../tests/fixtures/pacman-v-T.cmd"),
-            PACMAN,
-            &Pacman::running().paths(),
-            &[],
-        );
-        assert_eq!(
-            parse_db_path(include_str!("../../tests/fixtures/pacman-v-T.txt")),
-            Some(PathBuf::from(
-                "/tmp/mesh-sandbox/pacman/root/var/lib/pacman/"
-            ))
-        );
-        assert_eq!(parse_db_path("Root      : /\n"), None);
-        assert_eq!(
-            parse_root(include_str!("../../tests/fixtures/pacman-v-T.txt")),
-            Some(PathBuf::from("/tmp/mesh-sandbox/pacman/root/"))
-        );
+        for g in generations("pacman") {
+            assert_recorded(
+                &g.read("pacman-v-T.cmd"),
+                PACMAN,
+                &Pacman::running().paths(),
+                &[],
+            );
+            assert_eq!(
+                parse_db_path(&g.read("pacman-v-T.txt")),
+                Some(PathBuf::from(
+                    "/tmp/mesh-sandbox/pacman/root/var/lib/pacman/"
+                ))
+            );
+            assert_eq!(parse_db_path("Root      : /\n"), None);
+            assert_eq!(
+                parse_root(&g.read("pacman-v-T.txt")),
+                Some(PathBuf::from("/tmp/mesh-sandbox/pacman/root/"))
+            );
+        }
     }
 
     #[test]
     fn parses_what_an_install_would_download() {
-        assert_recorded(
-            include_str!("../../tests/fixtures/pacman-Sp.cmd"),
-            PACMAN,
-            &Pacman::running().install_preview(),
-            &["mesh-b", "mesh-e"],
-        );
-        let preview = parse_preview(include_str!("../../tests/fixtures/pacman-Sp.txt"));
-        let pairs: Vec<(&str, u64)> = preview.iter().map(|p| (p.name, p.download)).collect();
-        // mesh-e's file is in the cache already: nothing to download.
-        assert_eq!(pairs, [("mesh-a", 324), ("mesh-b", 331), ("mesh-e", 0)]);
-        assert_eq!(
-            Pacman::running().upgrade_preview(&["nox-mesh-host".into()]),
-            [
-                "-Sup",
-                "--ignore=nox-mesh-host",
-                "--needed",
-                "--print-format",
-                "%n %s"
-            ]
-        );
-        let sizes = parse_installed_sizes(include_str!("../../tests/fixtures/pacman-Si.txt"));
-        assert_eq!(
-            sizes.into_iter().collect::<Vec<_>>(),
-            [("mesh-a", 13), ("mesh-usurper", 19)]
-        );
-        let installed = parse_installed_sizes(include_str!("../../tests/fixtures/pacman-Qi.txt"));
-        assert_eq!(installed.get("mesh-b"), Some(&13));
-        for (text, bytes) in [
-            ("331.00 B", Some(331)),
-            ("1.50 KiB", Some(1536)),
-            ("2.00 MiB", Some(2 << 20)),
-            ("1.25 GiB", Some(5 << 28)),
-            ("12 parsecs", None),
-            ("-1.00 B", None),
-        ] {
-            assert_eq!(parse_size(text), bytes, "{text}");
+        for g in generations("pacman") {
+            assert_recorded(
+                &g.read("pacman-Sp.cmd"),
+                PACMAN,
+                &Pacman::running().install_preview(),
+                &["mesh-b", "mesh-e"],
+            );
+            let preview_text = g.read("pacman-Sp.txt");
+            let preview = parse_preview(&preview_text);
+            let pairs: Vec<(&str, u64)> = preview.iter().map(|p| (p.name, p.download)).collect();
+            // mesh-e's file is in the cache already: nothing to download. The others' sizes
+            // are their compressed files', a few hundred bytes.
+            let names: Vec<&str> = pairs.iter().map(|p| p.0).collect();
+            assert_eq!(names, ["mesh-a", "mesh-b", "mesh-e"], "{}", g.name);
+            assert!(
+                pairs[..2].iter().all(|p| (300..400).contains(&p.1)) && pairs[2].1 == 0,
+                "{}: {pairs:?}",
+                g.name
+            );
+            assert_eq!(
+                Pacman::running().upgrade_preview(&["nox-mesh-host".into()]),
+                [
+                    "-Sup",
+                    "--ignore=nox-mesh-host",
+                    "--needed",
+                    "--print-format",
+                    "%n %s"
+                ]
+            );
+            let sizes_text = g.read("pacman-Si.txt");
+            let sizes = parse_installed_sizes(&sizes_text);
+            assert_eq!(
+                sizes.into_iter().collect::<Vec<_>>(),
+                [("mesh-a", 13), ("mesh-usurper", 19)]
+            );
+            let installed_text = g.read("pacman-Qi.txt");
+            let installed = parse_installed_sizes(&installed_text);
+            assert_eq!(installed.get("mesh-b"), Some(&13));
+            for (text, bytes) in [
+                ("331.00 B", Some(331)),
+                ("1.50 KiB", Some(1536)),
+                ("2.00 MiB", Some(2 << 20)),
+                ("1.25 GiB", Some(5 << 28)),
+                ("12 parsecs", None),
+                ("-1.00 B", None),
+            ] {
+                assert_eq!(parse_size(text), bytes, "{text}");
+            }
         }
     }
 
     #[test]
     fn paths_from_verbose_output() {
-        let out = include_str!("../../tests/fixtures/pacman-v-T.txt");
+        for g in generations("pacman") {
+            let out = &g.read("pacman-v-T.txt");
+            assert_eq!(
+                parse_root(out),
+                Some(PathBuf::from("/tmp/mesh-sandbox/pacman/root/"))
+            );
+            assert_eq!(
+                parse_cache_dir(out),
+                Some(PathBuf::from(
+                    "/tmp/mesh-sandbox/pacman/root/var/cache/pacman/pkg/"
+                ))
+            );
+            assert_eq!(
+                parse_cache_dir("Cache Dirs: /a/  /b/  \n"),
+                Some(PathBuf::from("/a/"))
+            );
+        }
+    }
+
+    /// Under `--sysroot`, pacman 6 prints paths inside the root (`Root : /`) and pacman 7 with
+    /// the root in front: either way they are the same paths seen from here.
+    #[test]
+    fn paths_printed_under_sysroot_are_seen_the_same_in_every_generation() {
+        let given = Path::new("/tmp/mesh-sandbox/tmp/sysroot");
+        for g in generations("pacman") {
+            assert_recorded(
+                &g.read("pacman-v-T-sysroot.cmd"),
+                &["pacman"],
+                &Pacman::mounted(given).unwrap().paths(),
+                &[],
+            );
+            let out = g.read("pacman-v-T-sysroot.txt");
+            let root = parse_root(&out).unwrap();
+            let printed = Printed::new(Some((given, given)), &root);
+            let seen = |parse: fn(&str) -> Option<PathBuf>| printed.seen(&parse(&out).unwrap());
+            assert_eq!(
+                seen(parse_db_path),
+                Path::new("/tmp/mesh-sandbox/tmp/sysroot/var/lib/pacman/"),
+                "{}",
+                g.name
+            );
+            assert_eq!(
+                seen(parse_cache_dir),
+                Path::new("/tmp/mesh-sandbox/tmp/sysroot/var/cache/pacman/pkg/"),
+                "{}",
+                g.name
+            );
+            assert!(seen(parse_root).starts_with(given), "{}: {root:?}", g.name);
+            // The root given another way (pacman 7 prints it resolved): known by either.
+            let dotted = Path::new("/tmp/mesh-sandbox/tmp/../tmp/sysroot");
+            let printed = Printed::new(Some((dotted, given)), &root);
+            let db = printed.seen(&parse_db_path(&out).unwrap());
+            assert!(
+                db == Path::new("/tmp/mesh-sandbox/tmp/sysroot/var/lib/pacman/")
+                    || db == Path::new("/tmp/mesh-sandbox/tmp/../tmp/sysroot/var/lib/pacman/"),
+                "{}: {db:?}",
+                g.name
+            );
+            // On the running system what pacman printed is where it is.
+            let running = g.read("pacman-v-T.txt");
+            let printed = Printed::new(None, &parse_root(&running).unwrap());
+            assert_eq!(
+                printed.seen(&parse_db_path(&running).unwrap()),
+                parse_db_path(&running).unwrap()
+            );
+        }
+        // pacman 6's `Root : /` under a root `/mnt`, and pacman 7's `Root : /mnt/`.
+        let mnt = Some((Path::new("/mnt"), Path::new("/mnt")));
+        let six = Printed::new(mnt, Path::new("/"));
+        let seven = Printed::new(mnt, Path::new("/mnt/"));
         assert_eq!(
-            parse_root(out),
-            Some(PathBuf::from("/tmp/mesh-sandbox/pacman/root/"))
+            six.seen(Path::new("/var/lib/pacman/db.lck")),
+            Path::new("/mnt/var/lib/pacman/db.lck")
         );
         assert_eq!(
-            parse_cache_dir(out),
-            Some(PathBuf::from(
-                "/tmp/mesh-sandbox/pacman/root/var/cache/pacman/pkg/"
-            ))
+            seven.seen(Path::new("/mnt/var/lib/pacman/db.lck")),
+            Path::new("/mnt/var/lib/pacman/db.lck")
         );
-        assert_eq!(
-            parse_cache_dir("Cache Dirs: /a/  /b/  \n"),
-            Some(PathBuf::from("/a/"))
-        );
+    }
+
+    /// pacman 7's download sandbox failing (pacman.conf's `DownloadUser`): named with its cause
+    /// and the option; pacman 6 only warns of the directive it does not know, and installs.
+    #[test]
+    fn the_download_sandbox_failures_are_told_apart() {
+        for g in generations("pacman") {
+            let user = download_sandbox(&g.read("pacman-S-nouser.stderr"));
+            let landlock = download_sandbox(&g.read("pacman-S-landlock.stderr"));
+            for other in ["pacman-S-notfound.stderr", "pacman-S-dblck.stderr"] {
+                assert_eq!(download_sandbox(&g.read(other)), None, "{}", g.name);
+            }
+            if g.name == "pacman-6.0.2" {
+                assert_eq!((user, landlock), (None, None));
+                continue;
+            }
+            let user = user.expect("the missing user");
+            assert!(
+                user.starts_with(
+                    "pacman's download user 'mesh-no-such-user' (DownloadUser in pacman.conf) \
+                     does not exist"
+                ),
+                "{}: {user}",
+                g.name
+            );
+            assert!(user.contains("remove DownloadUser"), "{user}");
+            let landlock = landlock.expect("Landlock");
+            assert!(
+                landlock.starts_with(
+                    "pacman's download sandbox failed: the kernel does not support Landlock \
+                     (restricting filesystem access failed because Landlock is not supported by \
+                     the kernel!); DisableSandboxFilesystem (or DisableSandbox) in pacman.conf's \
+                     [options] turns that part off"
+                ),
+                "{}: {landlock}",
+                g.name
+            );
+        }
+        let other = download_sandbox(
+            "error: restricting filesystem access failed because the Landlock ruleset could not \
+             be applied: Operation not permitted\n",
+        )
+        .unwrap();
+        assert!(other.contains("Landlock failed (restricting"), "{other}");
+        let switching = download_sandbox("error: switching to sandbox user 'alpm' failed!\n");
+        assert!(switching.unwrap().contains("without DownloadUser"));
     }
 
     #[test]

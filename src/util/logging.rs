@@ -4,10 +4,11 @@
 
 use std::io::Write;
 
-/// Sets up the global logger. The service (`run`) logs at info by default, so the journal shows
-/// when each run started and how it ended; one-shot commands only warn. `RUST_LOG` overrides both.
-pub fn init(service: bool) {
-    let default = if service { "info" } else { "warn" };
+/// Sets up the global logger at `level` unless `RUST_LOG` says otherwise: the service (`run`) logs
+/// at info, so the journal shows when each run started and how it ended; one-shot commands warn
+/// (`-q`: only errors).
+pub fn init(level: log::LevelFilter) {
+    let default = level.as_str().to_ascii_lowercase();
     let mut builder =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default));
     if stderr_is_journal() {
