@@ -308,9 +308,11 @@ fn the_unit_verifies_and_systemd_reads_it_as_meant() {
             std::fs::copy(&path, units.join(path.file_name().unwrap())).unwrap();
         }
     }
+    // verify runs `man` for each man: page of Documentation=: the tarball's pages must be there.
     let out = Command::new("systemd-analyze")
         .arg(format!("--root={}", root.display()))
         .args(["verify", UNIT])
+        .env("MANPATH", dist().unpacked.join("share/man"))
         .output()
         .expect("systemd-analyze");
     let said = format!(
