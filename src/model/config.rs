@@ -19,11 +19,12 @@ pub const OWN_PACKAGE: &str = "nox-mesh-host";
 pub const OWN_UNIT: &str = "mesh-host.service";
 /// The host's config directory; always refused.
 pub const OWN_CONFIG_DIR: &str = "/etc/mesh-host";
-/// What `mesh-host join` writes beside the config: `control_plane` and `trusted_keys` (`RawJoin`),
-/// each in one of the two files only. A file the package does not own, so removing and
+/// What `mesh-host join` writes beside the config: `JOIN_KEYS`, each in one of the two files only. A file the package does not own, so removing and
 /// reinstalling it (which puts back an empty config.json) never makes the node forget its
 /// control plane.
 pub const JOIN_FILE: &str = "join.json";
+/// The keys join.json may hold.
+const JOIN_KEYS: [&str; 2] = ["control_plane", "trusted_keys"];
 
 /// join.json beside the config file at `config_path`.
 pub fn join_path(config_path: &Path) -> PathBuf {
@@ -404,14 +405,6 @@ struct RawConfig {
     confirm_secs: Option<u64>,
 }
 
-/// join.json: what `mesh-host join` wrote.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawJoin {
-    control_plane: Option<RawControlPlane>,
-    trusted_keys: Option<Vec<String>>,
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawControlPlane {
@@ -466,7 +459,21 @@ impl Config {
             serde_json::from_str(text).map_err(|e| format!("config {}: {e}", path.display()))?;
         if let Some(joined) = joined {
             let at = |e: String| format!("config {}: {e}", join.display());
-            let from_join: RawJoin = serde_json::from_str(joined).map_err(|e| at(e.to_string()))?;
+            // Read as a config (the same parser, no second one in the binary), holding only
+            // what join writes.
+            let keys: serde_json::Value =
+                serde_json::from_str(joined).map_err(|e| at(e.to_string()))?;
+            if let Some(key) = keys
+                .as_object()
+                .and_then(|o| o.keys().find(|k| !JOIN_KEYS.contains(&k.as_str())))
+            {
+                return Err(at(format!(
+                    "{key:?} does not belong here: it holds only {} (what mesh-host join writes)",
+                    JOIN_KEYS.join(" and ")
+                )));
+            }
+            let from_join: RawConfig =
+                serde_json::from_str(joined).map_err(|e| at(e.to_string()))?;
             let both = |key: &str| {
                 at(format!(
                     "{key} is also in {}: keep it in one of the two (mesh-host join writes {JOIN_FILE})",
@@ -889,7 +896,11 @@ mod tests {
                 r#"{"trusted_keys": []}"#,
                 "join.json: trusted_keys is also in",
             ),
-            ("{}", r#"{"interval_secs": 5}"#, "join.json: unknown field `interval_secs`"),
+            (
+                "{}",
+                r#"{"interval_secs": 5}"#,
+                "join.json: \"interval_secs\" does not belong here",
+            ),
             (r#"{"watch": 1}"#, "{}", "config /etc/mesh-host/config.json: invalid type"),
         ] {
             let err = Config::from_texts(path, config, Some(joined), None).unwrap_err();
