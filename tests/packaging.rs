@@ -375,6 +375,8 @@ fn the_unit_verifies_and_systemd_reads_it_as_meant() {
 struct Packages {
     rel1: PathBuf,
     rel2: PathBuf,
+    /// nox-mesh-host-debug at pkgrel 1: the debug info makepkg split out.
+    debug: PathBuf,
 }
 
 fn packages() -> &'static Packages {
@@ -397,6 +399,9 @@ fn packages() -> &'static Packages {
         Packages {
             rel1: pkg(1),
             rel2: pkg(2),
+            debug: dir.join(format!(
+                "nox-mesh-host-debug-{VERSION}-1-x86_64.pkg.tar.zst"
+            )),
         }
     })
 }
@@ -610,6 +615,50 @@ fn pacman_installs_upgrades_and_removes_the_package_in_the_sandbox() {
     assert!(state.join("ledger.json").is_file(), "the store was removed");
     std::fs::remove_dir_all(at("etc/mesh-host")).unwrap();
     std::fs::remove_dir_all(&state).unwrap();
+}
+
+/// makepkg strips the package's binary and puts its debug info in nox-mesh-host-debug (Cargo's
+/// strip is off in build()); no builder's path (CARGO_HOME, the build dir) is in the binary.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn the_debug_info_is_in_the_debug_package_and_no_builders_path_in_the_binary() {
+    let _sandbox = support::sandbox();
+    let packages = packages();
+    let root = scratch("debug");
+    run(Command::new("tar")
+        .arg("--zstd")
+        .arg("-xf")
+        .arg(&packages.rel1)
+        .arg("-C")
+        .arg(&root)
+        .arg("usr/bin/mesh-host"));
+    let binary = root.join("usr/bin/mesh-host");
+    let kind = run(Command::new("file").arg("-b").arg(&binary));
+    assert!(kind.contains(", stripped"), "{kind}");
+    let listing = run(Command::new("tar")
+        .arg("--zstd")
+        .arg("-tf")
+        .arg(&packages.debug));
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with("usr/lib/debug/.build-id/") && l.ends_with(".debug")),
+        "no debug file in nox-mesh-host-debug:\n{listing}"
+    );
+    let strings = run(Command::new("strings").arg(&binary));
+    for builder in [
+        "cargo-home",
+        "/root/.cargo",
+        "/mesh-host-makepkg/",
+        "/nonexistent",
+    ] {
+        assert!(!strings.contains(builder), "{builder} is in the binary");
+    }
+    assert!(
+        strings.contains("/cargo/registry/"),
+        "the crates' paths, remapped"
+    );
+    std::fs::remove_dir_all(&root).expect("cleanup");
 }
 
 /// `join` writes join.json, no package's file: removing and reinstalling the package puts back its
