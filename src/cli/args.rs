@@ -546,7 +546,13 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             Long(name) => OPTIONS.iter().find(|o| o.long == *name).map(|o| o.long),
             Value(_) => None,
         };
-        given.extend(long);
+        // An option the table does not name is unknown, even with an arm below: the table is
+        // where help, the manual and the completions come from.
+        match (&arg, long) {
+            (Short(c), None) => return Err(format!("unknown option -{c}")),
+            (Long(name), None) => return Err(format!("unknown option --{name}")),
+            _ => given.extend(long),
+        }
         match arg {
             Long("state-dir") => state_dir = Some(path(&mut parser, "--state-dir")?),
             Long("config") => config = Some(path(&mut parser, "--config")?),
