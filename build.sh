@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build.sh - build the static release binary (x86_64 musl) and pack it for installation:
 #   dist/mesh-host-VERSION-x86_64.tar.gz  (dir mesh-host-VERSION-x86_64/: mesh-host, README.md,
-#   and mesh-host.service, INSTALL, LICENSE when present)  +  .sha256 beside it;
+#   mesh-host.service, INSTALL, LICENSE, and share/ laid out as /usr/share: the man pages,
+#   completions, JSON Schemas and docs the package installs)  +  .sha256 beside it;
 # and the source release the PKGBUILD builds from (`./build.sh dist-source` makes only that):
 #   dist/mesh-host-VERSION.tar.gz (`git archive` of the tree, uncommitted changes to tracked files
 #   included), dist/PKGBUILD with its sha256 filled in, and dist/nox-mesh-host.install.
@@ -53,6 +54,9 @@ if ! rustup target list --installed | grep -qx "$target"; then
 fi
 
 locked=(); if [ -f Cargo.lock ]; then locked=(--locked); fi
+# No builder's paths in the binary (the crates under CARGO_HOME, this tree): the same bytes
+# whoever builds it. The PKGBUILD does the same.
+export RUSTFLAGS="${RUSTFLAGS:-} --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo --remap-path-prefix=$PWD=/build/mesh-host"
 cargo build --release --target "$target" "${locked[@]}"
 bin=target/$target/release/mesh-host
 strip "$bin"
@@ -66,6 +70,15 @@ stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
 mkdir "$stage/$name"
 cp "$bin" README.md "$stage/$name/"
 for f in mesh-host.service INSTALL LICENSE; do if [ -f "$f" ]; then cp "$f" "$stage/$name/"; fi; done
+# share/ as /usr/share: `cp -r share/. /usr/share/` installs what the package does (INSTALL).
+s=$stage/$name/share
+install -Dm644 share/man/mesh-host.8 -t "$s/man/man8/"
+install -Dm644 share/man/mesh-host.json.5 share/man/mesh-host-config.5 -t "$s/man/man5/"
+install -Dm644 share/completions/mesh-host.bash "$s/bash-completion/completions/mesh-host"
+install -Dm644 share/completions/_mesh-host -t "$s/zsh/site-functions/"
+install -Dm644 share/completions/mesh-host.fish -t "$s/fish/vendor_completions.d/"
+install -Dm644 share/schema/declaration.schema.json share/schema/config.schema.json -t "$s/mesh-host/"
+install -Dm644 README.md INSTALL docs/*.md -t "$s/doc/mesh-host/"
 mkdir -p dist
 tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner \
     --mtime="@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}" -cf - "$name" \

@@ -18,6 +18,12 @@ mod util;
 
 pub use cli::{init_logging, main_with_args};
 
+/// The man pages, shell completions and JSON Schemas, generated from the program's own tables
+/// (`cargo run --example gen-docs -- share`; `tests/manual.rs` checks `share/` is up to date).
+pub mod manual {
+    pub use crate::cli::manual::files;
+}
+
 /// Entry points for fuzzing: each takes arbitrary bytes and must never panic.
 pub mod fuzzing {
     /// Parses and validates a declaration with the default limits and identity.

@@ -36,8 +36,17 @@ fn join(host: &Scratch, cp: &ControlPlane, token: &str, extra: &[&str]) -> Outpu
 }
 
 fn config(host: &Scratch) -> Value {
-    let text = std::fs::read_to_string(host.dir.join("config.json")).expect("config");
-    serde_json::from_str(&text).expect("config JSON")
+    read_json(host, "config.json")
+}
+
+/// join.json, what a join writes beside the config.
+fn join_json(host: &Scratch) -> Value {
+    read_json(host, "join.json")
+}
+
+fn read_json(host: &Scratch, name: &str) -> Value {
+    let text = std::fs::read_to_string(host.dir.join(name)).expect(name);
+    serde_json::from_str(&text).expect(name)
 }
 
 /// Mode (permission bits) and owner of a file in the scratch dir.
@@ -70,18 +79,23 @@ fn a_join_writes_the_identity_and_the_service_then_connects() {
     out.assert_stdout(&format!("as node {node:?}"));
     out.assert_stdout("the service is not running");
 
-    // The config keeps its other fields and its mode, and gains the control plane.
+    // The config is left as it was; join.json beside it, with the config's mode, holds the
+    // control plane (a file the package does not own: a reinstall keeps it).
     let c = config(&host);
-    assert_eq!(c["interval_secs"], 600);
-    assert_eq!(c["heartbeat_secs"], 1);
-    assert_eq!(c["max_file_bytes"], 1000);
+    assert_eq!(
+        c,
+        serde_json::json!({"interval_secs": 600, "heartbeat_secs": 1, "max_file_bytes": 1000})
+    );
+    let j = join_json(&host);
+    assert_eq!(j.as_object().map(|m| m.len()), Some(1), "{j}");
     let dir = std::fs::canonicalize(&host.dir).expect("dir");
     assert_eq!(
-        c["control_plane"],
+        j["control_plane"],
         serde_json::json!({"address": cp.addr().to_string(), "server_name": "localhost",
             "ca_file": dir.join("ca.pem"), "node": node, "secret_file": dir.join("secret")})
     );
     assert_eq!(mode_owner(&host, "config.json"), (0o640, 0));
+    assert_eq!(mode_owner(&host, "join.json"), (0o640, 0));
     assert_eq!(
         std::fs::read_to_string(host.dir.join("ca.pem")).expect("ca.pem"),
         pki.ca_pem
@@ -250,9 +264,8 @@ fn joining_twice_is_refused_unless_forced() {
     let out = join(&host, &cp, "b", &["--force"]);
     assert_eq!(out.code, 0, "{out:?}");
     let (node, secret) = cp.joined()[1].clone();
-    let c = config(&host);
-    assert_eq!(c["control_plane"]["node"], node.as_str());
-    assert_eq!(c["heartbeat_secs"], 5);
+    assert_eq!(join_json(&host)["control_plane"]["node"], node.as_str());
+    assert_eq!(config(&host), serde_json::json!({"heartbeat_secs": 5}));
     assert_eq!(
         std::fs::read_to_string(host.dir.join("secret")).expect("secret"),
         format!("{secret}\n")
@@ -261,7 +274,7 @@ fn joining_twice_is_refused_unless_forced() {
 
 #[test]
 #[ignore = "needs root (join): run ./tests/run.sh as root"]
-fn a_missing_config_is_created() {
+fn a_missing_config_stays_missing_and_join_json_holds_the_join() {
     support::require_root("mesh-host join refuses to run as anyone else");
     let pki = Pki::new();
     let cp = control_plane(&pki);
@@ -270,9 +283,38 @@ fn a_missing_config_is_created() {
     std::fs::remove_file(host.dir.join("config.json")).expect("rm");
     let out = join(&host, &cp, "fresh", &[]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(mode_owner(&host, "config.json"), (0o644, 0));
-    let c = config(&host);
-    assert_eq!(c.as_object().map(|m| m.len()), Some(1), "{c}");
+    assert!(!host.dir.join("config.json").exists());
+    assert_eq!(mode_owner(&host, "join.json"), (0o644, 0));
+    let j = join_json(&host);
+    assert_eq!(j.as_object().map(|m| m.len()), Some(1), "{j}");
+}
+
+/// A node an older mesh-host joined has its `control_plane` in config.json: it stays joined (the
+/// section still counts there), and a new join moves it to join.json, leaving the rest.
+#[test]
+#[ignore = "needs root (join): run ./tests/run.sh as root"]
+fn an_older_joins_section_moves_from_the_config_to_join_json() {
+    support::require_root("mesh-host join refuses to run as anyone else");
+    let pki = Pki::new();
+    let cp = control_plane(&pki);
+    cp.add_token("again", HOUR);
+    let host = host(
+        "older",
+        r#"{"heartbeat_secs": 5, "control_plane": {"address": "old.example:1",
+            "ca_file": "/etc/mesh-host/ca.pem", "node": "old", "secret_file": "/etc/mesh-host/secret"}}"#,
+    );
+    let out = host.run(&["status"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = join(&host, &cp, "again", &[]);
+    assert_eq!(out.code, 2, "{out:?}");
+    out.assert_stderr("config.json has a control_plane section (node \"old\"");
+    let out = join(&host, &cp, "again", &["--force"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (node, _) = cp.joined()[0].clone();
+    assert_eq!(config(&host), serde_json::json!({"heartbeat_secs": 5}));
+    assert_eq!(join_json(&host)["control_plane"]["node"], node.as_str());
+    let out = host.run(&["status"]);
+    assert_eq!(out.code, 0, "{out:?}");
 }
 
 /// `join` with the token read from `source` (`--token-file FILE` or `--token -`), never on argv.

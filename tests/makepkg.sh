@@ -5,7 +5,8 @@
 # check: the library's unit tests) as a throwaway user, since Debian's makepkg refuses root. Then
 # the same PKGBUILD at pkgrel=2, repackaged (`makepkg -R`: the same binary, as a packaging-only
 # bump is), for the upgrade tests. Prints the directory holding
-# nox-mesh-host-VERSION-{1,2}-x86_64.pkg.tar.zst and makepkg.log:
+# nox-mesh-host-VERSION-{1,2}-x86_64.pkg.tar.zst, nox-mesh-host-debug-VERSION-1-x86_64.pkg.tar.zst
+# and makepkg.log:
 #   /var/tmp/mesh-host-makepkg/SHA256-OF-THE-SOURCE-TARBALL, kept, so the tier and the tests (and
 #   a second run on the same tree) build once; the build tree, toolchain links and crates are
 #   removed after. MESH_MAKEPKG_NOCHECK=1 skips check() (the suite runs those unit tests itself).
@@ -24,7 +25,7 @@ exec 9>"$base/lock"
 flock 9   # one build at a time; a second caller for the same tree then finds it built
 # Builds of other trees are kept a day (another work tree's tests may still read theirs).
 find "$base" -mindepth 1 -maxdepth 1 -type d -mmin +1440 ! -name "$sum" -exec rm -rf {} +
-if [ -f "$(pkg 1)" ] && [ -f "$(pkg 2)" ]; then
+if [ -f "$(pkg 1)" ] && [ -f "$(pkg 2)" ] && [ -f "$out/nox-mesh-host-debug-$version-1-x86_64.pkg.tar.zst" ]; then
   echo "$out"
   exit 0
 fi
@@ -58,4 +59,6 @@ as_builder --repackage
 for rel in 1 2; do
   cp "$out/build/$(basename "$(pkg "$rel")")" "$out/"
 done
+# The debug info makepkg split out of the first build (options=(debug)).
+cp "$out/build/nox-mesh-host-debug-$version-1-x86_64.pkg.tar.zst" "$out/"
 echo "$out"

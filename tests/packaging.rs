@@ -13,6 +13,53 @@ use std::sync::OnceLock;
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const UNIT: &str = "mesh-host.service";
 
+/// The manual, completions, schemas and docs, as installed under /usr/share (the package) and
+/// carried in the tarball's share/, with the repository's file each is.
+fn shared() -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = [
+        ("man/man8/mesh-host.8", "share/man/mesh-host.8"),
+        ("man/man5/mesh-host.json.5", "share/man/mesh-host.json.5"),
+        (
+            "man/man5/mesh-host-config.5",
+            "share/man/mesh-host-config.5",
+        ),
+        (
+            "bash-completion/completions/mesh-host",
+            "share/completions/mesh-host.bash",
+        ),
+        (
+            "zsh/site-functions/_mesh-host",
+            "share/completions/_mesh-host",
+        ),
+        (
+            "fish/vendor_completions.d/mesh-host.fish",
+            "share/completions/mesh-host.fish",
+        ),
+        (
+            "mesh-host/declaration.schema.json",
+            "share/schema/declaration.schema.json",
+        ),
+        (
+            "mesh-host/config.schema.json",
+            "share/schema/config.schema.json",
+        ),
+        ("doc/mesh-host/README.md", "README.md"),
+        ("doc/mesh-host/INSTALL", "INSTALL"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    for entry in std::fs::read_dir(repo().join("docs")).expect("docs") {
+        let name = entry.expect("docs entry").file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".md") {
+            files.push((format!("doc/mesh-host/{name}"), format!("docs/{name}")));
+        }
+    }
+    files.sort();
+    files
+}
+
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -82,6 +129,10 @@ fn dist() -> &'static Dist {
                     std::fs::read(repo().join(f)).ok()
                         == std::fs::read(into.join(&name).join(f)).ok()
                 })
+                && shared().iter().all(|(installed, source)| {
+                    std::fs::read(repo().join(source)).ok()
+                        == std::fs::read(into.join(&name).join("share").join(installed)).ok()
+                })
                 && std::fs::read(&binary).ok()
                     == std::fs::read(into.join(&name).join("mesh-host")).ok()
         };
@@ -117,10 +168,24 @@ fn the_tarball_holds_the_binary_the_unit_and_the_install_text() {
     let mut entries: Vec<&str> = listing.lines().collect();
     entries.sort();
     let d = format!("mesh-host-{VERSION}-x86_64/");
-    let want: Vec<String> = ["", "INSTALL", "LICENSE", "README.md", "mesh-host", UNIT]
+    let mut want: Vec<String> = ["", "INSTALL", "LICENSE", "README.md", "mesh-host", UNIT]
         .iter()
         .map(|f| format!("{d}{f}"))
         .collect();
+    // share/ as /usr/share: each file, and each directory on the way to it.
+    for (installed, _) in shared() {
+        let mut at = format!("{d}share/");
+        want.push(at.clone());
+        let (dirs, file) = installed.rsplit_once('/').expect("a file in a directory");
+        for part in dirs.split('/') {
+            at.push_str(part);
+            at.push('/');
+            want.push(at.clone());
+        }
+        want.push(format!("{at}{file}"));
+    }
+    want.sort();
+    want.dedup();
     assert_eq!(entries, want);
     let kind = run(Command::new("file")
         .arg("-b")
@@ -243,9 +308,11 @@ fn the_unit_verifies_and_systemd_reads_it_as_meant() {
             std::fs::copy(&path, units.join(path.file_name().unwrap())).unwrap();
         }
     }
+    // verify runs `man` for each man: page of Documentation=: the tarball's pages must be there.
     let out = Command::new("systemd-analyze")
         .arg(format!("--root={}", root.display()))
         .args(["verify", UNIT])
+        .env("MANPATH", dist().unpacked.join("share/man"))
         .output()
         .expect("systemd-analyze");
     let said = format!(
@@ -308,6 +375,8 @@ fn the_unit_verifies_and_systemd_reads_it_as_meant() {
 struct Packages {
     rel1: PathBuf,
     rel2: PathBuf,
+    /// nox-mesh-host-debug at pkgrel 1: the debug info makepkg split out.
+    debug: PathBuf,
 }
 
 fn packages() -> &'static Packages {
@@ -330,6 +399,9 @@ fn packages() -> &'static Packages {
         Packages {
             rel1: pkg(1),
             rel2: pkg(2),
+            debug: dir.join(format!(
+                "nox-mesh-host-debug-{VERSION}-1-x86_64.pkg.tar.zst"
+            )),
         }
     })
 }
@@ -478,11 +550,23 @@ fn pacman_installs_upgrades_and_removes_the_package_in_the_sandbox() {
         mode(&state)
     );
     assert!(at("usr/share/licenses/nox-mesh-host/LICENSE").is_file());
-    for doc in ["README.md", "INSTALL"] {
-        assert!(
-            at(&format!("usr/share/doc/mesh-host/{doc}")).is_file(),
-            "{doc}"
-        );
+    // The manual (makepkg compresses man pages), completions, schemas and docs.
+    for (installed, source) in shared() {
+        let path = at(&format!("usr/share/{installed}"));
+        if installed.starts_with("man/") {
+            let gz = PathBuf::from(format!("{}.gz", path.display()));
+            let text = run(Command::new("zcat").arg(&gz));
+            assert_eq!(
+                text.as_bytes(),
+                std::fs::read(repo().join(&source)).unwrap()
+            );
+        } else {
+            assert_eq!(
+                std::fs::read(&path).unwrap_or_else(|e| panic!("{installed}: {e}")),
+                std::fs::read(repo().join(&source)).unwrap(),
+                "{installed}"
+            );
+        }
     }
     let info = pacman(&["-Qii", "nox-mesh-host"]);
     assert!(
@@ -530,6 +614,151 @@ fn pacman_installs_upgrades_and_removes_the_package_in_the_sandbox() {
     );
     assert!(state.join("ledger.json").is_file(), "the store was removed");
     std::fs::remove_dir_all(at("etc/mesh-host")).unwrap();
+    std::fs::remove_dir_all(&state).unwrap();
+}
+
+/// makepkg strips the package's binary and puts its debug info in nox-mesh-host-debug (Cargo's
+/// strip is off in build()); no builder's path (CARGO_HOME, the build dir) is in the binary.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn the_debug_info_is_in_the_debug_package_and_no_builders_path_in_the_binary() {
+    let _sandbox = support::sandbox();
+    let packages = packages();
+    let root = scratch("debug");
+    run(Command::new("tar")
+        .arg("--zstd")
+        .arg("-xf")
+        .arg(&packages.rel1)
+        .arg("-C")
+        .arg(&root)
+        .arg("usr/bin/mesh-host"));
+    let binary = root.join("usr/bin/mesh-host");
+    let kind = run(Command::new("file").arg("-b").arg(&binary));
+    assert!(kind.contains(", stripped"), "{kind}");
+    let listing = run(Command::new("tar")
+        .arg("--zstd")
+        .arg("-tf")
+        .arg(&packages.debug));
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with("usr/lib/debug/.build-id/") && l.ends_with(".debug")),
+        "no debug file in nox-mesh-host-debug:\n{listing}"
+    );
+    let strings = run(Command::new("strings").arg(&binary));
+    for builder in [
+        "cargo-home",
+        "/root/.cargo",
+        "/mesh-host-makepkg/",
+        "/nonexistent",
+    ] {
+        assert!(!strings.contains(builder), "{builder} is in the binary");
+    }
+    assert!(
+        strings.contains("/cargo/registry/"),
+        "the crates' paths, remapped"
+    );
+    std::fs::remove_dir_all(&root).expect("cleanup");
+}
+
+/// `join` writes join.json, no package's file: removing and reinstalling the package puts back its
+/// config.json and the node is still joined. A node an older join left with `control_plane` in
+/// config.json (the package's, in backup=) keeps it across an upgrade, and a new join moves it.
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn a_reinstall_keeps_the_join() {
+    let sandbox = support::sandbox();
+    let packages = packages();
+    let pacman = |args: &[&str]| {
+        run(Command::new("pacman")
+            .arg("--config")
+            .arg(&sandbox.pacman_conf)
+            .arg("--noconfirm")
+            .args(args))
+    };
+    let root = &sandbox.pacman_root;
+    let at = |p: &str| root.join(p);
+    let _ = Command::new("pacman")
+        .args([
+            "--config",
+            &sandbox.pacman_conf,
+            "--noconfirm",
+            "-Rn",
+            "nox-mesh-host",
+        ])
+        .output(); // a previous run's leftovers
+    let _ = std::fs::remove_dir_all(at("etc/mesh-host"));
+    let config = at("etc/mesh-host/config.json");
+    let state = scratch("rejoin-store");
+    let host = |args: &[&str]| -> support::Output {
+        let out = Command::new(at("usr/bin/mesh-host"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--state-dir")
+            .arg(&state)
+            .args(args)
+            .output()
+            .expect("mesh-host");
+        support::Output {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    };
+    let pki = support::pki::Pki::new();
+    let cp = support::control_plane::ControlPlane::start(
+        &pki,
+        support::control_plane::CpConfig::new("", ""),
+    );
+    let hour = std::time::Duration::from_secs(3600);
+    let join = |token: &str, extra: &[&str]| {
+        cp.add_token(token, hour);
+        let args = cp.join_command(token, extra);
+        host(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+
+    // An older join wrote its section into config.json: the upgrade keeps the file as it is.
+    pacman(&["-U", packages.rel1.to_str().unwrap()]);
+    let older = r#"{"control_plane": {"address": "old.example:1", "ca_file": "/etc/mesh-host/ca.pem",
+                    "node": "old", "secret_file": "/etc/mesh-host/secret"}}"#;
+    std::fs::write(&config, older).unwrap();
+    pacman(&["-U", packages.rel2.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), older);
+    assert!(!at("etc/mesh-host/config.json.pacnew").exists());
+    let out = join("t1", &[]);
+    assert_eq!(out.code, 2, "{out:?}");
+    out.assert_stderr("this node already joined");
+    // A new join moves the section to join.json, leaving config.json as the package ships it.
+    let out = join("t2", &["--force"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), "{}\n");
+    let joined = std::fs::read(at("etc/mesh-host/join.json")).expect("join.json");
+
+    // Remove and reinstall: config.json is the package's again, join.json was never pacman's.
+    pacman(&["-R", "nox-mesh-host"]);
+    assert!(!at("etc/mesh-host/config.json.pacsave").exists());
+    assert_eq!(
+        std::fs::read(at("etc/mesh-host/join.json")).unwrap(),
+        joined
+    );
+    pacman(&["-U", packages.rel1.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), "{}\n");
+    let owner = pacman(&["-Qo", at("etc/mesh-host/config.json").to_str().unwrap()]);
+    assert!(owner.contains("nox-mesh-host"), "{owner}");
+    let out = Command::new("pacman")
+        .args(["--config", &sandbox.pacman_conf, "-Qo"])
+        .arg(at("etc/mesh-host/join.json"))
+        .output()
+        .expect("pacman -Qo");
+    assert!(!out.status.success(), "pacman owns join.json");
+    // The node still knows its control plane.
+    let out = join("t3", &[]);
+    assert_eq!(out.code, 2, "{out:?}");
+    out.assert_stderr("join.json has a control_plane section");
+
+    pacman(&["-R", "nox-mesh-host"]);
+    std::fs::remove_dir_all(at("etc/mesh-host")).unwrap();
+    let _ = std::fs::remove_dir_all(at("var/lib/mesh-host"));
     std::fs::remove_dir_all(&state).unwrap();
 }
 

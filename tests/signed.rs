@@ -327,12 +327,17 @@ fn join_trust_key_writes_the_trusted_keys_and_refuses_an_impossible_threshold_fi
     std::fs::write(host.dir.join("config.json"), "{}").expect("config");
     let out = join(&host, &["--trust-key", &alice]);
     assert_eq!(out.code, 0, "{out:?}");
-    let config: Value = serde_json::from_str(
-        &std::fs::read_to_string(host.dir.join("config.json")).expect("config"),
+    // join.json holds what the join wrote; config.json, the package's file, is left alone.
+    let joined: Value = serde_json::from_str(
+        &std::fs::read_to_string(host.dir.join("join.json")).expect("join.json"),
     )
-    .expect("config JSON");
-    assert_eq!(config["trusted_keys"], serde_json::json!([alice]));
-    assert!(config["control_plane"]["node"].is_string());
+    .expect("join.json JSON");
+    assert_eq!(joined["trusted_keys"], serde_json::json!([alice]));
+    assert!(joined["control_plane"]["node"].is_string());
+    assert_eq!(
+        std::fs::read_to_string(host.dir.join("config.json")).expect("config"),
+        "{}"
+    );
 }
 
 /// A scratch host running `mesh-host run` against `cp`, with `extra` config members.

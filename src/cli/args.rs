@@ -9,72 +9,417 @@ use lexopt::Arg::{Long, Short, Value};
 
 use crate::engine::Options;
 
-/// The help text: the kinds it manages (from the registry of kinds), then `USAGE`.
-pub fn usage() -> String {
-    format!(
-        "mesh-host: converges this machine to a declaration ({})\n\n{USAGE}",
-        crate::model::spec::ABOUT.join(", ")
-    )
+/// A command of the command line, as its help, the man page and the completions show it.
+pub struct CommandDoc {
+    pub name: &'static str,
+    /// What follows the name in its usage line: its own options and its operands.
+    pub usage: &'static str,
+    /// What it does, one paragraph (wrapped where it is shown).
+    pub about: &'static str,
+    /// What its operands are, for the completions.
+    pub operand: Operand,
 }
 
-const USAGE: &str = "\
-Usage: mesh-host [OPTIONS] COMMAND [ARGS]
+/// What a command's operands are, so that a shell completes them.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Operand {
+    None,
+    File,
+    Pid,
+    Command,
+}
 
-Commands:
-  check FILE        validate a declaration or signed envelope, say who signed it; changes
-                    nothing (exit 0 valid, 2 invalid or not signed as trusted_keys require)
-  plan FILE         show what applying FILE would change; changes nothing
-  apply [--confirm SECS] FILE
-                    validate, lock, converge, record; FILE becomes the declaration in force;
-                    with --confirm, pending: reverted to the last confirmed generation unless
-                    `mesh-host confirm` runs within SECS seconds
-  confirm           confirm the pending declaration in force
-  rollback [--to REVISION] [--force]
-                    put an earlier generation back in force (the one before, or REVISION's) and
-                    converge to it; one whose signature has expired needs --force
-  reconcile         converge again to the declaration in force in the store
-  owned             every resource the host owns, as observed now
-  status            the service and its link, the declaration in force, its generations
-                    (pending, confirmed, reverted), the recent runs
-  reload [PID]      make the service re-read its config (SIGHUP to PID, what systemd's
-                    $MAINPID is, or to the service the store names); what ExecReload= runs
-  run               the service: hold the link to the control plane and reconcile on start,
-                    on each declaration, on the drift timer and on reconnect (SIGHUP reloads
-                    the config, SIGUSR1 reconciles now, SIGUSR2 re-reads the pending
-                    declaration's deadline, SIGTERM stops after the current resource); a
-                    pending declaration not confirmed by its deadline is reverted
-  join --control-plane https://HOST:PORT --token-file FILE --ca-hash sha256:HEX [--force]
-       [--trust-key ed25519:KEY ...]
-                    trade a one-time token for this node's identity: write the config's
-                    control_plane section, ca.pem and secret beside the config (as root), and
-                    make a running service reconnect (SIGHUP); --force replaces an earlier join;
-                    --trust-key (repeatable) sets trusted_keys: only declarations signed by
-                    them are accepted from the control plane. The token comes from FILE, from
-                    standard input with --token -, or from the command line with --token TOKEN
-                    (visible to every user in ps)
-  keygen --out FILE write a new ed25519 private key to FILE (0600, never overwritten) and
-                    print its public key (ed25519:BASE64)
-  sign --key FILE DECLARATION
-                    print a signed envelope of DECLARATION (a declaration, or an envelope to
-                    add this key's signature to)
+/// An option: `--long` (and `-s`), the name of its value (`None`: a flag, which takes none),
+/// what it does, and the commands it is for (empty: every command). Parsing refuses it with any
+/// other command, so this table is also where an option's scope is decided.
+pub struct OptionDoc {
+    pub long: &'static str,
+    pub short: Option<char>,
+    pub value: Option<&'static str>,
+    pub about: &'static str,
+    pub commands: &'static [&'static str],
+}
 
-Options:
-  --state-dir DIR       the store (default /var/lib/mesh-host, or the config's state_dir)
-  --config FILE         the host's config (default /etc/mesh-host/config.json)
-  --root DIR            apply into a mounted root (rescue): what needs the running system is deferred
-  --wait                apply/reconcile: wait for another reconcile's lock instead of exiting 3
-  --json                machine-readable output
-  --trace-commands      list every external command run (stderr; in --json output as `commands`)
-  -q, --quiet           no progress and no warnings on stderr: only errors and the result
-  -v, --verbose         more progress on a terminal: each command's exit and time, what each
-                        kind found
-  -h, --help            this text
-  -V, --version         the version
+/// The commands, in the order the help and the man page list them. Adding one is an entry here
+/// and an arm in `parse` (tests check that each option scoped to it is in its usage line).
+pub const COMMANDS: &[CommandDoc] = &[
+    CommandDoc {
+        name: "check",
+        usage: "FILE",
+        about: "Validate a declaration or signed envelope and say who signed it; changes nothing \
+                (exit 0 valid, 2 invalid or not signed as trusted_keys require).",
+        operand: Operand::File,
+    },
+    CommandDoc {
+        name: "plan",
+        usage: "FILE",
+        about: "Show what applying FILE would change; changes nothing.",
+        operand: Operand::File,
+    },
+    CommandDoc {
+        name: "apply",
+        usage: "[--confirm SECS] FILE",
+        about: "Validate, lock, converge, record: FILE becomes the declaration in force. With \
+                --confirm it is pending: reverted to the last confirmed generation unless \
+                `mesh-host confirm` runs within SECS seconds.",
+        operand: Operand::File,
+    },
+    CommandDoc {
+        name: "confirm",
+        usage: "",
+        about: "Confirm the pending declaration in force.",
+        operand: Operand::None,
+    },
+    CommandDoc {
+        name: "rollback",
+        usage: "[--to REVISION] [--force]",
+        about: "Put an earlier generation back in force (the one before, or REVISION's) and \
+                converge to it; one whose signature has expired needs --force.",
+        operand: Operand::None,
+    },
+    CommandDoc {
+        name: "reconcile",
+        usage: "",
+        about: "Converge again to the declaration in force in the store.",
+        operand: Operand::None,
+    },
+    CommandDoc {
+        name: "owned",
+        usage: "",
+        about: "Every resource the host owns, as observed now.",
+        operand: Operand::None,
+    },
+    CommandDoc {
+        name: "status",
+        usage: "",
+        about: "The service and its link, the declaration in force, its generations (pending, \
+                confirmed, reverted), the recent runs.",
+        operand: Operand::None,
+    },
+    CommandDoc {
+        name: "reload",
+        usage: "[PID]",
+        about: "Make the service re-read its config (SIGHUP to PID, what systemd's $MAINPID is, \
+                or to the service the store names); what ExecReload= runs.",
+        operand: Operand::Pid,
+    },
+    CommandDoc {
+        name: "run",
+        usage: "",
+        about: "The service: hold the link to the control plane and reconcile on start, on each \
+                declaration, on the drift timer and on reconnect (SIGHUP reloads the config, \
+                SIGUSR1 reconciles now, SIGUSR2 re-reads the pending declaration's deadline, \
+                SIGTERM stops after the current resource); a pending declaration not confirmed \
+                by its deadline is reverted.",
+        operand: Operand::None,
+    },
+    CommandDoc {
+        name: "join",
+        usage: "--control-plane https://HOST:PORT --token-file FILE --ca-hash sha256:HEX \
+                [--force] [--trust-key ed25519:KEY ...]",
+        about: "Trade a one-time token for this node's identity: write the control plane's \
+                section (join.json), ca.pem and secret beside the config (as root), and make a \
+                running service reconnect (SIGHUP); --force replaces an earlier join; \
+                --trust-key (repeatable) sets trusted_keys: only declarations signed by them are \
+                accepted from the control plane. The token comes from FILE, from standard input \
+                with --token -, or from the command line with --token TOKEN (visible to every \
+                user in ps).",
+        operand: Operand::None,
+    },
+    CommandDoc {
+        name: "keygen",
+        usage: "--out FILE",
+        about: "Write a new ed25519 private key to FILE (0600, never overwritten) and print its \
+                public key (ed25519:BASE64).",
+        operand: Operand::None,
+    },
+    CommandDoc {
+        name: "sign",
+        usage: "--key FILE DECLARATION",
+        about: "Print a signed envelope of DECLARATION (a declaration, or an envelope to add \
+                this key's signature to).",
+        operand: Operand::File,
+    },
+    CommandDoc {
+        name: "help",
+        usage: "[COMMAND]",
+        about: "This text, or COMMAND's.",
+        operand: Operand::Command,
+    },
+];
 
-Exit codes: 0 converged/valid/joined, 1 some resources failed (the rest applied), 2 invalid or
-refused (nothing changed), 3 another reconcile holds the lock, 4 the host could not run (store,
-I/O) or could not complete the join (control plane unreachable, files not written).
-Logs go to stderr; set RUST_LOG=debug for more.";
+/// The options, global ones first. Adding one is an entry here, an arm in `parse` and a field
+/// where its value goes.
+pub const OPTIONS: &[OptionDoc] = &[
+    OptionDoc {
+        long: "state-dir",
+        short: None,
+        value: Some("DIR"),
+        about: "The store (default /var/lib/mesh-host, or the config's state_dir).",
+        commands: &[],
+    },
+    OptionDoc {
+        long: "config",
+        short: None,
+        value: Some("FILE"),
+        about: "The host's config (default /etc/mesh-host/config.json).",
+        commands: &[],
+    },
+    OptionDoc {
+        long: "root",
+        short: None,
+        value: Some("DIR"),
+        about: "Apply into a mounted root (rescue): what needs the running system is deferred.",
+        commands: &[],
+    },
+    OptionDoc {
+        long: "wait",
+        short: None,
+        value: None,
+        about: "Wait for another run's lock instead of exiting 3.",
+        commands: &[],
+    },
+    OptionDoc {
+        long: "json",
+        short: None,
+        value: None,
+        about: "Machine-readable output.",
+        commands: &[],
+    },
+    OptionDoc {
+        long: "trace-commands",
+        short: None,
+        value: None,
+        about: "List every external command run (stderr; in --json output as `commands`).",
+        commands: &[],
+    },
+    OptionDoc {
+        long: "quiet",
+        short: Some('q'),
+        value: None,
+        about: "No progress and no warnings on stderr: only errors and the result.",
+        commands: &[],
+    },
+    OptionDoc {
+        long: "verbose",
+        short: Some('v'),
+        value: None,
+        about: "More progress on a terminal: each command's exit and time, what each kind found.",
+        commands: &[],
+    },
+    OptionDoc {
+        long: "help",
+        short: Some('h'),
+        value: None,
+        about: "This text; after a command, that command's.",
+        commands: &[],
+    },
+    OptionDoc {
+        long: "version",
+        short: Some('V'),
+        value: None,
+        about: "The version.",
+        commands: &[],
+    },
+    OptionDoc {
+        long: "confirm",
+        short: None,
+        value: Some("SECS"),
+        about: "The declaration is pending until `mesh-host confirm`; reverted after SECS \
+                seconds.",
+        commands: &["apply"],
+    },
+    OptionDoc {
+        long: "to",
+        short: None,
+        value: Some("REVISION"),
+        about: "The generation of this revision, not the one before.",
+        commands: &["rollback"],
+    },
+    OptionDoc {
+        long: "force",
+        short: None,
+        value: None,
+        about: "join: replace an earlier join; rollback: go back to a generation whose \
+                signature has expired.",
+        commands: &["join", "rollback"],
+    },
+    OptionDoc {
+        long: "control-plane",
+        short: None,
+        value: Some("URL"),
+        about: "The control plane, https://HOST:PORT.",
+        commands: &["join"],
+    },
+    OptionDoc {
+        long: "token-file",
+        short: None,
+        value: Some("FILE"),
+        about: "The one-time token, read from FILE.",
+        commands: &["join"],
+    },
+    OptionDoc {
+        long: "token",
+        short: None,
+        value: Some("TOKEN"),
+        about: "The one-time token; `-` reads it from standard input (given on the command \
+                line, every user sees it in ps).",
+        commands: &["join"],
+    },
+    OptionDoc {
+        long: "ca-hash",
+        short: None,
+        value: Some("sha256:HEX"),
+        about: "The SHA-256 of the control plane's CA certificate (DER), the only CA trusted.",
+        commands: &["join"],
+    },
+    OptionDoc {
+        long: "trust-key",
+        short: None,
+        value: Some("ed25519:KEY"),
+        about: "Accept only declarations signed by this key (repeatable): the config's \
+                trusted_keys.",
+        commands: &["join"],
+    },
+    OptionDoc {
+        long: "out",
+        short: None,
+        value: Some("FILE"),
+        about: "Where the new private key goes.",
+        commands: &["keygen"],
+    },
+    OptionDoc {
+        long: "key",
+        short: None,
+        value: Some("FILE"),
+        about: "The private key keygen wrote.",
+        commands: &["sign"],
+    },
+];
+
+/// The exit codes, shown by `--help` and the man page.
+pub const EXIT_CODES: &[(i32, &str)] = &[
+    (0, "converged, valid or joined"),
+    (1, "some resources failed (the rest applied)"),
+    (2, "invalid or refused (nothing changed)"),
+    (3, "another run holds the lock"),
+    (
+        4,
+        "the host could not run (store, I/O) or could not complete the join (control plane \
+         unreachable, files not written)",
+    ),
+];
+
+/// The help text: the kinds it manages (from the registry of kinds), the commands, the options
+/// every command takes, the exit codes.
+pub fn usage() -> String {
+    let mut out = format!(
+        "mesh-host: converges this machine to a declaration ({})\n\n\
+         Usage: mesh-host [OPTIONS] COMMAND [ARGS]\n\nCommands:\n",
+        crate::model::spec::ABOUT.join(", ")
+    );
+    for c in COMMANDS {
+        item(&mut out, &format!("{} {}", c.name, c.usage), c.about);
+    }
+    out.push_str("\nOptions (every command):\n");
+    for o in OPTIONS.iter().filter(|o| o.commands.is_empty()) {
+        item(&mut out, &option_synopsis(o), o.about);
+    }
+    out.push_str("\n`mesh-host COMMAND --help` shows a command's own options.\n\n");
+    out.push_str(&exit_codes());
+    out
+}
+
+/// `mesh-host COMMAND --help`: its usage, what it does, its own options, then the global ones.
+pub fn command_usage(command: &CommandDoc) -> String {
+    let mut out = String::new();
+    let synopsis = format!("mesh-host [OPTIONS] {} {}", command.name, command.usage);
+    wrap(&mut out, &format!("Usage: {synopsis}"), 7, WIDTH);
+    out.push('\n');
+    wrap(&mut out, command.about, 0, WIDTH);
+    let own: Vec<&OptionDoc> = OPTIONS
+        .iter()
+        .filter(|o| o.commands.contains(&command.name))
+        .collect();
+    if !own.is_empty() {
+        out.push_str(&format!("\nOptions of {}:\n", command.name));
+        for o in own {
+            item(&mut out, &option_synopsis(o), o.about);
+        }
+    }
+    out.push_str("\nOptions (every command):\n");
+    for o in OPTIONS.iter().filter(|o| o.commands.is_empty()) {
+        item(&mut out, &option_synopsis(o), o.about);
+    }
+    out.push('\n');
+    out.push_str(&exit_codes());
+    out
+}
+
+/// The command of this name in `COMMANDS`.
+pub fn command_doc(name: &str) -> Option<&'static CommandDoc> {
+    COMMANDS.iter().find(|c| c.name == name)
+}
+
+/// `-h, --help` or `--state-dir DIR`.
+pub fn option_synopsis(o: &OptionDoc) -> String {
+    let short = o.short.map(|c| format!("-{c}, ")).unwrap_or_default();
+    match o.value {
+        Some(v) => format!("{short}--{} {v}", o.long),
+        None => format!("{short}--{}", o.long),
+    }
+}
+
+fn exit_codes() -> String {
+    let codes: Vec<String> = EXIT_CODES.iter().map(|(c, s)| format!("{c} {s}")).collect();
+    let mut out = String::new();
+    wrap(
+        &mut out,
+        &format!("Exit codes: {}.", codes.join("; ")),
+        0,
+        WIDTH,
+    );
+    out.push_str("Logs go to stderr; set RUST_LOG=debug for more.");
+    out
+}
+
+/// The help's width, and where an item's description starts.
+const WIDTH: usize = 100;
+const INDENT: usize = 24;
+
+/// One item of a list: its synopsis, then its description from column `INDENT`, on the next
+/// line when the synopsis is too long.
+fn item(out: &mut String, synopsis: &str, about: &str) {
+    out.push_str("  ");
+    if synopsis.len() + 3 <= INDENT {
+        out.push_str(&format!("{synopsis:width$}", width = INDENT - 2));
+    } else {
+        wrap(out, synopsis, 7, WIDTH);
+        out.push_str(&" ".repeat(INDENT));
+    }
+    wrap(out, about, INDENT, WIDTH);
+}
+
+/// `text`'s words wrapped at `width`, the first line continuing what `out` has, the next ones
+/// indented by `indent`; ends with a newline.
+fn wrap(out: &mut String, text: &str, indent: usize, width: usize) {
+    let mut column = out.len() - out.rfind('\n').map_or(0, |i| i + 1);
+    let mut first = true;
+    for word in text.split_whitespace() {
+        if !first && column + 1 + word.len() > width {
+            out.push('\n');
+            out.push_str(&" ".repeat(indent));
+            column = indent;
+        } else if !first {
+            out.push(' ');
+            column += 1;
+        }
+        out.push_str(word);
+        column += word.len();
+        first = false;
+    }
+    out.push('\n');
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -100,7 +445,8 @@ pub enum Command {
         key: PathBuf,
         file: PathBuf,
     },
-    Help,
+    /// `--help` or `help`, with the command it was given to, if any.
+    Help(Option<&'static str>),
     Version,
 }
 
@@ -191,8 +537,22 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
     let mut help = false;
     let mut version = false;
     let mut words = Vec::new();
+    // The options given, by their long name, for the scope check against `OPTIONS`.
+    let mut given: Vec<&'static str> = Vec::new();
     let mut parser = lexopt::Parser::from_args(args);
     while let Some(arg) = parser.next().map_err(no_value)? {
+        let long = match &arg {
+            Short(c) => OPTIONS.iter().find(|o| o.short == Some(*c)).map(|o| o.long),
+            Long(name) => OPTIONS.iter().find(|o| o.long == *name).map(|o| o.long),
+            Value(_) => None,
+        };
+        // An option the table does not name is unknown, even with an arm below: the table is
+        // where help, the manual and the completions come from.
+        match (&arg, long) {
+            (Short(c), None) => return Err(format!("unknown option -{c}")),
+            (Long(name), None) => return Err(format!("unknown option --{name}")),
+            _ => given.extend(long),
+        }
         match arg {
             Long("state-dir") => state_dir = Some(path(&mut parser, "--state-dir")?),
             Long("config") => config = Some(path(&mut parser, "--config")?),
@@ -220,7 +580,14 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         }
     }
     let command = if help {
-        Command::Help
+        // The command's own help when the first word names one (`apply --help`, `help apply`).
+        let mut named = words.iter().filter_map(|w| w.to_str());
+        let first = named.next();
+        let topic = match first {
+            Some("help") => named.next(),
+            other => other,
+        };
+        Command::Help(topic.and_then(command_doc).map(|c| c.name))
     } else if version {
         Command::Version
     } else {
@@ -266,7 +633,16 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
                     .ok_or("sign needs --key FILE (the private key keygen wrote)")?,
                 file: file()?,
             },
-            Some("help") => Command::Help,
+            Some("help") => {
+                let topic = words.next();
+                Command::Help(
+                    topic
+                        .as_deref()
+                        .and_then(|t| t.to_str())
+                        .and_then(command_doc)
+                        .map(|c| c.name),
+                )
+            }
             _ => return Err(format!("unknown command {verb:?}")),
         };
         let command = match command {
@@ -284,31 +660,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         if let Some(extra) = words.next() {
             return Err(format!("unexpected argument {extra:?}"));
         }
-        let join_only = [
-            ("--control-plane", control_plane.is_some()),
-            ("--token", token.is_some()),
-            ("--token-file", token_file.is_some()),
-            ("--ca-hash", ca_hash.is_some()),
-            ("--trust-key", !trust_keys.is_empty()),
-        ];
-        if let Some((option, _)) = join_only.iter().find(|(_, given)| *given) {
-            return Err(format!("{option} is only for join"));
-        }
-        for (option, given, verb) in [
-            ("--out", out.is_some(), "keygen"),
-            ("--key", key.is_some(), "sign"),
-            ("--confirm", confirm.is_some(), "apply"),
-            ("--to", to.is_some(), "rollback"),
-            (
-                "--force",
-                force && !matches!(command, Command::Join(_) | Command::Rollback { .. }),
-                "join and rollback",
-            ),
-        ] {
-            if given {
-                return Err(format!("{option} is only for {verb}"));
-            }
-        }
+        check_scope(&given, &name)?;
         // Checked here, where it was given, so that the error names the flag: the config only
         // checks its own `state_dir`.
         if let Some(dir) = state_dir.as_deref().filter(|d| !d.is_absolute()) {
@@ -333,6 +685,22 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         quiet,
         verbose,
     })
+}
+
+/// Each option given is one `OPTIONS` gives to `verb` (or to every command).
+fn check_scope(given: &[&str], verb: &str) -> Result<(), String> {
+    for long in given {
+        let Some(option) = OPTIONS.iter().find(|o| o.long == *long) else {
+            continue;
+        };
+        if !option.commands.is_empty() && !option.commands.contains(&verb) {
+            return Err(format!(
+                "--{long} is only for {}",
+                option.commands.join(" and ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// An option's value; an empty one is as much a mistake as none.
@@ -476,7 +844,19 @@ mod tests {
         assert!(a.wait && a.json);
         let a = parse_str("plan --root=/mnt f").unwrap();
         assert_eq!(a.root, Some("/mnt".into()));
-        assert_eq!(parse_str("status --help").unwrap().command, Command::Help);
+        assert_eq!(
+            parse_str("status --help").unwrap().command,
+            Command::Help(Some("status"))
+        );
+        assert_eq!(
+            parse_str("help apply").unwrap().command,
+            Command::Help(Some("apply"))
+        );
+        assert_eq!(
+            parse_str("--help help join").unwrap().command,
+            Command::Help(Some("join"))
+        );
+        assert_eq!(parse_str("--help").unwrap().command, Command::Help(None));
         assert_eq!(parse_str("--version").unwrap().command, Command::Version);
         assert_eq!(parse_str("reload").unwrap().command, Command::Reload(None));
         assert_eq!(
@@ -487,6 +867,43 @@ mod tests {
             parse_str("reload 0").unwrap_err(),
             "reload: \"0\" is not a process id"
         );
+    }
+
+    #[test]
+    fn the_tables_and_the_parser_agree() {
+        for command in COMMANDS {
+            // Each is a command the parser knows (it may then want more than its name).
+            let err = parse_str(command.name).err().unwrap_or_default();
+            assert!(
+                !err.starts_with("unknown command"),
+                "{}: {err}",
+                command.name
+            );
+            for option in OPTIONS
+                .iter()
+                .filter(|o| o.commands.contains(&command.name))
+            {
+                let shown = format!("--{}", option.long);
+                assert!(command.usage.contains(&shown), "{}: {shown}", command.name);
+            }
+            // `help --help` is the whole help.
+            let help = parse_str(&format!("{} --help", command.name)).unwrap();
+            let topic = Some(command.name).filter(|&name| name != "help");
+            assert_eq!(help.command, Command::Help(topic));
+        }
+        for option in OPTIONS {
+            let value = option.value.map_or("", |_| "=1");
+            let line = format!("--{}{value}", option.long);
+            let err = parse_str(&line).err().unwrap_or_default();
+            assert!(!err.starts_with("unknown option"), "{line}: {err}");
+            for command in option.commands {
+                assert!(
+                    command_doc(command).is_some(),
+                    "--{}: {command}",
+                    option.long
+                );
+            }
+        }
     }
 
     #[test]
@@ -540,7 +957,7 @@ mod tests {
             "--json takes no value (given \"\")"
         );
         assert!(parse_str("status --json").unwrap().json);
-        assert_eq!(parse_str("-hV").unwrap().command, Command::Help);
+        assert_eq!(parse_str("-hV").unwrap().command, Command::Help(None));
     }
 
     #[test]

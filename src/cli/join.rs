@@ -1,7 +1,8 @@
 //! `mesh-host join`: trades a one-time token for the node's identity in one HTTPS exchange with the
 //! control plane (docs/protocol.md, "Joining"), trusting the control plane's CA only if its hash is
-//! the one the operator gave, then writes the config's `control_plane` section, `ca.pem` and
-//! `secret`, and makes a running service pick them up (SIGHUP).
+//! the one the operator gave, then writes the config's `control_plane` section to `join.json`
+//! beside the config (a file the package does not own), `ca.pem` and `secret`, and makes a
+//! running service pick them up (SIGHUP).
 
 use std::ffi::OsStr;
 use std::io;
@@ -11,11 +12,11 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::cli::args::{self, Args, Join, Token};
 use crate::engine::{Fatal, EXIT_OK};
-use crate::model::config::{Config, DEFAULT_CONFIG_PATH};
+use crate::model::config::{self, Config, DEFAULT_CONFIG_PATH};
 use crate::os::fsutil::Dir;
 use crate::store::Store;
 use crate::util::codec;
@@ -63,20 +64,23 @@ pub fn run(args: &Args, join: &Join) -> Result<i32, Fatal> {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
     let token = read_token(&join.token)?;
     let mut target = Target::prepare(&config_path, args.state_dir.as_deref(), join.force)?;
-    target.trust(&join.trust_keys, args.state_dir.as_deref())?;
+    target.trust(&join.trust_keys)?;
     let url = format!("https://{}", join.authority);
 
     let ca = fetch_ca(&url, &join.ca_hash)?;
     let identity = exchange(&url, &ca, &token, &hostname())?;
 
-    let (config_text, cp) = target.config_with(&identity)?;
-    target.write(&identity, &ca, &config_text)?;
+    let (joined, config_text) = target.texts_with(&identity)?;
+    target.write(&identity, &ca, &joined, config_text.as_deref())?;
     let signalled = signal_service(&target.state_dir);
+    let (join_file, ca_file, secret_file) =
+        (target.join_path(), target.ca_file(), target.secret_file());
 
     if args.json {
         let out = json!({"joined": true, "node": identity.node, "address": identity.address,
             "server_name": identity.server_name, "config": config_path,
-            "ca_file": cp.0, "secret_file": cp.1, "service_pid": signalled});
+            "join_file": join_file, "ca_file": ca_file, "secret_file": secret_file,
+            "service_pid": signalled});
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     } else {
         println!(
@@ -85,9 +89,9 @@ pub fn run(args: &Args, join: &Join) -> Result<i32, Fatal> {
         );
         println!(
             "wrote {} (control_plane), {} and {} (0600)",
-            config_path.display(),
-            cp.0.display(),
-            cp.1.display()
+            join_file.display(),
+            ca_file.display(),
+            secret_file.display()
         );
         match signalled {
             Some(pid) => println!("the service (pid {pid}) reloads its config and connects"),
@@ -104,9 +108,34 @@ struct Target {
     /// The config file's directory, absolute.
     dir: PathBuf,
     config_name: std::ffi::OsString,
-    /// The config as it is (a JSON object), `None` when there is no file yet.
-    existing: Option<(serde_json::Map<String, Value>, u32)>,
+    /// The config as it is (a JSON object) and its mode, `None` when there is no file yet.
+    existing: Option<(Map<String, Value>, u32)>,
+    /// join.json as it is (empty when there is none): what the join writes.
+    joined: Map<String, Value>,
+    /// Whether the config itself must be written again: it held a key join.json now takes (an
+    /// older join wrote `control_plane` there).
+    config_changed: bool,
     state_dir: PathBuf,
+    state_dir_override: Option<PathBuf>,
+}
+
+/// A JSON file's object, for a join that rewrites it.
+fn object(text: &str, shown: &dyn std::fmt::Display) -> Result<Map<String, Value>, Fatal> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ => Err(Fatal::Invalid(format!(
+            "config {shown}: not a JSON object; fix it before joining (nothing was changed)"
+        ))),
+    }
+}
+
+/// A file's text, `None` when it does not exist.
+fn read_if_there(path: &Path) -> Result<Option<String>, Fatal> {
+    match crate::os::input::read_text(path, config::MAX_CONFIG_BYTES) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Fatal::Error(format!("config {}: {e}", path.display()))),
+    }
 }
 
 impl Target {
@@ -133,42 +162,42 @@ impl Target {
                 io::Error::last_os_error()
             )));
         }
-        let existing = match crate::os::input::read_text(
+        let join_path = config::join_path(config_path);
+        let existing = read_if_there(config_path)?;
+        let joined = read_if_there(&join_path)?;
+        let config = Config::from_texts(
             config_path,
-            crate::model::config::MAX_CONFIG_BYTES,
-        ) {
-            Ok(text) => Some(text),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Fatal::Error(format!("config {shown}: {e}"))),
-        };
-        let (existing, config) = match existing {
-            None => (
-                None,
-                Config::parse("{}", state_dir).map_err(Fatal::Invalid)?,
-            ),
+            existing.as_deref().unwrap_or("{}"),
+            joined.as_deref(),
+            state_dir,
+        )
+        .map_err(|e| Fatal::Invalid(format!("{e}; fix it before joining (nothing was changed)")))?;
+        let existing = match existing {
+            None => None,
             Some(text) => {
-                let fix = |e: String| {
-                    Fatal::Invalid(format!(
-                        "config {shown}: {e}; fix it before joining (nothing was changed)"
-                    ))
-                };
-                let config = Config::parse(&text, state_dir).map_err(fix)?;
-                let Ok(Value::Object(map)) = serde_json::from_str::<Value>(&text) else {
-                    return Err(fix("not a JSON object".into()));
-                };
                 let mode = std::fs::metadata(config_path)
                     .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
                     .unwrap_or(0o644);
-                (Some((map, mode)), config)
+                Some((object(&text, &shown)?, mode))
             }
+        };
+        let joined = match joined {
+            None => Map::new(),
+            Some(text) => object(&text, &join_path.display())?,
         };
         if let Some(cp) = &config.control_plane {
             if !force {
                 return Err(Fatal::Invalid(format!(
-                    "this node already joined: {shown} has a control_plane section (node {:?} at \
+                    "this node already joined: {} has a control_plane section (node {:?} at \
                      {}); to join again, with a new token, add --force (the new identity \
                      replaces the old one)",
-                    cp.node, cp.address
+                    if joined.contains_key("control_plane") {
+                        join_path.display()
+                    } else {
+                        config_path.display()
+                    },
+                    cp.node,
+                    cp.address
                 )));
             }
         }
@@ -176,22 +205,64 @@ impl Target {
             dir,
             config_name: name.to_os_string(),
             existing,
+            joined,
+            config_changed: false,
             state_dir: config.state_dir,
+            state_dir_override: state_dir.map(Path::to_path_buf),
         })
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.join(&self.config_name)
+    }
+
+    fn join_path(&self) -> PathBuf {
+        config::join_path(&self.config_path())
+    }
+
+    /// Puts `key` in join.json, taking it out of the config if an older join (or a person)
+    /// put it there: a key may be in one of the two files only.
+    fn set(&mut self, key: &str, value: Value) {
+        self.joined.insert(key.into(), value);
+        if let Some((map, _)) = &mut self.existing {
+            self.config_changed |= map.remove(key).is_some();
+        }
+    }
+
+    /// The texts of join.json and (when it changed) the config, checked as the service will.
+    fn texts(&self) -> Result<(String, Option<String>), String> {
+        let pretty = |map: &Map<String, Value>| {
+            serde_json::to_string_pretty(&Value::Object(map.clone()))
+                .map(|t| t + "\n")
+                .map_err(|e| e.to_string())
+        };
+        let joined = pretty(&self.joined)?;
+        let config = match &self.existing {
+            Some((map, _)) if self.config_changed => Some(pretty(map)?),
+            _ => None,
+        };
+        let current = match (&config, &self.existing) {
+            (Some(text), _) => text.clone(),
+            (None, Some((map, _))) => Value::Object(map.clone()).to_string(),
+            (None, None) => "{}".into(),
+        };
+        Config::from_texts(
+            &self.config_path(),
+            &current,
+            Some(&joined),
+            self.state_dir_override.as_deref(),
+        )?;
+        Ok((joined, config))
     }
 
     /// `--trust-key`: the config's `trusted_keys` become exactly these (keeping its
     /// `signatures_required`), checked before the token is spent.
-    fn trust(&mut self, keys: &[String], state_dir: Option<&Path>) -> Result<(), Fatal> {
+    fn trust(&mut self, keys: &[String]) -> Result<(), Fatal> {
         if keys.is_empty() {
             return Ok(());
         }
-        let (map, _) = self
-            .existing
-            .get_or_insert_with(|| (Default::default(), 0o644));
-        map.insert("trusted_keys".into(), json!(keys));
-        let text = Value::Object(map.clone()).to_string();
-        Config::parse(&text, state_dir).map(drop).map_err(|e| {
+        self.set("trusted_keys", json!(keys));
+        self.texts().map(drop).map_err(|e| {
             Fatal::Invalid(format!(
                 "--trust-key: the config would be invalid ({e}); nothing was changed"
             ))
@@ -206,34 +277,32 @@ impl Target {
         self.dir.join("secret")
     }
 
-    /// The new config text (the old one with `control_plane` set), checked as the service will
-    /// check it, and the paths of the CA and secret files it names.
-    fn config_with(&self, identity: &Identity) -> Result<(String, (PathBuf, PathBuf)), Fatal> {
+    /// join.json's new text (with `control_plane` set) and the config's when it changed,
+    /// checked as the service will check them.
+    fn texts_with(&mut self, identity: &Identity) -> Result<(String, Option<String>), Fatal> {
         let (ca_file, secret_file) = (self.ca_file(), self.secret_file());
-        let mut map = self
-            .existing
-            .as_ref()
-            .map(|(m, _)| m.clone())
-            .unwrap_or_default();
-        map.insert(
-            "control_plane".into(),
+        self.set(
+            "control_plane",
             json!({"address": identity.address, "server_name": identity.server_name,
                    "ca_file": ca_file, "node": identity.node, "secret_file": secret_file}),
         );
-        let text = serde_json::to_string_pretty(&Value::Object(map))
-            .map_err(|e| Fatal::Error(format!("config: {e}")))?
-            + "\n";
-        Config::parse(&text, None).map_err(|e| {
+        self.texts().map_err(|e| {
             Fatal::Error(format!(
                 "the control plane's answer does not make a valid config ({e}); nothing was \
                  written: tell the control plane's operator"
             ))
-        })?;
-        Ok((text, (ca_file, secret_file)))
+        })
     }
 
-    /// The CA, the secret, then the config that names them: a crash leaves the old config.
-    fn write(&self, identity: &Identity, ca: &Ca, config: &str) -> Result<(), Fatal> {
+    /// The CA, the secret, then join.json that names them (a crash leaves the old one), then
+    /// the config if an older join's section moved out of it.
+    fn write(
+        &self,
+        identity: &Identity,
+        ca: &Ca,
+        joined: &str,
+        config: Option<&str>,
+    ) -> Result<(), Fatal> {
         let cannot = |path: PathBuf, e: io::Error| {
             Fatal::Error(format!(
                 "cannot write {}: {e}; the token is spent: ask for a new one, then join again \
@@ -243,14 +312,20 @@ impl Target {
         };
         let dir = Dir::open(&self.dir).map_err(|e| cannot(self.dir.clone(), e))?;
         let root = Some((0, 0));
+        // join.json takes the config's mode: what a person chose for who reads the config.
         let mode = self.existing.as_ref().map_or(0o644, |(_, mode)| *mode);
         dir.write_atomic(OsStr::new("ca.pem"), ca.pem.as_bytes(), 0o644, root)
             .map_err(|e| cannot(self.ca_file(), e))?;
         let secret = format!("{}\n", identity.secret);
         dir.write_atomic(OsStr::new("secret"), secret.as_bytes(), 0o600, root)
             .map_err(|e| cannot(self.secret_file(), e))?;
-        dir.write_atomic(&self.config_name, config.as_bytes(), mode, root)
-            .map_err(|e| cannot(self.dir.join(&self.config_name), e))
+        dir.write_atomic(OsStr::new(config::JOIN_FILE), joined.as_bytes(), mode, root)
+            .map_err(|e| cannot(self.join_path(), e))?;
+        if let Some(text) = config {
+            dir.write_atomic(&self.config_name, text.as_bytes(), mode, root)
+                .map_err(|e| cannot(self.config_path(), e))?;
+        }
+        Ok(())
     }
 }
 

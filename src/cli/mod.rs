@@ -6,6 +6,7 @@ pub mod args;
 mod commands;
 mod join;
 mod keys;
+pub mod manual;
 mod progress;
 mod render;
 
@@ -47,8 +48,11 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
 
 fn run(args: args::Args) -> Result<i32, Fatal> {
     match &args.command {
-        Command::Help => {
-            println!("{}", args::usage());
+        Command::Help(topic) => {
+            match topic.and_then(args::command_doc) {
+                Some(command) => println!("{}", args::command_usage(command)),
+                None => println!("{}", args::usage()),
+            }
             return Ok(engine::EXIT_OK);
         }
         Command::Version => {
@@ -85,7 +89,7 @@ fn run(args: args::Args) -> Result<i32, Fatal> {
         Command::Reload(pid) => service::reload(&host, pid),
         Command::Run => service::run(&mut host),
         Command::Sign { key, file } => keys::sign(&host, &key, &file),
-        Command::Join(_) | Command::Keygen { .. } | Command::Help | Command::Version => {
+        Command::Join(_) | Command::Keygen { .. } | Command::Help(_) | Command::Version => {
             Ok(engine::EXIT_OK)
         }
     }

@@ -465,10 +465,16 @@ mod tests {
     #[test]
     fn the_known_top_level_keys_are_the_declarations_fields_and_the_kinds() {
         let found = problems(r#"{"schema": 1, "mounts": {}}"#);
-        let mut known: Vec<&str> = ["expires", "packages_upgrade", "revision", "schema"]
-            .into_iter()
-            .chain(NAMES.iter().copied())
-            .collect();
+        let mut known: Vec<&str> = [
+            "$schema",
+            "expires",
+            "packages_upgrade",
+            "revision",
+            "schema",
+        ]
+        .into_iter()
+        .chain(NAMES.iter().copied())
+        .collect();
         known.sort_unstable();
         assert_eq!(
             found,

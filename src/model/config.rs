@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use crate::model::fields::{FieldDoc, FieldType};
 use crate::model::trust::{PublicKey, Trust};
 use crate::os::exec::{Stop, Tool};
 
@@ -20,6 +21,17 @@ pub const OWN_UNIT: &str = "mesh-host.service";
 pub const OWN_CONFIG_DIR: &str = "/etc/mesh-host";
 /// The most of a config file read: a config is a few hundred bytes of JSON.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// What `mesh-host join` writes beside the config: `JOIN_KEYS`, each in one of the two files only. A file the package does not own, so removing and
+/// reinstalling it (which puts back an empty config.json) never makes the node forget its
+/// control plane.
+pub const JOIN_FILE: &str = "join.json";
+/// The keys join.json may hold.
+const JOIN_KEYS: [&str; 2] = ["control_plane", "trusted_keys"];
+
+/// join.json beside the config file at `config_path`.
+pub fn join_path(config_path: &Path) -> PathBuf {
+    config_path.with_file_name(JOIN_FILE)
+}
 
 /// What the host is, so that a declaration naming any of it is refused by name.
 #[derive(Debug, Clone)]
@@ -132,6 +144,236 @@ pub struct ControlPlane {
     pub secret_file: PathBuf,
 }
 
+/// A tool's section (`pacman`, `systemctl`, `podman`), for the manual and the JSON Schema.
+const TOOL: FieldType = FieldType::Object(&[
+    FieldDoc {
+        name: "command",
+        ty: FieldType::Strings,
+        default: Some("the tool's name, found in PATH"),
+        about: "The program and the arguments put before the host's own, such as [\"pacman\", \
+                \"--config\", \"/sandbox/pacman.conf\"].",
+    },
+    FieldDoc {
+        name: "timeout_secs",
+        ty: FieldType::Integer(1),
+        default: Some("pacman 900, systemctl 120, podman 300"),
+        about: "How long one run of the tool may take before it is stopped (pacman with SIGINT, \
+                the others with SIGTERM).",
+    },
+    FieldDoc {
+        name: "grace_secs",
+        ty: FieldType::Integer(0),
+        default: Some("pacman 300, systemctl 10, podman 30"),
+        about: "How long a stopped tool has to exit before SIGKILL.",
+    },
+]);
+
+/// Every key of the config, for the manual (`mesh-host-config(5)`) and the JSON Schema;
+/// `RawConfig` is the authority, and the manual's tests check the two name the same keys.
+pub const KEYS: &[FieldDoc] = &[
+    FieldDoc {
+        name: "$schema",
+        ty: FieldType::String,
+        default: Some("none"),
+        about: "Ignored: the JSON Schema an editor checks the file with \
+                (/usr/share/mesh-host/config.schema.json).",
+    },
+    FieldDoc {
+        name: "state_dir",
+        ty: FieldType::String,
+        default: Some(DEFAULT_STATE_DIR),
+        about: "The store, an absolute path (--state-dir overrides it).",
+    },
+    FieldDoc {
+        name: "unit_name",
+        ty: FieldType::String,
+        default: Some("none"),
+        about: "Another name the host's own unit goes by, refused to declarations as \
+                mesh-host.service is.",
+    },
+    FieldDoc {
+        name: "unit_dir",
+        ty: FieldType::String,
+        default: Some("/etc/systemd/system"),
+        about: "Where declared unit files are written, an absolute path.",
+    },
+    FieldDoc {
+        name: "max_file_bytes",
+        ty: FieldType::Integer(0),
+        default: Some("8388608 (8 MiB)"),
+        about: "The largest content of a file or unit.",
+    },
+    FieldDoc {
+        name: "max_declaration_bytes",
+        ty: FieldType::Integer(0),
+        default: Some("67108864 (64 MiB)"),
+        about: "The largest declaration (or signed envelope).",
+    },
+    FieldDoc {
+        name: "pacman",
+        ty: TOOL,
+        default: Some("pacman"),
+        about: "How pacman is run.",
+    },
+    FieldDoc {
+        name: "systemctl",
+        ty: TOOL,
+        default: Some("systemctl"),
+        about: "How systemctl is run.",
+    },
+    FieldDoc {
+        name: "podman",
+        ty: TOOL,
+        default: Some("podman"),
+        about: "How podman is run.",
+    },
+    FieldDoc {
+        name: "pacman_lock_wait_secs",
+        ty: FieldType::Integer(0),
+        default: Some("120"),
+        about: "How long to wait for someone else's pacman lock (db.lck) before failing the \
+                packages.",
+    },
+    FieldDoc {
+        name: "pacman_remove_stale_lock",
+        ty: FieldType::Bool,
+        default: Some("false"),
+        about: "Remove a db.lck no process holds and older than this boot, instead of failing \
+                the packages as stale.",
+    },
+    FieldDoc {
+        name: "disk_margin_mib",
+        ty: FieldType::Integer(0),
+        default: Some("256"),
+        about: "Free space kept beyond what a transaction needs on pacman's cache and root: a \
+                transaction that would eat into it is not started.",
+    },
+    FieldDoc {
+        name: "cache_keep",
+        ty: FieldType::Integer(1),
+        default: Some("the cache is left to pacman"),
+        about: "After a transaction, keep this many versions of each package in pacman's \
+                cache (as paccache -rk N).",
+    },
+    FieldDoc {
+        name: "interval_secs",
+        ty: FieldType::Integer(1),
+        default: Some("600"),
+        about: "The service's drift timer (each wait randomised within 10%).",
+    },
+    FieldDoc {
+        name: "watch",
+        ty: FieldType::Bool,
+        default: Some("true"),
+        about: "Watch what the host owns with inotify and repair drift within about a second; \
+                off, drift waits for the timer.",
+    },
+    FieldDoc {
+        name: "heartbeat_secs",
+        ty: FieldType::Integer(1),
+        default: Some("30"),
+        about: "The link sends a ping after this long without sending, and is dead after three \
+                of these without a byte.",
+    },
+    FieldDoc {
+        name: "reconnect_base_secs",
+        ty: FieldType::Integer(1),
+        default: Some("1"),
+        about: "The first reconnect ceiling (full jitter, doubling to 5 minutes).",
+    },
+    FieldDoc {
+        name: "max_frame_bytes",
+        ty: FieldType::Integer(0),
+        default: Some("2 x max_declaration_bytes + 64 KiB"),
+        about: "The largest frame the link reads.",
+    },
+    FieldDoc {
+        name: "outbox_max",
+        ty: FieldType::Integer(0),
+        default: Some("500"),
+        about: "Reports kept while the link is down; the oldest are dropped past this.",
+    },
+    FieldDoc {
+        name: "outbox_max_bytes",
+        ty: FieldType::Integer(0),
+        default: Some("67108864 (64 MiB)"),
+        about: "The outbox's bound in bytes, beside its count.",
+    },
+    FieldDoc {
+        name: "control_plane",
+        ty: FieldType::Object(&[
+            FieldDoc {
+                name: "address",
+                ty: FieldType::String,
+                default: None,
+                about: "host:port of the link.",
+            },
+            FieldDoc {
+                name: "server_name",
+                ty: FieldType::String,
+                default: Some("the host part of address"),
+                about: "The name the control plane's certificate must carry.",
+            },
+            FieldDoc {
+                name: "ca_file",
+                ty: FieldType::String,
+                default: None,
+                about: "The pinned CA (PEM), an absolute path; never the system's roots.",
+            },
+            FieldDoc {
+                name: "node",
+                ty: FieldType::String,
+                default: None,
+                about: "This node's name at the control plane.",
+            },
+            FieldDoc {
+                name: "secret_file",
+                ty: FieldType::String,
+                default: None,
+                about: "The file holding the node's secret, an absolute path.",
+            },
+        ]),
+        default: Some("no control plane: the declaration in force is held on the timer alone"),
+        about: "Where the control plane is and how the host proves itself; what mesh-host join \
+                writes.",
+    },
+    FieldDoc {
+        name: "metrics_file",
+        ty: FieldType::String,
+        default: Some("no metrics"),
+        about: "Where to write Prometheus metrics (node_exporter's textfile collector), an \
+                absolute file path.",
+    },
+    FieldDoc {
+        name: "trusted_keys",
+        ty: FieldType::Strings,
+        default: Some("unsigned declarations are accepted"),
+        about: "ed25519:BASE64 public keys: a declaration from the control plane is applied \
+                only when signed by enough of them.",
+    },
+    FieldDoc {
+        name: "signatures_required",
+        ty: FieldType::Integer(1),
+        default: Some("1 when trusted_keys are set"),
+        about: "How many of trusted_keys must sign; never more than there are keys.",
+    },
+    FieldDoc {
+        name: "generations",
+        ty: FieldType::Integer(2),
+        default: Some("5"),
+        about: "How many declarations once in force the store keeps, for rollback and for \
+                reverting one not confirmed in time.",
+    },
+    FieldDoc {
+        name: "confirm_secs",
+        ty: FieldType::Integer(0),
+        default: Some("300"),
+        about: "How long a declaration from the control plane stays pending: unless the \
+                control plane acks the report of the run that applied it within this, the host \
+                reverts it (0: never).",
+    },
+];
+
 /// The config's fields as found, each checked for its type and range by `RawConfig::read`.
 #[derive(Default)]
 struct RawConfig {
@@ -188,7 +430,9 @@ const MAX_COUNT: u64 = 1_000_000;
 /// The most generations or cached package versions kept.
 const MAX_KEPT: u64 = 1000;
 
-const KEYS: &[&str] = &[
+/// The config's keys, as the reader knows them (`KEYS` describes each for the manual; a test
+/// checks the two agree).
+const KEY_NAMES: &[&str] = &[
     "state_dir",
     "unit_name",
     "unit_dir",
@@ -214,6 +458,7 @@ const KEYS: &[&str] = &[
     "signatures_required",
     "generations",
     "confirm_secs",
+    "$schema",
 ];
 const CONTROL_PLANE_KEYS: &[&str] = &["address", "server_name", "ca_file", "node", "secret_file"];
 const TOOL_KEYS: &[&str] = &["command", "timeout_secs", "grace_secs"];
@@ -222,7 +467,9 @@ impl RawConfig {
     /// Every field of `value` checked for its type and range, the first wrong one named by its
     /// key (`pacman.timeout_secs: expected a whole number from 1 to 31536000, found -1`).
     fn read(value: &Value) -> Result<RawConfig, String> {
-        let c = Section::new(String::new(), value, KEYS)?;
+        let c = Section::new(String::new(), value, KEY_NAMES)?;
+        // An editor's JSON Schema, ignored once it is a string.
+        c.text("$schema")?;
         Ok(RawConfig {
             state_dir: c.path("state_dir")?,
             unit_name: c.text("unit_name")?,
@@ -416,7 +663,7 @@ fn shown(value: &Value) -> String {
 
 impl Config {
     /// Loads the config. A missing file at the default path means defaults; a missing file the
-    /// user named explicitly is an error.
+    /// user named explicitly is an error. join.json beside it is read with it (`JOIN_FILE`).
     pub fn load(path: Option<&Path>, state_dir_override: Option<&Path>) -> Result<Config, String> {
         let (path, explicit) = match path {
             Some(p) => (p, true),
@@ -427,11 +674,72 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => "{}".to_string(),
             Err(e) => return Err(format!("config {}: {e}", path.display())),
         };
-        let mut config = Config::parse(&text, state_dir_override)
+        let join = join_path(path);
+        let joined = match crate::os::input::read_text(&join, MAX_CONFIG_BYTES) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("config {}: {e}", join.display())),
+        };
+        Config::from_texts(path, &text, joined.as_deref(), state_dir_override)
+    }
+
+    /// The config at `path` from its text and join.json's (when there is one), each error
+    /// naming its file and key.
+    pub fn from_texts(
+        path: &Path,
+        text: &str,
+        joined: Option<&str>,
+        state_dir_override: Option<&Path>,
+    ) -> Result<Config, String> {
+        let join = join_path(path);
+        let read = |text: &str| {
+            crate::model::fields::strict_json(text.as_bytes())
+                .map_err(|e| e.to_string())
+                .and_then(|value| RawConfig::read(&value))
+        };
+        let mut raw = read(text).map_err(|e| format!("config {}: {e}", path.display()))?;
+        if let Some(joined) = joined {
+            let at = |e: String| format!("config {}: {e}", join.display());
+            // Read as a config (the same reader), holding only what join writes.
+            let keys = crate::model::fields::strict_json(joined.as_bytes())
+                .map_err(|e| at(e.to_string()))?;
+            if let Some(key) = keys
+                .as_object()
+                .and_then(|o| o.keys().find(|k| !JOIN_KEYS.contains(&k.as_str())))
+            {
+                return Err(at(format!(
+                    "{key:?} does not belong here: it holds only {} (what mesh-host join writes)",
+                    JOIN_KEYS.join(" and ")
+                )));
+            }
+            let from_join = RawConfig::read(&keys).map_err(at)?;
+            let both = |key: &str| {
+                at(format!(
+                    "{key} is also in {}: keep it in one of the two (mesh-host join writes {JOIN_FILE})",
+                    path.display()
+                ))
+            };
+            if from_join.control_plane.is_some() {
+                if raw.control_plane.is_some() {
+                    return Err(both("control_plane"));
+                }
+                raw.control_plane = from_join.control_plane;
+            }
+            if from_join.trusted_keys.is_some() {
+                if raw.trusted_keys.is_some() {
+                    return Err(both("trusted_keys"));
+                }
+                raw.trusted_keys = from_join.trusted_keys;
+            }
+        }
+        let mut config = Config::from_raw(raw, state_dir_override)
             .map_err(|e| format!("config {}: {e}", path.display()))?;
-        // A relative --config is a file all the same; the host refuses it by its absolute path.
-        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-        config.identity.config_files.push(absolute);
+        // A relative --config is a file all the same; the host refuses it by its absolute path,
+        // and join.json beside it, there or not.
+        for file in [path, &join] {
+            let absolute = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+            config.identity.config_files.push(absolute);
+        }
         Ok(config)
     }
 
@@ -790,7 +1098,7 @@ mod tests {
         };
         type Placed = Box<dyn Fn(Value) -> Value>;
         let mut keys: Vec<(String, Placed)> = Vec::new();
-        for key in KEYS {
+        for key in KEY_NAMES {
             keys.push((
                 key.to_string(),
                 Box::new(move |v| serde_json::json!({*key: v})),
@@ -895,5 +1203,39 @@ mod tests {
         assert!(parse(r#"{"unit_name": "@agent.service"}"#)
             .unwrap_err()
             .contains("unit_name: unit name \"@agent.service\" starts with '@'"));
+    }
+
+    #[test]
+    fn join_json_adds_what_join_wrote_and_each_key_is_in_one_file_only() {
+        let path = Path::new("/etc/mesh-host/config.json");
+        let cp = r#"{"control_plane": {"address": "cp:1", "ca_file": "/etc/mesh-host/ca.pem",
+                     "node": "n1", "secret_file": "/etc/mesh-host/secret"}}"#;
+        let c = Config::from_texts(path, r#"{"interval_secs": 60}"#, Some(cp), None).unwrap();
+        assert_eq!(c.control_plane.unwrap().node, "n1");
+        assert_eq!(c.interval, Duration::from_secs(60));
+        assert!(c
+            .identity
+            .config_files
+            .contains(&PathBuf::from("/etc/mesh-host/join.json")));
+        // Written by an older join into config.json, it still counts.
+        let c = Config::from_texts(path, cp, None, None).unwrap();
+        assert_eq!(c.control_plane.unwrap().node, "n1");
+        for (config, joined, want) in [
+            (cp, cp, "config /etc/mesh-host/join.json: control_plane is also in /etc/mesh-host/config.json"),
+            (
+                r#"{"trusted_keys": []}"#,
+                r#"{"trusted_keys": []}"#,
+                "join.json: trusted_keys is also in",
+            ),
+            (
+                "{}",
+                r#"{"interval_secs": 5}"#,
+                "join.json: \"interval_secs\" does not belong here",
+            ),
+            (r#"{"watch": 1}"#, "{}", "config /etc/mesh-host/config.json: watch: expected true or false"),
+        ] {
+            let err = Config::from_texts(path, config, Some(joined), None).unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
     }
 }

@@ -12,8 +12,8 @@ use serde_json::{Map, Value};
 
 use crate::model::config::{Identity, Limits};
 use crate::model::fields::{
-    content_secrets, resource_location, secret_piece, type_name, Fields, Problems, StrictValue,
-    StrictVisitor,
+    content_secrets, resource_location, secret_piece, type_name, FieldDoc, FieldType, Fields,
+    Problems, StrictValue, StrictVisitor,
 };
 use crate::model::spec::files::{self};
 use crate::model::spec::units::{self};
@@ -132,6 +132,45 @@ pub struct Context<'a> {
 }
 
 /// Parses and validates a declaration. Either the whole thing is valid, or every problem is listed.
+/// The declaration's own top-level fields, for the manual and the JSON Schema (the kinds'
+/// sections follow from `spec::DOCS`); `parse` is the authority.
+pub const FIELDS: &[FieldDoc] = &[
+    FieldDoc {
+        name: "$schema",
+        ty: FieldType::String,
+        default: Some("none"),
+        about: "Ignored: the JSON Schema an editor checks the file with \
+                (/usr/share/mesh-host/declaration.schema.json).",
+    },
+    FieldDoc {
+        name: "schema",
+        ty: FieldType::Const(SCHEMA),
+        default: None,
+        about: "The format's version.",
+    },
+    FieldDoc {
+        name: "revision",
+        ty: FieldType::Integer(0),
+        default: Some("none"),
+        about: "The control plane's increasing counter, shown by status; required in a signed \
+                declaration from the control plane.",
+    },
+    FieldDoc {
+        name: "expires",
+        ty: FieldType::Integer(0),
+        default: Some("never"),
+        about: "Unix seconds from which the control plane cannot deliver it (the one in force is \
+                still held past it).",
+    },
+    FieldDoc {
+        name: "packages_upgrade",
+        ty: FieldType::Bool,
+        default: Some("false"),
+        about: "true: missing packages install with a full pacman -Syu --needed (the system is \
+                upgraded with them); false: with pacman -S --needed.",
+    },
+];
+
 pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
     let mut problems = Problems::default();
     if bytes.len() as u64 > cx.limits.max_declaration_bytes {
@@ -161,6 +200,8 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
         }
     };
     let mut fields = Fields::new(&top.fields, String::new(), &mut problems);
+    // An editor's JSON Schema, ignored.
+    fields.str("$schema");
     let schema = fields.u64("schema");
     let revision = fields.u64("revision");
     let expires = fields.u64("expires");

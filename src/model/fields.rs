@@ -320,3 +320,57 @@ impl<'de> Visitor<'de> for StrictVisitor {
         Ok(StrictValue(Value::Object(object)))
     }
 }
+
+/// A field as the manual (`mesh-host.json(5)`, `mesh-host-config(5)`) and the JSON Schemas
+/// describe it. The parsers stay the authority: `tests/manual.rs` checks these tables name
+/// exactly the fields the parsers know.
+pub struct FieldDoc {
+    pub name: &'static str,
+    pub ty: FieldType,
+    /// What leaving it out means (`false`, "not managed"); `None`: it must be given.
+    pub default: Option<&'static str>,
+    pub about: &'static str,
+}
+
+/// A field's JSON type, as far as a schema can say it (the parsers check the rest).
+pub enum FieldType {
+    String,
+    Bool,
+    /// An integer of at least this.
+    Integer(u64),
+    /// Exactly this integer (`schema`).
+    Const(u64),
+    /// One of these strings.
+    OneOf(&'static [&'static str]),
+    Strings,
+    /// An object whose values are strings.
+    StringMap,
+    /// An object of exactly these fields.
+    Object(&'static [FieldDoc]),
+}
+
+impl FieldType {
+    /// The type in words, for the manual.
+    pub fn words(&self) -> String {
+        match self {
+            FieldType::String => "string".into(),
+            FieldType::Bool => "boolean".into(),
+            FieldType::Integer(0) => "integer".into(),
+            FieldType::Integer(min) => format!("integer, at least {min}"),
+            FieldType::Const(n) => format!("the integer {n}"),
+            FieldType::OneOf(words) => format!("one of {}", words.join(", ")),
+            FieldType::Strings => "array of strings".into(),
+            FieldType::StringMap => "object of strings".into(),
+            FieldType::Object(_) => "object".into(),
+        }
+    }
+}
+
+/// Every resource's `state` (`Fields::present`).
+pub const STATE: FieldDoc = FieldDoc {
+    name: "state",
+    ty: FieldType::OneOf(&["present", "absent"]),
+    default: Some("present"),
+    about: "absent: removed (a file deleted, a package removed, a unit stopped and disabled, a \
+            container removed), whether or not the host owns it.",
+};

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::kind::{check_argument, KindSpec, NoOriginal};
 use crate::model::config::{Identity, Limits};
 use crate::model::digest::Digest;
-use crate::model::fields::Fields;
+use crate::model::fields::{FieldDoc, FieldType, Fields, STATE};
 use crate::util::codec;
 
 pub struct Containers;
@@ -33,6 +33,59 @@ pub struct Spec {
 
 impl KindSpec for Containers {
     const ABOUT: &'static str = "podman containers";
+    const KEY: &'static str = "a container name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)";
+    const FIELDS: &'static [FieldDoc] = &[
+        STATE,
+        FieldDoc {
+            name: "image",
+            ty: FieldType::String,
+            default: Some("required unless state is absent"),
+            about: "The image, such as localhost/web:1.",
+        },
+        FieldDoc {
+            name: "command",
+            ty: FieldType::Strings,
+            default: Some("the image's"),
+            about: "The command (after the image).",
+        },
+        FieldDoc {
+            name: "env",
+            ty: FieldType::StringMap,
+            default: Some("none"),
+            about: "Environment variables; their values are secret (passed in a 0600 env file).",
+        },
+        FieldDoc {
+            name: "ports",
+            ty: FieldType::Strings,
+            default: Some("none"),
+            about: "--publish values, such as 127.0.0.1:8080:80/tcp.",
+        },
+        FieldDoc {
+            name: "volumes",
+            ty: FieldType::Strings,
+            default: Some("none"),
+            about: "--volume values, such as /srv/data:/data:ro or name:/data.",
+        },
+        FieldDoc {
+            name: "network",
+            ty: FieldType::String,
+            default: Some("podman's"),
+            about: "The --network value (host, none, a network name).",
+        },
+        FieldDoc {
+            name: "init",
+            ty: FieldType::Bool,
+            default: Some("false"),
+            about: "Run an init as PID 1 (podman --init).",
+        },
+        FieldDoc {
+            name: "running",
+            ty: FieldType::Bool,
+            default: Some("true"),
+            about: "false keeps it created but stopped.",
+        },
+    ];
+    const REQUIRED: &'static [&'static [&'static str]] = &[&["image"]];
     type Spec = Spec;
     type Original = NoOriginal;
 

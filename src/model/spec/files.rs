@@ -4,7 +4,7 @@
 use super::kind::KindSpec;
 use crate::model::config::{Identity, Limits};
 use crate::model::digest::Digest;
-use crate::model::fields::Fields;
+use crate::model::fields::{FieldDoc, FieldType, Fields, STATE};
 use crate::os::accounts::Account;
 use crate::os::fsutil::TEMP_SUFFIX;
 use crate::util::codec;
@@ -78,6 +78,48 @@ pub struct Original {
 
 impl KindSpec for Files {
     const ABOUT: &'static str = "files under /etc";
+    const KEY: &'static str = "an absolute path under /etc";
+    const FIELDS: &'static [FieldDoc] = &[
+        STATE,
+        FieldDoc {
+            name: "content",
+            ty: FieldType::String,
+            default: Some("required unless content_base64 is given"),
+            about: "The file's content (UTF-8).",
+        },
+        FieldDoc {
+            name: "content_base64",
+            ty: FieldType::String,
+            default: Some("required unless content is given"),
+            about: "The content in base64, for binary files; give exactly one of the two.",
+        },
+        FieldDoc {
+            name: "mode",
+            ty: FieldType::String,
+            default: Some("not managed (a new file gets 0644, 0600 when secret)"),
+            about: "Octal, such as \"0644\" or \"4755\".",
+        },
+        FieldDoc {
+            name: "owner",
+            ty: FieldType::String,
+            default: Some("not managed (a new file gets root)"),
+            about: "A user name or numeric uid.",
+        },
+        FieldDoc {
+            name: "group",
+            ty: FieldType::String,
+            default: Some("not managed (a new file gets root)"),
+            about: "A group name or numeric gid.",
+        },
+        FieldDoc {
+            name: "secret",
+            ty: FieldType::Bool,
+            default: Some("true when the declared mode lets others not read the file"),
+            about: "Its content is never shown, logged or reported: only its size and a keyed \
+                    digest.",
+        },
+    ];
+    const REQUIRED: &'static [&'static [&'static str]] = &[&["content", "content_base64"]];
     type Spec = Spec;
     type Original = Original;
 

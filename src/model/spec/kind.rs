@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::config::{Identity, Limits};
 use crate::model::digest::Digest;
-use crate::model::fields::Fields;
+use crate::model::fields::{FieldDoc, Fields};
 
 /// The kind's name, given by the registry (`model::spec::registry!`): the declaration's key for
 /// the kind and its section of the ledger.
@@ -20,6 +20,12 @@ pub trait Named {
 pub trait KindSpec: Named {
     /// What it manages, for the usage text: `files under /etc`.
     const ABOUT: &'static str;
+    /// What a resource's key is, for the manual: `an absolute path under /etc`.
+    const KEY: &'static str;
+    /// Its fields, for the manual and the JSON Schema (`state` first); `parse` is the authority.
+    const FIELDS: &'static [FieldDoc];
+    /// The fields a present resource needs, as alternatives: one of each group must be given.
+    const REQUIRED: &'static [&'static [&'static str]];
     type Spec: std::fmt::Debug + Clone;
     /// What the ledger keeps of an adopted resource, to put it back on release (`NoOriginal` for
     /// a kind that adopts nothing). Serialised in the ledger as the `original` of its entry.

@@ -30,6 +30,15 @@ macro_rules! registry {
 }
 pub(crate) use registry;
 
+/// A kind as the manual and the JSON Schema describe it (`KindSpec`'s documentation items).
+pub struct KindDoc {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub key: &'static str,
+    pub fields: &'static [crate::model::fields::FieldDoc],
+    pub required: &'static [&'static [&'static str]],
+}
+
 macro_rules! named {
     ($($name:ident: $kind:ty,)*) => {
         /// The kinds' names, in converge order: the top-level keys a declaration may have besides
@@ -38,6 +47,16 @@ macro_rules! named {
 
         /// What each kind manages, in converge order, for the usage text.
         pub const ABOUT: &[&str] = &[$(<$kind as KindSpec>::ABOUT),*];
+
+        /// Each kind's manual entry, in converge order: its name, what it manages, its keys, fields
+        /// and required fields.
+        pub const DOCS: &[KindDoc] = &[$(KindDoc {
+            name: stringify!($name),
+            about: <$kind as KindSpec>::ABOUT,
+            key: <$kind as KindSpec>::KEY,
+            fields: <$kind as KindSpec>::FIELDS,
+            required: <$kind as KindSpec>::REQUIRED,
+        }),*];
 
         $(impl Named for $kind {
             const NAME: &'static str = stringify!($name);

@@ -4,7 +4,7 @@
 use super::kind::{check_argument, KindSpec};
 use crate::model::config::{Identity, Limits};
 use crate::model::digest::Digest;
-use crate::model::fields::Fields;
+use crate::model::fields::{FieldDoc, Fields, STATE};
 use crate::tools::pacman::InstallReason;
 
 pub struct Packages;
@@ -16,6 +16,10 @@ pub struct Spec {
 
 impl KindSpec for Packages {
     const ABOUT: &'static str = "pacman packages";
+    const KEY: &'static str =
+        "a package name (letters, digits and @._+-, not starting with - or .)";
+    const FIELDS: &'static [FieldDoc] = &[STATE];
+    const REQUIRED: &'static [&'static [&'static str]] = &[];
     type Spec = Spec;
     type Original = InstallReason;
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::kind::{check_argument, KindSpec};
 use crate::model::config::{Identity, Limits};
 use crate::model::digest::Digest;
-use crate::model::fields::Fields;
+use crate::model::fields::{FieldDoc, FieldType, Fields, STATE};
 use crate::model::unitfile::UnitName;
 
 pub struct Units;
@@ -49,6 +49,63 @@ pub struct Original {
 
 impl KindSpec for Units {
     const ABOUT: &'static str = "systemd units";
+    const KEY: &'static str =
+        "a unit name with its suffix (nginx.service, backup.timer, getty@.service)";
+    const FIELDS: &'static [FieldDoc] = &[
+        STATE,
+        FieldDoc {
+            name: "enabled",
+            ty: FieldType::Bool,
+            default: Some("not managed"),
+            about: "Enabled (systemctl enable) or not.",
+        },
+        FieldDoc {
+            name: "active",
+            ty: FieldType::Bool,
+            default: Some("not managed"),
+            about: "Running or stopped.",
+        },
+        FieldDoc {
+            name: "content",
+            ty: FieldType::String,
+            default: Some("the unit a package ships"),
+            about: "The unit file, written to the unit directory (config unit_dir); a running \
+                    unit whose file changed is restarted.",
+        },
+        FieldDoc {
+            name: "restart_on",
+            ty: FieldType::Strings,
+            default: Some("none"),
+            about: "Files of this declaration whose change restarts the unit.",
+        },
+        FieldDoc {
+            name: "reload_on",
+            ty: FieldType::Strings,
+            default: Some("none"),
+            about: "Files of this declaration whose change reloads the unit (systemctl reload).",
+        },
+        FieldDoc {
+            name: "package",
+            ty: FieldType::String,
+            default: Some("none"),
+            about: "The declared package that ships the unit: if it fails to install, the unit \
+                    is skipped with that reason.",
+        },
+        FieldDoc {
+            name: "secret",
+            ty: FieldType::Bool,
+            default: Some("false"),
+            about: "Its content is never shown, logged or reported, and its file is 0600.",
+        },
+        FieldDoc {
+            name: "restart_when_stale",
+            ty: FieldType::Bool,
+            default: Some("false"),
+            about: "Restart it while it runs with processes mapping files an upgrade deleted \
+                    under /usr.",
+        },
+    ];
+    const REQUIRED: &'static [&'static [&'static str]] = &[];
     type Spec = Spec;
     type Original = Original;
 
