@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::out::Out;
 use super::render;
 use crate::engine::reconcile::{self, Mode};
 use crate::engine::{
@@ -21,6 +22,7 @@ pub struct Commands<'a> {
     pub json: bool,
     /// Wait for the store's lock instead of exiting 3 (`--wait`).
     pub wait: bool,
+    pub out: &'a Out,
 }
 
 impl Commands<'_> {
@@ -69,7 +71,7 @@ impl Commands<'_> {
             notes,
             diffs_cut: report.diffs_cut,
         };
-        render::run(self.json, &output, traced);
+        render::run(self.out, self.json, &output, traced);
     }
 
     /// Validates a declaration and, for an envelope, says who signed it; refuses (exit 2) what
@@ -103,7 +105,7 @@ impl Commands<'_> {
             refusal: refusal.clone(),
             expires: d.expires,
         };
-        render::check(self.json, &checked, store::unix_now());
+        render::check(self.out, self.json, &checked, store::unix_now());
         match refusal {
             Some(refusal) => Err(Fatal::Invalid(format!(
                 "{}: refused: {refusal}",
@@ -216,7 +218,7 @@ impl Commands<'_> {
     pub fn confirm(&self) -> Result<i32, Fatal> {
         self.revert_first()?;
         let said = self.host.confirm(self.wait)?;
-        render::said(self.json, &said);
+        render::said(self.out, self.json, &said);
         Ok(EXIT_OK)
     }
 
@@ -256,7 +258,12 @@ impl Commands<'_> {
 
     pub fn owned(&self) -> Result<i32, Fatal> {
         let Some(store) = Store::open(&self.host.config.state_dir, false)? else {
-            render::owned(self.json, &render::Owned { owned: &[] }, store::unix_now());
+            render::owned(
+                self.out,
+                self.json,
+                &render::Owned { owned: &[] },
+                store::unix_now(),
+            );
             return Ok(EXIT_OK);
         };
         // The text dropped once parsed, before the ledger is read: never both held at once.
@@ -282,6 +289,7 @@ impl Commands<'_> {
             row.failing = history.find(row.kind, &row.key).map(Box::new);
         }
         render::owned(
+            self.out,
             self.json,
             &render::Owned { owned: &rows },
             store::unix_now(),
@@ -334,7 +342,7 @@ impl Commands<'_> {
             problems,
             generations,
         };
-        render::status(self.json, &status, now);
+        render::status(self.out, self.json, &status, now);
         // The host cannot run as it stands, or its last run could not: said by the exit code too.
         Ok(if status.problems.is_empty() && !last_failed {
             EXIT_OK

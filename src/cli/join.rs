@@ -14,6 +14,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::cli::args::{self, Args, Join, Token};
+use crate::cli::out::{outln, Out};
+use crate::cli::render::print_json;
 use crate::engine::{Fatal, EXIT_OK};
 use crate::model::config::{Config, DEFAULT_CONFIG_PATH};
 use crate::os::fsutil::Dir;
@@ -49,7 +51,7 @@ struct RawError {
     error: String,
 }
 
-pub fn run(args: &Args, join: &Join) -> Result<i32, Fatal> {
+pub fn run(out: &Out, args: &Args, join: &Join) -> Result<i32, Fatal> {
     if unsafe { libc::geteuid() } != 0 {
         return Err(Fatal::Invalid(
             "join must run as root: it writes the node's secret (mode 0600, owned by root) \
@@ -74,26 +76,36 @@ pub fn run(args: &Args, join: &Join) -> Result<i32, Fatal> {
     let signalled = signal_service(&target.state_dir);
 
     if args.json {
-        let out = json!({"joined": true, "node": identity.node, "address": identity.address,
+        let joined = json!({"joined": true, "node": identity.node, "address": identity.address,
             "server_name": identity.server_name, "config": config_path,
             "ca_file": cp.0, "secret_file": cp.1, "service_pid": signalled});
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        print_json(out, &joined);
     } else {
-        println!(
+        outln!(
+            out,
             "joined the control plane at {} as node {:?}; its link is {} ({})",
-            url, identity.node, identity.address, identity.server_name
+            url,
+            identity.node,
+            identity.address,
+            identity.server_name
         );
-        println!(
+        outln!(
+            out,
             "wrote {} (control_plane), {} and {} (0600)",
             config_path.display(),
             cp.0.display(),
             cp.1.display()
         );
         match signalled {
-            Some(pid) => println!("the service (pid {pid}) reloads its config and connects"),
-            None => println!(
-                "the service is not running; start it to connect: systemctl enable --now mesh-host"
+            Some(pid) => outln!(
+                out,
+                "the service (pid {pid}) reloads its config and connects"
             ),
+            None => {
+                outln!(out,
+                "the service is not running; start it to connect: systemctl enable --now mesh-host"
+            )
+            }
         }
     }
     Ok(EXIT_OK)

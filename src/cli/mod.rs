@@ -6,6 +6,7 @@ pub mod args;
 mod commands;
 mod join;
 mod keys;
+mod out;
 mod render;
 
 use std::ffi::OsString;
@@ -14,6 +15,7 @@ use crate::engine::{self, Fatal, Host};
 use crate::{service, util};
 use args::Command;
 use commands::Commands;
+use out::{outln, Out};
 
 /// Sets up logging for the command line `args`: the service logs at info, other commands warn.
 pub fn init_logging(args: &[OsString]) {
@@ -22,39 +24,66 @@ pub fn init_logging(args: &[OsString]) {
 }
 
 /// Runs the command line `args` (without the program name; any bytes, as `args_os` gives them)
-/// and returns the exit code.
+/// and returns the exit code. With `--json`, an error is also a JSON document on stdout
+/// (docs/json.md) unless the command printed its own; a closed stdout keeps the exit code, any
+/// other failure to print is exit 4.
 pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
-    match args::parse(args) {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let out = Out::stdout();
+    let code = match args::parse(args.iter().cloned()) {
         Err(e) => {
             eprintln!("mesh-host: {e}\nTry `mesh-host --help`.");
+            // Unparsed, `--json` is still what the person asked for.
+            if args.iter().any(|a| a == "--json") {
+                error_json(&out, "usage", &e, engine::EXIT_INVALID);
+            }
             engine::EXIT_INVALID
         }
-        Ok(args) => match run(args) {
+        Ok(args) => match run(&out, &args) {
             Ok(code) => code,
             Err(fatal) => {
                 eprintln!("mesh-host: {}", fatal.message());
+                if args.json && !out.written() {
+                    error_json(&out, fatal.kind(), fatal.message(), fatal.exit_code());
+                }
                 fatal.exit_code()
             }
         },
+    };
+    match out.finish() {
+        Ok(()) => code,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => code,
+        Err(e) => {
+            eprintln!("mesh-host: cannot write to standard output: {e}");
+            engine::EXIT_ERROR
+        }
     }
 }
 
-fn run(args: args::Args) -> Result<i32, Fatal> {
+/// `{"version": 1, "error": {"kind", "message", "exit_code"}}`: the one shape of every error.
+fn error_json(out: &Out, kind: &str, message: &str, exit_code: i32) {
+    let error = serde_json::json!({
+        "error": {"kind": kind, "message": message, "exit_code": exit_code}
+    });
+    render::print_json(out, &error);
+}
+
+fn run(out: &Out, args: &args::Args) -> Result<i32, Fatal> {
     match &args.command {
         Command::Help => {
-            println!("{}", args::usage());
+            outln!(out, "{}", args::usage());
             return Ok(engine::EXIT_OK);
         }
         Command::Version => {
-            println!("mesh-host {}", env!("CARGO_PKG_VERSION"));
+            outln!(out, "mesh-host {}", env!("CARGO_PKG_VERSION"));
             return Ok(engine::EXIT_OK);
         }
         // Before the config is loaded: what systemd runs must work whatever the config says.
         Command::Reload(Some(pid)) => return service::signal_reload(*pid),
         // Before the config is loaded: join may be what creates it.
-        Command::Join(join) => return join::run(&args, join),
+        Command::Join(join) => return join::run(out, args, join),
         // On the operator's offline machine: no config, no store.
-        Command::Keygen { out } => return keys::keygen(&args, out),
+        Command::Keygen { out: file } => return keys::keygen(out, args, file),
         _ => {}
     }
     let mut host = Host::new(args.engine_options())?;
@@ -62,6 +91,7 @@ fn run(args: args::Args) -> Result<i32, Fatal> {
         host: &host,
         json: args.json,
         wait: args.wait,
+        out,
     };
     match args.command.clone() {
         Command::Check(file) => commands().check(&file),
@@ -74,7 +104,7 @@ fn run(args: args::Args) -> Result<i32, Fatal> {
         Command::Status => commands().status(),
         Command::Reload(pid) => service::reload(&host, pid),
         Command::Run => service::run(&mut host),
-        Command::Sign { key, file } => keys::sign(&host, &key, &file),
+        Command::Sign { key, file } => keys::sign(out, &host, &key, &file),
         Command::Join(_) | Command::Keygen { .. } | Command::Help | Command::Version => {
             Ok(engine::EXIT_OK)
         }

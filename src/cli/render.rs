@@ -17,11 +17,20 @@ use crate::store::{
 use crate::util::diff::{Body, ContentDiff, Tag};
 use crate::util::words::{age, duration_words, expiry};
 
-/// Prints `output` as pretty JSON. Through `serde_json::Value`, so every object's keys come out
-/// sorted, nested records included, whatever the order of their fields.
-fn print_json(output: &impl Serialize) {
-    let value = serde_json::to_value(output).unwrap_or_default();
-    println!(
+use super::out::{out, outln, Out};
+
+/// The version of every `--json` document's shape (docs/json.md): its `version` member.
+pub const JSON_VERSION: u64 = 1;
+
+/// Prints `output` as pretty JSON with its `version`. Through `serde_json::Value`, so every
+/// object's keys come out sorted, nested records included, whatever the order of their fields.
+pub fn print_json(out: &Out, output: &impl Serialize) {
+    let mut value = serde_json::to_value(output).unwrap_or_default();
+    if let Some(object) = value.as_object_mut() {
+        object.insert("version".into(), JSON_VERSION.into());
+    }
+    outln!(
+        out,
         "{}",
         serde_json::to_string_pretty(&value).unwrap_or_default()
     );
@@ -51,21 +60,22 @@ pub struct Checked<'a> {
     pub expires: Option<u64>,
 }
 
-pub fn check(json: bool, checked: &Checked, now: u64) {
+pub fn check(out: &Out, json: bool, checked: &Checked, now: u64) {
     if json {
-        return print_json(checked);
+        return print_json(out, checked);
     }
-    println!(
+    outln!(
+        out,
         "{}: valid ({} resources, sha256 {})",
         checked.file.display(),
         checked.resources,
         checked.digest
     );
     for s in &checked.signatures {
-        println!("signed by {}: {}", s.key, s.state);
+        outln!(out, "signed by {}: {}", s.key, s.state);
     }
     if let Some(expires) = checked.expires {
-        println!("{}", expiry(expires, now));
+        outln!(out, "{}", expiry(expires, now));
     }
 }
 
@@ -135,13 +145,14 @@ impl Serialize for Changes<'_> {
     }
 }
 
-pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
+pub fn run(out: &Out, json: bool, run: &RunOutput, traced: &[String]) {
     if json {
-        return print_json(run);
+        return print_json(out, run);
     }
     let colour = Colour::for_stdout();
     for (c, diff) in run.changes.each() {
-        println!(
+        outln!(
+            out,
             "{} {} {}: {}",
             c.symbol,
             c.kind,
@@ -149,30 +160,38 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
             c.details.join(", ")
         );
         if let Some(diff) = diff {
-            print!("{}", diff_text(c.kind, &c.key, diff, colour));
+            out!(out, "{}", diff_text(c.kind, &c.key, diff, colour));
         }
     }
     for a in run.adopted {
-        println!("= {} {}: adopted, already as declared", a.kind, a.key);
+        outln!(out, "= {} {}: adopted, already as declared", a.kind, a.key);
     }
     for d in run.deferred {
-        println!("> {} {}: deferred: {}", d.kind, d.key, d.detail);
+        outln!(out, "> {} {}: deferred: {}", d.kind, d.key, d.detail);
     }
     for f in run.failures {
-        println!("! {} {}: {} failed: {}", f.kind, f.key, f.action, f.detail);
+        outln!(
+            out,
+            "! {} {}: {} failed: {}",
+            f.kind,
+            f.key,
+            f.action,
+            f.detail
+        );
     }
     for p in run.pacnew {
-        println!("? files {}: {}", p.path, pacnew_advice(p));
+        outln!(out, "? files {}: {}", p.path, pacnew_advice(p));
     }
     if let Some(needs) = run.needs.filter(|n| !n.is_empty()) {
-        needs_lines(needs);
+        needs_lines(out, needs);
     }
     let verb = if run.planning {
         "would change"
     } else {
         "changed"
     };
-    println!(
+    outln!(
+        out,
         "{} {verb}, {} in sync, {} adopted, {} deferred, {} failed ({} commands run)",
         run.changes.planned.len(),
         run.in_sync,
@@ -185,10 +204,10 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
         eprintln!("command: {command}");
     }
     for note in run.notes {
-        println!("note: {note}");
+        outln!(out, "note: {note}");
     }
     if run.diffs_cut {
-        println!(
+        outln!(out,
             "note: the diffs shown reached {} KiB; the changes after them are listed without theirs",
             crate::engine::reconcile::DIFFS_KEPT >> 10
         );
@@ -287,12 +306,12 @@ pub struct Owned<'a> {
     pub owned: &'a [OwnedRow],
 }
 
-pub fn owned(json: bool, owned: &Owned, now: u64) {
+pub fn owned(out: &Out, json: bool, owned: &Owned, now: u64) {
     if json {
-        return print_json(owned);
+        return print_json(out, owned);
     }
     if owned.owned.is_empty() {
-        println!("mesh-host owns nothing");
+        outln!(out, "mesh-host owns nothing");
     }
     let colour = Colour::for_stdout();
     for r in owned.owned {
@@ -302,18 +321,22 @@ pub fn owned(json: bool, owned: &Owned, now: u64) {
         } else {
             format!(": {}", r.detail)
         };
-        println!(
+        outln!(
+            out,
             "{:<10} {:<40} {:<8} {}{detail}",
-            r.kind, r.key, origin, r.state
+            r.kind,
+            r.key,
+            origin,
+            r.state
         );
         if let Some(diff) = &r.diff {
-            print!("{}", diff_text(r.kind, &r.key, diff, colour));
+            out!(out, "{}", diff_text(r.kind, &r.key, diff, colour));
         }
         if let Some(f) = &r.failing {
-            println!("    ! {}", failing_words(f, now));
+            outln!(out, "    ! {}", failing_words(f, now));
         }
         for p in &r.pacnew {
-            println!("    ? {}", pacnew_advice(p));
+            outln!(out, "    ? {}", pacnew_advice(p));
         }
     }
 }
@@ -437,19 +460,19 @@ pub struct Status<'a> {
 }
 
 /// What `confirm` and `rollback` did, in a sentence (`{"said": ...}` as JSON).
-pub fn said(json: bool, said: &str) {
+pub fn said(out: &Out, json: bool, said: &str) {
     if json {
-        return print_json(&serde_json::json!({ "said": said }));
+        return print_json(out, &serde_json::json!({ "said": said }));
     }
-    println!("{said}");
+    outln!(out, "{said}");
 }
 
 /// The generations in `status`, newest first: the first is the declaration in force.
-fn generations_lines(generations: &Generations, now: u64) {
+fn generations_lines(out: &Out, generations: &Generations, now: u64) {
     if generations.list.is_empty() {
         return;
     }
-    println!("generations (newest first):");
+    outln!(out, "generations (newest first):");
     for (i, g) in generations.list.iter().rev().enumerate() {
         let source = match &g.source {
             Source::Local { path } => format!("local file {path}"),
@@ -478,7 +501,8 @@ fn generations_lines(generations: &Generations, now: u64) {
             false => "",
         };
         // The state first: a line of status ending `ago: ...` is a run's.
-        println!(
+        outln!(
+            out,
             "  {} revision {} ({state}), from {source}, sha256 {}, put in force {} ago{expired}",
             if i == 0 { "*" } else { " " },
             words_revision(g.revision),
@@ -487,7 +511,8 @@ fn generations_lines(generations: &Generations, now: u64) {
         );
     }
     if let Some(r) = &generations.reverted {
-        println!(
+        outln!(
+            out,
             "reverted: revision {} {} ago, back to revision {}: {}{}",
             words_revision(r.revision),
             age(now.saturating_sub(r.at)),
@@ -502,17 +527,17 @@ fn generations_lines(generations: &Generations, now: u64) {
     }
 }
 
-pub fn status(json: bool, status: &Status, now: u64) {
+pub fn status(out: &Out, json: bool, status: &Status, now: u64) {
     if json {
-        return print_json(status);
+        return print_json(out, status);
     }
-    println!("store: {}", status.state_dir.display());
+    outln!(out, "store: {}", status.state_dir.display());
     for problem in &status.problems {
-        println!("  ! {problem}");
+        outln!(out, "  ! {problem}");
     }
     match &status.service {
-        None => println!("service: never ran"),
-        Some(s) if s.state != Liveness::Running => println!("service: {}", s.state.words()),
+        None => outln!(out, "service: never ran"),
+        Some(s) if s.state != Liveness::Running => outln!(out, "service: {}", s.state.words()),
         Some(s) => {
             let link = match (s.link, s.link_at) {
                 (LinkStatus::Connected, Some(at)) => {
@@ -528,18 +553,19 @@ pub fn status(json: bool, status: &Status, now: u64) {
                 .as_ref()
                 .map(|e| format!(" (last error: {e})"))
                 .unwrap_or_default();
-            println!(
+            outln!(
+                out,
                 "service: running (pid {}), link {link}{error}, next timer run in {}",
                 s.pid,
                 age(s.next_timer.saturating_sub(now))
             );
             if let Some(w) = &s.watch {
-                watch(w, now);
+                watch(out, w, now);
             }
         }
     }
     match &status.in_force {
-        None => println!("declaration in force: none"),
+        None => outln!(out, "declaration in force: none"),
         Some(f) => {
             let source = match &f.source {
                 Source::Local { path } => format!("local file {path}"),
@@ -549,7 +575,8 @@ pub fn status(json: bool, status: &Status, now: u64) {
                 .revision
                 .map(|r| format!("revision {r}, "))
                 .unwrap_or_default();
-            println!(
+            outln!(
+                out,
                 "declaration in force: {revision}from {source}, sha256 {}, since {} ago",
                 f.digest,
                 age(now.saturating_sub(f.since))
@@ -560,7 +587,7 @@ pub fn status(json: bool, status: &Status, now: u64) {
                 } else {
                     "not trusted here"
                 };
-                println!("    signed by {} ({trust})", s.key);
+                outln!(out, "    signed by {} ({trust})", s.key);
             }
             if let Some(expires) = f.expires {
                 let held = if f.expired {
@@ -568,54 +595,59 @@ pub fn status(json: bool, status: &Status, now: u64) {
                 } else {
                     ""
                 };
-                println!("    {}{held}", expiry(expires, now));
+                outln!(out, "    {}{held}", expiry(expires, now));
             }
         }
     }
-    generations_lines(&status.generations, now);
+    generations_lines(out, &status.generations, now);
     if !status.failing.is_empty() {
-        println!("failing: {} resources", status.failing.len());
+        outln!(out, "failing: {} resources", status.failing.len());
         for f in &status.failing {
-            println!("  ! {} {}: {}", f.kind, f.key, failing_words(f, now));
+            outln!(out, "  ! {} {}: {}", f.kind, f.key, failing_words(f, now));
         }
     }
     for p in &status.pacnew {
-        println!("? files {}: {}", p.path, pacnew_advice(p));
+        outln!(out, "? files {}: {}", p.path, pacnew_advice(p));
     }
     if let Some(needs) = &status.needs {
-        needs_lines(needs);
+        needs_lines(out, needs);
     }
     if status.runs.is_empty() {
-        println!("no runs recorded");
+        outln!(out, "no runs recorded");
     }
     for run in status.runs.iter().rev().take(10) {
-        run_lines(run, now);
+        run_lines(out, run, now);
     }
 }
 
 /// What the machine needs, as the last run found it: the host does none of it by itself (a
 /// declared unit's `restart_when_stale` aside).
-fn needs_lines(needs: &Needs) {
+fn needs_lines(out: &Out, needs: &Needs) {
     if needs.is_empty() {
-        println!("needs: no reboot, no restart");
+        outln!(out, "needs: no reboot, no restart");
     }
     if let Some(why) = &needs.reboot {
-        println!("needs: a reboot: {why}");
+        outln!(out, "needs: a reboot: {why}");
     }
     if !needs.restart.is_empty() {
-        println!(
+        outln!(
+            out,
             "needs: a restart of {} (mapping files an upgrade deleted)",
             needs.restart.join(", ")
         );
     }
     if needs.reexec {
-        println!("needs: systemctl daemon-reexec (PID 1 maps files an upgrade deleted)");
+        outln!(
+            out,
+            "needs: systemctl daemon-reexec (PID 1 maps files an upgrade deleted)"
+        );
     }
 }
 
 /// One recorded run in `status`: when, why, how it ended, and what went wrong.
-fn run_lines(run: &RunRecord, now: u64) {
-    println!(
+fn run_lines(out: &Out, run: &RunRecord, now: u64) {
+    outln!(
+        out,
         "{} ago: {} {} ({} changed, {} failed, {} deferred, {} in sync, {} commands)",
         age(now.saturating_sub(run.ended)),
         run.trigger,
@@ -627,19 +659,21 @@ fn run_lines(run: &RunRecord, now: u64) {
         run.commands
     );
     for note in &run.notes {
-        println!("    note: {note}");
+        outln!(out, "    note: {note}");
     }
     if run.retries > 0 {
-        println!(
+        outln!(
+            out,
             "    ({} of the commands were retries of failed batched queries)",
             run.retries
         );
     }
     for f in &run.failures {
-        println!("    ! {} {}: {}", f.kind, f.key, f.detail);
+        outln!(out, "    ! {} {}: {}", f.kind, f.key, f.detail);
     }
     if run.omitted > 0 {
-        println!(
+        outln!(
+            out,
             "    ({} more resources not kept in the history)",
             run.omitted
         );
@@ -647,25 +681,26 @@ fn run_lines(run: &RunRecord, now: u64) {
 }
 
 /// The watcher's lines of `status`: what it watches, what it cannot, what it leaves to the timer.
-fn watch(w: &WatchState, now: u64) {
+fn watch(out: &Out, w: &WatchState, now: u64) {
     let detail = w
         .detail
         .as_ref()
         .map(|d| format!(" ({d})"))
         .unwrap_or_default();
     match w.state {
-        WatchMode::Off => println!("watch: off{detail}; drift is found by the timer alone"),
-        state => println!("watch: {state}, {} directories{detail}", w.directories),
+        WatchMode::Off => outln!(out, "watch: off{detail}; drift is found by the timer alone"),
+        state => outln!(out, "watch: {state}, {} directories{detail}", w.directories),
     }
     if let Some(at) = w.last_overflow {
-        println!(
+        outln!(
+            out,
             "    the event queue overflowed {} times, last {} ago: each time a full run",
             w.overflows,
             age(now.saturating_sub(at))
         );
     }
     for c in &w.contested {
-        println!(
+        outln!(out,
             "    contested: {} {} since {} ago ({} repairs within a minute, changed again {} ago): \
              another process keeps changing it; left to the timer until it is left alone",
             c.kind,

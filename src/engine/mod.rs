@@ -65,6 +65,14 @@ impl Fatal {
             Fatal::Error(_) => EXIT_ERROR,
         }
     }
+    /// The kind's name, as `--json` errors carry it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fatal::Invalid(_) => "invalid",
+            Fatal::Locked(_) => "locked",
+            Fatal::Error(_) => "error",
+        }
+    }
     pub fn message(&self) -> &str {
         match self {
             Fatal::Invalid(m) | Fatal::Locked(m) | Fatal::Error(m) => m,
