@@ -145,3 +145,84 @@ fn an_error_with_json_is_one_document_on_stdout_and_prose_on_stderr() {
         out.assert_stderr(&format!("mesh-host: {message}"));
     }
 }
+
+#[test]
+fn plan_and_owned_with_detailed_exitcode_exit_5_on_changes_and_drift() {
+    let host = Scratch::new("output-exit-codes");
+    let file = host.declaration("d.json", DECLARATION);
+    let file = file.to_str().expect("utf-8 path");
+    // Without the flag, a plan that succeeds exits 0 however much it would change.
+    assert_eq!(host.run(&["plan", file]).code, 0);
+    let plan = host.run(&["plan", "--detailed-exitcode", file]);
+    assert_eq!(plan.code, 5, "{plan:?}");
+    plan.assert_stdout("2 would change");
+    assert_eq!(host.run(&["apply", file]).code, 0);
+    assert_eq!(host.run(&["plan", "--detailed-exitcode", file]).code, 0);
+    assert_eq!(host.run(&["owned", "--detailed-exitcode"]).code, 0);
+    std::fs::remove_file(host.target("/etc/a.conf")).expect("remove");
+    let owned = host.run(&["owned", "--detailed-exitcode"]);
+    assert_eq!(owned.code, 5, "{owned:?}");
+    assert_eq!(host.run(&["owned"]).code, 0);
+    let refused = host.run(&["status", "--detailed-exitcode"]);
+    assert_eq!(refused.code, 2, "{refused:?}");
+    refused.assert_stderr("--detailed-exitcode is only for plan and owned");
+}
+
+#[test]
+fn status_has_a_headline_and_exits_6_when_resources_fail() {
+    let host = Scratch::new("output-degraded");
+    let file = host.declaration("d.json", DECLARATION);
+    assert_eq!(host.apply(&file, 0).code, 0);
+    let status = host.run(&["status"]);
+    assert_eq!(status.code, 0, "{status:?}");
+    assert_eq!(status.stdout.lines().next(), Some("healthy"), "{status:?}");
+    // The digest is a prefix in text; whole in JSON.
+    let json = host.run(&["status", "--json"]).json();
+    let digest = json["in_force"]["digest"].as_str().expect("a digest");
+    assert_eq!(digest.len(), 64);
+    assert!(!status.stdout.contains(digest), "{status:?}");
+    status.assert_stdout(&format!("sha256 {},", &digest[..12]));
+    // A directory where a file is declared: the file fails, run after run.
+    std::fs::remove_file(host.target("/etc/a.conf")).expect("remove");
+    std::fs::create_dir(host.target("/etc/a.conf")).expect("mkdir");
+    assert_eq!(host.run(&["reconcile"]).code, 1);
+    let status = host.run(&["status"]);
+    assert_eq!(status.code, 6, "{status:?}");
+    assert_eq!(
+        status.stdout.lines().next(),
+        Some("degraded: 1 resource failing"),
+        "{status:?}"
+    );
+    let json = host.run(&["status", "--json"]);
+    assert_eq!(json.code, 6, "{json:?}");
+    assert_eq!(json.json()["health"]["state"], "degraded", "{json:?}");
+}
+
+#[test]
+fn show_prints_the_declaration_in_force_and_plan_without_a_file_plans_it() {
+    let host = Scratch::new("output-show");
+    let none = host.run(&["show"]);
+    assert_eq!(none.code, 2, "{none:?}");
+    none.assert_stderr("no declaration in force");
+    let file = host.declaration("d.json", DECLARATION);
+    host.apply(&file, 0);
+    let shown = host.run(&["show"]);
+    assert_eq!((shown.code, shown.stdout.as_str()), (0, DECLARATION));
+    let json = host.run(&["show", "--json"]).json();
+    assert_eq!(json["version"], 1);
+    assert_eq!(
+        json["declaration"]["files"]["/etc/a.conf"]["content"],
+        "a\n"
+    );
+    // What `reconcile` would do now: put back what was removed.
+    std::fs::remove_file(host.target("/etc/a.conf")).expect("remove");
+    let plan = host.run(&["plan", "--detailed-exitcode"]);
+    assert_eq!(plan.code, 5, "{plan:?}");
+    plan.assert_stdout("+ files /etc/a.conf");
+    plan.assert_stdout("1 would change, 1 in sync");
+    // The store's record is not a declaration: said, with what to run instead.
+    let record = host.state().join("declaration.json");
+    let out = host.run(&["plan", record.to_str().expect("utf-8 path")]);
+    assert_eq!(out.code, 2, "{out:?}");
+    out.assert_stderr("`mesh-host plan` with no FILE plans it");
+}

@@ -23,7 +23,9 @@ Usage: mesh-host [OPTIONS] COMMAND [ARGS]
 Commands:
   check FILE        validate a declaration or signed envelope, say who signed it; changes
                     nothing (exit 0 valid, 2 invalid or not signed as trusted_keys require)
-  plan FILE         show what applying FILE would change; changes nothing
+  plan [FILE]       show what applying FILE would change, or with no FILE what `reconcile`
+                    would change now; changes nothing (with --detailed-exitcode: exit 5 when
+                    there are changes)
   apply [--confirm SECS] FILE
                     validate, lock, converge, record; FILE becomes the declaration in force;
                     with --confirm, pending: reverted to the last confirmed generation unless
@@ -33,7 +35,9 @@ Commands:
                     put an earlier generation back in force (the one before, or REVISION's) and
                     converge to it; one whose signature has expired needs --force
   reconcile         converge again to the declaration in force in the store
-  owned             every resource the host owns, as observed now
+  owned             every resource the host owns, as observed now (with --detailed-exitcode:
+                    exit 5 when one is drifted, missing or pending release)
+  show              print the declaration in force as it was declared (--json: as a value)
   status            the service and its link, the declaration in force, its generations
                     (pending, confirmed, reverted), the recent runs
   reload [PID]      make the service re-read its config (SIGHUP to PID, what systemd's
@@ -63,20 +67,25 @@ Options:
   --config FILE         the host's config (default /etc/mesh-host/config.json)
   --root DIR            apply into a mounted root (rescue): what needs the running system is deferred
   --wait                apply/reconcile: wait for another reconcile's lock instead of exiting 3
-  --json                machine-readable output
+  --json                machine-readable output (docs/json.md)
+  --detailed-exitcode   plan/owned: exit 5 when there is something to change (changes, drift)
   --trace-commands      list every external command run (stderr; in --json output as `commands`)
   -h, --help            this text
   -V, --version         the version
 
 Exit codes: 0 converged/valid/joined, 1 some resources failed (the rest applied), 2 invalid or
 refused (nothing changed), 3 another reconcile holds the lock, 4 the host could not run (store,
-I/O) or could not complete the join (control plane unreachable, files not written).
+I/O, stdout) or could not complete the join (control plane unreachable, files not written),
+5 plan/owned with --detailed-exitcode: changes to make, 6 status: degraded (the headline says
+why). A closed stdout (`| head`) keeps the exit code.
 Logs go to stderr; set RUST_LOG=debug for more.";
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     Check(PathBuf),
-    Plan(PathBuf),
+    /// The file, or the declaration in force.
+    Plan(Option<PathBuf>),
+    Show,
     /// The file, and `--confirm SECS`.
     Apply(PathBuf, Option<u64>),
     Confirm,
@@ -146,6 +155,8 @@ pub struct Args {
     pub wait: bool,
     pub json: bool,
     pub trace_commands: bool,
+    /// `--detailed-exitcode`: plan and owned exit 5 when there is something to change.
+    pub detailed_exitcode: bool,
 }
 
 impl Args {
@@ -168,6 +179,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
     let mut wait = false;
     let mut json = false;
     let mut trace_commands = false;
+    let mut detailed_exitcode = false;
     let mut control_plane = None;
     let mut token = None;
     let mut token_file = None;
@@ -200,6 +212,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             Long("wait") => wait = true,
             Long("json") => json = true,
             Long("trace-commands") => trace_commands = true,
+            Long("detailed-exitcode") => detailed_exitcode = true,
             Short('h') | Long("help") => help = true,
             Short('V') | Long("version") => version = true,
             Short(c) => return Err(format!("unknown option -{c}")),
@@ -223,7 +236,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         };
         let command = match verb.to_str() {
             Some("check") => Command::Check(file()?),
-            Some("plan") => Command::Plan(file()?),
+            Some("plan") => Command::Plan(words.next().map(PathBuf::from)),
+            Some("show") => Command::Show,
             Some("apply") => Command::Apply(file()?, confirm.take()),
             Some("confirm") => Command::Confirm,
             Some("rollback") => Command::Rollback {
@@ -288,6 +302,11 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             ("--confirm", confirm.is_some(), "apply"),
             ("--to", to.is_some(), "rollback"),
             (
+                "--detailed-exitcode",
+                detailed_exitcode && !matches!(command, Command::Plan(_) | Command::Owned),
+                "plan and owned",
+            ),
+            (
                 "--force",
                 force && !matches!(command, Command::Join(_) | Command::Rollback { .. }),
                 "join and rollback",
@@ -315,6 +334,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         wait,
         json,
         trace_commands,
+        detailed_exitcode,
     })
 }
 

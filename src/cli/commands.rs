@@ -6,14 +6,15 @@ use std::path::{Path, PathBuf};
 
 use super::out::Out;
 use super::render;
-use crate::engine::reconcile::{self, Mode};
+use crate::engine::reconcile::{self, Mode, OwnedRow, OwnedState};
 use crate::engine::{
-    invalid, never, Fatal, Host, ReadDeclaration, RunResult, Target, EXIT_ERROR, EXIT_FAILED,
-    EXIT_OK,
+    invalid, never, Fatal, Host, ReadDeclaration, RunResult, Target, EXIT_CHANGES, EXIT_DEGRADED,
+    EXIT_ERROR, EXIT_FAILED, EXIT_OK,
 };
+use crate::model::declaration::Declaration;
 use crate::model::envelope;
 use crate::os::exec::Runner;
-use crate::store::{self, InForce, Ledger, RunOutcome, Source, Store, Trigger, Triggers};
+use crate::store::{self, InForce, Ledger, Source, Store, Trigger, Triggers};
 
 /// The engine, as one command line asked for it.
 pub struct Commands<'a> {
@@ -22,6 +23,8 @@ pub struct Commands<'a> {
     pub json: bool,
     /// Wait for the store's lock instead of exiting 3 (`--wait`).
     pub wait: bool,
+    /// Plan and owned exit 5 when there is something to change (`--detailed-exitcode`).
+    pub detailed_exitcode: bool,
     pub out: &'a Out,
 }
 
@@ -115,9 +118,13 @@ impl Commands<'_> {
         }
     }
 
-    pub fn plan(&self, file: &Path) -> Result<i32, Fatal> {
-        let d = self.host.read_declaration(file)?.declaration;
+    /// What applying `file` would change or, with none, what `reconcile` would change now.
+    pub fn plan(&self, file: Option<&Path>) -> Result<i32, Fatal> {
         let store = Store::open(&self.host.config.state_dir, false)?;
+        let d = match file {
+            Some(file) => self.host.read_declaration(file)?.declaration,
+            None => self.in_force_declaration(store.as_ref())?,
+        };
         let mut ledger = match &store {
             Some(s) => s.ledger()?,
             None => Ledger::default(),
@@ -131,11 +138,51 @@ impl Commands<'_> {
         )?;
         let traced = runner.traced();
         self.print_run(&report, runner.count(), &traced, true, &[]);
-        Ok(if report.failures.is_empty() {
-            EXIT_OK
-        } else {
+        Ok(if !report.failures.is_empty() {
             EXIT_FAILED
+        } else if self.detailed_exitcode && !report.changes.is_empty() {
+            EXIT_CHANGES
+        } else {
+            EXIT_OK
         })
+    }
+
+    /// The declaration in force, parsed (`plan` with no FILE): refused, naming the store, when
+    /// there is none.
+    fn in_force_declaration(&self, store: Option<&Store>) -> Result<Declaration, Fatal> {
+        let in_force = match store {
+            Some(s) => s.in_force()?,
+            None => None,
+        };
+        let Some(in_force) = in_force else {
+            return Err(self.nothing_in_force());
+        };
+        let path = self.host.config.state_dir.join("declaration.json");
+        self.host
+            .validate(in_force.text.as_bytes())
+            .map_err(|p| invalid(&path, &p))
+    }
+
+    fn nothing_in_force(&self) -> Fatal {
+        Fatal::Invalid(format!(
+            "store {}: no declaration in force (nothing was applied here yet); \
+             `mesh-host plan FILE` plans a file",
+            self.host.config.state_dir.display()
+        ))
+    }
+
+    /// `mesh-host show`: the declaration in force as it was declared, byte for byte (so that
+    /// `show > FILE` and `apply FILE` put the same text back); `--json`, as a value beside its
+    /// digest and where it came from.
+    pub fn show(&self) -> Result<i32, Fatal> {
+        let Some(store) = Store::open(&self.host.config.state_dir, false)? else {
+            return Err(self.nothing_in_force());
+        };
+        let Some(in_force) = store.in_force()? else {
+            return Err(self.nothing_in_force());
+        };
+        render::show(self.out, self.json, &in_force);
+        Ok(EXIT_OK)
     }
 
     /// Applies a plain declaration or an envelope as a local override: root owns the machine, so
@@ -294,7 +341,18 @@ impl Commands<'_> {
             &render::Owned { owned: &rows },
             store::unix_now(),
         );
-        Ok(EXIT_OK)
+        let differs = |r: &&OwnedRow| {
+            matches!(
+                r.state,
+                OwnedState::Drifted | OwnedState::Missing | OwnedState::PendingRelease
+            )
+        };
+        Ok(match self.detailed_exitcode {
+            false => EXIT_OK,
+            true if rows.iter().any(|r| r.state == OwnedState::Error) => EXIT_FAILED,
+            true if rows.iter().any(|r| differs(&r)) => EXIT_CHANGES,
+            true => EXIT_OK,
+        })
     }
 
     pub fn status(&self) -> Result<i32, Fatal> {
@@ -329,9 +387,12 @@ impl Commands<'_> {
                 problems.push(e.to_string());
             }
         }
-        let last_failed = runs.last().is_some_and(|r| r.outcome == RunOutcome::Error);
         let now = store::unix_now();
-        let status = render::Status {
+        let mut status = render::Status {
+            health: render::Health {
+                state: render::HealthState::Healthy,
+                reasons: Vec::new(),
+            },
             state_dir: &self.host.config.state_dir,
             in_force: in_force.map(|f| render::InForceStatus::new(f, |k| self.host.trusts(k), now)),
             service: service.map(|s| render::ServiceStatus::new(s, crate::os::process::alive)),
@@ -342,12 +403,14 @@ impl Commands<'_> {
             problems,
             generations,
         };
+        let threshold = self.host.config.link_down_degraded.as_secs();
+        status.health = render::Health::of(&status, now, threshold);
         render::status(self.out, self.json, &status, now);
-        // The host cannot run as it stands, or its last run could not: said by the exit code too.
-        Ok(if status.problems.is_empty() && !last_failed {
-            EXIT_OK
-        } else {
-            EXIT_ERROR
+        // The host cannot run as it stands, or its last run could not (4); it runs, not well (6).
+        Ok(match status.health.state {
+            render::HealthState::Error => EXIT_ERROR,
+            render::HealthState::Degraded => EXIT_DEGRADED,
+            render::HealthState::Healthy => EXIT_OK,
         })
     }
 }

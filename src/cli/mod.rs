@@ -91,11 +91,13 @@ fn run(out: &Out, args: &args::Args) -> Result<i32, Fatal> {
         host: &host,
         json: args.json,
         wait: args.wait,
+        detailed_exitcode: args.detailed_exitcode,
         out,
     };
     match args.command.clone() {
         Command::Check(file) => commands().check(&file),
-        Command::Plan(file) => commands().plan(&file),
+        Command::Plan(file) => commands().plan(file.as_deref()),
+        Command::Show => commands().show(),
         Command::Apply(file, confirm) => commands().apply(&file, confirm),
         Command::Confirm => commands().confirm(),
         Command::Rollback { to, force } => commands().rollback(to, force),

@@ -11,8 +11,9 @@ use crate::engine::reconcile::{OwnedRow, Planned};
 use crate::model::pacnew::Pacnew;
 use crate::model::upkeep::Needs;
 use crate::store::{
-    words_revision, Confirmer, Failing, Generations, InForceHead, LinkStatus, ResourceResult,
-    RunRecord, ServicePhase, ServiceState, Source, State as GenerationState, WatchMode, WatchState,
+    words_revision, Confirmer, Failing, Generations, InForce, InForceHead, LinkStatus,
+    ResourceResult, RunOutcome, RunRecord, ServicePhase, ServiceState, Source,
+    State as GenerationState, WatchMode, WatchState,
 };
 use crate::util::diff::{Body, ContentDiff, Tag};
 use crate::util::words::{age, duration_words, expiry};
@@ -413,6 +414,9 @@ pub struct ServiceStatus {
     pub started: u64,
     pub link: LinkStatus,
     pub link_at: Option<u64>,
+    /// Since when the link has been down (Unix seconds); absent while connected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_down_since: Option<u64>,
     pub last_error: Option<String>,
     pub next_timer: u64,
     pub state: Liveness,
@@ -432,6 +436,7 @@ impl ServiceStatus {
             started: s.started,
             link: s.link,
             link_at: s.link_at,
+            link_down_since: s.link_down_since,
             last_error: s.last_error,
             next_timer: s.next_timer,
             state,
@@ -440,9 +445,111 @@ impl ServiceStatus {
     }
 }
 
+/// Whether the host runs well, as `status`'s headline and exit code say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthState {
+    Healthy,
+    /// It runs, not well: exit 6.
+    Degraded,
+    /// It cannot run as it stands, or its last run could not: exit 4.
+    Error,
+}
+
+impl HealthState {
+    fn words(self) -> &'static str {
+        match self {
+            HealthState::Healthy => "healthy",
+            HealthState::Degraded => "degraded",
+            HealthState::Error => "error",
+        }
+    }
+}
+
+/// `status`'s headline: whether the host runs well, and why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Health {
+    pub state: HealthState,
+    /// Each reason, for people; empty when healthy.
+    pub reasons: Vec<String>,
+}
+
+impl Health {
+    /// Judges `status` at `now`: what a run would refuse or the last run's error is `error`;
+    /// failing or contested resources, a pending declaration past its deadline, the service
+    /// gone, or the link down past `link_down_degraded` seconds are `degraded`.
+    pub fn of(status: &Status, now: u64, link_down_degraded: u64) -> Health {
+        let mut errors = status.problems.clone();
+        if let Some(run) = status
+            .runs
+            .last()
+            .filter(|r| r.outcome == RunOutcome::Error)
+        {
+            errors.push(format!(
+                "the last run ({}, {} ago) ended in error",
+                run.trigger,
+                age(now.saturating_sub(run.ended))
+            ));
+        }
+        if !errors.is_empty() {
+            return Health {
+                state: HealthState::Error,
+                reasons: errors,
+            };
+        }
+        let mut reasons = Vec::new();
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let failing = status.failing.len();
+        if failing > 0 {
+            reasons.push(format!("{failing} resource{} failing", plural(failing)));
+        } else if let Some(run) = status.runs.last().filter(|r| !r.failures.is_empty()) {
+            let n = run.failures.len();
+            reasons.push(format!("{n} resource{} failed in the last run", plural(n)));
+        }
+        if let Some(s) = &status.service {
+            let contested = s.watch.as_ref().map_or(0, |w| w.contested.len());
+            if s.state == Liveness::Running && contested > 0 {
+                reasons.push(format!(
+                    "{contested} resource{} drifting again after each repair (contested)",
+                    plural(contested)
+                ));
+            }
+            if s.state == Liveness::Died {
+                reasons.push("the service did not stop cleanly and is not running".into());
+            }
+            let down = s.link_down_since.map(|at| now.saturating_sub(at));
+            if let Some(down) =
+                down.filter(|&d| s.state == Liveness::Running && d >= link_down_degraded)
+            {
+                reasons.push(format!(
+                    "the link to the control plane has been down for {}",
+                    duration_words(down)
+                ));
+            }
+        }
+        let in_force = status.generations.list.last();
+        if let Some(GenerationState::Pending { deadline, .. }) = in_force.map(|g| g.state) {
+            if deadline <= now {
+                reasons.push(format!(
+                    "the pending declaration passed its deadline {} ago (the next run reverts it)",
+                    age(now - deadline)
+                ));
+            }
+        }
+        Health {
+            state: match reasons.is_empty() {
+                true => HealthState::Healthy,
+                false => HealthState::Degraded,
+            },
+            reasons,
+        }
+    }
+}
+
 /// `status`'s answer.
 #[derive(Debug, Serialize)]
 pub struct Status<'a> {
+    pub health: Health,
     pub state_dir: &'a Path,
     pub in_force: Option<InForceStatus>,
     pub service: Option<ServiceStatus>,
@@ -457,6 +564,38 @@ pub struct Status<'a> {
     /// The declarations last in force, oldest first, and the last revert (left out when none).
     #[serde(skip_serializing_if = "Generations::is_empty")]
     pub generations: Generations,
+}
+
+/// `show --json`: the declaration in force as a value, with where it came from.
+#[derive(Serialize)]
+struct Shown<'a> {
+    declaration: serde_json::Value,
+    digest: &'a str,
+    revision: Option<u64>,
+    source: &'a Source,
+    since: u64,
+}
+
+/// The declaration in force: its text as it was declared, or as JSON (`Shown`).
+pub fn show(out: &Out, json: bool, in_force: &InForce) {
+    if json {
+        return print_json(
+            out,
+            &Shown {
+                // Validated on its way in, and checked against its digest since: JSON.
+                declaration: serde_json::from_str(&in_force.text).unwrap_or_default(),
+                digest: &in_force.digest,
+                revision: in_force.revision,
+                source: &in_force.source,
+                since: in_force.since,
+            },
+        );
+    }
+    out!(out, "{}", in_force.text);
+    // A terminal gets its prompt on a line of its own; a file gets the text byte for byte.
+    if !in_force.text.ends_with('\n') && std::io::stdout().is_terminal() {
+        outln!(out);
+    }
 }
 
 /// What `confirm` and `rollback` did, in a sentence (`{"said": ...}` as JSON).
@@ -506,7 +645,7 @@ fn generations_lines(out: &Out, generations: &Generations, now: u64) {
             "  {} revision {} ({state}), from {source}, sha256 {}, put in force {} ago{expired}",
             if i == 0 { "*" } else { " " },
             words_revision(g.revision),
-            &g.digest[..g.digest.len().min(12)],
+            short_digest(&g.digest),
             age(now.saturating_sub(g.applied)),
         );
     }
@@ -530,6 +669,15 @@ fn generations_lines(out: &Out, generations: &Generations, now: u64) {
 pub fn status(out: &Out, json: bool, status: &Status, now: u64) {
     if json {
         return print_json(out, status);
+    }
+    match status.health.reasons.is_empty() {
+        true => outln!(out, "{}", status.health.state.words()),
+        false => outln!(
+            out,
+            "{}: {}",
+            status.health.state.words(),
+            status.health.reasons.join("; ")
+        ),
     }
     outln!(out, "store: {}", status.state_dir.display());
     for problem in &status.problems {
@@ -578,7 +726,7 @@ pub fn status(out: &Out, json: bool, status: &Status, now: u64) {
             outln!(
                 out,
                 "declaration in force: {revision}from {source}, sha256 {}, since {} ago",
-                f.digest,
+                short_digest(&f.digest),
                 age(now.saturating_sub(f.since))
             );
             for s in &f.signed_by {
@@ -710,6 +858,11 @@ fn watch(out: &Out, w: &WatchState, now: u64) {
             age(now.saturating_sub(c.last_change))
         );
     }
+}
+
+/// A digest's first 12 hex digits, as people compare them (`--json` carries the whole).
+fn short_digest(digest: &str) -> &str {
+    digest.get(..12).unwrap_or(digest)
 }
 
 /// What a `.pacnew` beside an owned file means, for people.
@@ -918,6 +1071,7 @@ mod tests {
             started: 1,
             link: LinkStatus::Retrying,
             link_at: Some(9),
+            link_down_since: Some(5),
             last_error: Some("refused".into()),
             next_timer: 7,
             state,
@@ -970,6 +1124,10 @@ mod tests {
             omitted: 0,
         };
         let status = Status {
+            health: Health {
+                state: HealthState::Degraded,
+                reasons: vec!["why".into()],
+            },
             state_dir: Path::new("/var/lib/mesh-host"),
             in_force: Some(InForceStatus::new(in_force, |_| true, 4)),
             service: Some(ServiceStatus::new(service(ServicePhase::Running), |_| {
@@ -989,7 +1147,8 @@ mod tests {
         assert_eq!(
             json(&status),
             [
-                r#"{"failing":[],"in_force":{"control_plane_revision":5,"digest":"ab","#,
+                r#"{"failing":[],"health":{"reasons":["why"],"state":"degraded"},"#,
+                r#""in_force":{"control_plane_revision":5,"digest":"ab","#,
                 r#""expired":true,"expires":3,"revision":null,"signed_by":[{"key":"ed25519:k","#,
                 r#""trusted":true}],"since":2,"source":{"kind":"local","path":"/root/d.json"}},"#,
                 r#""needs":{"reboot_required":null,"reexec_required":true,"#,
@@ -999,7 +1158,7 @@ mod tests {
                 r#""ended":2,"failures":[{"action":"observe","detail":"d","key":"/etc/x","#,
                 r#""kind":"files"}],"in_sync":0,"outcome":"failed","revision":null,"started":1,"#,
                 r#""trigger":"start, timer"}],"service":{"last_error":"refused","link":"retrying","#,
-                r#""link_at":9,"next_timer":7,"pid":42,"started":1,"#,
+                r#""link_at":9,"link_down_since":5,"next_timer":7,"pid":42,"started":1,"#,
                 r#""state":"not running (it did not stop cleanly)","#,
                 r#""watch":{"contested":[],"detail":"on the timer only: packages","#,
                 r#""directories":3,"overflows":0,"state":"partial"}},"#,
@@ -1007,5 +1166,68 @@ mod tests {
             ]
             .concat()
         );
+    }
+
+    #[test]
+    fn health_names_each_reason_and_the_link_only_past_its_threshold() {
+        let judge = |edit: &dyn Fn(&mut Status), now: u64| {
+            let mut status = Status {
+                health: Health {
+                    state: HealthState::Healthy,
+                    reasons: Vec::new(),
+                },
+                state_dir: Path::new("/s"),
+                in_force: None,
+                service: None,
+                runs: Vec::new(),
+                failing: Vec::new(),
+                pacnew: Vec::new(),
+                needs: None,
+                problems: Vec::new(),
+                generations: Default::default(),
+            };
+            edit(&mut status);
+            Health::of(&status, now, 900)
+        };
+        let healthy = judge(&|_| {}, 1000);
+        assert_eq!(healthy.state, HealthState::Healthy);
+        assert!(healthy.reasons.is_empty());
+        let link = |s: &mut Status| {
+            let mut service = ServiceStatus::new(service(ServicePhase::Running), |_| true);
+            service.link_down_since = Some(100);
+            service.watch = None;
+            s.service = Some(service);
+        };
+        assert_eq!(judge(&link, 999).state, HealthState::Healthy);
+        assert_eq!(
+            judge(&link, 1000).reasons,
+            ["the link to the control plane has been down for 15 min"]
+        );
+        let failing = |s: &mut Status| {
+            s.failing.push(Failing {
+                kind: "files".into(),
+                key: "/etc/x".into(),
+                first_seen: 1,
+                last_seen: 2,
+                runs: 2,
+                last_error: "e".into(),
+            })
+        };
+        assert_eq!(judge(&failing, 10).reasons, ["1 resource failing"]);
+        let died = |s: &mut Status| {
+            s.service = Some(ServiceStatus::new(service(ServicePhase::Running), |_| {
+                false
+            }))
+        };
+        assert_eq!(judge(&died, 10).state, HealthState::Degraded);
+        // What a run would refuse outranks the rest: error, exit 4.
+        let broken = |s: &mut Status| {
+            failing(s);
+            s.problems
+                .push("store /s/ledger.json: cannot be read".into());
+        };
+        let error = judge(&broken, 10);
+        assert_eq!(error.state, HealthState::Error);
+        assert_eq!(error.reasons, ["store /s/ledger.json: cannot be read"]);
     }
 }

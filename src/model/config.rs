@@ -88,6 +88,9 @@ pub struct Config {
     /// The service watches what it owns with inotify and repairs drift within about a second;
     /// off, drift waits for the timer.
     pub watch: bool,
+    /// `status` says degraded (exit 6) once the link to the control plane has been down this
+    /// long: reconnects back off up to 5 minutes, so a shorter outage is not yet news.
+    pub link_down_degraded: Duration,
     /// The link: a ping after this long without sending; dead after three of these without a byte.
     pub heartbeat: Duration,
     /// The first reconnect ceiling (full jitter, doubling to 5 minutes); 1 s by default, more for
@@ -148,6 +151,7 @@ struct RawConfig {
     interval_secs: Option<u64>,
     watch: Option<bool>,
     heartbeat_secs: Option<u64>,
+    link_down_degraded_secs: Option<u64>,
     reconnect_base_secs: Option<u64>,
     max_frame_bytes: Option<usize>,
     outbox_max: Option<usize>,
@@ -287,6 +291,11 @@ impl Config {
             interval: Duration::from_secs(at_least_one("interval_secs", raw.interval_secs, 600)?),
             watch: raw.watch.unwrap_or(true),
             heartbeat: Duration::from_secs(at_least_one("heartbeat_secs", raw.heartbeat_secs, 30)?),
+            link_down_degraded: Duration::from_secs(at_least_one(
+                "link_down_degraded_secs",
+                raw.link_down_degraded_secs,
+                900,
+            )?),
             reconnect_base: Duration::from_secs(at_least_one(
                 "reconnect_base_secs",
                 raw.reconnect_base_secs,
