@@ -160,7 +160,7 @@ fn a_confirmed_apply_stays() {
         r#"mesh_host_declaration_confirmation{state="pending"} 1"#
     ));
     assert!(metric(
-        "# TYPE mesh_host_declaration_confirm_deadline_seconds gauge"
+        "# TYPE mesh_host_declaration_confirm_deadline_timestamp_seconds gauge"
     ));
     let confirmed = host.run(&["confirm"]);
     assert_eq!(confirmed.code, 0, "{confirmed:?}");
@@ -169,7 +169,7 @@ fn a_confirmed_apply_stays() {
         r#"mesh_host_declaration_confirmation{state="confirmed"} 1"#
     ));
     assert!(!metric(
-        "# TYPE mesh_host_declaration_confirm_deadline_seconds gauge"
+        "# TYPE mesh_host_declaration_confirm_deadline_timestamp_seconds gauge"
     ));
     let again = host.run(&["confirm"]);
     assert_eq!(again.code, 2, "{again:?}");
