@@ -154,7 +154,7 @@ fn a_confirmed_apply_stays() {
         path(&declaration(&host, 2, "two", None)),
     ]);
     assert_eq!(out.code, 0, "{out:?}");
-    out.assert_stderr("pending: reverted in 2 s unless `mesh-host confirm` runs first");
+    out.assert_stderr(" UTC (in 2 s) unless `mesh-host confirm` runs first");
     host.run(&["status"]).assert_stdout("pending: reverted in");
     assert!(metric(
         r#"mesh_host_declaration_confirmation{state="pending"} 1"#

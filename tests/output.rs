@@ -226,3 +226,53 @@ fn show_prints_the_declaration_in_force_and_plan_without_a_file_plans_it() {
     assert_eq!(out.code, 2, "{out:?}");
     out.assert_stderr("`mesh-host plan` with no FILE plans it");
 }
+
+#[test]
+fn a_root_that_does_not_exist_is_refused_before_anything_is_made() {
+    let host = Scratch::new("output-no-root");
+    let file = host.declaration("d.json", DECLARATION);
+    let missing = host.dir.join("no-such-root");
+    let out = support::mesh_host()
+        .arg("--state-dir")
+        .arg(host.state())
+        .arg("--config")
+        .arg(host.dir.join("config.json"))
+        .arg("--root")
+        .arg(&missing)
+        .arg("apply")
+        .arg(&file)
+        .output()
+        .expect("run mesh-host");
+    let out = Output::from(out);
+    assert_eq!(out.code, 2, "{out:?}");
+    out.assert_stderr(&format!(
+        "--root {}: No such file or directory",
+        missing.display()
+    ));
+    assert!(!host.state().exists(), "a store was made: {out:?}");
+    assert!(!missing.exists(), "the root was made: {out:?}");
+}
+
+/// Issue 32, item 3: `apply --confirm 18446744073709551615` wrapped the deadline into the past
+/// (reverted at once) or panicked; it is refused naming the value and the maximum.
+#[test]
+fn issue32_apply_confirm_u64_max_is_refused_naming_the_value_and_the_maximum() {
+    let host = Scratch::new("output-confirm");
+    let file = host.declaration("d.json", DECLARATION);
+    let file = file.to_str().expect("utf-8 path");
+    for (value, want) in [
+        (
+            "18446744073709551615",
+            r#"--confirm: "18446744073709551615" is more than the maximum of 7 days (604800 s)"#,
+        ),
+        (file, &format!("--confirm: {file:?} is not a duration")),
+    ] {
+        let out = host.run(&["apply", "--confirm", value, file]);
+        assert_eq!(out.code, 2, "{out:?}");
+        out.assert_stderr(want);
+        assert!(!host.state().exists(), "a store was made: {out:?}");
+    }
+    let out = host.run(&["apply", "--confirm", "5m", file]);
+    assert_eq!(out.code, 0, "{out:?}");
+    out.assert_stderr(" UTC (in 5 min) unless `mesh-host confirm` runs first");
+}

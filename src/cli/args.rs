@@ -26,10 +26,10 @@ Commands:
   plan [FILE]       show what applying FILE would change, or with no FILE what `reconcile`
                     would change now; changes nothing (with --detailed-exitcode: exit 5 when
                     there are changes)
-  apply [--confirm SECS] FILE
+  apply [--confirm DURATION] FILE
                     validate, lock, converge, record; FILE becomes the declaration in force;
                     with --confirm, pending: reverted to the last confirmed generation unless
-                    `mesh-host confirm` runs within SECS seconds
+                    `mesh-host confirm` runs within DURATION (300, 90s, 5m, 1h; at most 7d)
   confirm           confirm the pending declaration in force
   rollback [--to REVISION] [--force]
                     put an earlier generation back in force (the one before, or REVISION's) and
@@ -86,7 +86,7 @@ pub enum Command {
     /// The file, or the declaration in force.
     Plan(Option<PathBuf>),
     Show,
-    /// The file, and `--confirm SECS`.
+    /// The file, and `--confirm DURATION` in seconds.
     Apply(PathBuf, Option<u64>),
     Confirm,
     Rollback {
@@ -207,7 +207,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             Long("trust-key") => trust_keys.push(text(&mut parser, "--trust-key")?),
             Long("out") => out = Some(path(&mut parser, "--out")?),
             Long("key") => key = Some(path(&mut parser, "--key")?),
-            Long("confirm") => confirm = Some(number(&mut parser, "--confirm")?),
+            Long("confirm") => confirm = Some(duration(&text(&mut parser, "--confirm")?)?),
             Long("to") => to = Some(number(&mut parser, "--to")?),
             Long("wait") => wait = true,
             Long("json") => json = true,
@@ -351,8 +351,7 @@ fn path(parser: &mut lexopt::Parser, option: &str) -> Result<PathBuf, String> {
     value(parser, option).map(PathBuf::from)
 }
 
-/// A text option's value (a URL, token, hash or key), which must be UTF-8.
-/// A whole number of at least 1 (`--confirm SECS`, `--to REVISION`).
+/// A whole number of at least 1 (`--to REVISION`).
 fn number(parser: &mut lexopt::Parser, option: &str) -> Result<u64, String> {
     let word = text(parser, option)?;
     word.parse()
@@ -361,6 +360,49 @@ fn number(parser: &mut lexopt::Parser, option: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{option}: {word:?} is not a whole number of at least 1"))
 }
 
+/// The longest `--confirm`: a week, past any window a person means to come back within.
+pub const MAX_CONFIRM_SECS: u64 = 7 * 86_400;
+
+/// `--confirm`'s duration in seconds: `300`, `90s`, `5m`, `1h`, `2d`; at least 1 s, at most
+/// `MAX_CONFIRM_SECS`, computed without overflow (issue 32: a huge number never wraps).
+pub fn duration(word: &str) -> Result<u64, String> {
+    let unit = |c: char| match c {
+        's' => Some(1),
+        'm' => Some(60),
+        'h' => Some(3600),
+        'd' => Some(86_400),
+        _ => None,
+    };
+    let (digits, scale) = match word.chars().last().and_then(unit) {
+        Some(scale) => (&word[..word.len() - 1], scale),
+        None => (word, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "--confirm: {word:?} is not a duration (give seconds, or a number with s, m, h or \
+             d: 300, 90s, 5m, 1h); the declaration FILE comes after it"
+        ));
+    }
+    let max = MAX_CONFIRM_SECS;
+    let too_long = || {
+        format!(
+            "--confirm: {word:?} is more than the maximum of {} ({max} s)",
+            crate::util::words::age(max)
+        )
+    };
+    let secs = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(too_long)?;
+    match secs {
+        0 => Err(format!("--confirm: {word:?} is no time; give at least 1 s")),
+        s if s > max => Err(too_long()),
+        s => Ok(s),
+    }
+}
+
+/// A text option's value (a URL, token, hash or key), which must be UTF-8.
 fn text(parser: &mut lexopt::Parser, option: &str) -> Result<String, String> {
     value(parser, option)?
         .into_string()
@@ -708,5 +750,53 @@ mod tests {
             parse_str("status --token-file f").unwrap_err(),
             "--token-file is only for join"
         );
+    }
+
+    #[test]
+    fn confirm_takes_a_duration_and_names_a_value_it_refuses() {
+        let confirm = |w: &str| parse_str(&format!("apply --confirm {w} f")).map(|a| a.command);
+        for (word, secs) in [
+            ("300", 300),
+            ("90s", 90),
+            ("5m", 300),
+            ("1h", 3600),
+            ("7d", 604_800),
+        ] {
+            assert_eq!(
+                confirm(word),
+                Ok(Command::Apply("f".into(), Some(secs))),
+                "{word}"
+            );
+        }
+        for (word, want) in [
+            ("f.json", r#"--confirm: "f.json" is not a duration"#),
+            ("5x", r#"--confirm: "5x" is not a duration"#),
+            ("m", r#"--confirm: "m" is not a duration"#),
+            ("-5", r#"--confirm: "-5" is not a duration"#),
+            ("0", r#"--confirm: "0" is no time"#),
+            (
+                "8d",
+                r#"--confirm: "8d" is more than the maximum of 7 days (604800 s)"#,
+            ),
+        ] {
+            let err = confirm(word).unwrap_err();
+            assert!(err.starts_with(want), "{word}: {err}");
+        }
+    }
+
+    /// Issue 32, item 3: a deadline past u64 never wraps into the past.
+    #[test]
+    fn issue32_confirm_of_u64_max_is_refused_naming_the_value_and_the_maximum() {
+        for word in [
+            "18446744073709551615",
+            "18446744073709551616",
+            "307445734561825861m",
+        ] {
+            let err = duration(word).unwrap_err();
+            assert_eq!(
+                err,
+                format!("--confirm: {word:?} is more than the maximum of 7 days (604800 s)")
+            );
+        }
     }
 }

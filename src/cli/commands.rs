@@ -15,6 +15,7 @@ use crate::model::declaration::Declaration;
 use crate::model::envelope;
 use crate::os::exec::Runner;
 use crate::store::{self, InForce, Ledger, Source, Store, Trigger, Triggers};
+use crate::util::words::{duration_words, utc};
 
 /// The engine, as one command line asked for it.
 pub struct Commands<'a> {
@@ -233,8 +234,11 @@ impl Commands<'_> {
         if let Some(secs) = confirm_secs {
             // The running service keeps the deadline too (it may outlive this command).
             crate::service::signal_pending(self.host);
+            let now = store::unix_now();
             eprintln!(
-                "mesh-host: pending: reverted in {secs} s unless `mesh-host confirm` runs first"
+                "mesh-host: pending: reverted {} (in {}) unless `mesh-host confirm` runs first",
+                utc(now.saturating_add(secs)),
+                duration_words(secs)
             );
         }
         match converged {

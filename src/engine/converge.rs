@@ -119,9 +119,10 @@ impl Host {
         let started = store::unix_now();
         let clock = crate::os::sys::now_ms();
         let holder = format!(
-            "pid {} ({}) since unix time {started}",
+            "pid {} ({}) since {}",
             std::process::id(),
-            triggers
+            triggers,
+            crate::util::words::utc(started)
         );
         // Waiting, the same check as between resources runs: the service's link stays answered.
         let locked = if wait {
@@ -215,7 +216,12 @@ impl Host {
                 if !unchanged {
                     let state = match confirm_secs {
                         Some(secs) => State::Pending {
-                            deadline: store::unix_now() + secs,
+                            deadline: store::unix_now().checked_add(secs).ok_or_else(|| {
+                                Fatal::Invalid(format!(
+                                    "--confirm {secs}: the deadline is past the end of time; \
+                                     nothing was put in force"
+                                ))
+                            })?,
                             by: Confirmer::Person,
                             report: None,
                         },
@@ -373,9 +379,9 @@ impl Host {
             return;
         }
         let holder = format!(
-            "pid {} (writing runs kept in memory) since unix time {}",
+            "pid {} (writing runs kept in memory) since {}",
             std::process::id(),
-            store::unix_now()
+            crate::util::words::utc(store::unix_now())
         );
         let store = match self.store() {
             Ok(store) => store,

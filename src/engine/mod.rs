@@ -135,6 +135,25 @@ pub struct Host {
 
 impl Host {
     pub fn new(options: Options) -> Result<Host, Fatal> {
+        // Before the config, the store or anything else: a mistyped root must not get a store
+        // made and a declaration put in force for it.
+        if let Some(root) = &options.root {
+            match std::fs::metadata(root) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Fatal::Invalid(format!(
+                        "--root {}: not a directory; nothing was done",
+                        root.display()
+                    )))
+                }
+                Err(e) => {
+                    return Err(Fatal::Invalid(format!(
+                        "--root {}: {e} (mount the target root there first); nothing was done",
+                        root.display()
+                    )))
+                }
+            }
+        }
         let config = Config::load(options.config.as_deref(), options.state_dir.as_deref())
             .map_err(Fatal::Invalid)?;
         Ok(Host {

@@ -836,9 +836,9 @@ impl Service<'_> {
         let verdict = (|| -> Result<Option<String>, Fatal> {
             let store = host.store()?;
             let holder = format!(
-                "pid {} (declaration) since unix time {}",
+                "pid {} (declaration) since {}",
                 std::process::id(),
-                store::unix_now()
+                crate::util::words::utc(store::unix_now())
             );
             let _lock = store
                 .lock_pulsing(&holder, &beat)
