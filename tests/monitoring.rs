@@ -331,9 +331,10 @@ fn metrics_reach_prometheus_through_node_exporters_textfile_collector() {
             r#"mesh_host_runs_total{trigger="apply",outcome="failed"}"#,
             Some(1.0),
         ),
+        // ok.conf was in sync, bad.conf created by this run: both in sync after it.
         (
             r#"mesh_host_resources{kind="files",state="in_sync"}"#,
-            Some(1.0),
+            Some(2.0),
         ),
         (
             r#"mesh_host_resources{kind="files",state="failed"}"#,
