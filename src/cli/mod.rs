@@ -74,6 +74,11 @@ fn run(out: &Out, args: &args::Args) -> Result<i32, Fatal> {
             outln!(out, "{}", args::usage());
             return Ok(engine::EXIT_OK);
         }
+        Command::Version if args.json => {
+            let version = serde_json::json!({ "mesh_host": env!("CARGO_PKG_VERSION") });
+            render::print_json(out, &version);
+            return Ok(engine::EXIT_OK);
+        }
         Command::Version => {
             outln!(out, "mesh-host {}", env!("CARGO_PKG_VERSION"));
             return Ok(engine::EXIT_OK);
