@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::out::Out;
 use super::render;
-use crate::engine::reconcile::{self, Mode, OwnedRow, OwnedState};
+use crate::engine::reconcile::{self, Mode, OwnedState};
 use crate::engine::{
     invalid, never, Fatal, Host, ReadDeclaration, RunResult, Target, EXIT_CHANGES, EXIT_DEGRADED,
     EXIT_ERROR, EXIT_FAILED, EXIT_OK,
@@ -345,16 +345,18 @@ impl Commands<'_> {
             &render::Owned { owned: &rows },
             store::unix_now(),
         );
-        let differs = |r: &&OwnedRow| {
-            matches!(
-                r.state,
-                OwnedState::Drifted | OwnedState::Missing | OwnedState::PendingRelease
-            )
-        };
+        let any = |states: &[OwnedState]| rows.iter().any(|r| states.contains(&r.state));
         Ok(match self.detailed_exitcode {
             false => EXIT_OK,
-            true if rows.iter().any(|r| r.state == OwnedState::Error) => EXIT_FAILED,
-            true if rows.iter().any(|r| differs(&r)) => EXIT_CHANGES,
+            true if any(&[OwnedState::Error]) => EXIT_FAILED,
+            true if any(&[
+                OwnedState::Drifted,
+                OwnedState::Missing,
+                OwnedState::PendingRelease,
+            ]) =>
+            {
+                EXIT_CHANGES
+            }
             true => EXIT_OK,
         })
     }
