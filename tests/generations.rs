@@ -154,13 +154,13 @@ fn a_confirmed_apply_stays() {
         path(&declaration(&host, 2, "two", None)),
     ]);
     assert_eq!(out.code, 0, "{out:?}");
-    out.assert_stderr("pending: reverted in 2 s unless `mesh-host confirm` runs first");
+    out.assert_stderr(" UTC (in 2 s) unless `mesh-host confirm` runs first");
     host.run(&["status"]).assert_stdout("pending: reverted in");
     assert!(metric(
         r#"mesh_host_declaration_confirmation{state="pending"} 1"#
     ));
     assert!(metric(
-        "# TYPE mesh_host_declaration_confirm_deadline_seconds gauge"
+        "# TYPE mesh_host_declaration_confirm_deadline_timestamp_seconds gauge"
     ));
     let confirmed = host.run(&["confirm"]);
     assert_eq!(confirmed.code, 0, "{confirmed:?}");
@@ -169,7 +169,7 @@ fn a_confirmed_apply_stays() {
         r#"mesh_host_declaration_confirmation{state="confirmed"} 1"#
     ));
     assert!(!metric(
-        "# TYPE mesh_host_declaration_confirm_deadline_seconds gauge"
+        "# TYPE mesh_host_declaration_confirm_deadline_timestamp_seconds gauge"
     ));
     let again = host.run(&["confirm"]);
     assert_eq!(again.code, 2, "{again:?}");

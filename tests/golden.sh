@@ -60,6 +60,8 @@ die() { echo "golden.sh: $*" >&2; exit 2; }
 #   - Unix times of now (10 digits, 1600000000..1999999999: run records, in-force `since`,
 #     lock holders, metrics timestamps; the fixtures' own times are outside that range)
 #                                                      -> <UNIXTIME>
+#   - the same times as dates people read (`2026-12-06 20:15:29 UTC`, years 2020-2039)
+#                                                      -> <DATE>
 #   - ages and waits said in words: `N s|min|h|days ago`, `in N ...`, `since N ...`, `over N ...`
 #     (words.rs's age/duration_words)                  -> <AGE>
 #   - process ids: `pid N`, JSON `"pid": N`            -> <PID>
@@ -78,6 +80,7 @@ normalise() { # normalise FILE...: rewrites each file in place
   done
   local age='[0-9]+ (s|min|h|days?)( [0-9]+ (min|h))?'
   script+="s/\\b1[6-9][0-9]{8}\\b/<UNIXTIME>/g;"
+  script+="s/\\b20[23][0-9]-[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-5][0-9] UTC\\b/<DATE>/g;"
   script+="s/${age} ago\\b/<AGE> ago/g;"
   script+="s/\\b(in|since|over) ${age}\\b/\\1 <AGE>/g;"
   script+="s/\\bpid [0-9]+/pid <PID>/g;"
@@ -85,7 +88,7 @@ normalise() { # normalise FILE...: rewrites each file in place
   script+="s/keyed digest [0-9a-f]{16}\\b/keyed digest <KEYED>/g;"
   script+="s/mesh-host\\.spec=[0-9a-f]{32}\\b/mesh-host.spec=<KEYED>/g;"
   script+="s/^thread '([^']*)' \\([0-9]+\\)/thread '\\1' (<TID>)/;"
-  script+="s/^(mesh_host_last_run_duration_seconds|mesh_host_declaration_age_seconds) [0-9]+$/\\1 <SECONDS>/;"
+  script+="s/^(mesh_host_last_run_duration_seconds|mesh_host_declaration_age_seconds) [0-9]+(\\.[0-9]+)?$/\\1 <SECONDS>/;"
   sed -E -i -e "$script" "$@"
 }
 

@@ -185,6 +185,49 @@ fn value(metrics: &std::collections::BTreeMap<String, f64>, series: &str) -> Opt
     metrics.get(&normalise(series)).copied()
 }
 
+/// Issue 31: the metrics describe the machine after the run. An apply that created two files
+/// says they are in sync (not missing until the next run), the duration has its fraction, and
+/// the timestamps are named `_timestamp_seconds`.
+#[test]
+fn metrics_after_an_apply_that_created_files_count_them_in_sync() {
+    let probe = Scratch::new("metrics-after");
+    let prom = probe.dir.join("mesh_host.prom");
+    let host = Scratch::with_config(
+        "metrics-after",
+        &format!(r#"{{"metrics_file": "{}"}}"#, prom.display()),
+    );
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/one.conf": {"content": "1\n"},
+            "/etc/two.conf": {"content": "2\n"}, "/etc/bad.conf": {"content": "b\n", "owner": "nosuchuser"}}}"#,
+    );
+    host.apply(&file, 1);
+    let text = std::fs::read_to_string(&prom).expect("the metrics file");
+    let files = |state: &str| {
+        metric(
+            &prom,
+            &format!(r#"mesh_host_resources{{kind="files",state="{state}"}}"#),
+        )
+    };
+    assert_eq!(files("in_sync").as_deref(), Some("2"), "{text}");
+    assert_eq!(files("missing").as_deref(), Some("0"), "{text}");
+    assert_eq!(files("failed").as_deref(), Some("1"), "{text}");
+    let duration = metric(&prom, "mesh_host_last_run_duration_seconds").expect("a duration");
+    let seconds: f64 = duration.parse().expect("a number");
+    assert!(
+        seconds > 0.0,
+        "a run takes some time, said in fractions: {text}"
+    );
+    assert!(
+        metric(
+            &prom,
+            r#"mesh_host_resource_failing_since_timestamp_seconds{kind="files",key="/etc/bad.conf"}"#
+        )
+        .is_some(),
+        "{text}"
+    );
+}
+
 #[test]
 #[ignore = "needs prometheus-node-exporter: run ./tests/run.sh as root"]
 fn metrics_reach_prometheus_through_node_exporters_textfile_collector() {
@@ -226,9 +269,10 @@ fn metrics_reach_prometheus_through_node_exporters_textfile_collector() {
             r#"mesh_host_runs_total{trigger="apply",outcome="failed"}"#,
             Some(1.0),
         ),
+        // After the run: ok.conf was created, so it is in sync now.
         (
             r#"mesh_host_resources{kind="files",state="missing"}"#,
-            Some(1.0),
+            Some(0.0),
         ),
         (
             r#"mesh_host_resources{kind="files",state="failed"}"#,
@@ -236,10 +280,10 @@ fn metrics_reach_prometheus_through_node_exporters_textfile_collector() {
         ),
         (
             r#"mesh_host_resources{kind="files",state="in_sync"}"#,
-            Some(0.0),
+            Some(1.0),
         ),
         (
-            r#"mesh_host_resource_failing_since_seconds{kind="files",key="/etc/bad.conf"}"#,
+            r#"mesh_host_resource_failing_since_timestamp_seconds{kind="files",key="/etc/bad.conf"}"#,
             first_seen,
         ),
         ("mesh_host_declaration_revision", Some(7.0)),
@@ -287,16 +331,17 @@ fn metrics_reach_prometheus_through_node_exporters_textfile_collector() {
             r#"mesh_host_runs_total{trigger="apply",outcome="failed"}"#,
             Some(1.0),
         ),
+        // ok.conf was in sync, bad.conf created by this run: both in sync after it.
         (
             r#"mesh_host_resources{kind="files",state="in_sync"}"#,
-            Some(1.0),
+            Some(2.0),
         ),
         (
             r#"mesh_host_resources{kind="files",state="failed"}"#,
             Some(0.0),
         ),
         (
-            r#"mesh_host_resource_failing_since_seconds{kind="files",key="/etc/bad.conf"}"#,
+            r#"mesh_host_resource_failing_since_timestamp_seconds{kind="files",key="/etc/bad.conf"}"#,
             None,
         ),
         ("mesh_host_declaration_revision", Some(8.0)),

@@ -199,7 +199,9 @@ fn keygen_sign_check_apply_and_status_on_the_command_line() {
     let expired = signer.sign("alice", &motd(2, "old", Some(now() - 100)));
     host.apply(&file("expired.json", &expired), 0);
     let out = host.run(&["status"]);
-    out.assert_stdout("expired at unix time");
+    // A date people read, not Unix seconds (issue 31).
+    out.assert_stdout("expired 20");
+    out.assert_stdout(" UTC (");
     out.assert_stdout("held until a newer one arrives");
     assert_eq!(
         host.run(&["status", "--json"]).json()["in_force"]["expired"],
@@ -246,7 +248,7 @@ fn the_control_plane_relays_envelopes_and_the_host_accepts_only_what_its_keys_si
         (
             6,
             signer.sign("alice", &motd(6, "late", Some(now() - 5))),
-            "expired at unix time",
+            "expired 20",
         ),
         (
             7,
@@ -293,7 +295,7 @@ fn the_control_plane_relays_envelopes_and_the_host_accepts_only_what_its_keys_si
             |r| r.iter().any(|r| r["outcome"] == "converged"
                 && r["message"]
                     .as_str()
-                    .is_some_and(|m| m.contains(&format!("expired at unix time {expires}")))),
+                    .is_some_and(|m| m.contains("expired 20") && m.contains(" UTC ("))),
             WAIT
         ),
         "{:#?}",

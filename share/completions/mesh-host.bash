@@ -1,7 +1,7 @@
 # bash completion for mesh-host, generated from mesh-host's tables by `cargo run --example gen-docs`
 _mesh_host() {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
-    local commands="check plan apply confirm rollback reconcile owned status reload run join keygen sign help"
+    local commands="check plan apply confirm rollback reconcile owned show status reload run join keygen sign help"
     case $prev in
         --state-dir|--root) compopt -o filenames; COMPREPLY=($(compgen -d -- "$cur")); return ;;
         --config|--token-file|--out|--key) compopt -o filenames; COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -19,12 +19,13 @@ _mesh_host() {
     local options
     case $command in
         check) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
-        plan) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        plan) options="--detailed-exitcode --state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
         apply) options="--confirm --state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
         confirm) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
         rollback) options="--to --force --state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
         reconcile) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
-        owned) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        owned) options="--detailed-exitcode --state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
+        show) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
         status) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
         reload) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;
         run) options="--state-dir --config --root --wait --json --trace-commands -q --quiet -v --verbose -h --help -V --version" ;;

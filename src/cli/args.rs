@@ -52,16 +52,18 @@ pub const COMMANDS: &[CommandDoc] = &[
     },
     CommandDoc {
         name: "plan",
-        usage: "FILE",
-        about: "Show what applying FILE would change; changes nothing.",
+        usage: "[--detailed-exitcode] [FILE]",
+        about: "Show what applying FILE would change, or with no FILE what `reconcile` would \
+                change now; changes nothing (with --detailed-exitcode: exit 5 when there are \
+                changes).",
         operand: Operand::File,
     },
     CommandDoc {
         name: "apply",
-        usage: "[--confirm SECS] FILE",
+        usage: "[--confirm DURATION] FILE",
         about: "Validate, lock, converge, record: FILE becomes the declaration in force. With \
                 --confirm it is pending: reverted to the last confirmed generation unless \
-                `mesh-host confirm` runs within SECS seconds.",
+                `mesh-host confirm` runs within DURATION (300, 90s, 5m, 1h; at most 7d).",
         operand: Operand::File,
     },
     CommandDoc {
@@ -85,15 +87,23 @@ pub const COMMANDS: &[CommandDoc] = &[
     },
     CommandDoc {
         name: "owned",
+        usage: "[--detailed-exitcode]",
+        about: "Every resource the host owns, as observed now (with --detailed-exitcode: exit 5 \
+                when one is drifted, missing or pending release).",
+        operand: Operand::None,
+    },
+    CommandDoc {
+        name: "show",
         usage: "",
-        about: "Every resource the host owns, as observed now.",
+        about: "Print the declaration in force as it was declared (--json: as a JSON value).",
         operand: Operand::None,
     },
     CommandDoc {
         name: "status",
         usage: "",
         about: "The service and its link, the declaration in force, its generations (pending, \
-                confirmed, reverted), the recent runs.",
+                confirmed, reverted), the recent runs, under a headline: healthy, degraded (exit \
+                6) or error (exit 4), and why.",
         operand: Operand::None,
     },
     CommandDoc {
@@ -183,7 +193,7 @@ pub const OPTIONS: &[OptionDoc] = &[
         long: "json",
         short: None,
         value: None,
-        about: "Machine-readable output.",
+        about: "Machine-readable output (docs/json.md); an error too, as a JSON document.",
         commands: &[],
     },
     OptionDoc {
@@ -224,10 +234,17 @@ pub const OPTIONS: &[OptionDoc] = &[
     OptionDoc {
         long: "confirm",
         short: None,
-        value: Some("SECS"),
-        about: "The declaration is pending until `mesh-host confirm`; reverted after SECS \
-                seconds.",
+        value: Some("DURATION"),
+        about: "The declaration is pending until `mesh-host confirm`; reverted after DURATION \
+                (300, 90s, 5m, 1h, 2d; at most 7 days).",
         commands: &["apply"],
+    },
+    OptionDoc {
+        long: "detailed-exitcode",
+        short: None,
+        value: None,
+        about: "Exit 5 when there is something to change (plan: changes; owned: drift).",
+        commands: &["plan", "owned"],
     },
     OptionDoc {
         long: "to",
@@ -305,9 +322,14 @@ pub const EXIT_CODES: &[(i32, &str)] = &[
     (3, "another run holds the lock"),
     (
         4,
-        "the host could not run (store, I/O) or could not complete the join (control plane \
-         unreachable, files not written)",
+        "the host could not run (store, I/O, stdout) or could not complete the join (control \
+         plane unreachable, files not written)",
     ),
+    (
+        5,
+        "plan or owned with --detailed-exitcode: there is something to change",
+    ),
+    (6, "status: degraded (the headline says why)"),
 ];
 
 /// The help text: the kinds it manages (from the registry of kinds), the commands, the options
@@ -379,6 +401,7 @@ fn exit_codes() -> String {
         0,
         WIDTH,
     );
+    out.push_str("A closed stdout (`| head`) keeps the exit code.\n");
     out.push_str("Logs go to stderr; set RUST_LOG=debug for more.");
     out
 }
@@ -424,8 +447,10 @@ fn wrap(out: &mut String, text: &str, indent: usize, width: usize) {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     Check(PathBuf),
-    Plan(PathBuf),
-    /// The file, and `--confirm SECS`.
+    /// The file, or the declaration in force.
+    Plan(Option<PathBuf>),
+    Show,
+    /// The file, and `--confirm DURATION` in seconds.
     Apply(PathBuf, Option<u64>),
     Confirm,
     Rollback {
@@ -499,6 +524,8 @@ pub struct Args {
     pub quiet: bool,
     /// `-v`: more progress.
     pub verbose: bool,
+    /// `--detailed-exitcode`: plan and owned exit 5 when there is something to change.
+    pub detailed_exitcode: bool,
 }
 
 impl Args {
@@ -524,6 +551,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
     let mut json = false;
     let mut trace_commands = false;
     let (mut quiet, mut verbose) = (false, false);
+    let mut detailed_exitcode = false;
     let mut control_plane = None;
     let mut token = None;
     let mut token_file = None;
@@ -565,13 +593,14 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
             Long("trust-key") => trust_keys.push(text(&mut parser, "--trust-key")?),
             Long("out") => out = Some(path(&mut parser, "--out")?),
             Long("key") => key = Some(path(&mut parser, "--key")?),
-            Long("confirm") => confirm = Some(number(&mut parser, "--confirm")?),
+            Long("confirm") => confirm = Some(duration(&text(&mut parser, "--confirm")?)?),
             Long("to") => to = Some(number(&mut parser, "--to")?),
             Long("wait") => wait = true,
             Long("json") => json = true,
             Long("trace-commands") => trace_commands = true,
             Short('q') | Long("quiet") => quiet = true,
             Short('v') | Long("verbose") => verbose = true,
+            Long("detailed-exitcode") => detailed_exitcode = true,
             Short('h') | Long("help") => help = true,
             Short('V') | Long("version") => version = true,
             Short(c) => return Err(format!("unknown option -{c}")),
@@ -602,7 +631,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         };
         let command = match verb.to_str() {
             Some("check") => Command::Check(file()?),
-            Some("plan") => Command::Plan(file()?),
+            Some("plan") => Command::Plan(words.next().map(PathBuf::from)),
+            Some("show") => Command::Show,
             Some("apply") => Command::Apply(file()?, confirm.take()),
             Some("confirm") => Command::Confirm,
             Some("rollback") => Command::Rollback {
@@ -684,6 +714,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         trace_commands,
         quiet,
         verbose,
+        detailed_exitcode,
     })
 }
 
@@ -716,8 +747,7 @@ fn path(parser: &mut lexopt::Parser, option: &str) -> Result<PathBuf, String> {
     value(parser, option).map(PathBuf::from)
 }
 
-/// A text option's value (a URL, token, hash or key), which must be UTF-8.
-/// A whole number of at least 1 (`--confirm SECS`, `--to REVISION`).
+/// A whole number of at least 1 (`--to REVISION`).
 fn number(parser: &mut lexopt::Parser, option: &str) -> Result<u64, String> {
     let word = text(parser, option)?;
     word.parse()
@@ -726,6 +756,49 @@ fn number(parser: &mut lexopt::Parser, option: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{option}: {word:?} is not a whole number of at least 1"))
 }
 
+/// The longest `--confirm`: a week, past any window a person means to come back within.
+pub const MAX_CONFIRM_SECS: u64 = 7 * 86_400;
+
+/// `--confirm`'s duration in seconds: `300`, `90s`, `5m`, `1h`, `2d`; at least 1 s, at most
+/// `MAX_CONFIRM_SECS`, computed without overflow (issue 32: a huge number never wraps).
+pub fn duration(word: &str) -> Result<u64, String> {
+    let unit = |c: char| match c {
+        's' => Some(1),
+        'm' => Some(60),
+        'h' => Some(3600),
+        'd' => Some(86_400),
+        _ => None,
+    };
+    let (digits, scale) = match word.chars().last().and_then(unit) {
+        Some(scale) => (&word[..word.len() - 1], scale),
+        None => (word, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "--confirm: {word:?} is not a duration (give seconds, or a number with s, m, h or \
+             d: 300, 90s, 5m, 1h); the declaration FILE comes after it"
+        ));
+    }
+    let max = MAX_CONFIRM_SECS;
+    let too_long = || {
+        format!(
+            "--confirm: {word:?} is more than the maximum of {} ({max} s)",
+            crate::util::words::age(max)
+        )
+    };
+    let secs = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(too_long)?;
+    match secs {
+        0 => Err(format!("--confirm: {word:?} is no time; give at least 1 s")),
+        s if s > max => Err(too_long()),
+        s => Ok(s),
+    }
+}
+
+/// A text option's value (a URL, token, hash or key), which must be UTF-8.
 fn text(parser: &mut lexopt::Parser, option: &str) -> Result<String, String> {
     value(parser, option)?
         .into_string()
@@ -1141,5 +1214,53 @@ mod tests {
             parse_str("status --token-file f").unwrap_err(),
             "--token-file is only for join"
         );
+    }
+
+    #[test]
+    fn confirm_takes_a_duration_and_names_a_value_it_refuses() {
+        let confirm = |w: &str| parse_str(&format!("apply --confirm {w} f")).map(|a| a.command);
+        for (word, secs) in [
+            ("300", 300),
+            ("90s", 90),
+            ("5m", 300),
+            ("1h", 3600),
+            ("7d", 604_800),
+        ] {
+            assert_eq!(
+                confirm(word),
+                Ok(Command::Apply("f".into(), Some(secs))),
+                "{word}"
+            );
+        }
+        for (word, want) in [
+            ("f.json", r#"--confirm: "f.json" is not a duration"#),
+            ("5x", r#"--confirm: "5x" is not a duration"#),
+            ("m", r#"--confirm: "m" is not a duration"#),
+            ("-5", r#"--confirm: "-5" is not a duration"#),
+            ("0", r#"--confirm: "0" is no time"#),
+            (
+                "8d",
+                r#"--confirm: "8d" is more than the maximum of 7 days (604800 s)"#,
+            ),
+        ] {
+            let err = confirm(word).unwrap_err();
+            assert!(err.starts_with(want), "{word}: {err}");
+        }
+    }
+
+    /// Issue 32, item 3: a deadline past u64 never wraps into the past.
+    #[test]
+    fn issue32_confirm_of_u64_max_is_refused_naming_the_value_and_the_maximum() {
+        for word in [
+            "18446744073709551615",
+            "18446744073709551616",
+            "307445734561825861m",
+        ] {
+            let err = duration(word).unwrap_err();
+            assert_eq!(
+                err,
+                format!("--confirm: {word:?} is more than the maximum of 7 days (604800 s)")
+            );
+        }
     }
 }

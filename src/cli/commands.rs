@@ -4,14 +4,17 @@
 
 use std::path::{Path, PathBuf};
 
+use super::out::Out;
 use super::render;
-use crate::engine::reconcile::{self, Mode};
+use crate::engine::reconcile::{self, Mode, OwnedState};
 use crate::engine::{
-    invalid, never, Fatal, Host, ReadDeclaration, RunResult, Target, EXIT_ERROR, EXIT_FAILED,
-    EXIT_OK,
+    invalid, never, Fatal, Host, ReadDeclaration, RunResult, Target, EXIT_CHANGES, EXIT_DEGRADED,
+    EXIT_ERROR, EXIT_FAILED, EXIT_OK,
 };
+use crate::model::declaration::Declaration;
 use crate::model::envelope;
-use crate::store::{self, InForce, Ledger, RunOutcome, Source, Store, Trigger, Triggers};
+use crate::store::{self, InForce, Ledger, Source, Store, Trigger, Triggers};
+use crate::util::words::{duration_words, utc};
 
 /// The engine, as one command line asked for it.
 pub struct Commands<'a> {
@@ -20,6 +23,9 @@ pub struct Commands<'a> {
     pub json: bool,
     /// Wait for the store's lock instead of exiting 3 (`--wait`).
     pub wait: bool,
+    /// Plan and owned exit 5 when there is something to change (`--detailed-exitcode`).
+    pub detailed_exitcode: bool,
+    pub out: &'a Out,
 }
 
 impl Commands<'_> {
@@ -68,7 +74,7 @@ impl Commands<'_> {
             notes,
             diffs_cut: report.diffs_cut,
         };
-        render::run(self.json, &output, traced);
+        render::run(self.out, self.json, &output, traced);
     }
 
     /// Validates a declaration and, for an envelope, says who signed it; refuses (exit 2) what
@@ -102,7 +108,7 @@ impl Commands<'_> {
             refusal: refusal.clone(),
             expires: d.expires,
         };
-        render::check(self.json, &checked, store::unix_now());
+        render::check(self.out, self.json, &checked, store::unix_now());
         match refusal {
             Some(refusal) => Err(Fatal::Invalid(format!(
                 "{}: refused: {refusal}",
@@ -112,9 +118,13 @@ impl Commands<'_> {
         }
     }
 
-    pub fn plan(&self, file: &Path) -> Result<i32, Fatal> {
-        let d = self.host.read_declaration(file)?.declaration;
+    /// What applying `file` would change or, with none, what `reconcile` would change now.
+    pub fn plan(&self, file: Option<&Path>) -> Result<i32, Fatal> {
         let store = Store::open(&self.host.config.state_dir, false)?;
+        let d = match file {
+            Some(file) => self.host.read_declaration(file)?.declaration,
+            None => self.in_force_declaration(store.as_ref())?,
+        };
         let mut ledger = match &store {
             Some(s) => s.ledger()?,
             None => Ledger::default(),
@@ -128,11 +138,51 @@ impl Commands<'_> {
         )?;
         let traced = runner.traced();
         self.print_run(&report, runner.count(), &traced, true, &[]);
-        Ok(if report.failures.is_empty() {
-            EXIT_OK
-        } else {
+        Ok(if !report.failures.is_empty() {
             EXIT_FAILED
+        } else if self.detailed_exitcode && !report.changes.is_empty() {
+            EXIT_CHANGES
+        } else {
+            EXIT_OK
         })
+    }
+
+    /// The declaration in force, parsed (`plan` with no FILE): refused, naming the store, when
+    /// there is none.
+    fn in_force_declaration(&self, store: Option<&Store>) -> Result<Declaration, Fatal> {
+        let in_force = match store {
+            Some(s) => s.in_force()?,
+            None => None,
+        };
+        let Some(in_force) = in_force else {
+            return Err(self.nothing_in_force());
+        };
+        let path = self.host.config.state_dir.join("declaration.json");
+        self.host
+            .validate(in_force.text.as_bytes())
+            .map_err(|p| invalid(&path, &p))
+    }
+
+    fn nothing_in_force(&self) -> Fatal {
+        Fatal::Invalid(format!(
+            "store {}: no declaration in force (nothing was applied here yet); \
+             `mesh-host plan FILE` plans a file",
+            self.host.config.state_dir.display()
+        ))
+    }
+
+    /// `mesh-host show`: the declaration in force as it was declared, byte for byte (so that
+    /// `show > FILE` and `apply FILE` put the same text back); `--json`, as a value beside its
+    /// digest and where it came from.
+    pub fn show(&self) -> Result<i32, Fatal> {
+        let Some(store) = Store::open(&self.host.config.state_dir, false)? else {
+            return Err(self.nothing_in_force());
+        };
+        let Some(in_force) = store.in_force()? else {
+            return Err(self.nothing_in_force());
+        };
+        render::show(self.out, self.json, &in_force);
+        Ok(EXIT_OK)
     }
 
     /// Applies a plain declaration or an envelope as a local override: root owns the machine, so
@@ -183,8 +233,11 @@ impl Commands<'_> {
         if let Some(secs) = confirm_secs {
             // The running service keeps the deadline too (it may outlive this command).
             crate::service::signal_pending(self.host);
+            let now = store::unix_now();
             eprintln!(
-                "mesh-host: pending: reverted in {secs} s unless `mesh-host confirm` runs first"
+                "mesh-host: pending: reverted {} (in {}) unless `mesh-host confirm` runs first",
+                utc(now.saturating_add(secs)),
+                duration_words(secs)
             );
         }
         match converged {
@@ -215,7 +268,7 @@ impl Commands<'_> {
     pub fn confirm(&self) -> Result<i32, Fatal> {
         self.revert_first()?;
         let said = self.host.confirm(self.wait)?;
-        render::said(self.json, &said);
+        render::said(self.out, self.json, &said);
         Ok(EXIT_OK)
     }
 
@@ -255,7 +308,12 @@ impl Commands<'_> {
 
     pub fn owned(&self) -> Result<i32, Fatal> {
         let Some(store) = Store::open(&self.host.config.state_dir, false)? else {
-            render::owned(self.json, &render::Owned { owned: &[] }, store::unix_now());
+            render::owned(
+                self.out,
+                self.json,
+                &render::Owned { owned: &[] },
+                store::unix_now(),
+            );
             return Ok(EXIT_OK);
         };
         // The text dropped once parsed, before the ledger is read: never both held at once.
@@ -281,11 +339,25 @@ impl Commands<'_> {
             row.failing = history.find(row.kind, &row.key).map(Box::new);
         }
         render::owned(
+            self.out,
             self.json,
             &render::Owned { owned: &rows },
             store::unix_now(),
         );
-        Ok(EXIT_OK)
+        let any = |states: &[OwnedState]| rows.iter().any(|r| states.contains(&r.state));
+        Ok(match self.detailed_exitcode {
+            false => EXIT_OK,
+            true if any(&[OwnedState::Error]) => EXIT_FAILED,
+            true if any(&[
+                OwnedState::Drifted,
+                OwnedState::Missing,
+                OwnedState::PendingRelease,
+            ]) =>
+            {
+                EXIT_CHANGES
+            }
+            true => EXIT_OK,
+        })
     }
 
     pub fn status(&self) -> Result<i32, Fatal> {
@@ -320,9 +392,12 @@ impl Commands<'_> {
                 problems.push(e.to_string());
             }
         }
-        let last_failed = runs.last().is_some_and(|r| r.outcome == RunOutcome::Error);
         let now = store::unix_now();
-        let status = render::Status {
+        let mut status = render::Status {
+            health: render::Health {
+                state: render::HealthState::Healthy,
+                reasons: Vec::new(),
+            },
             state_dir: &self.host.config.state_dir,
             in_force: in_force.map(|f| render::InForceStatus::new(f, |k| self.host.trusts(k), now)),
             service: service.map(|s| render::ServiceStatus::new(s, crate::os::process::alive)),
@@ -333,12 +408,14 @@ impl Commands<'_> {
             problems,
             generations,
         };
-        render::status(self.json, &status, now);
-        // The host cannot run as it stands, or its last run could not: said by the exit code too.
-        Ok(if status.problems.is_empty() && !last_failed {
-            EXIT_OK
-        } else {
-            EXIT_ERROR
+        let threshold = self.host.config.link_down_degraded.as_secs();
+        status.health = render::Health::of(&status, now, threshold);
+        render::status(self.out, self.json, &status, now);
+        // The host cannot run as it stands, or its last run could not (4); it runs, not well (6).
+        Ok(match status.health.state {
+            render::HealthState::Error => EXIT_ERROR,
+            render::HealthState::Degraded => EXIT_DEGRADED,
+            render::HealthState::Healthy => EXIT_OK,
         })
     }
 }

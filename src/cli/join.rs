@@ -15,6 +15,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::cli::args::{self, Args, Join, Token};
+use crate::cli::out::{outln, Out};
+use crate::cli::render::print_json;
 use crate::engine::{Fatal, EXIT_OK};
 use crate::model::config::{self, Config, DEFAULT_CONFIG_PATH};
 use crate::os::fsutil::Dir;
@@ -50,7 +52,7 @@ struct RawError {
     error: String,
 }
 
-pub fn run(args: &Args, join: &Join) -> Result<i32, Fatal> {
+pub fn run(out: &Out, args: &Args, join: &Join) -> Result<i32, Fatal> {
     if unsafe { libc::geteuid() } != 0 {
         return Err(Fatal::Invalid(
             "join must run as root: it writes the node's secret (mode 0600, owned by root) \
@@ -77,27 +79,37 @@ pub fn run(args: &Args, join: &Join) -> Result<i32, Fatal> {
         (target.join_path(), target.ca_file(), target.secret_file());
 
     if args.json {
-        let out = json!({"joined": true, "node": identity.node, "address": identity.address,
+        let joined = json!({"joined": true, "node": identity.node, "address": identity.address,
             "server_name": identity.server_name, "config": config_path,
             "join_file": join_file, "ca_file": ca_file, "secret_file": secret_file,
             "service_pid": signalled});
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        print_json(out, &joined);
     } else {
-        println!(
+        outln!(
+            out,
             "joined the control plane at {} as node {:?}; its link is {} ({})",
-            url, identity.node, identity.address, identity.server_name
+            url,
+            identity.node,
+            identity.address,
+            identity.server_name
         );
-        println!(
+        outln!(
+            out,
             "wrote {} (control_plane), {} and {} (0600)",
             join_file.display(),
             ca_file.display(),
             secret_file.display()
         );
         match signalled {
-            Some(pid) => println!("the service (pid {pid}) reloads its config and connects"),
-            None => println!(
-                "the service is not running; start it to connect: systemctl enable --now mesh-host"
+            Some(pid) => outln!(
+                out,
+                "the service (pid {pid}) reloads its config and connects"
             ),
+            None => {
+                outln!(out,
+                "the service is not running; start it to connect: systemctl enable --now mesh-host"
+            )
+            }
         }
     }
     Ok(EXIT_OK)

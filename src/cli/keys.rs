@@ -13,13 +13,15 @@ use rustls::pki_types::PrivatePkcs8KeyDer;
 use serde_json::json;
 
 use crate::cli::args::Args;
+use crate::cli::out::{out, outln, Out};
+use crate::cli::render::print_json;
 use crate::engine::{invalid, Fatal, Host, EXIT_OK};
 use crate::model::envelope::{self, Envelope, SignatureState};
 use crate::util::codec;
 
 /// Writes a new private key to `out` (0600; an existing file is never replaced) and prints its
 /// public key, the text `trusted_keys` and `join --trust-key` take.
-pub fn keygen(args: &Args, out: &Path) -> Result<i32, Fatal> {
+pub fn keygen(stdout: &Out, args: &Args, out: &Path) -> Result<i32, Fatal> {
     let pkcs8 = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).map_err(|_| {
         Fatal::Error("cannot generate a key: the system's randomness failed".into())
     })?;
@@ -51,12 +53,9 @@ pub fn keygen(args: &Args, out: &Path) -> Result<i32, Fatal> {
         .map_err(cannot)?;
     if args.json {
         let value = json!({"public_key": public.to_string(), "private_key_file": out});
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&value).unwrap_or_default()
-        );
+        print_json(stdout, &value);
     } else {
-        println!("{public}");
+        outln!(stdout, "{public}");
     }
     Ok(EXIT_OK)
 }
@@ -64,7 +63,7 @@ pub fn keygen(args: &Args, out: &Path) -> Result<i32, Fatal> {
 /// Prints `file` (a declaration, or an envelope) as an envelope signed by `key` too. The
 /// declaration is validated first, with this machine's config (or the defaults): a signature on
 /// something no host would apply helps nobody.
-pub fn sign(host: &Host, key: &Path, file: &Path) -> Result<i32, Fatal> {
+pub fn sign(out: &Out, host: &Host, key: &Path, file: &Path) -> Result<i32, Fatal> {
     let key_pair = read_key(key)?;
     let cannot =
         |e: std::io::Error| Fatal::Invalid(format!("{}: cannot be read: {e}", file.display()));
@@ -101,7 +100,7 @@ pub fn sign(host: &Host, key: &Path, file: &Path) -> Result<i32, Fatal> {
             "mesh-host: {signer} has signed this declaration already; the envelope is unchanged"
         );
     }
-    print!("{}", envelope.to_json());
+    out!(out, "{}", envelope.to_json());
     Ok(EXIT_OK)
 }
 
@@ -130,13 +129,16 @@ mod tests {
     fn keygen_writes_a_private_key_once_and_it_signs() {
         let dir = TempDir::new("keygen");
         let out = dir.path().join("key.pem");
-        assert_eq!(keygen(&args("status"), &out).unwrap(), EXIT_OK);
+        assert_eq!(
+            keygen(&Out::sink(), &args("status"), &out).unwrap(),
+            EXIT_OK
+        );
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(&out).unwrap().permissions(),
         );
         assert_eq!(mode & 0o777, 0o600);
         let first = std::fs::read(&out).unwrap();
-        let err = keygen(&args("status"), &out).unwrap_err();
+        let err = keygen(&Out::sink(), &args("status"), &out).unwrap_err();
         assert!(
             err.message().contains("keygen never overwrites a key"),
             "{err:?}"

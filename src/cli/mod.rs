@@ -7,6 +7,7 @@ mod commands;
 mod join;
 mod keys;
 pub mod manual;
+mod out;
 mod progress;
 mod render;
 
@@ -16,6 +17,7 @@ use crate::engine::{self, Fatal, Host};
 use crate::{service, util};
 use args::Command;
 use commands::Commands;
+use out::{outln, Out};
 
 /// Sets up logging for the command line `args`: the service logs at info, other commands warn,
 /// and with `-q` only say errors.
@@ -29,46 +31,78 @@ pub fn init_logging(args: &[OsString]) {
 }
 
 /// Runs the command line `args` (without the program name; any bytes, as `args_os` gives them)
-/// and returns the exit code.
+/// and returns the exit code. With `--json`, an error is also a JSON document on stdout
+/// (docs/json.md) unless the command printed its own; a closed stdout keeps the exit code, any
+/// other failure to print is exit 4.
 pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
-    match args::parse(args) {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let out = Out::stdout();
+    let code = match args::parse(args.iter().cloned()) {
         Err(e) => {
             eprintln!("mesh-host: {e}\nTry `mesh-host --help`.");
+            // Unparsed, `--json` is still what the person asked for.
+            if args.iter().any(|a| a == "--json") {
+                error_json(&out, "usage", &e, engine::EXIT_INVALID);
+            }
             engine::EXIT_INVALID
         }
-        Ok(args) => match run(args) {
+        Ok(args) => match run(&out, &args) {
             Ok(code) => code,
             Err(fatal) => {
                 eprintln!("mesh-host: {}", fatal.message());
+                if args.json && !out.written() {
+                    error_json(&out, fatal.kind(), fatal.message(), fatal.exit_code());
+                }
                 fatal.exit_code()
             }
         },
+    };
+    match out.finish() {
+        Ok(()) => code,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => code,
+        Err(e) => {
+            eprintln!("mesh-host: cannot write to standard output: {e}");
+            engine::EXIT_ERROR
+        }
     }
 }
 
-fn run(args: args::Args) -> Result<i32, Fatal> {
+/// `{"version": 1, "error": {"kind", "message", "exit_code"}}`: the one shape of every error.
+fn error_json(out: &Out, kind: &str, message: &str, exit_code: i32) {
+    let error = serde_json::json!({
+        "error": {"kind": kind, "message": message, "exit_code": exit_code}
+    });
+    render::print_json(out, &error);
+}
+
+fn run(out: &Out, args: &args::Args) -> Result<i32, Fatal> {
     match &args.command {
         Command::Help(topic) => {
             match topic.and_then(args::command_doc) {
-                Some(command) => println!("{}", args::command_usage(command)),
-                None => println!("{}", args::usage()),
+                Some(command) => outln!(out, "{}", args::command_usage(command)),
+                None => outln!(out, "{}", args::usage()),
             }
             return Ok(engine::EXIT_OK);
         }
+        Command::Version if args.json => {
+            let version = serde_json::json!({ "mesh_host": env!("CARGO_PKG_VERSION") });
+            render::print_json(out, &version);
+            return Ok(engine::EXIT_OK);
+        }
         Command::Version => {
-            println!("mesh-host {}", env!("CARGO_PKG_VERSION"));
+            outln!(out, "mesh-host {}", env!("CARGO_PKG_VERSION"));
             return Ok(engine::EXIT_OK);
         }
         // Before the config is loaded: what systemd runs must work whatever the config says.
         Command::Reload(Some(pid)) => return service::signal_reload(*pid),
         // Before the config is loaded: join may be what creates it.
-        Command::Join(join) => return join::run(&args, join),
+        Command::Join(join) => return join::run(out, args, join),
         // On the operator's offline machine: no config, no store.
-        Command::Keygen { out } => return keys::keygen(&args, out),
+        Command::Keygen { out: file } => return keys::keygen(out, args, file),
         _ => {}
     }
     let options = engine::Options {
-        progress: progress::sink(&args),
+        progress: progress::sink(args),
         ..args.engine_options()
     };
     let mut host = Host::new(options)?;
@@ -76,10 +110,13 @@ fn run(args: args::Args) -> Result<i32, Fatal> {
         host: &host,
         json: args.json,
         wait: args.wait,
+        detailed_exitcode: args.detailed_exitcode,
+        out,
     };
     match args.command.clone() {
         Command::Check(file) => commands().check(&file),
-        Command::Plan(file) => commands().plan(&file),
+        Command::Plan(file) => commands().plan(file.as_deref()),
+        Command::Show => commands().show(),
         Command::Apply(file, confirm) => commands().apply(&file, confirm),
         Command::Confirm => commands().confirm(),
         Command::Rollback { to, force } => commands().rollback(to, force),
@@ -88,7 +125,7 @@ fn run(args: args::Args) -> Result<i32, Fatal> {
         Command::Status => commands().status(),
         Command::Reload(pid) => service::reload(&host, pid),
         Command::Run => service::run(&mut host),
-        Command::Sign { key, file } => keys::sign(&host, &key, &file),
+        Command::Sign { key, file } => keys::sign(out, &host, &key, &file),
         Command::Join(_) | Command::Keygen { .. } | Command::Help(_) | Command::Version => {
             Ok(engine::EXIT_OK)
         }

@@ -11,17 +11,27 @@ use crate::engine::reconcile::{OwnedRow, Planned};
 use crate::model::pacnew::Pacnew;
 use crate::model::upkeep::Needs;
 use crate::store::{
-    words_revision, Confirmer, Failing, Generations, InForceHead, LinkStatus, ResourceResult,
-    RunRecord, ServicePhase, ServiceState, Source, State as GenerationState, WatchMode, WatchState,
+    words_revision, Confirmer, Failing, Generations, InForce, InForceHead, LinkStatus,
+    ResourceResult, RunOutcome, RunRecord, ServicePhase, ServiceState, Source,
+    State as GenerationState, WatchMode, WatchState,
 };
 use crate::util::diff::{Body, ContentDiff, Tag};
 use crate::util::words::{age, duration_words, expiry};
 
-/// Prints `output` as pretty JSON. Through `serde_json::Value`, so every object's keys come out
-/// sorted, nested records included, whatever the order of their fields.
-fn print_json(output: &impl Serialize) {
-    let value = serde_json::to_value(output).unwrap_or_default();
-    println!(
+use super::out::{out, outln, Out};
+
+/// The version of every `--json` document's shape (docs/json.md): its `version` member.
+pub const JSON_VERSION: u64 = 1;
+
+/// Prints `output` as pretty JSON with its `version`. Through `serde_json::Value`, so every
+/// object's keys come out sorted, nested records included, whatever the order of their fields.
+pub fn print_json(out: &Out, output: &impl Serialize) {
+    let mut value = serde_json::to_value(output).unwrap_or_default();
+    if let Some(object) = value.as_object_mut() {
+        object.insert("version".into(), JSON_VERSION.into());
+    }
+    outln!(
+        out,
         "{}",
         serde_json::to_string_pretty(&value).unwrap_or_default()
     );
@@ -51,21 +61,22 @@ pub struct Checked<'a> {
     pub expires: Option<u64>,
 }
 
-pub fn check(json: bool, checked: &Checked, now: u64) {
+pub fn check(out: &Out, json: bool, checked: &Checked, now: u64) {
     if json {
-        return print_json(checked);
+        return print_json(out, checked);
     }
-    println!(
+    outln!(
+        out,
         "{}: valid ({} resources, sha256 {})",
         checked.file.display(),
         checked.resources,
         checked.digest
     );
     for s in &checked.signatures {
-        println!("signed by {}: {}", s.key, s.state);
+        outln!(out, "signed by {}: {}", s.key, s.state);
     }
     if let Some(expires) = checked.expires {
-        println!("{}", expiry(expires, now));
+        outln!(out, "{}", expiry(expires, now));
     }
 }
 
@@ -135,13 +146,14 @@ impl Serialize for Changes<'_> {
     }
 }
 
-pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
+pub fn run(out: &Out, json: bool, run: &RunOutput, traced: &[String]) {
     if json {
-        return print_json(run);
+        return print_json(out, run);
     }
     let colour = Colour::for_stdout();
     for (c, diff) in run.changes.each() {
-        println!(
+        outln!(
+            out,
             "{} {} {}: {}",
             c.symbol,
             c.kind,
@@ -149,30 +161,38 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
             c.details.join(", ")
         );
         if let Some(diff) = diff {
-            print!("{}", diff_text(c.kind, &c.key, diff, colour));
+            out!(out, "{}", diff_text(c.kind, &c.key, diff, colour));
         }
     }
     for a in run.adopted {
-        println!("= {} {}: adopted, already as declared", a.kind, a.key);
+        outln!(out, "= {} {}: adopted, already as declared", a.kind, a.key);
     }
     for d in run.deferred {
-        println!("> {} {}: deferred: {}", d.kind, d.key, d.detail);
+        outln!(out, "> {} {}: deferred: {}", d.kind, d.key, d.detail);
     }
     for f in run.failures {
-        println!("! {} {}: {} failed: {}", f.kind, f.key, f.action, f.detail);
+        outln!(
+            out,
+            "! {} {}: {} failed: {}",
+            f.kind,
+            f.key,
+            f.action,
+            f.detail
+        );
     }
     for p in run.pacnew {
-        println!("? files {}: {}", p.path, pacnew_advice(p));
+        outln!(out, "? files {}: {}", p.path, pacnew_advice(p));
     }
     if let Some(needs) = run.needs.filter(|n| !n.is_empty()) {
-        needs_lines(needs);
+        needs_lines(out, needs);
     }
     let verb = if run.planning {
         "would change"
     } else {
         "changed"
     };
-    println!(
+    outln!(
+        out,
         "{} {verb}, {} in sync, {} adopted, {} deferred, {} failed ({} commands run)",
         run.changes.planned.len(),
         run.in_sync,
@@ -185,10 +205,10 @@ pub fn run(json: bool, run: &RunOutput, traced: &[String]) {
         eprintln!("command: {command}");
     }
     for note in run.notes {
-        println!("note: {note}");
+        outln!(out, "note: {note}");
     }
     if run.diffs_cut {
-        println!(
+        outln!(out,
             "note: the diffs shown reached {} KiB; the changes after them are listed without theirs",
             crate::engine::reconcile::DIFFS_KEPT >> 10
         );
@@ -287,12 +307,12 @@ pub struct Owned<'a> {
     pub owned: &'a [OwnedRow],
 }
 
-pub fn owned(json: bool, owned: &Owned, now: u64) {
+pub fn owned(out: &Out, json: bool, owned: &Owned, now: u64) {
     if json {
-        return print_json(owned);
+        return print_json(out, owned);
     }
     if owned.owned.is_empty() {
-        println!("mesh-host owns nothing");
+        outln!(out, "mesh-host owns nothing");
     }
     let colour = Colour::for_stdout();
     for r in owned.owned {
@@ -302,18 +322,22 @@ pub fn owned(json: bool, owned: &Owned, now: u64) {
         } else {
             format!(": {}", r.detail)
         };
-        println!(
+        outln!(
+            out,
             "{:<10} {:<40} {:<8} {}{detail}",
-            r.kind, r.key, origin, r.state
+            r.kind,
+            r.key,
+            origin,
+            r.state
         );
         if let Some(diff) = &r.diff {
-            print!("{}", diff_text(r.kind, &r.key, diff, colour));
+            out!(out, "{}", diff_text(r.kind, &r.key, diff, colour));
         }
         if let Some(f) = &r.failing {
-            println!("    ! {}", failing_words(f, now));
+            outln!(out, "    ! {}", failing_words(f, now));
         }
         for p in &r.pacnew {
-            println!("    ? {}", pacnew_advice(p));
+            outln!(out, "    ? {}", pacnew_advice(p));
         }
     }
 }
@@ -390,6 +414,9 @@ pub struct ServiceStatus {
     pub started: u64,
     pub link: LinkStatus,
     pub link_at: Option<u64>,
+    /// Since when the link has been down (Unix seconds); absent while connected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_down_since: Option<u64>,
     pub last_error: Option<String>,
     pub next_timer: u64,
     pub state: Liveness,
@@ -409,6 +436,7 @@ impl ServiceStatus {
             started: s.started,
             link: s.link,
             link_at: s.link_at,
+            link_down_since: s.link_down_since,
             last_error: s.last_error,
             next_timer: s.next_timer,
             state,
@@ -417,9 +445,111 @@ impl ServiceStatus {
     }
 }
 
+/// Whether the host runs well, as `status`'s headline and exit code say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthState {
+    Healthy,
+    /// It runs, not well: exit 6.
+    Degraded,
+    /// It cannot run as it stands, or its last run could not: exit 4.
+    Error,
+}
+
+impl HealthState {
+    fn words(self) -> &'static str {
+        match self {
+            HealthState::Healthy => "healthy",
+            HealthState::Degraded => "degraded",
+            HealthState::Error => "error",
+        }
+    }
+}
+
+/// `status`'s headline: whether the host runs well, and why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Health {
+    pub state: HealthState,
+    /// Each reason, for people; empty when healthy.
+    pub reasons: Vec<String>,
+}
+
+impl Health {
+    /// Judges `status` at `now`: what a run would refuse or the last run's error is `error`;
+    /// failing or contested resources, a pending declaration past its deadline, the service
+    /// gone, or the link down past `link_down_degraded` seconds are `degraded`.
+    pub fn of(status: &Status, now: u64, link_down_degraded: u64) -> Health {
+        let mut errors = status.problems.clone();
+        if let Some(run) = status
+            .runs
+            .last()
+            .filter(|r| r.outcome == RunOutcome::Error)
+        {
+            errors.push(format!(
+                "the last run ({}, {} ago) ended in error",
+                run.trigger,
+                age(now.saturating_sub(run.ended))
+            ));
+        }
+        if !errors.is_empty() {
+            return Health {
+                state: HealthState::Error,
+                reasons: errors,
+            };
+        }
+        let mut reasons = Vec::new();
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let failing = status.failing.len();
+        if failing > 0 {
+            reasons.push(format!("{failing} resource{} failing", plural(failing)));
+        } else if let Some(run) = status.runs.last().filter(|r| !r.failures.is_empty()) {
+            let n = run.failures.len();
+            reasons.push(format!("{n} resource{} failed in the last run", plural(n)));
+        }
+        if let Some(s) = &status.service {
+            let contested = s.watch.as_ref().map_or(0, |w| w.contested.len());
+            if s.state == Liveness::Running && contested > 0 {
+                reasons.push(format!(
+                    "{contested} resource{} drifting again after each repair (contested)",
+                    plural(contested)
+                ));
+            }
+            if s.state == Liveness::Died {
+                reasons.push("the service did not stop cleanly and is not running".into());
+            }
+            let down = s.link_down_since.map(|at| now.saturating_sub(at));
+            if let Some(down) =
+                down.filter(|&d| s.state == Liveness::Running && d >= link_down_degraded)
+            {
+                reasons.push(format!(
+                    "the link to the control plane has been down for {}",
+                    duration_words(down)
+                ));
+            }
+        }
+        let in_force = status.generations.list.last();
+        if let Some(GenerationState::Pending { deadline, .. }) = in_force.map(|g| g.state) {
+            if deadline <= now {
+                reasons.push(format!(
+                    "the pending declaration passed its deadline {} ago (the next run reverts it)",
+                    age(now - deadline)
+                ));
+            }
+        }
+        Health {
+            state: match reasons.is_empty() {
+                true => HealthState::Healthy,
+                false => HealthState::Degraded,
+            },
+            reasons,
+        }
+    }
+}
+
 /// `status`'s answer.
 #[derive(Debug, Serialize)]
 pub struct Status<'a> {
+    pub health: Health,
     pub state_dir: &'a Path,
     pub in_force: Option<InForceStatus>,
     pub service: Option<ServiceStatus>,
@@ -436,20 +566,52 @@ pub struct Status<'a> {
     pub generations: Generations,
 }
 
-/// What `confirm` and `rollback` did, in a sentence (`{"said": ...}` as JSON).
-pub fn said(json: bool, said: &str) {
+/// `show --json`: the declaration in force as a value, with where it came from.
+#[derive(Serialize)]
+struct Shown<'a> {
+    declaration: serde_json::Value,
+    digest: &'a str,
+    revision: Option<u64>,
+    source: &'a Source,
+    since: u64,
+}
+
+/// The declaration in force: its text as it was declared, or as JSON (`Shown`).
+pub fn show(out: &Out, json: bool, in_force: &InForce) {
     if json {
-        return print_json(&serde_json::json!({ "said": said }));
+        return print_json(
+            out,
+            &Shown {
+                // Validated on its way in, and checked against its digest since: JSON.
+                declaration: serde_json::from_str(&in_force.text).unwrap_or_default(),
+                digest: &in_force.digest,
+                revision: in_force.revision,
+                source: &in_force.source,
+                since: in_force.since,
+            },
+        );
     }
-    println!("{said}");
+    out!(out, "{}", in_force.text);
+    // A terminal gets its prompt on a line of its own; a file gets the text byte for byte.
+    if !in_force.text.ends_with('\n') && std::io::stdout().is_terminal() {
+        outln!(out);
+    }
+}
+
+/// What `confirm` and `rollback` did, in a sentence (`{"said": ...}` as JSON).
+pub fn said(out: &Out, json: bool, said: &str) {
+    if json {
+        return print_json(out, &serde_json::json!({ "said": said }));
+    }
+    outln!(out, "{said}");
 }
 
 /// The generations in `status`, newest first: the first is the declaration in force.
-fn generations_lines(generations: &Generations, now: u64) {
+fn generations_lines(out: &Out, generations: &Generations, now: u64) {
     if generations.list.is_empty() {
         return;
     }
-    println!("generations (newest first):");
+    outln!(out, "generations (newest first):");
     for (i, g) in generations.list.iter().rev().enumerate() {
         let source = match &g.source {
             Source::Local { path } => format!("local file {path}"),
@@ -478,16 +640,18 @@ fn generations_lines(generations: &Generations, now: u64) {
             false => "",
         };
         // The state first: a line of status ending `ago: ...` is a run's.
-        println!(
+        outln!(
+            out,
             "  {} revision {} ({state}), from {source}, sha256 {}, put in force {} ago{expired}",
             if i == 0 { "*" } else { " " },
             words_revision(g.revision),
-            &g.digest[..g.digest.len().min(12)],
+            short_digest(&g.digest),
             age(now.saturating_sub(g.applied)),
         );
     }
     if let Some(r) = &generations.reverted {
-        println!(
+        outln!(
+            out,
             "reverted: revision {} {} ago, back to revision {}: {}{}",
             words_revision(r.revision),
             age(now.saturating_sub(r.at)),
@@ -502,17 +666,26 @@ fn generations_lines(generations: &Generations, now: u64) {
     }
 }
 
-pub fn status(json: bool, status: &Status, now: u64) {
+pub fn status(out: &Out, json: bool, status: &Status, now: u64) {
     if json {
-        return print_json(status);
+        return print_json(out, status);
     }
-    println!("store: {}", status.state_dir.display());
+    match status.health.reasons.is_empty() {
+        true => outln!(out, "{}", status.health.state.words()),
+        false => outln!(
+            out,
+            "{}: {}",
+            status.health.state.words(),
+            status.health.reasons.join("; ")
+        ),
+    }
+    outln!(out, "store: {}", status.state_dir.display());
     for problem in &status.problems {
-        println!("  ! {problem}");
+        outln!(out, "  ! {problem}");
     }
     match &status.service {
-        None => println!("service: never ran"),
-        Some(s) if s.state != Liveness::Running => println!("service: {}", s.state.words()),
+        None => outln!(out, "service: never ran"),
+        Some(s) if s.state != Liveness::Running => outln!(out, "service: {}", s.state.words()),
         Some(s) => {
             let link = match (s.link, s.link_at) {
                 (LinkStatus::Connected, Some(at)) => {
@@ -528,18 +701,19 @@ pub fn status(json: bool, status: &Status, now: u64) {
                 .as_ref()
                 .map(|e| format!(" (last error: {e})"))
                 .unwrap_or_default();
-            println!(
+            outln!(
+                out,
                 "service: running (pid {}), link {link}{error}, next timer run in {}",
                 s.pid,
                 age(s.next_timer.saturating_sub(now))
             );
             if let Some(w) = &s.watch {
-                watch(w, now);
+                watch(out, w, now);
             }
         }
     }
     match &status.in_force {
-        None => println!("declaration in force: none"),
+        None => outln!(out, "declaration in force: none"),
         Some(f) => {
             let source = match &f.source {
                 Source::Local { path } => format!("local file {path}"),
@@ -549,9 +723,10 @@ pub fn status(json: bool, status: &Status, now: u64) {
                 .revision
                 .map(|r| format!("revision {r}, "))
                 .unwrap_or_default();
-            println!(
+            outln!(
+                out,
                 "declaration in force: {revision}from {source}, sha256 {}, since {} ago",
-                f.digest,
+                short_digest(&f.digest),
                 age(now.saturating_sub(f.since))
             );
             for s in &f.signed_by {
@@ -560,7 +735,7 @@ pub fn status(json: bool, status: &Status, now: u64) {
                 } else {
                     "not trusted here"
                 };
-                println!("    signed by {} ({trust})", s.key);
+                outln!(out, "    signed by {} ({trust})", s.key);
             }
             if let Some(expires) = f.expires {
                 let held = if f.expired {
@@ -568,54 +743,59 @@ pub fn status(json: bool, status: &Status, now: u64) {
                 } else {
                     ""
                 };
-                println!("    {}{held}", expiry(expires, now));
+                outln!(out, "    {}{held}", expiry(expires, now));
             }
         }
     }
-    generations_lines(&status.generations, now);
+    generations_lines(out, &status.generations, now);
     if !status.failing.is_empty() {
-        println!("failing: {} resources", status.failing.len());
+        outln!(out, "failing: {} resources", status.failing.len());
         for f in &status.failing {
-            println!("  ! {} {}: {}", f.kind, f.key, failing_words(f, now));
+            outln!(out, "  ! {} {}: {}", f.kind, f.key, failing_words(f, now));
         }
     }
     for p in &status.pacnew {
-        println!("? files {}: {}", p.path, pacnew_advice(p));
+        outln!(out, "? files {}: {}", p.path, pacnew_advice(p));
     }
     if let Some(needs) = &status.needs {
-        needs_lines(needs);
+        needs_lines(out, needs);
     }
     if status.runs.is_empty() {
-        println!("no runs recorded");
+        outln!(out, "no runs recorded");
     }
     for run in status.runs.iter().rev().take(10) {
-        run_lines(run, now);
+        run_lines(out, run, now);
     }
 }
 
 /// What the machine needs, as the last run found it: the host does none of it by itself (a
 /// declared unit's `restart_when_stale` aside).
-fn needs_lines(needs: &Needs) {
+fn needs_lines(out: &Out, needs: &Needs) {
     if needs.is_empty() {
-        println!("needs: no reboot, no restart");
+        outln!(out, "needs: no reboot, no restart");
     }
     if let Some(why) = &needs.reboot {
-        println!("needs: a reboot: {why}");
+        outln!(out, "needs: a reboot: {why}");
     }
     if !needs.restart.is_empty() {
-        println!(
+        outln!(
+            out,
             "needs: a restart of {} (mapping files an upgrade deleted)",
             needs.restart.join(", ")
         );
     }
     if needs.reexec {
-        println!("needs: systemctl daemon-reexec (PID 1 maps files an upgrade deleted)");
+        outln!(
+            out,
+            "needs: systemctl daemon-reexec (PID 1 maps files an upgrade deleted)"
+        );
     }
 }
 
 /// One recorded run in `status`: when, why, how it ended, and what went wrong.
-fn run_lines(run: &RunRecord, now: u64) {
-    println!(
+fn run_lines(out: &Out, run: &RunRecord, now: u64) {
+    outln!(
+        out,
         "{} ago: {} {} ({} changed, {} failed, {} deferred, {} in sync, {} commands)",
         age(now.saturating_sub(run.ended)),
         run.trigger,
@@ -627,19 +807,21 @@ fn run_lines(run: &RunRecord, now: u64) {
         run.commands
     );
     for note in &run.notes {
-        println!("    note: {note}");
+        outln!(out, "    note: {note}");
     }
     if run.retries > 0 {
-        println!(
+        outln!(
+            out,
             "    ({} of the commands were retries of failed batched queries)",
             run.retries
         );
     }
     for f in &run.failures {
-        println!("    ! {} {}: {}", f.kind, f.key, f.detail);
+        outln!(out, "    ! {} {}: {}", f.kind, f.key, f.detail);
     }
     if run.omitted > 0 {
-        println!(
+        outln!(
+            out,
             "    ({} more resources not kept in the history)",
             run.omitted
         );
@@ -647,25 +829,26 @@ fn run_lines(run: &RunRecord, now: u64) {
 }
 
 /// The watcher's lines of `status`: what it watches, what it cannot, what it leaves to the timer.
-fn watch(w: &WatchState, now: u64) {
+fn watch(out: &Out, w: &WatchState, now: u64) {
     let detail = w
         .detail
         .as_ref()
         .map(|d| format!(" ({d})"))
         .unwrap_or_default();
     match w.state {
-        WatchMode::Off => println!("watch: off{detail}; drift is found by the timer alone"),
-        state => println!("watch: {state}, {} directories{detail}", w.directories),
+        WatchMode::Off => outln!(out, "watch: off{detail}; drift is found by the timer alone"),
+        state => outln!(out, "watch: {state}, {} directories{detail}", w.directories),
     }
     if let Some(at) = w.last_overflow {
-        println!(
+        outln!(
+            out,
             "    the event queue overflowed {} times, last {} ago: each time a full run",
             w.overflows,
             age(now.saturating_sub(at))
         );
     }
     for c in &w.contested {
-        println!(
+        outln!(out,
             "    contested: {} {} since {} ago ({} repairs within a minute, changed again {} ago): \
              another process keeps changing it; left to the timer until it is left alone",
             c.kind,
@@ -675,6 +858,11 @@ fn watch(w: &WatchState, now: u64) {
             age(now.saturating_sub(c.last_change))
         );
     }
+}
+
+/// A digest's first 12 hex digits, as people compare them (`--json` carries the whole).
+fn short_digest(digest: &str) -> &str {
+    digest.get(..12).unwrap_or(digest)
 }
 
 /// What a `.pacnew` beside an owned file means, for people.
@@ -883,6 +1071,7 @@ mod tests {
             started: 1,
             link: LinkStatus::Retrying,
             link_at: Some(9),
+            link_down_since: Some(5),
             last_error: Some("refused".into()),
             next_timer: 7,
             state,
@@ -935,6 +1124,10 @@ mod tests {
             omitted: 0,
         };
         let status = Status {
+            health: Health {
+                state: HealthState::Degraded,
+                reasons: vec!["why".into()],
+            },
             state_dir: Path::new("/var/lib/mesh-host"),
             in_force: Some(InForceStatus::new(in_force, |_| true, 4)),
             service: Some(ServiceStatus::new(service(ServicePhase::Running), |_| {
@@ -954,7 +1147,8 @@ mod tests {
         assert_eq!(
             json(&status),
             [
-                r#"{"failing":[],"in_force":{"control_plane_revision":5,"digest":"ab","#,
+                r#"{"failing":[],"health":{"reasons":["why"],"state":"degraded"},"#,
+                r#""in_force":{"control_plane_revision":5,"digest":"ab","#,
                 r#""expired":true,"expires":3,"revision":null,"signed_by":[{"key":"ed25519:k","#,
                 r#""trusted":true}],"since":2,"source":{"kind":"local","path":"/root/d.json"}},"#,
                 r#""needs":{"reboot_required":null,"reexec_required":true,"#,
@@ -964,7 +1158,7 @@ mod tests {
                 r#""ended":2,"failures":[{"action":"observe","detail":"d","key":"/etc/x","#,
                 r#""kind":"files"}],"in_sync":0,"outcome":"failed","revision":null,"started":1,"#,
                 r#""trigger":"start, timer"}],"service":{"last_error":"refused","link":"retrying","#,
-                r#""link_at":9,"next_timer":7,"pid":42,"started":1,"#,
+                r#""link_at":9,"link_down_since":5,"next_timer":7,"pid":42,"started":1,"#,
                 r#""state":"not running (it did not stop cleanly)","#,
                 r#""watch":{"contested":[],"detail":"on the timer only: packages","#,
                 r#""directories":3,"overflows":0,"state":"partial"}},"#,
@@ -972,5 +1166,68 @@ mod tests {
             ]
             .concat()
         );
+    }
+
+    #[test]
+    fn health_names_each_reason_and_the_link_only_past_its_threshold() {
+        let judge = |edit: &dyn Fn(&mut Status), now: u64| {
+            let mut status = Status {
+                health: Health {
+                    state: HealthState::Healthy,
+                    reasons: Vec::new(),
+                },
+                state_dir: Path::new("/s"),
+                in_force: None,
+                service: None,
+                runs: Vec::new(),
+                failing: Vec::new(),
+                pacnew: Vec::new(),
+                needs: None,
+                problems: Vec::new(),
+                generations: Default::default(),
+            };
+            edit(&mut status);
+            Health::of(&status, now, 900)
+        };
+        let healthy = judge(&|_| {}, 1000);
+        assert_eq!(healthy.state, HealthState::Healthy);
+        assert!(healthy.reasons.is_empty());
+        let link = |s: &mut Status| {
+            let mut service = ServiceStatus::new(service(ServicePhase::Running), |_| true);
+            service.link_down_since = Some(100);
+            service.watch = None;
+            s.service = Some(service);
+        };
+        assert_eq!(judge(&link, 999).state, HealthState::Healthy);
+        assert_eq!(
+            judge(&link, 1000).reasons,
+            ["the link to the control plane has been down for 15 min"]
+        );
+        let failing = |s: &mut Status| {
+            s.failing.push(Failing {
+                kind: "files".into(),
+                key: "/etc/x".into(),
+                first_seen: 1,
+                last_seen: 2,
+                runs: 2,
+                last_error: "e".into(),
+            })
+        };
+        assert_eq!(judge(&failing, 10).reasons, ["1 resource failing"]);
+        let died = |s: &mut Status| {
+            s.service = Some(ServiceStatus::new(service(ServicePhase::Running), |_| {
+                false
+            }))
+        };
+        assert_eq!(judge(&died, 10).state, HealthState::Degraded);
+        // What a run would refuse outranks the rest: error, exit 4.
+        let broken = |s: &mut Status| {
+            failing(s);
+            s.problems
+                .push("store /s/ledger.json: cannot be read".into());
+        };
+        let error = judge(&broken, 10);
+        assert_eq!(error.state, HealthState::Error);
+        assert_eq!(error.reasons, ["store /s/ledger.json: cannot be read"]);
     }
 }

@@ -24,9 +24,9 @@ impl Host {
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Lock, Fatal> {
         let holder = format!(
-            "pid {} ({what}) since unix time {}",
+            "pid {} ({what}) since {}",
             std::process::id(),
-            store::unix_now()
+            crate::util::words::utc(store::unix_now())
         );
         let locked = if wait {
             store.lock_pulsing(&holder, interrupted)
@@ -133,9 +133,9 @@ impl Host {
         store.restore(&target, now, self.config.generations, None)?;
         drop(lock);
         let said = format!(
-            "revision {} (put in force at unix time {}) is back in force",
+            "revision {} (put in force {}) is back in force",
             words_revision(target.revision),
-            target.applied
+            crate::util::words::utc(target.applied)
         );
         let run = self.converge_in_force(
             &Triggers::one(Trigger::Rollback),

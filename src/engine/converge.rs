@@ -118,10 +118,12 @@ impl Host {
     ) -> Result<Option<RunResult>, Fatal> {
         let store = self.store()?;
         let started = store::unix_now();
+        let clock = crate::os::sys::now_ms();
         let holder = format!(
-            "pid {} ({}) since unix time {started}",
+            "pid {} ({}) since {}",
             std::process::id(),
-            triggers
+            triggers,
+            crate::util::words::utc(started)
         );
         // Waiting, the same check as between resources runs: the service's link stays answered.
         let locked = if wait {
@@ -165,7 +167,7 @@ impl Host {
             if let Some(why) = self.keep_run(&store, &record, None, &[], &message) {
                 log::error!("{why}");
             }
-            self.note_run(&store, &record, None);
+            self.note_run(&store, &record, None, clock);
             e
         };
         let stored_head = || match store.in_force_head() {
@@ -288,7 +290,7 @@ impl Host {
                 if let Some(why) = self.keep_run(&store, &record, Some(&report), &[], &message) {
                     log::error!("{why}");
                 }
-                self.note_run(&store, &record, None);
+                self.note_run(&store, &record, None, clock);
                 return Err(e.into());
             }
         };
@@ -321,7 +323,7 @@ impl Host {
         if unwritten.is_none() && self.config.control_plane.is_some() {
             self.await_ack(&store, &d.digest);
         }
-        self.note_run(&store, &record, Some(&report));
+        self.note_run(&store, &record, Some(&report), clock);
         let converged = match (hand_back, owned) {
             (true, Some(declaration)) => Some(Converged {
                 declaration,
@@ -379,9 +381,9 @@ impl Host {
             return;
         }
         let holder = format!(
-            "pid {} (writing runs kept in memory) since unix time {}",
+            "pid {} (writing runs kept in memory) since {}",
             std::process::id(),
-            store::unix_now()
+            crate::util::words::utc(store::unix_now())
         );
         let store = match self.store() {
             Ok(store) => store,
@@ -419,11 +421,13 @@ impl Host {
 
     /// Counts a run in the store's statistics, then writes the metrics. Neither is worth failing
     /// a run that happened for: a problem is logged.
-    fn note_run(&self, store: &Store, record: &RunRecord, report: Option<&Report>) {
+    /// `clock` is the monotonic clock (`sys::now_ms`) at the run's start.
+    fn note_run(&self, store: &Store, record: &RunRecord, report: Option<&Report>, clock: u64) {
         let run = LastRun {
             started: record.started,
             ended: record.ended,
             outcome: record.outcome,
+            took_ms: Some(crate::os::sys::now_ms().saturating_sub(clock)),
         };
         let counted = store.stats().and_then(|mut stats| {
             stats.record(
@@ -555,23 +559,15 @@ fn kept_in_memory(kept: usize, what: &str, e: &StoreError) -> String {
     )
 }
 
-/// Each kind the run reached, its resources by state as the run found them: in sync (or
-/// adopted), missing (created), drifted (changed or removed), failed, deferred.
+/// Each kind the run reached, its resources by state as the run left them (the metrics describe
+/// the machine after it): in sync (found so, adopted, created or updated), failed, deferred.
 fn resource_states(report: &Report) -> BTreeMap<String, BTreeMap<String, u64>> {
     let found = report
         .changes
         .iter()
-        .map(|c| {
-            (
-                c.kind,
-                if c.action == Action::Create {
-                    "missing"
-                } else {
-                    "drifted"
-                },
-                1,
-            )
-        })
+        // What the run created or updated is as declared now; what it removed is gone.
+        .filter(|c| c.action != Action::Remove)
+        .map(|c| (c.kind, "in_sync", 1))
         .chain(
             report
                 .adopted

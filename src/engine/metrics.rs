@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::os::fsutil::Dir;
-use crate::store::{Failing, RunOutcome, RunStats};
+use crate::store::{Failing, LastRun, RunOutcome, RunStats};
 
 /// The run outcomes `mesh_host_last_run_outcome` lists, each 1 or 0.
 const OUTCOMES: [RunOutcome; 4] = [
@@ -81,12 +81,12 @@ pub fn render(s: &Snapshot) -> String {
     out.family(
         "mesh_host_last_run_duration_seconds",
         "gauge",
-        "How long the last run took, in whole seconds.",
+        "How long the last run took, in seconds (to the millisecond).",
     );
     out.sample(
         "mesh_host_last_run_duration_seconds",
         &[],
-        last.map_or(0, |r| r.ended.saturating_sub(r.started)),
+        Seconds(last.map_or(0, LastRun::duration_ms)),
     );
     out.family(
         "mesh_host_last_success_timestamp_seconds",
@@ -142,13 +142,13 @@ pub fn render(s: &Snapshot) -> String {
         }
     }
     out.family(
-        "mesh_host_resource_failing_since_seconds",
+        "mesh_host_resource_failing_since_timestamp_seconds",
         "gauge",
         "Unix time a failing resource's streak of failed runs began.",
     );
     for f in s.failing {
         out.sample(
-            "mesh_host_resource_failing_since_seconds",
+            "mesh_host_resource_failing_since_timestamp_seconds",
             &[("kind", &f.kind), ("key", &f.key)],
             f.first_seen,
         );
@@ -201,12 +201,12 @@ pub fn render(s: &Snapshot) -> String {
         }
         if let Some(deadline) = c.deadline {
             out.family(
-                "mesh_host_declaration_confirm_deadline_seconds",
+                "mesh_host_declaration_confirm_deadline_timestamp_seconds",
                 "gauge",
                 "Unix time the pending declaration in force is reverted unless confirmed.",
             );
             out.sample(
-                "mesh_host_declaration_confirm_deadline_seconds",
+                "mesh_host_declaration_confirm_deadline_timestamp_seconds",
                 &[],
                 deadline,
             );
@@ -294,7 +294,7 @@ impl Out {
         self.header = Some(format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
         if let Some(header) = self.header.take() {
             self.text.push_str(&header);
         }
@@ -307,6 +307,18 @@ impl Out {
             let _ = write!(self.text, "{{{}}}", labels.join(","));
         }
         let _ = writeln!(self.text, " {value}");
+    }
+}
+
+/// Milliseconds written as seconds with their fraction (`0.042`), as Prometheus wants durations.
+struct Seconds(u64);
+
+impl std::fmt::Display for Seconds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 % 1000 {
+            0 => write!(f, "{}", self.0 / 1000),
+            ms => write!(f, "{}.{ms:03}", self.0 / 1000),
+        }
     }
 }
 
@@ -370,6 +382,7 @@ mod tests {
                 started: 100,
                 ended: 103,
                 outcome: RunOutcome::Failed,
+                took_ms: Some(2_742),
             },
             count_states([
                 ("files", "failed", 1),
@@ -419,7 +432,7 @@ mod tests {
         for (series, value) in [
             (r#"mesh_host_info{version="1.2.3"}"#, "1"),
             ("mesh_host_last_run_timestamp_seconds", "103"),
-            ("mesh_host_last_run_duration_seconds", "3"),
+            ("mesh_host_last_run_duration_seconds", "2.742"),
             ("mesh_host_last_success_timestamp_seconds", "0"),
             (r#"mesh_host_last_run_outcome{outcome="failed"}"#, "1"),
             (r#"mesh_host_last_run_outcome{outcome="converged"}"#, "0"),
@@ -431,7 +444,7 @@ mod tests {
             (r#"mesh_host_resources{kind="files",state="failed"}"#, "1"),
             (r#"mesh_host_resources{kind="units",state="drifted"}"#, "0"),
             (
-                r#"mesh_host_resource_failing_since_seconds{kind="files",key="/etc/a \"b\"\\c"}"#,
+                r#"mesh_host_resource_failing_since_timestamp_seconds{kind="files",key="/etc/a \"b\"\\c"}"#,
                 "50",
             ),
             ("mesh_host_declaration_revision", "42"),
@@ -449,7 +462,10 @@ mod tests {
                 r#"mesh_host_declaration_confirmation{state="confirmed"}"#,
                 "0",
             ),
-            ("mesh_host_declaration_confirm_deadline_seconds", "400"),
+            (
+                "mesh_host_declaration_confirm_deadline_timestamp_seconds",
+                "400",
+            ),
             ("mesh_host_declaration_reverted_timestamp_seconds", "120"),
             ("mesh_host_link_up", "1"),
             ("mesh_host_outbox_reports", "2"),

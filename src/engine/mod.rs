@@ -50,6 +50,11 @@ pub const EXIT_FAILED: i32 = 1;
 pub const EXIT_INVALID: i32 = 2;
 pub const EXIT_LOCKED: i32 = 3;
 pub const EXIT_ERROR: i32 = 4;
+/// `plan` and `owned` with `--detailed-exitcode`: the machine differs from the declaration.
+pub const EXIT_CHANGES: i32 = 5;
+/// `status`: the host runs, but not well (failing resources, contested drift, the link down
+/// too long, a pending declaration past its deadline, the service gone).
+pub const EXIT_DEGRADED: i32 = 6;
 
 /// Why a command could not do its job at all; each maps to an exit code.
 #[derive(Debug)]
@@ -66,6 +71,14 @@ impl Fatal {
             Fatal::Invalid(_) => EXIT_INVALID,
             Fatal::Locked(_) => EXIT_LOCKED,
             Fatal::Error(_) => EXIT_ERROR,
+        }
+    }
+    /// The kind's name, as `--json` errors carry it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fatal::Invalid(_) => "invalid",
+            Fatal::Locked(_) => "locked",
+            Fatal::Error(_) => "error",
         }
     }
     pub fn message(&self) -> &str {
@@ -88,6 +101,15 @@ pub fn invalid(file: &Path, problems: &Problems) -> Fatal {
         file.display(),
         if count == 1 { "" } else { "s" }
     ))
+}
+
+/// Whether `bytes` are the store's `declaration.json` (its `InForce`: the text with its
+/// digest, source and time), which people hand to `plan` for the declaration in force.
+fn is_store_record(bytes: &[u8]) -> bool {
+    let value: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
+    ["text", "digest", "source", "since"]
+        .iter()
+        .all(|k| value.get(k).is_some())
 }
 
 /// A declaration file as read: the declaration's own bytes (taken out of the envelope when it
@@ -116,6 +138,25 @@ pub struct Host {
 
 impl Host {
     pub fn new(options: Options) -> Result<Host, Fatal> {
+        // Before the config, the store or anything else: a mistyped root must not get a store
+        // made and a declaration put in force for it.
+        if let Some(root) = &options.root {
+            match std::fs::metadata(root) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Fatal::Invalid(format!(
+                        "--root {}: not a directory; nothing was done",
+                        root.display()
+                    )))
+                }
+                Err(e) => {
+                    return Err(Fatal::Invalid(format!(
+                        "--root {}: {e} (mount the target root there first); nothing was done",
+                        root.display()
+                    )))
+                }
+            }
+        }
         let config = Config::load(options.config.as_deref(), options.state_dir.as_deref())
             .map_err(Fatal::Invalid)?;
         Ok(Host {
@@ -228,7 +269,17 @@ impl Host {
         } else {
             (raw, None)
         };
-        let declaration = self.validate(&bytes).map_err(|p| invalid(file, &p))?;
+        let declaration = self
+            .validate(&bytes)
+            .map_err(|p| match is_store_record(&bytes) {
+                true => Fatal::Invalid(format!(
+                    "{}: this is the store's record of the declaration in force (the declaration \
+                 is its \"text\"), not a declaration: `mesh-host plan` with no FILE plans it, \
+                 `mesh-host show` prints it as declared",
+                    file.display()
+                )),
+                false => invalid(file, &p),
+            })?;
         Ok(ReadDeclaration {
             bytes,
             declaration,

@@ -32,12 +32,12 @@ impl Lost {
     /// What the next run written says of them (its report's message and its record's notes).
     pub fn note(&self) -> String {
         format!(
-            "{} earlier run{} (unix time {} to {}) could not be recorded or reported in full: the \
-             store could not be written, and no more than {KEPT} runs are kept in memory",
+            "{} earlier run{} ({} to {}) could not be recorded or reported in full: the store \
+             could not be written, and no more than {KEPT} runs are kept in memory",
             self.runs,
             if self.runs == 1 { "" } else { "s" },
-            self.from,
-            self.to
+            crate::util::words::utc(self.from),
+            crate::util::words::utc(self.to)
         )
     }
 }
@@ -129,11 +129,10 @@ mod tests {
                 to: 21
             })
         );
-        assert!(front
-            .lost_before
-            .unwrap()
-            .note()
-            .starts_with("3 earlier runs (unix time 0 to 21) could not be recorded"));
+        assert!(front.lost_before.unwrap().note().starts_with(
+            "3 earlier runs (1970-01-01 00:00:00 UTC to 1970-01-01 00:00:21 UTC) could not be \
+                 recorded"
+        ));
         front.record = None;
         backlog.drop_written();
         assert_eq!(backlog.len(), KEPT - 1);

@@ -102,6 +102,9 @@ pub struct Config {
     /// The service watches what it owns with inotify and repairs drift within about a second;
     /// off, drift waits for the timer.
     pub watch: bool,
+    /// `status` says degraded (exit 6) once the link to the control plane has been down this
+    /// long: reconnects back off up to 5 minutes, so a shorter outage is not yet news.
+    pub link_down_degraded: Duration,
     /// The link: a ping after this long without sending; dead after three of these without a byte.
     pub heartbeat: Duration,
     /// The first reconnect ceiling (full jitter, doubling to 5 minutes); 1 s by default, more for
@@ -276,6 +279,13 @@ pub const KEYS: &[FieldDoc] = &[
                 of these without a byte.",
     },
     FieldDoc {
+        name: "link_down_degraded_secs",
+        ty: FieldType::Integer(1),
+        default: Some("900"),
+        about: "How long the link may be down before `mesh-host status` says the host is \
+                degraded (exit 6).",
+    },
+    FieldDoc {
         name: "reconnect_base_secs",
         ty: FieldType::Integer(1),
         default: Some("1"),
@@ -392,6 +402,7 @@ struct RawConfig {
     interval_secs: Option<u64>,
     watch: Option<bool>,
     heartbeat_secs: Option<u64>,
+    link_down_degraded_secs: Option<u64>,
     reconnect_base_secs: Option<u64>,
     max_frame_bytes: Option<usize>,
     outbox_max: Option<usize>,
@@ -448,6 +459,7 @@ const KEY_NAMES: &[&str] = &[
     "interval_secs",
     "watch",
     "heartbeat_secs",
+    "link_down_degraded_secs",
     "reconnect_base_secs",
     "max_frame_bytes",
     "outbox_max",
@@ -495,6 +507,7 @@ impl RawConfig {
             interval_secs: c.whole("interval_secs", 1, MAX_SECS)?,
             watch: c.flag("watch")?,
             heartbeat_secs: c.whole("heartbeat_secs", 1, MAX_SECS)?,
+            link_down_degraded_secs: c.whole("link_down_degraded_secs", 1, MAX_SECS)?,
             // The backoff's cap is 5 minutes (service/backoff.rs): a larger base would be cut.
             reconnect_base_secs: c.whole("reconnect_base_secs", 1, 300)?,
             max_frame_bytes: c.count("max_frame_bytes", 1, MAX_BYTES)?,
@@ -824,6 +837,7 @@ impl Config {
             interval: Duration::from_secs(raw.interval_secs.unwrap_or(600)),
             watch: raw.watch.unwrap_or(true),
             heartbeat: Duration::from_secs(raw.heartbeat_secs.unwrap_or(30)),
+            link_down_degraded: Duration::from_secs(raw.link_down_degraded_secs.unwrap_or(900)),
             reconnect_base: Duration::from_secs(raw.reconnect_base_secs.unwrap_or(1)),
             max_frame_bytes: raw
                 .max_frame_bytes

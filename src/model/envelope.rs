@@ -538,9 +538,10 @@ pub fn accept(
     }
     if let Some(expires) = declaration.expires.filter(|e| *e <= arrival.now) {
         return Err(Refused::Rejected(format!(
-            "revision {revision} refused: expired at unix time {expires} ({} s ago); the \
-             previous declaration stays in force",
-            arrival.now - expires
+            "revision {revision} refused: expired {} ({} ago); the previous declaration stays \
+             in force",
+            crate::util::words::utc(expires),
+            crate::util::words::age(arrival.now - expires)
         )));
     }
     Ok(Accepted {
@@ -827,7 +828,10 @@ mod tests {
             Some(&t),
         ));
         assert!(
-            message.contains(&format!("expired at unix time {} (60 s ago)", NOW - 60)),
+            message.contains(&format!(
+                "expired {} (60 s ago)",
+                crate::util::words::utc(NOW - 60)
+            )),
             "{message}"
         );
         assert!(rejected(arrive(

@@ -850,9 +850,9 @@ impl Service<'_> {
         let verdict = (|| -> Result<Option<String>, Fatal> {
             let store = host.store()?;
             let holder = format!(
-                "pid {} (declaration) since unix time {}",
+                "pid {} (declaration) since {}",
                 std::process::id(),
-                store::unix_now()
+                crate::util::words::utc(store::unix_now())
             );
             let _lock = store
                 .lock_pulsing(&holder, &beat)
@@ -1021,11 +1021,19 @@ impl Service<'_> {
             LinkState::Retrying { at } => Some(unix_ms(*at)),
             LinkState::None | LinkState::Connecting { .. } => None,
         };
+        // Down since the last state that was connected, kept while it stays down.
+        let link_down_since = match (link, &*self.status.borrow()) {
+            (LinkStatus::Connected | LinkStatus::None, _) => None,
+            (_, Some(old)) if old.link == LinkStatus::Connected => Some(store::unix_now()),
+            (_, Some(old)) => old.link_down_since.or(Some(self.started_unix)),
+            (_, None) => Some(self.started_unix),
+        };
         let state = ServiceState {
             pid: std::process::id(),
             started: self.started_unix,
             link,
             link_at,
+            link_down_since,
             last_error: self.last_error.clone(),
             next_timer: unix_ms(self.schedule.next_timer()),
             state: ServicePhase::Running,

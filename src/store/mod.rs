@@ -123,6 +123,10 @@ pub struct ServiceState {
     pub link: LinkStatus,
     /// Unix seconds: connected since, or the next attempt.
     pub link_at: Option<u64>,
+    /// Unix seconds: since when the link has not been connected (the service's start when it
+    /// never was); None while connected or with no control plane.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_down_since: Option<u64>,
     pub last_error: Option<String>,
     /// Unix seconds of the next drift-timer run.
     pub next_timer: u64,

@@ -21,6 +21,17 @@ pub struct LastRun {
     pub started: u64,
     pub ended: u64,
     pub outcome: RunOutcome,
+    /// How long it took, on the monotonic clock; absent in statistics written before it was
+    /// kept (then whole seconds from `started` and `ended`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_ms: Option<u64>,
+}
+
+impl LastRun {
+    pub fn duration_ms(&self) -> u64 {
+        self.took_ms
+            .unwrap_or_else(|| self.ended.saturating_sub(self.started).saturating_mul(1000))
+    }
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,6 +118,7 @@ mod tests {
             started: ended - 1,
             ended,
             outcome,
+            took_ms: None,
         }
     }
 
