@@ -10,6 +10,7 @@ mod ledger;
 mod lock;
 mod outbox;
 mod owed;
+mod quiet;
 mod secrets;
 mod stats;
 
@@ -441,10 +442,6 @@ impl Store {
         self.write_json(PACNEW_QUIET, dirs)
     }
 
-    pub fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        Ok(self.read_json(RUNS)?.unwrap_or_default())
-    }
-
     /// Removes the temp files a crash left beside the store's files (the file each was to
     /// replace is whole: atomic writes), and recovers or removes the outbox's. Call it holding
     /// the store's lock (every run does), so that no writer is mid-write.
@@ -456,6 +453,7 @@ impl Store {
             LEDGER,
             RUNS,
             PACNEW_QUIET,
+            quiet::QUIET,
             owed::OWED,
             GENERATIONS,
         ] {
