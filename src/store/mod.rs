@@ -13,6 +13,7 @@ mod owed;
 mod quiet;
 mod secrets;
 mod stats;
+mod upkeep;
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -37,6 +38,7 @@ pub use ledger::{Digest, Entry, Ledger, Origin, Owned};
 pub use lock::{Lock, LockError};
 pub use owed::Owed;
 pub use stats::{Foreign, LastRun, RunStats};
+pub use upkeep::PacmanPaths;
 
 pub const IN_FORCE: &str = "declaration.json";
 const SERVICE: &str = "service.json";
@@ -454,6 +456,7 @@ impl Store {
             RUNS,
             PACNEW_QUIET,
             quiet::QUIET,
+            upkeep::LOOKED,
             owed::OWED,
             GENERATIONS,
         ] {

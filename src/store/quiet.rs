@@ -65,16 +65,7 @@ impl Store {
     /// quiet.json when it can be read; missing, emptied or cut short by a crash, it holds no
     /// run at all (and is replaced by the next no-op).
     fn quiet(&self) -> Option<Quiet> {
-        let read = match self.dir.read(OsStr::new(QUIET), MAX_STORE_FILE) {
-            Ok(read) => read,
-            Err(e) => {
-                log::debug!("{}: not read: {e}", self.path.join(QUIET).display());
-                return None;
-            }
-        };
-        serde_json::from_slice(&read?.1)
-            .map_err(|e| log::debug!("{}: not read: {e}", self.path.join(QUIET).display()))
-            .ok()
+        self.read_cache(QUIET)
     }
 
     /// The recent runs, oldest first: runs.json's, then the no-op runs kept since (the latest
@@ -115,10 +106,7 @@ impl Store {
             stats_base,
             stats: stats.clone(),
         };
-        let bytes = serde_json::to_vec(&quiet).map_err(|e| self.error(QUIET, e))?;
-        self.dir
-            .write_atomic_volatile(OsStr::new(QUIET), &bytes, 0o600)
-            .map_err(|e| self.error(QUIET, format!("cannot be written: {e}")))
+        self.write_cache(QUIET, &quiet)
     }
 }
 
