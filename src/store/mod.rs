@@ -1,7 +1,8 @@
 //! The store (state directory, mode 0700): the declaration in force and where it came from, the
 //! ledger of what the host owns, recent runs, and backups of adopted files' originals. Every write
 //! replaces a whole file atomically and durably, so a crash leaves the previous or the new state;
-//! a file that cannot be read is reported, never silently replaced.
+//! a file that cannot be read is reported, never silently replaced. Only no-op runs (`quiet.rs`)
+//! and caches (`upkeep.rs`) are written without fsync, and read as absent when a crash cut them.
 
 mod failures;
 mod files_index;
