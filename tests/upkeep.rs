@@ -454,7 +454,9 @@ fn the_look_is_kept_until_a_person_upgrades_a_library_outside_the_host() {
         let (record, log) = next_run(&mut driver, &launch);
         assert_eq!(record["changes"], json!([]), "{record:#}");
         assert!(
-            log.contains("the reboot and restart look again: pacman's local database changed"),
+            log.contains(
+                "the reboot and restart look is made again: pacman's local database changed"
+            ),
             "{way:?}\n{log}"
         );
         assert_eq!(
@@ -475,7 +477,10 @@ fn the_look_is_kept_until_a_person_upgrades_a_library_outside_the_host() {
         support::sh(&format!("systemctl --user restart -- {unit}"));
         wait_mapping(&unit, &lib);
         let (_, log) = next_run(&mut driver, &launch);
-        assert!(log.contains("a stale process is not any more"), "{log}");
+        assert!(
+            log.contains("a process it found stale is not any more"),
+            "{log}"
+        );
         assert_eq!(
             ours(&status_needs(driver.host())),
             Vec::<String>::new(),

@@ -241,16 +241,17 @@ fn needs_now(env: &Env, at: &upkeep::Where, changed: bool) -> Needs {
     let stamps = upkeep::stamps(at);
     let now = crate::store::unix_now();
     let last = env.store.and_then(Store::last_look);
-    match upkeep::look_again(last.as_ref(), &stamps, now, changed) {
+    let why = match upkeep::look_again(last.as_ref(), &stamps, now, changed) {
         None => match last {
             Some(last) if upkeep::still_stale(at, &last.stale) => {
                 log::debug!("the reboot and restart look stands: nothing it depends on changed");
                 return last.needs;
             }
-            _ => log::debug!("the reboot and restart look again: a stale process is not any more"),
+            _ => "a process it found stale is not any more",
         },
-        Some(why) => log::debug!("the reboot and restart look again: {why}"),
-    }
+        Some(why) => why,
+    };
+    log::debug!("the reboot and restart look is made again: {why}");
     let (needs, stale) = upkeep::look(at);
     if let Some(store) = env.store {
         let looked = upkeep::Looked {
