@@ -7,8 +7,8 @@ use std::io::Read;
 use std::path::Path;
 
 use super::{
-    deleted_under, installed_version, placement, reboot_reason, Kernels, Needs, Placement,
-    StaleProcess, Stamps, Where,
+    deleted_under, installed_version, look_again, placement, reboot_reason, Kernels, Looked, Needs,
+    Placement, StaleProcess, Stamps, Where,
 };
 
 /// What the look's answer depends on beside the processes, read now (`Stamps`).
@@ -89,9 +89,18 @@ pub fn look(at: &Where) -> (Needs, Vec<StaleProcess>) {
 }
 
 /// The units whose processes map a deleted file under pacman's root's usr/: what a declared
-/// unit's `restart_when_stale` restarts.
-pub fn stale_units(at: &Where) -> Vec<String> {
-    stale(&stale_processes(&at.root)).0
+/// unit's `restart_when_stale` restarts. The `last` look's answer while it stands (as for the
+/// look after the run: `look_again`, its stale processes still so), else read from /proc.
+pub fn stale_units(at: &Where, last: Option<&Looked>, now_secs: u64) -> Vec<String> {
+    match last {
+        Some(last)
+            if look_again(Some(last), &stamps(at), now_secs, false).is_none()
+                && still_stale(at, &last.stale) =>
+        {
+            last.needs.restart.clone()
+        }
+        _ => stale(&stale_processes(&at.root)).0,
+    }
 }
 
 /// The units of `processes` (those mapping a deleted file under `ROOT/usr`), and whether PID 1
