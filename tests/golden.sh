@@ -395,21 +395,24 @@ service_scenario() {
   (cd "$HOST" && exec "$BIN" "${args[@]}" </dev/null >"$run_dir/stdout" 2>"$run_dir/stderr") &
   local pid=$!
   # wait_for SHELL-TEST: up to 20 s; then until the service published its state after the last
-  # run (service.json newer than runs.json), and a moment for it to settle.
+  # run (service.json newer than runs.json, and than quiet.json where no-op runs go), and a
+  # moment for it to settle.
   wait_for() {
     local i s=$HOST/state
     for i in $(seq 200); do
-      bash -c "$1" && [ "$s/service.json" -nt "$s/runs.json" ] && { sleep 0.5; return 0; }
+      bash -c "$1" && [ "$s/service.json" -nt "$s/runs.json" ] &&
+        { [ ! -e "$s/quiet.json" ] || [ "$s/service.json" -nt "$s/quiet.json" ]; } &&
+        { sleep 0.5; return 0; }
       sleep 0.1
     done
     echo "golden.sh: service scenario: timed out waiting for: $1" >&2; return 1
   }
-  wait_for "grep -q '\"running\"' '$HOST/state/service.json' 2>/dev/null && grep -q '\"start\"' '$HOST/state/runs.json'"
+  wait_for "grep -q '\"running\"' '$HOST/state/service.json' 2>/dev/null && grep -qs '\"start\"' '$HOST/state/runs.json' '$HOST/state/quiet.json'"
   mh status-running status
   mh reload reload
   wait_for "grep -q reload '$run_dir/stderr'"
   kill -USR1 "$pid"
-  wait_for "grep -q '\"signal\"' '$HOST/state/runs.json'"
+  wait_for "grep -qs '\"signal\"' '$HOST/state/runs.json' '$HOST/state/quiet.json'"
   mh status-after-signal status
   kill -TERM "$pid"
   wait "$pid"; echo $? > "$run_dir/exit"

@@ -1,5 +1,6 @@
 //! A no-op reconcile costs one batched query per tool, however many resources are declared: the
 //! command count of a second apply is the same for a few resources of every kind as for many.
+//! And a no-op after a no-op writes nothing durable.
 
 mod support;
 
@@ -157,4 +158,98 @@ fn tens_of_thousands_of_names_are_split_under_the_argument_limit() {
     let heads: Vec<&str> = commands.iter().map(|c| &c[..c.len().min(80)]).collect();
     assert!((2..=8).contains(&calls("pacman")), "{heads:#?}");
     assert!((2..=8).contains(&calls("systemctl")), "{heads:#?}");
+}
+
+/// Every file under `dir` (recursively) but the lock and quiet.json, with its inode, modification
+/// time and size: what a durable write (a temp renamed over it) changes.
+fn durable_stamps(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64, i64, i64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("store dir") {
+            let path = entry.expect("entry").path();
+            let meta = std::fs::symlink_metadata(&path).expect("stat");
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if meta.is_dir() {
+                dirs.push(path.clone());
+            }
+            if name != "lock" && name != "quiet.json" {
+                found.push((
+                    path,
+                    meta.ino(),
+                    meta.mtime(),
+                    meta.mtime_nsec(),
+                    meta.size(),
+                ));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// A no-op after a no-op (500 files under `--root`) writes nothing durable: no store file is
+/// replaced or touched (its record goes to quiet.json, written without fsync), and where strace
+/// is installed the process makes no fsync at all. `status` still lists the no-ops.
+#[test]
+fn a_no_op_after_a_no_op_writes_nothing_durable() {
+    let host = Scratch::new("noop-durable");
+    let files: Map<String, Value> = (0..500)
+        .map(|i| {
+            let content = format!("setting = {i}\n");
+            (
+                format!("/etc/mesh-noop/f{i}.conf"),
+                json!({"content": content}),
+            )
+        })
+        .collect();
+    let file = host.declaration("d.json", &json!({"schema": 1, "files": files}).to_string());
+    // Converged, then no-ops: one may complete the files index, a file's stamp being trusted only
+    // once it is clearly older than the observation (`fsutil::is_cacheable`); by the second, the
+    // whole process of the first lies between.
+    for _ in 0..3 {
+        host.apply(&file, 0);
+    }
+    let before = durable_stamps(&host.state());
+    host.apply(&file, 0);
+    assert_eq!(durable_stamps(&host.state()), before);
+
+    let strace = std::process::Command::new("strace").arg("-V").output();
+    if strace.is_ok_and(|o| o.status.success()) {
+        let counts = host.dir.join("strace.txt");
+        let mut command = std::process::Command::new("strace");
+        command.args(["-f", "-c", "-o"]).arg(&counts);
+        command.args([
+            "-e",
+            "trace=fsync,fdatasync,sync,syncfs,rename,renameat,renameat2",
+        ]);
+        let mesh_host = host.command(&["apply", file.to_str().expect("utf-8 path")]);
+        command
+            .arg(mesh_host.get_program())
+            .args(mesh_host.get_args());
+        let out = command.output().expect("strace");
+        assert!(out.status.success(), "{out:?}");
+        let counts = std::fs::read_to_string(&counts).expect("strace's counts");
+        println!("strace -c of a no-op:\n{counts}");
+        assert!(!counts.contains("sync"), "{counts}");
+        let renames: u64 = counts
+            .lines()
+            .filter(|l| l.contains("rename"))
+            .filter_map(|l| l.split_whitespace().nth(3)?.parse::<u64>().ok())
+            .sum();
+        assert_eq!(renames, 1, "only quiet.json's: {counts}");
+    } else {
+        println!("strace is not installed: the fsync count is not checked");
+    }
+    let status = host.run(&["--json", "status"]).json();
+    let runs = status["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 5, "{status:#}");
+    assert!(
+        runs[1..].iter().all(|r| r["changes"] == json!([])),
+        "{status:#}"
+    );
 }

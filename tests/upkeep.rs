@@ -1,7 +1,8 @@
 //! What the machine needs after upgrades, against the sandbox's real pacman and systemd: a
 //! kernel-like package whose module directory an upgrade takes away (reboot), a library a unit's
 //! process maps that an upgrade replaces (restart), and a unit declared `restart_when_stale`
-//! restarted for it in the run whose transaction replaced the library.
+//! restarted for it in the run whose transaction replaced the library; and the look made only
+//! when its answer can have changed, yet right after a person's own upgrade.
 
 mod support;
 
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
+use support::ways::{Driver, Launch, Way};
 use support::{sandbox, wait_until, PacmanRoot, Sandbox};
 
 /// A repository of the test's own (`meshtest`), its packages made here.
@@ -355,4 +357,135 @@ fn the_control_plane_hears_that_the_machine_needs_a_reboot() {
     cp.stop();
     drop(node);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The next run of the declaration in force, with the debug log it wrote: `reconcile` on the
+/// command line; SIGUSR1 to the service (its record once it is in `status`).
+fn next_run(driver: &mut Driver, launch: &Launch) -> (Value, String) {
+    match driver.way {
+        Way::Apply => {
+            let mut command = driver.host().command(&["reconcile"]);
+            for (key, value) in &launch.env {
+                command.env(key, value);
+            }
+            let out = command.output().expect("mesh-host reconcile");
+            let log = String::from_utf8_lossy(&out.stderr).to_string();
+            assert!(out.status.success(), "{log}");
+            (driver.last_run(), log)
+        }
+        Way::Service => {
+            let before = driver.runs().len();
+            let log_before = driver.service().map(|s| s.log().len()).unwrap_or_default();
+            driver.service().expect("the service").signal(libc::SIGUSR1);
+            assert!(
+                wait_until(support::ways::RUN_WAIT, || driver.runs().len() > before),
+                "no run after SIGUSR1"
+            );
+            let log = driver.service().map(|s| s.log()).unwrap_or_default();
+            (driver.last_run(), log[log_before..].to_string())
+        }
+    }
+}
+
+/// The look is made only when its answer can have changed: a no-op after a no-op asks pacman
+/// nothing (`pacman -v -T`: its paths are kept in the store) and reads no process's maps; yet a
+/// library a person upgrades outside the host (`pacman -U`) is seen by the next run, on the
+/// command line and through the service (whose no-op runs `status` still lists).
+#[test]
+#[ignore = "needs the sandbox: run ./tests/run.sh as root"]
+fn the_look_is_kept_until_a_person_upgrades_a_library_outside_the_host() {
+    let sb = sandbox();
+    for way in Way::BOTH {
+        let label = format!("upkeep-kept-{}", way.name());
+        let repo = Repo::new(&label);
+        let lib_path = "usr/lib/mesh-lib/libmesh.so.1";
+        repo.package("mesh-lib", "1.0-1", &[(lib_path, &[1u8; 8192])]);
+        let pacman = PacmanRoot::new(&label, &repo.path());
+        let lib = pacman.dir.join("root").join(lib_path);
+        let unit = format!("mesh-kept-{}-{}.service", way.name(), std::process::id());
+        let declaration = json!({
+            "schema": 1,
+            "packages": {"mesh-lib": {}},
+            "units": {&unit: {"content": mapping_unit(&lib), "active": true}},
+        })
+        .to_string();
+        let launch = Launch {
+            env: vec![("RUST_LOG".into(), PathBuf::from("mesh_host=debug"))],
+            umask: None,
+        };
+        let host = pacman.host(&sb, &label, "");
+        let mut driver = Driver::start_with(way, host, launch.clone());
+        let ran = driver.converge(&declaration);
+        assert_eq!(ran.record["outcome"], "converged", "{:#}", ran.record);
+        wait_mapping(&unit, &lib);
+        let ours = |needs: &Value| -> Vec<String> {
+            needs["restart_required"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{needs:#}"))
+                .iter()
+                .filter_map(|u| u.as_str())
+                .filter(|u| *u == unit)
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(ours(&status_needs(driver.host())), Vec::<String>::new());
+
+        // Two no-op runs: the second asks pacman nothing and keeps the last look's answer.
+        for _ in 0..2 {
+            let (record, _) = next_run(&mut driver, &launch);
+            assert_eq!(record["changes"], json!([]), "{record:#}");
+        }
+        let (record, log) = next_run(&mut driver, &launch);
+        assert_eq!(record["outcome"], "converged", "{record:#}");
+        assert!(
+            !log.contains("-v -T`"),
+            "{way:?}: pacman asked again\n{log}"
+        );
+        assert!(
+            log.contains("the reboot and restart look stands"),
+            "{way:?}\n{log}"
+        );
+        assert_eq!(ours(&status_needs(driver.host())), Vec::<String>::new());
+
+        // A person upgrades the library: the next run looks again and says what needs a restart.
+        repo.package("mesh-lib", "1.1-1", &[(lib_path, &[2u8; 8192])]);
+        let file = repo.path().join("mesh-lib-1.1-1-any.pkg.tar.zst");
+        pacman.pacman(&format!("-U --noconfirm {}", file.display()));
+        let (record, log) = next_run(&mut driver, &launch);
+        assert_eq!(record["changes"], json!([]), "{record:#}");
+        assert!(
+            log.contains(
+                "the reboot and restart look is made again: pacman's local database changed"
+            ),
+            "{way:?}\n{log}"
+        );
+        assert_eq!(
+            ours(&status_needs(driver.host())),
+            vec![unit.clone()],
+            "{way:?}"
+        );
+        // And it stands on the next no-op, from the store.
+        let (_, log) = next_run(&mut driver, &launch);
+        assert!(log.contains("the reboot and restart look stands"), "{log}");
+        assert_eq!(
+            ours(&status_needs(driver.host())),
+            vec![unit.clone()],
+            "{way:?}"
+        );
+
+        // Restarted by a person: the process it found stale is gone, and the answer with it.
+        support::sh(&format!("systemctl --user restart -- {unit}"));
+        wait_mapping(&unit, &lib);
+        let (_, log) = next_run(&mut driver, &launch);
+        assert!(
+            log.contains("a process it found stale is not any more"),
+            "{log}"
+        );
+        assert_eq!(
+            ours(&status_needs(driver.host())),
+            Vec::<String>::new(),
+            "{way:?}"
+        );
+        driver.converge(r#"{"schema": 1}"#);
+    }
 }

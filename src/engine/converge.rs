@@ -164,10 +164,10 @@ impl Host {
                 )
             };
             let message = join_lines(&runs_note, e.message());
-            if let Some(why) = self.keep_run(&store, &record, None, &[], &message) {
+            if let Some(why) = self.keep_run(&store, &record, None, &[], &message, false) {
                 log::error!("{why}");
             }
-            self.note_run(&store, &record, None, clock);
+            self.note_run(&store, &record, None, clock, false);
             e
         };
         let stored_head = || match store.in_force_head() {
@@ -197,6 +197,8 @@ impl Host {
         };
         // What this run parsed or was handed: the service's target gets it back after the run.
         let mut owned = None;
+        // Whether a person's `apply` put a new declaration in force: its run is recorded durably.
+        let mut new_in_force = false;
         let hand_back = matches!(target, Target::Service { .. });
         let (d, revision, expires) = match target {
             Target::New {
@@ -214,6 +216,7 @@ impl Host {
                         && f.source == in_force.source
                         && f.signed_by == in_force.signed_by
                 });
+                new_in_force = !unchanged;
                 if !unchanged {
                     let state = match confirm_secs {
                         Some(secs) => State::Pending {
@@ -287,10 +290,12 @@ impl Host {
                 record.notes.push(e.to_string());
                 let message = join_lines(&runs_note, &e.to_string());
                 // The run stopped before looking for `.pacnew` files and what the machine needs.
-                if let Some(why) = self.keep_run(&store, &record, Some(&report), &[], &message) {
+                if let Some(why) =
+                    self.keep_run(&store, &record, Some(&report), &[], &message, false)
+                {
                     log::error!("{why}");
                 }
-                self.note_run(&store, &record, None, clock);
+                self.note_run(&store, &record, None, clock, false);
                 return Err(e.into());
             }
         };
@@ -318,12 +323,22 @@ impl Host {
         // never a recorded run the control plane is not told of.
         let failing = note_failures(&store, &report, record.ended);
         let message = join_lines(&runs_note, &notes.join("; "));
-        let unwritten = self.keep_run(&store, &record, Some(&report), &failing, &message);
+        // A run that changed nothing and has nothing to say writes nothing durable.
+        let quiet = outcome_name == RunOutcome::Converged
+            && record.changes.is_empty()
+            && record.failures.is_empty()
+            && record.deferred.is_empty()
+            && report.adopted.is_empty()
+            && message.is_empty()
+            && !new_in_force
+            && !record.trigger.contains(Trigger::Revert)
+            && !self.has_unwritten();
+        let unwritten = self.keep_run(&store, &record, Some(&report), &failing, &message, quiet);
         // Its report's ack confirms the declaration the control plane pushed, if pending.
         if unwritten.is_none() && self.config.control_plane.is_some() {
             self.await_ack(&store, &d.digest);
         }
-        self.note_run(&store, &record, Some(&report), clock);
+        self.note_run(&store, &record, Some(&report), clock, quiet);
         let converged = match (hand_back, owned) {
             (true, Some(declaration)) => Some(Converged {
                 declaration,
@@ -342,7 +357,7 @@ impl Host {
 
     /// Queues a run's report in the outbox (for the control plane, when there is one; it lists
     /// every change of `run`, where the record keeps the first few, and what was found after
-    /// it), then records the run.
+    /// it), then records the run, unless it is `quiet` (a no-op: `note_run` keeps it).
     /// What the store cannot take (its disk full) is kept in memory, behind any run kept
     /// before, to be written by the next run or `write_unwritten_now`; then says so.
     fn keep_run(
@@ -352,6 +367,7 @@ impl Host {
         run: Option<&Report>,
         failing: &[Failing],
         message: &str,
+        quiet: bool,
     ) -> Option<String> {
         let report = self.config.control_plane.as_ref().map(|_| {
             let mut report = report_of(record, run.map_or(&[], |r| &r.changes), message);
@@ -368,7 +384,7 @@ impl Host {
         let mut backlog = self.unwritten.borrow_mut();
         backlog.push(Unwritten {
             report,
-            record: Some(record.clone()),
+            record: (!quiet).then(|| record.clone()),
             lost_before: None,
         });
         write_runs(store, &mut backlog, self.config.outbox_bounds())
@@ -420,9 +436,17 @@ impl Host {
     }
 
     /// Counts a run in the store's statistics, then writes the metrics. Neither is worth failing
-    /// a run that happened for: a problem is logged.
-    /// `clock` is the monotonic clock (`sys::now_ms`) at the run's start.
-    fn note_run(&self, store: &Store, record: &RunRecord, report: Option<&Report>, clock: u64) {
+    /// a run that happened for: a problem is logged. `clock` is the monotonic clock
+    /// (`sys::now_ms`) at the run's start. A `quiet` run (a no-op) is kept with its count
+    /// without fsync (`store/quiet.rs`): a crash loses nothing a person needs.
+    fn note_run(
+        &self,
+        store: &Store,
+        record: &RunRecord,
+        report: Option<&Report>,
+        clock: u64,
+        quiet: bool,
+    ) {
         let run = LastRun {
             started: record.started,
             ended: record.ended,
@@ -440,10 +464,15 @@ impl Host {
             if let Some(foreign) = report.and_then(|r| r.foreign) {
                 stats.foreign = Some(foreign);
             }
-            store.save_stats(&stats)
+            match quiet {
+                true => store.record_quiet(record, &stats),
+                false => store.save_stats(&stats),
+            }
         });
-        if let Err(e) = counted {
-            log::error!("the run was not counted in the statistics: {e}");
+        match (counted, quiet) {
+            (Ok(()), _) => {}
+            (Err(e), true) => log::error!("the run (a no-op) was not recorded: {e}"),
+            (Err(e), false) => log::error!("the run was not counted in the statistics: {e}"),
         }
         self.write_metrics(store, None);
     }

@@ -20,7 +20,7 @@ use crate::model::envelope::{self, Verification};
 use crate::model::fields::Problems;
 use crate::model::trust::PublicKey;
 use crate::os::exec::Runner;
-use crate::store::{Store, StoreError};
+use crate::store::{PacmanPaths, Store, StoreError};
 use crate::util::progress::Sink;
 use unwritten::Backlog;
 
@@ -130,9 +130,8 @@ pub struct Host {
     pub config: Config,
     /// Runs the store could not take yet, oldest first (`converge::keep_run`).
     unwritten: RefCell<Backlog>,
-    /// Where the reboot and restart look is made, asked of pacman once (`pacman -v -T`) by the
-    /// first run of this process and again after the config is reloaded: a timer run spawns
-    /// nothing for it.
+    /// Where the reboot and restart look is made, read once by the first run of this process
+    /// and again after the config is reloaded (`upkeep_where`): a timer run spawns nothing for it.
     upkeep: OnceCell<Option<crate::model::upkeep::Where>>,
 }
 
@@ -218,20 +217,42 @@ impl Host {
         }
     }
 
-    /// Where the reboot and restart look is made, on the running system only. pacman is asked
-    /// by a runner of its own, as the watcher's database is: a question of the process, not of
-    /// the run whose commands are counted.
+    /// Where the reboot and restart look is made, on the running system only: as the store
+    /// kept it while the config's pacman command line and its pacman.conf are unchanged, else
+    /// asked of pacman (`pacman -v -T`) and kept. pacman is asked by a runner of its own, as the
+    /// watcher's database is: a question of the process, not of the run whose commands are
+    /// counted.
     fn upkeep_where(&self) -> Option<&crate::model::upkeep::Where> {
         if self.options.root.is_some() {
             return None;
         }
         self.upkeep
             .get_or_init(|| {
+                let command = &self.config.pacman.command;
+                let conf = crate::tools::pacman::conf_file(command);
+                let conf_modified = crate::model::upkeep::modified_ns(&conf);
+                let store = Store::open(&self.config.state_dir, false).ok().flatten();
+                let kept = store.as_ref().and_then(Store::pacman_paths);
+                if let Some(kept) = kept.filter(|k| {
+                    (&k.command, &k.conf, k.conf_modified) == (command, &conf, conf_modified)
+                }) {
+                    return Some(kept.paths);
+                }
                 let runner = Runner::new(false);
                 let env = self.env_without_upkeep(None, &runner, &never);
-                crate::kinds::packages::paths(&env)
+                let paths = crate::kinds::packages::paths(&env)
                     .map_err(|e| log::info!("no reboot and restart look: pacman's root: {e}"))
-                    .ok()
+                    .ok()?;
+                let asked = PacmanPaths {
+                    command: command.clone(),
+                    conf,
+                    conf_modified,
+                    paths,
+                };
+                if let Some(Err(e)) = store.map(|s| s.save_pacman_paths(&asked)) {
+                    log::warn!("{e}; the next process asks pacman again");
+                }
+                Some(asked.paths)
             })
             .as_ref()
     }

@@ -222,7 +222,7 @@ pub fn run_scoped_reporting(
     });
     // After the run's transactions and restarts; planning (the watcher's checks) leaves it.
     if let (Mode::Apply, Some(at)) = (mode, env.upkeep) {
-        report.needs = Some(upkeep::look(at));
+        report.needs = Some(needs_now(env, at, !report.changes.is_empty()));
         report.foreign = count_foreign(env, at);
     }
     // Only a run writes it: it holds the store's lock (planning and `owned` do not).
@@ -232,6 +232,40 @@ pub fn run_scoped_reporting(
         }
     }
     (report, None)
+}
+
+/// What the machine needs: the last look's answer while it stands (`upkeep::look_again`, and
+/// every process it found stale still is), else a new look, kept in the store. `changed`: the
+/// run changed something.
+fn needs_now(env: &Env, at: &upkeep::Where, changed: bool) -> Needs {
+    // Read before the look: whatever changes while it runs moves them for the next run.
+    let stamps = upkeep::stamps(at);
+    let now = crate::store::unix_now();
+    let last = env.store.and_then(Store::last_look);
+    let why = match upkeep::look_again(last.as_ref(), &stamps, now, changed) {
+        None => match last {
+            Some(last) if upkeep::still_stale(at, &last.stale) => {
+                log::debug!("the reboot and restart look stands: nothing it depends on changed");
+                return last.needs;
+            }
+            _ => "a process it found stale is not any more",
+        },
+        Some(why) => why,
+    };
+    log::debug!("the reboot and restart look is made again: {why}");
+    let (needs, stale) = upkeep::look(at);
+    if let Some(store) = env.store {
+        let looked = upkeep::Looked {
+            at: now,
+            stamps,
+            needs: needs.clone(),
+            stale,
+        };
+        if let Err(e) = store.save_look(&looked) {
+            log::warn!("{e}; the next run looks again");
+        }
+    }
+    needs
 }
 
 /// The foreign packages (`pacman -Qmq`, through the run's runner), when pacman's databases

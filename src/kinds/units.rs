@@ -224,13 +224,17 @@ impl Kind for Units {
             (Some(store), false) => store.owed().map_err(|e| e.to_string())?,
             _ => Owed::default(),
         };
-        // One look through /proc for every unit that asked, none when none did.
+        // One look through /proc for every unit that asked, none when none did, nor while the
+        // last look's answer stands.
         let asked = |name: &&str| {
             (cx.declaration.units.get(*name)).is_some_and(|s| s.present && s.restart_when_stale)
         };
         let stale: BTreeSet<String> = match (env.offline, env.upkeep) {
             (false, Some(at)) if keys.iter().any(asked) => {
-                crate::model::upkeep::stale_units(at).into_iter().collect()
+                let last = env.store.and_then(crate::store::Store::last_look);
+                let now = crate::store::unix_now();
+                let units = crate::model::upkeep::stale_units(at, last.as_ref(), now);
+                units.into_iter().collect()
             }
             _ => BTreeSet::new(),
         };

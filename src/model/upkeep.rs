@@ -10,11 +10,12 @@ use serde::{Deserialize, Serialize};
 
 mod look;
 
-pub use look::{look, stale_units};
+pub use look::{look, modified_ns, stale_units, stamps, still_stale};
 
 /// Where the look is made: pacman's root (`/` on a real machine; a sandbox's is a directory)
 /// and its database (`DBPath`), as `pacman -v -T` says.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Where {
     pub root: PathBuf,
     pub db: PathBuf,
@@ -54,8 +55,77 @@ pub fn deleted_under<'a>(line: &'a str, usr: &str) -> Option<&'a str> {
     path.starts_with(usr).then_some(path)
 }
 
+/// What the look's answer depends on beside the processes, read before each look: while none
+/// moved, and every process the look found stale still is, its answer stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stamps {
+    /// `/proc/sys/kernel/random/boot_id`: a new one is a reboot.
+    pub boot: String,
+    /// Modification time (ns) of pacman's `local/` database directory: every transaction adds
+    /// or removes an entry there, whoever ran it (the host or a person's `pacman -U`).
+    pub local_db: Option<u64>,
+    /// Of the root's `usr/lib/modules` (a kernel added or removed) and of the running release's
+    /// directory in it (its modules replaced or taken away).
+    pub modules: Option<u64>,
+    pub running_modules: Option<u64>,
+}
+
+/// A process the look found mapping a deleted file under usr/, and where it was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaleProcess {
+    pub pid: u32,
+    pub placed: Placement,
+}
+
+/// The last look: when (unix seconds), on what stamps, and what it found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Looked {
+    pub at: u64,
+    pub stamps: Stamps,
+    pub needs: Needs,
+    pub stale: Vec<StaleProcess>,
+}
+
+/// The longest a look's answer stands: a library replaced outside pacman (by hand, `make
+/// install`) moves no stamp, and is seen within this many seconds.
+pub const LOOK_AT_LEAST_EVERY: u64 = 3600;
+
+/// Why the look is made again rather than its last answer reported (`None`: the answer stands,
+/// once its stale processes are checked to still be so). A process started since the last look
+/// maps what is on disk now: only a file replaced since, which a transaction does (pacman's
+/// database moves), can make it stale. `changed`: the run changed something (its own
+/// transaction, restarts).
+pub fn look_again(
+    last: Option<&Looked>,
+    now: &Stamps,
+    now_secs: u64,
+    changed: bool,
+) -> Option<&'static str> {
+    let Some(last) = last else {
+        return Some("no look kept");
+    };
+    let was = &last.stamps;
+    if changed {
+        Some("the run changed something")
+    } else if was.boot != now.boot {
+        Some("the machine booted")
+    } else if was.local_db != now.local_db {
+        Some("pacman's local database changed")
+    } else if (was.modules, was.running_modules) != (now.modules, now.running_modules) {
+        Some("the kernel modules changed")
+    } else if now_secs < last.at || now_secs - last.at >= LOOK_AT_LEAST_EVERY {
+        Some("the last look is an hour old")
+    } else {
+        None
+    }
+}
+
 /// Where a process is, from its `/proc/PID/cgroup`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Placement {
     /// In this unit (a user manager's as `user@UID.service/UNIT`; a user manager's own process
     /// as `user@UID.service`).
@@ -332,6 +402,91 @@ mod tests {
         );
         assert_eq!(installed_version("linux-1:6.1-2", "linux"), Some("1:6.1-2"));
         assert_eq!(installed_version("linuxx-1.0-1", "linux"), None);
+    }
+
+    #[test]
+    fn the_look_is_made_again_only_when_its_answer_can_have_changed() {
+        let stamps = Stamps {
+            boot: "b1".into(),
+            local_db: Some(10),
+            modules: Some(20),
+            running_modules: Some(30),
+        };
+        let last = Looked {
+            at: 1000,
+            stamps: stamps.clone(),
+            needs: Needs::default(),
+            stale: Vec::new(),
+        };
+        let again =
+            |now: &Stamps, secs: u64, changed: bool| look_again(Some(&last), now, secs, changed);
+        assert_eq!(again(&stamps, 1000 + LOOK_AT_LEAST_EVERY - 1, false), None);
+        assert_eq!(look_again(None, &stamps, 1000, false), Some("no look kept"));
+        assert_eq!(
+            again(&stamps, 1001, true),
+            Some("the run changed something")
+        );
+        let moved = |edit: fn(&mut Stamps)| {
+            let mut now = stamps.clone();
+            edit(&mut now);
+            again(&now, 1001, false)
+        };
+        assert_eq!(moved(|s| s.boot = "b2".into()), Some("the machine booted"));
+        assert_eq!(
+            moved(|s| s.local_db = Some(11)),
+            Some("pacman's local database changed")
+        );
+        assert_eq!(
+            moved(|s| s.running_modules = None),
+            Some("the kernel modules changed")
+        );
+        assert_eq!(
+            moved(|s| s.modules = Some(21)),
+            Some("the kernel modules changed")
+        );
+        let old = Some("the last look is an hour old");
+        assert_eq!(again(&stamps, 1000 + LOOK_AT_LEAST_EVERY, false), old);
+        assert_eq!(again(&stamps, 999, false), old, "the clock went back");
+    }
+
+    /// upkeep.json keeps the last look: its shape is pinned.
+    #[test]
+    fn a_look_keeps_its_json_shape() {
+        let looked = Looked {
+            at: 7,
+            stamps: Stamps {
+                boot: "b".into(),
+                local_db: Some(1),
+                modules: None,
+                running_modules: Some(2),
+            },
+            needs: Needs::default(),
+            stale: vec![
+                StaleProcess {
+                    pid: 1,
+                    placed: Placement::Manager,
+                },
+                StaleProcess {
+                    pid: 9,
+                    placed: Placement::Unit("a.service".into()),
+                },
+                StaleProcess {
+                    pid: 8,
+                    placed: Placement::None,
+                },
+            ],
+        };
+        let text = serde_json::to_string(&looked).unwrap();
+        assert_eq!(
+            text,
+            concat!(
+                r#"{"at":7,"stamps":{"boot":"b","local_db":1,"modules":null,"running_modules":2},"#,
+                r#""needs":{"reboot_required":null,"restart_required":[],"reexec_required":false},"#,
+                r#""stale":[{"pid":1,"placed":"manager"},{"pid":9,"placed":{"unit":"a.service"}},"#,
+                r#"{"pid":8,"placed":"none"}]}"#
+            )
+        );
+        assert_eq!(serde_json::from_str::<Looked>(&text).unwrap(), looked);
     }
 
     #[test]

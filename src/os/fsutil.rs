@@ -608,6 +608,16 @@ impl Dir {
         })
     }
 
+    /// `write_atomic` with no fsync at all: readers see the old file or the new one whole, but a
+    /// crash may lose the write or leave the file empty. For store files whose loss costs nothing
+    /// a person needs (no-op runs, caches), which a reader that cannot parse takes as absent.
+    pub fn write_atomic_volatile(&self, name: &OsStr, bytes: &[u8], mode: u32) -> io::Result<()> {
+        let pending = self.write_temp(temp_name(name)?, name, mode, None, false, |mut file| {
+            io::Write::write_all(&mut file, bytes)
+        })?;
+        self.rename_pending(pending)
+    }
+
     /// The temp file beside `name`, filled by `fill`, given its attributes, synced and renamed
     /// over `name`; removed again on any failure.
     fn write_temp_then_rename(

@@ -1,7 +1,8 @@
 //! The store (state directory, mode 0700): the declaration in force and where it came from, the
 //! ledger of what the host owns, recent runs, and backups of adopted files' originals. Every write
 //! replaces a whole file atomically and durably, so a crash leaves the previous or the new state;
-//! a file that cannot be read is reported, never silently replaced.
+//! a file that cannot be read is reported, never silently replaced. Only no-op runs (`quiet.rs`)
+//! and caches (`upkeep.rs`) are written without fsync, and read as absent when a crash cut them.
 
 mod backups;
 mod failures;
@@ -11,8 +12,10 @@ mod ledger;
 mod lock;
 mod outbox;
 mod owed;
+mod quiet;
 mod secrets;
 mod stats;
+mod upkeep;
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -40,6 +43,7 @@ pub use ledger::{Digest, Entry, Ledger, Origin, Owned};
 pub use lock::{Lock, LockError};
 pub use owed::Owed;
 pub use stats::{Foreign, LastRun, RunStats};
+pub use upkeep::PacmanPaths;
 
 pub const IN_FORCE: &str = "declaration.json";
 const SERVICE: &str = "service.json";
@@ -474,10 +478,6 @@ impl Store {
         self.write_json(PACNEW_QUIET, dirs)
     }
 
-    pub fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        Ok(self.read_json(RUNS)?.unwrap_or_default())
-    }
-
     /// Removes the temp files a crash left beside the store's files (the file each was to
     /// replace is whole: atomic writes), and recovers or removes the outbox's. Call it holding
     /// the store's lock (every run does), so that no writer is mid-write.
@@ -489,6 +489,8 @@ impl Store {
             LEDGER,
             RUNS,
             PACNEW_QUIET,
+            quiet::QUIET,
+            upkeep::LOOKED,
             owed::OWED,
             GENERATIONS,
         ] {

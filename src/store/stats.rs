@@ -11,7 +11,7 @@ use super::{RunOutcome, Store, StoreError, Trigger};
 use crate::model::pacnew::Pacnew;
 use crate::model::upkeep::Needs;
 
-const FILE: &str = "stats.json";
+pub(super) const FILE: &str = "stats.json";
 
 /// One run, as far as the statistics need it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,10 +100,6 @@ impl RunStats {
 }
 
 impl Store {
-    pub fn stats(&self) -> Result<RunStats, StoreError> {
-        Ok(self.read_json(FILE)?.unwrap_or_default())
-    }
-
     pub fn save_stats(&self, stats: &RunStats) -> Result<(), StoreError> {
         self.write_json(FILE, stats)
     }

@@ -7,12 +7,46 @@ use std::io::Read;
 use std::path::Path;
 
 use super::{
-    deleted_under, installed_version, placement, reboot_reason, Kernels, Needs, Placement, Where,
+    deleted_under, installed_version, look_again, placement, reboot_reason, Kernels, Looked, Needs,
+    Placement, StaleProcess, Stamps, Where,
 };
 
+/// What the look's answer depends on beside the processes, read now (`Stamps`).
+pub fn stamps(at: &Where) -> Stamps {
+    let modules = at.root.join("usr/lib/modules");
+    let running = read_to("/proc/sys/kernel/osrelease");
+    Stamps {
+        boot: read_to("/proc/sys/kernel/random/boot_id")
+            .trim()
+            .to_string(),
+        local_db: modified_ns(&at.db.join("local")),
+        modules: modified_ns(&modules),
+        running_modules: modified_ns(&modules.join(running.trim())),
+    }
+}
+
+/// A file's modification time in nanoseconds, if it can be read.
+pub fn modified_ns(path: &Path) -> Option<u64> {
+    let modified = std::fs::metadata(path).ok()?.modified().ok()?;
+    let since = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
+    u64::try_from(since.as_nanos()).ok()
+}
+
+/// Whether every process the last look found stale still maps a deleted file under `ROOT/usr`
+/// from the same unit: reads only their maps. One gone, restarted, re-executed (PID 1's
+/// `daemon-reexec`) or moved means the answer changed.
+pub fn still_stale(at: &Where, stale: &[StaleProcess]) -> bool {
+    let usr = usr_prefix(&at.root);
+    let mut maps = String::new();
+    stale.iter().all(|p| {
+        let proc = Path::new("/proc").join(p.pid.to_string());
+        maps_deleted(&proc, &usr, &mut maps) && placement(&read_to(proc.join("cgroup"))) == p.placed
+    })
+}
+
 /// What the machine needs, pacman's root and database `at` (the files an upgrade replaced are
-/// under `ROOT/usr`).
-pub fn look(at: &Where) -> Needs {
+/// under `ROOT/usr`), and the processes found mapping such files.
+pub fn look(at: &Where) -> (Needs, Vec<StaleProcess>) {
     let (root, db) = (at.root.as_path(), at.db.as_path());
     let running = read("/proc/sys/kernel/osrelease").unwrap_or_default();
     let running = running.trim();
@@ -44,30 +78,41 @@ pub fn look(at: &Where) -> Needs {
         pkgbase,
         installed,
     });
-    let (restart, reexec) = stale(root);
-    Needs {
+    let processes = stale_processes(root);
+    let (restart, reexec) = stale(&processes);
+    let needs = Needs {
         reboot,
         restart,
         reexec,
-    }
+    };
+    (needs, processes)
 }
 
 /// The units whose processes map a deleted file under pacman's root's usr/: what a declared
-/// unit's `restart_when_stale` restarts.
-pub fn stale_units(at: &Where) -> Vec<String> {
-    stale(&at.root).0
+/// unit's `restart_when_stale` restarts. The `last` look's answer while it stands (as for the
+/// look after the run: `look_again`, its stale processes still so), else read from /proc.
+pub fn stale_units(at: &Where, last: Option<&Looked>, now_secs: u64) -> Vec<String> {
+    match last {
+        Some(last)
+            if look_again(Some(last), &stamps(at), now_secs, false).is_none()
+                && still_stale(at, &last.stale) =>
+        {
+            last.needs.restart.clone()
+        }
+        _ => stale(&stale_processes(&at.root)).0,
+    }
 }
 
-/// The units whose processes map a deleted file under `ROOT/usr`, and whether PID 1 is systemd
-/// and does.
-fn stale(root: &Path) -> (Vec<String>, bool) {
+/// The units of `processes` (those mapping a deleted file under `ROOT/usr`), and whether PID 1
+/// is systemd and is one of them.
+fn stale(processes: &[StaleProcess]) -> (Vec<String>, bool) {
     let mut units = BTreeSet::new();
     let mut reexec = false;
-    for (pid, placed) in stale_processes(root) {
-        match placed {
-            _ if pid == 1 => reexec |= read_to("/proc/1/comm").trim() == "systemd",
+    for process in processes {
+        match &process.placed {
+            _ if process.pid == 1 => reexec |= read_to("/proc/1/comm").trim() == "systemd",
             Placement::Unit(unit) => {
-                units.insert(unit);
+                units.insert(unit.clone());
             }
             Placement::Manager | Placement::None => {}
         }
@@ -76,8 +121,8 @@ fn stale(root: &Path) -> (Vec<String>, bool) {
 }
 
 /// Every process mapping a deleted file under `ROOT/usr`, with where its cgroup places it.
-fn stale_processes(root: &Path) -> Vec<(u32, Placement)> {
-    let usr = format!("{}/", root.join("usr").display());
+fn stale_processes(root: &Path) -> Vec<StaleProcess> {
+    let usr = usr_prefix(root);
     let Ok(processes) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -87,15 +132,24 @@ fn stale_processes(root: &Path) -> Vec<(u32, Placement)> {
         let Some(pid) = process.file_name().to_str().and_then(|n| n.parse().ok()) else {
             continue;
         };
-        maps.clear();
-        let read = std::fs::File::open(process.path().join("maps"))
-            .and_then(|mut f| f.read_to_string(&mut maps));
-        if read.is_err() || !maps.lines().any(|line| deleted_under(line, &usr).is_some()) {
-            continue;
+        if maps_deleted(&process.path(), &usr, &mut maps) {
+            let placed = placement(&read_to(process.path().join("cgroup")));
+            found.push(StaleProcess { pid, placed });
         }
-        found.push((pid, placement(&read_to(process.path().join("cgroup")))));
     }
     found
+}
+
+fn usr_prefix(root: &Path) -> String {
+    format!("{}/", root.join("usr").display())
+}
+
+/// Whether the process at `proc` (`/proc/PID`) maps a deleted file under `usr`; `maps` is a
+/// buffer kept between processes.
+fn maps_deleted(proc: &Path, usr: &str, maps: &mut String) -> bool {
+    maps.clear();
+    let read = std::fs::File::open(proc.join("maps")).and_then(|mut f| f.read_to_string(maps));
+    read.is_ok() && maps.lines().any(|line| deleted_under(line, usr).is_some())
 }
 
 /// A small file of the root or /proc; anything else there (a FIFO, a device) is not read.
@@ -139,13 +193,14 @@ mod tests {
             root: root.to_path_buf(),
             db: root.join("var/lib/pacman"),
         };
-        let before = look(&at);
-        let mapped_before = stale_processes(root);
+        let (before, mapped_before) = look(&at);
         std::fs::remove_file(&lib).unwrap();
-        let after = look(&at);
-        let mapped = stale_processes(root);
+        let (after, mapped) = look(&at);
         let ours = placement(&read_to("/proc/self/cgroup"));
+        let stale_while_mapped = still_stale(&at, &mapped);
         unsafe { libc::munmap(mapped_at, 4096) };
+        assert!(stale_while_mapped);
+        assert!(!still_stale(&at, &mapped), "unmapped: the answer changed");
         assert_eq!(before.restart, Vec::<String>::new());
         assert_eq!(
             before.reboot, None,
@@ -153,7 +208,8 @@ mod tests {
         );
         assert!(mapped_before.is_empty(), "{mapped_before:?}");
         let me = std::process::id();
-        assert_eq!(mapped, vec![(me, ours.clone())]);
+        let placed = ours.clone();
+        assert_eq!(mapped, vec![StaleProcess { pid: me, placed }]);
         match ours {
             Placement::Unit(unit) => assert_eq!(after.restart, vec![unit]),
             Placement::Manager | Placement::None => assert!(after.restart.is_empty()),
@@ -166,7 +222,7 @@ mod tests {
         let tmp = TempDir::new("upkeep-modules");
         let root = tmp.path();
         std::fs::create_dir_all(root.join("usr/lib/modules/0.0.1-mesh")).unwrap();
-        let needs = look(&Where {
+        let (needs, _) = look(&Where {
             root: root.to_path_buf(),
             db: root.join("var/lib/pacman"),
         });
