@@ -78,7 +78,7 @@ install -Dm644 share/completions/mesh-host.bash "$s/bash-completion/completions/
 install -Dm644 share/completions/_mesh-host -t "$s/zsh/site-functions/"
 install -Dm644 share/completions/mesh-host.fish -t "$s/fish/vendor_completions.d/"
 install -Dm644 share/schema/declaration.schema.json share/schema/config.schema.json -t "$s/mesh-host/"
-install -Dm644 README.md INSTALL docs/*.md -t "$s/doc/mesh-host/"
+install -Dm644 README.md INSTALL CHANGELOG.md docs/*.md -t "$s/doc/mesh-host/"
 mkdir -p dist
 tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner \
     --mtime="@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}" -cf - "$name" \

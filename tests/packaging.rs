@@ -45,6 +45,7 @@ fn shared() -> Vec<(String, String)> {
         ),
         ("doc/mesh-host/README.md", "README.md"),
         ("doc/mesh-host/INSTALL", "INSTALL"),
+        ("doc/mesh-host/CHANGELOG.md", "CHANGELOG.md"),
     ]
     .iter()
     .map(|(a, b)| (a.to_string(), b.to_string()))
