@@ -348,3 +348,26 @@ fn a_fifo_for_the_stores_lock_is_refused_by_name() {
     assert_ne!(out.code, 0, "{out:?}");
     out.assert_stderr(&format!("lock {}: is not a regular file", lock.display()));
 }
+
+/// An owner or group of 4294967295 is (uid_t)-1, which `chown` takes for "leave it unchanged":
+/// refused by field (exit 2) before anything is applied. It used to pass validation, and the run
+/// created the file as root and then failed it ("still differs").
+#[test]
+fn an_owner_of_uid_t_minus_one_is_refused_by_field() {
+    let host = Scratch::new("input-uid-minus-one");
+    for field in ["owner", "group"] {
+        let file = host.declaration(
+            "d.json",
+            &format!(
+                r#"{{"schema": 1, "files": {{"/etc/motd": {{"content": "m", "{field}": "4294967295"}}}}}}"#
+            ),
+        );
+        let out = bounded(host.command(&["apply", file.to_str().expect("path")]));
+        refused(
+            &out,
+            &format!(r#"files["/etc/motd"].{field}: "4294967295""#),
+        );
+        out.assert_stderr("(uid_t)-1");
+        assert!(!host.target("/etc/motd").exists(), "{field}: {out:?}");
+    }
+}
