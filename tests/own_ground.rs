@@ -297,3 +297,55 @@ fn an_original_survives_a_lost_ledger_with_its_attributes() {
         assert_eq!(backups, 0, "{way:?}: released, the backup goes");
     }
 }
+
+/// A backup's name for `/etc/motd` (`kinds::backup_key`): SHA-256 of `files:/etc/motd`.
+const MOTD_BACKUP: &str = "97d128133a0f3fe18b369cceaca5641e12ccc09f34ce60215633cef7d6f9a4fa";
+
+/// Something that is not a backup the host wrote, where the original of a file about to be
+/// adopted goes (a symlink, a FIFO, a directory, a hard link to another file): refused before
+/// the file is touched, naming it; once it is gone, the file is adopted and its release puts the
+/// real original back. It used to be taken for an original kept from an earlier adoption: the
+/// real one was overwritten, and the release failed on the symlink.
+#[test]
+fn a_backup_mesh_host_did_not_write_is_never_taken_for_an_original() {
+    let plants: [(&str, fn(&Path, &Path)); 4] = [
+        ("symlink", |at, _| {
+            std::os::unix::fs::symlink("/etc/hostname", at).unwrap()
+        }),
+        ("special file", |at, _| run("mkfifo", &[], at)),
+        ("directory", |at, _| std::fs::create_dir(at).unwrap()),
+        ("file with 2 hard links", |at, other| {
+            std::fs::write(other, "not the original\n").unwrap();
+            std::fs::hard_link(other, at).unwrap();
+        }),
+    ];
+    for (what, plant) in plants {
+        let host = Scratch::new("planted-backup");
+        let first = host.declaration(
+            "first.json",
+            r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+        );
+        host.apply(&first, 0);
+        let motd = host.target("/etc/motd");
+        std::fs::write(&motd, "the original\n").unwrap();
+        let planted = host.state().join("backups").join(MOTD_BACKUP);
+        plant(&planted, &host.dir.join("elsewhere"));
+        let file = host.declaration(
+            "d.json",
+            r#"{"schema": 1, "files": {"/etc/motd": {"content": "declared\n"}}}"#,
+        );
+        let out = host.apply(&file, 4);
+        out.assert_stderr(&format!(
+            "backups/{MOTD_BACKUP}: cannot hold this resource's original: it is a {what}"
+        ));
+        assert_eq!(std::fs::read(&motd).unwrap(), b"the original\n", "{what}");
+        match std::fs::symlink_metadata(&planted).unwrap().is_dir() {
+            true => std::fs::remove_dir(&planted).unwrap(),
+            false => std::fs::remove_file(&planted).unwrap(),
+        }
+        host.apply(&file, 0);
+        assert_eq!(std::fs::read(&motd).unwrap(), b"declared\n", "{what}");
+        host.apply(&first, 0);
+        assert_eq!(std::fs::read(&motd).unwrap(), b"the original\n", "{what}");
+    }
+}
