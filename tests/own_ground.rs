@@ -349,3 +349,51 @@ fn a_backup_mesh_host_did_not_write_is_never_taken_for_an_original() {
         assert_eq!(std::fs::read(&motd).unwrap(), b"the original\n", "{what}");
     }
 }
+
+/// A file of another owner hard-linked into the store (beside its files, and in `backups/` of a
+/// store given away): the store's name is taken back on a copy, with a warning; the other link,
+/// outside the store, keeps its owner. Taking the store back used to `chown` the shared inode,
+/// so a user's file linked into the store became root's.
+#[test]
+#[ignore = "needs root (chown): run ./tests/run.sh as root"]
+fn taking_the_store_back_never_reaches_a_file_linked_into_it() {
+    support::require_root("it chowns files");
+    let host = Scratch::new("store-owner-links");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+    );
+    host.apply(&file, 0);
+    let outside = [host.dir.join("users-file"), host.dir.join("users-other")];
+    let inside = [
+        host.state().join("planted"),
+        host.state().join("backups").join("planted"),
+    ];
+    for (out, into) in outside.iter().zip(&inside) {
+        std::fs::write(out, "the user's\n").unwrap();
+        std::os::unix::fs::chown(out, Some(65534), Some(65534)).unwrap();
+        std::fs::hard_link(out, into).unwrap();
+    }
+    // Given away, so the walk goes down into backups/ too.
+    std::os::unix::fs::chown(host.state(), Some(65534), Some(65534)).unwrap();
+    let out = host.apply(&file, 0);
+    out.assert_stderr("given back to 0:0");
+    for (out, into) in outside.iter().zip(&inside) {
+        let m = std::fs::metadata(out).unwrap();
+        assert_eq!(
+            (m.uid(), m.gid(), m.nlink()),
+            (65534, 65534, 1),
+            "{}",
+            out.display()
+        );
+        assert_eq!(std::fs::read(out).unwrap(), b"the user's\n");
+        let m = std::fs::metadata(into).unwrap();
+        assert_eq!(
+            (m.uid(), m.gid(), m.nlink()),
+            (0, 0, 1),
+            "{}",
+            into.display()
+        );
+        assert_eq!(std::fs::read(into).unwrap(), b"the user's\n");
+    }
+}

@@ -948,8 +948,9 @@ impl Dir {
     /// Gives this directory, and what is in it, the owner `uid` and group `gid` where they have
     /// another, never following a symlink: every name in it is looked at, and a directory's
     /// contents too when it or one above it had another owner (a `chown -R`), so a directory of
-    /// many files with the right owner costs one look. The paths changed (below this directory)
-    /// with the owner each had.
+    /// many files with the right owner costs one look. A file with other hard links (which may be
+    /// anywhere) gets it on a copy (`set_attributes`), so they keep theirs. The paths changed
+    /// (below this directory) with the owner each had.
     pub fn enforce_owner(&self, uid: u32, gid: u32) -> io::Result<Vec<(PathBuf, u32, u32)>> {
         let mut changed = Vec::new();
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -986,6 +987,19 @@ impl Dir {
             let wrong = (st.st_uid, st.st_gid) != (uid, gid);
             // A name a writer removed meanwhile (the outbox, written without the lock) is skipped.
             let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
+            let kind = st.st_mode & libc::S_IFMT;
+            if wrong && kind != libc::S_IFDIR && st.st_nlink > 1 {
+                // Another link, anywhere on the filesystem, would change owner too: a regular
+                // file gets it on a copy renamed over this name; anything else is left as it is.
+                if kind == libc::S_IFREG {
+                    match self.set_attributes(&name, st.st_mode & 0o7777, Some((uid, gid))) {
+                        Ok(()) => changed.push((at.join(&name), st.st_uid, st.st_gid)),
+                        Err(e) if gone(&e) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                continue;
+            }
             if wrong {
                 match with_c_name(&name, |c| {
                     retry(|| unsafe {
@@ -997,7 +1011,7 @@ impl Dir {
                     Err(e) => return Err(e),
                 }
             }
-            if (deep || wrong) && st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            if (deep || wrong) && kind == libc::S_IFDIR {
                 match self.child(&name) {
                     Ok(dir) => dir.enforce_owner_below(&at.join(&name), uid, gid, true, changed)?,
                     Err(e) if gone(&e) => {}
