@@ -397,3 +397,34 @@ fn taking_the_store_back_never_reaches_a_file_linked_into_it() {
         assert_eq!(std::fs::read(into).unwrap(), b"the user's\n");
     }
 }
+
+/// A store that is the unit directory (`--state-dir` a symlink to `ROOT/etc/systemd/system`):
+/// a declared unit is refused by device and inode, as a declared file there is, and nothing is
+/// written into the store. Unit files used to be written into it: the unit directory's walk was
+/// not fenced.
+#[test]
+fn a_unit_is_never_written_into_the_store() {
+    for way in Way::BOTH {
+        let host = Scratch::new(&format!("store-units-{}", way.name()));
+        let unit_dir = host.target("/etc/systemd/system");
+        std::fs::create_dir_all(&unit_dir).unwrap();
+        std::os::unix::fs::symlink(&unit_dir, host.state()).unwrap();
+        let mut driver = Driver::start(way, host);
+        let ran = driver.converge(
+            r#"{"schema": 1, "files": {"/etc/ok": {"content": "ok"}},
+                "units": {"x.service": {"content": "[Service]\nExecStart=/bin/true\n"}}}"#,
+        );
+        let failures = failed(&ran.record);
+        assert_eq!(failures.len(), 1, "{way:?}: {failures:?}");
+        assert!(
+            failures[0].starts_with("x.service: ")
+                && failures[0].contains("/etc/systemd/system is the host's own store"),
+            "{way:?}: {failures:?}"
+        );
+        assert!(!unit_dir.join("x.service").exists(), "{way:?}");
+        assert_eq!(
+            std::fs::read(driver.host().target("/etc/ok")).unwrap(),
+            b"ok"
+        );
+    }
+}

@@ -1258,7 +1258,17 @@ pub fn walk_to_parent_fenced(
 /// symlink; with `create`, missing directories are made (mode 0755). `Ok(None)` when it is
 /// missing and not to be created.
 pub fn walk_to_dir(root: &Dir, path: &Path, create: bool) -> Result<Option<Dir>, WalkError> {
-    let Some(parent) = walk_to_parent(root, path, create)? else {
+    walk_to_dir_fenced(root, path, create, None)
+}
+
+/// `walk_to_dir` that refuses to enter `fence`'s directory at any component, the last included.
+fn walk_to_dir_fenced(
+    root: &Dir,
+    path: &Path,
+    create: bool,
+    fence: Option<&Fence>,
+) -> Result<Option<Dir>, WalkError> {
+    let Some(parent) = walk_to_parent_fenced(root, path, create, fence)? else {
         return Ok(None);
     };
     let io_error = |error| WalkError::Io {
@@ -1280,17 +1290,17 @@ pub fn walk_to_dir(root: &Dir, path: &Path, create: bool) -> Result<Option<Dir>,
             }
         }
     }
-    parent
-        .dir
-        .child(&parent.name)
-        .map(Some)
-        .map_err(|error| match error.raw_os_error() {
-            Some(libc::ELOOP) | Some(libc::ENOTDIR) => WalkError::NotADirectory {
-                path: path.to_path_buf(),
-                found: FileType::Symlink,
-            },
-            _ => io_error(error),
-        })
+    let dir = (parent.dir.child(&parent.name)).map_err(|error| match error.raw_os_error() {
+        Some(libc::ELOOP) | Some(libc::ENOTDIR) => WalkError::NotADirectory {
+            path: path.to_path_buf(),
+            found: FileType::Symlink,
+        },
+        _ => io_error(error),
+    })?;
+    if let Some(fence) = fence {
+        fence.check(&dir, path)?;
+    }
+    Ok(Some(dir))
 }
 
 /// Opens the target root `root`, as the walks below start from it.
@@ -1303,9 +1313,15 @@ fn open_root(root: &Path) -> Result<Dir, WalkError> {
 
 /// `walk_to_dir` from the target root at `root`: directory `path` (absolute, as seen on the
 /// target) opened one component at a time, never through a symlink; with `create`, missing
-/// directories are made (0755). `Ok(None)` when it is missing and not to be created.
-pub fn open_dir_below(root: &Path, path: &Path, create: bool) -> Result<Option<Dir>, WalkError> {
-    walk_to_dir(&open_root(root)?, path, create)
+/// directories are made (0755), never in `fence`'s directory, nor it. `Ok(None)` when it is
+/// missing and not to be created.
+pub fn open_dir_below(
+    root: &Path,
+    path: &Path,
+    create: bool,
+    fence: Option<&Fence>,
+) -> Result<Option<Dir>, WalkError> {
+    walk_to_dir_fenced(&open_root(root)?, path, create, fence)
 }
 
 /// Reads regular file `path` (absolute, as seen on the target) below the target root at `root`,
@@ -1749,16 +1765,16 @@ pub mod tests {
                 "{path}"
             );
         }
-        let err = open_dir_below(&root, Path::new("/etc/app2"), true)
+        let err = open_dir_below(&root, Path::new("/etc/app2"), true, None)
             .err()
             .unwrap();
         assert_eq!(
             err.to_string(),
             "/etc/app2 is a symlink; mesh-host never follows symlinks"
         );
-        assert!(open_dir_below(&root, Path::new("/etc2/app"), false).is_err());
+        assert!(open_dir_below(&root, Path::new("/etc2/app"), false, None).is_err());
         assert!(!outside.join("app/app").exists());
-        let made = open_dir_below(&root, Path::new("/etc/new/dir"), true).unwrap();
+        let made = open_dir_below(&root, Path::new("/etc/new/dir"), true, None).unwrap();
         assert!(made.is_some() && root.join("etc/new/dir").is_dir());
     }
 
