@@ -298,6 +298,9 @@ fn an_original_survives_a_lost_ledger_with_its_attributes() {
     }
 }
 
+/// Puts something at a backup's name (the first path); the second is a scratch path outside.
+type Plant = fn(&Path, &Path);
+
 /// A backup's name for `/etc/motd` (`kinds::backup_key`): SHA-256 of `files:/etc/motd`.
 const MOTD_BACKUP: &str = "97d128133a0f3fe18b369cceaca5641e12ccc09f34ce60215633cef7d6f9a4fa";
 
@@ -308,7 +311,7 @@ const MOTD_BACKUP: &str = "97d128133a0f3fe18b369cceaca5641e12ccc09f34ce60215633c
 /// real one was overwritten, and the release failed on the symlink.
 #[test]
 fn a_backup_mesh_host_did_not_write_is_never_taken_for_an_original() {
-    let plants: [(&str, fn(&Path, &Path)); 4] = [
+    let plants: [(&str, Plant); 4] = [
         ("symlink", |at, _| {
             std::os::unix::fs::symlink("/etc/hostname", at).unwrap()
         }),
