@@ -431,3 +431,24 @@ fn a_unit_is_never_written_into_the_store() {
         );
     }
 }
+
+/// A unit's file declared as a file too: refused by path before anything is applied. It used to
+/// be written by both kinds in turn, each undoing the other on every run.
+#[test]
+fn a_units_file_is_declared_in_one_place() {
+    let host = Scratch::new("unit-file-twice");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1,
+            "files": {"/etc/systemd/system/x.service": {"content": "[Service]\nExecStart=/bin/false\n"}},
+            "units": {"x.service": {"content": "[Service]\nExecStart=/bin/true\n"}}}"#,
+    );
+    let out = host.apply(&file, 2);
+    out.assert_stderr(
+        r#"files["/etc/systemd/system/x.service"]: is where systemd reads units["x.service"]"#,
+    );
+    assert!(
+        !host.target("/etc/systemd/system/x.service").exists(),
+        "{out:?}"
+    );
+}
