@@ -371,3 +371,32 @@ fn an_owner_of_uid_t_minus_one_is_refused_by_field() {
         assert!(!host.target("/etc/motd").exists(), "{field}: {out:?}");
     }
 }
+
+/// A container's port past 65535, 0 in the container, or not a number: refused by field (exit
+/// 2) before anything is applied. It used to pass validation (only its characters were looked
+/// at) and fail in `podman create`, the run's other resources applied.
+#[test]
+fn a_container_port_out_of_range_is_refused_by_field() {
+    let host = Scratch::new("input-ports");
+    for port in [
+        "99999:80",
+        "8080:0",
+        "1.5:80",
+        "18446744073709551616:80",
+        "80/xyz",
+    ] {
+        let file = host.declaration(
+            "d.json",
+            &format!(
+                r#"{{"schema": 1, "files": {{"/etc/motd": {{"content": "m"}}}},
+                    "containers": {{"c": {{"image": "localhost/x:1", "ports": ["{port}"]}}}}}}"#
+            ),
+        );
+        let out = bounded(host.command(&["apply", file.to_str().expect("path")]));
+        refused(
+            &out,
+            &format!(r#"containers["c"].ports[0]: "{port}" is not a port mapping"#),
+        );
+        assert!(!host.target("/etc/motd").exists(), "{port}: {out:?}");
+    }
+}
