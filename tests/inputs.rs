@@ -348,3 +348,55 @@ fn a_fifo_for_the_stores_lock_is_refused_by_name() {
     assert_ne!(out.code, 0, "{out:?}");
     out.assert_stderr(&format!("lock {}: is not a regular file", lock.display()));
 }
+
+/// An owner or group of 4294967295 is (uid_t)-1, which `chown` takes for "leave it unchanged":
+/// refused by field (exit 2) before anything is applied. It used to pass validation, and the run
+/// created the file as root and then failed it ("still differs").
+#[test]
+fn an_owner_of_uid_t_minus_one_is_refused_by_field() {
+    let host = Scratch::new("input-uid-minus-one");
+    for field in ["owner", "group"] {
+        let file = host.declaration(
+            "d.json",
+            &format!(
+                r#"{{"schema": 1, "files": {{"/etc/motd": {{"content": "m", "{field}": "4294967295"}}}}}}"#
+            ),
+        );
+        let out = bounded(host.command(&["apply", file.to_str().expect("path")]));
+        refused(
+            &out,
+            &format!(r#"files["/etc/motd"].{field}: "4294967295""#),
+        );
+        out.assert_stderr("(uid_t)-1");
+        assert!(!host.target("/etc/motd").exists(), "{field}: {out:?}");
+    }
+}
+
+/// A container's port past 65535, 0 in the container, or not a number: refused by field (exit
+/// 2) before anything is applied. It used to pass validation (only its characters were looked
+/// at) and fail in `podman create`, the run's other resources applied.
+#[test]
+fn a_container_port_out_of_range_is_refused_by_field() {
+    let host = Scratch::new("input-ports");
+    for port in [
+        "99999:80",
+        "8080:0",
+        "1.5:80",
+        "18446744073709551616:80",
+        "80/xyz",
+    ] {
+        let file = host.declaration(
+            "d.json",
+            &format!(
+                r#"{{"schema": 1, "files": {{"/etc/motd": {{"content": "m"}}}},
+                    "containers": {{"c": {{"image": "localhost/x:1", "ports": ["{port}"]}}}}}}"#
+            ),
+        );
+        let out = bounded(host.command(&["apply", file.to_str().expect("path")]));
+        refused(
+            &out,
+            &format!(r#"containers["c"].ports[0]: "{port}" is not a port mapping"#),
+        );
+        assert!(!host.target("/etc/motd").exists(), "{port}: {out:?}");
+    }
+}

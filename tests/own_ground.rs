@@ -297,3 +297,158 @@ fn an_original_survives_a_lost_ledger_with_its_attributes() {
         assert_eq!(backups, 0, "{way:?}: released, the backup goes");
     }
 }
+
+/// Puts something at a backup's name (the first path); the second is a scratch path outside.
+type Plant = fn(&Path, &Path);
+
+/// A backup's name for `/etc/motd` (`kinds::backup_key`): SHA-256 of `files:/etc/motd`.
+const MOTD_BACKUP: &str = "97d128133a0f3fe18b369cceaca5641e12ccc09f34ce60215633cef7d6f9a4fa";
+
+/// Something that is not a backup the host wrote, where the original of a file about to be
+/// adopted goes (a symlink, a FIFO, a directory, a hard link to another file): refused before
+/// the file is touched, naming it; once it is gone, the file is adopted and its release puts the
+/// real original back. It used to be taken for an original kept from an earlier adoption: the
+/// real one was overwritten, and the release failed on the symlink.
+#[test]
+fn a_backup_mesh_host_did_not_write_is_never_taken_for_an_original() {
+    let plants: [(&str, Plant); 4] = [
+        ("symlink", |at, _| {
+            std::os::unix::fs::symlink("/etc/hostname", at).unwrap()
+        }),
+        ("special file", |at, _| run("mkfifo", &[], at)),
+        ("directory", |at, _| std::fs::create_dir(at).unwrap()),
+        ("file with 2 hard links", |at, other| {
+            std::fs::write(other, "not the original\n").unwrap();
+            std::fs::hard_link(other, at).unwrap();
+        }),
+    ];
+    for (what, plant) in plants {
+        let host = Scratch::new("planted-backup");
+        let first = host.declaration(
+            "first.json",
+            r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+        );
+        host.apply(&first, 0);
+        let motd = host.target("/etc/motd");
+        std::fs::write(&motd, "the original\n").unwrap();
+        let planted = host.state().join("backups").join(MOTD_BACKUP);
+        plant(&planted, &host.dir.join("elsewhere"));
+        let file = host.declaration(
+            "d.json",
+            r#"{"schema": 1, "files": {"/etc/motd": {"content": "declared\n"}}}"#,
+        );
+        let out = host.apply(&file, 4);
+        out.assert_stderr(&format!(
+            "backups/{MOTD_BACKUP}: cannot hold this resource's original: it is a {what}"
+        ));
+        assert_eq!(std::fs::read(&motd).unwrap(), b"the original\n", "{what}");
+        match std::fs::symlink_metadata(&planted).unwrap().is_dir() {
+            true => std::fs::remove_dir(&planted).unwrap(),
+            false => std::fs::remove_file(&planted).unwrap(),
+        }
+        host.apply(&file, 0);
+        assert_eq!(std::fs::read(&motd).unwrap(), b"declared\n", "{what}");
+        host.apply(&first, 0);
+        assert_eq!(std::fs::read(&motd).unwrap(), b"the original\n", "{what}");
+    }
+}
+
+/// A file of another owner hard-linked into the store (beside its files, and in `backups/` of a
+/// store given away): the store's name is taken back on a copy, with a warning; the other link,
+/// outside the store, keeps its owner. Taking the store back used to `chown` the shared inode,
+/// so a user's file linked into the store became root's.
+#[test]
+#[ignore = "needs root (chown): run ./tests/run.sh as root"]
+fn taking_the_store_back_never_reaches_a_file_linked_into_it() {
+    support::require_root("it chowns files");
+    let host = Scratch::new("store-owner-links");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}}}"#,
+    );
+    host.apply(&file, 0);
+    let outside = [host.dir.join("users-file"), host.dir.join("users-other")];
+    let inside = [
+        host.state().join("planted"),
+        host.state().join("backups").join("planted"),
+    ];
+    for (out, into) in outside.iter().zip(&inside) {
+        std::fs::write(out, "the user's\n").unwrap();
+        std::os::unix::fs::chown(out, Some(65534), Some(65534)).unwrap();
+        std::fs::hard_link(out, into).unwrap();
+    }
+    // Given away, so the walk goes down into backups/ too.
+    std::os::unix::fs::chown(host.state(), Some(65534), Some(65534)).unwrap();
+    let out = host.apply(&file, 0);
+    out.assert_stderr("given back to 0:0");
+    for (out, into) in outside.iter().zip(&inside) {
+        let m = std::fs::metadata(out).unwrap();
+        assert_eq!(
+            (m.uid(), m.gid(), m.nlink()),
+            (65534, 65534, 1),
+            "{}",
+            out.display()
+        );
+        assert_eq!(std::fs::read(out).unwrap(), b"the user's\n");
+        let m = std::fs::metadata(into).unwrap();
+        assert_eq!(
+            (m.uid(), m.gid(), m.nlink()),
+            (0, 0, 1),
+            "{}",
+            into.display()
+        );
+        assert_eq!(std::fs::read(into).unwrap(), b"the user's\n");
+    }
+}
+
+/// A store that is the unit directory (`--state-dir` a symlink to `ROOT/etc/systemd/system`):
+/// a declared unit is refused by device and inode, as a declared file there is, and nothing is
+/// written into the store. Unit files used to be written into it: the unit directory's walk was
+/// not fenced.
+#[test]
+fn a_unit_is_never_written_into_the_store() {
+    for way in Way::BOTH {
+        let host = Scratch::new(&format!("store-units-{}", way.name()));
+        let unit_dir = host.target("/etc/systemd/system");
+        std::fs::create_dir_all(&unit_dir).unwrap();
+        std::os::unix::fs::symlink(&unit_dir, host.state()).unwrap();
+        let mut driver = Driver::start(way, host);
+        let ran = driver.converge(
+            r#"{"schema": 1, "files": {"/etc/ok": {"content": "ok"}},
+                "units": {"x.service": {"content": "[Service]\nExecStart=/bin/true\n"}}}"#,
+        );
+        let failures = failed(&ran.record);
+        assert_eq!(failures.len(), 1, "{way:?}: {failures:?}");
+        assert!(
+            failures[0].starts_with("x.service: ")
+                && failures[0].contains("/etc/systemd/system is the host's own store"),
+            "{way:?}: {failures:?}"
+        );
+        assert!(!unit_dir.join("x.service").exists(), "{way:?}");
+        assert_eq!(
+            std::fs::read(driver.host().target("/etc/ok")).unwrap(),
+            b"ok"
+        );
+    }
+}
+
+/// A unit's file declared as a file too: refused by path before anything is applied. It used to
+/// be written by both kinds in turn, each undoing the other on every run.
+#[test]
+fn a_units_file_is_declared_in_one_place() {
+    let host = Scratch::new("unit-file-twice");
+    let file = host.declaration(
+        "d.json",
+        r#"{"schema": 1,
+            "files": {"/etc/systemd/system/x.service": {"content": "[Service]\nExecStart=/bin/false\n"}},
+            "units": {"x.service": {"content": "[Service]\nExecStart=/bin/true\n"}}}"#,
+    );
+    let out = host.apply(&file, 2);
+    out.assert_stderr(
+        r#"files["/etc/systemd/system/x.service"]: is where systemd reads units["x.service"]"#,
+    );
+    assert!(
+        !host.target("/etc/systemd/system/x.service").exists(),
+        "{out:?}"
+    );
+}

@@ -554,6 +554,42 @@ mod tests {
     }
 
     #[test]
+    fn ports_are_podmans_forms_with_numbers_in_range() {
+        use crate::model::spec::containers::valid_port;
+        for good in [
+            "80",
+            "8080:80",
+            "127.0.0.1:8080:80/tcp",
+            "127.0.0.1::80",
+            "[::1]:8080:80/udp",
+            "0:80",
+            "8000-8010:9000-9010/tcp,udp",
+            "65535:65535/sctp",
+        ] {
+            assert!(valid_port(good), "{good}");
+        }
+        for bad in [
+            "",
+            "--net=host",
+            "99999:80",
+            "80:0",
+            "0",
+            "18446744073709551616:80",
+            "1.5:80",
+            "-1:80",
+            "+80",
+            "8010-8000:80",
+            "80/xyz",
+            "80/",
+            "1.2.3.4.5:80:80",
+            "[::1:80:80",
+            "a:b:c:d",
+        ] {
+            assert!(!valid_port(bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn create_args_bind_values_to_options() {
         let d = parse_with_defaults(r#"{"schema": 1, "containers": {"web": {"image": "img", "command": ["--rm"], "env": {"A": "--privileged"}}}}"#).unwrap();
         let labels = labels("abc");

@@ -664,10 +664,12 @@ fn query_enablement(env: &Env, names: &[&str]) -> BTreeMap<String, Option<UnitFi
 }
 
 /// The unit directory, opened from the target root one component at a time, never through a
-/// symlink (under `--root`, a link in the mounted disk must not lead onto the rescue system).
-/// `None` when it does not exist and `create` is not asked.
+/// symlink (under `--root`, a link in the mounted disk must not lead onto the rescue system),
+/// nor into the store, whatever path reaches it (`Store::fence`). `None` when it does not exist
+/// and `create` is not asked.
 fn open_unit_dir(env: &Env, create: bool) -> Result<Option<Dir>, String> {
-    fsutil::open_dir_below(env.root, &env.config.unit_dir, create)
+    let fence = env.store.and_then(crate::store::Store::fence);
+    fsutil::open_dir_below(env.root, &env.config.unit_dir, create, fence.as_ref())
         .map_err(|e| format!("unit directory {}: {e}", unit_dir(env).display()))
 }
 

@@ -235,7 +235,7 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
         digest: codec::sha256_hex(bytes),
         ..top.resources
     };
-    check_references(&declaration, &mut problems);
+    check_references(&declaration, cx.identity, &mut problems);
     if problems.is_empty() {
         Ok(declaration)
     } else {
@@ -453,9 +453,29 @@ impl<'de, K: Declared> Visitor<'de> for SectionSeed<'_, '_, K> {
     }
 }
 
-/// Checks between resources: a unit may name the package that provides it and the files it
-/// restarts or reloads on, which must be ones this declaration writes.
-fn check_references(d: &Declaration, problems: &mut Problems) {
+/// Checks between resources: a unit's file is not declared as a file too; a unit may name the
+/// package that provides it and the files it restarts or reloads on, which must be ones this
+/// declaration writes.
+fn check_references(d: &Declaration, identity: &Identity, problems: &mut Problems) {
+    // A unit's file declared as a file too would be written by two kinds, each undoing the
+    // other every run (and a unit restarted each time); one in a directory before the unit
+    // directory on systemd's search path would hide the unit's own.
+    for (name, _) in d.units.iter().filter(|(_, s)| s.content.is_some()) {
+        for dir in &identity.unit_dirs {
+            let path = dir.join(name);
+            let Some(path) = path.to_str() else { continue };
+            if d.files.contains_key(path) {
+                problems.push(
+                    format!("files[{}]", Value::String(path.to_string())),
+                    format!(
+                        "is where systemd reads units[{}], whose content this declaration \
+                         gives: declare the unit file in one place",
+                        Value::String(name.clone())
+                    ),
+                );
+            }
+        }
+    }
     for (name, spec) in &d.units {
         for path in units::watched_files(spec) {
             if !matches!(d.files.get(path), Some(files::Spec::Present(_))) {
@@ -657,6 +677,32 @@ pub mod tests {
         );
         assert!(problems(
             r#"{"schema": 1, "packages": {"nginx": {}}, "units": {"nginx.service": {"package": "nginx"}}}"#
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn a_units_file_is_not_declared_as_a_file_too() {
+        let unit = r#""units": {"x.service": {"content": "[Service]\nExecStart=/bin/true\n"}}"#;
+        let found = problems(&format!(
+            r#"{{"schema": 1, {unit}, "files": {{
+                "/etc/systemd/system/x.service": {{"content": "a"}},
+                "/etc/systemd/system.control/x.service": {{"content": "a"}}}}}}"#
+        ));
+        assert_eq!(found.len(), 2, "{found:#?}");
+        for (problem, dir) in found.iter().zip(["system.control", "system"]) {
+            let want = format!(
+                r#"files["/etc/systemd/{dir}/x.service"]: is where systemd reads units["x.service"]"#
+            );
+            assert!(problem.contains(&want), "{problem}");
+        }
+        // A drop-in, or a unit a package ships, is another file.
+        assert!(problems(&format!(
+            r#"{{"schema": 1, {unit}, "files": {{"/etc/systemd/system/x.service.d/o.conf": {{"content": "a"}}}}}}"#
+        ))
+        .is_empty());
+        assert!(problems(
+            r#"{"schema": 1, "units": {"x.service": {"enabled": true}}, "files": {"/etc/systemd/system/x.service": {"content": "a"}}}"#
         )
         .is_empty());
     }

@@ -12,6 +12,13 @@ use crate::os::fsutil;
 const MAX_TABLE_BYTES: u64 = 64 << 20;
 
 /// A declared owner or group: a name, or a numeric id taken as it is.
+/// `(uid_t)-1`: to `chown` it means "leave as it is", so it is no one's id, never declared.
+const UNCHANGED: u32 = u32::MAX;
+
+fn unchanged(text: &str) -> String {
+    format!("{text:?} is out of range for an id: {UNCHANGED} is (uid_t)-1, which chown takes for \"leave it unchanged\"")
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Account {
     Name(String),
@@ -24,10 +31,11 @@ impl Account {
             return Err("is empty".into());
         }
         if text.bytes().all(|b| b.is_ascii_digit()) {
-            return text
-                .parse()
-                .map(Account::Id)
-                .map_err(|_| format!("{text:?} is out of range for an id"));
+            return match text.parse() {
+                Ok(UNCHANGED) => Err(unchanged(text)),
+                Ok(id) => Ok(Account::Id(id)),
+                Err(_) => Err(format!("{text:?} is out of range for an id")),
+            };
         }
         let valid = text
             .bytes()
@@ -92,12 +100,20 @@ fn resolve(
 ) -> Result<u32, String> {
     match account {
         Account::Id(id) => Ok(*id),
-        Account::Name(name) => table
+        Account::Name(name) => match table
             .as_ref()
             .map_err(|e| format!("{what} {name:?} cannot be looked up: {e}"))?
             .get(name)
-            .copied()
-            .ok_or_else(|| format!("{what} {name:?} does not exist in the target's {file}")),
+        {
+            Some(&UNCHANGED) => Err(format!(
+                "{what} {name:?} in the target's {file}: {}",
+                unchanged(&UNCHANGED.to_string())
+            )),
+            Some(id) => Ok(*id),
+            None => Err(format!(
+                "{what} {name:?} does not exist in the target's {file}"
+            )),
+        },
     }
 }
 
@@ -128,6 +144,21 @@ mod tests {
         assert_eq!(accounts.uid(&Account::parse("http").unwrap()), Ok(33));
         assert_eq!(accounts.uid(&Account::parse("1234").unwrap()), Ok(1234));
         assert_eq!(accounts.gid(&Account::parse("root").unwrap()), Ok(0));
+        // (uid_t)-1 is chown's "unchanged": refused as a number and as a name's id.
+        assert_eq!(
+            Account::parse("4294967294").unwrap(),
+            Account::Id(4294967294)
+        );
+        let refused = Account::parse("4294967295").unwrap_err();
+        assert!(refused.contains("(uid_t)-1"), "{refused}");
+        let minus_one = Accounts {
+            users: Ok(parse_table("ghost:x:4294967295:0::/:/bin/sh\n")),
+            groups: Ok(BTreeMap::new()),
+        };
+        let refused = minus_one
+            .uid(&Account::parse("ghost").unwrap())
+            .unwrap_err();
+        assert!(refused.contains("(uid_t)-1"), "{refused}");
         assert!(accounts
             .uid(&Account::parse("nobody").unwrap())
             .unwrap_err()

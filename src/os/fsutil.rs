@@ -958,8 +958,9 @@ impl Dir {
     /// Gives this directory, and what is in it, the owner `uid` and group `gid` where they have
     /// another, never following a symlink: every name in it is looked at, and a directory's
     /// contents too when it or one above it had another owner (a `chown -R`), so a directory of
-    /// many files with the right owner costs one look. The paths changed (below this directory)
-    /// with the owner each had.
+    /// many files with the right owner costs one look. A file with other hard links (which may be
+    /// anywhere) gets it on a copy (`set_attributes`), so they keep theirs. The paths changed
+    /// (below this directory) with the owner each had.
     pub fn enforce_owner(&self, uid: u32, gid: u32) -> io::Result<Vec<(PathBuf, u32, u32)>> {
         let mut changed = Vec::new();
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -996,6 +997,19 @@ impl Dir {
             let wrong = (st.st_uid, st.st_gid) != (uid, gid);
             // A name a writer removed meanwhile (the outbox, written without the lock) is skipped.
             let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
+            let kind = st.st_mode & libc::S_IFMT;
+            if wrong && kind != libc::S_IFDIR && st.st_nlink > 1 {
+                // Another link, anywhere on the filesystem, would change owner too: a regular
+                // file gets it on a copy renamed over this name; anything else is left as it is.
+                if kind == libc::S_IFREG {
+                    match self.set_attributes(&name, st.st_mode & 0o7777, Some((uid, gid))) {
+                        Ok(()) => changed.push((at.join(&name), st.st_uid, st.st_gid)),
+                        Err(e) if gone(&e) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                continue;
+            }
             if wrong {
                 match with_c_name(&name, |c| {
                     retry(|| unsafe {
@@ -1007,7 +1021,7 @@ impl Dir {
                     Err(e) => return Err(e),
                 }
             }
-            if (deep || wrong) && st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            if (deep || wrong) && kind == libc::S_IFDIR {
                 match self.child(&name) {
                     Ok(dir) => dir.enforce_owner_below(&at.join(&name), uid, gid, true, changed)?,
                     Err(e) if gone(&e) => {}
@@ -1254,7 +1268,17 @@ pub fn walk_to_parent_fenced(
 /// symlink; with `create`, missing directories are made (mode 0755). `Ok(None)` when it is
 /// missing and not to be created.
 pub fn walk_to_dir(root: &Dir, path: &Path, create: bool) -> Result<Option<Dir>, WalkError> {
-    let Some(parent) = walk_to_parent(root, path, create)? else {
+    walk_to_dir_fenced(root, path, create, None)
+}
+
+/// `walk_to_dir` that refuses to enter `fence`'s directory at any component, the last included.
+fn walk_to_dir_fenced(
+    root: &Dir,
+    path: &Path,
+    create: bool,
+    fence: Option<&Fence>,
+) -> Result<Option<Dir>, WalkError> {
+    let Some(parent) = walk_to_parent_fenced(root, path, create, fence)? else {
         return Ok(None);
     };
     let io_error = |error| WalkError::Io {
@@ -1276,17 +1300,17 @@ pub fn walk_to_dir(root: &Dir, path: &Path, create: bool) -> Result<Option<Dir>,
             }
         }
     }
-    parent
-        .dir
-        .child(&parent.name)
-        .map(Some)
-        .map_err(|error| match error.raw_os_error() {
-            Some(libc::ELOOP) | Some(libc::ENOTDIR) => WalkError::NotADirectory {
-                path: path.to_path_buf(),
-                found: FileType::Symlink,
-            },
-            _ => io_error(error),
-        })
+    let dir = (parent.dir.child(&parent.name)).map_err(|error| match error.raw_os_error() {
+        Some(libc::ELOOP) | Some(libc::ENOTDIR) => WalkError::NotADirectory {
+            path: path.to_path_buf(),
+            found: FileType::Symlink,
+        },
+        _ => io_error(error),
+    })?;
+    if let Some(fence) = fence {
+        fence.check(&dir, path)?;
+    }
+    Ok(Some(dir))
 }
 
 /// Opens the target root `root`, as the walks below start from it.
@@ -1299,9 +1323,15 @@ fn open_root(root: &Path) -> Result<Dir, WalkError> {
 
 /// `walk_to_dir` from the target root at `root`: directory `path` (absolute, as seen on the
 /// target) opened one component at a time, never through a symlink; with `create`, missing
-/// directories are made (0755). `Ok(None)` when it is missing and not to be created.
-pub fn open_dir_below(root: &Path, path: &Path, create: bool) -> Result<Option<Dir>, WalkError> {
-    walk_to_dir(&open_root(root)?, path, create)
+/// directories are made (0755), never in `fence`'s directory, nor it. `Ok(None)` when it is
+/// missing and not to be created.
+pub fn open_dir_below(
+    root: &Path,
+    path: &Path,
+    create: bool,
+    fence: Option<&Fence>,
+) -> Result<Option<Dir>, WalkError> {
+    walk_to_dir_fenced(&open_root(root)?, path, create, fence)
 }
 
 /// Reads regular file `path` (absolute, as seen on the target) below the target root at `root`,
@@ -1745,16 +1775,16 @@ pub mod tests {
                 "{path}"
             );
         }
-        let err = open_dir_below(&root, Path::new("/etc/app2"), true)
+        let err = open_dir_below(&root, Path::new("/etc/app2"), true, None)
             .err()
             .unwrap();
         assert_eq!(
             err.to_string(),
             "/etc/app2 is a symlink; mesh-host never follows symlinks"
         );
-        assert!(open_dir_below(&root, Path::new("/etc2/app"), false).is_err());
+        assert!(open_dir_below(&root, Path::new("/etc2/app"), false, None).is_err());
         assert!(!outside.join("app/app").exists());
-        let made = open_dir_below(&root, Path::new("/etc/new/dir"), true).unwrap();
+        let made = open_dir_below(&root, Path::new("/etc/new/dir"), true, None).unwrap();
         assert!(made.is_some() && root.join("etc/new/dir").is_dir());
     }
 

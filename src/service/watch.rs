@@ -1016,14 +1016,22 @@ mod tests {
 
     #[test]
     fn an_entry_named_twice_is_one_entry_with_everything_it_touches() {
-        // Declared and owned, restarting two units; a unit file also declared as a file.
-        let d = declared(
+        // Declared and owned, restarting two units; a unit file also declared as a file (which
+        // validation refuses: joined here from two declarations, as a store from before could
+        // still hold it).
+        let mut d = declared(
             r#"{"schema": 1,
-            "files": {"/etc/app.conf": {"content": "x"},
-                      "/etc/systemd/system/b.service": {"content": "[Service]\nExecStart=/bin/true\n"}},
+            "files": {"/etc/app.conf": {"content": "x"}},
             "units": {"a.service": {"restart_on": ["/etc/app.conf"]},
                       "b.service": {"restart_on": ["/etc/app.conf"],
                                     "content": "[Service]\nExecStart=/bin/true\n"}}}"#,
+        );
+        d.files.extend(
+            declared(
+                r#"{"schema": 1, "files": {"/etc/systemd/system/b.service":
+                    {"content": "[Service]\nExecStart=/bin/true\n"}}}"#,
+            )
+            .files,
         );
         let mut ledger = Ledger::default();
         ledger.insert::<Files>("/etc/app.conf", crate::store::Entry::created());

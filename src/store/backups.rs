@@ -10,7 +10,7 @@ use std::ffi::OsStr;
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, MAX_STORE_FILE};
-use crate::os::fsutil::{Dir, Xattr};
+use crate::os::fsutil::{Dir, FileType, Xattr};
 use crate::util::codec;
 
 pub const BACKUPS: &str = "backups";
@@ -89,6 +89,23 @@ impl Store {
     pub fn save_backup(&self, name: &str, bytes: &[u8]) -> Result<bool, StoreError> {
         let backups = self.backups()?;
         match backups.stat(OsStr::new(name)) {
+            // What the host keeps is a regular file of one link; anything else there (a
+            // symlink, a FIFO, a directory, a link to another file) holds no original, and
+            // taking it for one would let the file's real original be overwritten.
+            Ok(Some(st)) if st.file_type != FileType::Regular || st.links > 1 => {
+                let found = match st.file_type {
+                    FileType::Regular => format!("a file with {} hard links", st.links),
+                    other => other.describe().to_string(),
+                };
+                return Err(self.backup_error(
+                    name,
+                    "cannot hold this resource's original",
+                    format!(
+                        "it is {found}, not a backup mesh-host wrote; nothing was changed \
+                         (remove it, or put the original back there, and run again)"
+                    ),
+                ));
+            }
             Ok(Some(_)) => return Ok(true),
             Ok(None) => {}
             Err(e) => return Err(self.backup_error(name, "cannot be looked at", e)),

@@ -271,11 +271,53 @@ pub fn digest(spec: &Spec) -> Digest {
     Digest::Sha256(encoding(spec).digest())
 }
 
+/// A `--publish` value as podman reads it: `[[IP:][HOST_PORT]:]CONTAINER_PORT[/PROTOCOLS]`, each
+/// port a number or a range (`8000-8010`) within 1..=65535 (a host port may be 0 or left out:
+/// podman picks one), the IP v4 or `[v6]`, the protocols `tcp`, `udp`, `sctp` joined by commas.
+/// Checked whole, so a port past 65535 is refused by field, not by podman at apply.
 pub fn valid_port(p: &str) -> bool {
-    !p.is_empty()
-        && !p.starts_with('-')
-        && p.chars()
-            .all(|c| c.is_ascii_alphanumeric() || ".:/[]-".contains(c))
+    let (mapping, protocols) = match p.split_once('/') {
+        Some((mapping, protocols)) => (mapping, Some(protocols)),
+        None => (p, None),
+    };
+    if let Some(protocols) = protocols {
+        if !protocols
+            .split(',')
+            .all(|p| matches!(p, "tcp" | "udp" | "sctp"))
+        {
+            return false;
+        }
+    }
+    let (ip_ok, ports) = match mapping.strip_prefix('[') {
+        Some(v6) => match v6.split_once("]:") {
+            Some((ip, rest)) => (ip.parse::<std::net::Ipv6Addr>().is_ok(), rest),
+            None => return false,
+        },
+        None => match mapping.matches(':').count() {
+            2 => match mapping.split_once(':') {
+                Some((ip, rest)) => (
+                    ip.is_empty() || ip.parse::<std::net::Ipv4Addr>().is_ok(),
+                    rest,
+                ),
+                None => return false,
+            },
+            _ => (true, mapping),
+        },
+    };
+    let range = |text: &str, lowest: u16| {
+        let (low, high) = text.split_once('-').unwrap_or((text, text));
+        let port = |t: &str| {
+            (!t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| t.parse::<u16>().ok())
+                .flatten()
+        };
+        matches!((port(low), port(high)), (Some(l), Some(h)) if lowest <= l && l <= h)
+    };
+    ip_ok
+        && match ports.split_once(':') {
+            Some((host, container)) => (host.is_empty() || range(host, 0)) && range(container, 1),
+            None => range(ports, 1),
+        }
 }
 
 /// A `--volume` value as podman reads it (podman-run(1), `--volume`).
