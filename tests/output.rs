@@ -127,6 +127,40 @@ fn every_command_into_a_closed_pipe_keeps_its_exit_code_and_a_full_disk_is_exit_
     }
 }
 
+/// `mesh-host ... 2>&1 | head -1`: what a command says on stderr (errors, warnings, progress) is
+/// lost when stderr closes, never its exit code (a panic would exit 101).
+#[test]
+fn every_command_with_stderr_into_a_closed_pipe_keeps_its_exit_code() {
+    let host = Scratch::new("output-stderr");
+    let file = host.declaration("d.json", DECLARATION);
+    host.apply(&file, 0);
+    let mut n = 0;
+    for line in every_command(&host) {
+        for json in [false, true] {
+            n += 1;
+            let base = run(&host, &line, json, n, None);
+            n += 1;
+            let line: Vec<String> = line
+                .iter()
+                .map(|w| w.replace("{n}", &n.to_string()))
+                .collect();
+            let mut args: Vec<&str> = line.iter().map(String::as_str).collect();
+            if json {
+                args.push("--json");
+            }
+            let mut command = host.command(&args);
+            command.stderr(closed_pipe());
+            let closed = Output::from(command.output().expect("run mesh-host"));
+            assert_eq!(
+                closed.code,
+                base.code,
+                "{} (json: {json}) with stderr closed: {closed:?}",
+                line.join(" ")
+            );
+        }
+    }
+}
+
 #[test]
 fn an_error_with_json_is_one_document_on_stdout_and_prose_on_stderr() {
     let host = Scratch::new("output-json-errors");

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::out::Out;
+use super::out::{errln, Out};
 use super::render;
 use crate::engine::reconcile::{self, Mode, OwnedState};
 use crate::engine::{
@@ -41,7 +41,7 @@ impl Commands<'_> {
         );
         match &result.unwritten {
             Some(why) => {
-                eprintln!("mesh-host: {why}; but this command ends here, and what was not written is lost");
+                errln!("mesh-host: {why}; but this command ends here, and what was not written is lost");
                 EXIT_ERROR
             }
             None => result.exit_code(),
@@ -234,7 +234,7 @@ impl Commands<'_> {
             // The running service keeps the deadline too (it may outlive this command).
             crate::service::signal_pending(self.host);
             let now = store::unix_now();
-            eprintln!(
+            errln!(
                 "mesh-host: pending: reverted {} (in {}) unless `mesh-host confirm` runs first",
                 utc(now.saturating_add(secs)),
                 duration_words(secs)
@@ -252,9 +252,9 @@ impl Commands<'_> {
         let Some(reverting) = self.host.revert_if_due(None, self.wait, &never)? else {
             return Ok(());
         };
-        eprintln!("mesh-host: {}", reverting.said);
+        errln!("mesh-host: {}", reverting.said);
         if let Some(run) = &reverting.run {
-            eprintln!(
+            errln!(
                 "mesh-host: the revert's run {}: {} changed, {} failed",
                 run.record.outcome,
                 run.report.changes.len(),
@@ -277,7 +277,7 @@ impl Commands<'_> {
     pub fn rollback(&self, to: Option<u64>, force: bool) -> Result<i32, Fatal> {
         self.revert_first()?;
         let (said, converged) = self.host.rollback(to, force, self.wait, &never)?;
-        eprintln!("mesh-host: {said}");
+        errln!("mesh-host: {said}");
         match converged {
             Some(result) => Ok(self.print_converged(&result)),
             None => Err(Fatal::Error("the generation was not put in force".into())),

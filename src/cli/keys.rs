@@ -13,7 +13,7 @@ use rustls::pki_types::PrivatePkcs8KeyDer;
 use serde_json::json;
 
 use crate::cli::args::Args;
-use crate::cli::out::{out, outln, Out};
+use crate::cli::out::{errln, out, outln, Out};
 use crate::cli::render::print_json;
 use crate::engine::{invalid, Fatal, Host, EXIT_OK};
 use crate::model::envelope::{self, Envelope, SignatureState};
@@ -83,20 +83,20 @@ pub fn sign(out: &Out, host: &Host, key: &Path, file: &Path) -> Result<i32, Fata
     let verification = envelope.verify(&[]);
     for (i, (key, state)) in verification.signatures.iter().enumerate() {
         if *state == SignatureState::Bad && *key != signer {
-            eprintln!(
+            errln!(
                 "mesh-host: warning: signatures[{i}] by {key} does not verify (the text changed \
                  after it was signed); hosts will refuse this envelope"
             );
         }
     }
     if declaration.revision.is_none() {
-        eprintln!(
+        errln!(
             "mesh-host: warning: the declaration carries no revision; a host with trusted keys \
              accepts a signed declaration from the control plane only with its own revision"
         );
     }
     if !envelope.sign(&key_pair) {
-        eprintln!(
+        errln!(
             "mesh-host: {signer} has signed this declaration already; the envelope is unchanged"
         );
     }

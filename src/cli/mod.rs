@@ -17,7 +17,7 @@ use crate::engine::{self, Fatal, Host};
 use crate::{service, util};
 use args::Command;
 use commands::Commands;
-use out::{outln, Out};
+use out::{errln, outln, Out};
 
 /// Sets up logging for the command line `args`: the service logs at info, other commands warn,
 /// and with `-q` only say errors.
@@ -39,7 +39,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
     let out = Out::stdout();
     let code = match args::parse(args.iter().cloned()) {
         Err(e) => {
-            eprintln!("mesh-host: {e}\nTry `mesh-host --help`.");
+            errln!("mesh-host: {e}\nTry `mesh-host --help`.");
             // Unparsed, `--json` is still what the person asked for.
             if args.iter().any(|a| a == "--json") {
                 error_json(&out, "usage", &e, engine::EXIT_INVALID);
@@ -49,7 +49,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
         Ok(args) => match run(&out, &args) {
             Ok(code) => code,
             Err(fatal) => {
-                eprintln!("mesh-host: {}", fatal.message());
+                errln!("mesh-host: {}", fatal.message());
                 if args.json && !out.written() {
                     error_json(&out, fatal.kind(), fatal.message(), fatal.exit_code());
                 }
@@ -61,7 +61,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
         Ok(()) => code,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => code,
         Err(e) => {
-            eprintln!("mesh-host: cannot write to standard output: {e}");
+            errln!("mesh-host: cannot write to standard output: {e}");
             engine::EXIT_ERROR
         }
     }

@@ -77,7 +77,16 @@ macro_rules! out {
     };
 }
 
-pub(crate) use {out, outln};
+/// `eprintln!` that never panics: a closed or full stderr (`2>&1 | head`) loses the message,
+/// never the command's exit code.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+pub(crate) use {errln, out, outln};
 
 #[cfg(test)]
 mod tests {

@@ -18,7 +18,7 @@ use crate::store::{
 use crate::util::diff::{Body, ContentDiff, Tag};
 use crate::util::words::{age, duration_words, expiry};
 
-use super::out::{out, outln, Out};
+use super::out::{errln, out, outln, Out};
 
 /// The version of every `--json` document's shape (docs/json.md): its `version` member.
 pub const JSON_VERSION: u64 = 1;
@@ -202,7 +202,7 @@ pub fn run(out: &Out, json: bool, run: &RunOutput, traced: &[String]) {
         run.command_count,
     );
     for command in traced {
-        eprintln!("command: {command}");
+        errln!("command: {command}");
     }
     for note in run.notes {
         outln!(out, "note: {note}");
