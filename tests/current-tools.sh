@@ -110,6 +110,7 @@ EOF
   # A mount namespace of its own: everything mounted here goes when the last process in it does.
   unshare -m --propagation private env R="$R" REPO="$REPO" bash -c '
     set -e
+    mount --bind "$R" "$R"   # a mount point, as / is: pacman'"'"'s CheckSpace looks for the one it is on
     mount --rbind /dev "$R/dev"
     mount -t proc proc "$R/proc"
     mount -t sysfs sysfs "$R/sys"
