@@ -180,13 +180,19 @@ case $state in running|degraded) ;; *) sb_die "user manager state is '$state', n
 sb_log "podman: config and image"
 C=$SB/containers; mkdir -p "$C/storage" "$C/run" "$C/tmp" "$C/net" "$C/image/rootfs/bin" "$C/image/rootfs/tmp" "$C/image/rootfs/etc"
 nofile=$(ulimit -Hn)
-runtime=runc
-if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] && command -v crun >/dev/null; then runtime=crun; fi
+runtime=runc pids_limit=
+if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
+  if command -v crun >/dev/null; then runtime=crun; fi
+  # cgroup2 without the pids controller (here it is v1's): podman's default limit of 2048 would
+  # make crun refuse to start any container ("controller `pids` is not available").
+  grep -qw pids /sys/fs/cgroup/cgroup.controllers || pids_limit='pids_limit = 0'
+fi
 cat > "$C/containers.conf" <<CONF
 [containers]
 default_ulimits = ["nofile=$nofile:$nofile", "nproc=32768:32768"]
 netns = "none"
 init_path = "/usr/bin/catatonit"
+$pids_limit
 
 [network]
 network_config_dir = "$C/net"
