@@ -115,15 +115,19 @@ Server = file://$REPO
 CONF
 }
 write_pacman_conf
-if ! pacman --config "$P/pacman.conf" -Sy --noconfirm >"$SB/tmp/pacman-Sy.log" 2>&1; then
-  # A kernel without Landlock: pacman's download sandbox cannot restrict the file system.
-  grep -q Landlock "$SB/tmp/pacman-Sy.log" || sb_die "pacman -Sy: $(cat "$SB/tmp/pacman-Sy.log")"
-  sb_log "pacman: this kernel has no Landlock; DisableSandboxFilesystem"
+pacman --config "$P/pacman.conf" -Sy --noconfirm >"$SB/tmp/pacman-Sy.log"
+# A package downloaded (to a cache of its own), as the tests' installs will: where pacman cannot
+# use Landlock (a kernel without it, a container whose filter blocks it), its download sandbox
+# fails every download.
+probe() { mkdir -p "$SB/tmp/pacman-probe"; pacman --config "$P/pacman.conf" -Sw --noconfirm --cachedir "$SB/tmp/pacman-probe" mesh-a >"$SB/tmp/pacman-Sw.log" 2>&1; }
+if ! probe; then
+  grep -q Landlock "$SB/tmp/pacman-Sw.log" || sb_die "pacman -Sw: $(cat "$SB/tmp/pacman-Sw.log")"
+  sb_log "pacman: no Landlock here; DisableSandboxFilesystem"
   PACMAN_OPTIONS+=$'\nDisableSandboxFilesystem'
   write_pacman_conf
-  pacman --config "$P/pacman.conf" -Sy --noconfirm >"$SB/tmp/pacman-Sy.log" 2>&1 \
-    || sb_die "pacman -Sy: $(cat "$SB/tmp/pacman-Sy.log")"
+  probe || sb_die "pacman -Sw: $(cat "$SB/tmp/pacman-Sw.log")"
 fi
+rm -rf "$SB/tmp/pacman-probe"
 
 # ------------------------------------------------------------------ 2. systemd --user manager (as root)
 # No system manager here, so a `systemd --user` manager run as root provides real
