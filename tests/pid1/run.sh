@@ -206,6 +206,7 @@ start_control_plane() {
   nice cargo build -q --example control-plane 2> "$WORK/cp-build.log" || { cat "$WORK/cp-build.log" >&2; die "could not build the control plane"; }
   head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$WORK/secret"
   echo '{"schema": 1}' > "$DECLARATION"
+  : > "$WORK/cp.log"   # read below at once: the control plane may not have opened it yet
   target/debug/examples/control-plane --listen 127.0.0.1:0 --declaration "$DECLARATION" \
     --pki-dir "$WORK/pki" --node pid1 --secret-file "$WORK/secret" \
     > "$WORK/reports.jsonl" 2> "$WORK/cp.log" &
