@@ -178,19 +178,19 @@ setup_pacman() {
   write_pacman_conf
   mkdir -p "$ROOT/var/lib/pacman" "$ROOT/var/cache/pacman/pkg" "$ROOT/etc/pacman.d/gnupg"
   in_ct pacman -Sy >/dev/null || { cat "$EVIDENCE" >&2; die "pacman -Sy in the container failed"; }
-  # A package downloaded (to a cache of its own), as the host's installs will. Where pacman
-  # cannot use Landlock, its download sandbox fails every download ("Landlock is not supported by
-  # the kernel"): in this container although the kernel has it (nspawn's system call filter lets
-  # no landlock_* call through, most likely; the sandbox tests' chroot downloads fine).
-  local out
+  # A package downloaded (to a cache of its own) by a service of the container's systemd, as the
+  # host's installs will be (a command entered with nsenter escapes the container's system call
+  # filter). There pacman 7 cannot use Landlock although this kernel has it (nspawn's filter lets
+  # no landlock_* call through, most likely): its download sandbox fails every download
+  # ("Landlock is not supported by the kernel"), so DisableSandboxFilesystem.
+  local out probe=(systemd-run --wait --pipe --quiet --collect -- pacman -Sw --noconfirm --cachedir /var/tmp/pacman-probe pid1-plain)
   mkdir -p "$ROOT/var/tmp/pacman-probe"   # pacman 7.1 refuses a cache dir that does not exist
-  if ! out=$(in_ct pacman -Sw --noconfirm --cachedir /var/tmp/pacman-probe pid1-plain); then
-    grep -q Landlock <<<"$out" || { cat "$EVIDENCE" >&2; die "pacman -Sw in the container failed"; }
+  if ! out=$(in_ct "${probe[@]}"); then
+    grep -q Landlock <<<"$out" || { cat "$EVIDENCE" >&2; die "pacman -Sw in a service of the container failed"; }
     log "pacman cannot use Landlock here: DisableSandboxFilesystem in the container's pacman.conf"
     options+=$'\nDisableSandboxFilesystem'
     write_pacman_conf
-    in_ct pacman -Sw --noconfirm --cachedir /var/tmp/pacman-probe pid1-plain >/dev/null \
-      || { cat "$EVIDENCE" >&2; die "pacman -Sw in the container failed"; }
+    in_ct "${probe[@]}" >/dev/null || { cat "$EVIDENCE" >&2; die "pacman -Sw in a service of the container failed"; }
   fi
   in_ct rm -rf /var/tmp/pacman-probe
   # The versions this run used.
