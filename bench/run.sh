@@ -23,7 +23,7 @@ needs_sandbox=0
 if [ ${#figures[@]} = 0 ] || [ "${figures[*]}" = QUICK=1 ]; then needs_sandbox=1; fi
 for f in "${figures[@]}"; do case "$f" in noop|confirm) needs_sandbox=1 ;; esac; done
 if [ "$needs_sandbox" = 1 ]; then
-  export MESH_SANDBOX=${TMPDIR:-/tmp}/mesh-bench-sandbox-$$
+  export MESH_SANDBOX=/var/tmp/mesh-bench-sandbox-$$
   trap 'tests/sandbox/teardown.sh >/dev/null' EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM

@@ -746,13 +746,14 @@ fn a_package_that_takes_the_host_over_fails_by_name_and_nothing_else_is_held_bac
 }
 
 /// Adds the package `name` 1.0-1 (with `pkginfo` lines such as `depend = x`) to `repo`, with its
-/// database newer than any root synced from it this second.
+/// database newer than any root synced from it this second. No blank line in .PKGINFO when there
+/// are none: pacman 7.1's repo-add complains of one (`declare: '=': not a valid identifier`).
 fn publish(repo: &Path, name: &str, pkginfo: &[&str]) {
     let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/lib.sh");
     let script = format!(
         "set -e; source {lib}; d=$(mktemp -d); mkdir -p $d/usr/share/{name}; \
          echo {name} > $d/usr/share/{name}/marker; sb_pkginfo $d {name} 1.0-1; \
-         printf '%s\\n' {lines} >> $d/.PKGINFO; \
+         for l in {lines}; do echo \"$l\" >> $d/.PKGINFO; done; \
          sb_pack $d {repo}/{name}-1.0-1-any.pkg.tar.zst; rm -rf $d; \
          repo-add -q {repo}/meshtest.db.tar.gz {repo}/{name}-1.0-1-any.pkg.tar.zst; \
          touch -d '+2 seconds' {repo}/meshtest.db*",

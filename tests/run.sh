@@ -12,7 +12,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export MESH_SANDBOX=${TMPDIR:-/tmp}/mesh-sandbox-$$
+export MESH_SANDBOX=/var/tmp/mesh-sandbox-$$   # not /tmp, which Arch and sid mount over (tmp.mount)
 trap 'tests/sandbox/teardown.sh' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM

@@ -328,7 +328,9 @@ fn a_canary_in_a_secret_unit_is_withheld_from_a_systemctl_that_echoes_it() {
                     .args(args)
                     .output();
             };
-            systemctl(&["disable", "--now", "--", &self.1]);
+            // Not `disable --now`: systemctl 262 stops nothing with it unless systemd is PID 1.
+            systemctl(&["disable", "--", &self.1]);
+            systemctl(&["stop", "--", &self.1]);
             let _ = std::fs::remove_file(self.0.join(&self.1));
             systemctl(&["daemon-reload"]);
             systemctl(&["reset-failed", "--", &self.1]);

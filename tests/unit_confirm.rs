@@ -93,7 +93,9 @@ impl Drop for HostUnit {
         // A test may have enabled the host's unit (its link is in the admin's directory).
         systemctl(&["disable", "--", &self.name]);
         for unit in &self.made {
-            systemctl(&["disable", "--now", "--", unit]);
+            // Not `disable --now`: systemctl 262 stops nothing with it unless systemd is PID 1.
+            systemctl(&["disable", "--", unit]);
+            systemctl(&["stop", "--", unit]);
             let _ = std::fs::remove_file(self.unit_dir.join(unit));
         }
         for made in [

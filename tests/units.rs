@@ -84,7 +84,9 @@ struct Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         for unit in &self.units {
-            systemctl(&["disable", "--now", "--", unit]);
+            // Not `disable --now`: systemctl 262 stops nothing with it unless systemd is PID 1.
+            systemctl(&["disable", "--", unit]);
+            systemctl(&["stop", "--", unit]);
             let _ = std::fs::remove_file(self.unit_dir.join(unit));
         }
         systemctl(&["daemon-reload"]);
@@ -235,7 +237,10 @@ fn released_adopted_unit_gets_its_state_back_and_keeps_its_file() {
     let (sb, unit, host, _cleanup) = unit_test("release-adopted");
     let content = service("placed by hand");
     install_by_hand(&sb, &unit, &content);
-    sh(&format!("systemctl --user enable --now -- {unit}"));
+    // Not `enable --now`: systemctl 262 starts nothing with it unless systemd is PID 1.
+    sh(&format!(
+        "systemctl --user enable -- {unit} && systemctl --user start -- {unit}"
+    ));
 
     let adopt = declare(
         &host,
@@ -423,7 +428,10 @@ fn unit_of_a_package_that_failed_to_install_is_skipped() {
 fn declared_absent_unit_not_owned_is_stopped_disabled_and_removed() {
     let (sb, unit, host, _cleanup) = unit_test("absent");
     install_by_hand(&sb, &unit, &service("absent"));
-    sh(&format!("systemctl --user enable --now -- {unit}"));
+    // Not `enable --now`: systemctl 262 starts nothing with it unless systemd is PID 1.
+    sh(&format!(
+        "systemctl --user enable -- {unit} && systemctl --user start -- {unit}"
+    ));
     let file = declare(
         &host,
         "d.json",
@@ -1236,7 +1244,10 @@ fn a_unit_owned_in_a_ledger_21d51db_wrote_is_not_restarted() {
                    [Install]\nWantedBy=default.target\n";
     let file = declare_running(&host, &unit, content);
     install_by_hand(&sb, &unit, content);
-    sh(&format!("systemctl --user enable --now -- {unit}"));
+    // Not `enable --now`: systemctl 262 starts nothing with it unless systemd is PID 1.
+    sh(&format!(
+        "systemctl --user enable -- {unit} && systemctl --user start -- {unit}"
+    ));
     std::fs::create_dir(host.state()).unwrap();
     let ledger = host.state().join("ledger.json");
     std::fs::write(

@@ -315,7 +315,8 @@ fn the_control_plane_hears_that_the_machine_needs_a_reboot() {
     let pki = Pki::new();
     let mut cp = ControlPlane::start(&pki, CpConfig::new("n1", "s3cret"));
     cp.declare(1, r#"{"schema": 1}"#);
-    let dir = std::env::temp_dir().join(format!("mesh-host-it-upkeep-{}", std::process::id()));
+    let dir = Path::new(support::SCRATCH_BASE)
+        .join(format!("mesh-host-it-upkeep-{}", std::process::id()));
     let control_plane = format!(
         r#""control_plane": {{"address": "{}", "server_name": "localhost", "ca_file": "{}",
              "node": "n1", "secret_file": "{}"}}, "interval_secs": 600, "heartbeat_secs": 1"#,

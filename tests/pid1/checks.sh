@@ -323,8 +323,11 @@ check_upgrade() {
 # the control plane is up but the host cannot reach it: the link fails, the window passes, the host
 # puts /etc/hosts back by itself (revert) and reconnects. Prints the window's end to the reconnect.
 check_confirm_revert() {
-  local cp_pid= port r1 r2 decl=$WORK/confirm-declaration.json original deadline
-  trap '[ -z "$cp_pid" ] || { kill "$cp_pid"; wait "$cp_pid"; } 2>/dev/null' EXIT
+  local port r1 r2 decl=$WORK/confirm-declaration.json original deadline
+  # Not local: the check's subshell runs this trap after the function has returned (or `why` has
+  # exited), when its locals are gone; so the second control plane is stopped however it ends.
+  CONFIRM_CP_PID=
+  trap '[ -z "$CONFIRM_CP_PID" ] || { kill "$CONFIRM_CP_PID"; wait "$CONFIRM_CP_PID"; } 2>/dev/null' EXIT
   converge_to "$(base v2)"
   r1=$DECLARED r2=$((DECLARED + 1))
   confirmed() { status_json | jq -e --argjson r "$r1" '.generations.list[-1] | .revision == $r and .state.is == "confirmed"' >/dev/null; }
@@ -341,7 +344,7 @@ check_confirm_revert() {
     target/debug/examples/control-plane --listen "127.0.0.1:$at" --declaration "$decl" --revision "$r2" \
       --pki-dir "$WORK/pki" --node pid1 --secret-file "$WORK/secret" "$@" \
       >> "$WORK/confirm-reports.jsonl" 2>> "$WORK/confirm-cp.log" &
-    cp_pid=$!
+    CONFIRM_CP_PID=$!
   }
   control_plane 0 --no-ack --confirm-secs 15
   listening() { port=$(sed -n 's/^listening on 127.0.0.1://p' "$WORK/confirm-cp.log"); [ -n "$port" ]; }
@@ -361,7 +364,7 @@ check_confirm_revert() {
   # revision $r2 as its newest (not pushed again); the host's reconnects go to 127.0.0.2.
   local killed
   killed=$(now_us)
-  kill "$cp_pid"; wait "$cp_pid" 2>/dev/null
+  kill "$CONFIRM_CP_PID"; wait "$CONFIRM_CP_PID" 2>/dev/null
   : > "$WORK/confirm-cp.log"
   control_plane "$port"
   listening_again() { [ "$(sed -n 's/^listening on //p' "$WORK/confirm-cp.log")" = "127.0.0.1:$port" ]; }

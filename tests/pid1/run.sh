@@ -11,6 +11,9 @@
 #
 # As root: tests/pid1/run.sh [CHECK...]   (no CHECK: all of them, in order; they build on each other)
 # Environment:
+#   MESH_PID1_SUITE    the Debian suite of the container (default bookworm, systemd 252 and
+#                      pacman 6.0; sid has systemd 262 and pacman 7.1, whose pacman.conf then
+#                      gets Arch's `DownloadUser = alpm`)
 #   MESH_PID1_CACHE    where the debootstrap root is cached (default /var/tmp/mesh-host-pid1)
 #   MESH_PID1_TIMEOUT  seconds for the whole tier before it is stopped, once the check then running
 #                      ends (default 900; every wait in a check is bounded too)
@@ -22,7 +25,7 @@ REPO=$PWD
 TIER_STARTED=$(date +%s)
 TIMEOUT=${MESH_PID1_TIMEOUT:-900}
 CACHE=${MESH_PID1_CACHE:-/var/tmp/mesh-host-pid1}
-SUITE=bookworm
+SUITE=${MESH_PID1_SUITE:-bookworm}
 # Debian packages of the container's root: a booted systemd, and pacman with what it unpacks with.
 INCLUDE=systemd,systemd-sysv,dbus,pacman-package-manager,libarchive-tools,zstd
 
@@ -30,7 +33,7 @@ log() { printf '[pid1 %(%T)T] %s\n' -1 "$*" >&2; }
 die() { printf 'tests/pid1/run.sh: %s\n' "$*" >&2; exit 2; }
 
 [ "$(id -u)" = 0 ] || die "boots a container and installs packages in it: run it as root"
-for tool in systemd-nspawn debootstrap nsenter makepkg repo-add runuser bsdtar zstd jq cargo; do
+for tool in systemd-nspawn debootstrap nsenter unshare makepkg repo-add runuser bsdtar zstd jq cargo; do
   command -v "$tool" >/dev/null || die "needs $tool (apt-get install systemd-container debootstrap makepkg libarchive-tools zstd jq)"
 done
 
@@ -58,7 +61,6 @@ cleanup() {
     kill -KILL "$NSPAWN_PID" 2>/dev/null
     wait "$NSPAWN_PID" 2>/dev/null
   fi
-  rm -rf "/run/systemd/nspawn/propagate/$MACHINE"
   if [ -d "$ROOT" ]; then rm -rf --one-file-system "$ROOT"; fi
   if [ "$status" != 0 ] && [ "${MESH_PID1_KEEP:-}" = 1 ]; then
     log "kept $WORK"
@@ -74,29 +76,9 @@ trap 'exit 143' TERM
 ( sleep "$TIMEOUT"; log "TIMEOUT: the tier ran over ${TIMEOUT} s; stopping it"; kill -TERM $$ ) &
 WATCHDOG_PID=$!
 
-# --- the cached root: debootstrap once, a fresh copy per run ----------------------------------
-mirror() {
-  local uri
-  uri=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n1)
-  [ -n "$uri" ] || uri=$(awk '$1 == "deb" && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
-  echo "${uri:-http://deb.debian.org/debian}"
-}
+# --- the cached root: debootstrap once (tests/debian-root.sh), a fresh copy per run -----------
 cached_root() {
-  local key dir
-  key=$(printf '%s %s\n' "$SUITE" "$INCLUDE" | sha256sum | cut -c1-12)
-  dir=$CACHE/root-$SUITE-$key
-  if [ ! -f "$dir/.complete" ]; then
-    log "debootstrap $SUITE into $dir (once; later runs copy it)"
-    rm -rf --one-file-system "$dir.tmp"
-    mkdir -p "$CACHE"
-    timeout 900 debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$dir.tmp" "$(mirror)" \
-      > "$CACHE/debootstrap.log" 2>&1 || { tail -n 20 "$CACHE/debootstrap.log" >&2; die "debootstrap failed (log: $CACHE/debootstrap.log)"; }
-    rm -f "$dir.tmp/etc/hostname"   # debootstrap copies this machine's
-    touch "$dir.tmp/.complete"
-    rm -rf --one-file-system "$dir"
-    mv "$dir.tmp" "$dir"
-  fi
-  echo "$dir"
+  tests/debian-root.sh "$SUITE" "$INCLUDE" "$CACHE" || die "no $SUITE root to boot"
 }
 
 # --- packages: the real one (makepkg, two pkgrels) and the tier's test packages ---------------
@@ -149,7 +131,16 @@ in_ct() {
 }
 boot() {
   log "booting $MACHINE"
-  setsid systemd-nspawn -D "$ROOT" -b --register=no --keep-unit --machine="$MACHINE" \
+  # systemd 256 and later have no cgroup v1: on this machine's mixed hierarchy their container
+  # exits 255 silently unless nspawn gives it the unified one.
+  local systemd
+  systemd=$(dpkg-query --admindir="$ROOT/var/lib/dpkg" -W -f='${Version}' systemd) || die "no systemd in the $SUITE root"
+  if dpkg --compare-versions "$systemd" ge 256; then export SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1; fi
+  # nspawn in a mount namespace of its own with a tmpfs on /run/systemd/nspawn: /run is on disk
+  # here, and nspawn will not remove its propagation directory from a disk file system.
+  mkdir -p /run/systemd/nspawn
+  setsid unshare -m --propagation private sh -c 'mount -t tmpfs tmpfs /run/systemd/nspawn && exec "$@"' sh \
+    systemd-nspawn -D "$ROOT" -b --register=no --keep-unit --machine="$MACHINE" \
     --console=pipe </dev/null > "$WORK/console.log" 2>&1 &
   NSPAWN_PID=$!
   local p
@@ -172,17 +163,40 @@ boot() {
   esac
 }
 setup_pacman() {
-  cat > "$ROOT/etc/pacman.conf" <<'EOF'
-[options]
-Architecture = auto
-SigLevel = Never
-LocalFileSigLevel = Never
-
-[pid1]
-Server = file:///srv/repo
-EOF
-  mkdir -p "$ROOT/var/lib/pacman" "$ROOT/var/cache/pacman/pkg"
+  # pacman 7 gets Arch's `DownloadUser = alpm` (downloads as that user, in pacman's sandbox).
+  local major options=
+  major=$(in_ct pacman -V | sed -n 's/.*Pacman v\([0-9]*\)\..*/\1/p')
+  if [ "${major:-0}" -ge 7 ]; then
+    options='DownloadUser = alpm'
+    in_ct sh -c 'getent passwd alpm >/dev/null || useradd --system --no-create-home --shell /usr/sbin/nologin alpm' \
+      >/dev/null || die "no user alpm in the container"
+  fi
+  write_pacman_conf() {
+    printf '[options]\nArchitecture = auto\nSigLevel = Never\nLocalFileSigLevel = Never\n%s\n\n[pid1]\nServer = file:///srv/repo\n' \
+      "$options" > "$ROOT/etc/pacman.conf"
+  }
+  write_pacman_conf
+  mkdir -p "$ROOT/var/lib/pacman" "$ROOT/var/cache/pacman/pkg" "$ROOT/etc/pacman.d/gnupg"
   in_ct pacman -Sy >/dev/null || { cat "$EVIDENCE" >&2; die "pacman -Sy in the container failed"; }
+  # A package downloaded (to a cache of its own) by a service of the container's systemd, as the
+  # host's installs will be (a command entered with nsenter escapes the container's system call
+  # filter). There pacman 7 cannot use Landlock although this kernel has it (nspawn's filter lets
+  # no landlock_* call through, most likely): its download sandbox fails every download
+  # ("Landlock is not supported by the kernel"), so DisableSandboxFilesystem.
+  local out probe=(systemd-run --wait --pipe --quiet --collect -- pacman -Sw --noconfirm --cachedir /var/tmp/pacman-probe pid1-plain)
+  mkdir -p "$ROOT/var/tmp/pacman-probe"   # pacman 7.1 refuses a cache dir that does not exist
+  if ! out=$(in_ct "${probe[@]}"); then
+    grep -q Landlock <<<"$out" || { cat "$EVIDENCE" >&2; die "pacman -Sw in a service of the container failed"; }
+    log "pacman cannot use Landlock here: DisableSandboxFilesystem in the container's pacman.conf"
+    options+=$'\nDisableSandboxFilesystem'
+    write_pacman_conf
+    in_ct "${probe[@]}" >/dev/null || { cat "$EVIDENCE" >&2; die "pacman -Sw in a service of the container failed"; }
+  fi
+  in_ct rm -rf /var/tmp/pacman-probe
+  # The versions this run used.
+  printf 'pid1 tier on Debian %s: systemd %s, pacman %s, kernel %s\n' "$SUITE" \
+    "$(in_ct systemctl --version | awk 'NR == 1 {print $2}')" \
+    "$(in_ct pacman -V | sed -n 's/.*Pacman v\([^ ]*\).*/\1/p')" "$(uname -r)"
 }
 
 # --- the control plane (on this machine's loopback) -------------------------------------------
@@ -192,6 +206,7 @@ start_control_plane() {
   nice cargo build -q --example control-plane 2> "$WORK/cp-build.log" || { cat "$WORK/cp-build.log" >&2; die "could not build the control plane"; }
   head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$WORK/secret"
   echo '{"schema": 1}' > "$DECLARATION"
+  : > "$WORK/cp.log"   # read below at once: the control plane may not have opened it yet
   target/debug/examples/control-plane --listen 127.0.0.1:0 --declaration "$DECLARATION" \
     --pki-dir "$WORK/pki" --node pid1 --secret-file "$WORK/secret" \
     > "$WORK/reports.jsonl" 2> "$WORK/cp.log" &

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bump-package.sh - rebuild one package of the sandbox repo at a new version, for upgrade tests.
-#   MESH_SANDBOX=/tmp/x tests/sandbox/bump-package.sh NAME NEWVER      (NEWVER: 1.1-1, or 1.1 = 1.1-1)
+#   MESH_SANDBOX=/var/tmp/x tests/sandbox/bump-package.sh NAME NEWVER      (NEWVER: 1.1-1, or 1.1 = 1.1-1)
 # Takes the package's current file from the repo, sets pkgver, replaces the old version string in
 # its payload (the marker file; mesh-web's unit Description, so the unit file changes too;
 # mesh-conf's /etc/mesh-conf.conf, so its default changes and pacman leaves a .pacnew), repacks

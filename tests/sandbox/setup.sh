@@ -3,9 +3,9 @@
 # systemctl and podman on a Debian machine (as root, systemd not PID 1). Nothing on the host is
 # reconfigured: every tool is pointed into $MESH_SANDBOX through config files and env vars.
 #
-#   MESH_SANDBOX=/tmp/x tests/sandbox/setup.sh    (default /tmp/mesh-sandbox)
-#   source /tmp/x/env                             (the variables the tests read)
-#   MESH_SANDBOX=/tmp/x tests/sandbox/teardown.sh (also after a failed, half-done setup)
+#   MESH_SANDBOX=/var/tmp/x tests/sandbox/setup.sh    (default /var/tmp/mesh-sandbox)
+#   source /var/tmp/x/env                             (the variables the tests read)
+#   MESH_SANDBOX=/var/tmp/x tests/sandbox/teardown.sh (also after a failed, half-done setup)
 # Knob: SKIP_APT=1 skips the apt-get install of tests/sandbox/apt-packages.
 # Background: /work/shared/sandbox/NOTES.md (why each workaround below is needed).
 set -euo pipefail
@@ -89,7 +89,16 @@ mkpkg nox-mesh-host 0.0.1-1 # the host's own name, older than any real release (
 mkpkg mesh-usurper 1.0-1
 mkpkg meshtest-keyring 1.0-1 # a `*-keyring`: a full upgrade takes a newer one first, alone
 repo-add -q "$REPO/$MESH_REPO_NAME.db.tar.gz" "$REPO"/*.pkg.tar.zst
-cat > "$P/pacman.conf" <<CONF
+# pacman 7 (Arch's, sid's) gets the options of Arch's pacman.conf that change how it runs:
+# downloads as the user alpm in pacman's sandbox, in parallel, and the disk space checked. The
+# tests' own roots get them too (MESH_PACMAN_OPTIONS, read by tests/support/pacman_root.rs).
+PACMAN_OPTIONS=
+if [ "$(pacman -V | sed -n 's/.*Pacman v\([0-9]*\)\..*/\1/p')" -ge 7 ]; then
+  getent passwd alpm >/dev/null || useradd --system --no-create-home --shell /usr/sbin/nologin alpm
+  PACMAN_OPTIONS=$'CheckSpace\nParallelDownloads = 5\nDownloadUser = alpm'
+fi
+write_pacman_conf() {
+  cat > "$P/pacman.conf" <<CONF
 [options]
 RootDir      = $R
 DBPath       = $R/var/lib/pacman/
@@ -99,11 +108,26 @@ GPGDir       = $R/etc/pacman.d/gnupg/
 HookDir      = $R/etc/pacman.d/hooks/
 Architecture = x86_64
 SigLevel     = Never
+$PACMAN_OPTIONS
 
 [$MESH_REPO_NAME]
 Server = file://$REPO
 CONF
+}
+write_pacman_conf
 pacman --config "$P/pacman.conf" -Sy --noconfirm >"$SB/tmp/pacman-Sy.log"
+# A package downloaded (to a cache of its own), as the tests' installs will: where pacman cannot
+# use Landlock (a kernel without it, a container whose filter blocks it), its download sandbox
+# fails every download.
+probe() { mkdir -p "$SB/tmp/pacman-probe"; pacman --config "$P/pacman.conf" -Sw --noconfirm --cachedir "$SB/tmp/pacman-probe" mesh-a >"$SB/tmp/pacman-Sw.log" 2>&1; }
+if ! probe; then
+  grep -q Landlock "$SB/tmp/pacman-Sw.log" || sb_die "pacman -Sw: $(cat "$SB/tmp/pacman-Sw.log")"
+  sb_log "pacman: no Landlock here; DisableSandboxFilesystem"
+  PACMAN_OPTIONS+=$'\nDisableSandboxFilesystem'
+  write_pacman_conf
+  probe || sb_die "pacman -Sw: $(cat "$SB/tmp/pacman-Sw.log")"
+fi
+rm -rf "$SB/tmp/pacman-probe"
 
 # ------------------------------------------------------------------ 2. systemd --user manager (as root)
 # No system manager here, so a `systemd --user` manager run as root provides real
@@ -154,22 +178,31 @@ done
 case $state in running|degraded) ;; *) sb_die "user manager state is '$state', not running";; esac
 
 # ------------------------------------------------------------------ 3. podman (rootful)
-# runc (crun rejects hybrid cgroups), cgroupfs, explicit ulimits (no CAP_SYS_RESOURCE: the default
+# runc (crun rejects hybrid cgroups; where /sys/fs/cgroup is cgroup2 only, crun if installed: Arch's
+# default, and sid's), cgroupfs, explicit ulimits (no CAP_SYS_RESOURCE: the default
 # nofile=1048576 fails, and podman lowers its own NPROC to 32768), no network, catatonit for --init.
 sb_log "podman: config and image"
 C=$SB/containers; mkdir -p "$C/storage" "$C/run" "$C/tmp" "$C/net" "$C/image/rootfs/bin" "$C/image/rootfs/tmp" "$C/image/rootfs/etc"
 nofile=$(ulimit -Hn)
+runtime=runc pids_limit=
+if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
+  if command -v crun >/dev/null; then runtime=crun; fi
+  # cgroup2 without the pids controller (here it is v1's): podman's default limit of 2048 would
+  # make crun refuse to start any container ("controller `pids` is not available").
+  grep -qw pids /sys/fs/cgroup/cgroup.controllers || pids_limit='pids_limit = 0'
+fi
 cat > "$C/containers.conf" <<CONF
 [containers]
 default_ulimits = ["nofile=$nofile:$nofile", "nproc=32768:32768"]
 netns = "none"
 init_path = "/usr/bin/catatonit"
+$pids_limit
 
 [network]
 network_config_dir = "$C/net"
 
 [engine]
-runtime = "runc"
+runtime = "$runtime"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 events_logfile_path = "$C/events.log"
@@ -195,6 +228,7 @@ CONTAINERS_CONF=$C/containers.conf CONTAINERS_STORAGE_CONF=$C/storage.conf \
     MESH_PACMAN_CONF "$P/pacman.conf" \
     MESH_PACMAN_ROOT "$R" \
     MESH_PACMAN_REPO "$REPO" \
+    MESH_PACMAN_OPTIONS "$PACMAN_OPTIONS" \
     XDG_RUNTIME_DIR "$RT" \
     XDG_CONFIG_HOME "$CFG" \
     XDG_DATA_HOME "$R/usr/lib" \

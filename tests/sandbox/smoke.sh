@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # smoke.sh - quick self-check of a sandbox made by setup.sh: a few real pacman, systemctl --user
 # and podman operations of the kinds the integration tests rely on. Leaves the sandbox as found.
-# Prints "N passed, M failed"; exits 1 on any failure.   Usage: MESH_SANDBOX=/tmp/x tests/sandbox/smoke.sh
+# Prints "N passed, M failed"; exits 1 on any failure.   Usage: MESH_SANDBOX=/var/tmp/x tests/sandbox/smoke.sh
 # shellcheck disable=SC2016  # the eval'd checks expand their variables when they run
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

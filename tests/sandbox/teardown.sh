@@ -2,7 +2,7 @@
 # teardown.sh - undo setup.sh: containers and images of the sandbox's podman store, mounts below the
 # sandbox, its user manager (recorded pid), its cgroups, podman's leftover libpod_parent cgroups,
 # then the directory. Idempotent, also after a half-done setup; touches only what the sandbox's
-# state files attribute to it.   Usage: MESH_SANDBOX=/tmp/x tests/sandbox/teardown.sh
+# state files attribute to it.   Usage: MESH_SANDBOX=/var/tmp/x tests/sandbox/teardown.sh
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/lib.sh"

@@ -73,6 +73,11 @@ impl Output {
     }
 }
 
+/// Where scratch directories (and so the tests' stores) live: /var/tmp, not /tmp. Arch and
+/// Debian sid ship `tmp.mount`, a tmpfs over /tmp, so the model rightly refuses that unit as
+/// mounting over a store under /tmp; the unit-file differential declares every shipped unit.
+pub const SCRATCH_BASE: &str = "/var/tmp";
+
 /// A scratch directory: `root/` (the target), `state/` (the store), `config.json`.
 pub struct Scratch {
     pub dir: PathBuf,
@@ -89,7 +94,7 @@ impl Scratch {
 
     pub fn with_config(label: &str, config: &str) -> Scratch {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
+        let dir = Path::new(SCRATCH_BASE).join(format!(
             "mesh-host-it-{label}-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)

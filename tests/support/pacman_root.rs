@@ -23,14 +23,6 @@ impl PacmanRoot {
             .join(format!("pacman-{label}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let root = dir.join("root");
-        for sub in [
-            "var/lib/pacman",
-            "var/cache/pacman/pkg",
-            "var/log",
-            "etc/pacman.d/hooks",
-        ] {
-            std::fs::create_dir_all(root.join(sub)).expect("pacman root");
-        }
         let conf = dir.join("pacman.conf");
         std::fs::write(&conf, pacman_conf(&root, Some(repo))).expect("pacman.conf");
         let pacman = PacmanRoot { dir, conf };
@@ -105,8 +97,18 @@ impl Drop for PacmanRoot {
 }
 
 /// A pacman.conf that keeps every path of pacman's in `root` (for `pacman --config`), unsigned,
-/// with `repo` as the test repository `meshtest` when given.
+/// with `repo` as the test repository `meshtest` when given. Makes the directories it names:
+/// pacman 7.1 refuses a `GPGDir` that does not exist.
 pub fn pacman_conf(root: &Path, repo: Option<&Path>) -> String {
+    for sub in [
+        "var/lib/pacman",
+        "var/cache/pacman/pkg",
+        "var/log",
+        "etc/pacman.d/gnupg",
+        "etc/pacman.d/hooks",
+    ] {
+        std::fs::create_dir_all(root.join(sub)).expect("pacman root");
+    }
     let r = root.display();
     let mut conf = format!(
         "[options]\nRootDir = {r}\nDBPath = {r}/var/lib/pacman/\n\
@@ -114,6 +116,11 @@ pub fn pacman_conf(root: &Path, repo: Option<&Path>) -> String {
          GPGDir = {r}/etc/pacman.d/gnupg/\nHookDir = {r}/etc/pacman.d/hooks/\n\
          Architecture = x86_64\nSigLevel = Never\n"
     );
+    // Arch's options for pacman 7 (DownloadUser, ...), as tests/sandbox/setup.sh chose them.
+    if let Ok(options) = std::env::var("MESH_PACMAN_OPTIONS") {
+        conf.push_str(&options);
+        conf.push('\n');
+    }
     if let Some(repo) = repo {
         conf.push_str(&format!(
             "\n[meshtest]\nServer = file://{}\n",
@@ -133,7 +140,7 @@ pub fn sysroot_with_repo(root: &Path, repo: &Path) {
         "var/log",
         "repo",
         "tmp",
-        "etc",
+        "etc/pacman.d/gnupg", // pacman 7.1 refuses a GPGDir that does not exist
     ] {
         std::fs::create_dir_all(root.join(sub)).expect("sysroot");
     }
