@@ -542,7 +542,8 @@ fn a_download_sandbox_pacman_cannot_set_up_fails_the_packages_naming_the_option(
             "landlock",
             "nobody",
             vec!["python3", script.to_str().expect("utf-8")],
-            "the kernel does not support Landlock (restricting filesystem access failed because \
+            "Landlock is not available to pacman (the kernel lacks it, or a container's system \
+             call filter refuses it) (restricting filesystem access failed because \
              Landlock is not supported by the kernel!); DisableSandboxFilesystem (or \
              DisableSandbox) in pacman.conf's [options] turns that part off",
         ),

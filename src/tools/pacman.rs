@@ -623,7 +623,11 @@ pub fn download_sandbox(stderr: &str) -> Option<String> {
     }
     if let Some(landlock) = errors().find(|e| e.contains("Landlock")) {
         let cause = match landlock.contains("not supported by the kernel") {
-            true => "the kernel does not support Landlock",
+            // Also what a container's seccomp filter (systemd-nspawn's) makes of a kernel that has it.
+            true => {
+                "Landlock is not available to pacman (the kernel lacks it, or a container's \
+                     system call filter refuses it)"
+            }
             false => "Landlock failed",
         };
         return Some(format!(
@@ -1070,8 +1074,8 @@ mod tests {
             let landlock = landlock.expect("Landlock");
             assert!(
                 landlock.starts_with(
-                    "pacman's download sandbox failed: the kernel does not support Landlock \
-                     (restricting filesystem access failed because Landlock is not supported by \
+                    "pacman's download sandbox failed: Landlock is not available to pacman (the \
+                     kernel lacks it, or a container's system call filter refuses it) (restricting filesystem access failed because Landlock is not supported by \
                      the kernel!); DisableSandboxFilesystem (or DisableSandbox) in pacman.conf's \
                      [options] turns that part off"
                 ),
