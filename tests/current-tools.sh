@@ -20,7 +20,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$PWD
 STARTED=$(date +%s)
 TESTS=(packages files units containers upkeep faults crash service generations secrets
-       systemd_paths unitfiles unit_confirm)
+       systemd_paths unitfiles unit_confirm progress watch_race)
 # The sid root: what the sandbox needs (tests/sandbox/apt-packages, with crun for runc), and
 # what the tests call (file, patch, getfattr, script, python3).
 INCLUDE=systemd,systemd-sysv,dbus,pacman-package-manager,libarchive-tools,zstd,podman,crun,catatonit,busybox-static,makepkg,fakeroot,python3,file,patch,attr,procps,gnupg,bsdutils,util-linux,ca-certificates
