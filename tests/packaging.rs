@@ -61,6 +61,10 @@ fn shared() -> Vec<(String, String)> {
     files
 }
 
+/// The sandbox's one pacman root: the tests that install the package in it take turns (pacman
+/// refuses a second transaction on its lock, and each removes what the other installed).
+static SANDBOX_PACMAN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -502,6 +506,7 @@ fn the_packages_binary_behaves_as_build_shs() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn pacman_installs_upgrades_and_removes_the_package_in_the_sandbox() {
+    let _turn = SANDBOX_PACMAN.lock().unwrap_or_else(|e| e.into_inner());
     let sandbox = support::sandbox();
     let packages = packages();
     let pacman = |args: &[&str]| {
@@ -668,6 +673,7 @@ fn the_debug_info_is_in_the_debug_package_and_no_builders_path_in_the_binary() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_reinstall_keeps_the_join() {
+    let _turn = SANDBOX_PACMAN.lock().unwrap_or_else(|e| e.into_inner());
     let sandbox = support::sandbox();
     let packages = packages();
     let pacman = |args: &[&str]| {
