@@ -343,10 +343,7 @@ pub fn usage() -> String {
     for c in COMMANDS {
         item(&mut out, &format!("{} {}", c.name, c.usage), c.about);
     }
-    out.push_str("\nOptions (every command):\n");
-    for o in OPTIONS.iter().filter(|o| o.commands.is_empty()) {
-        item(&mut out, &option_synopsis(o), o.about);
-    }
+    global_options(&mut out);
     out.push_str("\n`mesh-host COMMAND --help` shows a command's own options.\n\n");
     out.push_str(&exit_codes());
     out
@@ -369,13 +366,18 @@ pub fn command_usage(command: &CommandDoc) -> String {
             item(&mut out, &option_synopsis(o), o.about);
         }
     }
-    out.push_str("\nOptions (every command):\n");
-    for o in OPTIONS.iter().filter(|o| o.commands.is_empty()) {
-        item(&mut out, &option_synopsis(o), o.about);
-    }
+    global_options(&mut out);
     out.push('\n');
     out.push_str(&exit_codes());
     out
+}
+
+/// The options every command takes, as both helps list them.
+fn global_options(out: &mut String) {
+    out.push_str("\nOptions (every command):\n");
+    for o in OPTIONS.iter().filter(|o| o.commands.is_empty()) {
+        item(out, &option_synopsis(o), o.about);
+    }
 }
 
 /// The command of this name in `COMMANDS`.

@@ -332,12 +332,14 @@ fn escape(value: &str) -> String {
 
 /// Replaces `path` with `text` atomically (a temp file beside it that the collector ignores, as
 /// it reads only `*.prom`, then a rename), readable by all (node_exporter runs as its own user).
+/// Without fsync: written after every run (a no-op too) and at the service's start, so a crash
+/// loses only what the next write puts back.
 pub fn write(path: &Path, text: &str) -> Result<(), String> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(format!("metrics_file {}: not a file path", path.display()));
     };
     Dir::open(parent)
-        .and_then(|dir| dir.write_atomic(name, text.as_bytes(), 0o644, None))
+        .and_then(|dir| dir.write_atomic_volatile(name, text.as_bytes(), 0o644))
         .map_err(|e| format!("metrics_file {}: cannot be written: {e}", path.display()))
 }
 
