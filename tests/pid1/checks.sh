@@ -385,7 +385,11 @@ check_confirm_revert() {
   ! grep -q '^hello: ' "$WORK/confirm-cp.log" || why "no hello reached the control plane before the revert"
   reverted() { status_json | jq -e --argjson r "$r2" '.generations.reverted.revision == $r' >/dev/null; }
   wait_until 60 "revision $r2 reverted (deadline $deadline)" reverted
-  run_is "$r1" converged revert || why "the newest run is the revert, of revision $r1: $(last_run)"
+  # The newest revert run, not the newest run: the revert puts cp.mesh.test back, and a reconnect
+  # whose jittered backoff is near 0 s may run again (a no-op) before this looks.
+  revert_run() { status_json | jq -c '[.runs[] | select(.trigger | contains("revert"))] | last // {}'; }
+  revert_run | jq -e --argjson r "$r1" '.revision == $r and .outcome == "converged"' >/dev/null \
+    || why "the newest revert run converged to revision $r1: $(revert_run)"
   [ "$(in_ct cat /etc/hosts)" = "$original" ] || why "/etc/hosts back to its original content"
   host_status | contains "^reverted: .*$r2 .* back to .*$r1" || why "mesh-host status names the revert"
   hello() { grep '^hello: ' "$WORK/confirm-cp.log" | sed 's/^hello: //' \
