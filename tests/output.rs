@@ -74,6 +74,18 @@ fn every_command(host: &Scratch) -> Vec<Vec<String>> {
 
 /// Runs `line` (with `--json` when `json`) with stdout to `stdout`, or captured when None.
 fn run(host: &Scratch, line: &[String], json: bool, n: usize, stdout: Option<Stdio>) -> Output {
+    run_to(host, line, json, n, stdout, None)
+}
+
+/// `run`, with stderr to `stderr` too (captured when None).
+fn run_to(
+    host: &Scratch,
+    line: &[String],
+    json: bool,
+    n: usize,
+    stdout: Option<Stdio>,
+    stderr: Option<Stdio>,
+) -> Output {
     let line: Vec<String> = line
         .iter()
         .map(|w| w.replace("{n}", &n.to_string()))
@@ -85,6 +97,9 @@ fn run(host: &Scratch, line: &[String], json: bool, n: usize, stdout: Option<Std
     let mut command = host.command(&args);
     if let Some(stdout) = stdout {
         command.stdout(stdout);
+    }
+    if let Some(stderr) = stderr {
+        command.stderr(stderr);
     }
     Output::from(command.output().expect("run mesh-host"))
 }
@@ -140,17 +155,7 @@ fn every_command_with_stderr_into_a_closed_pipe_keeps_its_exit_code() {
             n += 1;
             let base = run(&host, &line, json, n, None);
             n += 1;
-            let line: Vec<String> = line
-                .iter()
-                .map(|w| w.replace("{n}", &n.to_string()))
-                .collect();
-            let mut args: Vec<&str> = line.iter().map(String::as_str).collect();
-            if json {
-                args.push("--json");
-            }
-            let mut command = host.command(&args);
-            command.stderr(closed_pipe());
-            let closed = Output::from(command.output().expect("run mesh-host"));
+            let closed = run_to(&host, &line, json, n, None, Some(closed_pipe()));
             assert_eq!(
                 closed.code,
                 base.code,
