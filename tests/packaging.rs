@@ -65,6 +65,23 @@ fn shared() -> Vec<(String, String)> {
 /// refuses a second transaction on its lock, and each removes what the other installed).
 static SANDBOX_PACMAN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// `pacman --noconfirm ARGS` on the sandbox's root (each call asserted to exit 0), once a
+/// previous run's package is removed from it.
+fn sandbox_pacman(sandbox: &support::Sandbox) -> impl Fn(&[&str]) -> String + '_ {
+    let _ = Command::new("pacman")
+        .arg("--config")
+        .arg(&sandbox.pacman_conf)
+        .args(["--noconfirm", "-Rn", "nox-mesh-host"])
+        .output(); // a previous run's leftovers
+    move |args: &[&str]| {
+        run(Command::new("pacman")
+            .arg("--config")
+            .arg(&sandbox.pacman_conf)
+            .arg("--noconfirm")
+            .args(args))
+    }
+}
+
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -509,26 +526,11 @@ fn pacman_installs_upgrades_and_removes_the_package_in_the_sandbox() {
     let _turn = SANDBOX_PACMAN.lock().unwrap_or_else(|e| e.into_inner());
     let sandbox = support::sandbox();
     let packages = packages();
-    let pacman = |args: &[&str]| {
-        run(Command::new("pacman")
-            .arg("--config")
-            .arg(&sandbox.pacman_conf)
-            .arg("--noconfirm")
-            .args(args))
-    };
+    let pacman = sandbox_pacman(&sandbox);
     // The sandbox root has no /bin/sh, so pacman skips the scriptlets here, as it does in any root
     // without a shell; the next test runs them.
     let root = &sandbox.pacman_root;
     let at = |p: &str| root.join(p);
-    let _ = Command::new("pacman")
-        .args([
-            "--config",
-            &sandbox.pacman_conf,
-            "--noconfirm",
-            "-Rn",
-            "nox-mesh-host",
-        ])
-        .output(); // a previous run's leftovers
 
     pacman(&["-U", packages.rel1.to_str().unwrap()]);
     assert_eq!(
@@ -676,24 +678,9 @@ fn a_reinstall_keeps_the_join() {
     let _turn = SANDBOX_PACMAN.lock().unwrap_or_else(|e| e.into_inner());
     let sandbox = support::sandbox();
     let packages = packages();
-    let pacman = |args: &[&str]| {
-        run(Command::new("pacman")
-            .arg("--config")
-            .arg(&sandbox.pacman_conf)
-            .arg("--noconfirm")
-            .args(args))
-    };
+    let pacman = sandbox_pacman(&sandbox);
     let root = &sandbox.pacman_root;
     let at = |p: &str| root.join(p);
-    let _ = Command::new("pacman")
-        .args([
-            "--config",
-            &sandbox.pacman_conf,
-            "--noconfirm",
-            "-Rn",
-            "nox-mesh-host",
-        ])
-        .output(); // a previous run's leftovers
     let _ = std::fs::remove_dir_all(at("etc/mesh-host"));
     let config = at("etc/mesh-host/config.json");
     let state = scratch("rejoin-store");

@@ -348,14 +348,7 @@ pub fn bash() -> String {
         case $command in\n",
         words(&global)
     ));
-    let with = |operand: Operand| {
-        COMMANDS
-            .iter()
-            .filter(|c| c.operand == operand)
-            .map(|c| c.name)
-            .collect::<Vec<_>>()
-            .join("|")
-    };
+    let with = |operand: Operand| commands_taking(operand, "|");
     out.push_str(&format!(
         "            {}) compopt -o filenames; COMPREPLY=($(compgen -f -- \"$cur\")) ;;
             {}) COMPREPLY=($(compgen -W \"$commands\" -- \"$cur\")) ;;
@@ -474,14 +467,7 @@ pub fn fish() -> String {
         let condition = format!(" -n '__fish_seen_subcommand_from {}'", o.commands.join(" "));
         fish_option(&mut out, o, &condition);
     }
-    let with = |operand: Operand| {
-        COMMANDS
-            .iter()
-            .filter(|c| c.operand == operand)
-            .map(|c| c.name)
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let with = |operand: Operand| commands_taking(operand, " ");
     out.push_str(&format!(
         "complete -c mesh-host -n '__fish_seen_subcommand_from {}' -F\n",
         with(Operand::File)
@@ -595,6 +581,17 @@ pub fn config_schema() -> Value {
         top[k] = v.clone();
     }
     top
+}
+
+/// The names of the commands whose operand is `operand`, joined by `separator` (a shell's case
+/// pattern or word list).
+fn commands_taking(operand: Operand, separator: &str) -> String {
+    COMMANDS
+        .iter()
+        .filter(|c| c.operand == operand)
+        .map(|c| c.name)
+        .collect::<Vec<_>>()
+        .join(separator)
 }
 
 #[cfg(test)]
