@@ -541,6 +541,7 @@ impl Args {
             service: self.command == Command::Run,
             // What the terminal shows (`cli/progress.rs`): set beside the config in `cli/mod.rs`.
             progress: None,
+            clock: crate::os::clock::Clock::system(),
         }
     }
 }

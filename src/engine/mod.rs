@@ -43,6 +43,8 @@ pub struct Options {
     pub service: bool,
     /// Where each run tells what it starts doing (a person's terminal); nothing when `None`.
     pub progress: Option<Sink>,
+    /// Where every run, deadline and record takes its time (a manual clock in tests).
+    pub clock: crate::os::clock::Clock,
 }
 
 pub const EXIT_OK: i32 = 0;

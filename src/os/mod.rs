@@ -3,6 +3,7 @@
 //! accounts. Nothing here knows what a declaration is.
 
 pub mod accounts;
+pub mod clock;
 pub mod exec;
 pub mod fsutil;
 pub mod inotify;
