@@ -242,7 +242,7 @@ impl Host {
                 }
                 let runner = Runner::new(false);
                 let env = self.env_without_upkeep(None, &runner, &never);
-                let paths = crate::kinds::packages::paths(&env)
+                let paths = crate::kinds::pacman::paths(&env)
                     .map_err(|e| log::info!("no reboot and restart look: pacman's root: {e}"))
                     .ok()?;
                 let asked = PacmanPaths {
@@ -338,7 +338,7 @@ impl Host {
         let env = self.env(None, &runner, &never);
         match env.upkeep {
             Some(at) => Ok(at.db.join("local")),
-            None => crate::kinds::packages::local_db_dir(&env),
+            None => crate::kinds::pacman::local_db_dir(&env),
         }
     }
 }

@@ -3,20 +3,18 @@
 //! is recorded durably *before* anything is touched, and outcomes are recorded after, so the
 //! ledger never lies about what the host owns. A failing resource never stops the others.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
 use crate::engine::facts;
 use crate::kinds::{
-    self, backup_key, units, Action, Change, Details, Env, Kind, LedgerAfter, Outcome, RunContext,
-    Step, Visit,
+    self, backup_key, Action, Change, Details, Env, Kind, LedgerAfter, Outcome, RunContext, Step,
+    Visit,
 };
 use crate::model::declaration::Declaration;
-use crate::model::pacnew::{self, Pacnew};
-use crate::model::spec::{self, files::Files, units::Units, Named as _};
+use crate::model::pacnew::{Pacnew, QuietDirs};
 use crate::model::upkeep::{self, Needs};
-use crate::os::fsutil;
 use crate::store::{
     Entry, Failing, Foreign, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError,
 };
@@ -207,19 +205,10 @@ pub fn run_scoped_reporting(
     // After the run's pacman transactions, and on every run (someone else may have upgraded).
     let mut quiet = env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default();
     let before = quiet.clone();
-    report.pacnew = pacnew::find(
-        env.root,
-        ledger.owned_keys::<Files>(),
-        env.config.limits.max_file_bytes,
-        &mut quiet,
-        fsutil::file_clock_now_ns(),
-    );
-    pacnew::withhold_secret(&mut report.pacnew, |path| {
-        declaration
-            .files
-            .get(path)
-            .is_some_and(spec::files::is_secret)
-    });
+    report.pacnew = pacnew_found(env, declaration, ledger, &mut quiet)
+        .into_iter()
+        .flat_map(|(_, found)| found)
+        .collect();
     // After the run's transactions and restarts; planning (the watcher's checks) leaves it.
     if let (Mode::Apply, Some(at)) = (mode, env.upkeep) {
         report.needs = Some(needs_now(env, at, !report.changes.is_empty()));
@@ -279,7 +268,7 @@ fn count_foreign(env: &Env, at: &upkeep::Where) -> Option<Foreign> {
     if kept.is_some_and(|k| k.stamp == stamp) {
         return None;
     }
-    match kinds::packages::foreign_count(env) {
+    match kinds::pacman::foreign_count(env) {
         Ok(count) => Some(Foreign { count, stamp }),
         Err(e) => {
             log::warn!("the foreign packages were not counted: {e}");
@@ -348,36 +337,91 @@ impl Visit for Converging<'_, '_> {
         }
         let (env, cx, mode, scope) = (self.env, &mut self.cx, self.mode, self.scope);
         let converged = converge::<K>(env, cx, self.ledger, mode, scope, &mut self.report)
-            .and_then(|()| fail_refused_files(env, cx, self.ledger, &mut self.report));
+            .and_then(|()| fail_refused(env, &mut cx.facts, self.ledger, &mut self.report));
         if let Err(e) = converged {
             self.failed = Some(e);
         }
     }
 }
 
-/// The files kind's changes that systemd's confirmation (run by the units kind, after the files
-/// kind's outcomes were recorded) refused and put back: each moves from the run's changes to its
-/// failures with what systemd said, and the ledger, where `files::put_back` no longer has them
-/// as applied, is saved so.
-fn fail_refused_files(
+/// The changes a later kind refused and put back after their own kind's outcomes were recorded
+/// (`Kind::take_refused`: files systemd's confirmation refused): each moves from the run's
+/// changes to its failures with why, and the ledger, where the kind no longer has them as
+/// applied, is saved so.
+fn fail_refused(
     env: &Env,
-    cx: &RunContext,
+    facts: &mut kinds::Facts,
     ledger: &Ledger,
     report: &mut Report,
 ) -> Result<(), StoreError> {
-    let refused = cx.facts.files.take_refused();
-    if refused.is_empty() {
-        return Ok(());
+    let mut any = false;
+    for (kind, refused) in kinds::each(&mut Refused(facts)) {
+        for (key, why) in refused {
+            any = true;
+            let at = (report.changes.iter()).position(|c| c.kind == kind && c.key == key);
+            let action = match at.map(|at| report.remove_change(at)) {
+                Some(change) => change.action.into(),
+                None => ResultAction::Update,
+            };
+            report.failures.push(result(kind, &key, action, why));
+        }
     }
-    for (key, why) in refused {
-        let at = (report.changes.iter()).position(|c| c.kind == Files::NAME && c.key == key);
-        let action = match at.map(|at| report.remove_change(at)) {
-            Some(change) => change.action.into(),
-            None => ResultAction::Update,
-        };
-        report.failures.push(result(Files::NAME, &key, action, why));
+    save(env, ledger, any)
+}
+
+/// Each kind's refused changes, taken (`Kind::take_refused`).
+struct Refused<'r>(&'r mut kinds::Facts);
+
+impl Visit for Refused<'_> {
+    type Out = (&'static str, Vec<(String, String)>);
+    fn visit<K: Kind>(&mut self) -> Self::Out {
+        (K::NAME, K::take_refused(K::facts_mut(self.0)))
     }
-    save(env, ledger, true)
+}
+
+/// What every kind's resources will owe once the changes `facts` note are done
+/// (`Kind::owing`).
+struct Owing<'r, 'd>(&'d Declaration, &'r kinds::Facts);
+
+impl<'d> Visit for Owing<'_, 'd> {
+    type Out = Vec<(&'d str, &'d str)>;
+    fn visit<K: Kind>(&mut self) -> Self::Out {
+        K::owing(self.0, self.1)
+    }
+}
+
+fn owing<'d>(declaration: &'d Declaration, facts: &kinds::Facts) -> Vec<(&'d str, &'d str)> {
+    kinds::each(&mut Owing(declaration, facts)).concat()
+}
+
+/// Each kind's `.pacnew` and `.pacsave` files (`Kind::pacnew`), by kind.
+struct Pacnews<'r, 'a> {
+    env: &'r Env<'a>,
+    declaration: &'r Declaration,
+    ledger: &'r Ledger,
+    quiet: &'r mut QuietDirs,
+}
+
+impl Visit for Pacnews<'_, '_> {
+    type Out = (&'static str, Vec<Pacnew>);
+    fn visit<K: Kind>(&mut self) -> Self::Out {
+        let found = K::pacnew(self.env, self.declaration, self.ledger, self.quiet);
+        (K::NAME, found)
+    }
+}
+
+fn pacnew_found(
+    env: &Env,
+    declaration: &Declaration,
+    ledger: &Ledger,
+    quiet: &mut QuietDirs,
+) -> Vec<(&'static str, Vec<Pacnew>)> {
+    kinds::each(&mut Pacnews {
+        env,
+        declaration,
+        ledger,
+        quiet,
+    })
 }
 
 fn converge<K: Kind>(
@@ -409,10 +453,10 @@ fn converge<K: Kind>(
     .into_iter()
     .filter(|key| scope.includes(K::NAME, key))
     .collect();
-    // The units kind with no unit of its own is still applied when the files kind changed unit
-    // files or drop-ins: the manager is reloaded for them, and systemd confirms them.
-    let for_files = mode == Mode::Apply && K::NAME == Units::NAME && units::reloads_for(cx);
-    if keys.is_empty() && !for_files {
+    // A kind with no resource in the run is still applied when earlier kinds call on it (units
+    // reload the manager for the unit files the files kind wrote, and systemd confirms them).
+    let called = mode == Mode::Apply && K::called_by_facts(&cx.facts);
+    if keys.is_empty() && !called {
         return Ok(());
     }
     let mut changes = Vec::new();
@@ -731,7 +775,7 @@ fn owe_ahead<'d, K: Kind>(
         let facts = K::facts_mut(&mut ahead);
         K::note(cx.declaration, facts, change, &Outcome::Done);
     }
-    let mut owing = units::owing(cx.declaration, &ahead.files.changed);
+    let mut owing = owing(cx.declaration, &ahead);
     if owing.is_empty() {
         return Ok(owing);
     }
@@ -747,8 +791,12 @@ fn owe_ahead<'d, K: Kind>(
 /// attempted as the host was stopping): a file that always fails must not restart its unit
 /// every run. What was owed before this run stays.
 fn unowe(env: &Env, cx: &RunContext, added: Vec<(&str, &str)>) -> Result<(), StoreError> {
+    if added.is_empty() {
+        return Ok(());
+    }
+    let owed = owing(cx.declaration, &cx.facts);
     let unchanged: Vec<_> = (added.into_iter())
-        .filter(|(_, file)| !cx.facts.files.changed.contains(*file))
+        .filter(|added| !owed.contains(added))
         .collect();
     let (Some(store), false) = (env.store, unchanged.is_empty()) else {
         return Ok(());
@@ -902,8 +950,6 @@ impl std::fmt::Display for OwnedState {
 }
 
 /// Observes every owned resource and compares it with the declaration in force.
-/// The declaration is taken to be dropped once the kinds are inspected: the `.pacnew` search
-/// after them does not hold it too.
 pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
     let mut cx = secret_context(env, &declaration);
     cx.diffs = env.diffs;
@@ -917,25 +963,15 @@ pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedR
     kinds::each(&mut inspecting);
     let mut rows = inspecting.rows;
     drop(cx);
-    let secret: HashSet<String> = (declaration.files.iter())
-        .filter(|(_, spec)| spec::files::is_secret(spec))
-        .map(|(path, _)| path.clone())
-        .collect();
-    drop(declaration);
-    let mut found = pacnew::find(
-        env.root,
-        ledger.owned_keys::<Files>(),
-        env.config.limits.max_file_bytes,
-        &mut env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default(),
-        fsutil::file_clock_now_ns(),
-    );
-    pacnew::withhold_secret(&mut found, |path| secret.contains(path));
-    for row in rows.iter_mut().filter(|r| r.kind == Files::NAME) {
-        row.pacnew = found
-            .iter()
-            .filter(|p| p.path == row.key)
-            .cloned()
-            .collect();
+    let mut quiet = env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default();
+    for (kind, found) in pacnew_found(env, &declaration, ledger, &mut quiet) {
+        for row in rows.iter_mut().filter(|r| r.kind == kind) {
+            row.pacnew = found
+                .iter()
+                .filter(|p| p.path == row.key)
+                .cloned()
+                .collect();
+        }
     }
     rows
 }
@@ -1059,6 +1095,7 @@ fn inspect_chunk<K: Kind>(
 mod tests {
     use super::*;
     use crate::model::declaration::tests::{parse_with_defaults, test_config};
+    use crate::model::spec::{files::Files, Named as _};
     use crate::os::exec::Runner;
     use crate::util::testutil::TempDir;
 
@@ -1078,7 +1115,7 @@ mod tests {
             upkeep: None,
             diffs: false,
         };
-        let cx = RunContext::new(&declaration, false);
+        let mut cx = RunContext::new(&declaration, false);
         let d = "/etc/systemd/system/mesh-host.service.d/x.conf";
         let diff = |key: &str| {
             let new = format!("{key}\n");
@@ -1100,10 +1137,10 @@ mod tests {
                 diff(key),
             );
         }
-        fail_refused_files(&env, &cx, &Ledger::default(), &mut report).unwrap();
+        fail_refused(&env, &mut cx.facts, &Ledger::default(), &mut report).unwrap();
         assert_eq!(report.changes.len(), 3);
         kinds::files::refused(&cx, d, "systemd says the host's units changed");
-        fail_refused_files(&env, &cx, &Ledger::default(), &mut report).unwrap();
+        fail_refused(&env, &mut cx.facts, &Ledger::default(), &mut report).unwrap();
         let keys: Vec<&str> = report.changes.iter().map(|c| c.key.as_str()).collect();
         assert_eq!(keys, ["/etc/a.conf", "/etc/b.conf"]);
         // Each remaining change keeps its own diff.

@@ -7,7 +7,9 @@
 pub mod containers;
 pub mod error;
 pub mod files;
+pub mod hints;
 pub mod packages;
+pub mod pacman;
 pub mod units;
 
 use std::collections::BTreeMap;
@@ -16,6 +18,7 @@ use std::path::Path;
 use crate::model::config::Config;
 use crate::model::declaration::{Declaration, Declared};
 use crate::model::digest::Digest;
+use crate::model::pacnew::{Pacnew, QuietDirs};
 use crate::model::spec::KindSpec;
 use crate::os::exec::Runner;
 use crate::store::{Entry, Ledger, Owned, Store};
@@ -59,6 +62,7 @@ macro_rules! kinds {
 }
 crate::model::spec::registry!(kinds);
 pub use error::{BatchFailure, KindError};
+pub use hints::{Hints, Place};
 
 /// The world a kind acts on.
 pub struct Env<'a> {
@@ -334,6 +338,35 @@ pub trait Kind: KindSpec + Declared + Owned + Noted {
         change: &Change<Self::Op, Self::Original>,
         outcome: &Outcome,
     );
+
+    // What the kind does for the others, and they for it: the reconciler and the watcher ask
+    // every kind, and name none.
+
+    /// Whether an apply calls on the kind though none of its resources is in the run, for what
+    /// earlier kinds did (`facts`): units reload the manager for the unit files the files kind
+    /// wrote, and systemd confirms them.
+    fn called_by_facts(facts: &Facts) -> bool;
+    /// This run's changes of the kind that a later kind refused and put back, with why, taken
+    /// once: the reconciler moves them from the run's changes to its failures (files that
+    /// systemd's confirmation, made by the units kind, refused).
+    fn take_refused(facts: &mut Self::Facts) -> Vec<(String, String)>;
+    /// The restarts and reloads the kind's resources will owe, as (unit, file), once the
+    /// changes `facts` note are done: the reconciler writes them ahead (`store::Owed`), and
+    /// takes back those whose file did not change after all.
+    fn owing<'d>(declaration: &'d Declaration, facts: &Facts) -> Vec<(&'d str, &'d str)>;
+    /// The `.pacnew` and `.pacsave` files pacman left beside the kind's owned resources, secret
+    /// ones' differences withheld; `quiet` as `pacnew::find` takes it. A kind owning no file
+    /// pacman writes finds none and leaves `quiet` alone.
+    fn pacnew(
+        env: &Env,
+        declaration: &Declaration,
+        ledger: &Ledger,
+        quiet: &mut QuietDirs,
+    ) -> Vec<Pacnew>;
+    /// Where the service's watcher looks for the kind's declared and owned resources, and which
+    /// of them an event there touches: hints, each checked again before anything runs. A kind
+    /// with no cheap hint gives none and is left to the drift timer.
+    fn watch<'d>(declaration: &'d Declaration, ledger: &'d Ledger, hints: &mut dyn Hints<'d>);
 }
 
 /// What observation found of each key: its state, or why that one key could not be observed.

@@ -12,22 +12,18 @@ use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
+use crate::kinds::{self, Hints, Kind, Place, Visit};
 use crate::model::declaration::Declaration;
-use crate::model::spec::files::Files;
-use crate::model::spec::packages::Packages;
-use crate::model::spec::units::{self, Units};
-use crate::model::spec::Named;
+use crate::model::spec::NAMES;
 use crate::os::inotify::{AddError, Event};
 use crate::store::{self, Ledger};
 
 /// A resource as the ledger names it: (kind, key).
 pub type Resource = (&'static str, String);
 
-/// The kinds the watcher has hints for, by the name runs report them under.
+/// A kind by the name runs report it under, as the registry spells it.
 pub fn kind(name: &str) -> Option<&'static str> {
-    [Packages::NAME, Files::NAME, Units::NAME]
-        .into_iter()
-        .find(|k| *k == name)
+    NAMES.iter().copied().find(|k| *k == name)
 }
 
 /// Quiet time after the last event before the check: an editor's save is several events.
@@ -49,50 +45,65 @@ pub struct Places<'a> {
     pub pacman_db: Option<&'a Path>,
 }
 
-/// What to watch for `declaration` and `ledger`: every declared or owned file; the unit files the
-/// declaration carries; pacman's local database for the packages; the store's declaration and
-/// ledger. A file's event also touches the units restarted or reloaded on it, so the check plans
-/// their restart. Containers have no cheap hint; they, and units without a file of ours, stay on
-/// the timer.
-pub fn targets(places: &Places, declaration: &Declaration, ledger: &Ledger) -> Targets {
-    let mut units_on: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for (unit, spec) in &declaration.units {
-        for file in units::watched_files(spec) {
-            units_on.entry(file).or_default().push(unit);
-        }
-    }
+/// What to watch for `declaration` and `ledger`: what each kind hints (`Kind::watch`: declared
+/// and owned files, the unit files the declaration carries, pacman's local database), and the
+/// store's declaration and ledger. A kind without hints stays on the timer.
+pub fn targets<'a>(
+    places: &Places<'a>,
+    declaration: &'a Declaration,
+    ledger: &'a Ledger,
+) -> Targets {
     let mut builder = Builder::new(places.root);
+    builder.unit_dir = Some(places.unit_dir);
+    builder.pacman_db = places.pacman_db;
     builder.store(places.store);
-    // A file both declared and owned comes twice; `finish` makes it one entry.
-    let files = declaration.files.keys().map(String::as_str);
-    for key in files.chain(ledger.owned_keys::<Files>()) {
-        let units = units_on.get(key).map_or(&[][..], Vec::as_slice);
-        builder.file(key, units);
-    }
-    let mut unit_files = declaration
-        .units
-        .iter()
-        .filter(|(_, s)| s.content.is_some());
-    if let Some((first, _)) = unit_files.next() {
-        let unit_dir = builder.dir(under(places.root, &places.unit_dir.to_string_lossy()));
-        for unit in std::iter::once(first).chain(unit_files.map(|(unit, _)| unit)) {
-            builder.entry(unit_dir, unit, 0, Some(unit));
+    kinds::each(&mut Hinting {
+        builder: &mut builder,
+        declaration,
+        ledger,
+    });
+    builder.finish()
+}
+
+/// Whether any kind's hints for `declaration` and `ledger` are in `place`: the service finds
+/// where pacman's local database is (asking pacman) only then.
+pub fn wants(place: Place, declaration: &Declaration, ledger: &Ledger) -> bool {
+    struct Wants(Place, bool);
+    impl<'d> Hints<'d> for Wants {
+        fn path(&mut self, _: &'d str) {}
+        fn path_touches(&mut self, _: &'d str, _: &'d str) {}
+        fn entry(&mut self, place: Place, _: &'d str, _: &'d str) {
+            self.1 |= place == self.0;
+        }
+        fn any(&mut self, place: Place, _: &'d str) {
+            self.1 |= place == self.0;
         }
     }
-    let packages: Vec<Resource> = declaration
-        .packages
-        .keys()
-        .map(String::as_str)
-        .chain(ledger.owned_keys::<Packages>())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .map(|name| (Packages::NAME, name.to_string()))
-        .collect();
-    if let (Some(db), false) = (places.pacman_db, packages.is_empty()) {
-        let db = builder.dir(db.to_path_buf());
-        builder.any(db, packages);
+    struct Asking<'r, 'd>(&'r mut Wants, &'d Declaration, &'d Ledger);
+    impl Visit for Asking<'_, '_> {
+        type Out = ();
+        fn visit<K: Kind>(&mut self) {
+            K::watch(self.1, self.2, self.0);
+        }
     }
-    builder.finish()
+    let mut wants = Wants(place, false);
+    kinds::each(&mut Asking(&mut wants, declaration, ledger));
+    wants.1
+}
+
+/// Each kind's hints, given to the builder as that kind's.
+struct Hinting<'r, 'a> {
+    builder: &'r mut Builder<'a>,
+    declaration: &'a Declaration,
+    ledger: &'a Ledger,
+}
+
+impl Visit for Hinting<'_, '_> {
+    type Out = ();
+    fn visit<K: Kind>(&mut self) {
+        self.builder.kind = K::NAME;
+        K::watch(self.declaration, self.ledger, self.builder);
+    }
 }
 
 /// The store's declaration and ledger: what to watch before anything is in force.
@@ -106,10 +117,26 @@ fn under(root: &Path, absolute: &str) -> PathBuf {
     root.join(absolute.trim_start_matches('/'))
 }
 
-/// An event on the entry touches the declared file `files_in` + `/` + its name.
-const FILE: u8 = 1;
 /// An event on the entry (a file of the store) means the targets must be worked out again.
-const REFRESH: u8 = 2;
+const REFRESH: u8 = 0x80;
+/// The other bits of an entry's flags: an event on it touches the resource keyed by its declared
+/// path (`files_in` + `/` + its name), of the kind at this index + 1 in the registry (`NAMES`);
+/// 0 when none is.
+const KEYED: u8 = !REFRESH;
+
+/// The flags of an entry whose path is the key of a resource of `kind`.
+fn keyed(kind: &str) -> u8 {
+    NAMES
+        .iter()
+        .position(|k| *k == kind)
+        .map_or(0, |i| i as u8 + 1)
+}
+
+/// The resource keyed by an entry's path, with `flags`.
+fn keyed_by(flags: u8, path: String) -> Option<Resource> {
+    let kind = NAMES.get(usize::from(flags & KEYED).checked_sub(1)?)?;
+    Some((kind, path))
+}
 
 /// What to watch: each directory, the entries in it whose events mean something, and what they
 /// touch. Kept as a few buffers for all directories (every name one after another, where each
@@ -128,10 +155,10 @@ pub struct Targets {
     groups: Vec<Group>,
     /// The entries' names, each directory's sorted, one directory after another.
     names: Packed,
-    /// By entry: `FILE`, `REFRESH`.
+    /// By entry: `REFRESH`, `KEYED`.
     flags: Vec<u8>,
-    /// What else an entry's event touches (units restarted on the file, a unit file), by the
-    /// entry's index, sorted.
+    /// What else an entry's event touches (units restarted on the file, a unit), by the entry's
+    /// index, sorted.
     resources: Vec<(u32, Resource)>,
 }
 
@@ -174,7 +201,7 @@ impl Targets {
     /// Whether an event on `entries` of group `g` touches any resource at all.
     fn touches(&self, g: usize, entries: Range<usize>) -> bool {
         !self.groups[g].any.is_empty()
-            || self.flags[entries.clone()].iter().any(|f| f & FILE != 0)
+            || self.flags[entries.clone()].iter().any(|f| f & KEYED != 0)
             || !self.more(entries).is_empty()
     }
 
@@ -193,10 +220,10 @@ impl Targets {
     /// the group touches (`Group::any`).
     fn resources(&self, g: usize, entries: Range<usize>, out: &mut Vec<Resource>) {
         for i in entries.clone() {
-            if self.flags[i] & FILE != 0 {
+            if self.flags[i] & KEYED != 0 {
                 let files_in = self.files_in.get(g).to_string_lossy();
                 let name = self.names.get(i).to_string_lossy();
-                out.push((Files::NAME, format!("{files_in}/{name}")));
+                out.extend(keyed_by(self.flags[i], format!("{files_in}/{name}")));
             }
         }
         out.extend(self.more(entries).iter().map(|(_, r)| r.clone()));
@@ -251,6 +278,13 @@ impl Packed {
 /// buffer allocated at its exact size, then filled, so no growing buffer leaves holes.
 struct Builder<'a> {
     root: &'a Path,
+    /// The configured unit directory and pacman's local database, when known (`Place`).
+    unit_dir: Option<&'a Path>,
+    pacman_db: Option<&'a Path>,
+    /// Their indices in `dirs`, once a hint is in them.
+    places: [Option<u32>; 2],
+    /// The kind whose hints are being given.
+    kind: &'static str,
     dirs: Vec<Dir<'a>>,
     /// Files' directories by their declared text, to their index in `dirs`.
     file_dirs: BTreeMap<&'a str, u32>,
@@ -267,14 +301,18 @@ struct Entry<'a> {
     dir: u32,
     name: &'a str,
     flags: u8,
-    /// A unit an event on the entry touches.
-    unit: Option<&'a str>,
+    /// What else an event on the entry touches (a unit restarted on the file).
+    touches: Option<(&'static str, &'a str)>,
 }
 
 impl<'a> Builder<'a> {
     fn new(root: &'a Path) -> Builder<'a> {
         Builder {
             root,
+            unit_dir: None,
+            pacman_db: None,
+            places: [None; 2],
+            kind: "",
             dirs: Vec::new(),
             file_dirs: BTreeMap::new(),
             entries: Vec::new(),
@@ -294,12 +332,27 @@ impl<'a> Builder<'a> {
     fn store(&mut self, store: &'a Path) {
         let dir = self.dir(store.to_path_buf());
         for name in [store::IN_FORCE, store::LEDGER] {
-            self.entry(dir, name, REFRESH, None);
+            self.add(dir, name, REFRESH, None);
         }
     }
 
-    /// The declared file `key` (a normalised absolute path) and the units restarted on it.
-    fn file(&mut self, key: &'a str, units: &[&'a str]) {
+    /// The directory of `place`, made the first time a hint is in it; `None` where it is not
+    /// known.
+    fn place(&mut self, place: Place) -> Option<u32> {
+        let at = place as usize;
+        if self.places[at].is_none() {
+            let path = match place {
+                Place::UnitDir => under(self.root, &self.unit_dir?.to_string_lossy()),
+                Place::PacmanDb => self.pacman_db?.to_path_buf(),
+            };
+            self.places[at] = Some(self.dir(path));
+        }
+        self.places[at]
+    }
+
+    /// The declared file `key` (a normalised absolute path), with `flags` and what else an event
+    /// on it touches.
+    fn file(&mut self, key: &'a str, flags: u8, touches: Option<(&'static str, &'a str)>) {
         let Some((files_in, name)) = key.rsplit_once('/') else {
             return;
         };
@@ -316,27 +369,25 @@ impl<'a> Builder<'a> {
                 dir
             }
         };
-        self.entry(dir, name, FILE, None);
-        for unit in units {
-            self.entry(dir, name, FILE, Some(unit));
-        }
+        self.add(dir, name, flags, touches);
     }
 
-    fn entry(&mut self, dir: u32, name: &'a str, flags: u8, unit: Option<&'a str>) {
+    fn add(
+        &mut self,
+        dir: u32,
+        name: &'a str,
+        flags: u8,
+        touches: Option<(&'static str, &'a str)>,
+    ) {
         if !name.is_empty() {
             let entry = Entry {
                 dir,
                 name,
                 flags,
-                unit,
+                touches,
             };
             self.entries.push(entry);
         }
-    }
-
-    /// Any entry of `dir` touches `resources`.
-    fn any(&mut self, dir: u32, resources: Vec<Resource>) {
-        self.dirs[dir as usize].any.extend(resources);
     }
 
     fn finish(self) -> Targets {
@@ -367,8 +418,9 @@ impl<'a> Builder<'a> {
             entry.dir = renumbered[entry.dir as usize];
         }
         // By directory and name, so that each directory's names are sorted and the same entry
-        // (a file both declared and owned) comes together, its units in order.
-        entries.sort_unstable_by(|a, b| (a.dir, a.name, a.unit).cmp(&(b.dir, b.name, b.unit)));
+        // (a file both declared and owned) comes together, what else it touches in order.
+        let order_of = |e: &Entry<'a>| (e.dir, e.name, e.touches);
+        entries.sort_unstable_by(|a, b| order_of(a).cmp(&order_of(b)));
         let firsts = entries.iter().enumerate().filter(|(i, e)| {
             let before = i.checked_sub(1).map(|i| &entries[i]);
             before.is_none_or(|b| (b.dir, b.name) != (e.dir, e.name))
@@ -403,10 +455,13 @@ impl<'a> Builder<'a> {
                     last = Some(entry.name);
                 }
                 let i = targets.flags.len() - 1;
-                targets.flags[i] |= entry.flags;
-                if let Some(unit) = entry.unit {
-                    let resource = (Units::NAME, unit.to_string());
-                    targets.resources.push((i as u32, resource));
+                let flags = &mut targets.flags[i];
+                *flags |= entry.flags & REFRESH;
+                if entry.flags & KEYED != 0 {
+                    *flags = (*flags & REFRESH) | (entry.flags & KEYED);
+                }
+                if let Some((kind, key)) = entry.touches {
+                    targets.resources.push((i as u32, (kind, key.to_string())));
                 }
             }
             let any = order[run.clone()]
@@ -420,6 +475,31 @@ impl<'a> Builder<'a> {
         }
         targets.resources.dedup();
         targets
+    }
+}
+
+/// A kind's hints, as the builder takes them: each touches a resource of `Builder::kind`.
+impl<'a> Hints<'a> for Builder<'a> {
+    fn path(&mut self, path: &'a str) {
+        self.file(path, keyed(self.kind), None);
+    }
+
+    fn path_touches(&mut self, path: &'a str, key: &'a str) {
+        self.file(path, 0, Some((self.kind, key)));
+    }
+
+    fn entry(&mut self, place: Place, name: &'a str, key: &'a str) {
+        if let Some(dir) = self.place(place) {
+            self.add(dir, name, 0, Some((self.kind, key)));
+        }
+    }
+
+    fn any(&mut self, place: Place, key: &'a str) {
+        if let Some(dir) = self.place(place) {
+            self.dirs[dir as usize]
+                .any
+                .push((self.kind, key.to_string()));
+        }
     }
 }
 
@@ -830,12 +910,16 @@ fn contested(resource: &Resource, contest: &Contest) -> Contested {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::spec::files::Files;
+    use crate::model::spec::packages::Packages;
+    use crate::model::spec::Named as _;
 
     /// The targets of declared files at `paths`, under root `/`.
     fn files(paths: &[&str]) -> Targets {
         let mut builder = Builder::new(Path::new("/"));
+        builder.kind = Files::NAME;
         for path in paths {
-            builder.file(path, &[]);
+            builder.path(path);
         }
         builder.finish()
     }
@@ -942,10 +1026,8 @@ mod tests {
             for i in group.start as usize..group.end as usize {
                 let name = targets.names.get(i).to_string_lossy();
                 let mut resources = Vec::new();
-                if targets.flags[i] & FILE != 0 {
-                    let files_in = targets.files_in.get(g).to_string_lossy();
-                    resources.push((Files::NAME, format!("{files_in}/{name}")));
-                }
+                let files_in = targets.files_in.get(g).to_string_lossy();
+                resources.extend(keyed_by(targets.flags[i], format!("{files_in}/{name}")));
                 let more = targets.resources.iter().filter(|(at, _)| *at as usize == i);
                 resources.extend(more.map(|(_, r)| r.clone()));
                 let refresh = targets.flags[i] & REFRESH != 0;
@@ -1160,12 +1242,15 @@ mod tests {
 
     #[test]
     fn any_entry_of_the_package_database_touches_every_package() {
-        let packages = vec![("packages", "a".into()), ("packages", "b".into())];
+        let packages: Vec<Resource> = vec![("packages", "a".into()), ("packages", "b".into())];
         let mut f = Fake::new(
             {
                 let mut builder = Builder::new(Path::new("/"));
-                let db = builder.dir("/var/lib/pacman/local".into());
-                builder.any(db, packages.clone());
+                builder.pacman_db = Some(Path::new("/var/lib/pacman/local"));
+                builder.kind = Packages::NAME;
+                for (_, name) in &packages {
+                    builder.any(Place::PacmanDb, name);
+                }
                 builder.finish()
             },
             &[

@@ -11,9 +11,9 @@ use std::collections::BTreeSet;
 use super::{retry, watch, watcher, Service, WATCH};
 use crate::engine::reconcile::Scope;
 use crate::engine::{invalid, Converged, Fatal, RunResult};
+use crate::kinds::{self, Kind, Place, Visit};
 use crate::link;
 use crate::model::declaration::Declaration;
-use crate::model::spec::{files::Files, packages::Packages};
 use crate::store::{self, Ledger, Store, Trigger};
 
 impl Service<'_> {
@@ -207,9 +207,7 @@ impl Service<'_> {
             }
         };
         self.watch_problem = None;
-        let has_packages =
-            !d.packages.is_empty() || ledger.owned_keys::<Packages>().next().is_some();
-        if has_packages && self.pacman_db.is_none() {
+        if self.pacman_db.is_none() && watch::wants(Place::PacmanDb, &d, &ledger) {
             let db = self.host.pacman_local_db();
             if let Err(e) = &db {
                 log::warn!("packages are left to the drift timer: {e}");
@@ -349,24 +347,27 @@ fn widen(scope: Option<Scope>, more: Scope) -> Scope {
     }
 }
 
-/// What the watches depend on, as one digest: the declaration in force (its digest) and the
-/// files and packages the ledger owns, hashed as they are listed (the keys are not copied). A NUL
-/// cannot be in a key, so it separates them.
+/// What the watches depend on, as one digest: the declaration in force (its digest) and what
+/// the ledger owns of each kind (the hints of some follow it), hashed as they are listed (the
+/// keys are not copied). A NUL cannot be in a key, so it separates them.
 fn watch_source(declaration_digest: &str, ledger: &store::Ledger) -> [u8; 32] {
     struct Source<'a>(&'a str, &'a store::Ledger);
+    struct Owned<'f, 'g, 'a>(&'f mut std::fmt::Formatter<'g>, &'a store::Ledger);
+    impl Visit for Owned<'_, '_, '_> {
+        type Out = std::fmt::Result;
+        fn visit<K: Kind>(&mut self) -> std::fmt::Result {
+            for key in self.1.owned_keys::<K>() {
+                write!(self.0, "{key}\0")?;
+            }
+            self.0.write_str("\n")
+        }
+    }
     impl std::fmt::Display for Source<'_> {
         fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             let Source(digest, ledger) = self;
             f.write_str(digest)?;
             f.write_str("\n")?;
-            for key in ledger.owned_keys::<Files>() {
-                write!(f, "{key}\0")?;
-            }
-            f.write_str("\n")?;
-            for key in ledger.owned_keys::<Packages>() {
-                write!(f, "{key}\0")?;
-            }
-            Ok(())
+            kinds::each(&mut Owned(f, ledger)).into_iter().collect()
         }
     }
     crate::util::codec::sha256_of_text(format_args!("{}", Source(declaration_digest, ledger)))

@@ -6,10 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    batch_then_each, Action, Change, Env, Kind, KindError, LedgerAfter, Observations, Outcome,
-    RunContext, Step,
+    batch_then_each, Action, Change, Env, Hints, Kind, KindError, LedgerAfter, Observations,
+    Outcome, RunContext, Step,
 };
 use crate::model::declaration::Declaration;
+use crate::model::pacnew::{Pacnew, QuietDirs};
 use crate::model::spec::containers::{digest, encoding, Containers, Spec};
 use crate::model::spec::{KindSpec, NoOriginal};
 use crate::store::{Digest, Entry, Ledger};
@@ -241,6 +242,26 @@ impl Kind for Containers {
 
     /// Nothing comes after containers.
     fn note(_: &Declaration, _: &mut (), _: &Change<Op, NoOriginal>, _: &Outcome) {}
+
+    fn called_by_facts(_: &super::Facts) -> bool {
+        false
+    }
+
+    fn take_refused(_: &mut ()) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    fn owing<'d>(_: &'d Declaration, _: &super::Facts) -> Vec<(&'d str, &'d str)> {
+        Vec::new()
+    }
+
+    fn pacnew(_: &Env, _: &Declaration, _: &Ledger, _: &mut QuietDirs) -> Vec<Pacnew> {
+        Vec::new()
+    }
+
+    /// None: a container's state is podman's, with no file event that cheaply says it changed;
+    /// containers are left to the drift timer.
+    fn watch<'d>(_: &'d Declaration, _: &'d Ledger, _: &mut dyn Hints<'d>) {}
 
     fn apply(
         env: &Env,

@@ -5,14 +5,15 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use super::{Change, Env, Kind, KindError, Observations, Outcome, RunContext, Step};
+use super::{Change, Env, Hints, Kind, KindError, Observations, Outcome, RunContext, Step};
 use crate::model::declaration::Declaration;
+use crate::model::pacnew::{self, Pacnew, QuietDirs};
 use crate::model::spec::files::{
-    configures_unit, content_digest_of, digest, Files, Original, Spec,
+    configures_unit, content_digest_of, digest, is_secret, Files, Original, Spec,
 };
 use crate::model::spec::Named as _;
 use crate::os::accounts::{Account, Accounts};
-use crate::os::fsutil::Dir;
+use crate::os::fsutil::{self, Dir};
 use crate::store::{Digest, Entry, Ledger, Store};
 use crate::util::sorted;
 
@@ -262,6 +263,47 @@ impl Kind for Files {
         });
         if units_act_on.contains(&change.key) {
             facts.changed.insert(change.key.clone());
+        }
+    }
+
+    fn called_by_facts(_: &super::Facts) -> bool {
+        false
+    }
+
+    fn take_refused(facts: &mut Facts) -> Vec<(String, String)> {
+        facts.take_refused()
+    }
+
+    fn owing<'d>(_: &'d Declaration, _: &super::Facts) -> Vec<(&'d str, &'d str)> {
+        Vec::new()
+    }
+
+    /// Beside each owned file: pacman leaves its own version of a file it ships and the host
+    /// writes there.
+    fn pacnew(
+        env: &Env,
+        declaration: &Declaration,
+        ledger: &Ledger,
+        quiet: &mut QuietDirs,
+    ) -> Vec<Pacnew> {
+        let mut found = pacnew::find(
+            env.root,
+            ledger.owned_keys::<Files>(),
+            env.config.limits.max_file_bytes,
+            quiet,
+            fsutil::file_clock_now_ns(),
+        );
+        let files = &declaration.files;
+        pacnew::withhold_secret(&mut found, |path| files.get(path).is_some_and(is_secret));
+        found
+    }
+
+    /// Every declared or owned file, touching itself (units restarted on one add theirs).
+    fn watch<'d>(declaration: &'d Declaration, ledger: &'d Ledger, hints: &mut dyn Hints<'d>) {
+        // A file both declared and owned comes twice; the watcher makes it one entry.
+        let declared = declaration.files.keys().map(String::as_str);
+        for key in declared.chain(ledger.owned_keys::<Files>()) {
+            hints.path(key);
         }
     }
 }

@@ -10,17 +10,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use super::pacman::{pacman_failed, pacman_paths, target};
 use super::{
-    batch_then_each, query_by_halves, Action, Change, Env, Kind, KindError, LedgerAfter,
-    Observations, Outcome, RunContext, Step, STOPPING,
+    batch_then_each, query_by_halves, Action, Change, Env, Hints, Kind, KindError, LedgerAfter,
+    Observations, Outcome, Place, RunContext, Step, STOPPING,
 };
 use crate::model::declaration::Declaration;
+use crate::model::pacnew::{Pacnew, QuietDirs};
 use crate::model::spec::packages::{digest, Packages, Spec};
 use crate::model::spec::KindSpec;
 use crate::os::exec::{CommandError, Failure};
 use crate::store::{Digest, Entry, Ledger, Origin};
 use crate::tools::pacman::{self, InstallReason, Pacman, SyncInfo};
 use crate::util::progress::Event;
+use crate::util::sorted;
 
 #[derive(Debug, PartialEq)]
 pub enum Observed {
@@ -432,31 +435,35 @@ impl Kind for Packages {
             facts.failed.insert(change.key.clone());
         }
     }
-}
 
-/// pacman's failure at `step`; one of its download sandbox (pacman.conf's `DownloadUser`) is
-/// named with its cause and the option that turns it off, and blames no package.
-fn pacman_failed(step: &'static str, error: CommandError) -> KindError {
-    let why = match &error.failure {
-        Failure::Exit(_, stderr) => pacman::download_sandbox(stderr),
-        _ => None,
-    };
-    match why {
-        Some(why) => KindError::Setup { why, error },
-        None => KindError::command(step, error),
+    fn called_by_facts(_: &super::Facts) -> bool {
+        false
+    }
+
+    fn take_refused(_: &mut Facts) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    fn owing<'d>(_: &'d Declaration, _: &super::Facts) -> Vec<(&'d str, &'d str)> {
+        Vec::new()
+    }
+
+    fn pacnew(_: &Env, _: &Declaration, _: &Ledger, _: &mut QuietDirs) -> Vec<Pacnew> {
+        Vec::new()
+    }
+
+    /// pacman's local database: a transaction, ours or anyone's, changes it, and may have
+    /// changed any declared or owned package.
+    fn watch<'d>(declaration: &'d Declaration, ledger: &'d Ledger, hints: &mut dyn Hints<'d>) {
+        let declared = declaration.packages.keys().map(String::as_str);
+        for name in sorted::union(declared, ledger.owned_keys::<Packages>()) {
+            hints.any(Place::PacmanDb, name);
+        }
     }
 }
 
 /// pacman's arguments for one of the transactions, given the target.
 type Arguments<'a> = dyn Fn(&Pacman) -> Vec<String> + 'a;
-
-/// pacman's arguments for the target: under `--root`, the mounted system.
-fn target<'a>(env: &Env<'a>) -> Result<Pacman<'a>, String> {
-    match env.offline {
-        true => Pacman::mounted(env.root),
-        false => Ok(Pacman::running()),
-    }
-}
 
 /// Looks `names` up in the sync databases with one `pacman -Si`. Those that replace, conflict with,
 /// provide or depend on a host package fail here with that reason (so does every name, if pacman cannot
@@ -783,69 +790,6 @@ fn locked_by(error: &CommandError) -> Option<String> {
         Failure::Exit(_, stderr) => pacman::locked_database(stderr).map(str::to_string),
         _ => None,
     }
-}
-
-/// pacman's local database directory, `DBPath/local`, as seen from this process: a transaction
-/// adds or removes an entry in it, which the service's watcher takes as a hint to check packages.
-pub fn local_db_dir(env: &Env) -> Result<PathBuf, String> {
-    Ok(paths(env)?.db.join("local"))
-}
-
-/// pacman's root and database (`DBPath`) as seen from this process.
-pub fn paths(env: &Env) -> Result<crate::model::upkeep::Where, String> {
-    let printed = pacman_paths(env)?;
-    Ok(crate::model::upkeep::Where {
-        root: printed.path(pacman::parse_root, "Root")?,
-        db: printed.path(pacman::parse_db_path, "DB Path")?,
-    })
-}
-
-/// How many packages are foreign (installed, in no sync database: `pacman -Qmq`), for the facts.
-pub fn foreign_count(env: &Env) -> Result<u64, String> {
-    let args = target(env)?.foreign_names();
-    let output = env
-        .runner
-        .query(&env.config.pacman, &args, &[])
-        .map_err(|e| pacman_failed("count the foreign packages", e).to_string())?;
-    pacman::parse_foreign(output.code, &output.stdout_text()).ok_or_else(|| {
-        format!(
-            "`pacman -Qmq` exited with status {:?}: {}",
-            output.code,
-            output.stderr.trim()
-        )
-    })
-}
-
-/// What `pacman -v -T` (a dependency test of nothing) printed: the paths pacman is configured
-/// with, and where they are seen from this process.
-struct Verbose {
-    text: String,
-    printed: pacman::Printed,
-}
-
-impl Verbose {
-    /// One of the paths, as this process reaches it.
-    fn path(&self, parse: fn(&str) -> Option<PathBuf>, field: &str) -> Result<PathBuf, String> {
-        parse(&self.text)
-            .map(|path| self.printed.seen(&path))
-            .ok_or_else(|| format!("`pacman -v -T` printed no `{field}`"))
-    }
-}
-
-fn pacman_paths(env: &Env) -> Result<Verbose, String> {
-    let args = target(env)?.paths();
-    let output = env
-        .runner
-        .run(&env.config.pacman, &args, &[])
-        .map_err(|e| pacman_failed("read its paths", e).to_string())?;
-    let text = output.stdout_text();
-    let root = pacman::parse_root(&text).ok_or("`pacman -v -T` printed no `Root`")?;
-    // pacman 7 prints the root resolved: a root given through a symlink is known both ways.
-    let real = env
-        .offline
-        .then(|| std::fs::canonicalize(env.root).unwrap_or_else(|_| env.root.to_path_buf()));
-    let printed = pacman::Printed::new(real.as_deref().map(|real| (env.root, real)), &root);
-    Ok(Verbose { text, printed })
 }
 
 /// The keyrings' own transaction before a full upgrade (`-Sy --needed` of the installed

@@ -14,10 +14,11 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use super::{
-    batch_then_each, query_by_halves, Action, Change, Env, Kind, KindError, LedgerAfter,
-    Observations, Outcome, RunContext, Step,
+    batch_then_each, query_by_halves, Action, Change, Env, Hints, Kind, KindError, LedgerAfter,
+    Observations, Outcome, Place, RunContext, Step,
 };
 use crate::model::declaration::Declaration;
+use crate::model::pacnew::{Pacnew, QuietDirs};
 use crate::model::spec::units::{digest, is_secret, watched_files, Original, Spec, Units};
 use crate::model::spec::KindSpec;
 use crate::model::spec::Named;
@@ -370,6 +371,39 @@ impl Kind for Units {
         settle_owed(env, cx, changes, &outcomes);
         outcomes
     }
+
+    /// Unit files and drop-ins the files kind changed in this run, or other files in systemd's
+    /// directories: the manager is reloaded for them and, on a live machine, systemd confirms
+    /// them, even when no unit is declared or owned.
+    fn called_by_facts(facts: &super::Facts) -> bool {
+        !facts.files.unit_config.is_empty() || !facts.files.in_systemd_dirs.is_empty()
+    }
+
+    fn take_refused(_: &mut ()) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    /// Units declared present that restart or reload on a file the files kind changed.
+    fn owing<'d>(declaration: &'d Declaration, facts: &super::Facts) -> Vec<(&'d str, &'d str)> {
+        owing(declaration, &facts.files.changed)
+    }
+
+    fn pacnew(_: &Env, _: &Declaration, _: &Ledger, _: &mut QuietDirs) -> Vec<Pacnew> {
+        Vec::new()
+    }
+
+    /// The files each declared unit restarts or reloads on (files the declaration writes, so
+    /// watched as files too), and the unit files the declaration carries.
+    fn watch<'d>(declaration: &'d Declaration, _: &'d Ledger, hints: &mut dyn Hints<'d>) {
+        for (unit, spec) in &declaration.units {
+            for file in watched_files(spec) {
+                hints.path_touches(file, unit);
+            }
+            if spec.content.is_some() {
+                hints.entry(Place::UnitDir, unit, unit);
+            }
+        }
+    }
 }
 
 /// How far `apply` got with each unit.
@@ -583,19 +617,9 @@ fn configure<'a>(
     Configured { previous, reloaded }
 }
 
-/// Whether the files kind changed unit files or drop-ins in this run, or other files in
-/// systemd's directories: the manager is reloaded for them and, on a live machine, systemd
-/// confirms them, even when no unit is declared or owned (`reconcile` applies the kind then).
-pub fn reloads_for(cx: &RunContext) -> bool {
-    !cx.facts.files.unit_config.is_empty() || !cx.facts.files.in_systemd_dirs.is_empty()
-}
-
 /// Units declared present that restart or reload on any of `files`, with the file: what they
 /// will owe once the files change (`reconcile` writes it ahead, before they do).
-pub fn owing<'d>(
-    declaration: &'d Declaration,
-    files: &BTreeSet<String>,
-) -> Vec<(&'d str, &'d str)> {
+fn owing<'d>(declaration: &'d Declaration, files: &BTreeSet<String>) -> Vec<(&'d str, &'d str)> {
     let mut out = Vec::new();
     if files.is_empty() {
         return out;
