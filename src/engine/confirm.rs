@@ -26,7 +26,7 @@ impl Host {
         let holder = format!(
             "pid {} ({what}) since {}",
             std::process::id(),
-            crate::util::words::utc(store::unix_now())
+            crate::util::words::utc(self.options.clock.unix())
         );
         let locked = if wait {
             store.lock_pulsing(&holder, interrupted)
@@ -59,7 +59,7 @@ impl Host {
         let Some(store) = Store::open(&self.config.state_dir, false)? else {
             return Ok(None);
         };
-        let now = store::unix_now();
+        let now = self.options.clock.unix();
         let Some((_, by)) = store.generations()?.pending().filter(|(d, _)| *d <= now) else {
             return Ok(None);
         };
@@ -117,7 +117,7 @@ impl Host {
             )));
         };
         let lock = self.hold(&store, "rollback", wait, interrupted)?;
-        let now = store::unix_now();
+        let now = self.options.clock.unix();
         let generations = store.generations()?;
         let target = (generations.rollback_target(to))
             .map_err(|e| Fatal::Invalid(format!("rollback: {e}")))?
@@ -153,7 +153,7 @@ impl Host {
             return Err(nothing());
         };
         let _lock = self.hold(&store, "confirm", wait, &super::never)?;
-        let now = store::unix_now();
+        let now = self.options.clock.unix();
         let mut revision = None;
         let confirmed = store.change_generations(|g| {
             revision = g.current().map(|c| c.revision);
@@ -191,7 +191,7 @@ impl Host {
             return Ok(None);
         }
         let _lock = self.hold(&store, "confirming", false, &super::never)?;
-        let now = store::unix_now();
+        let now = self.options.clock.unix();
         let mut revision = None;
         let confirmed = store.change_generations(|g| {
             revision = g.current().map(|c| c.revision);

@@ -117,8 +117,8 @@ impl Host {
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<RunResult>, Fatal> {
         let store = self.store()?;
-        let started = store::unix_now();
-        let clock = crate::os::sys::now_ms();
+        let started = self.options.clock.unix();
+        let clock = self.options.clock.mono_ms();
         let holder = format!(
             "pid {} ({}) since {}",
             std::process::id(),
@@ -159,7 +159,7 @@ impl Host {
                 ..RunRecord::bare(
                     triggers.clone(),
                     started,
-                    store::unix_now(),
+                    self.options.clock.unix(),
                     RunOutcome::Error,
                 )
             };
@@ -220,8 +220,12 @@ impl Host {
                 if !unchanged {
                     let state = match confirm_secs {
                         Some(secs) => State::Pending {
-                            deadline: store::confirm_deadline(store::unix_now(), secs, "--confirm")
-                                .map_err(Fatal::Invalid)?,
+                            deadline: store::confirm_deadline(
+                                self.options.clock.unix(),
+                                secs,
+                                "--confirm",
+                            )
+                            .map_err(Fatal::Invalid)?,
                             by: Confirmer::Person,
                             report: None,
                         },
@@ -280,7 +284,7 @@ impl Host {
             (report, Some(e)) => {
                 let mut record = record(
                     triggers,
-                    started,
+                    (started, self.options.clock.unix()),
                     RunOutcome::Error,
                     revision,
                     d,
@@ -301,7 +305,7 @@ impl Host {
         };
         let record = record(
             triggers,
-            started,
+            (started, self.options.clock.unix()),
             outcome_name,
             revision,
             d,
@@ -399,7 +403,7 @@ impl Host {
         let holder = format!(
             "pid {} (writing runs kept in memory) since {}",
             std::process::id(),
-            crate::util::words::utc(store::unix_now())
+            crate::util::words::utc(self.options.clock.unix())
         );
         let store = match self.store() {
             Ok(store) => store,
@@ -437,7 +441,7 @@ impl Host {
 
     /// Counts a run in the store's statistics, then writes the metrics. Neither is worth failing
     /// a run that happened for: a problem is logged. `clock` is the monotonic clock
-    /// (`sys::now_ms`) at the run's start. A `quiet` run (a no-op) is kept with its count
+    /// (`Clock::mono_ms`) at the run's start. A `quiet` run (a no-op) is kept with its count
     /// without fsync (`store/quiet.rs`): a crash loses nothing a person needs.
     fn note_run(
         &self,
@@ -451,7 +455,7 @@ impl Host {
             started: record.started,
             ended: record.ended,
             outcome: record.outcome,
-            took_ms: Some(crate::os::sys::now_ms().saturating_sub(clock)),
+            took_ms: Some(self.options.clock.mono_ms().saturating_sub(clock)),
         };
         let counted = store.stats().and_then(|mut stats| {
             stats.record(
@@ -522,7 +526,7 @@ impl Host {
             reverted: generations.reverted.as_ref().map(|r| r.at),
         });
         Ok(metrics::render(&metrics::Snapshot {
-            now: store::unix_now(),
+            now: self.options.clock.unix(),
             version: env!("CARGO_PKG_VERSION"),
             stats: &stats,
             failing: &failing,
@@ -667,7 +671,7 @@ fn note_failures(store: &Store, report: &Report, now: u64) -> Vec<Failing> {
 
 fn record(
     triggers: &Triggers,
-    started: u64,
+    (started, ended): (u64, u64),
     outcome: RunOutcome,
     revision: Option<u64>,
     d: &Declaration,
@@ -677,7 +681,7 @@ fn record(
     RunRecord {
         trigger: triggers.clone(),
         started,
-        ended: store::unix_now(),
+        ended,
         outcome,
         revision,
         digest: Some(d.digest.clone()),

@@ -216,6 +216,7 @@ impl Host {
             store,
             interrupted,
             upkeep: None,
+            clock: &self.options.clock,
         }
     }
 

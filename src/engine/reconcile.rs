@@ -229,7 +229,7 @@ pub fn run_scoped_reporting(
 fn needs_now(env: &Env, at: &upkeep::Where, changed: bool) -> Needs {
     // Read before the look: whatever changes while it runs moves them for the next run.
     let stamps = upkeep::stamps(at);
-    let now = crate::store::unix_now();
+    let now = env.clock.unix();
     let last = env.store.and_then(Store::last_look);
     let why = match upkeep::look_again(last.as_ref(), &stamps, now, changed) {
         None => match last {
@@ -1113,6 +1113,7 @@ mod tests {
             store: None,
             interrupted: &|| false,
             upkeep: None,
+            clock: &crate::os::clock::Clock::system(),
             diffs: false,
         };
         let mut cx = RunContext::new(&declaration, false);
@@ -1189,6 +1190,7 @@ mod tests {
             store: Some(&store),
             interrupted: &|| false,
             upkeep: None,
+            clock: &crate::os::clock::Clock::system(),
             diffs: false,
         };
         let mut ledger = store.ledger().unwrap();
@@ -1240,6 +1242,7 @@ mod tests {
             store: Some(&store),
             interrupted: &interrupted,
             upkeep: None,
+            clock: &crate::os::clock::Clock::system(),
             diffs: false,
         };
         let mut ledger = store.ledger().unwrap();

@@ -84,6 +84,9 @@ pub struct Env<'a> {
     /// running system; `None` under `--root` (the running kernel and processes are not the
     /// mounted root's) or when pacman could not say.
     pub upkeep: Option<&'a crate::model::upkeep::Where>,
+    /// Where the kinds take time from (a manual clock in tests): the run's stale-process look,
+    /// pacman's lock wait.
+    pub clock: &'a crate::os::clock::Clock,
 }
 
 /// What earlier kinds did in this run, for later ones to act on.

@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::pacman::{pacman_failed, pacman_paths, target};
 use super::{
@@ -644,7 +644,7 @@ fn run_waiting_for_lock(
     names: &[&str],
 ) -> Result<(), TransactionError> {
     let wait = env.config.pacman_lock_wait;
-    let deadline = Instant::now() + wait;
+    let deadline = env.clock.mono_ms().saturating_add(wait.as_millis() as u64);
     // pacman closes its lock a moment before it unlinks it: one sighting of a lock nobody
     // holds is checked again before it is called stale.
     let mut unheld_before = false;
@@ -682,7 +682,7 @@ fn run_waiting_for_lock(
         };
         match state {
             LockState::Gone => unheld_before = false,
-            LockState::Held(by) if Instant::now() < deadline => {
+            LockState::Held(by) if env.clock.mono_ms() < deadline => {
                 unheld_before = false;
                 if said_busy.as_ref() != Some(&by) {
                     log::info!("pacman is busy: its database lock {lock} is held by {by}; waiting");

@@ -233,7 +233,7 @@ impl Kind for Units {
         let stale: BTreeSet<String> = match (env.offline, env.upkeep) {
             (false, Some(at)) if keys.iter().any(asked) => {
                 let last = env.store.and_then(crate::store::Store::last_look);
-                let now = crate::store::unix_now();
+                let now = env.clock.unix();
                 let units = crate::model::upkeep::stale_units(at, last.as_ref(), now);
                 units.into_iter().collect()
             }
