@@ -3,54 +3,20 @@
 //! a changed spec are visible from podman itself; a container without the label is never touched
 //! by pruning. Missing -> create and start; spec changed -> recreate; stopped -> start.
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use super::{
-    batch_then_each, Action, Change, Env, Hints, Kind, KindError, LedgerAfter, Observations,
-    Outcome, RunContext, Step,
-};
+use super::{Change, Env, Hints, Kind, KindError, Observations, Outcome, RunContext, Step};
 use crate::model::declaration::Declaration;
 use crate::model::pacnew::{Pacnew, QuietDirs};
-use crate::model::spec::containers::{digest, encoding, Containers, Spec};
+use crate::model::spec::containers::{Containers, Spec};
 use crate::model::spec::{KindSpec, NoOriginal};
 use crate::store::{Digest, Entry, Ledger};
-use crate::tools::podman::{self, State};
-use crate::util::codec;
 
+mod apply;
 mod legacy;
+mod observe;
+mod plan;
+mod state;
 
-/// Label marking a container as created by mesh-host.
-pub const OWNED_LABEL: &str = "mesh-host.owned";
-/// Label holding the digest of the spec a container was created from.
-pub const SPEC_LABEL: &str = "mesh-host.spec";
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Observed {
-    pub exists: bool,
-    pub running: bool,
-    /// Paused by someone (`podman pause`): neither `start` nor `stop` accepts it until unpaused.
-    pub paused: bool,
-    /// Created by mesh-host (it carries the owned label).
-    pub ours: bool,
-    pub spec_digest: Option<String>,
-}
-
-#[derive(Debug, PartialEq)]
-pub enum Op {
-    /// Create (removing an older one of ours first) and, if it should run, start.
-    Create {
-        remove_first: bool,
-        start: bool,
-    },
-    Start,
-    Stop,
-    /// Unpause a paused container, then stop it if it should not run.
-    Unpause {
-        stop: bool,
-    },
-    Remove,
-    Forget,
-}
+pub use state::{Observed, Op};
 
 impl Kind for Containers {
     // In phases over every container (removals, then stops, then creates): split, a create
@@ -69,27 +35,7 @@ impl Kind for Containers {
         _cx: &RunContext,
         keys: &[&str],
     ) -> Result<Observations<Observed>, KindError> {
-        if keys.is_empty() || env.offline {
-            // Offline, podman's store is not ours to read: every container change is deferred.
-            return Ok(keys.iter().map(|k| (k.to_string(), Ok(absent()))).collect());
-        }
-        // `podman ps` names no container, so no container can make it fail: when it does, it
-        // fails as a whole.
-        let output = env
-            .runner
-            .run(&env.config.podman, &podman::ps(), &[])
-            .map_err(|e| KindError::command("observe", e))?;
-        let all = observed(&output.stdout)
-            .map_err(|e| format!("`podman ps` printed something unexpected: {e}"))?;
-        Ok(keys
-            .iter()
-            .map(|&k| {
-                (
-                    k.to_string(),
-                    Ok(all.get(k).cloned().unwrap_or_else(absent)),
-                )
-            })
-            .collect())
+        observe::observe(env, keys)
     }
 
     fn plan(
@@ -99,145 +45,7 @@ impl Kind for Containers {
         observed: Option<&Observed>,
         owned: Option<&Entry<NoOriginal>>,
     ) -> Step<Op, NoOriginal> {
-        let Some(obs) = observed else {
-            return Step::Fail(format!("container {key} was not observed"));
-        };
-        let change = |action, details: Vec<String>, intent: Option<Entry<_>>, after, op| {
-            Step::Change(Change {
-                key: key.to_string(),
-                action,
-                details: details.into(),
-                diff: None,
-                intent: intent.map(Box::new),
-                backup: None,
-                after,
-                op,
-            })
-        };
-        let created = || Entry::created();
-        if cx.offline {
-            // Podman was not asked, so nothing is known about the container: whatever the
-            // declaration wants waits for the running system, and the ledger keeps what it owns
-            // (forgetting an owned container here would leave it running and never released).
-            let needs_system = || vec!["needs the running system".to_string()];
-            return match (desired, owned) {
-                (Some(spec), _) if spec.present => change(
-                    Action::Update,
-                    needs_system(),
-                    None,
-                    LedgerAfter::Applied(digest(spec)),
-                    Op::Forget,
-                ),
-                (_, Some(_)) => change(
-                    Action::Remove,
-                    needs_system(),
-                    None,
-                    LedgerAfter::Disown,
-                    Op::Forget,
-                ),
-                (_, None) => Step::InSync,
-            };
-        }
-        match desired {
-            Some(spec) if spec.present => {
-                let after = LedgerAfter::Applied(digest(spec));
-                let create = |remove_first| Op::Create {
-                    remove_first,
-                    start: spec.running,
-                };
-                if !obs.exists {
-                    return change(
-                        Action::Create,
-                        vec![format!("create from {}", spec.image)],
-                        owned.is_none().then(created),
-                        after,
-                        create(false),
-                    );
-                }
-                if !obs.ours {
-                    return Step::Fail(format!(
-                        "a container named {key} exists and was not created by mesh-host; remove or rename it to let mesh-host manage it"
-                    ));
-                }
-                if !label_matches(obs.spec_digest.as_deref(), spec, cx.digest_key.as_ref()) {
-                    return change(
-                        Action::Update,
-                        vec!["spec changed: recreate".into()],
-                        owned.is_none().then(created),
-                        after,
-                        create(true),
-                    );
-                }
-                let intent = owned.is_none().then(created);
-                if obs.paused {
-                    let (details, stop) = match spec.running {
-                        true => (vec!["unpause".into()], false),
-                        false => (vec!["unpause".into(), "stop".into()], true),
-                    };
-                    return change(Action::Update, details, intent, after, Op::Unpause { stop });
-                }
-                match (spec.running, obs.running) {
-                    (true, false) => change(
-                        Action::Update,
-                        vec!["start".into()],
-                        intent,
-                        after,
-                        Op::Start,
-                    ),
-                    (false, true) => {
-                        change(Action::Update, vec!["stop".into()], intent, after, Op::Stop)
-                    }
-                    _ => match intent {
-                        Some(intent) => Step::Adopt {
-                            intent,
-                            backup: None,
-                        },
-                        None => Step::InSync,
-                    },
-                }
-            }
-            Some(_) if obs.exists => change(
-                Action::Remove,
-                vec!["declared absent".into()],
-                None,
-                LedgerAfter::Disown,
-                Op::Remove,
-            ),
-            Some(_) => match owned {
-                Some(_) => change(
-                    Action::Remove,
-                    vec!["already absent".into()],
-                    None,
-                    LedgerAfter::Disown,
-                    Op::Forget,
-                ),
-                None => Step::InSync,
-            },
-            None => match (owned, obs.exists && obs.ours) {
-                (None, _) => Step::InSync,
-                (Some(_), true) => change(
-                    Action::Remove,
-                    vec!["released; mesh-host created it".into()],
-                    None,
-                    LedgerAfter::Disown,
-                    Op::Remove,
-                ),
-                (Some(_), false) => {
-                    let why = if obs.exists {
-                        "released; not created by mesh-host, left alone"
-                    } else {
-                        "released; already gone"
-                    };
-                    change(
-                        Action::Remove,
-                        vec![why.into()],
-                        None,
-                        LedgerAfter::Disown,
-                        Op::Forget,
-                    )
-                }
-            },
-        }
+        plan::plan(cx, key, desired, observed, owned)
     }
 
     /// Nothing comes after containers.
@@ -269,269 +77,19 @@ impl Kind for Containers {
         _ledger: &mut Ledger,
         changes: &[Change<Op, NoOriginal>],
     ) -> Vec<Outcome> {
-        if env.offline {
-            return changes
-                .iter()
-                .map(|_| Outcome::Deferred("containers need the running system".into()))
-                .collect();
-        }
-        let tool = &env.config.podman;
-        let mut errors: BTreeMap<&str, KindError> = BTreeMap::new();
-        // Checked before each batched call and each create: once the host is stopping, what is
-        // left waits for the next run, which observes where it stopped.
-        let mut stopped: BTreeSet<&str> = BTreeSet::new();
-        let names = |pick: fn(&Op) -> bool| -> Vec<&str> {
-            changes
-                .iter()
-                .filter(|c| pick(&c.op))
-                .map(|c| c.key.as_str())
-                .collect()
-        };
-        let remove = names(|op| {
-            matches!(
-                op,
-                Op::Remove
-                    | Op::Create {
-                        remove_first: true,
-                        ..
-                    }
-            )
-        });
-        let remove = unless_stopping(env, remove, &mut stopped);
-        let results = batch_then_each(env.runner, &remove, |batch| {
-            env.runner
-                .run(tool, &podman::remove(), batch)
-                .map(drop)
-                .map_err(|e| KindError::command("remove", e))
-        });
-        record_errors(&mut errors, &mut stopped, &remove, results);
-        let unpause = unless_stopping(
-            env,
-            names(|op| matches!(op, Op::Unpause { .. })),
-            &mut stopped,
-        );
-        let results = batch_then_each(env.runner, &unpause, |batch| {
-            env.runner
-                .run(tool, &podman::unpause(), batch)
-                .map(drop)
-                .map_err(|e| KindError::command("unpause", e))
-        });
-        record_errors(&mut errors, &mut stopped, &unpause, results);
-        let stop: Vec<&str> = names(|op| matches!(op, Op::Stop | Op::Unpause { stop: true }))
-            .into_iter()
-            .filter(|name| !errors.contains_key(name) && !stopped.contains(name))
-            .collect();
-        let stop = unless_stopping(env, stop, &mut stopped);
-        let results = batch_then_each(env.runner, &stop, |batch| {
-            env.runner
-                .run(tool, &podman::stop(), batch)
-                .map(drop)
-                .map_err(|e| KindError::command("stop", e))
-        });
-        record_errors(&mut errors, &mut stopped, &stop, results);
-        for change in changes {
-            if !matches!(change.op, Op::Create { .. })
-                || errors.contains_key(change.key.as_str())
-                || stopped.contains(change.key.as_str())
-            {
-                continue;
-            }
-            if (env.interrupted)() {
-                stopped.insert(&change.key);
-                continue;
-            }
-            let created = match cx.declaration.containers.get(&change.key) {
-                Some(spec) => create(env, &change.key, spec, cx.digest_key.as_ref()),
-                None => Err("no longer declared, so there is nothing to create it from".into()),
-            };
-            if let Err(e) = created {
-                errors.insert(&change.key, e);
-            }
-        }
-        let start: Vec<&str> = changes
-            .iter()
-            .filter(|c| {
-                matches!(c.op, Op::Start | Op::Create { start: true, .. })
-                    && !errors.contains_key(c.key.as_str())
-                    && !stopped.contains(c.key.as_str())
-            })
-            .map(|c| c.key.as_str())
-            .collect();
-        let start = unless_stopping(env, start, &mut stopped);
-        let results = batch_then_each(env.runner, &start, |batch| {
-            env.runner
-                .run(tool, &podman::start(), batch)
-                .map(drop)
-                .map_err(|e| KindError::command("start", e))
-        });
-        record_errors(&mut errors, &mut stopped, &start, results);
-        changes
-            .iter()
-            .map(|c| match errors.get(c.key.as_str()) {
-                Some(e) => Outcome::Failed(e.clone()),
-                None if stopped.contains(c.key.as_str()) => Outcome::Stopped,
-                None => Outcome::Done,
-            })
-            .collect()
+        apply::apply(env, cx, changes)
     }
-}
-
-/// `names`, or none once the host is stopping (they go to `stopped`, for the next run).
-fn unless_stopping<'a>(
-    env: &Env,
-    names: Vec<&'a str>,
-    stopped: &mut BTreeSet<&'a str>,
-) -> Vec<&'a str> {
-    if names.is_empty() || !(env.interrupted)() {
-        return names;
-    }
-    stopped.extend(names);
-    Vec::new()
-}
-
-/// `podman create` of `spec`, labelled as the host's with its digest, and, when the container
-/// has an environment, `--env-file` from the store: written just before, removed just after.
-fn create(env: &Env, name: &str, spec: &Spec, key: Option<&[u8; 32]>) -> Result<(), KindError> {
-    let vars = Some(&spec.env).filter(|v| !v.is_empty());
-    let env_file = match (vars, env.store) {
-        (None, _) => None,
-        (Some(vars), Some(store)) => Some(
-            store
-                .write_env_file(name, &env_file(vars))
-                .map_err(|e| e.to_string())?,
-        ),
-        (Some(_), None) => return Err("no store to keep its environment file in".into()),
-    };
-    let env_file_text = env_file.as_ref().map(|p| p.display().to_string());
-    let spec_digest = label_digest(spec, key);
-    let labels = labels(&spec_digest);
-    let command = create_command(name, spec, &labels, env_file_text.as_deref());
-    let created = env
-        .runner
-        .run(
-            &env.config.podman,
-            &command.options(),
-            &command.positional(),
-        )
-        .map(drop)
-        .map_err(|e| KindError::command("create", e));
-    match (env_file, env.store) {
-        (Some(_), Some(store)) => created.and(
-            store
-                .remove_env_file(name)
-                .map_err(|e| KindError::from(e.to_string())),
-        ),
-        _ => created,
-    }
-}
-
-/// podman's `--env-file` format: `NAME=VALUE` lines, the value verbatim to the line's end (what
-/// validation lets through: no line breaks or NULs, no leading quote).
-fn env_file(vars: &BTreeMap<String, String>) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (name, value) in vars {
-        out.extend_from_slice(format!("{name}={value}\n").as_bytes());
-    }
-    out
-}
-
-/// Keeps the first error of each resource; names past the results' end were not attempted (the
-/// host stopping).
-fn record_errors<'a>(
-    errors: &mut BTreeMap<&'a str, KindError>,
-    stopped: &mut BTreeSet<&'a str>,
-    names: &[&'a str],
-    results: Vec<Result<(), KindError>>,
-) {
-    stopped.extend(names.iter().skip(results.len()));
-    for (name, result) in names.iter().zip(results) {
-        if let Err(e) = result {
-            errors.entry(*name).or_insert(e);
-        }
-    }
-}
-
-fn absent() -> Observed {
-    Observed {
-        exists: false,
-        running: false,
-        paused: false,
-        ours: false,
-        spec_digest: None,
-    }
-}
-
-/// The digest a container's `mesh-host.spec` label holds, which `podman ps` shows and a create's
-/// command line carries (into errors, traces and the debug log): the first 32 hex digits of the
-/// SHA-256 of the spec's encoding. Of a spec with an environment, whose values are secret, it is
-/// keyed with the host's digest key (the HMAC-SHA256 of the encoding, `codec::hmac_sha256`), so
-/// no one can test a guessed value against it.
-pub fn label_digest(spec: &Spec, key: Option<&[u8; 32]>) -> String {
-    let encoding = encoding(spec);
-    let digest = match key.filter(|_| !spec.env.is_empty()) {
-        Some(key) => encoding.keyed_digest(key),
-        None => encoding.digest(),
-    };
-    codec::hex(&digest)[..32].to_string()
-}
-
-/// Whether a container's label says it was created from `spec`: its label, or the one 21d51db
-/// and earlier gave it (`legacy`), which it keeps until it is recreated for another reason.
-fn label_matches(label: Option<&str>, spec: &Spec, key: Option<&[u8; 32]>) -> bool {
-    let Some(label) = label else {
-        return false;
-    };
-    label == label_digest(spec, key) || label == legacy::label_digest(spec, key)
-}
-
-/// The labels of a container the host creates: owned, and the digest of its spec.
-fn labels(spec_digest: &str) -> [(&'static str, &str); 2] {
-    [(OWNED_LABEL, "1"), (SPEC_LABEL, spec_digest)]
-}
-
-/// What `podman create` is given for `spec`. The environment is not in its arguments: it goes
-/// in an `--env-file` (`env_file`), so its values never reach an argv.
-fn create_command<'a>(
-    name: &'a str,
-    spec: &'a Spec,
-    labels: &'a [(&'a str, &'a str)],
-    env_file: Option<&'a str>,
-) -> podman::Create<'a> {
-    podman::Create {
-        name,
-        labels,
-        ports: &spec.ports,
-        volumes: &spec.volumes,
-        network: spec.network.as_deref(),
-        init: spec.init,
-        env_file,
-        image: &spec.image,
-        command: &spec.command,
-    }
-}
-
-/// What `podman ps` says of each container, by name.
-fn observed(stdout: &[u8]) -> Result<BTreeMap<String, Observed>, serde_json::Error> {
-    let mut out = BTreeMap::new();
-    for container in podman::parse_ps(stdout)? {
-        let observed = Observed {
-            exists: true,
-            running: container.state == State::Running,
-            paused: container.state == State::Paused,
-            ours: container.labels.get(OWNED_LABEL).map(String::as_str) == Some("1"),
-            spec_digest: container.labels.get(SPEC_LABEL).cloned(),
-        };
-        for name in container.names {
-            out.insert(name, observed.clone());
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::apply::{create_command, env_file};
+    use super::observe::observed;
+    use super::state::{absent, label_digest, labels};
     use super::*;
     use crate::model::declaration::tests::{check_refused, parse_with_defaults, problems};
+    use crate::model::spec::containers::digest;
+    use crate::util::codec;
 
     #[test]
     fn validation() {
