@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::state::Op;
-use crate::kinds::{Env, RunContext};
+use crate::kinds::{Change, Env, Outcome, RunContext};
 use crate::model::spec::files::{Files, Original, Spec};
 use crate::os::fsutil::{self, Dir, Fence, FileType, PendingWrite, WalkError};
 use crate::store::{Entry, Ledger, Origin, OriginalAttrs, Store};
@@ -47,6 +47,107 @@ pub fn put_back(env: &Env, cx: &RunContext, ledger: &mut Ledger, key: &str) -> R
 /// `reconcile` makes it the file's outcome.
 pub fn refused(cx: &RunContext, key: &str, why: &str) {
     (cx.facts.files.refused.borrow_mut()).push((key.to_string(), why.to_string()));
+}
+
+/// Write-ahead for directories too: the ledger lists every directory this run will create
+/// before it exists, so a crash cannot leave one the host would never remove.
+pub fn directories_ahead(
+    env: &Env,
+    root: &Dir,
+    ledger: &mut Ledger,
+    changes: &[Change<Op, Original>],
+) -> Result<(), String> {
+    let mut looked_at = HashSet::new();
+    let upcoming: Vec<PathBuf> = changes
+        .iter()
+        .filter(|c| matches!(c.op, Op::Write { .. } | Op::Restore(_)))
+        .filter(|c| looked_at.insert(Path::new(&c.key).parent()))
+        .flat_map(|c| missing_directories(root, Path::new(&c.key)))
+        .filter(|d| !ledger.directories.contains(d))
+        .collect();
+    if upcoming.is_empty() {
+        return Ok(());
+    }
+    ledger.directories.extend(upcoming);
+    match env.store {
+        Some(store) => store.save_ledger(ledger).map_err(|e| e.to_string()),
+        None => Ok(()),
+    }
+}
+
+/// Each change carried out, in order, until the host is stopping; with the writes whose new
+/// content waits beside its file (by the change's index), to be put in place.
+pub fn apply_each(
+    env: &Env,
+    cx: &RunContext,
+    parents: &mut ParentDirs,
+    ledger: &mut Ledger,
+    changes: &[Change<Op, Original>],
+) -> (Vec<Outcome>, Vec<(usize, PendingWrite)>) {
+    let mut written = Vec::new();
+    let outcomes = changes
+        .iter()
+        .enumerate()
+        .map(|(i, change)| {
+            if (env.interrupted)() {
+                return Outcome::Stopped;
+            }
+            match apply_one(env, cx, parents, ledger, &change.key, &change.op) {
+                Ok(Some(pending)) => {
+                    written.push((i, pending));
+                    Outcome::Done
+                }
+                Ok(None) => Outcome::Done,
+                Err(e) => Outcome::Failed(e.into()),
+            }
+        })
+        .collect();
+    (outcomes, written)
+}
+
+/// The new contents are written but not in place: made durable all at once (one sync per
+/// filesystem instead of an fsync per file), then renamed, so no name ever points at data that
+/// is not on disk. The renames are durable once their directories are: a write whose directory
+/// cannot be synced has not happened as far as the ledger is concerned.
+pub fn put_in_place(
+    parents: &mut ParentDirs,
+    changes: &[Change<Op, Original>],
+    written: Vec<(usize, PendingWrite)>,
+    outcomes: &mut [Outcome],
+) {
+    let synced = match written.is_empty() {
+        true => Ok(()),
+        false => parents.sync_filesystems(),
+    };
+    for (i, pending) in written {
+        let key = &changes[i].key;
+        let dir = Path::new(key).parent().unwrap_or(Path::new("/"));
+        outcomes[i] = match (&synced, parents.dirs.get(dir)) {
+            (Ok(()), Some((dir, _))) => match dir.rename_pending(pending) {
+                Ok(()) => Outcome::Done,
+                Err(e) => Outcome::Failed(format!("{key}: cannot write: {e}").into()),
+            },
+            (Err(e), Some((dir, _))) => {
+                dir.discard_pending(pending);
+                Outcome::Failed(format!("{key}: cannot make the write durable: {e}").into())
+            }
+            (_, None) => Outcome::Failed(format!("{key}: its directory was lost").into()),
+        };
+    }
+    for (dir, e) in parents.sync() {
+        for (change, outcome) in changes.iter().zip(outcomes.iter_mut()) {
+            if *outcome == Outcome::Done && Path::new(&change.key).parent() == Some(&dir) {
+                *outcome = Outcome::Failed(
+                    format!(
+                        "{}: cannot make the write durable (fsync {}): {e}",
+                        change.key,
+                        dir.display()
+                    )
+                    .into(),
+                );
+            }
+        }
+    }
 }
 
 /// Carries out one change; a write gives back its temp file, to be renamed once every written
@@ -98,43 +199,47 @@ pub fn apply_one(
             .and_then(|_| parent.dir.remove_temp(&parent.name))
             .map(|()| None)
             .map_err(|e| io("remove", e)),
-        Op::Restore(original) => {
-            let store = env.store.ok_or("no store to restore the original from")?;
-            let bytes = store
-                .read_backup(&original.backup)
-                .map_err(|e| e.to_string())?;
-            // What was kept with the backup is the original's, whatever the ledger says (it
-            // may have been lost, and the file adopted again as the host had left it).
-            let attrs = store
-                .backup_attrs(&original.backup)
-                .map_err(|e| e.to_string())?;
-            let (mode, owner, xattrs) = match &attrs {
-                Some(a) => (
-                    a.mode,
-                    (a.uid, a.gid),
-                    a.xattrs().map_err(|e| format!("{key}: {e}"))?,
-                ),
-                None => (original.mode, (original.uid, original.gid), Vec::new()),
-            };
-            refuse_non_file(&parent, key)?;
-            let refused = parent
-                .dir
-                .replace_unsynced(&parent.name, &bytes, mode, Some(owner), &xattrs)
-                .map_err(|e| io("restore the original", e))?;
-            if !refused.is_empty() {
-                log::warn!(
-                    "{key}: put back without the extended attributes this process may not set: {}",
-                    refused.join(", ")
-                );
-            }
-            Ok(None)
-        }
+        Op::Restore(original) => restore(env, &parent, key, original).map(|()| None),
         Op::Forget => parent
             .dir
             .remove_temp(&parent.name)
             .map(|()| None)
             .map_err(|e| io("remove", e)),
     }
+}
+
+/// Puts an adopted file's original back: its content, and the mode, owner and extended
+/// attributes kept with its backup.
+fn restore(env: &Env, parent: &ParentRef, key: &str, original: &Original) -> Result<(), String> {
+    let store = env.store.ok_or("no store to restore the original from")?;
+    let bytes = store
+        .read_backup(&original.backup)
+        .map_err(|e| e.to_string())?;
+    // What was kept with the backup is the original's, whatever the ledger says (it may have
+    // been lost, and the file adopted again as the host had left it).
+    let attrs = store
+        .backup_attrs(&original.backup)
+        .map_err(|e| e.to_string())?;
+    let (mode, owner, xattrs) = match &attrs {
+        Some(a) => (
+            a.mode,
+            (a.uid, a.gid),
+            a.xattrs().map_err(|e| format!("{key}: {e}"))?,
+        ),
+        None => (original.mode, (original.uid, original.gid), Vec::new()),
+    };
+    refuse_non_file(parent, key)?;
+    let refused = parent
+        .dir
+        .replace_unsynced(&parent.name, &bytes, mode, Some(owner), &xattrs)
+        .map_err(|e| format!("{key}: cannot restore the original: {e}"))?;
+    if !refused.is_empty() {
+        log::warn!(
+            "{key}: put back without the extended attributes this process may not set: {}",
+            refused.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// Before the host first changes an adopted file, keeps what it has besides its bytes (mode,

@@ -2,8 +2,7 @@
 //! through a symlink; an adopted file's original is kept in the store and put back on release;
 //! directories the host had to create are removed again once empty.
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::{Change, Env, Hints, Kind, KindError, Observations, Outcome, RunContext, Step};
 use crate::model::declaration::Declaration;
@@ -22,7 +21,7 @@ mod observe;
 mod plan;
 mod state;
 
-use apply::{apply_one, missing_directories, remove_unneeded_directories, ParentDirs};
+use apply::{apply_each, directories_ahead, put_in_place, remove_unneeded_directories, ParentDirs};
 pub use apply::{put_back, refused};
 use observe::{Declared, IndexUse, Looking};
 use plan::{plan_absent, plan_present, plan_release};
@@ -157,81 +156,12 @@ impl Kind for Files {
             Ok(root) => root,
             Err(e) => return fail_all(format!("root {}: {e}", env.root.display())),
         };
-        // Write-ahead for directories too: the ledger lists every directory this run will create
-        // before it exists, so a crash cannot leave one the host would never remove.
-        let mut looked_at = HashSet::new();
-        let upcoming: Vec<PathBuf> = changes
-            .iter()
-            .filter(|c| matches!(c.op, Op::Write { .. } | Op::Restore(_)))
-            .filter(|c| looked_at.insert(Path::new(&c.key).parent()))
-            .flat_map(|c| missing_directories(&root, Path::new(&c.key)))
-            .filter(|d| !ledger.directories.contains(d))
-            .collect();
-        if !upcoming.is_empty() {
-            ledger.directories.extend(upcoming);
-            if let Some(store) = env.store {
-                if let Err(e) = store.save_ledger(ledger) {
-                    return fail_all(e.to_string());
-                }
-            }
+        if let Err(e) = directories_ahead(env, &root, ledger, changes) {
+            return fail_all(e);
         }
         let mut parents = ParentDirs::new(&root, env);
-        let mut written = Vec::new();
-        let mut outcomes: Vec<Outcome> = changes
-            .iter()
-            .enumerate()
-            .map(|(i, change)| {
-                if (env.interrupted)() {
-                    return Outcome::Stopped;
-                }
-                match apply_one(env, cx, &mut parents, ledger, &change.key, &change.op) {
-                    Ok(Some(pending)) => {
-                        written.push((i, pending));
-                        Outcome::Done
-                    }
-                    Ok(None) => Outcome::Done,
-                    Err(e) => Outcome::Failed(e.into()),
-                }
-            })
-            .collect();
-        // The new contents are written but not in place: made durable all at once (one sync per
-        // filesystem instead of an fsync per file), then renamed, so no name ever points at data
-        // that is not on disk.
-        let synced = match written.is_empty() {
-            true => Ok(()),
-            false => parents.sync_filesystems(),
-        };
-        for (i, pending) in written {
-            let key = &changes[i].key;
-            let dir = Path::new(key).parent().unwrap_or(Path::new("/"));
-            outcomes[i] = match (&synced, parents.dirs.get(dir)) {
-                (Ok(()), Some((dir, _))) => match dir.rename_pending(pending) {
-                    Ok(()) => Outcome::Done,
-                    Err(e) => Outcome::Failed(format!("{key}: cannot write: {e}").into()),
-                },
-                (Err(e), Some((dir, _))) => {
-                    dir.discard_pending(pending);
-                    Outcome::Failed(format!("{key}: cannot make the write durable: {e}").into())
-                }
-                (_, None) => Outcome::Failed(format!("{key}: its directory was lost").into()),
-            };
-        }
-        // The renames are durable once their directories are: a write whose directory cannot be
-        // synced has not happened as far as the ledger is concerned.
-        for (dir, e) in parents.sync() {
-            for (change, outcome) in changes.iter().zip(outcomes.iter_mut()) {
-                if *outcome == Outcome::Done && Path::new(&change.key).parent() == Some(&dir) {
-                    *outcome = Outcome::Failed(
-                        format!(
-                            "{}: cannot make the write durable (fsync {}): {e}",
-                            change.key,
-                            dir.display()
-                        )
-                        .into(),
-                    );
-                }
-            }
-        }
+        let (mut outcomes, written) = apply_each(env, cx, &mut parents, ledger, changes);
+        put_in_place(&mut parents, changes, written, &mut outcomes);
         drop(parents);
         remove_unneeded_directories(&root, cx, ledger);
         outcomes
@@ -310,6 +240,7 @@ impl Kind for Files {
 
 #[cfg(test)]
 mod tests {
+    use super::apply::missing_directories;
     use super::plan::adopted_entry;
     use super::*;
     use crate::kinds::Details;
@@ -319,6 +250,7 @@ mod tests {
     use crate::os::fsutil::{self, FileType, Stamp, Stat};
     use crate::store::{Cached, FilesIndex, Store};
     use crate::util::codec;
+    use std::path::PathBuf;
 
     #[test]
     fn path_rules() {

@@ -20,129 +20,168 @@ pub fn plan_present(
     owned: Option<&Entry<Original>>,
     diffs: bool,
 ) -> Step<Op, Original> {
-    let (uid, gid) = match (&observed.uid, &observed.gid) {
+    let ids = match (&observed.uid, &observed.gid) {
         (Ok(u), Ok(g)) => (*u, *g),
         (Err(e), _) => return Step::Fail(format!("owner: {e}")),
         (_, Err(e)) => return Step::Fail(format!("group: {e}")),
     };
-    // Only a change needs the digest: a no-op over many files must not hash each one again.
-    let after = || LedgerAfter::Applied(content_digest(content));
     match &observed.state {
         State::Blocked(e) => Step::Fail(e.clone()),
         State::Other(t) => Step::Fail(format!(
             "{key} is {}; mesh-host does not replace it",
             t.describe()
         )),
-        State::Missing => {
-            let mode = match content.is_secret() {
-                true => content.mode.unwrap_or(DEFAULT_SECRET_MODE),
-                false => content.mode.unwrap_or(DEFAULT_MODE),
-            };
-            let owner =
-                (uid.is_some() || gid.is_some()).then(|| (uid.unwrap_or(0), gid.unwrap_or(0)));
-            Step::Change(Change {
-                key: key.to_string(),
-                action: Action::Create,
-                details: vec![match content.is_secret() {
-                    true => format!(
-                        "secret, {}, mode {mode:04o}",
-                        cx.secret_summary(&content.bytes)
-                    ),
-                    false => format!("{} bytes, mode {mode:04o}", content.bytes.len()),
-                }]
-                .into(),
-                diff: diffs.then(|| {
-                    Box::new(ContentDiff::new(
-                        "absent",
-                        "declared",
-                        None,
-                        Some(&content.bytes),
-                        shows_content(Some(content), &[]),
-                    ))
-                }),
-                intent: owned.is_none().then(|| Box::new(Entry::created())),
-                backup: None,
-                after: after(),
-                op: Op::Write { mode, owner },
-            })
-        }
+        State::Missing => plan_missing(cx, key, content, owned, diffs, ids),
         State::Regular { stat, held } => {
-            let mut details = Vec::new();
-            let original = match held {
-                Held::Declared { .. } => &content.bytes[..],
-                Held::Other(bytes) => &bytes[..],
-                Held::Unread => return Step::Fail(format!("{key} was not read")),
-            };
-            let content_differs = matches!(held, Held::Other(_));
-            if content_differs && content.is_secret() {
-                details.push(format!(
-                    "secret content ({} -> {})",
-                    cx.secret_summary(original),
-                    cx.secret_summary(&content.bytes)
-                ));
-            } else if content_differs {
-                details.push(format!(
-                    "content ({} -> {} bytes)",
-                    original.len(),
-                    content.bytes.len()
-                ));
-            }
-            let mode = content.mode.unwrap_or(stat.mode);
-            if mode != stat.mode {
-                details.push(format!("mode {:04o} -> {mode:04o}", stat.mode));
-            }
-            let (new_uid, new_gid) = (uid.unwrap_or(stat.uid), gid.unwrap_or(stat.gid));
-            if new_uid != stat.uid {
-                details.push(format!("owner {} -> {new_uid}", stat.uid));
-            }
-            if new_gid != stat.gid {
-                details.push(format!("group {} -> {new_gid}", stat.gid));
-            }
-            let (intent, backup) = match owned {
-                Some(_) => (None, None),
-                None => (Some(adopted_entry(key, stat)), Some(original.to_vec())),
-            };
-            if details.is_empty() {
-                return match (intent, backup) {
-                    (Some(intent), backup) => Step::Adopt { intent, backup },
-                    _ => Step::InSync,
-                };
-            }
-            let owner = Some((new_uid, new_gid));
-            // A file with other links is never changed in place: they may be anywhere (another
-            // directory, the store), and a new file at this name leaves them as they are.
-            let op = if content_differs || stat.links > 1 {
-                Op::Write { mode, owner }
-            } else {
-                Op::SetAttributes { mode, owner }
-            };
-            if stat.links > 1 {
-                details.push(match stat.links - 1 {
-                    1 => "written as a new file: its other hard link keeps its own".to_string(),
-                    n => format!("written as a new file: its {n} other hard links keep theirs"),
-                });
-            }
-            let diff = (content_differs && diffs).then(|| {
-                Box::new(ContentDiff::new(
-                    "on the machine",
-                    "declared",
-                    Some(original),
-                    Some(&content.bytes),
-                    shows_content(Some(content), &[stat.mode]),
-                ))
-            });
-            Step::Change(Change {
-                key: key.to_string(),
-                action: Action::Update,
-                details: details.into(),
-                diff,
-                intent: intent.map(Box::new),
-                backup: backup.map(Vec::into_boxed_slice),
-                after: after(),
-                op,
-            })
+            plan_regular(cx, key, content, owned, diffs, ids, (stat, held))
         }
     }
+}
+
+/// The declared owner and group's ids, where the declaration names them.
+type Ids = (Option<u32>, Option<u32>);
+
+/// A declared file that is not there: created.
+fn plan_missing(
+    cx: &RunContext,
+    key: &str,
+    content: &Content,
+    owned: Option<&Entry<Original>>,
+    diffs: bool,
+    (uid, gid): Ids,
+) -> Step<Op, Original> {
+    let mode = match content.is_secret() {
+        true => content.mode.unwrap_or(DEFAULT_SECRET_MODE),
+        false => content.mode.unwrap_or(DEFAULT_MODE),
+    };
+    let owner = (uid.is_some() || gid.is_some()).then(|| (uid.unwrap_or(0), gid.unwrap_or(0)));
+    Step::Change(Change {
+        key: key.to_string(),
+        action: Action::Create,
+        details: vec![match content.is_secret() {
+            true => format!(
+                "secret, {}, mode {mode:04o}",
+                cx.secret_summary(&content.bytes)
+            ),
+            false => format!("{} bytes, mode {mode:04o}", content.bytes.len()),
+        }]
+        .into(),
+        diff: diffs.then(|| {
+            Box::new(ContentDiff::new(
+                "absent",
+                "declared",
+                None,
+                Some(&content.bytes),
+                shows_content(Some(content), &[]),
+            ))
+        }),
+        intent: owned.is_none().then(|| Box::new(Entry::created())),
+        backup: None,
+        // Only a change needs the digest: a no-op over many files must not hash each one again.
+        after: LedgerAfter::Applied(content_digest(content)),
+        op: Op::Write { mode, owner },
+    })
+}
+
+/// A declared file that is a regular file: in sync, adopted as it is, or changed (written
+/// anew, or its attributes set).
+fn plan_regular(
+    cx: &RunContext,
+    key: &str,
+    content: &Content,
+    owned: Option<&Entry<Original>>,
+    diffs: bool,
+    ids: Ids,
+    (stat, held): (&Stat, &Held),
+) -> Step<Op, Original> {
+    let original = match held {
+        Held::Declared { .. } => &content.bytes[..],
+        Held::Other(bytes) => &bytes[..],
+        Held::Unread => return Step::Fail(format!("{key} was not read")),
+    };
+    let content_differs = matches!(held, Held::Other(_));
+    let (mut details, mode, owner) = differences(cx, content, original, content_differs, stat, ids);
+    let (intent, backup) = match owned {
+        Some(_) => (None, None),
+        None => (Some(adopted_entry(key, stat)), Some(original.to_vec())),
+    };
+    if details.is_empty() {
+        return match (intent, backup) {
+            (Some(intent), backup) => Step::Adopt { intent, backup },
+            _ => Step::InSync,
+        };
+    }
+    let owner = Some(owner);
+    // A file with other links is never changed in place: they may be anywhere (another
+    // directory, the store), and a new file at this name leaves them as they are.
+    let op = if content_differs || stat.links > 1 {
+        Op::Write { mode, owner }
+    } else {
+        Op::SetAttributes { mode, owner }
+    };
+    if stat.links > 1 {
+        details.push(match stat.links - 1 {
+            1 => "written as a new file: its other hard link keeps its own".to_string(),
+            n => format!("written as a new file: its {n} other hard links keep theirs"),
+        });
+    }
+    let diff = (content_differs && diffs).then(|| {
+        Box::new(ContentDiff::new(
+            "on the machine",
+            "declared",
+            Some(original),
+            Some(&content.bytes),
+            shows_content(Some(content), &[stat.mode]),
+        ))
+    });
+    Step::Change(Change {
+        key: key.to_string(),
+        action: Action::Update,
+        details: details.into(),
+        diff,
+        intent: intent.map(Box::new),
+        backup: backup.map(Vec::into_boxed_slice),
+        after: LedgerAfter::Applied(content_digest(content)),
+        op,
+    })
+}
+
+/// What differs between a regular file (`stat`, its content `original`) and its declaration,
+/// for people, with the mode and owner it is to have.
+fn differences(
+    cx: &RunContext,
+    content: &Content,
+    original: &[u8],
+    content_differs: bool,
+    stat: &Stat,
+    (uid, gid): Ids,
+) -> (Vec<String>, u32, (u32, u32)) {
+    let mut details = Vec::new();
+    if content_differs && content.is_secret() {
+        details.push(format!(
+            "secret content ({} -> {})",
+            cx.secret_summary(original),
+            cx.secret_summary(&content.bytes)
+        ));
+    } else if content_differs {
+        details.push(format!(
+            "content ({} -> {} bytes)",
+            original.len(),
+            content.bytes.len()
+        ));
+    }
+    let mode = content.mode.unwrap_or(stat.mode);
+    if mode != stat.mode {
+        details.push(format!("mode {:04o} -> {mode:04o}", stat.mode));
+    }
+    let (new_uid, new_gid) = (uid.unwrap_or(stat.uid), gid.unwrap_or(stat.gid));
+    if new_uid != stat.uid {
+        details.push(format!("owner {} -> {new_uid}", stat.uid));
+    }
+    if new_gid != stat.gid {
+        details.push(format!("group {} -> {new_gid}", stat.gid));
+    }
+    (details, mode, (new_uid, new_gid))
 }
 
 /// Whether a file's content may be shown in a plan's diff: the one place that decides, for a
