@@ -3,127 +3,28 @@
 //! is recorded durably *before* anything is touched, and outcomes are recorded after, so the
 //! ledger never lies about what the host owns. A failing resource never stops the others.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use serde::Serialize;
-
-use crate::engine::facts;
-use crate::kinds::{
-    self, backup_key, Action, Change, Details, Env, Kind, LedgerAfter, Outcome, RunContext, Step,
-    Visit,
-};
+use crate::kinds::{self, Env, Kind, RunContext, Visit};
 use crate::model::declaration::Declaration;
-use crate::model::pacnew::{Pacnew, QuietDirs};
-use crate::model::upkeep::{self, Needs};
-use crate::store::{
-    Entry, Failing, Foreign, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError,
-};
-use crate::util::diff::ContentDiff;
-use crate::util::progress::{self, Event};
-use crate::util::sorted::{self, Walk};
+use crate::store::{Ledger, Store, StoreError};
+
+mod after;
+mod hooks;
+mod kind;
+mod owned;
+mod report;
+
+use after::{count_foreign, needs_now, remove_unreferenced_backups};
+use hooks::{fail_refused, pacnew_found};
+pub use owned::{owned, OwnedRow, OwnedState};
+pub use report::{Planned, Report, DIFFS_KEPT};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Observe and plan only; nothing changes.
     Plan,
     Apply,
-}
-
-/// What a run did or (in plan mode) would do: the reconciler's own record, never serialized
-/// (the run record, the wire report and the commands' output are made from it).
-#[derive(Debug, Default)]
-pub struct Report {
-    pub changes: Vec<Planned>,
-    pub failures: Vec<ResourceResult>,
-    pub deferred: Vec<ResourceResult>,
-    /// Resources found as declared and taken over (originals kept).
-    pub adopted: Vec<ResourceResult>,
-    pub in_sync: usize,
-    /// The host was being stopped: kinds after the one being applied were left for the next run.
-    pub interrupted: bool,
-    /// The kinds this run went through: their resources not among `failures` have converged.
-    pub checked: Vec<&'static str>,
-    /// Owned files with a `.pacnew` or `.pacsave` beside them, looked for after the run.
-    pub pacnew: Vec<Pacnew>,
-    /// `in_sync` by kind, for the metrics.
-    pub in_sync_by_kind: BTreeMap<&'static str, usize>,
-    /// What the machine needs after the run (a reboot, restarts), looked for after every run
-    /// that applies on the running system (`None`: planning, or under `--root`).
-    pub needs: Option<Needs>,
-    /// The foreign packages, counted after a run on the running system when pacman's databases
-    /// changed since the count the store keeps (`None`: not counted by this run).
-    pub foreign: Option<Foreign>,
-    /// The diffs of the `changes` that have one, by their index there: apart, so a change
-    /// without one (most in a large run, every one in the service's) costs nothing for them.
-    pub diffs: Vec<(usize, Box<ContentDiff>)>,
-    /// What the changes' diffs hold so far (`ContentDiff::weight`), bounded by `DIFFS_KEPT`.
-    pub diff_bytes: usize,
-    /// Changes were planned without their diff, the run's diffs having reached `DIFFS_KEPT`.
-    pub diffs_cut: bool,
-}
-
-/// The most a run holds of its changes' diffs (each already capped by `diff.rs`), past which
-/// changes are planned without theirs: some 3,000 lines, more than a person reads at once, and
-/// little beside what a 20,000-file converge uses (docs/performance.md, figure 11).
-pub const DIFFS_KEPT: usize = 256 << 10;
-
-/// `diff`, if the `kept` bytes of diffs are still within `DIFFS_KEPT` (then counted in them).
-fn within_bound(kept: &mut usize, diff: Option<Box<ContentDiff>>) -> Option<Box<ContentDiff>> {
-    let diff = diff.filter(|_| *kept < DIFFS_KEPT)?;
-    *kept += diff.weight();
-    Some(diff)
-}
-
-/// One change a run made or (planning) would make: a run's report holds one for each of
-/// thousands of changes, so its kind is the registry's name and its details one string.
-#[derive(Debug, Clone, Serialize)]
-pub struct Planned {
-    pub kind: &'static str,
-    pub key: String,
-    /// `+`, `~` or `-`: the action's sign, kept for the JSON of `plan` and `apply`.
-    pub symbol: char,
-    #[serde(serialize_with = "action_word")]
-    pub action: Action,
-    pub details: Details,
-}
-
-fn action_word<S: serde::Serializer>(action: &Action, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(action.word())
-}
-
-impl Planned {
-    pub fn as_result(&self) -> ResourceResult {
-        ResourceResult {
-            kind: self.kind.to_string(),
-            key: self.key.clone(),
-            action: self.action.into(),
-            detail: self.details.join(", "),
-        }
-    }
-}
-
-impl From<Action> for ResultAction {
-    fn from(action: Action) -> ResultAction {
-        match action {
-            Action::Create => ResultAction::Create,
-            Action::Update => ResultAction::Update,
-            Action::Remove => ResultAction::Remove,
-        }
-    }
-}
-
-fn result(
-    kind: &str,
-    key: &str,
-    action: ResultAction,
-    detail: impl Into<String>,
-) -> ResourceResult {
-    ResourceResult {
-        kind: kind.to_string(),
-        key: key.to_string(),
-        action,
-        detail: detail.into(),
-    }
 }
 
 /// Which resources a run observes and converges.
@@ -223,95 +124,29 @@ pub fn run_scoped_reporting(
     (report, None)
 }
 
-/// What the machine needs: the last look's answer while it stands (`upkeep::look_again`, and
-/// every process it found stale still is), else a new look, kept in the store. `changed`: the
-/// run changed something.
-fn needs_now(env: &Env, at: &upkeep::Where, changed: bool) -> Needs {
-    // Read before the look: whatever changes while it runs moves them for the next run.
-    let stamps = upkeep::stamps(at);
-    let now = env.clock.unix();
-    let last = env.store.and_then(Store::last_look);
-    let why = match upkeep::look_again(last.as_ref(), &stamps, now, changed) {
-        None => match last {
-            Some(last) if upkeep::still_stale(at, &last.stale) => {
-                log::debug!("the reboot and restart look stands: nothing it depends on changed");
-                return last.needs;
-            }
-            _ => "a process it found stale is not any more",
-        },
-        Some(why) => why,
-    };
-    log::debug!("the reboot and restart look is made again: {why}");
-    let (needs, stale) = upkeep::look(at);
-    if let Some(store) = env.store {
-        let looked = upkeep::Looked {
-            at: now,
-            stamps,
-            needs: needs.clone(),
-            stale,
-        };
-        if let Err(e) = store.save_look(&looked) {
-            log::warn!("{e}; the next run looks again");
-        }
-    }
-    needs
-}
-
-/// The foreign packages (`pacman -Qmq`, through the run's runner), when pacman's databases
-/// changed since the store's count: a run that changed nothing spawns nothing for them.
-fn count_foreign(env: &Env, at: &upkeep::Where) -> Option<Foreign> {
-    let stamp = facts::pacman_db_stamp(&at.db)?;
-    let kept = env
-        .store
-        .and_then(|s| s.stats().ok())
-        .and_then(|s| s.foreign);
-    if kept.is_some_and(|k| k.stamp == stamp) {
-        return None;
-    }
-    match kinds::pacman::foreign_count(env) {
-        Ok(count) => Some(Foreign { count, stamp }),
-        Err(e) => {
-            log::warn!("the foreign packages were not counted: {e}");
-            None
-        }
-    }
-}
-
-/// Originals are dropped only after the ledger stops pointing at them, so a crash in between
-/// leaves one set aside (`Store::release_backup`); this clears such leftovers, and only those:
-/// a backup the ledger does not list but that was never released is an original whose ledger
-/// entry was lost, kept for the resource's next adoption.
-fn remove_unreferenced_backups(store: &Store, ledger: &Ledger) -> Result<(), StoreError> {
-    let referenced: BTreeSet<String> = ledger
-        .adopted()
-        .into_iter()
-        .map(|(kind, key)| backup_key(kind, &key))
-        .collect();
-    store.remove_released_backups(&referenced)
-}
-
 /// What a run says of an adoption whose original was already in the store.
-const ORIGINAL_KEPT: &str = "the original kept in the store from an earlier adoption stays the \
+pub(super) const ORIGINAL_KEPT: &str =
+    "the original kept in the store from an earlier adoption stays the \
     original (the ledger no longer listed it)";
 
 /// How many resources of a kind are observed at once: a chunk's observations are planned and
 /// dropped before the next chunk is observed, so a large run holds one chunk's at a time, while
 /// a batched query (pacman, systemctl) still asks about thousands of names in one spawn (a
 /// handful of spawns however many packages: `tests/noop.rs`).
-const OBSERVED_AT_ONCE: usize = 4096;
+pub(super) const OBSERVED_AT_ONCE: usize = 4096;
 
 /// How many resources of a kind applied a chunk at a time (`Kind::APPLIED_IN_CHUNKS`) a chunk
 /// holds: its changes are held while it is applied, on top of what the chunks before recorded.
 /// Each chunk writes the ledger two or three times, so smaller chunks cost more writes for
 /// little less memory: this size keeps the converge within its memory goal
 /// (docs/performance.md, figure 11) with few ledger writes.
-const APPLIED_AT_ONCE: usize = 2048;
+pub(super) const APPLIED_AT_ONCE: usize = 2048;
 
 /// How many changed resources of a kind applied a chunk at a time (`Kind::APPLIED_IN_CHUNKS`)
 /// `verify` observes at once: that observation sits on top of the chunk's changes and what the
 /// chunks before recorded, the peak of a converge: a batch smaller than the chunk keeps that
 /// peak within its memory goal (docs/performance.md, figure 11).
-const VERIFIED_IN_CHUNKS_AT_ONCE: usize = 1024;
+pub(super) const VERIFIED_IN_CHUNKS_AT_ONCE: usize = 1024;
 
 /// One run's kinds, converged in the registry's order; a store error or the host being stopped
 /// ends it before the next kind.
@@ -336,7 +171,7 @@ impl Visit for Converging<'_, '_> {
             return;
         }
         let (env, cx, mode, scope) = (self.env, &mut self.cx, self.mode, self.scope);
-        let converged = converge::<K>(env, cx, self.ledger, mode, scope, &mut self.report)
+        let converged = kind::converge::<K>(env, cx, self.ledger, mode, scope, &mut self.report)
             .and_then(|()| fail_refused(env, &mut cx.facts, self.ledger, &mut self.report));
         if let Err(e) = converged {
             self.failed = Some(e);
@@ -344,642 +179,17 @@ impl Visit for Converging<'_, '_> {
     }
 }
 
-/// The changes a later kind refused and put back after their own kind's outcomes were recorded
-/// (`Kind::take_refused`: files systemd's confirmation refused): each moves from the run's
-/// changes to its failures with why, and the ledger, where the kind no longer has them as
-/// applied, is saved so.
-fn fail_refused(
-    env: &Env,
-    facts: &mut kinds::Facts,
-    ledger: &Ledger,
-    report: &mut Report,
-) -> Result<(), StoreError> {
-    let mut any = false;
-    for (kind, refused) in kinds::each(&mut Refused(facts)) {
-        for (key, why) in refused {
-            any = true;
-            let at = (report.changes.iter()).position(|c| c.kind == kind && c.key == key);
-            let action = match at.map(|at| report.remove_change(at)) {
-                Some(change) => change.action.into(),
-                None => ResultAction::Update,
-            };
-            report.failures.push(result(kind, &key, action, why));
-        }
-    }
-    save(env, ledger, any)
-}
-
-/// Each kind's refused changes, taken (`Kind::take_refused`).
-struct Refused<'r>(&'r mut kinds::Facts);
-
-impl Visit for Refused<'_> {
-    type Out = (&'static str, Vec<(String, String)>);
-    fn visit<K: Kind>(&mut self) -> Self::Out {
-        (K::NAME, K::take_refused(K::facts_mut(self.0)))
-    }
-}
-
-/// What every kind's resources will owe once the changes `facts` note are done
-/// (`Kind::owing`).
-struct Owing<'r, 'd>(&'d Declaration, &'r kinds::Facts);
-
-impl<'d> Visit for Owing<'_, 'd> {
-    type Out = Vec<(&'d str, &'d str)>;
-    fn visit<K: Kind>(&mut self) -> Self::Out {
-        K::owing(self.0, self.1)
-    }
-}
-
-fn owing<'d>(declaration: &'d Declaration, facts: &kinds::Facts) -> Vec<(&'d str, &'d str)> {
-    kinds::each(&mut Owing(declaration, facts)).concat()
-}
-
-/// Each kind's `.pacnew` and `.pacsave` files (`Kind::pacnew`), by kind.
-struct Pacnews<'r, 'a> {
-    env: &'r Env<'a>,
-    declaration: &'r Declaration,
-    ledger: &'r Ledger,
-    quiet: &'r mut QuietDirs,
-}
-
-impl Visit for Pacnews<'_, '_> {
-    type Out = (&'static str, Vec<Pacnew>);
-    fn visit<K: Kind>(&mut self) -> Self::Out {
-        let found = K::pacnew(self.env, self.declaration, self.ledger, self.quiet);
-        (K::NAME, found)
-    }
-}
-
-fn pacnew_found(
-    env: &Env,
-    declaration: &Declaration,
-    ledger: &Ledger,
-    quiet: &mut QuietDirs,
-) -> Vec<(&'static str, Vec<Pacnew>)> {
-    kinds::each(&mut Pacnews {
-        env,
-        declaration,
-        ledger,
-        quiet,
-    })
-}
-
-fn converge<K: Kind>(
-    env: &Env,
-    cx: &mut RunContext,
-    ledger: &mut Ledger,
-    mode: Mode,
-    scope: &Scope,
-    report: &mut Report,
-) -> Result<(), StoreError> {
-    report.checked.push(K::NAME);
-    let desired = K::desired(cx.declaration);
-    // Declared and owned (both lists are sorted: merged, not sorted). A declared key is borrowed
-    // from the declaration; one only owned (to be released) is copied, as the run changes the
-    // ledger: declared files copy nothing, however many.
-    let mut declared = desired.keys().peekable();
-    let released: Vec<String> = ledger
-        .owned_keys::<K>()
-        .filter(|key| {
-            while declared.next_if(|d| d.as_str() < *key).is_some() {}
-            declared.peek().map(|d| d.as_str()) != Some(*key)
-        })
-        .map(str::to_string)
-        .collect();
-    let keys: Vec<&str> = sorted::union(
-        desired.keys().map(String::as_str),
-        released.iter().map(String::as_str),
-    )
-    .into_iter()
-    .filter(|key| scope.includes(K::NAME, key))
-    .collect();
-    // A kind with no resource in the run is still applied when earlier kinds call on it (units
-    // reload the manager for the unit files the files kind wrote, and systemd confirms them).
-    let called = mode == Mode::Apply && K::called_by_facts(&cx.facts);
-    if keys.is_empty() && !called {
-        return Ok(());
-    }
-    let mut changes = Vec::new();
-    let mut ledger_dirty = false;
-    let in_chunks = mode == Mode::Apply && K::APPLIED_IN_CHUNKS;
-    let at_once = match in_chunks {
-        true => APPLIED_AT_ONCE,
-        false => OBSERVED_AT_ONCE,
-    };
-    let mut wanted = Walk::new(desired);
-    for (at, chunk) in keys.chunks(at_once).enumerate() {
-        // Applied a chunk at a time, the kind stops between chunks as the run does between
-        // kinds: what the chunks before did is recorded, the rest is left for the next run.
-        if in_chunks && at > 0 && (report.interrupted || (env.interrupted)()) {
-            report.interrupted = true;
-            return save(env, ledger, ledger_dirty);
-        }
-        let (failed_before, adopted_before) = (report.failures.len(), report.adopted.len());
-        let changes_before = changes.len();
-        env.runner.tell(|| Event::Step {
-            kind: K::NAME,
-            step: progress::Step::Observe,
-            total: chunk.len(),
-            named: progress::named(chunk.iter().map(|key| (None, *key))),
-        });
-        let observed = match K::observe(env, cx, chunk) {
-            Ok(observed) => observed,
-            Err(e) => {
-                // The kind's tool failed: these and the keys after them fail, unasked; what the
-                // chunks before planned (observed as they are) is still converged.
-                for key in &keys[at * at_once..] {
-                    report.failures.push(result(
-                        K::NAME,
-                        key,
-                        ResultAction::Observe,
-                        e.to_string(),
-                    ));
-                }
-                // Nothing observed, nothing to do: the kind is left as it is, as it always was.
-                if at == 0 {
-                    return Ok(());
-                }
-                break;
-            }
-        };
-        // The ledger is read in step with the chunk's keys; what planning changes in it is kept
-        // here and made once the chunk is planned (before any of it is applied).
-        let mut applied_now = Vec::new();
-        let mut adopted = Vec::new();
-        let mut in_sync = 0;
-        let mut owned = Walk::from(ledger.section::<K>(), chunk[0]);
-        let mut seen = Walk::new(&observed);
-        for key in chunk {
-            let (spec, entry) = (wanted.at(key), owned.at(key));
-            let observed = match seen.at(key) {
-                Some(Err(e)) => {
-                    report.failures.push(result(
-                        K::NAME,
-                        key,
-                        ResultAction::Observe,
-                        e.to_string(),
-                    ));
-                    continue;
-                }
-                Some(Ok(observed)) => Some(observed),
-                None => None,
-            };
-            // Diffs only while the run's stay within their bound.
-            cx.diffs = env.diffs && report.diff_bytes < DIFFS_KEPT;
-            match K::plan(cx, key, spec, observed, entry) {
-                Step::InSync => {
-                    in_sync += 1;
-                    // Owned and as declared: make the ledger's digest say so (after a crash mid-apply,
-                    // or when an equivalent spec was declared).
-                    if let (Mode::Apply, Some(spec), Some(entry)) = (mode, spec, entry) {
-                        let digest = K::digest_observed(spec, observed);
-                        if entry.applied.as_ref() != Some(&digest) {
-                            applied_now.push((key, digest));
-                        }
-                    }
-                }
-                Step::Adopt { mut intent, backup } => {
-                    let mut kept = false;
-                    if mode == Mode::Apply {
-                        if let (Some(bytes), Some(store)) = (&backup, env.store) {
-                            kept = store.save_backup(&backup_key(K::NAME, key), bytes)?;
-                        }
-                        intent.applied = spec.map(K::digest);
-                        adopted.push((key.to_string(), intent));
-                    }
-                    let detail = match kept {
-                        true => format!("already as declared; {ORIGINAL_KEPT}"),
-                        false => "already as declared".to_string(),
-                    };
-                    report
-                        .adopted
-                        .push(result(K::NAME, key, ResultAction::Adopt, detail));
-                }
-                Step::Change(change) => {
-                    match &change.diff {
-                        Some(diff) => report.diff_bytes += diff.weight(),
-                        None => report.diffs_cut |= env.diffs && !cx.diffs,
-                    }
-                    changes.push(change);
-                }
-                Step::Fail(e) => report
-                    .failures
-                    .push(result(K::NAME, key, ResultAction::Plan, e)),
-                Step::Skip(e) => {
-                    report
-                        .failures
-                        .push(result(K::NAME, key, ResultAction::Skipped, e))
-                }
-            }
-        }
-        // Planned: the chunk's observation is not needed again (`verify` makes its own), so it
-        // is not held beside the next one, nor beside the chunk's changes being applied.
-        drop(observed);
-        env.runner.tell(|| Event::Planned {
-            kind: K::NAME,
-            in_sync,
-            adopted: report.adopted.len() - adopted_before,
-            changes: changes.len() - changes_before,
-            failed: report.failures.len() - failed_before,
-        });
-        if in_sync > 0 {
-            report.in_sync += in_sync;
-            *report.in_sync_by_kind.entry(K::NAME).or_default() += in_sync;
-        }
-        ledger_dirty |= !applied_now.is_empty() || !adopted.is_empty();
-        for (key, digest) in applied_now {
-            ledger.set_applied::<K>(key, digest);
-        }
-        ledger.insert_all::<K>(adopted);
-        if in_chunks && !changes.is_empty() {
-            let dirty = std::mem::take(&mut ledger_dirty);
-            apply_planned::<K>(env, cx, ledger, std::mem::take(&mut changes), dirty, report)?;
-        }
-    }
-    if mode == Mode::Plan {
-        for change in &changes {
-            K::note(
-                cx.declaration,
-                K::facts_mut(&mut cx.facts),
-                change,
-                &Outcome::Done,
-            );
-        }
-        // Each change becomes its row (its key, details and diff moved, not copied).
-        for c in changes {
-            report.push_change(K::NAME, c.key, c.action, c.details, c.diff);
-        }
-        return Ok(());
-    }
-    apply_planned::<K>(env, cx, ledger, changes, ledger_dirty, report)
-}
-
-/// Applies planned changes of a kind (all of them, or one chunk's: `Kind::APPLIED_IN_CHUNKS`):
-/// written ahead, applied, verified, recorded. `ledger_dirty` says planning changed the ledger
-/// (an adoption, an applied digest brought up to date), which is then saved with the intents.
-fn apply_planned<K: Kind>(
-    env: &Env,
-    cx: &mut RunContext,
-    ledger: &mut Ledger,
-    mut changes: Vec<Change<K::Op, K::Original>>,
-    mut ledger_dirty: bool,
-    report: &mut Report,
-) -> Result<(), StoreError> {
-    if !changes.is_empty() {
-        env.runner.tell(|| Event::Step {
-            kind: K::NAME,
-            step: progress::Step::Apply,
-            total: changes.len(),
-            named: progress::named(changes.iter().map(|c| (Some(c.action.symbol()), &*c.key))),
-        });
-    }
-    // Write-ahead: originals and new ownership are durable before anything is touched.
-    let mut intents = Vec::new();
-    for change in &mut changes {
-        if let (Some(bytes), Some(store)) = (&change.backup, env.store) {
-            if store.save_backup(&backup_key(K::NAME, &change.key), bytes)? {
-                change.details = change.details.with(ORIGINAL_KEPT);
-            }
-        }
-        if let Some(intent) = &change.intent {
-            intents.push((change.key.clone(), Entry::clone(intent)));
-        }
-    }
-    ledger_dirty |= !intents.is_empty();
-    ledger.insert_all::<K>(intents);
-    save(env, ledger, ledger_dirty)?;
-    let owed_ahead = owe_ahead::<K>(env, cx, &changes)?;
-    let mut outcomes = K::apply(env, cx, ledger, &changes);
-    let mut released_backups = Vec::new();
-    verify::<K>(env, cx, ledger, &changes, &mut outcomes);
-    let changed = !changes.is_empty();
-    for (change, outcome) in changes.into_iter().zip(&outcomes) {
-        K::note(
-            cx.declaration,
-            K::facts_mut(&mut cx.facts),
-            &change,
-            outcome,
-        );
-        match outcome {
-            Outcome::Done => {
-                match change.after {
-                    LedgerAfter::Applied(digest) => ledger.set_applied::<K>(&change.key, digest),
-                    LedgerAfter::Disown => {
-                        if let Some(entry) = ledger.remove::<K>(&change.key) {
-                            if entry.origin == Origin::Adopted {
-                                released_backups.push(backup_key(K::NAME, &change.key));
-                            }
-                        }
-                    }
-                }
-                report.push_change(
-                    K::NAME,
-                    change.key,
-                    change.action,
-                    change.details,
-                    change.diff,
-                );
-            }
-            Outcome::Deferred(why) => report.deferred.push(result(
-                K::NAME,
-                &change.key,
-                change.action.into(),
-                why.clone(),
-            )),
-            Outcome::Stopped => {
-                report.interrupted = true;
-                report.deferred.push(result(
-                    K::NAME,
-                    &change.key,
-                    change.action.into(),
-                    crate::kinds::STOPPING,
-                ))
-            }
-            Outcome::Failed(e) => report.failures.push(result(
-                K::NAME,
-                &change.key,
-                change.action.into(),
-                e.to_string(),
-            )),
-        }
-    }
-    // Set aside before the ledger stops naming them: never taken for an original after a crash.
-    if let Some(store) = env.store {
-        for name in &released_backups {
-            store.release_backup(name)?;
-        }
-    }
-    // The kind may have changed its own bookkeeping (directories it created) even when nothing
-    // else changed, so the ledger is written whenever there were changes.
-    save(env, ledger, changed)?;
-    unowe(env, cx, owed_ahead)?;
-    // Only once the ledger no longer points at them: a crash before this leaves an unused
-    // backup, never an adopted resource whose original is gone.
-    if let Some(store) = env.store {
-        for name in released_backups {
-            store.remove_backup(&name)?;
-        }
-    }
-    Ok(())
-}
-
-impl Report {
-    /// Lists a change made (or planned), with its diff if it has one.
-    fn push_change(
-        &mut self,
-        kind: &'static str,
-        key: String,
-        action: Action,
-        details: Details,
-        diff: Option<Box<ContentDiff>>,
-    ) {
-        if let Some(diff) = diff {
-            self.diffs.push((self.changes.len(), diff));
-        }
-        self.changes.push(Planned {
-            kind,
-            key,
-            symbol: action.symbol(),
-            action,
-            details,
-        });
-    }
-
-    /// Takes the change at `at` out of the run's changes, with its diff; the other diffs keep
-    /// pointing at their changes.
-    fn remove_change(&mut self, at: usize) -> Planned {
-        self.diffs.retain(|(i, _)| *i != at);
-        for (i, _) in &mut self.diffs {
-            if *i > at {
-                *i -= 1;
-            }
-        }
-        self.changes.remove(at)
-    }
-}
-
-/// Write-ahead of what later kinds will owe these changes (a unit's restart or reload on a file
-/// about to change, `store::Owed`), as if each were done: durable before anything is touched,
-/// so whatever ends the run before the unit's turn (kill -9, SIGTERM, its restart failing), the
-/// next run still does it. A mounted root runs nothing to restart. Returns what it added.
-fn owe_ahead<'d, K: Kind>(
-    env: &Env,
-    cx: &RunContext<'d>,
-    changes: &[Change<K::Op, K::Original>],
-) -> Result<Vec<(&'d str, &'d str)>, StoreError> {
-    let (Some(store), false) = (env.store, env.offline) else {
-        return Ok(Vec::new());
-    };
-    let mut ahead = kinds::Facts::default();
-    for change in changes {
-        let facts = K::facts_mut(&mut ahead);
-        K::note(cx.declaration, facts, change, &Outcome::Done);
-    }
-    let mut owing = owing(cx.declaration, &ahead);
-    if owing.is_empty() {
-        return Ok(owing);
-    }
-    let mut owed = store.owed()?;
-    owing.retain(|(unit, file)| owed.add(unit, file));
-    if !owing.is_empty() {
-        store.save_owed(&owed)?;
-    }
-    Ok(owing)
-}
-
-/// Takes back what `owe_ahead` added for files that did not change after all (failed, or not
-/// attempted as the host was stopping): a file that always fails must not restart its unit
-/// every run. What was owed before this run stays.
-fn unowe(env: &Env, cx: &RunContext, added: Vec<(&str, &str)>) -> Result<(), StoreError> {
-    if added.is_empty() {
-        return Ok(());
-    }
-    let owed = owing(cx.declaration, &cx.facts);
-    let unchanged: Vec<_> = (added.into_iter())
-        .filter(|added| !owed.contains(added))
-        .collect();
-    let (Some(store), false) = (env.store, unchanged.is_empty()) else {
-        return Ok(());
-    };
-    let mut owed = store.owed()?;
-    owed.retain(|unit, file| !unchanged.contains(&(unit, file)));
-    store.save_owed(&owed)
-}
-
-/// A tool that exits 0 having done nothing must not pass for success: resources whose change
-/// reported done are observed again (one more batched query, only in runs that changed
-/// something), and any that still differ from the declaration fail, saying what differs.
-fn verify<K: Kind>(
-    env: &Env,
-    cx: &RunContext,
-    ledger: &Ledger,
-    changes: &[Change<K::Op, K::Original>],
-    outcomes: &mut [Outcome],
-) {
-    let done = |change: &Change<K::Op, K::Original>, outcome: &Outcome| {
-        *outcome == Outcome::Done && matches!(change.after, LedgerAfter::Applied(_))
-    };
-    // What this run changed must not count again: a restart on a changed file is done.
-    let mut fresh = RunContext::new(cx.declaration, cx.offline);
-    fresh.digest_key = cx.digest_key;
-    // Observed a chunk at a time, as when planned; a kind applied in chunks has its chunk's
-    // changes held meanwhile, so it is observed in smaller ones.
-    let at_once = match K::APPLIED_IN_CHUNKS {
-        true => VERIFIED_IN_CHUNKS_AT_ONCE,
-        false => OBSERVED_AT_ONCE,
-    };
-    let mut pending = changes.iter().zip(outcomes.iter_mut()).peekable();
-    while pending.peek().is_some() {
-        let chunk: Vec<_> = pending
-            .by_ref()
-            .filter(|(c, o)| done(c, o))
-            .take(at_once)
-            .collect();
-        if chunk.is_empty() {
-            return;
-        }
-        let keys: Vec<&str> = chunk.iter().map(|(c, _)| c.key.as_str()).collect();
-        env.runner.tell(|| Event::Step {
-            kind: K::NAME,
-            step: progress::Step::Verify,
-            total: keys.len(),
-            named: progress::named(keys.iter().map(|key| (None, *key))),
-        });
-        let observed = K::observe(env, &fresh, &keys);
-        for (change, outcome) in chunk {
-            check::<K>(&fresh, cx, ledger, change, outcome, &observed);
-        }
-    }
-}
-
-/// Checks one change against its observation after it was applied.
-fn check<K: Kind>(
-    fresh: &RunContext,
-    cx: &RunContext,
-    ledger: &Ledger,
-    change: &Change<K::Op, K::Original>,
-    outcome: &mut Outcome,
-    observed: &Result<kinds::Observations<K::Observed>, kinds::KindError>,
-) {
-    let observed = match observed.as_ref().map(|o| o.get(&change.key)) {
-        Ok(Some(Ok(observed))) => Some(observed),
-        Ok(None) => None,
-        Err(e) | Ok(Some(Err(e))) => {
-            *outcome =
-                Outcome::Failed(format!("could not be checked after the change: {e}").into());
-            return;
-        }
-    };
-    let desired = K::desired(cx.declaration).get(&change.key);
-    let owned = ledger.get::<K>(&change.key);
-    match K::plan(fresh, &change.key, desired, observed, owned) {
-        Step::Change(still) => {
-            *outcome = Outcome::Failed(
-                format!(
-                    "the tool reported success, but it still differs from the declaration: {}",
-                    still.details.join(", ")
-                )
-                .into(),
-            )
-        }
-        Step::Fail(e) | Step::Skip(e) => *outcome = Outcome::Failed(e.into()),
-        Step::InSync | Step::Adopt { .. } => {}
-    }
-}
-
-fn save(env: &Env, ledger: &Ledger, dirty: bool) -> Result<(), StoreError> {
+pub(super) fn save(env: &Env, ledger: &Ledger, dirty: bool) -> Result<(), StoreError> {
     match (dirty, env.store) {
         (true, Some(store)) => store.save_ledger(ledger),
         _ => Ok(()),
     }
 }
 
-/// One owned resource as observed now.
-#[derive(Debug, Serialize)]
-pub struct OwnedRow {
-    pub kind: &'static str,
-    pub key: String,
-    pub origin: Origin,
-    pub state: OwnedState,
-    pub detail: String,
-    /// What differs in a drifted file's or unit file's content.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub diff: Option<Box<ContentDiff>>,
-    /// Its failure streak, if recent runs failed it (filled in from the store's history); boxed,
-    /// as most rows have none and `owned` may list thousands.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failing: Option<Box<Failing>>,
-    /// A `.pacnew` or `.pacsave` beside an owned file.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub pacnew: Vec<Pacnew>,
-}
-
-/// How an owned resource is now, against the declaration in force.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum OwnedState {
-    #[serde(rename = "in sync")]
-    InSync,
-    #[serde(rename = "drifted")]
-    Drifted,
-    #[serde(rename = "missing")]
-    Missing,
-    /// No longer declared: the next reconcile releases it.
-    #[serde(rename = "pending release")]
-    PendingRelease,
-    /// It could not be observed or judged.
-    #[serde(rename = "error")]
-    Error,
-}
-
-impl OwnedState {
-    pub fn words(self) -> &'static str {
-        match self {
-            OwnedState::InSync => "in sync",
-            OwnedState::Drifted => "drifted",
-            OwnedState::Missing => "missing",
-            OwnedState::PendingRelease => "pending release",
-            OwnedState::Error => "error",
-        }
-    }
-}
-
-impl std::fmt::Display for OwnedState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.words())
-    }
-}
-
-/// Observes every owned resource and compares it with the declaration in force.
-pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
-    let mut cx = secret_context(env, &declaration);
-    cx.diffs = env.diffs;
-    let mut inspecting = Inspecting {
-        env,
-        cx: &cx,
-        ledger,
-        rows: Vec::with_capacity(ledger.owned_count()),
-        diffs: 0,
-    };
-    kinds::each(&mut inspecting);
-    let mut rows = inspecting.rows;
-    drop(cx);
-    let mut quiet = env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default();
-    for (kind, found) in pacnew_found(env, &declaration, ledger, &mut quiet) {
-        for row in rows.iter_mut().filter(|r| r.kind == kind) {
-            row.pacnew = found
-                .iter()
-                .filter(|p| p.path == row.key)
-                .cloned()
-                .collect();
-        }
-    }
-    rows
-}
-
 /// A run's context, ready for secret content (docs/declaration.md "Secrets"): with any, the
 /// runner scrubs it from every tool's stderr, and changes show its keyed digests, under the
 /// store's key (made the first time it is needed).
-fn secret_context<'a>(env: &Env, declaration: &'a Declaration) -> RunContext<'a> {
+pub(super) fn secret_context<'a>(env: &Env, declaration: &'a Declaration) -> RunContext<'a> {
     let mut cx = RunContext::new(declaration, env.offline);
     if declaration.has_secrets() {
         env.runner.withhold(declaration.secret_texts());
@@ -993,110 +203,16 @@ fn secret_context<'a>(env: &Env, declaration: &'a Declaration) -> RunContext<'a>
     cx
 }
 
-/// `owned`'s walk over the kinds, in the registry's order.
-struct Inspecting<'r, 'a> {
-    env: &'r Env<'a>,
-    cx: &'r RunContext<'r>,
-    ledger: &'r Ledger,
-    rows: Vec<OwnedRow>,
-    /// The bytes of diffs the rows hold, at most about `DIFFS_KEPT`.
-    diffs: usize,
-}
-
-impl Visit for Inspecting<'_, '_> {
-    type Out = ();
-    fn visit<K: Kind>(&mut self) {
-        inspect::<K>(
-            self.env,
-            self.cx,
-            self.ledger,
-            &mut self.rows,
-            &mut self.diffs,
-        );
-    }
-}
-
-fn inspect<K: Kind>(
-    env: &Env,
-    cx: &RunContext,
-    ledger: &Ledger,
-    rows: &mut Vec<OwnedRow>,
-    kept: &mut usize,
-) {
-    let mut keys = ledger.owned_keys::<K>().peekable();
-    while keys.peek().is_some() {
-        let chunk = keys.by_ref().take(OBSERVED_AT_ONCE);
-        inspect_chunk::<K>(env, cx, ledger, chunk.collect(), rows, kept);
-    }
-}
-
-/// `inspect` of some of the owned keys, observed at once (see `OBSERVED_AT_ONCE`).
-fn inspect_chunk<K: Kind>(
-    env: &Env,
-    cx: &RunContext,
-    ledger: &Ledger,
-    keys: Vec<&str>,
-    rows: &mut Vec<OwnedRow>,
-    kept: &mut usize,
-) {
-    let Some(&first) = keys.first() else {
-        return;
-    };
-    let observed = K::observe(env, cx, &keys);
-    let mut seen = observed.as_ref().map(Walk::new);
-    let (mut wanted, mut owned) = (
-        Walk::from(K::desired(cx.declaration), first),
-        Walk::from(ledger.section::<K>(), first),
-    );
-    for key in keys {
-        let Some(entry) = owned.at(key) else {
-            continue;
-        };
-        let spec = wanted.at(key);
-        let mut diff = None;
-        let (state, detail) = match seen.as_mut().map(|s| s.at(key)).map_err(|e| *e) {
-            Err(e) | Ok(Some(Err(e))) => (OwnedState::Error, e.to_string()),
-            Ok(observed) => match K::plan(
-                cx,
-                key,
-                spec,
-                observed.and_then(|o| o.as_ref().ok()),
-                Some(entry),
-            ) {
-                _ if spec.is_none() => (
-                    OwnedState::PendingRelease,
-                    "no longer declared; the next reconcile releases it".into(),
-                ),
-                Step::InSync | Step::Adopt { .. } => (OwnedState::InSync, String::new()),
-                Step::Change(c) if c.action == Action::Create => {
-                    (OwnedState::Missing, c.details.join(", "))
-                }
-                Step::Change(c) => {
-                    diff = within_bound(kept, c.diff);
-                    (OwnedState::Drifted, c.details.join(", "))
-                }
-                Step::Fail(e) | Step::Skip(e) => (OwnedState::Error, e),
-            },
-        };
-        rows.push(OwnedRow {
-            kind: K::NAME,
-            key: key.to_string(),
-            origin: entry.origin,
-            state,
-            detail,
-            diff,
-            failing: None,
-            pacnew: Vec::new(),
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kinds::Action;
     use crate::model::declaration::tests::{parse_with_defaults, test_config};
     use crate::model::spec::{files::Files, Named as _};
     use crate::os::exec::Runner;
+    use crate::store::ResultAction;
+    use crate::util::diff::ContentDiff;
+    use crate::util::progress;
     use crate::util::testutil::TempDir;
 
     /// A file the files kind changed and systemd's confirmation (in the units kind) put back
