@@ -53,7 +53,7 @@ struct RawError {
 }
 
 pub fn run(out: &Out, args: &Args, join: &Join) -> Result<i32, Fatal> {
-    if unsafe { libc::geteuid() } != 0 {
+    if !crate::os::host::is_root() {
         return Err(Fatal::Invalid(
             "join must run as root: it writes the node's secret (mode 0600, owned by root) \
              beside the config and signals the service; run it again with sudo"
@@ -70,7 +70,7 @@ pub fn run(out: &Out, args: &Args, join: &Join) -> Result<i32, Fatal> {
     let url = format!("https://{}", join.authority);
 
     let ca = fetch_ca(&url, &join.ca_hash)?;
-    let identity = exchange(&url, &ca, &token, &hostname())?;
+    let identity = exchange(&url, &ca, &token, &crate::os::host::hostname())?;
 
     let (joined, config_text) = target.texts_with(&identity)?;
     target.write(&identity, &ca, &joined, config_text.as_deref())?;
@@ -165,14 +165,17 @@ impl Target {
             .map_err(|e| Fatal::Error(format!("cannot create {}: {e}", parent.display())))?;
         let dir = std::fs::canonicalize(parent)
             .map_err(|e| Fatal::Error(format!("{}: {e}", parent.display())))?;
-        let c_dir = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
-            .map_err(|_| Fatal::Invalid(format!("{}: NUL in path", dir.display())))?;
-        if unsafe { libc::access(c_dir.as_ptr(), libc::W_OK) } != 0 {
-            return Err(Fatal::Error(format!(
-                "{} is not writable ({}); nothing was changed",
-                dir.display(),
-                io::Error::last_os_error()
-            )));
+        match crate::os::host::writable(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                return Err(Fatal::Invalid(format!("{}: NUL in path", dir.display())))
+            }
+            Err(e) => {
+                return Err(Fatal::Error(format!(
+                    "{} is not writable ({e}); nothing was changed",
+                    dir.display()
+                )))
+            }
         }
         let join_path = config::join_path(config_path);
         let existing = read_if_there(config_path)?;
@@ -569,15 +572,6 @@ fn read_token(source: &Token) -> Result<String, Fatal> {
     Ok(token.to_string())
 }
 
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
 /// Sends SIGHUP to the running service, if the store names one that is alive and is mesh-host;
 /// returns its pid. A stale pid (reused by another program) is never signalled.
 fn signal_service(state_dir: &Path) -> Option<u32> {
@@ -589,14 +583,12 @@ fn signal_service(state_dir: &Path) -> Option<u32> {
     {
         return None;
     }
-    let pid = libc::pid_t::try_from(state.pid).ok()?;
-    if unsafe { libc::kill(pid, libc::SIGHUP) } == 0 {
-        Some(state.pid)
-    } else {
-        log::warn!(
-            "could not signal the service (pid {pid}): {}; restart it to connect",
-            io::Error::last_os_error()
-        );
-        None
+    let pid = state.pid;
+    match crate::os::process::signal(pid, crate::os::process::SIGHUP) {
+        Ok(()) => Some(pid),
+        Err(e) => {
+            log::warn!("could not signal the service (pid {pid}): {e}; restart it to connect");
+            None
+        }
     }
 }

@@ -2,8 +2,8 @@
 
 use super::write::{target_temp_name, temp_name};
 use super::*;
-use std::ffi::OsString;
 use crate::util::testutil::TempDir;
+use std::ffi::OsString;
 
 #[test]
 fn write_read_and_replace() {
