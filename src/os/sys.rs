@@ -98,7 +98,8 @@ pub const HANDLED: [libc::c_int; 5] = [
 
 impl SignalFd {
     /// Blocks the handled signals for this (single-threaded) process and opens the fd. The mask
-    /// survives fork and exec (std's `Command` keeps it): `exec.rs` empties it in every tool.
+    /// survives fork and exec (std's `Command` keeps it): `exec/start.rs` empties it in every
+    /// tool.
     pub fn new() -> io::Result<SignalFd> {
         // SAFETY: sigset_t is plain data, for which all zeroes is a valid value.
         let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };

@@ -8,17 +8,17 @@ use crate::store::Store;
 /// Sends SIGHUP to `pid` (systemd's `$MAINPID`), which must be a mesh-host process.
 pub fn signal_reload(pid: u32) -> Result<i32, Fatal> {
     if !crate::os::process::is_mesh_host(pid) {
-        return Err(Fatal::Error(format!(
+        return Err(Fatal::error(format!(
             "reload: process {pid} is not mesh-host (or is gone); nothing was signalled"
         )));
     }
     match crate::os::process::signal(pid, crate::os::process::SIGHUP) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
-            return Err(Fatal::Error(format!("reload: {pid} is not a process id")))
+            return Err(Fatal::error(format!("reload: {pid} is not a process id")))
         }
         Err(e) => {
-            return Err(Fatal::Error(format!(
+            return Err(Fatal::error(format!(
                 "reload: SIGHUP to process {pid}: {e}"
             )))
         }
@@ -40,7 +40,7 @@ pub fn reload(host: &Host, pid: Option<u32>) -> Result<i32, Fatal> {
         Some(state) if state.state == crate::store::ServicePhase::Running && state.pid != 0 => {
             signal_reload(state.pid)
         }
-        _ => Err(Fatal::Error(
+        _ => Err(Fatal::error(
             "reload: the store names no running service; nothing was signalled".into(),
         )),
     }
