@@ -108,7 +108,12 @@ impl Commands<'_> {
             refusal: refusal.clone(),
             expires: d.expires,
         };
-        render::check(self.out, self.json, &checked, self.host.options.clock.unix());
+        render::check(
+            self.out,
+            self.json,
+            &checked,
+            self.host.options.clock.unix(),
+        );
         match refusal {
             Some(refusal) => Err(Fatal::Invalid(format!(
                 "{}: refused: {refusal}",
