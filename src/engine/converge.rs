@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::target::{Aim, Started};
 use super::unwritten::{Backlog, Unwritten};
 use super::{invalid, never, Fatal, Host, EXIT_FAILED, EXIT_OK};
 use crate::engine::metrics;
@@ -14,9 +15,8 @@ use crate::link;
 use crate::model::declaration::Declaration;
 use crate::os::exec::Runner;
 use crate::store::{
-    self, Confirmer, Failing, InForce, LastRun, Ledger, LinkStatus, Notice, ResourceResult,
-    RunOutcome, RunRecord, ServicePhase, Source, State, Store, StoreError, Trigger, Triggers,
-    LISTED,
+    Failing, InForce, LastRun, Ledger, LinkStatus, Notice, ResourceResult, RunOutcome, RunRecord,
+    ServicePhase, Source, State, Store, StoreError, Trigger, Triggers, LISTED,
 };
 use crate::util::progress::Event;
 use crate::util::words::expiry;
@@ -31,13 +31,6 @@ pub struct RunResult {
     /// What the run converged with, for the service's watcher (`Target::Service` only): handed
     /// back so its watches are set without reading and parsing the store again.
     pub converged: Option<Converged>,
-}
-
-/// The declaration in force, parsed, with what the store says of it.
-struct InForceParsed {
-    declaration: Declaration,
-    revision: Option<u64>,
-    expires: Option<u64>,
 }
 
 /// The declaration a run converged to and the ledger as the run left it (and wrote it).
@@ -116,159 +109,28 @@ impl Host {
         wait: bool,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<RunResult>, Fatal> {
-        let store = self.store()?;
-        let started = self.options.clock.unix();
-        let clock = self.options.clock.mono_ms();
-        let holder = format!(
-            "pid {} ({}) since {}",
-            std::process::id(),
-            triggers,
-            crate::util::words::utc(started)
-        );
-        // Waiting, the same check as between resources runs: the service's link stays answered.
-        let locked = if wait {
-            store.lock_pulsing(&holder, interrupted)
-        } else {
-            store.lock(false, &holder)
-        };
-        let _lock = locked?;
-        // What a crash left half written: removed (an outbox report recovered), under the lock.
-        if let Err(e) = store.clean_after_crash() {
-            log::warn!("{e}");
-        }
-        // A run that changes the machine is always recorded: an unreadable history is set aside
-        // now, before anything changes, and the run's report says so.
-        let runs_note = store.set_aside_unreadable_runs()?;
-        if let Some(note) = &runs_note {
-            log::warn!("{note}");
-        }
-        let runs_note = runs_note.unwrap_or_default();
-        // Runs the store could not take before are written first, in order.
-        self.write_unwritten(&store);
-        // A declaration in force or a ledger that cannot be trusted stops the run before anything
-        // is observed, and the run is recorded and reported `error` as any other run.
-        let refuse = |e: Fatal, revision: Option<u64>, digest: Option<String>| {
-            let record = RunRecord {
-                revision,
-                digest,
-                // Why, for `status` (the report's message says it whole).
-                notes: e.message().lines().take(1).map(str::to_string).collect(),
-                ..RunRecord::bare(
-                    triggers.clone(),
-                    started,
-                    self.options.clock.unix(),
-                    RunOutcome::Error,
-                )
-            };
-            let message = join_lines(&runs_note, &e.message());
-            if let Some(why) = self.keep_run(&store, &record, None, &[], &message, false) {
-                log::error!("{why}");
-            }
-            self.note_run(&store, &record, None, clock, false);
-            e
-        };
-        let stored_head = || match store.in_force_head() {
-            Ok(Some(head)) => (head.revision, Some(head.digest)),
-            _ => (None, None),
-        };
-        // The declaration in force, read and validated (its text dropped on return, before the
-        // ledger is read), with its revision and expiry; `None` when there is none yet.
-        let read_in_force = || -> Result<Option<InForceParsed>, Fatal> {
-            let in_force = match store.in_force() {
-                Ok(Some(in_force)) => in_force,
-                Ok(None) => return Ok(None),
-                Err(e) => {
-                    let (revision, digest) = stored_head();
-                    return Err(refuse(e.into(), revision, digest));
-                }
-            };
-            let d = self.validate(in_force.text.as_bytes()).map_err(|p| {
-                let e = invalid(&store.path().join(store::IN_FORCE), p);
-                refuse(e, in_force.revision, Some(in_force.digest.clone()))
-            })?;
-            Ok(Some(InForceParsed {
-                declaration: d,
-                revision: in_force.revision,
-                expires: in_force.expires,
-            }))
-        };
+        let run = self.start_run(triggers, wait, interrupted)?;
         // What this run parsed or was handed: the service's target gets it back after the run.
         let mut owned = None;
-        // Whether a person's `apply` put a new declaration in force: its run is recorded durably.
-        let mut new_in_force = false;
         let hand_back = matches!(target, Target::Service { .. });
-        let (d, revision, expires) = match target {
-            Target::New {
-                declaration,
-                mut in_force,
-                confirm_secs,
-            } => {
-                // A local override keeps the control plane's revision: only a newer one replaces it.
-                let current = store.in_force_head()?;
-                in_force.control_plane_revision =
-                    current.as_ref().and_then(|f| f.control_plane_revision);
-                // The same file applied again is already in force (and has been since then).
-                let unchanged = current.is_some_and(|f| {
-                    f.digest == in_force.digest
-                        && f.source == in_force.source
-                        && f.signed_by == in_force.signed_by
-                });
-                new_in_force = !unchanged;
-                if !unchanged {
-                    let state = match confirm_secs {
-                        Some(secs) => State::Pending {
-                            deadline: store::confirm_deadline(
-                                self.options.clock.unix(),
-                                secs,
-                                "--confirm",
-                            )
-                            .map_err(Fatal::invalid)?,
-                            by: Confirmer::Person,
-                            report: None,
-                        },
-                        None => State::Confirmed { at: started },
-                    };
-                    store.put_in_force(&in_force, state, self.config.generations)?;
-                }
-                (declaration, declaration.revision, in_force.expires)
-            }
-            Target::InForce | Target::Service { .. } => {
-                let accepted = match target {
-                    Target::Service { accepted } => accepted,
-                    _ => None,
-                };
-                // A head that cannot be read is reported by reading the store whole.
-                let head = accepted.as_ref().and(store.in_force_head().ok().flatten());
-                let found = match accepted.zip(head) {
-                    Some((d, head)) if d.digest == head.digest => Some(InForceParsed {
-                        declaration: d,
-                        revision: head.revision,
-                        expires: head.expires,
-                    }),
-                    _ => read_in_force()?,
-                };
-                let Some(found) = found else {
-                    return Ok(None);
-                };
-                let d = owned.insert(found.declaration);
-                (&*d, found.revision, found.expires)
-            }
+        let Some(aim) = self.aim(&run, target, &mut owned)? else {
+            return Ok(None);
         };
         // Read only now: the declaration's text (stored, or parsed from the store) is dropped,
         // so it and the ledger are never held at once (each grows with the declaration).
-        let mut ledger = store
-            .ledger()
-            .map_err(|e| refuse(e.into(), revision, Some(d.digest.clone())))?;
+        let digest = || Some(aim.declaration.digest.clone());
+        let mut ledger = (run.store.ledger())
+            .map_err(|e| self.refuse(&run, e.into(), aim.revision, digest()))?;
         // The same check the reconciler makes between resources also runs while a tool runs.
         let runner = self.runner().with_pulse(interrupted);
         runner.tell(|| Event::Run {
             triggers: triggers.to_string(),
-            revision,
-            digest: &d.digest,
+            revision: aim.revision,
+            digest: &aim.declaration.digest,
         });
         let outcome = reconcile::run_scoped_reporting(
-            &self.env(Some(&store), &runner, interrupted),
-            d,
+            &self.env(Some(&run.store), &runner, interrupted),
+            aim.declaration,
             &mut ledger,
             Mode::Apply,
             scope,
@@ -277,69 +139,18 @@ impl Host {
             (report, None) if report.interrupted => (report, RunOutcome::Interrupted),
             (report, None) if report.failures.is_empty() => (report, RunOutcome::Converged),
             (report, None) => (report, RunOutcome::Failed),
-            // What was changed before the store stopped the run is recorded and reported too.
-            (report, Some(e)) => {
-                let mut record = record(
-                    triggers,
-                    (started, self.options.clock.unix()),
-                    RunOutcome::Error,
-                    revision,
-                    d,
-                    &report,
-                    &runner,
-                );
-                record.notes.push(e.to_string());
-                let message = join_lines(&runs_note, &e.to_string());
-                // The run stopped before looking for `.pacnew` files and what the machine needs.
-                if let Some(why) =
-                    self.keep_run(&store, &record, Some(&report), &[], &message, false)
-                {
-                    log::error!("{why}");
-                }
-                self.note_run(&store, &record, None, clock, false);
-                return Err(e.into());
-            }
+            (report, Some(e)) => return Err(self.stopped_by_store(&run, &aim, &report, &runner, e)),
         };
         let record = record(
             triggers,
-            (started, self.options.clock.unix()),
+            (run.started, self.options.clock.unix()),
             outcome_name,
-            revision,
-            d,
+            aim.revision,
+            aim.declaration,
             &report,
             &runner,
         );
-        // Held past its expiry (a disconnected node keeps holding its machine), but said so.
-        let mut notes = record.notes.clone();
-        if let Some(expires) = expires.filter(|e| *e <= started) {
-            let note = format!(
-                "the declaration in force {}; it is held until a newer one arrives",
-                expiry(expires, started)
-            );
-            log::warn!("{note}");
-            notes.push(note);
-        }
-        // The failure history first, since the report carries each streak; then the report
-        // before the record: a crash between the two leaves a report of a run the history lacks,
-        // never a recorded run the control plane is not told of.
-        let failing = note_failures(&store, &report, record.ended);
-        let message = join_lines(&runs_note, &notes.join("; "));
-        // A run that changed nothing and has nothing to say writes nothing durable.
-        let quiet = outcome_name == RunOutcome::Converged
-            && record.changes.is_empty()
-            && record.failures.is_empty()
-            && record.deferred.is_empty()
-            && report.adopted.is_empty()
-            && message.is_empty()
-            && !new_in_force
-            && !record.trigger.contains(Trigger::Revert)
-            && !self.has_unwritten();
-        let unwritten = self.keep_run(&store, &record, Some(&report), &failing, &message, quiet);
-        // Its report's ack confirms the declaration the control plane pushed, if pending.
-        if unwritten.is_none() && self.config.control_plane.is_some() {
-            self.await_ack(&store, &d.digest);
-        }
-        self.note_run(&store, &record, Some(&report), clock, quiet);
+        let unwritten = self.keep_finished(&run, &aim, &record, &report);
         let converged = match (hand_back, owned) {
             (true, Some(declaration)) => Some(Converged {
                 declaration,
@@ -356,12 +167,83 @@ impl Host {
         }))
     }
 
+    /// What was changed before the store stopped the run is recorded and reported too.
+    fn stopped_by_store(
+        &self,
+        run: &Started,
+        aim: &Aim,
+        report: &Report,
+        runner: &Runner,
+        e: StoreError,
+    ) -> Fatal {
+        let mut record = record(
+            run.triggers,
+            (run.started, self.options.clock.unix()),
+            RunOutcome::Error,
+            aim.revision,
+            aim.declaration,
+            report,
+            runner,
+        );
+        record.notes.push(e.to_string());
+        let message = join_lines(&run.runs_note, &e.to_string());
+        // The run stopped before looking for `.pacnew` files and what the machine needs.
+        if let Some(why) = self.keep_run(&run.store, &record, Some(report), &[], &message, false) {
+            log::error!("{why}");
+        }
+        self.note_run(&run.store, &record, None, run.clock, false);
+        e.into()
+    }
+
+    /// A finished run kept: its failure history first, since the report carries each streak;
+    /// then the report before the record: a crash between the two leaves a report of a run the
+    /// history lacks, never a recorded run the control plane is not told of. Returns why it is
+    /// kept in memory, if it is.
+    fn keep_finished(
+        &self,
+        run: &Started,
+        aim: &Aim,
+        record: &RunRecord,
+        report: &Report,
+    ) -> Option<String> {
+        // Held past its expiry (a disconnected node keeps holding its machine), but said so.
+        let mut notes = record.notes.clone();
+        if let Some(expires) = aim.expires.filter(|e| *e <= run.started) {
+            let note = format!(
+                "the declaration in force {}; it is held until a newer one arrives",
+                expiry(expires, run.started)
+            );
+            log::warn!("{note}");
+            notes.push(note);
+        }
+        let failing = note_failures(&run.store, report, record.ended);
+        let message = join_lines(&run.runs_note, &notes.join("; "));
+        // A run that changed nothing and has nothing to say writes nothing durable.
+        let quiet = record.outcome == RunOutcome::Converged
+            && record.changes.is_empty()
+            && record.failures.is_empty()
+            && record.deferred.is_empty()
+            && report.adopted.is_empty()
+            && message.is_empty()
+            && !aim.new_in_force
+            && !record.trigger.contains(Trigger::Revert)
+            && !self.has_unwritten();
+        let store = &run.store;
+        let unwritten = self.keep_run(store, record, Some(report), &failing, &message, quiet);
+        // Its report's ack confirms the declaration the control plane pushed, if pending.
+        if unwritten.is_none() && self.config.control_plane.is_some() {
+            self.await_ack(store, &aim.declaration.digest);
+        }
+        self.note_run(store, record, Some(report), run.clock, quiet);
+        unwritten
+    }
+
     /// Queues a run's report in the outbox (for the control plane, when there is one; it lists
     /// every change of `run`, where the record keeps the first few, and what was found after
     /// it), then records the run, unless it is `quiet` (a no-op: `note_run` keeps it).
     /// What the store cannot take (its disk full) is kept in memory, behind any run kept
     /// before, to be written by the next run or `write_unwritten_now`; then says so.
-    fn keep_run(
+    pub(super) fn keep_run(
         &self,
         store: &Store,
         record: &RunRecord,
@@ -420,7 +302,7 @@ impl Host {
     }
 
     /// Writes the runs kept in memory (the caller holds the store's lock).
-    fn write_unwritten(&self, store: &Store) {
+    pub(super) fn write_unwritten(&self, store: &Store) {
         let mut backlog = self.unwritten.borrow_mut();
         if backlog.is_empty() {
             return;
@@ -440,7 +322,7 @@ impl Host {
     /// a run that happened for: a problem is logged. `clock` is the monotonic clock
     /// (`Clock::mono_ms`) at the run's start. A `quiet` run (a no-op) is kept with its count
     /// without fsync (`store/quiet.rs`): a crash loses nothing a person needs.
-    fn note_run(
+    pub(super) fn note_run(
         &self,
         store: &Store,
         record: &RunRecord,
@@ -748,7 +630,7 @@ pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link
     report
 }
 
-fn join_lines(a: &str, b: &str) -> String {
+pub(super) fn join_lines(a: &str, b: &str) -> String {
     [a, b]
         .iter()
         .filter(|s| !s.is_empty())

@@ -8,6 +8,7 @@ pub mod converge;
 pub mod facts;
 pub mod metrics;
 pub mod reconcile;
+mod target;
 mod unwritten;
 
 use std::cell::{OnceCell, RefCell};
