@@ -60,6 +60,16 @@ pub struct Snapshot<'a> {
 /// The text exposition format (version 0.0.4) of `s`.
 pub fn render(s: &Snapshot) -> String {
     let mut out = Out::default();
+    runs(&mut out, s);
+    resources(&mut out, s);
+    declaration(&mut out, s);
+    link(&mut out, s);
+    machine(&mut out, s);
+    out.text
+}
+
+/// The host's version and its runs: the last one's time, duration and outcome, and every run's count.
+fn runs(out: &mut Out, s: &Snapshot) {
     out.family(
         "mesh_host_info",
         "gauge",
@@ -125,6 +135,10 @@ pub fn render(s: &Snapshot) -> String {
             );
         }
     }
+}
+
+/// Resources by kind and state, and the failing ones' streaks.
+fn resources(out: &mut Out, s: &Snapshot) {
     out.family(
         "mesh_host_resources",
         "gauge",
@@ -153,6 +167,10 @@ pub fn render(s: &Snapshot) -> String {
             f.first_seen,
         );
     }
+}
+
+/// The declaration in force: its revision, age, source and confirmation.
+fn declaration(out: &mut Out, s: &Snapshot) {
     if let Some(d) = &s.declaration {
         if let Some(revision) = d.revision {
             out.family(
@@ -220,6 +238,10 @@ pub fn render(s: &Snapshot) -> String {
             out.sample("mesh_host_declaration_reverted_timestamp_seconds", &[], at);
         }
     }
+}
+
+/// The link to the control plane and the reports waiting for it.
+fn link(out: &mut Out, s: &Snapshot) {
     out.family(
         "mesh_host_link_up",
         "gauge",
@@ -232,6 +254,10 @@ pub fn render(s: &Snapshot) -> String {
         "Reports waiting for the control plane's acknowledgement.",
     );
     out.sample("mesh_host_outbox_reports", &[], s.outbox_reports as u64);
+}
+
+/// What the machine needs: `.pacnew` files beside owned ones, a reboot, restarts.
+fn machine(out: &mut Out, s: &Snapshot) {
     out.family(
         "mesh_host_pacnew_files",
         "gauge",
@@ -278,7 +304,6 @@ pub fn render(s: &Snapshot) -> String {
             out.sample("mesh_host_restart_required", &[("unit", unit)], 1);
         }
     }
-    out.text
 }
 
 /// The text being written; a family's HELP and TYPE go out with its first sample, so a family
