@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::target::{Aim, Started};
+pub use super::target::Target;
+use super::target::{join_lines, Aim, Started};
 use super::unwritten::{Backlog, Unwritten};
 use super::{invalid, never, Fatal, Host, EXIT_FAILED, EXIT_OK};
 use crate::engine::metrics;
@@ -15,7 +16,7 @@ use crate::link;
 use crate::model::declaration::Declaration;
 use crate::os::exec::Runner;
 use crate::store::{
-    Failing, InForce, LastRun, Ledger, LinkStatus, Notice, ResourceResult, RunOutcome, RunRecord,
+    Failing, LastRun, Ledger, LinkStatus, Notice, ResourceResult, RunOutcome, RunRecord,
     ServicePhase, Source, State, Store, StoreError, Trigger, Triggers, LISTED,
 };
 use crate::util::progress::Event;
@@ -47,24 +48,6 @@ impl RunResult {
             EXIT_FAILED
         }
     }
-}
-
-/// What a run converges to.
-pub enum Target<'a> {
-    /// A declaration a person gave, which becomes the one in force.
-    New {
-        declaration: &'a Declaration,
-        in_force: InForce,
-        /// `apply --confirm SECS`: pending, reverted unless a person confirms it within SECS.
-        confirm_secs: Option<u64>,
-    },
-    /// Whatever is in force in the store once the lock is held.
-    InForce,
-    /// The same, for the service. `accepted` is the declaration it took from the control plane
-    /// and stored since its last run: converged unparsed while its digest is still the one in
-    /// force under the lock (a person's `apply` may have replaced it meanwhile), else the store's
-    /// is read. What the run converged with comes back in `RunResult::converged`.
-    Service { accepted: Option<Declaration> },
 }
 
 impl Host {
@@ -630,18 +613,10 @@ pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link
     report
 }
 
-pub(super) fn join_lines(a: &str, b: &str) -> String {
-    [a, b]
-        .iter()
-        .filter(|s| !s.is_empty())
-        .copied()
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::InForce;
 
     fn record(trigger: Trigger) -> RunRecord {
         RunRecord {

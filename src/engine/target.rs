@@ -2,10 +2,36 @@
 //! ready, a person's declaration put in force, or the one in force (the service's, unparsed
 //! while still the store's); what cannot be trusted refuses the run, recorded as any other.
 
-use super::converge::{join_lines, Target};
 use super::{invalid, Fatal, Host};
 use crate::model::declaration::Declaration;
 use crate::store::{self, Confirmer, InForce, Lock, RunOutcome, RunRecord, State, Store, Triggers};
+
+/// What a run converges to.
+pub enum Target<'a> {
+    /// A declaration a person gave, which becomes the one in force.
+    New {
+        declaration: &'a Declaration,
+        in_force: InForce,
+        /// `apply --confirm SECS`: pending, reverted unless a person confirms it within SECS.
+        confirm_secs: Option<u64>,
+    },
+    /// Whatever is in force in the store once the lock is held.
+    InForce,
+    /// The same, for the service. `accepted` is the declaration it took from the control plane
+    /// and stored since its last run: converged unparsed while its digest is still the one in
+    /// force under the lock (a person's `apply` may have replaced it meanwhile), else the store's
+    /// is read. What the run converged with comes back in `RunResult::converged`.
+    Service { accepted: Option<Declaration> },
+}
+
+pub(super) fn join_lines(a: &str, b: &str) -> String {
+    [a, b]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("\n")
+}
 
 /// A run under way, under the store's lock: what its records need from its start.
 pub(super) struct Started<'t> {

@@ -2,7 +2,7 @@
 //! `Kind::owing`, `Kind::pacnew`): the reconciler names none.
 
 use super::report::{result, Report};
-use super::save;
+use super::scope::save;
 use crate::kinds::{self, Change, Env, Kind, Outcome, RunContext, Visit};
 use crate::model::declaration::Declaration;
 use crate::model::pacnew::{Pacnew, QuietDirs};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::hooks::{owe_ahead, unowe};
 use super::report::{result, Report, DIFFS_KEPT};
-use super::{
+use super::scope::{
     save, Mode, Scope, APPLIED_AT_ONCE, OBSERVED_AT_ONCE, ORIGINAL_KEPT, VERIFIED_IN_CHUNKS_AT_ONCE,
 };
 use crate::kinds::{self, backup_key, Change, Env, Kind, LedgerAfter, Outcome, RunContext, Step};

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use super::hooks::pacnew_found;
 use super::report::within_bound;
-use super::{secret_context, OBSERVED_AT_ONCE};
+use super::scope::{secret_context, OBSERVED_AT_ONCE};
 use crate::kinds::{self, Action, Env, Kind, RunContext, Step, Visit};
 use crate::model::declaration::Declaration;
 use crate::model::pacnew::Pacnew;
