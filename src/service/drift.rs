@@ -3,7 +3,7 @@
 //! while the parent is missing), which resources an inotify event touches, when the debounced
 //! check is due, which resources are contested, and when only a full run will do. An event is a
 //! hint, never a verdict: the loop observes what it touched before anything runs. The syscalls
-//! are in `inotify.rs`.
+//! are in `os/inotify.rs`.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,10 +1,10 @@
-//! The service's side of inotify: `Watcher` carries out what the pure `watch::Watch` decides,
+//! The service's side of inotify: `Watcher` carries out what the pure `drift::Watch` decides,
 //! on the descriptor `os::inotify` keeps.
 
 use std::os::fd::RawFd;
 use std::path::Path;
 
-use super::watch::{Targets, Watch};
+use super::drift::{Targets, Watch};
 use crate::os::inotify::{AddError, Event, Inotify};
 
 /// The watcher the loop owns: the descriptor (when inotify could be had and `watch` is on) and

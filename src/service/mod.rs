@@ -9,12 +9,12 @@ mod reload;
 
 mod backoff;
 mod connection;
+mod inotify_watch;
 mod retry;
 mod schedule;
-mod watcher;
 
-mod watch;
-mod watching;
+mod drift;
+mod watch_targets;
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -98,7 +98,7 @@ struct Service<'h> {
     acked: Option<u64>,
     signals: sys::SignalFd,
     status: RefCell<Option<ServiceState>>,
-    watcher: watcher::Watcher,
+    watcher: inotify_watch::Watcher,
     /// What a run with trigger `watch` alone converges: what drifted, or everything.
     watch_scope: Option<Scope>,
     /// Watch repairs that failed, tried again within seconds (`retry.rs`).
@@ -108,7 +108,7 @@ struct Service<'h> {
     /// The facts last sent (in the hello or a report): a report carries them only when changed.
     facts_sent: Option<Facts>,
     /// A digest of the declaration's digest and the owned files and packages the watches were set
-    /// for (`watching::watch_source`): not the lists themselves, which the service would keep.
+    /// for (`watch_targets::watch_source`): not the lists themselves, which the service would keep.
     watched_for: Option<[u8; 32]>,
     /// Why the watches could not be worked out from the store (it could not be read), for
     /// `status`, until it can.
@@ -135,7 +135,7 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
     poll.registry()
         .register(&mut SourceFd(&timer.raw()), TIMER, mio::Interest::READABLE)
         .map_err(|e| io("epoll", e))?;
-    let watcher = watcher::Watcher::new(host.config.watch);
+    let watcher = inotify_watch::Watcher::new(host.config.watch);
     if let Some(fd) = watcher.raw() {
         poll.registry()
             .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)
@@ -429,7 +429,7 @@ impl Service<'_> {
                         (result.report.failures.iter()).map(|f| (f.kind.as_str(), &f.key));
                     changes
                         .chain(failures)
-                        .filter_map(|(kind, key)| Some((watch::kind(kind)?, key.clone())))
+                        .filter_map(|(kind, key)| Some((drift::kind(kind)?, key.clone())))
                         .collect()
                 }
                 _ => Vec::new(),
@@ -1044,7 +1044,7 @@ impl Service<'_> {
             Some(old) => {
                 old.link != state.link
                     || old.last_error != state.last_error
-                    || watching::changed(&old.watch, &state.watch)
+                    || watch_targets::changed(&old.watch, &state.watch)
                     || old.next_timer.abs_diff(state.next_timer) > 1
             }
             None => true,

@@ -1,14 +1,14 @@
 //! The service's side of the inotify watcher: starting and stopping it with the config, pointing
 //! it at what the declaration in force and the ledger name, turning its debounced events into a
 //! check and (only on drift) a run with trigger `watch`, counting contested repairs, and what
-//! `status` says about it. The decisions are `watch.rs`'s, the syscalls `inotify.rs`'s.
+//! `status` says about it. The decisions are `drift.rs`'s, the syscalls `os/inotify.rs`'s.
 
 use mio::unix::SourceFd;
 use mio::Poll;
 
 use std::collections::BTreeSet;
 
-use super::{retry, watch, watcher, Service, WATCH};
+use super::{drift, inotify_watch, retry, Service, WATCH};
 use crate::engine::reconcile::Scope;
 use crate::engine::{invalid, Converged, Fatal, RunResult};
 use crate::link;
@@ -25,7 +25,7 @@ impl Service<'_> {
         if let Some(fd) = self.watcher.raw() {
             poll.registry().deregister(&mut SourceFd(&fd))?;
         }
-        self.watcher = watcher::Watcher::new(self.host.config.watch);
+        self.watcher = inotify_watch::Watcher::new(self.host.config.watch);
         if let Some(fd) = self.watcher.raw() {
             poll.registry()
                 .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)?;
@@ -102,7 +102,7 @@ impl Service<'_> {
 
     /// Counts a watch run's repairs (done or failed); a resource fought over is named and left
     /// to the timer.
-    pub(super) fn contest(&mut self, now: u64, repaired: &[watch::Resource]) {
+    pub(super) fn contest(&mut self, now: u64, repaired: &[drift::Resource]) {
         let newly = self.watcher.watch.repaired(now, repaired);
         for c in &newly {
             let (kind, key) = &c.resource;
@@ -110,8 +110,8 @@ impl Service<'_> {
                 "{kind} {key} is contested: repaired {} times within {} s, each time changed \
                  back by another process; left to the drift timer until it is left alone for {} s",
                 c.repairs,
-                watch::CONTEST_WINDOW_MS / 1000,
-                watch::SETTLE_MS / 1000
+                drift::CONTEST_WINDOW_MS / 1000,
+                drift::SETTLE_MS / 1000
             );
             log::warn!("{message}");
             self.report_contested(kind, key, message);
@@ -189,7 +189,7 @@ impl Service<'_> {
             Ok(None) => {
                 self.watch_problem = None;
                 self.watched_for = None;
-                let targets = watch::store_targets(&self.host.config.state_dir);
+                let targets = drift::store_targets(&self.host.config.state_dir);
                 return self.watcher.set_targets(now, targets);
             }
             Err(e) => {
@@ -199,7 +199,7 @@ impl Service<'_> {
                     log::error!("watches not updated: {why}");
                 }
                 if self.watched_for.is_none() {
-                    let targets = watch::store_targets(&self.host.config.state_dir);
+                    let targets = drift::store_targets(&self.host.config.state_dir);
                     self.watcher.set_targets(now, targets);
                 }
                 self.watch_problem = Some(why);
@@ -222,13 +222,13 @@ impl Service<'_> {
             .root
             .as_deref()
             .unwrap_or(std::path::Path::new("/"));
-        let places = watch::Places {
+        let places = drift::Places {
             root,
             store: &self.host.config.state_dir,
             unit_dir: &self.host.config.unit_dir,
             pacman_db: self.pacman_db.as_ref().and_then(|db| db.as_deref().ok()),
         };
-        let targets = watch::targets(&places, &d, &ledger);
+        let targets = drift::targets(&places, &d, &ledger);
         // Freed before the watches are set, so what that allocates goes where they were.
         drop((d, ledger));
         self.watcher.set_targets(now, targets);
@@ -274,9 +274,9 @@ impl Service<'_> {
         scope: &Scope,
         converged: &Result<Option<RunResult>, Fatal>,
     ) {
-        let failed: BTreeSet<watch::Resource> = match (converged, scope) {
+        let failed: BTreeSet<drift::Resource> = match (converged, scope) {
             (Ok(Some(result)), _) => (result.report.failures.iter())
-                .filter_map(|f| Some((watch::kind(&f.kind)?, f.key.clone())))
+                .filter_map(|f| Some((drift::kind(&f.kind)?, f.key.clone())))
                 .collect(),
             // The run could not be made at all (the store, the lock): all of it again.
             (Err(_), Scope::Only(all)) => all.clone(),
@@ -305,13 +305,13 @@ impl Service<'_> {
         }
         let touched = match due {
             None => return,
-            Some(watch::Due::Full) => {
+            Some(drift::Due::Full) => {
                 log::warn!("watch: events were lost or cannot all be had; a full run");
                 self.watch_scope = Some(Scope::All);
                 self.schedule.add(Trigger::Watch);
                 return;
             }
-            Some(watch::Due::Check(touched)) => touched,
+            Some(drift::Due::Check(touched)) => touched,
         };
         let scope = Scope::Only(touched);
         match self.host.drifted(&scope) {
