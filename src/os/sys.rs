@@ -123,6 +123,58 @@ impl SignalFd {
     }
 }
 
+/// A signal the service handles, by what it is (`SignalFd::next`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Signal {
+    /// SIGTERM or SIGINT, with its number for the log.
+    Terminate(i32),
+    Hangup,
+    User1,
+    User2,
+}
+
+impl SignalFd {
+    /// The next pending signal the service handles, if any (others are skipped).
+    pub fn next(&self) -> Option<Signal> {
+        while let Some(signal) = self.read() {
+            match signal {
+                libc::SIGTERM | libc::SIGINT => return Some(Signal::Terminate(signal)),
+                libc::SIGHUP => return Some(Signal::Hangup),
+                libc::SIGUSR1 => return Some(Signal::User1),
+                libc::SIGUSR2 => return Some(Signal::User2),
+                _ => {}
+            }
+        }
+        None
+    }
+}
+
+/// Sends `signal` (`Hangup` or `User2`: what one mesh-host asks of another) to process `pid`.
+pub fn send_signal(pid: u32, signal: Signal) -> io::Result<()> {
+    let number = match signal {
+        Signal::Terminate(n) => n,
+        Signal::Hangup => libc::SIGHUP,
+        Signal::User1 => libc::SIGUSR1,
+        Signal::User2 => libc::SIGUSR2,
+    };
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a process id"))?;
+    // SAFETY: kill(2) takes two integers and touches no memory of ours.
+    check(unsafe { libc::kill(pid, number) }).map(drop)
+}
+
+/// Waits at most `millis` (1 to 1000) for `fd` to take writes; whether it would.
+pub fn wait_writable(fd: RawFd, millis: u64) -> bool {
+    let mut pollfd = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let millis = millis.clamp(1, 1000) as libc::c_int;
+    // SAFETY: one valid pollfd on the stack, and a count of one.
+    unsafe { libc::poll(&mut pollfd, 1, millis) > 0 }
+}
+
 /// Tells systemd about the service's state when it runs us with `Type=notify`. Failures are only
 /// logged: a missing notify socket must never stop the host.
 pub fn sd_notify(state: &str) {

@@ -3,6 +3,7 @@
 //! binary (a minimal system has none) and never signals a process that is not mesh-host.
 
 use crate::engine::{Fatal, Host, EXIT_OK};
+use crate::os::sys;
 use crate::store::Store;
 
 /// Sends SIGHUP to `pid` (systemd's `$MAINPID`), which must be a mesh-host process.
@@ -12,15 +13,15 @@ pub fn signal_reload(pid: u32) -> Result<i32, Fatal> {
             "reload: process {pid} is not mesh-host (or is gone); nothing was signalled"
         )));
     }
-    let target = libc::pid_t::try_from(pid)
-        .map_err(|_| Fatal::Error(format!("reload: {pid} is not a process id")))?;
-    if unsafe { libc::kill(target, libc::SIGHUP) } != 0 {
-        return Err(Fatal::Error(format!(
-            "reload: SIGHUP to process {pid}: {}",
-            std::io::Error::last_os_error()
-        )));
+    match sys::send_signal(pid, sys::Signal::Hangup) {
+        Ok(()) => Ok(EXIT_OK),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Err(Fatal::Error(format!(
+            "reload: {pid} is not a process id"
+        ))),
+        Err(e) => Err(Fatal::Error(format!(
+            "reload: SIGHUP to process {pid}: {e}"
+        ))),
     }
-    Ok(EXIT_OK)
 }
 
 /// Sends SIGHUP to `pid`, or without one to the running service the store names (a person's
@@ -57,14 +58,11 @@ pub fn signal_pending(host: &Host) {
     if !crate::os::process::is_mesh_host(state.pid) {
         return;
     }
-    let Ok(pid) = libc::pid_t::try_from(state.pid) else {
-        return;
-    };
-    if unsafe { libc::kill(pid, libc::SIGUSR2) } != 0 {
+    let pid = state.pid;
+    if let Err(e) = sys::send_signal(pid, sys::Signal::User2) {
         log::warn!(
-            "the service (pid {pid}) was not told of the pending declaration: {}; it reverts \
-             it on its next wake",
-            std::io::Error::last_os_error()
+            "the service (pid {pid}) was not told of the pending declaration: {e}; it reverts \
+             it on its next wake"
         );
     }
 }
