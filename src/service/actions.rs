@@ -17,7 +17,10 @@ use crate::store::{LinkStatus, ServicePhase, ServiceState, Store, Triggers};
 use crate::tools::pacman;
 
 /// What the core needs of a run's result; `watched`: a watch run's failures and repairs too.
-fn summary(converged: &Result<Option<RunResult>, Fatal>, watched: bool) -> Result<RunSummary, String> {
+fn summary(
+    converged: &Result<Option<RunResult>, Fatal>,
+    watched: bool,
+) -> Result<RunSummary, String> {
     let result = match converged {
         Ok(Some(result)) => result,
         Ok(None) => return Ok(RunSummary::default()),
@@ -26,7 +29,9 @@ fn summary(converged: &Result<Option<RunResult>, Fatal>, watched: bool) -> Resul
     let report = &result.report;
     let resource = |kind: &str, key: &String| Some((drift::kind(kind)?, key.clone()));
     let failed: BTreeSet<Resource> = match watched {
-        true => (report.failures.iter()).filter_map(|f| resource(&f.kind, &f.key)).collect(),
+        true => (report.failures.iter())
+            .filter_map(|f| resource(&f.kind, &f.key))
+            .collect(),
         false => BTreeSet::new(),
     };
     // A repair that failed (changed back before it could be checked) was fought too.
@@ -99,9 +104,8 @@ impl Shell<'_> {
     /// kept as parsed for the run that applies it.
     pub(super) fn accept(&mut self, revision: u64, text: String, confirm_secs: Option<u64>) {
         let digest = crate::util::codec::sha256_hex(text.as_bytes());
-        let acceptance = self.pulsing(|host, beat| {
-            host.accept_declaration(revision, text, confirm_secs, beat)
-        });
+        let acceptance =
+            self.pulsing(|host, beat| host.accept_declaration(revision, text, confirm_secs, beat));
         let accepted = match acceptance.refusal() {
             Some((outcome, message)) => Accepted::Refused(outcome, message.to_string()),
             None => Accepted::InForce,
@@ -205,8 +209,11 @@ impl Shell<'_> {
         let clock = self.host.options.clock.clone();
         let mut conn = connection::Connection::open(cp, tls, link, clock)?;
         let interest = conn.interest();
-        (self.poll.registry().register(&mut conn.stream, LINK, interest))
-            .map_err(|e| format!("epoll: {e}"))?;
+        (self
+            .poll
+            .registry()
+            .register(&mut conn.stream, LINK, interest))
+        .map_err(|e| format!("epoll: {e}"))?;
         log::info!("connecting to {}", cp.address);
         Ok(Live {
             conn: Box::new(conn),

@@ -118,7 +118,9 @@ pub enum Input {
     /// The check of what the watcher saw: how many drifted, and the first few by name.
     Checked(Result<(usize, Vec<String>), String>),
     /// The runs kept in memory were offered to the store; whether some are still kept.
-    KeptRuns { left: bool },
+    KeptRuns {
+        left: bool,
+    },
     /// inotify's events, decoded.
     Inotify(Vec<inotify::Event>),
     /// A connection was opened (the handshake and the hello follow).
@@ -192,8 +194,12 @@ enum Phase {
     /// No control plane configured: the host holds the declaration in force on its timer alone.
     None,
     Connecting,
-    Up { since: u64 },
-    Retrying { at: u64 },
+    Up {
+        since: u64,
+    },
+    Retrying {
+        at: u64,
+    },
 }
 
 pub struct Core {
@@ -225,8 +231,6 @@ pub struct Core {
     checking: Option<BTreeSet<Resource>>,
     /// The scope of the run in progress.
     ran_scope: Option<Scope>,
-    /// When a connection was last asked for: never twice within a millisecond.
-    connect_at: Option<u64>,
     /// When an ack the store's lock kept from confirming is tried again.
     confirm_at: u64,
     retry: Retry,
@@ -260,7 +264,6 @@ impl Core {
             watch_scope: None,
             checking: None,
             ran_scope: None,
-            connect_at: None,
             confirm_at: 0,
             retry: Retry::default(),
             unwritten: false,
@@ -372,10 +375,18 @@ impl Core {
             true => u64::MAX,
             false => now.mono,
         };
-        [self.schedule.deadline(now.mono), link, watch, writes, pending, confirm, queued]
-            .into_iter()
-            .min()
-            .unwrap_or(u64::MAX)
+        [
+            self.schedule.deadline(now.mono),
+            link,
+            watch,
+            writes,
+            pending,
+            confirm,
+            queued,
+        ]
+        .into_iter()
+        .min()
+        .unwrap_or(u64::MAX)
     }
 
     /// The next thing to do at `now`, if any. An action answered by an input must be answered
@@ -436,8 +447,7 @@ impl Core {
             return self.start_run(now, triggers);
         }
         if let Phase::Retrying { at } = self.phase {
-            if now.mono >= at && self.connect_at != Some(now.mono) {
-                self.connect_at = Some(now.mono);
+            if now.mono >= at {
                 return self.queue.push_back(Action::Connect);
             }
         }
@@ -492,9 +502,15 @@ impl Core {
     /// The `STATUS=` line for `doing`, queued when it differs from the last one sent.
     fn say(&mut self, doing: &str, now: Now) {
         let next_timer = now.unix_ms_of(self.schedule.next_timer()) / 1000;
-        let line = notify::status_text(doing, self.last_run.as_ref(), next_timer, self.link_status());
+        let line = notify::status_text(
+            doing,
+            self.last_run.as_ref(),
+            next_timer,
+            self.link_status(),
+        );
         if self.sent_status != line {
-            self.queue.push_back(Action::Notify(format!("STATUS={line}")));
+            self.queue
+                .push_back(Action::Notify(format!("STATUS={line}")));
             self.sent_status = line;
         }
     }
@@ -516,14 +532,18 @@ impl Core {
                 {
                     // Not reverted (the store failed): tried again after the next run, not in a
                     // loop.
-                    log::error!("the pending declaration is past its deadline but was not reverted");
+                    log::error!(
+                        "the pending declaration is past its deadline but was not reverted"
+                    );
                     self.pending = None;
                 }
             }
             Input::Pending(Err(e)) => {
                 log::error!("the pending declaration's deadline: {e}");
                 if std::mem::take(&mut self.after_revert) && self.pending.is_some() {
-                    log::error!("the pending declaration is past its deadline but was not reverted");
+                    log::error!(
+                        "the pending declaration is past its deadline but was not reverted"
+                    );
                     self.pending = None;
                 }
             }
@@ -591,8 +611,10 @@ impl Core {
         self.phase = match (retry, self.settings.control_plane) {
             (true, true) => {
                 let random = self.random();
+                // At least a millisecond (as the timerfd's least): never a busy loop.
+                let delay = self.backoff.next_delay(random).max(1);
                 Phase::Retrying {
-                    at: now.mono + self.backoff.next_delay(random),
+                    at: now.mono + delay,
                 }
             }
             _ => Phase::None,
@@ -653,10 +675,8 @@ impl Core {
             Accepted::Refused(outcome, message) => (outcome, message),
         };
         // A huge bad declaration has as many problems: its count and the first ones say enough.
-        let message = crate::link::messages::abridge_text(
-            &message,
-            crate::link::messages::MAX_MESSAGE_BYTES,
-        );
+        let message =
+            crate::link::messages::abridge_text(&message, crate::link::messages::MAX_MESSAGE_BYTES);
         // A rejected declaration is a failure (`journalctl -p err` shows it); a stale one is not.
         if outcome == ReportOutcome::Ignored {
             log::warn!("declaration revision {revision} {outcome}: {message}");
@@ -725,7 +745,8 @@ impl Core {
             self.watch.covered();
             let random = self.random();
             self.schedule.rearm(now.mono, random);
-            self.queue.push_back(Action::RefreshWatches { after_run: false });
+            self.queue
+                .push_back(Action::RefreshWatches { after_run: false });
             self.queue.push_back(Action::SendOutbox);
         }
     }
@@ -757,7 +778,8 @@ impl Core {
         // What the run converged with sets the watches (what the watcher saw of the store before
         // the run is covered by it).
         self.watch.take_refresh();
-        self.queue.push_back(Action::RefreshWatches { after_run: true });
+        self.queue
+            .push_back(Action::RefreshWatches { after_run: true });
         self.queue.push_back(Action::LoadPending);
         self.queue.push_back(Action::SendOutbox);
         if !std::mem::replace(&mut self.ready, true) {
@@ -800,7 +822,10 @@ impl Core {
             }
             Ok(run) => {
                 let outcome = run.outcome.unwrap_or(RunOutcome::Error);
-                let summary = format!("run {outcome}: {} changed, {} failed", run.changed, run.failed);
+                let summary = format!(
+                    "run {outcome}: {} changed, {} failed",
+                    run.changed, run.failed
+                );
                 if run.failed == 0 && outcome != RunOutcome::Interrupted {
                     log::info!("{summary}");
                 } else {

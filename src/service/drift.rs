@@ -828,11 +828,11 @@ fn contested(resource: &Resource, contest: &Contest) -> Contested {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// The targets of declared files at `paths`, under root `/`.
-    fn files(paths: &[&str]) -> Targets {
+    pub(in crate::service) fn files(paths: &[&str]) -> Targets {
         let mut builder = Builder::new(Path::new("/"));
         for path in paths {
             builder.file(path, &[]);

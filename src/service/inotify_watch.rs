@@ -27,11 +27,7 @@ impl Watcher {
                 Err(e) => (None, Some(format!("no inotify ({e})"))),
             },
         };
-        Watcher {
-            enabled,
-            fd,
-            off,
-        }
+        Watcher { enabled, fd, off }
     }
 
     pub fn raw(&self) -> Option<RawFd> {

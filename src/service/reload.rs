@@ -15,9 +15,9 @@ pub fn signal_reload(pid: u32) -> Result<i32, Fatal> {
     }
     match sys::send_signal(pid, sys::Signal::Hangup) {
         Ok(()) => Ok(EXIT_OK),
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Err(Fatal::Error(format!(
-            "reload: {pid} is not a process id"
-        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            Err(Fatal::Error(format!("reload: {pid} is not a process id")))
+        }
         Err(e) => Err(Fatal::Error(format!(
             "reload: SIGHUP to process {pid}: {e}"
         ))),

@@ -65,8 +65,10 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
     let timer = sys::TimerFd::new().map_err(|e| io("timerfd", e))?;
     let poll = Poll::new().map_err(|e| io("epoll", e))?;
     let register = |fd, token| {
-        (poll.registry().register(&mut SourceFd(&fd), token, Interest::READABLE))
-            .map_err(|e| io("epoll", e))
+        (poll
+            .registry()
+            .register(&mut SourceFd(&fd), token, Interest::READABLE))
+        .map_err(|e| io("epoll", e))
     };
     register(signals.raw(), SIGNALS)?;
     register(timer.raw(), TIMER)?;
@@ -115,9 +117,8 @@ pub fn run(host: &mut Host) -> Result<i32, Fatal> {
                     let read = shell.watcher.read();
                     shell.core.handle(now, Input::Inotify(read));
                 }
-                LINK => shell.on_socket(
-                    event.is_readable() || event.is_read_closed() || event.is_error(),
-                ),
+                LINK => shell
+                    .on_socket(event.is_readable() || event.is_read_closed() || event.is_error()),
                 _ => {}
             }
         }
