@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::link::ReconnectPolicy;
+use crate::os::inotify;
 use std::collections::BTreeSet;
 
 const T0: Now = Now {
@@ -345,7 +346,7 @@ fn touch_motd(p: &mut Pair) {
 fn watching_motd() -> Pair {
     let mut p = Pair::new(true);
     p.quiet();
-    let targets = drift::tests::files(&["/etc/motd"]);
+    let targets = drift::test_files(&["/etc/motd"]);
     let watch = p.core.watch_mut();
     watch.set_targets(targets);
     let add = watch.plan(&|_| true);
