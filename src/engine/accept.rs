@@ -47,10 +47,9 @@ impl Host {
         match self.put_accepted(revision, text, confirm_secs, interrupted) {
             Ok(Ok(declaration)) => Acceptance::InForce(Box::new(declaration)),
             Ok(Err(envelope::Refused::Stale(m))) => Acceptance::Stale(m),
-            Ok(Err(envelope::Refused::Rejected(m))) | Err(Fatal::Invalid(m)) => {
-                Acceptance::Rejected(m)
-            }
-            Err(e) => Acceptance::Failed(e.message().to_string()),
+            Ok(Err(envelope::Refused::Rejected(m))) => Acceptance::Rejected(m),
+            Err(e @ Fatal::Invalid(_)) => Acceptance::Rejected(e.message()),
+            Err(e) => Acceptance::Failed(e.message()),
         }
     }
 
@@ -70,7 +69,7 @@ impl Host {
         );
         let _lock = store
             .lock_pulsing(&holder, interrupted)
-            .map_err(|e| Fatal::Error(e.to_string()))?;
+            .map_err(|e| Fatal::error(e.to_string()))?;
         let current = store.in_force_head()?;
         let arrival = envelope::Arrival {
             revision,
@@ -87,7 +86,7 @@ impl Host {
             0 => State::Confirmed { at: now },
             secs => State::Pending {
                 deadline: crate::store::confirm_deadline(now, secs, "confirm_secs")
-                    .map_err(Fatal::Invalid)?,
+                    .map_err(Fatal::invalid)?,
                 by: Confirmer::ControlPlane,
                 report: None,
             },

@@ -125,7 +125,7 @@ impl Shell<'_> {
     pub(super) fn confirm_acked(&mut self, id: u64) {
         let confirmation = match self.host.confirm_acked(id) {
             Ok(said) => Confirmation::Done(said),
-            Err(Fatal::Locked(_)) => Confirmation::Locked,
+            Err(Fatal::Locked { .. }) => Confirmation::Locked,
             Err(e) => Confirmation::Failed(e.message().to_string()),
         };
         let now = self.now();

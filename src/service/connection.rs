@@ -211,7 +211,9 @@ impl Connection {
             if left == 0 {
                 return;
             }
-            crate::os::sys::wait_writable(self.stream.as_raw_fd(), left);
+            let millis = left.clamp(1, 1000) as i32;
+            let writable = crate::os::sys::Ready::Writable;
+            let _ = crate::os::sys::wait_until(self.stream.as_raw_fd(), writable, millis);
         }
     }
 }

@@ -3,25 +3,27 @@
 //! binary (a minimal system has none) and never signals a process that is not mesh-host.
 
 use crate::engine::{Fatal, Host, EXIT_OK};
-use crate::os::sys;
 use crate::store::Store;
 
 /// Sends SIGHUP to `pid` (systemd's `$MAINPID`), which must be a mesh-host process.
 pub fn signal_reload(pid: u32) -> Result<i32, Fatal> {
     if !crate::os::process::is_mesh_host(pid) {
-        return Err(Fatal::Error(format!(
+        return Err(Fatal::error(format!(
             "reload: process {pid} is not mesh-host (or is gone); nothing was signalled"
         )));
     }
-    match sys::send_signal(pid, sys::Signal::Hangup) {
-        Ok(()) => Ok(EXIT_OK),
+    match crate::os::process::signal(pid, crate::os::process::SIGHUP) {
+        Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
-            Err(Fatal::Error(format!("reload: {pid} is not a process id")))
+            return Err(Fatal::error(format!("reload: {pid} is not a process id")))
         }
-        Err(e) => Err(Fatal::Error(format!(
-            "reload: SIGHUP to process {pid}: {e}"
-        ))),
+        Err(e) => {
+            return Err(Fatal::error(format!(
+                "reload: SIGHUP to process {pid}: {e}"
+            )))
+        }
     }
+    Ok(EXIT_OK)
 }
 
 /// Sends SIGHUP to `pid`, or without one to the running service the store names (a person's
@@ -38,7 +40,7 @@ pub fn reload(host: &Host, pid: Option<u32>) -> Result<i32, Fatal> {
         Some(state) if state.state == crate::store::ServicePhase::Running && state.pid != 0 => {
             signal_reload(state.pid)
         }
-        _ => Err(Fatal::Error(
+        _ => Err(Fatal::error(
             "reload: the store names no running service; nothing was signalled".into(),
         )),
     }
@@ -59,7 +61,7 @@ pub fn signal_pending(host: &Host) {
         return;
     }
     let pid = state.pid;
-    if let Err(e) = sys::send_signal(pid, sys::Signal::User2) {
+    if let Err(e) = crate::os::process::signal(pid, crate::os::process::SIGUSR2) {
         log::warn!(
             "the service (pid {pid}) was not told of the pending declaration: {e}; it reverts \
              it on its next wake"

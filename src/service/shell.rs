@@ -60,7 +60,10 @@ fn read_signals(signals: &sys::SignalFd, core: &mut Core, now: Now) {
 }
 
 pub fn run(host: &mut Host) -> Result<i32, Fatal> {
-    let io = |what: &str, e: std::io::Error| Fatal::Error(format!("{what}: {e}"));
+    let io = |what: &str, error: std::io::Error| {
+        let context = what.to_string();
+        Fatal::Error(crate::engine::Failed::Io { context, error })
+    };
     let signals = sys::SignalFd::new().map_err(|e| io("signalfd", e))?;
     let timer = sys::TimerFd::new().map_err(|e| io("timerfd", e))?;
     let poll = Poll::new().map_err(|e| io("epoll", e))?;
