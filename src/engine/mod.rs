@@ -332,7 +332,7 @@ impl Host {
     }
 
     pub fn validate(&self, bytes: &[u8]) -> Result<Declaration, Problems> {
-        // Counted by tests/service.rs: the service parses each declaration once.
+        // Counted by tests/it/service.rs: the service parses each declaration once.
         log::debug!("declaration parsed ({} bytes)", bytes.len());
         declaration::parse(
             bytes,
