@@ -3,6 +3,10 @@
 //! names no kind: an event is a hint, never a verdict, and what it touched is observed again
 //! before anything runs.
 
+use super::{each, Kind, Visit};
+use crate::model::declaration::Declaration;
+use crate::store::Ledger;
+
 /// A directory the service knows the place of (from its config, or by asking pacman) where a
 /// kind's resources live besides their declared paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,4 +29,30 @@ pub trait Hints<'d> {
     fn entry(&mut self, place: Place, name: &'d str, key: &'d str);
     /// Any event in `place` touches the resource `key`.
     fn any(&mut self, place: Place, key: &'d str);
+}
+
+/// Whether any kind's hints for `declaration` and `ledger` are in `place`: the service finds
+/// where pacman's local database is (asking pacman) only then.
+pub fn wants(place: Place, declaration: &Declaration, ledger: &Ledger) -> bool {
+    struct Wants(Place, bool);
+    impl<'d> Hints<'d> for Wants {
+        fn path(&mut self, _: &'d str) {}
+        fn path_touches(&mut self, _: &'d str, _: &'d str) {}
+        fn entry(&mut self, place: Place, _: &'d str, _: &'d str) {
+            self.1 |= place == self.0;
+        }
+        fn any(&mut self, place: Place, _: &'d str) {
+            self.1 |= place == self.0;
+        }
+    }
+    struct Asking<'r, 'd>(&'r mut Wants, &'d Declaration, &'d Ledger);
+    impl Visit for Asking<'_, '_> {
+        type Out = ();
+        fn visit<K: Kind>(&mut self) {
+            K::watch(self.1, self.2, self.0);
+        }
+    }
+    let mut wants = Wants(place, false);
+    each(&mut Asking(&mut wants, declaration, ledger));
+    wants.1
 }

@@ -72,32 +72,6 @@ pub fn targets<'a>(
     builder.finish()
 }
 
-/// Whether any kind's hints for `declaration` and `ledger` are in `place`: the service finds
-/// where pacman's local database is (asking pacman) only then.
-pub fn wants(place: Place, declaration: &Declaration, ledger: &Ledger) -> bool {
-    struct Wants(Place, bool);
-    impl<'d> Hints<'d> for Wants {
-        fn path(&mut self, _: &'d str) {}
-        fn path_touches(&mut self, _: &'d str, _: &'d str) {}
-        fn entry(&mut self, place: Place, _: &'d str, _: &'d str) {
-            self.1 |= place == self.0;
-        }
-        fn any(&mut self, place: Place, _: &'d str) {
-            self.1 |= place == self.0;
-        }
-    }
-    struct Asking<'r, 'd>(&'r mut Wants, &'d Declaration, &'d Ledger);
-    impl Visit for Asking<'_, '_> {
-        type Out = ();
-        fn visit<K: Kind>(&mut self) {
-            K::watch(self.1, self.2, self.0);
-        }
-    }
-    let mut wants = Wants(place, false);
-    kinds::each(&mut Asking(&mut wants, declaration, ledger));
-    wants.1
-}
-
 /// Each kind's hints, given to the builder as that kind's.
 struct Hinting<'r, 'a> {
     builder: &'r mut Builder<'a>,
@@ -406,11 +380,8 @@ impl<'a> Builder<'a> {
                     last = Some(entry.name);
                 }
                 let i = targets.flags.len() - 1;
-                let flags = &mut targets.flags[i];
-                *flags |= entry.flags & REFRESH;
-                if entry.flags & KEYED != 0 {
-                    *flags = (*flags & REFRESH) | (entry.flags & KEYED);
-                }
+                // A path is the key of one kind's resource at most: its kind bits are the same.
+                targets.flags[i] |= entry.flags;
                 if let Some((kind, key)) = entry.touches {
                     targets.resources.push((i as u32, (kind, key.to_string())));
                 }

@@ -8,7 +8,7 @@ use mio::unix::SourceFd;
 use super::shell::WATCH;
 use super::{drift, inotify_watch, retry, Shell};
 use crate::engine::{invalid, Converged, Fatal};
-use crate::kinds::{self, Kind, Place, Visit};
+use crate::kinds::{self, hints, Kind, Place, Visit};
 use crate::link;
 use crate::model::declaration::Declaration;
 use crate::store::{self, Ledger, Store};
@@ -183,7 +183,7 @@ impl Shell<'_> {
             }
         };
         self.watch_problem = None;
-        if self.pacman_db.is_none() && drift::wants(Place::PacmanDb, &d, &ledger) {
+        if self.pacman_db.is_none() && hints::wants(Place::PacmanDb, &d, &ledger) {
             let db = self.host.pacman_local_db();
             if let Err(e) = &db {
                 log::warn!("packages are left to the drift timer: {e}");
