@@ -355,8 +355,6 @@ const LONG_FNS: &[&str] = &[
     "src/kinds/units.rs observe",
     "src/kinds/units.rs plan_present",
     "src/model/envelope.rs parse",
-    "src/model/selfref.rs refuse_file",
-    "src/model/selfref/pid1.rs refuse_directive",
     "src/service/mod.rs on_declare",
     "src/service/mod.rs run",
     "src/service/watch.rs finish",

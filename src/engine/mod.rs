@@ -3,6 +3,7 @@
 //! (`converge`: `apply`, `reconcile` and the service share it) through the reconciler; it
 //! prints nothing. Exit codes and `Fatal` are its answer to whoever called it.
 
+pub mod accept;
 pub mod confirm;
 pub mod converge;
 pub mod facts;

@@ -11,6 +11,13 @@ fn path(file: &Path) -> &str {
     file.to_str().expect("utf-8 path")
 }
 
+/// Waits (polling the wall clock) until `unix` seconds are past: a deadline or an expiry.
+fn wait_past(unix: u64) {
+    while now() <= unix {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -120,7 +127,7 @@ fn rollback_to_an_expired_signature_needs_force() {
     let envelope = host.declaration("envelope.json", &signed.stdout);
     host.apply(&envelope, 0);
     host.apply(&declaration(&host, 2, "two", None), 0);
-    std::thread::sleep(Duration::from_secs(3));
+    wait_past(expires);
     let refused = host.run(&["rollback"]);
     assert_eq!(refused.code, 2, "{refused:?}");
     refused.assert_stderr("revision 1 is signed and its signature expired");
@@ -152,6 +159,7 @@ fn a_confirmed_apply_stays() {
         path(&declaration(&host, 2, "two", None)),
     ]);
     assert_eq!(out.code, 0, "{out:?}");
+    let deadline = now() + 2;
     out.assert_stderr(" UTC (in 2 s) unless `mesh-host confirm` runs first");
     host.run(&["status"]).assert_stdout("pending: reverted in");
     assert!(metric(
@@ -172,7 +180,7 @@ fn a_confirmed_apply_stays() {
     let again = host.run(&["confirm"]);
     assert_eq!(again.code, 2, "{again:?}");
     again.assert_stderr("nothing to confirm");
-    std::thread::sleep(Duration::from_secs(3));
+    wait_past(deadline);
     let later = host.run(&["reconcile"]);
     assert_eq!(later.code, 0, "{later:?}");
     assert!(!later.stderr.contains("reverted"), "{later:?}");
@@ -198,8 +206,16 @@ fn an_unconfirmed_apply_is_reverted_by_the_next_command() {
     ]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(read(&host, "/etc/a").as_deref(), Some("two"));
-    std::thread::sleep(Duration::from_secs(2));
-    // Reading changes nothing: status says it is past its deadline.
+    // Reading changes nothing: status says it is past its deadline (asked until it is).
+    let past = || {
+        host.run(&["status"])
+            .stdout
+            .contains("reverted by the next run")
+    };
+    let asked_until = now() + 30;
+    while !past() && now() < asked_until {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     host.run(&["status"])
         .assert_stdout("reverted by the next run");
     assert_eq!(read(&host, "/etc/a").as_deref(), Some("two"));

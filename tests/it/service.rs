@@ -874,8 +874,20 @@ fn a_host_started_after_the_window_reverts_first() {
     );
     second_revision_unacked(&cp, &node);
     let runs_before = node.runs().len();
+    let deadline = node.status()["generations"]["list"][1]["state"]["deadline"]
+        .as_u64()
+        .unwrap_or(0);
     node.kill();
-    std::thread::sleep(Duration::from_secs(5));
+    // Started once the deadline has passed (wall time: waited for, not slept through).
+    let unix = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    };
+    assert!(
+        wait_until(WAIT, || unix() > deadline),
+        "deadline {deadline}"
+    );
     assert_eq!(node.read("/etc/motd").as_deref(), Some("two\n"));
     node.restart(&[]);
     assert_motd(&node, "one");
@@ -915,7 +927,8 @@ fn an_acked_declaration_is_confirmed_and_stays() {
         "{}",
         node.log()
     );
-    std::thread::sleep(Duration::from_secs(3));
+    // That no revert comes later is the core's test (`an_ack_confirms_the_pending_...`, in
+    // virtual time): here, what the store and the machine hold.
     assert_eq!(node.read("/etc/motd").as_deref(), Some("two\n"));
     assert_eq!(last_generation(&node), ("confirmed".into(), 2));
     assert!(node.status()["generations"]["reverted"].is_null());

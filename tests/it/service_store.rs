@@ -316,7 +316,7 @@ fn a_run_made_while_the_store_disk_is_full_is_recorded_and_reported_once_there_i
     assert!(
         wait_until(WAIT, || node
             .log()
-            .matches("mesh_host::service] run ")
+            .matches("mesh_host::service::core] run ")
             .count()
             >= 2),
         "{}",

@@ -1,33 +1,32 @@
-//! The service's side of the inotify watcher: starting and stopping it with the config, pointing
-//! it at what the declaration in force and the ledger name, turning its debounced events into a
-//! check and (only on drift) a run with trigger `watch`, counting contested repairs, and what
-//! `status` says about it. The decisions are `watch.rs`'s, the syscalls `inotify.rs`'s.
+//! The watcher's targets, worked out by the shell: starting and stopping the watcher with the
+//! config, pointing it at what the declaration in force and the ledger name (from a run, or
+//! from the store), the report of a contested resource, and what `status` says about it. The
+//! decisions are `drift.rs`'s and the core's, the syscalls `os/inotify.rs`'s.
 
 use mio::unix::SourceFd;
-use mio::Poll;
 
-use std::collections::BTreeSet;
-
-use super::{retry, watch, watcher, Service, WATCH};
-use crate::engine::reconcile::Scope;
-use crate::engine::{invalid, Converged, Fatal, RunResult};
+use super::shell::WATCH;
+use super::{drift, inotify_watch, retry, Shell};
+use crate::engine::{invalid, Converged, Fatal};
 use crate::link;
 use crate::model::declaration::Declaration;
 use crate::model::spec::{files::Files, packages::Packages};
-use crate::store::{self, Ledger, Store, Trigger};
+use crate::store::{self, Ledger, Store};
 
-impl Service<'_> {
+impl Shell<'_> {
     /// After a reload: a watcher started or stopped as the config's `watch` now says.
-    pub(super) fn rewatch(&mut self, now: u64, poll: &Poll) -> std::io::Result<()> {
+    pub(super) fn rewatch(&mut self, now: u64) -> std::io::Result<()> {
         if self.host.config.watch == self.watcher.enabled {
             return Ok(());
         }
         if let Some(fd) = self.watcher.raw() {
-            poll.registry().deregister(&mut SourceFd(&fd))?;
+            self.poll.registry().deregister(&mut SourceFd(&fd))?;
         }
-        self.watcher = watcher::Watcher::new(self.host.config.watch);
+        self.watcher = inotify_watch::Watcher::new(self.host.config.watch);
+        *self.core.watch_mut() = drift::Watch::default();
         if let Some(fd) = self.watcher.raw() {
-            poll.registry()
+            self.poll
+                .registry()
                 .register(&mut SourceFd(&fd), WATCH, mio::Interest::READABLE)?;
         }
         self.watched_for = None;
@@ -37,7 +36,7 @@ impl Service<'_> {
 
     /// What `status` says about the watcher.
     pub(super) fn watch_state(&self, unix_ms: &dyn Fn(u64) -> u64) -> store::WatchState {
-        let w = &self.watcher.watch;
+        let w = self.core.watch();
         let (overflows, last_overflow) = w.overflows();
         let contested = w
             .contested()
@@ -64,7 +63,7 @@ impl Service<'_> {
         if let Some(Err(e)) = &self.pacman_db {
             timer_only.push(format!("packages: {e}"));
         }
-        for (kind, key) in self.repair_retry.given_up() {
+        for (kind, key) in self.core.retry().given_up() {
             timer_only.push(format!(
                 "{kind} {key}: its repair failed {} times in a row",
                 retry::DELAYS_MS.len() + 1
@@ -100,36 +99,13 @@ impl Service<'_> {
         }
     }
 
-    /// Counts a watch run's repairs (done or failed); a resource fought over is named and left
-    /// to the timer.
-    pub(super) fn contest(&mut self, now: u64, repaired: &[watch::Resource]) {
-        let newly = self.watcher.watch.repaired(now, repaired);
-        for c in &newly {
-            let (kind, key) = &c.resource;
-            let message = format!(
-                "{kind} {key} is contested: repaired {} times within {} s, each time changed \
-                 back by another process; left to the drift timer until it is left alone for {} s",
-                c.repairs,
-                watch::CONTEST_WINDOW_MS / 1000,
-                watch::SETTLE_MS / 1000
-            );
-            log::warn!("{message}");
-            self.report_contested(kind, key, message);
-        }
-        if !newly.is_empty() {
-            self.send_outbox();
-        }
-    }
-
-    /// Tells the control plane (when there is one) by name: a report with outcome `contested`.
-    fn report_contested(&self, kind: &str, key: &str, message: String) {
-        if self.host.config.control_plane.is_none() {
-            return;
-        }
+    /// Tells the control plane by name: a report with outcome `contested`.
+    pub(super) fn report_contested(&self, resource: &drift::Resource, message: String) {
+        let (kind, key) = resource;
         let result = (|| -> Result<(), Fatal> {
             let store = self.host.store()?;
             let in_force = store.in_force_head()?;
-            let now = store::unix_now();
+            let now = self.host.options.clock.unix();
             let mut report = link::Report {
                 revision: in_force.as_ref().and_then(|f| f.revision),
                 digest: in_force.map(|f| f.digest),
@@ -140,8 +116,8 @@ impl Service<'_> {
                 ended: now,
                 changes: Vec::new(),
                 failures: vec![store::ResourceResult {
-                    kind: kind.into(),
-                    key: key.into(),
+                    kind: kind.to_string(),
+                    key: key.clone(),
                     action: store::ResultAction::Contested,
                     detail: message.clone(),
                 }],
@@ -189,8 +165,8 @@ impl Service<'_> {
             Ok(None) => {
                 self.watch_problem = None;
                 self.watched_for = None;
-                let targets = watch::store_targets(&self.host.config.state_dir);
-                return self.watcher.set_targets(now, targets);
+                let targets = drift::store_targets(&self.host.config.state_dir);
+                return (self.watcher).set_targets(self.core.watch_mut(), now, targets);
             }
             Err(e) => {
                 // Said once, in the log and in `status`, until the store reads again.
@@ -199,8 +175,8 @@ impl Service<'_> {
                     log::error!("watches not updated: {why}");
                 }
                 if self.watched_for.is_none() {
-                    let targets = watch::store_targets(&self.host.config.state_dir);
-                    self.watcher.set_targets(now, targets);
+                    let targets = drift::store_targets(&self.host.config.state_dir);
+                    (self.watcher).set_targets(self.core.watch_mut(), now, targets);
                 }
                 self.watch_problem = Some(why);
                 return;
@@ -222,16 +198,16 @@ impl Service<'_> {
             .root
             .as_deref()
             .unwrap_or(std::path::Path::new("/"));
-        let places = watch::Places {
+        let places = drift::Places {
             root,
             store: &self.host.config.state_dir,
             unit_dir: &self.host.config.unit_dir,
             pacman_db: self.pacman_db.as_ref().and_then(|db| db.as_deref().ok()),
         };
-        let targets = watch::targets(&places, &d, &ledger);
+        let targets = drift::targets(&places, &d, &ledger);
         // Freed before the watches are set, so what that allocates goes where they were.
         drop((d, ledger));
-        self.watcher.set_targets(now, targets);
+        (self.watcher).set_targets(self.core.watch_mut(), now, targets);
     }
 
     /// The declaration in force and the ledger, for the watches: `None` when there is no
@@ -263,89 +239,6 @@ impl Service<'_> {
         let ledger = store.ledger()?;
         self.watched_for = Some(source);
         Ok(Some(Some((d, ledger))))
-    }
-
-    /// A watch run at `now` over `scope` ended (`converged`): what it failed to repair is tried
-    /// again within seconds (a person's `systemctl stop` can cancel a repair's start job), a
-    /// few times, then left to the timer, said in the log and in `status`.
-    pub(super) fn retry_failed_repairs(
-        &mut self,
-        now: u64,
-        scope: &Scope,
-        converged: &Result<Option<RunResult>, Fatal>,
-    ) {
-        let failed: BTreeSet<watch::Resource> = match (converged, scope) {
-            (Ok(Some(result)), _) => (result.report.failures.iter())
-                .filter_map(|f| Some((watch::kind(&f.kind)?, f.key.clone())))
-                .collect(),
-            // The run could not be made at all (the store, the lock): all of it again.
-            (Err(_), Scope::Only(all)) => all.clone(),
-            _ => BTreeSet::new(),
-        };
-        if let Some(said) = self.repair_retry.after_watch_run(now, failed) {
-            log::warn!("{said}");
-        }
-    }
-
-    /// A failed watch repair whose retry is due: a watch run over it.
-    pub(super) fn on_retry_due(&mut self, now: u64) {
-        let Some(failed) = self.repair_retry.take_due(now) else {
-            return;
-        };
-        log::info!("watch: trying the failed repair again");
-        self.watch_scope = Some(widen(self.watch_scope.take(), Scope::Only(failed)));
-        self.schedule.add(Trigger::Watch);
-    }
-
-    /// The debounced watch events: observe what they touched, and run only if it drifted.
-    pub(super) fn on_watch_due(&mut self, now: u64) {
-        let (due, settled) = self.watcher.watch.take_due(now);
-        for (kind, key) in settled {
-            log::info!("{kind} {key} settled: watched again");
-        }
-        let touched = match due {
-            None => return,
-            Some(watch::Due::Full) => {
-                log::warn!("watch: events were lost or cannot all be had; a full run");
-                self.watch_scope = Some(Scope::All);
-                self.schedule.add(Trigger::Watch);
-                return;
-            }
-            Some(watch::Due::Check(touched)) => touched,
-        };
-        let scope = Scope::Only(touched);
-        match self.host.drifted(&scope) {
-            Ok(changes) if changes.is_empty() => {}
-            Ok(changes) => {
-                // A few by name: the logger keeps the room a line took, and drift in every file
-                // of a large declaration would make one line of all their names.
-                const NAMED: usize = 10;
-                let mut names: Vec<String> = changes
-                    .iter()
-                    .take(NAMED)
-                    .map(|c| format!("{} {}", c.kind, c.key))
-                    .collect();
-                if changes.len() > NAMED {
-                    names.push(format!("{} more", changes.len() - NAMED));
-                }
-                log::info!("watch: drift in {}", names.join(", "));
-                self.watch_scope = Some(widen(self.watch_scope.take(), scope));
-                self.schedule.add(Trigger::Watch);
-            }
-            Err(e) => log::error!("watch: could not check: {}", e.message()),
-        }
-    }
-}
-
-/// The scope a watch run waits with, and `more`.
-fn widen(scope: Option<Scope>, more: Scope) -> Scope {
-    match (scope, more) {
-        (Some(Scope::Only(mut before)), Scope::Only(more)) => {
-            before.extend(more);
-            Scope::Only(before)
-        }
-        (Some(Scope::All), _) | (_, Scope::All) => Scope::All,
-        (None, more) => more,
     }
 }
 

@@ -1,19 +1,17 @@
-//! The service's side of inotify: `Watcher` carries out what the pure `watch::Watch` decides,
+//! The service's side of inotify: `Watcher` carries out what the pure `drift::Watch` decides,
 //! on the descriptor `os::inotify` keeps.
 
 use std::os::fd::RawFd;
 use std::path::Path;
 
-use super::watch::{Targets, Watch};
+use super::drift::{Targets, Watch};
 use crate::os::inotify::{AddError, Event, Inotify};
 
-/// The watcher the loop owns: the descriptor (when inotify could be had and `watch` is on) and
-/// the decisions.
+/// The watcher the shell owns: the descriptor, when inotify could be had and `watch` is on.
 pub struct Watcher {
     /// The config's `watch`.
     pub enabled: bool,
     fd: Option<Inotify>,
-    pub watch: Watch,
     /// Why nothing is watched, when nothing is.
     pub off: Option<String>,
 }
@@ -29,48 +27,43 @@ impl Watcher {
                 Err(e) => (None, Some(format!("no inotify ({e})"))),
             },
         };
-        Watcher {
-            enabled,
-            fd,
-            watch: Watch::default(),
-            off,
-        }
+        Watcher { enabled, fd, off }
     }
 
     pub fn raw(&self) -> Option<RawFd> {
         self.fd.as_ref().map(Inotify::raw)
     }
 
-    pub fn set_targets(&mut self, now: u64, targets: Targets) {
+    pub fn set_targets(&self, watch: &mut Watch, now: u64, targets: Targets) {
         if self.fd.is_some() {
-            self.watch.set_targets(targets);
-            self.sync(now);
+            watch.set_targets(targets);
+            self.sync(watch, now);
         }
     }
 
     /// Makes the kernel's watches match what `watch` wants, looking again while directories
     /// come and go underneath.
-    pub fn sync(&mut self, now: u64) {
+    pub fn sync(&self, watch: &mut Watch, now: u64) {
         let Some(fd) = &self.fd else { return };
         // Bounded: a directory tree changing faster than it can be looked at is left to the
         // next event (or the timer).
         for _ in 0..8 {
-            if !self.watch.needs_sync() {
+            if !watch.needs_sync() {
                 break;
             }
-            let add = self.watch.plan(&|p: &Path| {
+            let add = watch.plan(&|p: &Path| {
                 std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_dir())
             });
             // Dropped first: a directory moved away and back is the same inode, and adding it
             // again would hand back the descriptor about to be dropped.
-            for wd in self.watch.take_stale() {
+            for wd in watch.take_stale() {
                 fd.remove(wd);
             }
             for dir in add {
                 match fd.add(&dir) {
-                    Ok(wd) => self.watch.added(dir, wd),
+                    Ok(wd) => watch.added(dir, wd),
                     Err(e) => {
-                        let newly = !self.watch.unwatched().contains_key(&dir);
+                        let newly = !watch.unwatched().contains_key(&dir);
                         match &e {
                             AddError::Other(why) if newly => {
                                 log::warn!("not watched, left to the timer: {why}")
@@ -82,25 +75,23 @@ impl Watcher {
                             ),
                             _ => {}
                         }
-                        self.watch.add_failed(now, dir, e);
+                        watch.add_failed(now, dir, e);
                     }
                 }
             }
         }
     }
 
-    /// Takes in every queued event.
-    pub fn read(&mut self, now: u64) {
-        let Some(fd) = &self.fd else { return };
+    /// Every queued event (a failed read counts as lost events: nothing else is learnt).
+    pub fn read(&self) -> Vec<Event> {
+        let Some(fd) = &self.fd else {
+            return Vec::new();
+        };
         let mut events = Vec::new();
         if let Err(e) = fd.read(&mut events) {
-            // Nothing else to learn from it: treat it as lost events.
             log::error!("inotify: {e}");
             events.push(Event::Overflow);
         }
-        for event in events {
-            self.watch.handle(now, event);
-        }
-        self.sync(now);
+        events
     }
 }

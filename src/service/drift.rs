@@ -3,9 +3,8 @@
 //! while the parent is missing), which resources an inotify event touches, when the debounced
 //! check is due, which resources are contested, and when only a full run will do. An event is a
 //! hint, never a verdict: the loop observes what it touched before anything runs. The syscalls
-//! are in `inotify.rs`.
+//! are in `os/inotify.rs`.
 
-use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 use std::ops::Range;
@@ -19,6 +18,14 @@ use crate::model::spec::units::{self, Units};
 use crate::model::spec::Named;
 use crate::os::inotify::{AddError, Event};
 use crate::store::{self, Ledger};
+
+mod contest;
+mod packed;
+
+use contest::Contest;
+#[cfg(test)]
+use contest::Contested;
+use packed::Packed;
 
 /// A resource as the ledger names it: (kind, key).
 pub type Resource = (&'static str, String);
@@ -203,50 +210,6 @@ impl Targets {
     }
 }
 
-/// Names one after another in one buffer, with where each ends.
-#[derive(Debug, Default, PartialEq)]
-struct Packed {
-    bytes: Vec<u8>,
-    ends: Vec<u32>,
-}
-
-impl Packed {
-    /// Room for exactly `count` names of `bytes` in all.
-    fn with_capacity(count: usize, bytes: usize) -> Packed {
-        Packed {
-            bytes: Vec::with_capacity(bytes),
-            ends: Vec::with_capacity(count),
-        }
-    }
-
-    fn push(&mut self, name: &[u8]) {
-        self.bytes.extend_from_slice(name);
-        // The declaration and the ledger are far below 4 GiB, so their names are.
-        self.ends.push(self.bytes.len() as u32);
-    }
-
-    fn get(&self, i: usize) -> &OsStr {
-        let start = i
-            .checked_sub(1)
-            .map_or(0, |before| self.ends[before] as usize);
-        OsStr::from_bytes(&self.bytes[start..self.ends[i] as usize])
-    }
-
-    /// Binary search among the names `within`, which are sorted.
-    fn find(&self, within: Range<usize>, name: &OsStr) -> Option<usize> {
-        let (mut low, mut high) = (within.start, within.end);
-        while low < high {
-            let mid = low + (high - low) / 2;
-            match self.get(mid).as_bytes().cmp(name.as_bytes()) {
-                Ordering::Less => low = mid + 1,
-                Ordering::Greater => high = mid,
-                Ordering::Equal => return Some(mid),
-            }
-        }
-        None
-    }
-}
-
 /// Gathers targets as borrowed entries, then packs them into `Targets` in one go: counted, each
 /// buffer allocated at its exact size, then filled, so no growing buffer leaves holes.
 struct Builder<'a> {
@@ -349,20 +312,8 @@ impl<'a> Builder<'a> {
             .iter_mut()
             .map(|d| std::mem::take(&mut d.any))
             .collect();
-        // The directories in path order, each path once (a unit directory may hold declared
-        // files too): `order[runs[g]]` are the `dirs` of group `g`.
         let path = |d: u32| dirs[d as usize].path.as_os_str().as_bytes();
-        let mut order: Vec<u32> = (0..dirs.len() as u32).collect();
-        order.sort_unstable_by(|a, b| path(*a).cmp(path(*b)));
-        let mut runs: Vec<Range<usize>> = Vec::new();
-        let mut renumbered = vec![0; dirs.len()];
-        for (at, d) in order.iter().enumerate() {
-            match runs.last_mut() {
-                Some(run) if path(order[run.start]) == path(*d) => run.end = at + 1,
-                _ => runs.push(at..at + 1),
-            }
-            renumbered[*d as usize] = runs.len() as u32 - 1;
-        }
+        let (order, runs, renumbered) = group_dirs(&dirs);
         for entry in &mut entries {
             entry.dir = renumbered[entry.dir as usize];
         }
@@ -423,6 +374,25 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// The directories in path order, each path once (a unit directory may hold declared files
+/// too): `order[runs[g]]` are the `dirs` of group `g`, and `renumbered[d]` is the group of
+/// `dirs[d]`.
+fn group_dirs(dirs: &[Dir]) -> (Vec<u32>, Vec<Range<usize>>, Vec<u32>) {
+    let path = |d: u32| dirs[d as usize].path.as_os_str().as_bytes();
+    let mut order: Vec<u32> = (0..dirs.len() as u32).collect();
+    order.sort_unstable_by(|a, b| path(*a).cmp(path(*b)));
+    let mut runs: Vec<Range<usize>> = Vec::new();
+    let mut renumbered = vec![0; dirs.len()];
+    for (at, d) in order.iter().enumerate() {
+        match runs.last_mut() {
+            Some(run) if path(order[run.start]) == path(*d) => run.end = at + 1,
+            _ => runs.push(at..at + 1),
+        }
+        renumbered[*d as usize] = runs.len() as u32 - 1;
+    }
+    (order, runs, renumbered)
+}
+
 /// What the loop should do once the debounce is over.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Due {
@@ -439,27 +409,6 @@ pub enum Due {
 struct Watched {
     own: bool,
     below: BTreeMap<OsString, Vec<usize>>,
-}
-
-#[derive(Debug)]
-struct Contest {
-    /// Times of the last repairs by watch runs within the window, oldest first: the first
-    /// `repaired` of them (no more are needed to tell a contest).
-    repairs: [u64; CONTEST_REPAIRS],
-    repaired: usize,
-    /// When it became contested, and how many repairs it took.
-    contested: Option<(u64, usize)>,
-    /// The last change seen while contested: it settles once this is `SETTLE_MS` old.
-    last_change: u64,
-}
-
-/// A contested resource, for `status`: times are the loop's milliseconds.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Contested {
-    pub resource: Resource,
-    pub since: u64,
-    pub repairs: usize,
-    pub last_change: u64,
 }
 
 #[derive(Debug, Default)]
@@ -746,62 +695,6 @@ impl Watch {
         self.first_at = None;
     }
 
-    /// A watch run at `now` repaired `resources`; returns those that just became contested.
-    pub fn repaired(&mut self, now: u64, resources: &[Resource]) -> Vec<Contested> {
-        let mut newly = Vec::new();
-        for resource in resources {
-            let contest = self
-                .contests
-                .entry(resource.clone())
-                .or_insert_with(|| Contest {
-                    repairs: [0; CONTEST_REPAIRS],
-                    repaired: 0,
-                    contested: None,
-                    last_change: now,
-                });
-            let before = &contest.repairs[..contest.repaired];
-            let outside = before
-                .iter()
-                .take_while(|t| now.saturating_sub(**t) > CONTEST_WINDOW_MS)
-                .count();
-            // The oldest go: those outside the window, and one more when all are needed.
-            let gone = outside.max((contest.repaired + 1).saturating_sub(CONTEST_REPAIRS));
-            contest.repairs.copy_within(gone..contest.repaired, 0);
-            contest.repaired -= gone;
-            contest.repairs[contest.repaired] = now;
-            contest.repaired += 1;
-            if contest.contested.is_none() && contest.repaired >= CONTEST_REPAIRS {
-                contest.contested = Some((now, contest.repaired));
-                contest.last_change = now;
-                newly.push(contested(resource, contest));
-            }
-        }
-        self.forget(now);
-        newly
-    }
-
-    /// Resources nobody fights over need no bookkeeping once their window has passed: what is
-    /// left is forgotten when it has (`forget_at`), not only at the next repair.
-    fn forget(&mut self, now: u64) {
-        self.contests.retain(|_, c| {
-            c.contested.is_some()
-                || c.repairs[..c.repaired]
-                    .last()
-                    .is_some_and(|t| now.saturating_sub(*t) <= CONTEST_WINDOW_MS)
-        });
-        let watched = self.contests.values().any(|c| c.contested.is_none());
-        self.forget_at = watched.then_some(now + CONTEST_WINDOW_MS + 1);
-        self.any_contested = self.contests.values().any(|c| c.contested.is_some());
-    }
-
-    pub fn contested(&self) -> Vec<Contested> {
-        self.contests
-            .iter()
-            .filter(|(_, c)| c.contested.is_some())
-            .map(|(r, c)| contested(r, c))
-            .collect()
-    }
-
     pub fn directories(&self) -> usize {
         self.wds.len()
     }
@@ -817,22 +710,16 @@ impl Watch {
     }
 }
 
-fn contested(resource: &Resource, contest: &Contest) -> Contested {
-    let (since, repairs) = contest.contested.unwrap_or((contest.last_change, 0));
-    Contested {
-        resource: resource.clone(),
-        since,
-        repairs,
-        last_change: contest.last_change,
-    }
-}
+/// The test targets the core's tests watch with.
+#[cfg(test)]
+pub(super) use tests::files as test_files;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// The targets of declared files at `paths`, under root `/`.
-    fn files(paths: &[&str]) -> Targets {
+    pub(in crate::service) fn files(paths: &[&str]) -> Targets {
         let mut builder = Builder::new(Path::new("/"));
         for path in paths {
             builder.file(path, &[]);
