@@ -9,11 +9,11 @@ use serde::Serialize;
 
 use crate::engine::reconcile::{OwnedRow, Planned};
 use crate::model::pacnew::Pacnew;
+use crate::model::run::{Failing, ResourceResult, RunOutcome, RunRecord};
 use crate::model::upkeep::Needs;
 use crate::store::{
-    words_revision, Confirmer, Failing, Generations, InForce, InForceHead, LinkStatus,
-    ResourceResult, RunOutcome, RunRecord, ServicePhase, ServiceState, Source,
-    State as GenerationState, WatchMode, WatchState,
+    words_revision, Confirmer, Generations, InForce, InForceHead, LinkStatus, ServicePhase,
+    ServiceState, Source, State as GenerationState, WatchMode, WatchState,
 };
 use crate::util::diff::{Body, ContentDiff, Tag};
 use crate::util::words::{age, duration_words, expiry};
@@ -583,7 +583,7 @@ pub fn show(out: &Out, json: bool, in_force: &InForce) {
             out,
             &Shown {
                 // Validated on its way in, and checked against its digest since: JSON.
-                declaration: serde_json::from_str(&in_force.text).unwrap_or_default(),
+                declaration: serde_json::from_slice(&in_force.text).unwrap_or_default(),
                 digest: &in_force.digest,
                 revision: in_force.revision,
                 source: &in_force.source,
@@ -591,9 +591,10 @@ pub fn show(out: &Out, json: bool, in_force: &InForce) {
             },
         );
     }
-    out!(out, "{}", in_force.text);
+    // Validated on its way in (UTF-8), and checked against its digest since.
+    out!(out, "{}", String::from_utf8_lossy(&in_force.text));
     // A terminal gets its prompt on a line of its own; a file gets the text byte for byte.
-    if !in_force.text.ends_with('\n') && std::io::stdout().is_terminal() {
+    if !in_force.text.ends_with(b"\n") && std::io::stdout().is_terminal() {
         outln!(out);
     }
 }
@@ -888,7 +889,8 @@ fn failing_words(f: &Failing, now: u64) -> String {
 mod tests {
     use super::*;
     use crate::kinds::Action;
-    use crate::store::{Origin, ResultAction, RunOutcome, Trigger, Triggers};
+    use crate::model::run::{ResultAction, RunOutcome, Trigger, Triggers};
+    use crate::store::Origin;
 
     /// The JSON `--json` prints, compact: the same keys, sorted, and the same values.
     fn json(output: &impl Serialize) -> String {

@@ -22,16 +22,16 @@ use std::sync::Arc;
 use mio::unix::SourceFd;
 use mio::{Events, Poll, Token};
 
-use crate::engine::facts;
+use crate::engine::node;
 use crate::engine::reconcile::Scope;
 use crate::engine::{Fatal, Host, Reverting, Target, EXIT_OK};
-use crate::link::{messages, Event, Facts, Link, Message, Report, ReportOutcome};
+use crate::link::{messages, Event, Link, Message, Node, Report};
 use crate::model::declaration::Declaration;
 use crate::model::envelope;
+use crate::model::run::{ReportOutcome, RunOutcome, Trigger, Triggers};
 use crate::os::sys;
 use crate::store::{
-    self, Confirmer, InForce, LinkStatus, RunOutcome, ServicePhase, ServiceState, Source, State,
-    Store, Trigger, Triggers,
+    self, Confirmer, InForce, LinkStatus, ServicePhase, ServiceState, Source, State, Store,
 };
 use crate::tools::pacman;
 use backoff::Backoff;
@@ -106,7 +106,7 @@ struct Service<'h> {
     /// pacman's local database, once looked up (`Err`: packages are on the timer, and why).
     pacman_db: Option<Result<std::path::PathBuf, String>>,
     /// The facts last sent (in the hello or a report): a report carries them only when changed.
-    facts_sent: Option<Facts>,
+    facts_sent: Option<Node>,
     /// A digest of the declaration's digest and the owned files and packages the watches were set
     /// for (`watching::watch_source`): not the lists themselves, which the service would keep.
     watched_for: Option<[u8; 32]>,
@@ -597,7 +597,7 @@ impl Service<'_> {
     /// where `pacman -v -T` said when a run or the watcher asked, else where the pacman.conf its
     /// command reads says; the foreign packages and what the machine needs are the store's last
     /// (`stats.json`).
-    fn facts(&self) -> Facts {
+    fn facts(&self) -> Node {
         let root = self.host.options.root.as_deref();
         let asked = self
             .pacman_db
@@ -622,14 +622,14 @@ impl Service<'_> {
             _ => None,
         };
         let (foreign, needs) = stats.map_or((None, None), |s| (s.foreign, s.needs));
-        Facts {
+        Node {
             foreign_packages: foreign.map(|f| f.count),
             needs,
-            ..facts::collect(root.unwrap_or(std::path::Path::new("/")), &db)
+            ..node::collect(root.unwrap_or(std::path::Path::new("/")), &db)
         }
     }
 
-    fn hello(&self, facts: Facts) -> Result<Message, String> {
+    fn hello(&self, facts: Node) -> Result<Message, String> {
         let cp = self
             .host
             .config
@@ -641,7 +641,8 @@ impl Service<'_> {
                 .map_err(|e| format!("secret {}: {e}", cp.secret_file.display()))?;
         let store = self.host.store().ok();
         let in_force = (store.as_ref()).and_then(|s| s.in_force_head().ok().flatten());
-        let reverted = (store.as_ref()).and_then(|s| s.generations().ok()?.reverted);
+        let reverted =
+            (store.as_ref()).and_then(|s| s.generations().ok()?.reverted.map(Into::into));
         Ok(Message::Hello {
             protocol: messages::PROTOCOL,
             node: cp.node.clone(),
@@ -840,8 +841,8 @@ impl Service<'_> {
     /// stale, invalid or (with trusted keys) not signed as the config requires: then reported,
     /// and the previous one stays in force (`envelope::accept` decides). Accepted, it is kept as
     /// parsed for the run that applies it.
-    fn on_declare(&mut self, revision: u64, text: String, confirm_secs: Option<u64>) {
-        let digest = crate::util::codec::sha256_hex(text.as_bytes());
+    fn on_declare(&mut self, revision: u64, text: Vec<u8>, confirm_secs: Option<u64>) {
+        let digest = crate::util::codec::sha256_hex(&text);
         // A person's `apply` may hold the lock for minutes: the link is kept answered meanwhile.
         let pulse = Pulse::new(&mut self.link, &self.signals, &self.signalled);
         let beat = || pulse.beat();
@@ -917,7 +918,7 @@ impl Service<'_> {
             log::error!("declaration revision {revision} {outcome}: {message}");
         }
         let now = store::unix_now();
-        let mut report = Report {
+        let report = Report {
             id: 0,
             revision: Some(revision),
             digest: Some(digest),
@@ -937,7 +938,7 @@ impl Service<'_> {
             reverted: None,
         };
         if let Ok(store) = self.host.store() {
-            if let Err(e) = store.outbox_push(&mut report, self.host.config.outbox_bounds()) {
+            if let Err(e) = self.host.queue_report(&store, report) {
                 log::error!("report not queued: {e}");
             }
         }
@@ -950,10 +951,13 @@ impl Service<'_> {
             return;
         };
         let mut pending = match Store::open(&self.host.config.state_dir, false) {
-            Ok(Some(store)) => store.outbox_pending(*sent_through).unwrap_or_else(|e| {
-                log::error!("{e}");
-                Vec::new()
-            }),
+            Ok(Some(store)) => self
+                .host
+                .pending_reports(&store, *sent_through)
+                .unwrap_or_else(|e| {
+                    log::error!("{e}");
+                    Vec::new()
+                }),
             _ => Vec::new(),
         };
         // The newest report carries the facts when they changed since they were last sent.
