@@ -470,10 +470,10 @@ pub enum Refused {
     Rejected(String),
 }
 
-/// Decides on the declaration a `declare` brought (the bytes of the frame after it): newer than the newest accepted; a
-/// well-formed envelope if it is one; with trusted keys set, signed by enough of them, carrying
-/// its own revision equal to the frame's; valid (`validate`, the declaration parser); and not
-/// expired.
+/// Decides on the declaration a `declare` brought (the bytes of the frame after it): newer than
+/// the newest accepted; a well-formed envelope if it is one; with trusted keys set, signed by
+/// enough of them, carrying its own revision equal to the frame's; valid (`validate`, the
+/// declaration parser); and not expired.
 pub fn accept(
     text: Vec<u8>,
     arrival: &Arrival,
