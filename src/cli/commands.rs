@@ -14,7 +14,7 @@ use crate::engine::{
 use crate::model::declaration::Declaration;
 use crate::model::envelope;
 use crate::model::run::{Trigger, Triggers};
-use crate::store::{self, InForce, Ledger, Source, Store};
+use crate::store::{InForce, Ledger, Source, Store};
 use crate::util::words::{duration_words, utc};
 
 /// The engine, as one command line asked for it.
@@ -109,7 +109,12 @@ impl Commands<'_> {
             refusal: refusal.clone(),
             expires: d.expires,
         };
-        render::check(self.out, self.json, &checked, store::unix_now());
+        render::check(
+            self.out,
+            self.json,
+            &checked,
+            self.host.options.clock.unix(),
+        );
         match refusal {
             Some(refusal) => Err(Fatal::Invalid(format!(
                 "{}: refused: {refusal}",
@@ -212,7 +217,7 @@ impl Commands<'_> {
             },
             revision: d.revision,
             digest: d.digest.clone(),
-            since: store::unix_now(),
+            since: self.host.options.clock.unix(),
             text,
             control_plane_revision: None,
             signed_by: verification
@@ -235,7 +240,7 @@ impl Commands<'_> {
         if let Some(secs) = confirm_secs {
             // The running service keeps the deadline too (it may outlive this command).
             crate::service::signal_pending(self.host);
-            let now = store::unix_now();
+            let now = self.host.options.clock.unix();
             errln!(
                 "mesh-host: pending: reverted {} (in {}) unless `mesh-host confirm` runs first",
                 utc(now.saturating_add(secs)),
@@ -314,7 +319,7 @@ impl Commands<'_> {
                 self.out,
                 self.json,
                 &render::Owned { owned: &[] },
-                store::unix_now(),
+                self.host.options.clock.unix(),
             );
             return Ok(EXIT_OK);
         };
@@ -344,7 +349,7 @@ impl Commands<'_> {
             self.out,
             self.json,
             &render::Owned { owned: &rows },
-            store::unix_now(),
+            self.host.options.clock.unix(),
         );
         let any = |states: &[OwnedState]| rows.iter().any(|r| states.contains(&r.state));
         Ok(match self.detailed_exitcode {
@@ -394,7 +399,7 @@ impl Commands<'_> {
                 problems.push(e.to_string());
             }
         }
-        let now = store::unix_now();
+        let now = self.host.options.clock.unix();
         let mut status = render::Status {
             health: render::Health {
                 state: render::HealthState::Healthy,
