@@ -116,7 +116,7 @@ impl Commands<'_> {
             self.host.options.clock.unix(),
         );
         match refusal {
-            Some(refusal) => Err(Fatal::Invalid(format!(
+            Some(refusal) => Err(Fatal::invalid(format!(
                 "{}: refused: {refusal}",
                 file.display()
             ))),
@@ -166,11 +166,11 @@ impl Commands<'_> {
         let path = self.host.config.state_dir.join("declaration.json");
         self.host
             .validate(&in_force.text)
-            .map_err(|p| invalid(&path, &p))
+            .map_err(|p| invalid(&path, p))
     }
 
     fn nothing_in_force(&self) -> Fatal {
-        Fatal::Invalid(format!(
+        Fatal::invalid(format!(
             "store {}: no declaration in force (nothing was applied here yet); \
              `mesh-host plan FILE` plans a file",
             self.host.config.state_dir.display()
@@ -202,13 +202,13 @@ impl Commands<'_> {
             verification,
         } = self.host.read_declaration(file)?;
         if let Some(refusal) = envelope::refusal(verification.as_ref(), None) {
-            return Err(Fatal::Invalid(format!(
+            return Err(Fatal::invalid(format!(
                 "{}: refused: {refusal}; nothing was applied",
                 file.display()
             )));
         }
         let text = String::from_utf8(bytes)
-            .map_err(|_| Fatal::Invalid(format!("{}: not UTF-8", file.display())))?
+            .map_err(|_| Fatal::invalid(format!("{}: not UTF-8", file.display())))?
             .into_bytes();
         let path = std::fs::canonicalize(file).unwrap_or_else(|_| PathBuf::from(file));
         let in_force = InForce {
@@ -249,7 +249,7 @@ impl Commands<'_> {
         }
         match converged {
             Some(result) => Ok(self.print_converged(&result)),
-            None => Err(Fatal::Error("the declaration was not put in force".into())),
+            None => Err(Fatal::error("the declaration was not put in force".into())),
         }
     }
 
@@ -287,13 +287,13 @@ impl Commands<'_> {
         errln!("mesh-host: {said}");
         match converged {
             Some(result) => Ok(self.print_converged(&result)),
-            None => Err(Fatal::Error("the generation was not put in force".into())),
+            None => Err(Fatal::error("the generation was not put in force".into())),
         }
     }
 
     pub fn reconcile(&self) -> Result<i32, Fatal> {
         if Store::open(&self.host.config.state_dir, false)?.is_none() {
-            return Err(Fatal::Invalid(format!(
+            return Err(Fatal::invalid(format!(
                 "no store at {}: nothing was ever applied here",
                 self.host.config.state_dir.display()
             )));
@@ -306,7 +306,7 @@ impl Commands<'_> {
             &never,
         )? {
             Some(result) => Ok(self.print_converged(&result)),
-            None => Err(Fatal::Invalid(format!(
+            None => Err(Fatal::invalid(format!(
                 "store {}: no declaration in force",
                 self.host.config.state_dir.display()
             ))),
@@ -328,11 +328,11 @@ impl Commands<'_> {
             Some(in_force) => self
                 .host
                 .validate(&in_force.text)
-                .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?,
+                .map_err(|p| invalid(&store.path().join("declaration.json"), p))?,
             None => self
                 .host
                 .validate(br#"{"schema": 1}"#)
-                .map_err(|_| Fatal::Error("the empty declaration was refused".into()))?,
+                .map_err(|_| Fatal::error("the empty declaration was refused".into()))?,
         };
         let ledger = store.ledger()?;
         let runner = self.host.runner();

@@ -17,8 +17,8 @@ use crate::model::run::{
 };
 use crate::os::exec::Runner;
 use crate::store::{
-    self, Confirmer, InForce, LastRun, Ledger, LinkStatus, LockError, Notice, ServicePhase, Source,
-    State, Store, StoreError,
+    self, Confirmer, InForce, LastRun, Ledger, LinkStatus, Notice, ServicePhase, Source, State,
+    Store, StoreError,
 };
 use crate::util::progress::Event;
 use crate::util::words::expiry;
@@ -99,7 +99,7 @@ impl Host {
         };
         let d = self
             .validate(&in_force.text)
-            .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+            .map_err(|p| invalid(&store.path().join("declaration.json"), p))?;
         drop(in_force); // its text, before the ledger is read
         let mut ledger = store.ledger()?;
         let runner = Runner::new(false);
@@ -133,10 +133,7 @@ impl Host {
         } else {
             store.lock(false, &holder)
         };
-        let _lock = locked.map_err(|e| match e {
-            LockError::Held(_) => Fatal::Locked(e.to_string()),
-            LockError::Io(..) | LockError::Stopped(_) => Fatal::Error(e.to_string()),
-        })?;
+        let _lock = locked?;
         // What a crash left half written: removed (an outbox report recovered), under the lock.
         if let Err(e) = store.clean_after_crash() {
             log::warn!("{e}");
@@ -165,7 +162,7 @@ impl Host {
                     RunOutcome::Error,
                 )
             };
-            let message = join_lines(&runs_note, e.message());
+            let message = join_lines(&runs_note, &e.message());
             if let Some(why) = self.keep_run(&store, &record, None, &[], &message, false) {
                 log::error!("{why}");
             }
@@ -188,7 +185,7 @@ impl Host {
                 }
             };
             let d = self.validate(&in_force.text).map_err(|p| {
-                let e = invalid(&store.path().join(store::IN_FORCE), &p);
+                let e = invalid(&store.path().join(store::IN_FORCE), p);
                 refuse(e, in_force.revision, Some(in_force.digest.clone()))
             })?;
             Ok(Some(InForceParsed {
@@ -223,7 +220,7 @@ impl Host {
                     let state = match confirm_secs {
                         Some(secs) => State::Pending {
                             deadline: store::confirm_deadline(store::unix_now(), secs, "--confirm")
-                                .map_err(Fatal::Invalid)?,
+                                .map_err(Fatal::invalid)?,
                             by: Confirmer::Person,
                             report: None,
                         },
