@@ -21,7 +21,7 @@ mod util;
 pub use cli::{init_logging, main_with_args};
 
 /// The man pages, shell completions and JSON Schemas, generated from the program's own tables
-/// (`cargo run --example gen-docs -- share`; `tests/manual.rs` checks `share/` is up to date).
+/// (`cargo run --example gen-docs -- share`; `tests/it/manual.rs` checks `share/` is up to date).
 pub mod manual {
     pub use crate::cli::manual::files;
 }

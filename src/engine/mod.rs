@@ -3,6 +3,7 @@
 //! (`converge`: `apply`, `reconcile` and the service share it) through the reconciler; it
 //! prints nothing. Exit codes and `Fatal` are its answer to whoever called it.
 
+pub mod accept;
 pub mod confirm;
 pub mod converge;
 pub mod metrics;
@@ -332,7 +333,7 @@ impl Host {
     }
 
     pub fn validate(&self, bytes: &[u8]) -> Result<Declaration, Problems> {
-        // Counted by tests/service.rs: the service parses each declaration once.
+        // Counted by tests/it/service.rs: the service parses each declaration once.
         log::debug!("declaration parsed ({} bytes)", bytes.len());
         declaration::parse(
             bytes,

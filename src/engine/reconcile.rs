@@ -307,7 +307,7 @@ const ORIGINAL_KEPT: &str = "the original kept in the store from an earlier adop
 /// How many resources of a kind are observed at once: a chunk's observations are planned and
 /// dropped before the next chunk is observed, so a large run holds one chunk's at a time, while
 /// a batched query (pacman, systemctl) still asks about thousands of names in one spawn (a
-/// handful of spawns however many packages: `tests/noop.rs`).
+/// handful of spawns however many packages: `tests/it/noop.rs`).
 const OBSERVED_AT_ONCE: usize = 4096;
 
 /// How many resources of a kind applied a chunk at a time (`Kind::APPLIED_IN_CHUNKS`) a chunk

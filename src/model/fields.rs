@@ -322,7 +322,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
 }
 
 /// A field as the manual (`mesh-host.json(5)`, `mesh-host-config(5)`) and the JSON Schemas
-/// describe it. The parsers stay the authority: `tests/manual.rs` checks these tables name
+/// describe it. The parsers stay the authority: `tests/it/manual.rs` checks these tables name
 /// exactly the fields the parsers know.
 pub struct FieldDoc {
     pub name: &'static str,
