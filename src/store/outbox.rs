@@ -68,18 +68,18 @@ impl Store {
 
     /// Gives `report` the next id and keeps it until acknowledged; returns the id. The report's
     /// file is written (durably) before the id floor: a crash between the two leaves the report,
-    /// whose file name keeps its id taken. `now_ms`: Unix milliseconds, for a lost floor.
+    /// whose file name keeps its id taken. `unix_ms`: Unix milliseconds, for a lost floor.
     pub fn outbox_push(
         &self,
         report: &mut QueuedReport,
         bounds: OutboxBounds,
-        now_ms: u64,
+        unix_ms: u64,
     ) -> Result<u64, StoreError> {
         let dir = self.outbox_dir()?;
         let _lock = self.outbox_lock(&dir)?;
         let fd = self.open_outbox(&dir)?;
         let entries = self.outbox_entries(&dir, &fd)?;
-        let floor = self.id_floor(&dir, &entries, now_ms)?;
+        let floor = self.id_floor(&dir, &entries, unix_ms)?;
         let newest = entries.last().map_or(0, |(id, _)| *id);
         report.id = floor.max(newest).checked_add(1).ok_or_else(|| {
             self.error(
@@ -200,9 +200,14 @@ impl Store {
     /// one rebuilt so that no id is given twice (a control plane drops an id it already stored,
     /// and the outbox may have been emptied by acks): the newest report kept or set aside and,
     /// for a store that recorded runs (so ids were given before), the unix time in
-    /// milliseconds (`now_ms`), which ids given at fewer than a thousand a second never reach.
+    /// milliseconds (`unix_ms`), which ids given at fewer than a thousand a second never reach.
     /// Called under the outbox lock.
-    fn id_floor(&self, dir: &Path, entries: &[(u64, u64)], now_ms: u64) -> Result<u64, StoreError> {
+    fn id_floor(
+        &self,
+        dir: &Path,
+        entries: &[(u64, u64)],
+        unix_ms: u64,
+    ) -> Result<u64, StoreError> {
         let why = match self.read_json::<u64>(LAST_ID) {
             Ok(Some(floor)) => return Ok(floor),
             Ok(None) if !self.path().join(super::RUNS).exists() => return Ok(0),
@@ -216,7 +221,7 @@ impl Store {
         });
         let floor = (entries.iter().map(|(id, _)| *id))
             .chain(set_aside)
-            .fold(now_ms, u64::max);
+            .fold(unix_ms, u64::max);
         log::warn!(
             "{}: {why}; report ids go on after {floor} (the newest report kept, or the time in \
              milliseconds), so none is given twice",
@@ -330,7 +335,7 @@ mod tests {
     use crate::model::run::{RunOutcome, RunRecord, Trigger};
 
     /// A millisecond past every id the tests give.
-    const NOW_MS: u64 = 1_800_000_000_000;
+    const UNIX_MS: u64 = 1_800_000_000_000;
 
     fn report() -> QueuedReport {
         QueuedReport {
@@ -375,7 +380,9 @@ mod tests {
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         for expected in 1..=5 {
             assert_eq!(
-                store.outbox_push(&mut report(), bounds(3), NOW_MS).unwrap(),
+                store
+                    .outbox_push(&mut report(), bounds(3), UNIX_MS)
+                    .unwrap(),
                 expected
             );
         }
@@ -388,7 +395,9 @@ mod tests {
         assert_eq!(pending_ids(&store), vec![5]);
         store.outbox_ack(5).unwrap();
         assert_eq!(
-            store.outbox_push(&mut report(), bounds(3), NOW_MS).unwrap(),
+            store
+                .outbox_push(&mut report(), bounds(3), UNIX_MS)
+                .unwrap(),
             6,
             "ids keep increasing"
         );
@@ -402,7 +411,7 @@ mod tests {
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         for _ in 0..3 {
             store
-                .outbox_push(&mut report(), bounds(10), NOW_MS)
+                .outbox_push(&mut report(), bounds(10), UNIX_MS)
                 .unwrap();
         }
         store.outbox_ack(3).unwrap();
@@ -416,11 +425,11 @@ mod tests {
                 Some(text) => std::fs::write(&floor, text).unwrap(),
             }
             let id = store
-                .outbox_push(&mut report(), bounds(10), NOW_MS)
+                .outbox_push(&mut report(), bounds(10), UNIX_MS)
                 .unwrap();
             assert!(id > given, "{damage:?}: {id} after {given}");
             let next = store
-                .outbox_push(&mut report(), bounds(10), NOW_MS)
+                .outbox_push(&mut report(), bounds(10), UNIX_MS)
                 .unwrap();
             assert_eq!(next, id + 1, "the floor was written back");
             given = next;
@@ -437,7 +446,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             store
-                .outbox_push(&mut report(), bounds(10), NOW_MS)
+                .outbox_push(&mut report(), bounds(10), UNIX_MS)
                 .unwrap(),
             u64::MAX / 2 + 1
         );
@@ -449,7 +458,7 @@ mod tests {
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         std::fs::write(tmp.path().join(LAST_ID), u64::MAX.to_string()).unwrap();
         let err = store
-            .outbox_push(&mut report(), bounds(3), NOW_MS)
+            .outbox_push(&mut report(), bounds(3), UNIX_MS)
             .unwrap_err();
         assert!(
             err.to_string().contains("has reached the largest id"),
@@ -462,7 +471,9 @@ mod tests {
         let tmp = TempDir::new("outbox-new");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         assert_eq!(
-            store.outbox_push(&mut report(), bounds(3), NOW_MS).unwrap(),
+            store
+                .outbox_push(&mut report(), bounds(3), UNIX_MS)
+                .unwrap(),
             1
         );
     }
@@ -477,14 +488,14 @@ mod tests {
             bytes: 3 * size + size / 2,
         };
         for _ in 0..5 {
-            store.outbox_push(&mut report(), bytes, NOW_MS).unwrap();
+            store.outbox_push(&mut report(), bytes, UNIX_MS).unwrap();
         }
         assert_eq!(pending_ids(&store), vec![3, 4, 5]);
         let tiny = OutboxBounds {
             reports: 100,
             bytes: 1,
         };
-        store.outbox_push(&mut report(), tiny, NOW_MS).unwrap();
+        store.outbox_push(&mut report(), tiny, UNIX_MS).unwrap();
         assert_eq!(
             pending_ids(&store),
             vec![6],
@@ -498,7 +509,7 @@ mod tests {
         let tmp = TempDir::new("outbox-crash");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         store
-            .outbox_push(&mut report(), bounds(10), NOW_MS)
+            .outbox_push(&mut report(), bounds(10), UNIX_MS)
             .unwrap();
         let dir = tmp.path().join(DIR);
         // Killed after the report's file, before the id floor: the file keeps its id taken.
@@ -518,7 +529,7 @@ mod tests {
         std::fs::write(temp(4), b"{\"id\": 4, \"revis").unwrap();
         assert_eq!(
             store
-                .outbox_push(&mut report(), bounds(10), NOW_MS)
+                .outbox_push(&mut report(), bounds(10), UNIX_MS)
                 .unwrap(),
             4
         );
@@ -528,7 +539,7 @@ mod tests {
         store.outbox_ack(4).unwrap();
         assert_eq!(
             store
-                .outbox_push(&mut report(), bounds(10), NOW_MS)
+                .outbox_push(&mut report(), bounds(10), UNIX_MS)
                 .unwrap(),
             5
         );
