@@ -352,8 +352,6 @@ const LONG_FNS: &[&str] = &[
     "src/kinds/packages.rs run_waiting_for_lock",
     "src/kinds/units.rs observe",
     "src/kinds/units.rs plan_present",
-    "src/model/selfref.rs refuse_file",
-    "src/model/selfref/pid1.rs refuse_directive",
     "src/service/mod.rs on_declare",
     "src/service/mod.rs run",
     "src/service/watch.rs finish",
