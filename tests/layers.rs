@@ -320,7 +320,7 @@ fn cycles(edges: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<Vec<PathBuf>> {
 // Issue 33's rules. Each list holds today's offenders, one line each; the lists only shrink.
 
 /// Files of `store/` naming something of `link/` (an import, or a re-export: `pub use`).
-const STORE_NAMES_LINK: &[&str] = &["src/store/generations.rs", "src/store/outbox.rs"];
+const STORE_NAMES_LINK: &[&str] = &[];
 
 /// Files of `engine/` and `service/` naming a kind: its type, its module, its name.
 const NAMES_A_KIND: &[&str] = &[
@@ -344,9 +344,7 @@ const CLOCK_OUTSIDE_OS: &[&str] = &[
     "src/engine/reconcile.rs",
     "src/kinds/packages.rs",
     "src/kinds/units.rs",
-    "src/store/generations.rs",
     "src/store/mod.rs",
-    "src/store/outbox.rs",
 ];
 
 /// Files over `MAX_FILE_LOC` lines of code.
@@ -374,8 +372,6 @@ const LONG_FNS: &[&str] = &[
     "src/kinds/packages.rs run_waiting_for_lock",
     "src/kinds/units.rs observe",
     "src/kinds/units.rs plan_present",
-    "src/model/envelope.rs parse",
-    "src/store/files_index.rs open",
 ];
 
 const MAX_FILE_LOC: usize = 600;
