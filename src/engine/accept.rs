@@ -3,10 +3,12 @@
 //! force durably before any run applies it. The service reports and schedules from the outcome.
 
 use super::{Fatal, Host};
-use crate::link::{messages, Report, ReportOutcome};
+use crate::link::{messages, Report};
 use crate::model::declaration::Declaration;
 use crate::model::envelope;
-use crate::store::{Confirmer, InForce, Source, State, Trigger, Triggers};
+use crate::model::run::ReportOutcome;
+use crate::model::run::{Trigger, Triggers};
+use crate::store::{Confirmer, InForce, Source, State};
 
 /// What became of a declaration from the control plane.
 #[derive(Debug)]
@@ -40,7 +42,7 @@ impl Host {
     pub fn accept_declaration(
         &self,
         revision: u64,
-        text: String,
+        text: Vec<u8>,
         confirm_secs: Option<u64>,
         interrupted: &dyn Fn() -> bool,
     ) -> Acceptance {
@@ -56,7 +58,7 @@ impl Host {
     fn put_accepted(
         &self,
         revision: u64,
-        text: String,
+        text: Vec<u8>,
         confirm_secs: Option<u64>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Result<Declaration, envelope::Refused>, Fatal> {
@@ -115,7 +117,7 @@ impl Host {
         message: String,
     ) {
         let now = self.options.clock.unix();
-        let mut report = Report {
+        let report = Report {
             id: 0,
             revision: Some(revision),
             digest: Some(digest),
@@ -135,7 +137,7 @@ impl Host {
             reverted: None,
         };
         if let Ok(store) = self.store() {
-            if let Err(e) = store.outbox_push(&mut report, self.config.outbox_bounds()) {
+            if let Err(e) = self.queue_report(&store, report) {
                 log::error!("report not queued: {e}");
             }
         }

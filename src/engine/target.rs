@@ -4,7 +4,8 @@
 
 use super::{invalid, Fatal, Host};
 use crate::model::declaration::Declaration;
-use crate::store::{self, Confirmer, InForce, Lock, RunOutcome, RunRecord, State, Store, Triggers};
+use crate::model::run::{RunOutcome, RunRecord, Triggers};
+use crate::store::{self, Confirmer, InForce, Lock, State, Store};
 
 /// What a run converges to.
 pub enum Target<'a> {
@@ -129,7 +130,7 @@ impl Host {
         }
         // A run that changes the machine is always recorded: an unreadable history is set aside
         // now, before anything changes, and the run's report says so.
-        let runs_note = store.set_aside_unreadable_runs()?;
+        let runs_note = store.set_aside_unreadable_runs(started)?;
         if let Some(note) = &runs_note {
             log::warn!("{note}");
         }
@@ -242,7 +243,7 @@ impl Host {
                 return Err(self.refuse(run, e.into(), revision, digest));
             }
         };
-        let d = self.validate(in_force.text.as_bytes()).map_err(|p| {
+        let d = self.validate(&in_force.text).map_err(|p| {
             let e = invalid(&run.store.path().join(store::IN_FORCE), p);
             self.refuse(run, e, in_force.revision, Some(in_force.digest.clone()))
         })?;

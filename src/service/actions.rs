@@ -11,9 +11,10 @@ use super::shell::{self, Live, Pulse, LINK};
 use super::{connection, watch_targets, Shell};
 use crate::engine::accept::Acceptance;
 use crate::engine::reconcile::Scope;
-use crate::engine::{facts, Fatal, Reverting, RunResult, Target};
-use crate::link::{messages, Facts, Link, Message};
-use crate::store::{LinkStatus, ServicePhase, ServiceState, Store, Triggers};
+use crate::engine::{node, Fatal, Reverting, RunResult, Target};
+use crate::link::{messages, Link, Message, Node};
+use crate::model::run::Triggers;
+use crate::store::{LinkStatus, ServicePhase, ServiceState, Store};
 use crate::tools::pacman;
 
 /// What the core needs of a run's result; `watched`: a watch run's failures and repairs too.
@@ -102,8 +103,8 @@ impl Shell<'_> {
 
     /// A declaration from the control plane: the engine accepts or refuses it; accepted, it is
     /// kept as parsed for the run that applies it.
-    pub(super) fn accept(&mut self, revision: u64, text: String, confirm_secs: Option<u64>) {
-        let digest = crate::util::codec::sha256_hex(text.as_bytes());
+    pub(super) fn accept(&mut self, revision: u64, text: Vec<u8>, confirm_secs: Option<u64>) {
+        let digest = crate::util::codec::sha256_hex(&text);
         let acceptance =
             self.pulsing(|host, beat| host.accept_declaration(revision, text, confirm_secs, beat));
         let accepted = match acceptance.refusal() {
@@ -221,14 +222,15 @@ impl Shell<'_> {
         })
     }
 
-    fn hello(&self, facts: Facts) -> Result<Message, String> {
+    fn hello(&self, facts: Node) -> Result<Message, String> {
         let cp = (self.host.config.control_plane.as_ref()).ok_or("no control plane")?;
         let secret =
             crate::os::input::read_text(&cp.secret_file, crate::os::input::MAX_SMALL_INPUT)
                 .map_err(|e| format!("secret {}: {e}", cp.secret_file.display()))?;
         let store = self.host.store().ok();
         let in_force = (store.as_ref()).and_then(|s| s.in_force_head().ok().flatten());
-        let reverted = (store.as_ref()).and_then(|s| s.generations().ok()?.reverted);
+        let reverted =
+            (store.as_ref()).and_then(|s| s.generations().ok()?.reverted.map(Into::into));
         Ok(Message::Hello {
             protocol: messages::PROTOCOL,
             node: cp.node.clone(),
@@ -245,7 +247,7 @@ impl Shell<'_> {
     /// where `pacman -v -T` said when a run or the watcher asked, else where the pacman.conf its
     /// command reads says; the foreign packages and what the machine needs are the store's last
     /// (`stats.json`).
-    fn facts(&self) -> Facts {
+    fn facts(&self) -> Node {
         let root = self.host.options.root.as_deref();
         let asked = (self.pacman_db.as_ref()).and_then(|d| d.as_ref().ok().cloned());
         let db = match asked.or_else(|| self.host.pacman_local_db_known()) {
@@ -267,10 +269,10 @@ impl Shell<'_> {
             _ => None,
         };
         let (foreign, needs) = stats.map_or((None, None), |s| (s.foreign, s.needs));
-        Facts {
+        Node {
             foreign_packages: foreign.map(|f| f.count),
             needs,
-            ..facts::collect(root.unwrap_or(std::path::Path::new("/")), &db)
+            ..node::collect(root.unwrap_or(std::path::Path::new("/")), &db)
         }
     }
 
@@ -283,10 +285,13 @@ impl Shell<'_> {
             return;
         };
         let mut pending = match Store::open(&self.host.config.state_dir, false) {
-            Ok(Some(store)) => store.outbox_pending(sent_through).unwrap_or_else(|e| {
-                log::error!("{e}");
-                Vec::new()
-            }),
+            Ok(Some(store)) => self
+                .host
+                .pending_reports(&store, sent_through)
+                .unwrap_or_else(|e| {
+                    log::error!("{e}");
+                    Vec::new()
+                }),
             _ => Vec::new(),
         };
         // The newest report carries the facts when they changed since they were last sent.

@@ -17,9 +17,11 @@ use super::retry::Retry;
 use super::schedule::Schedule;
 use crate::engine::reconcile::Scope;
 use crate::engine::EXIT_OK;
-use crate::link::{Event, ReportOutcome};
+use crate::link::Event;
+use crate::model::run::ReportOutcome;
 
-use crate::store::{LinkStatus, RunOutcome, Trigger, Triggers};
+use crate::model::run::{RunOutcome, Trigger, Triggers};
+use crate::store::LinkStatus;
 
 /// How often runs kept in memory are offered to a store that could not take them.
 pub const RETRY_WRITES_MS: u64 = 5_000;

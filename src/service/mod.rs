@@ -25,7 +25,7 @@ use std::sync::Arc;
 use mio::Poll;
 
 use crate::engine::{Converged, Host};
-use crate::link::Facts;
+use crate::link::Node;
 use crate::model::declaration::Declaration;
 use crate::os::sys;
 use crate::store::ServiceState;
@@ -54,7 +54,7 @@ struct Shell<'h> {
     /// pacman's local database, once looked up (`Err`: packages are on the timer, and why).
     pacman_db: Option<Result<std::path::PathBuf, String>>,
     /// The facts last sent (in the hello or a report): a report carries them only when changed.
-    facts_sent: Option<Facts>,
+    facts_sent: Option<Node>,
     /// A digest of the declaration's digest and the owned files and packages the watches were set
     /// for (`watch_targets::watch_source`): not the lists themselves, which the service would keep.
     watched_for: Option<[u8; 32]>,

@@ -106,19 +106,19 @@ impl Shell<'_> {
             let store = self.host.store()?;
             let in_force = store.in_force_head()?;
             let now = self.host.options.clock.unix();
-            let mut report = link::Report {
+            let report = link::Report {
                 revision: in_force.as_ref().and_then(|f| f.revision),
                 digest: in_force.map(|f| f.digest),
                 id: 0,
-                trigger: store::Triggers::one(store::Trigger::Watch),
-                outcome: link::ReportOutcome::Contested,
+                trigger: crate::model::run::Triggers::one(crate::model::run::Trigger::Watch),
+                outcome: crate::model::run::ReportOutcome::Contested,
                 started: now,
                 ended: now,
                 changes: Vec::new(),
-                failures: vec![store::ResourceResult {
+                failures: vec![crate::model::run::ResourceResult {
                     kind: kind.to_string(),
                     key: key.clone(),
-                    action: store::ResultAction::Contested,
+                    action: crate::model::run::ResultAction::Contested,
                     detail: message.clone(),
                 }],
                 deferred: Vec::new(),
@@ -130,7 +130,7 @@ impl Shell<'_> {
                 needs: None,
                 reverted: None,
             };
-            store.outbox_push(&mut report, self.host.config.outbox_bounds())?;
+            self.host.queue_report(&store, report)?;
             Ok(())
         })();
         if let Err(e) = result {
@@ -228,7 +228,7 @@ impl Shell<'_> {
         };
         let d = self
             .host
-            .validate(in_force.text.as_bytes())
+            .validate(&in_force.text)
             .map_err(|p| invalid(&store.path().join("declaration.json"), p))?;
         // Read again once the text is dropped: the ledger, the text and the declaration
         // parsed from it are never held at once (each grows with the declaration). One

@@ -49,8 +49,20 @@ impl Client {
     }
 
     fn recv(&mut self) -> Value {
+        serde_json::from_slice(&self.recv_bytes()).expect("JSON")
+    }
+
+    /// One frame's body, as it is (a declaration's, after its `declare`).
+    fn recv_bytes(&mut self) -> Vec<u8> {
         let length = u32::from_be_bytes(self.read(4).try_into().unwrap());
-        serde_json::from_slice(&self.read(length as usize)).expect("JSON")
+        self.read(length as usize)
+    }
+
+    /// A `declare` and the declaration after it: its revision and text.
+    fn recv_declare(&mut self) -> (Value, Vec<u8>) {
+        let head = self.recv();
+        assert_eq!(head["type"], "declare", "{head}");
+        (head, self.recv_bytes())
     }
 
     /// Nothing arrives for `QUIET`, and the connection is still open.
@@ -79,7 +91,7 @@ fn frame(message: Value) -> Vec<u8> {
 
 fn hello(node: &str, secret: &str, revision: Option<u64>) -> Vec<u8> {
     frame(
-        json!({"type": "hello", "protocol": 1, "node": node, "secret": secret,
+        json!({"type": "hello", "protocol": 2, "node": node, "secret": secret,
                  "version": "test", "revision": revision, "digest": null}),
     )
 }
@@ -105,8 +117,11 @@ fn welcome_declare_report_ack_and_pong() {
         json!({"type": "welcome", "reconnect": {"base_ms": 1000, "cap_ms": 300000}})
     );
     assert_eq!(
-        host.recv(),
-        json!({"type": "declare", "revision": 3, "declaration": r#"{"schema": 1}"#})
+        host.recv_declare(),
+        (
+            json!({"type": "declare", "revision": 3}),
+            br#"{"schema": 1}"#.to_vec()
+        )
     );
     host.send(json!({"type": "ping"}));
     assert_eq!(
@@ -119,7 +134,8 @@ fn welcome_declare_report_ack_and_pong() {
     }
     assert!(cp.wait_for(|r| r.len() == 1 && r[0]["outcome"] == "converged", WAIT));
     cp.declare(4, "{}");
-    assert_eq!(host.recv()["revision"], 4, "pushed to a connected host");
+    let declared = host.recv_declare();
+    assert_eq!(declared.0["revision"], 4, "pushed to a connected host");
 
     // A host already at revision 4 gets no declare (the pong comes first), until one is forced.
     let mut current = Client::connect(&cp, &pki);
@@ -134,8 +150,11 @@ fn welcome_declare_report_ack_and_pong() {
         json!({"type": "pong", "reconnect": {"base_ms": 1000, "cap_ms": 300000}})
     );
     cp.send_declare(2, "{}");
-    assert_eq!(current.recv()["revision"], 2);
-    assert_eq!(host.recv()["revision"], 2);
+    assert_eq!(current.recv_declare().0["revision"], 2);
+    assert_eq!(
+        host.recv_declare(),
+        (json!({"type": "declare", "revision": 2}), b"{}".to_vec())
+    );
     assert_eq!(cp.hellos().len(), 2);
     assert_eq!(cp.connections(), 2);
     assert_eq!(cp.reports().len(), 1, "deduplicated by id");

@@ -135,7 +135,7 @@ fn triggered_by(run: &Value, trigger: &str) -> bool {
             .is_some_and(|t| t.iter().any(|t| t == trigger))
 }
 
-/// Case 3 of issue 21: one byte of a file's content flipped in the store's declaration.json
+/// Case 3 of issue 21: one byte of a file's content flipped in the store's declaration in force
 /// (still valid JSON) was converged as drift. Now neither the service (SIGUSR1) nor `reconcile`
 /// applies it: the run is `error`, recorded, reported and shown, naming the file and the digests.
 #[test]
@@ -143,7 +143,13 @@ fn a_declaration_in_force_damaged_in_the_store_is_refused_recorded_and_reported(
     let pki = Pki::new();
     let cp = control_plane(&pki);
     let node = converged(host("damaged", &pki, &cp, r#", "watch": false"#), &cp);
-    let file = node.host.state().join("declaration.json");
+    // The record names the text, kept by its digest in a file of its own.
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(node.host.state().join("declaration.json")).expect("record"),
+    )
+    .expect("record JSON");
+    let digest = record["digest"].as_str().expect("digest");
+    let file = node.host.state().join(format!("generations/{digest}.json"));
     let stored = std::fs::read_to_string(&file).expect("declaration in force");
     let damaged = stored.replacen("held", "helD", 1);
     assert_ne!(damaged, stored);

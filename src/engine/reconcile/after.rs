@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::engine::facts;
+use crate::engine::node;
 use crate::kinds::{self, backup_key, Env};
 use crate::model::upkeep::{self, Needs};
 use crate::store::{Foreign, Ledger, Store, StoreError};
@@ -45,7 +45,7 @@ pub(super) fn needs_now(env: &Env, at: &upkeep::Where, changed: bool) -> Needs {
 /// The foreign packages (`pacman -Qmq`, through the run's runner), when pacman's databases
 /// changed since the store's count: a run that changed nothing spawns nothing for them.
 pub(super) fn count_foreign(env: &Env, at: &upkeep::Where) -> Option<Foreign> {
-    let stamp = facts::pacman_db_stamp(&at.db)?;
+    let stamp = node::pacman_db_stamp(&at.db)?;
     let kept = env
         .store
         .and_then(|s| s.stats().ok())

@@ -6,7 +6,8 @@ use super::scope::save;
 use crate::kinds::{self, Change, Env, Kind, Outcome, RunContext, Visit};
 use crate::model::declaration::Declaration;
 use crate::model::pacnew::{Pacnew, QuietDirs};
-use crate::store::{Ledger, ResultAction, StoreError};
+use crate::model::run::ResultAction;
+use crate::store::{Ledger, StoreError};
 
 /// The changes a later kind refused and put back after their own kind's outcomes were recorded
 /// (`Kind::take_refused`: files systemd's confirmation refused): each moves from the run's

@@ -9,7 +9,8 @@ use super::scope::{
     save, Mode, Scope, APPLIED_AT_ONCE, OBSERVED_AT_ONCE, ORIGINAL_KEPT, VERIFIED_IN_CHUNKS_AT_ONCE,
 };
 use crate::kinds::{self, backup_key, Change, Env, Kind, LedgerAfter, Outcome, RunContext, Step};
-use crate::store::{Entry, Ledger, Origin, ResultAction, StoreError};
+use crate::model::run::ResultAction;
+use crate::store::{Entry, Ledger, Origin, StoreError};
 use crate::util::progress::{self, Event};
 use crate::util::sorted::{self, Walk};
 

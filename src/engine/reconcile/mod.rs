@@ -137,9 +137,9 @@ mod tests {
     use super::*;
     use crate::kinds::Action;
     use crate::model::declaration::tests::{parse_with_defaults, test_config};
+    use crate::model::run::ResultAction;
     use crate::model::spec::{files::Files, Named as _};
     use crate::os::exec::Runner;
-    use crate::store::ResultAction;
     use crate::util::diff::ContentDiff;
     use crate::util::progress;
     use crate::util::testutil::TempDir;

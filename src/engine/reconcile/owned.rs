@@ -8,7 +8,8 @@ use super::scope::{secret_context, OBSERVED_AT_ONCE};
 use crate::kinds::{self, Action, Env, Kind, RunContext, Step, Visit};
 use crate::model::declaration::Declaration;
 use crate::model::pacnew::Pacnew;
-use crate::store::{Failing, Ledger, Origin, Store};
+use crate::model::run::Failing;
+use crate::store::{Ledger, Origin, Store};
 use crate::util::diff::ContentDiff;
 use crate::util::sorted::Walk;
 

@@ -7,8 +7,9 @@ use serde::Serialize;
 
 use crate::kinds::{Action, Details};
 use crate::model::pacnew::Pacnew;
+use crate::model::run::{ResourceResult, ResultAction};
 use crate::model::upkeep::Needs;
-use crate::store::{Foreign, ResourceResult, ResultAction};
+use crate::store::Foreign;
 use crate::util::diff::ContentDiff;
 
 /// What a run did or (in plan mode) would do: the reconciler's own record, never serialized

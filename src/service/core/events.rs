@@ -4,9 +4,10 @@ use std::collections::BTreeSet;
 
 use super::super::drift::Resource;
 use crate::engine::reconcile::Scope;
-use crate::link::{Event, ReportOutcome};
+use crate::link::Event;
+use crate::model::run::ReportOutcome;
+use crate::model::run::{RunOutcome, Triggers};
 use crate::os::inotify;
-use crate::store::{RunOutcome, Triggers};
 
 /// The time an event happened: monotonic milliseconds for the loop's timers, wall milliseconds
 /// for what the store keeps and the pending declaration's deadline (wall time).
@@ -151,7 +152,7 @@ pub enum Action {
     /// Accept a declaration; answered with `Input::Accepted`.
     Accept {
         revision: u64,
-        text: String,
+        text: Vec<u8>,
         confirm_secs: Option<u64>,
     },
     /// Queue the report of a refused declaration.

@@ -516,12 +516,13 @@ impl Conn {
             };
             forced_sent += forced.len();
             for (revision, text) in newer.into_iter().chain(forced) {
-                let mut declare =
-                    json!({"type": "declare", "revision": revision, "declaration": text});
+                let mut declare = json!({"type": "declare", "revision": revision});
                 if let Some(secs) = confirm_secs {
                     declare["confirm_secs"] = json!(secs);
                 }
+                // The head, then the declaration's bytes as a frame of their own.
                 self.send(&declare)?;
+                self.send_bytes(text.as_bytes())?;
                 known = known.max(Some(revision));
             }
             let Some(message) = self.poll()? else {
@@ -652,9 +653,13 @@ impl Conn {
     }
 
     fn send(&mut self, message: &Value) -> Result<(), End> {
-        let body = message.to_string();
+        self.send_bytes(message.to_string().as_bytes())
+    }
+
+    /// One frame of `body`: a message's JSON, or a declaration's bytes after its `declare`.
+    fn send_bytes(&mut self, body: &[u8]) -> Result<(), End> {
         let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-        frame.extend_from_slice(body.as_bytes());
+        frame.extend_from_slice(body);
         self.write_raw(&frame)
     }
 

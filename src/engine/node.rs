@@ -1,18 +1,18 @@
-//! What the node is, for the link's hello and reports (`link::Facts`, docs/protocol.md "Facts"):
+//! What the node is, for the link's hello and reports (`link::Node`, docs/protocol.md "Facts"):
 //! read from os-release, uname, /proc and pacman's local database directly, with no process
 //! spawned (the service loop waits for nothing here). The foreign packages' count is the one
-//! exception: a run counts them with pacman (`reconcile`), and the facts carry the store's count.
+//! exception: a run counts them with pacman (`reconcile`), and the node carries the store's count.
 
 use std::path::Path;
 
-use crate::link::Facts;
+use crate::link::Node;
 use crate::os::input;
 
 /// The most of a package's `files` list read (linux-firmware's is a few MiB).
 const MAX_FILES_LIST: u64 = 64 << 20;
 
-/// The facts now. `root` holds os-release; `local_db` is pacman's `DBPath/local`.
-pub fn collect(root: &Path, local_db: &Path) -> Facts {
+/// What the node is now. `root` holds os-release; `local_db` is pacman's `DBPath/local`.
+pub fn collect(root: &Path, local_db: &Path) -> Node {
     let os = ["etc/os-release", "usr/lib/os-release"]
         .iter()
         .find_map(|p| input::read_text(&root.join(p), input::MAX_SMALL_INPUT).ok())
@@ -20,7 +20,7 @@ pub fn collect(root: &Path, local_db: &Path) -> Facts {
     let field = |key: &str| os_release_field(&os, key);
     let (kernel_running, arch) = crate::os::host::uname();
     let db = read_local_db(local_db);
-    Facts {
+    Node {
         os_id: field("ID"),
         os_version_id: field("VERSION_ID"),
         os_build_id: field("BUILD_ID"),
