@@ -351,88 +351,149 @@ def write(path, value):
     return path
 
 
-# ------------------------------------------------------------------ 4b. 500 files under /etc
+# ------------------------------------------------------------------ 4b, 4c. against CFEngine
+
+def run_usage(argv):
+    """(wall s, cpu s, stdout bytes) of one run of argv, which must exit 0: the cpu from wait4
+    (user + system), the wall taken around the spawn."""
+    t = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = child.stdout.read(), child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - t
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[-3:])}: exit {child.returncode}: {out[-1000:]!r} {err[-1000:]!r}")
+    return wall, usage.ru_utime + usage.ru_stime, out
+
+
+def peak_rss(argv):
+    """Peak RSS (KiB) of argv under /usr/bin/time: a child of Python would count Python's own
+    (the high-water mark survives exec)."""
+    out = subprocess.run(["/usr/bin/time", "-f", "TIME %M", *argv], capture_output=True, text=True)
+    return int(re.search(r"TIME (\d+)", out.stderr).group(1))
+
+
+def cf_policy(files, path):
+    """A CFEngine policy holding `files` ({path: content}, mode 0644) as mesh-host's declaration
+    does: content and mode, nothing else (no stdlib, so cf-agent reads one file)."""
+    quote = lambda text: text.replace("\\", "\\\\").replace('"', '\\"')
+    promises = "".join(f'    "{p}"\n      content => "{quote(c)}",\n      perms => mode644;\n'
+                       for p, c in sorted(files.items()))
+    path.write_text('body common control\n{\n  bundlesequence => { "mesh_bench" };\n}\n\n'
+                    'body perms mode644\n{\n  mode => "0644";\n}\n\n'
+                    f'bundle agent mesh_bench\n{{\n  files:\n{promises}}}\n')
+    return path
+
+
+def cf_agent():
+    agent = subprocess.run(["sh", "-c", "command -v cf-agent"], capture_output=True, text=True).stdout.strip()
+    if not agent:
+        raise RuntimeError("cf-agent is missing: bench/run.sh installs cfengine3 (apt-get) unless SKIP_APT=1")
+    version = subprocess.run([agent, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+    return agent, version.strip()
+
+
+def load():
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+def pairs(a, b, runs):
+    """`runs` interleaved pairs of a and b (their order alternating), after one warm-up of each:
+    per side the medians of wall and cpu and the median of the pairs' ratios; the peak RSS of
+    each, the median of 3 more runs."""
+    for argv in (a, b):
+        run_usage(argv)
+    sides, ratios, loads = ([], []), ([], []), []
+    for i in range(runs):
+        order = (0, 1) if i % 2 == 0 else (1, 0)
+        got = {}
+        for side in order:
+            got[side] = run_usage((a, b)[side])[:2]
+            sides[side].append(got[side])
+        ratios[0].append(got[0][0] / got[1][0])
+        ratios[1].append(got[0][1] / got[1][1] if got[1][1] else float("nan"))
+        loads.append(float(load()))
+    med = lambda side, k: median([r[k] for r in sides[side]])
+    return {"wall": (med(0, 0), med(1, 0), median(ratios[0])), "cpu": (med(0, 1), med(1, 1), median(ratios[1])),
+            "rss": (median([peak_rss(a) for _ in range(3)]), median([peak_rss(b) for _ in range(3)])),
+            "load": (min(loads), median(loads), max(loads))}
+
+
+def pair_rows(p, goal):
+    wall, cpu, rss = p["wall"], p["cpu"], p["rss"]
+    return [
+        ["wall", f"{1000 * wall[0]:.1f} ms", f"{1000 * wall[1]:.0f} ms", f"{wall[2]:.3f}", f"≤ {goal}",
+         verdict(wall[2] <= goal)],
+        ["cpu (user + system)", f"{1000 * cpu[0]:.1f} ms", f"{1000 * cpu[1]:.0f} ms", f"{cpu[2]:.3f}", "", ""],
+        ["peak RSS", f"{mib(rss[0]):.1f} MiB", f"{mib(rss[1]):.1f} MiB", f"{rss[0] / rss[1]:.3f}", "", ""],
+    ]
+
+
+PAIR_HEADER = ["figure (median)", "mesh-host", "cf-agent -K", "ratio (median of the pairs)", "goal", "verdict"]
+
+
+def five_hundred(prefix):
+    return {f"{prefix}/d{i // 50}/f{i}.conf": f"# managed\nsetting_{i} = {'x' * 64}\n" for i in range(500)}
+
 
 def fig_files():
-    runs = 3 if QUICK else 9
-    declaration = {"schema": 1, "files": {
-        f"/etc/bench/d{i // 50}/f{i}.conf": {"content": f"# managed\nsetting_{i} = {'x' * 64}\n", "mode": "0644"}
-        for i in range(500)}}
-    d = host_dir("files", STUBS, declaration)
-    apply = mesh(d, "apply", "--json", str(d / "declaration.json"))
-    first = subprocess.run(apply, capture_output=True, text=True)
-    if first.returncode != 0:
-        raise RuntimeError(f"first apply: {first.stdout[-2000:]} {first.stderr[-2000:]}")
-    secs, rss, count = [], [], None
-    for _ in range(runs):
-        out = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M", *apply], capture_output=True, text=True)
-        e, m = re.search(r"TIME (\S+) (\d+)", out.stderr).groups()
-        secs.append(float(e))
-        rss.append(int(m))
-        count = json.loads(out.stdout)["command_count"]
-    s, r = median(secs), mib(median(rss))
+    """500 unchanged files in a scratch root: mesh-host's no-op under `--root` (tools stubbed, so
+    no look and nothing spawned) against `cf-agent -K` holding the same 500 files."""
+    runs = 5 if QUICK else 21
+    agent, version = cf_agent()
+    d = host_dir("files", STUBS)
+    files = five_hundred("/etc/bench")
+    write(d / "declaration.json", {"schema": 1, "files": {p: {"content": c, "mode": "0644"} for p, c in files.items()}})
+    apply = mesh(d, "apply", str(d / "declaration.json"))
+    run_usage(apply)
+    policy = cf_policy({str(d / "root") + p: c for p, c in files.items()}, d / "policy.cf")
+    cf = [agent, "-K", "-f", str(policy)]
+    run_usage(cf)
+    p = pairs(apply, cf, runs)
     return (
-        f"`mesh-host apply` of 500 unchanged files under /etc (in a scratch `--root`, 10 directories, "
-        f"mode 0644, 80 bytes each), tools stubbed; `/usr/bin/time`, median of {runs} runs; "
-        f"{count} processes spawned.\n\n"
-        + table(["figure", "mesh-host", "CFEngine (the bar)", "verdict"], [
-            ["wall time", f"{s:.3f} s", "0.28 s", verdict(s <= 0.28)],
-            ["max RSS", f"{r:.1f} MiB", "23 MiB", verdict(r <= 23)],
-        ])
+        f"`mesh-host --root R apply D` of 500 unchanged files under R/etc/bench/ (10 directories, 80 bytes "
+        f"each, mode 0644; tools stubbed: nothing spawned, no look) against `cf-agent -K -f policy.cf` "
+        f"({version}) promising the same 500 files (`content` and `perms`, no stdlib); {runs} interleaved "
+        f"pairs after a warm-up, the order alternating; wall around the spawn, cpu from wait4, peak RSS from `/usr/bin/time`. "
+        f"Load average (1 min) during the pairs: {p['load'][0]:.1f} to {p['load'][2]:.1f}, median "
+        f"{p['load'][1]:.1f}, on 2 cores.\n\n"
+        + table(PAIR_HEADER, pair_rows(p, 0.025))
     )
 
 
-# ------------------------------------------------------------------ 4c. the reboot and restart look
-
 def fig_upkeep():
-    """The same 500-file no-op twice, both on this machine's /etc: under `--root /` (offline: no
-    look) and on the running system, which looks through /proc and the root's modules after the
-    run only when its answer can have changed, and asks pacman for its root once per config change
-    (`pacman -v -T`, timed bare beside it; both kept in the store): a no-op after a no-op pays
-    neither, only the look's stamps."""
-    runs = 5 if QUICK else 15
-    tag = f"mesh-bench-upkeep-{os.getpid()}"
-    declaration = {"schema": 1, "files": {
-        f"/etc/{tag}/d{i // 50}/f{i}.conf": {"content": f"# managed\nsetting_{i} = {'x' * 64}\n", "mode": "0644"}
-        for i in range(500)}}
-    d = host_dir("upkeep", {**STUBS, "pacman": {"command": ["pacman"]}}, declaration)
-    path = str(d / "declaration.json")
-    looking = mesh(d, "apply", "--json", path, root=False)
-    offline = mesh(d, "--root", "/", "apply", "--json", path, root=False)
+    """The same on the running system, as a node runs it: no `--root`, the machine's own pacman,
+    so the reboot-and-restart look is made when its answer can have changed (model/upkeep) and
+    its last answer reported otherwise, against cf-agent holding the same files in /etc."""
+    runs = 5 if QUICK else 21
+    agent, version = cf_agent()
+    tag = f"mesh-bench-cf-{os.getpid()}"
+    files = five_hundred(f"/etc/{tag}")
+    d = host_dir("upkeep", {**STUBS, "pacman": {"command": ["pacman"]}})
+    write(d / "declaration.json", {"schema": 1, "files": {p: {"content": c, "mode": "0644"} for p, c in files.items()}})
+    looking = mesh(d, "apply", "--json", str(d / "declaration.json"), root=False)
     try:
-        first = subprocess.run(looking, capture_output=True, text=True)
-        if first.returncode != 0:
-            raise RuntimeError(f"first apply: {first.stdout[-2000:]} {first.stderr[-2000:]}")
-        without, withlook, spawn, needs = [], [], [], None
-        for _ in range(runs):
-            t, out = timed(offline)
-            if out.returncode != 0 or json.loads(out.stdout)["changes"]:
-                raise RuntimeError(f"offline no-op: {out.stdout[-2000:]} {out.stderr[-2000:]}")
-            without.append(t)
-            t, out = timed(looking)
-            report = json.loads(out.stdout)
-            if out.returncode != 0 or report["changes"] or "needs" not in report:
-                raise RuntimeError(f"no-op with the look: {out.stdout[-2000:]} {out.stderr[-2000:]}")
-            withlook.append(t)
-            needs = report["needs"]
-            spawn.append(timed(["pacman", "-v", "-T"], env={**os.environ, "LC_ALL": "C"})[0])
+        first = run_usage(looking)[2]
+        needs = json.loads(first).get("needs")
+        policy = cf_policy(files, d / "policy.cf")
+        cf = [agent, "-K", "-f", str(policy)]
+        run_usage(cf)
+        p = pairs(looking, cf, runs)
     finally:
+        write(d / "empty.json", {"schema": 1})
+        subprocess.run(mesh(d, "apply", str(d / "empty.json"), root=False), capture_output=True)
         subprocess.run(["rm", "-rf", f"/etc/{tag}"])
     processes = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
-    a, b, c = median(without), median(withlook), median(spawn)
     return (
-        f"`mesh-host apply --json` of 500 unchanged files under /etc/{tag}/ (10 directories), other "
-        f"tools stubbed, the machine's own pacman (root /), median of {runs} runs each, alternated: "
-        f"under `--root /` (no look) and on the running system (the look through /proc, "
-        f"{processes} processes here, and one `pacman -v -T`, timed bare too). The look found "
-        f"`{json.dumps(needs)}`.\n\n"
-        + table(["figure", "time"], [
-            ["500-file no-op, `--root /` (no look)", f"{1000 * a:.1f} ms"],
-            ["500-file no-op on the running system", f"{1000 * b:.1f} ms"],
-            ["`pacman -v -T` bare (once per config change: its answer is kept in the store)",
-             f"{1000 * c:.1f} ms"],
-            ["the look (the difference less the spawn)", f"{1000 * (b - a - c):.1f} ms"],
-        ])
+        f"`mesh-host apply D` of 500 unchanged files under /etc/{tag}/ on the running system (no `--root`: "
+        f"the machine's own pacman, {processes} processes; systemctl and podman stubbed) against "
+        f"`cf-agent -K` ({version}) promising the same files; {runs} interleaved pairs as in 4b. The "
+        f"reboot-and-restart look is made only when its answer can have changed (a run that changed "
+        f"something, a new boot, pacman's database or the kernel's modules moved, an hour passed), "
+        f"otherwise its last answer is reported; it found `{json.dumps(needs)}`. Load average (1 min) "
+        f"during the pairs: {p['load'][0]:.1f} to {p['load'][2]:.1f}, median {p['load'][1]:.1f}, on 2 cores.\n\n"
+        + table(PAIR_HEADER, pair_rows(p, 0.03))
     )
 
 
@@ -532,8 +593,8 @@ def fig_latency():
 
 FIGURES = {"size": ("1. Binary size", fig_size), "idle": ("2, 3. Idle RSS, growth, CPU and wake-ups", fig_idle),
            "noop": ("4. No-op reconcile, mixed kinds", fig_noop),
-           "files": ("4b. No-op over 500 files under /etc", fig_files),
-           "upkeep": ("4c. The reboot and restart look in a no-op run", fig_upkeep),
+           "files": ("4b. 500-file no-op under --root against CFEngine", fig_files),
+           "upkeep": ("4c. 500-file no-op on the running system against CFEngine", fig_upkeep),
            "latency": ("5. Declaration-to-report latency", fig_latency),
            "confirm": ("12. systemd's confirmation of a unit change", fig_confirm)}
 
