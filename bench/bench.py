@@ -46,11 +46,12 @@ def free_port():
 
 
 def proc(pid):
-    """RSS (KiB), CPU ticks (utime+stime) and context switches (voluntary+nonvoluntary) of pid."""
+    """RSS and its anonymous part (KiB), CPU ticks (utime+stime) and context switches
+    (voluntary+nonvoluntary) of pid."""
     status = Path(f"/proc/{pid}/status").read_text()
     field = lambda name: int(re.search(rf"^{name}:\s+(\d+)", status, re.M).group(1))
     stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return {"rss": field("VmRSS"), "ticks": int(stat[11]) + int(stat[12]),
+    return {"rss": field("VmRSS"), "anon": field("RssAnon"), "ticks": int(stat[11]) + int(stat[12]),
             "csw": field("voluntary_ctxt_switches") + field("nonvoluntary_ctxt_switches")}
 
 
@@ -633,7 +634,10 @@ def main(args):
             body, status = f"Not measured: {e}", 1
         print(f"## {title}\n\n{body}\n", flush=True)
         if write_to and not QUICK:
-            replace_section(write_to, name, title, body)
+            # The fleet is recorded at 300 (`fleet`) and at other sizes beside it (`fleet-N`).
+            n = os.environ.get("FLEET_N", "300")
+            section = f"fleet-{n}" if name == "fleet" and n != "300" else name
+            replace_section(write_to, section, title if section == name else f"{title} (n = {n})", body)
     return status
 
 
