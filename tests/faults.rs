@@ -3,6 +3,9 @@
 //! hostile control planes with the host's memory watched, and `apply` racing the service's runs.
 //! Randomness is seeded (`MESH_FAULT_SEED` replays); every wait is bounded.
 
+// System calls the test needs (Cargo.toml, [lints]): each block says why it holds.
+#![allow(unsafe_code)]
+
 mod support;
 
 use std::collections::BTreeSet;
@@ -480,6 +483,7 @@ fn a_run_lasting_five_heartbeats_keeps_the_link() {
         .open(service.host.state().join("lock"))
         .expect("lock file");
     assert_eq!(
+        // SAFETY: flock takes no pointer; the descriptor is `lock`'s, open for the call.
         unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
         0
     );

@@ -1,6 +1,9 @@
 //! The core end to end with files: the real binary against scratch roots (`--root`), no sandbox
 //! needed. Each test is one behaviour a person relies on.
 
+// System calls the test needs (Cargo.toml, [lints]): each block says why it holds.
+#![allow(unsafe_code)]
+
 mod support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -352,6 +355,7 @@ fn a_second_apply_while_the_lock_is_held_exits_3_at_once() {
         .unwrap();
     std::fs::write(host.state().join("lock"), "pid 1 (test) since unix time 0").unwrap();
     assert_eq!(
+        // SAFETY: flock takes no pointer; the descriptor is `lock`'s, open for the call.
         unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
         0
     );

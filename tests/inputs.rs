@@ -2,6 +2,9 @@
 //! out of range, a lost `last-report-id`. Every run here is bounded in time and memory, so a
 //! host that would hang or read forever fails the test instead of blocking it.
 
+// System calls the test needs (Cargo.toml, [lints]): each block says why it holds.
+#![allow(unsafe_code)]
+
 mod support;
 
 use std::ffi::CString;
@@ -23,7 +26,8 @@ const HANG: Duration = Duration::from_secs(15);
 /// Runs `command` with its address space capped (a read that never ends fails fast instead of
 /// eating the machine's memory) and kills it if it has not ended within `HANG`.
 fn bounded(mut command: Command) -> Output {
-    // Async-signal-safe: setrlimit only.
+    // SAFETY: the closure runs in the child between fork and exec and calls setrlimit alone, on
+    // a struct on its stack: async-signal-safe, and nothing is allocated.
     unsafe {
         command.pre_exec(|| {
             let limit = libc::rlimit {
@@ -54,6 +58,7 @@ fn bounded(mut command: Command) -> Output {
 
 fn mkfifo(path: &Path) {
     let c = CString::new(path.as_os_str().as_bytes()).expect("path");
+    // SAFETY: `c` is NUL-terminated and outlives the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
 }
 

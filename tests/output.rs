@@ -2,6 +2,9 @@
 //! is a closed pipe, and exit 4 with a message when stdout is a full disk; a `--json` error is one
 //! JSON document on stdout; exit codes name the outcome.
 
+// System calls the test needs (Cargo.toml, [lints]): each block says why it holds.
+#![allow(unsafe_code)]
+
 mod support;
 
 use std::os::fd::{FromRawFd, OwnedFd};

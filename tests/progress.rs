@@ -3,6 +3,9 @@
 //! runs; nothing of it reaches stdout, nor stderr when it is not a terminal, nor with `--json` or
 //! `-q`; `-v` adds each command's exit and what each kind found.
 
+// System calls the test needs (Cargo.toml, [lints]): each block says why it holds.
+#![allow(unsafe_code)]
+
 mod support;
 
 use std::fs::File;
@@ -66,6 +69,8 @@ fn with_shell(root: &Path) {
 /// back as `stderr`.
 fn on_terminal(host: &Scratch, args: &[&str], mut on_line: impl FnMut(&str)) -> Output {
     let (mut master, mut slave) = (0, 0);
+    // SAFETY: the two ints are where openpty writes the descriptors; the name, termios and
+    // window size are not asked (null).
     let opened = unsafe {
         libc::openpty(
             &mut master,
@@ -76,6 +81,7 @@ fn on_terminal(host: &Scratch, args: &[&str], mut on_line: impl FnMut(&str)) -> 
         )
     };
     assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just made by openpty and are owned by nothing else.
     let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
     let mut child = host
         .command(args)

@@ -9,442 +9,11 @@ use lexopt::Arg::{Long, Short, Value};
 
 use crate::engine::Options;
 
-/// A command of the command line, as its help, the man page and the completions show it.
-pub struct CommandDoc {
-    pub name: &'static str,
-    /// What follows the name in its usage line: its own options and its operands.
-    pub usage: &'static str,
-    /// What it does, one paragraph (wrapped where it is shown).
-    pub about: &'static str,
-    /// What its operands are, for the completions.
-    pub operand: Operand,
-}
+mod help;
+mod table;
 
-/// What a command's operands are, so that a shell completes them.
-#[derive(Clone, Copy, PartialEq)]
-pub enum Operand {
-    None,
-    File,
-    Pid,
-    Command,
-}
-
-/// An option: `--long` (and `-s`), the name of its value (`None`: a flag, which takes none),
-/// what it does, and the commands it is for (empty: every command). Parsing refuses it with any
-/// other command, so this table is also where an option's scope is decided.
-pub struct OptionDoc {
-    pub long: &'static str,
-    pub short: Option<char>,
-    pub value: Option<&'static str>,
-    pub about: &'static str,
-    pub commands: &'static [&'static str],
-}
-
-/// The commands, in the order the help and the man page list them. Adding one is an entry here
-/// and an arm in `parse` (tests check that each option scoped to it is in its usage line).
-pub const COMMANDS: &[CommandDoc] = &[
-    CommandDoc {
-        name: "check",
-        usage: "FILE",
-        about: "Validate a declaration or signed envelope and say who signed it; changes nothing \
-                (exit 0 valid, 2 invalid or not signed as trusted_keys require).",
-        operand: Operand::File,
-    },
-    CommandDoc {
-        name: "plan",
-        usage: "[--detailed-exitcode] [FILE]",
-        about: "Show what applying FILE would change, or with no FILE what `reconcile` would \
-                change now; changes nothing (with --detailed-exitcode: exit 5 when there are \
-                changes).",
-        operand: Operand::File,
-    },
-    CommandDoc {
-        name: "apply",
-        usage: "[--confirm DURATION] FILE",
-        about: "Validate, lock, converge, record: FILE becomes the declaration in force. With \
-                --confirm it is pending: reverted to the last confirmed generation unless \
-                `mesh-host confirm` runs within DURATION (300, 90s, 5m, 1h; at most 7d).",
-        operand: Operand::File,
-    },
-    CommandDoc {
-        name: "confirm",
-        usage: "",
-        about: "Confirm the pending declaration in force.",
-        operand: Operand::None,
-    },
-    CommandDoc {
-        name: "rollback",
-        usage: "[--to REVISION] [--force]",
-        about: "Put an earlier generation back in force (the one before, or REVISION's) and \
-                converge to it; one whose signature has expired needs --force.",
-        operand: Operand::None,
-    },
-    CommandDoc {
-        name: "reconcile",
-        usage: "",
-        about: "Converge again to the declaration in force in the store.",
-        operand: Operand::None,
-    },
-    CommandDoc {
-        name: "owned",
-        usage: "[--detailed-exitcode]",
-        about: "Every resource the host owns, as observed now (with --detailed-exitcode: exit 5 \
-                when one is drifted, missing or pending release).",
-        operand: Operand::None,
-    },
-    CommandDoc {
-        name: "show",
-        usage: "",
-        about: "Print the declaration in force as it was declared (--json: as a JSON value).",
-        operand: Operand::None,
-    },
-    CommandDoc {
-        name: "status",
-        usage: "",
-        about: "The service and its link, the declaration in force, its generations (pending, \
-                confirmed, reverted), the recent runs, under a headline: healthy, degraded (exit \
-                6) or error (exit 4), and why.",
-        operand: Operand::None,
-    },
-    CommandDoc {
-        name: "reload",
-        usage: "[PID]",
-        about: "Make the service re-read its config (SIGHUP to PID, what systemd's $MAINPID is, \
-                or to the service the store names); what ExecReload= runs.",
-        operand: Operand::Pid,
-    },
-    CommandDoc {
-        name: "run",
-        usage: "",
-        about: "The service: hold the link to the control plane and reconcile on start, on each \
-                declaration, on the drift timer and on reconnect (SIGHUP reloads the config, \
-                SIGUSR1 reconciles now, SIGUSR2 re-reads the pending declaration's deadline, \
-                SIGTERM stops after the current resource); a pending declaration not confirmed \
-                by its deadline is reverted.",
-        operand: Operand::None,
-    },
-    CommandDoc {
-        name: "join",
-        usage: "--control-plane https://HOST:PORT --token-file FILE --ca-hash sha256:HEX \
-                [--force] [--trust-key ed25519:KEY ...]",
-        about: "Trade a one-time token for this node's identity: write the control plane's \
-                section (join.json), ca.pem and secret beside the config (as root), and make a \
-                running service reconnect (SIGHUP); --force replaces an earlier join; \
-                --trust-key (repeatable) sets trusted_keys: only declarations signed by them are \
-                accepted from the control plane. The token comes from FILE, from standard input \
-                with --token -, or from the command line with --token TOKEN (visible to every \
-                user in ps).",
-        operand: Operand::None,
-    },
-    CommandDoc {
-        name: "keygen",
-        usage: "--out FILE",
-        about: "Write a new ed25519 private key to FILE (0600, never overwritten) and print its \
-                public key (ed25519:BASE64).",
-        operand: Operand::None,
-    },
-    CommandDoc {
-        name: "sign",
-        usage: "--key FILE DECLARATION",
-        about: "Print a signed envelope of DECLARATION (a declaration, or an envelope to add \
-                this key's signature to).",
-        operand: Operand::File,
-    },
-    CommandDoc {
-        name: "help",
-        usage: "[COMMAND]",
-        about: "This text, or COMMAND's.",
-        operand: Operand::Command,
-    },
-];
-
-/// The options, global ones first. Adding one is an entry here, an arm in `parse` and a field
-/// where its value goes.
-pub const OPTIONS: &[OptionDoc] = &[
-    OptionDoc {
-        long: "state-dir",
-        short: None,
-        value: Some("DIR"),
-        about: "The store (default /var/lib/mesh-host, or the config's state_dir).",
-        commands: &[],
-    },
-    OptionDoc {
-        long: "config",
-        short: None,
-        value: Some("FILE"),
-        about: "The host's config (default /etc/mesh-host/config.json).",
-        commands: &[],
-    },
-    OptionDoc {
-        long: "root",
-        short: None,
-        value: Some("DIR"),
-        about: "Apply into a mounted root (rescue): what needs the running system is deferred.",
-        commands: &[],
-    },
-    OptionDoc {
-        long: "wait",
-        short: None,
-        value: None,
-        about: "Wait for another run's lock instead of exiting 3.",
-        commands: &[],
-    },
-    OptionDoc {
-        long: "json",
-        short: None,
-        value: None,
-        about: "Machine-readable output (docs/json.md); an error too, as a JSON document.",
-        commands: &[],
-    },
-    OptionDoc {
-        long: "trace-commands",
-        short: None,
-        value: None,
-        about: "List every external command run (stderr; in --json output as `commands`).",
-        commands: &[],
-    },
-    OptionDoc {
-        long: "quiet",
-        short: Some('q'),
-        value: None,
-        about: "No progress and no warnings on stderr: only errors and the result.",
-        commands: &[],
-    },
-    OptionDoc {
-        long: "verbose",
-        short: Some('v'),
-        value: None,
-        about: "More progress on a terminal: each command's exit and time, what each kind found.",
-        commands: &[],
-    },
-    OptionDoc {
-        long: "help",
-        short: Some('h'),
-        value: None,
-        about: "This text; after a command, that command's.",
-        commands: &[],
-    },
-    OptionDoc {
-        long: "version",
-        short: Some('V'),
-        value: None,
-        about: "The version.",
-        commands: &[],
-    },
-    OptionDoc {
-        long: "confirm",
-        short: None,
-        value: Some("DURATION"),
-        about: "The declaration is pending until `mesh-host confirm`; reverted after DURATION \
-                (300, 90s, 5m, 1h, 2d; at most 7 days).",
-        commands: &["apply"],
-    },
-    OptionDoc {
-        long: "detailed-exitcode",
-        short: None,
-        value: None,
-        about: "Exit 5 when there is something to change (plan: changes; owned: drift).",
-        commands: &["plan", "owned"],
-    },
-    OptionDoc {
-        long: "to",
-        short: None,
-        value: Some("REVISION"),
-        about: "The generation of this revision, not the one before.",
-        commands: &["rollback"],
-    },
-    OptionDoc {
-        long: "force",
-        short: None,
-        value: None,
-        about: "join: replace an earlier join; rollback: go back to a generation whose \
-                signature has expired.",
-        commands: &["join", "rollback"],
-    },
-    OptionDoc {
-        long: "control-plane",
-        short: None,
-        value: Some("URL"),
-        about: "The control plane, https://HOST:PORT.",
-        commands: &["join"],
-    },
-    OptionDoc {
-        long: "token-file",
-        short: None,
-        value: Some("FILE"),
-        about: "The one-time token, read from FILE.",
-        commands: &["join"],
-    },
-    OptionDoc {
-        long: "token",
-        short: None,
-        value: Some("TOKEN"),
-        about: "The one-time token; `-` reads it from standard input (given on the command \
-                line, every user sees it in ps).",
-        commands: &["join"],
-    },
-    OptionDoc {
-        long: "ca-hash",
-        short: None,
-        value: Some("sha256:HEX"),
-        about: "The SHA-256 of the control plane's CA certificate (DER), the only CA trusted.",
-        commands: &["join"],
-    },
-    OptionDoc {
-        long: "trust-key",
-        short: None,
-        value: Some("ed25519:KEY"),
-        about: "Accept only declarations signed by this key (repeatable): the config's \
-                trusted_keys.",
-        commands: &["join"],
-    },
-    OptionDoc {
-        long: "out",
-        short: None,
-        value: Some("FILE"),
-        about: "Where the new private key goes.",
-        commands: &["keygen"],
-    },
-    OptionDoc {
-        long: "key",
-        short: None,
-        value: Some("FILE"),
-        about: "The private key keygen wrote.",
-        commands: &["sign"],
-    },
-];
-
-/// The exit codes, shown by `--help` and the man page.
-pub const EXIT_CODES: &[(i32, &str)] = &[
-    (0, "converged, valid or joined"),
-    (1, "some resources failed (the rest applied)"),
-    (2, "invalid or refused (nothing changed)"),
-    (3, "another run holds the lock"),
-    (
-        4,
-        "the host could not run (store, I/O, stdout) or could not complete the join (control \
-         plane unreachable, files not written)",
-    ),
-    (
-        5,
-        "plan or owned with --detailed-exitcode: there is something to change",
-    ),
-    (6, "status: degraded (the headline says why)"),
-];
-
-/// The help text: the kinds it manages (from the registry of kinds), the commands, the options
-/// every command takes, the exit codes.
-pub fn usage() -> String {
-    let mut out = format!(
-        "mesh-host: converges this machine to a declaration ({})\n\n\
-         Usage: mesh-host [OPTIONS] COMMAND [ARGS]\n\nCommands:\n",
-        crate::model::spec::ABOUT.join(", ")
-    );
-    for c in COMMANDS {
-        item(&mut out, &format!("{} {}", c.name, c.usage), c.about);
-    }
-    global_options(&mut out);
-    out.push_str("\n`mesh-host COMMAND --help` shows a command's own options.\n\n");
-    out.push_str(&exit_codes());
-    out
-}
-
-/// `mesh-host COMMAND --help`: its usage, what it does, its own options, then the global ones.
-pub fn command_usage(command: &CommandDoc) -> String {
-    let mut out = String::new();
-    let synopsis = format!("mesh-host [OPTIONS] {} {}", command.name, command.usage);
-    wrap(&mut out, &format!("Usage: {synopsis}"), 7, WIDTH);
-    out.push('\n');
-    wrap(&mut out, command.about, 0, WIDTH);
-    let own: Vec<&OptionDoc> = OPTIONS
-        .iter()
-        .filter(|o| o.commands.contains(&command.name))
-        .collect();
-    if !own.is_empty() {
-        out.push_str(&format!("\nOptions of {}:\n", command.name));
-        for o in own {
-            item(&mut out, &option_synopsis(o), o.about);
-        }
-    }
-    global_options(&mut out);
-    out.push('\n');
-    out.push_str(&exit_codes());
-    out
-}
-
-/// The options every command takes, as both helps list them.
-fn global_options(out: &mut String) {
-    out.push_str("\nOptions (every command):\n");
-    for o in OPTIONS.iter().filter(|o| o.commands.is_empty()) {
-        item(out, &option_synopsis(o), o.about);
-    }
-}
-
-/// The command of this name in `COMMANDS`.
-pub fn command_doc(name: &str) -> Option<&'static CommandDoc> {
-    COMMANDS.iter().find(|c| c.name == name)
-}
-
-/// `-h, --help` or `--state-dir DIR`.
-pub fn option_synopsis(o: &OptionDoc) -> String {
-    let short = o.short.map(|c| format!("-{c}, ")).unwrap_or_default();
-    match o.value {
-        Some(v) => format!("{short}--{} {v}", o.long),
-        None => format!("{short}--{}", o.long),
-    }
-}
-
-fn exit_codes() -> String {
-    let codes: Vec<String> = EXIT_CODES.iter().map(|(c, s)| format!("{c} {s}")).collect();
-    let mut out = String::new();
-    wrap(
-        &mut out,
-        &format!("Exit codes: {}.", codes.join("; ")),
-        0,
-        WIDTH,
-    );
-    out.push_str("A closed stdout (`| head`) keeps the exit code.\n");
-    out.push_str("Logs go to stderr; set RUST_LOG=debug for more.");
-    out
-}
-
-/// The help's width, and where an item's description starts.
-const WIDTH: usize = 100;
-const INDENT: usize = 24;
-
-/// One item of a list: its synopsis, then its description from column `INDENT`, on the next
-/// line when the synopsis is too long.
-fn item(out: &mut String, synopsis: &str, about: &str) {
-    out.push_str("  ");
-    if synopsis.len() + 3 <= INDENT {
-        out.push_str(&format!("{synopsis:width$}", width = INDENT - 2));
-    } else {
-        wrap(out, synopsis, 7, WIDTH);
-        out.push_str(&" ".repeat(INDENT));
-    }
-    wrap(out, about, INDENT, WIDTH);
-}
-
-/// `text`'s words wrapped at `width`, the first line continuing what `out` has, the next ones
-/// indented by `indent`; ends with a newline.
-fn wrap(out: &mut String, text: &str, indent: usize, width: usize) {
-    let mut column = out.len() - out.rfind('\n').map_or(0, |i| i + 1);
-    let mut first = true;
-    for word in text.split_whitespace() {
-        if !first && column + 1 + word.len() > width {
-            out.push('\n');
-            out.push_str(&" ".repeat(indent));
-            column = indent;
-        } else if !first {
-            out.push(' ');
-            column += 1;
-        }
-        out.push_str(word);
-        column += word.len();
-        first = false;
-    }
-    out.push('\n');
-}
+pub use help::{command_usage, usage};
+pub use table::{command_doc, CommandDoc, Operand, OptionDoc, COMMANDS, EXIT_CODES, OPTIONS};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -546,139 +115,127 @@ impl Args {
     }
 }
 
+/// Parses the command line: its options wherever they are, then the command its words name.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
-    let mut state_dir = None;
-    let mut config = None;
-    let mut root = None;
-    let mut wait = false;
-    let mut json = false;
-    let mut trace_commands = false;
-    let (mut quiet, mut verbose) = (false, false);
-    let mut detailed_exitcode = false;
-    let mut control_plane = None;
-    let mut token = None;
-    let mut token_file = None;
-    let mut ca_hash = None;
-    let mut force = false;
-    let mut trust_keys = Vec::new();
-    let mut out = None;
-    let mut key = None;
-    let mut confirm = None;
-    let mut to = None;
-    let mut help = false;
-    let mut version = false;
-    let mut words = Vec::new();
-    // The options given, by their long name, for the scope check against `OPTIONS`.
-    let mut given: Vec<&'static str> = Vec::new();
-    let mut parser = lexopt::Parser::from_args(args);
-    while let Some(arg) = parser.next().map_err(no_value)? {
-        let long = match &arg {
-            Short(c) => OPTIONS.iter().find(|o| o.short == Some(*c)).map(|o| o.long),
-            Long(name) => OPTIONS.iter().find(|o| o.long == *name).map(|o| o.long),
-            Value(_) => None,
-        };
-        // An option the table does not name is unknown, even with an arm below: the table is
-        // where help, the manual and the completions come from.
-        match (&arg, long) {
-            (Short(c), None) => return Err(format!("unknown option -{c}")),
-            (Long(name), None) => return Err(format!("unknown option --{name}")),
-            _ => given.extend(long),
-        }
-        match arg {
-            Long("state-dir") => state_dir = Some(path(&mut parser, "--state-dir")?),
-            Long("config") => config = Some(path(&mut parser, "--config")?),
-            Long("root") => root = Some(path(&mut parser, "--root")?),
-            Long("control-plane") => control_plane = Some(text(&mut parser, "--control-plane")?),
-            Long("token") => token = Some(text(&mut parser, "--token")?),
-            Long("token-file") => token_file = Some(path(&mut parser, "--token-file")?),
-            Long("ca-hash") => ca_hash = Some(text(&mut parser, "--ca-hash")?),
-            Long("force") => force = true,
-            Long("trust-key") => trust_keys.push(text(&mut parser, "--trust-key")?),
-            Long("out") => out = Some(path(&mut parser, "--out")?),
-            Long("key") => key = Some(path(&mut parser, "--key")?),
-            Long("confirm") => confirm = Some(duration(&text(&mut parser, "--confirm")?)?),
-            Long("to") => to = Some(number(&mut parser, "--to")?),
-            Long("wait") => wait = true,
-            Long("json") => json = true,
-            Long("trace-commands") => trace_commands = true,
-            Short('q') | Long("quiet") => quiet = true,
-            Short('v') | Long("verbose") => verbose = true,
-            Long("detailed-exitcode") => detailed_exitcode = true,
-            Short('h') | Long("help") => help = true,
-            Short('V') | Long("version") => version = true,
-            Short(c) => return Err(format!("unknown option -{c}")),
-            Long(name) => return Err(format!("unknown option --{name}")),
-            Value(word) => words.push(word),
-        }
-    }
-    let command = if help {
+    let mut given = Given::read(args)?;
+    let command = if given.help {
         // The command's own help when the first word names one (`apply --help`, `help apply`).
-        let mut named = words.iter().filter_map(|w| w.to_str());
+        let mut named = given.words.iter().filter_map(|w| w.to_str());
         let first = named.next();
         let topic = match first {
             Some("help") => named.next(),
             other => other,
         };
         Command::Help(topic.and_then(command_doc).map(|c| c.name))
-    } else if version {
+    } else if given.version {
         Command::Version
     } else {
-        let mut words = words.into_iter();
+        given.command()?
+    };
+    if given.quiet && given.verbose {
+        return Err("--quiet and --verbose cannot be given together".into());
+    }
+    Ok(Args {
+        command,
+        state_dir: given.state_dir,
+        config: given.config,
+        root: given.root,
+        wait: given.wait,
+        json: given.json,
+        trace_commands: given.trace_commands,
+        quiet: given.quiet,
+        verbose: given.verbose,
+        detailed_exitcode: given.detailed_exitcode,
+    })
+}
+
+/// The options as given and the words among them, before the command is known: which options
+/// a command takes is checked once its word is found (`check_scope`).
+#[derive(Default)]
+struct Given {
+    state_dir: Option<PathBuf>,
+    config: Option<PathBuf>,
+    root: Option<PathBuf>,
+    wait: bool,
+    json: bool,
+    trace_commands: bool,
+    quiet: bool,
+    verbose: bool,
+    detailed_exitcode: bool,
+    control_plane: Option<String>,
+    token: Option<String>,
+    token_file: Option<PathBuf>,
+    ca_hash: Option<String>,
+    force: bool,
+    trust_keys: Vec<String>,
+    out: Option<PathBuf>,
+    key: Option<PathBuf>,
+    confirm: Option<u64>,
+    to: Option<u64>,
+    help: bool,
+    version: bool,
+    words: Vec<OsString>,
+    /// The options given, by their long name, for the scope check against `OPTIONS`.
+    longs: Vec<&'static str>,
+}
+
+impl Given {
+    /// Every argument read: an option by the table's name for it, with its value.
+    fn read(args: impl IntoIterator<Item = OsString>) -> Result<Given, String> {
+        let mut g = Given::default();
+        let mut parser = lexopt::Parser::from_args(args);
+        while let Some(arg) = parser.next().map_err(no_value)? {
+            let long = match &arg {
+                Short(c) => OPTIONS.iter().find(|o| o.short == Some(*c)).map(|o| o.long),
+                Long(name) => OPTIONS.iter().find(|o| o.long == *name).map(|o| o.long),
+                Value(_) => None,
+            };
+            // An option the table does not name is unknown, even with an arm below: the table
+            // is where help, the manual and the completions come from.
+            match (&arg, long) {
+                (Short(c), None) => return Err(format!("unknown option -{c}")),
+                (Long(name), None) => return Err(format!("unknown option --{name}")),
+                _ => g.longs.extend(long),
+            }
+            match arg {
+                Long("state-dir") => g.state_dir = Some(path(&mut parser, "--state-dir")?),
+                Long("config") => g.config = Some(path(&mut parser, "--config")?),
+                Long("root") => g.root = Some(path(&mut parser, "--root")?),
+                Long("control-plane") => {
+                    g.control_plane = Some(text(&mut parser, "--control-plane")?)
+                }
+                Long("token") => g.token = Some(text(&mut parser, "--token")?),
+                Long("token-file") => g.token_file = Some(path(&mut parser, "--token-file")?),
+                Long("ca-hash") => g.ca_hash = Some(text(&mut parser, "--ca-hash")?),
+                Long("force") => g.force = true,
+                Long("trust-key") => g.trust_keys.push(text(&mut parser, "--trust-key")?),
+                Long("out") => g.out = Some(path(&mut parser, "--out")?),
+                Long("key") => g.key = Some(path(&mut parser, "--key")?),
+                Long("confirm") => g.confirm = Some(duration(&text(&mut parser, "--confirm")?)?),
+                Long("to") => g.to = Some(number(&mut parser, "--to")?),
+                Long("wait") => g.wait = true,
+                Long("json") => g.json = true,
+                Long("trace-commands") => g.trace_commands = true,
+                Short('q') | Long("quiet") => g.quiet = true,
+                Short('v') | Long("verbose") => g.verbose = true,
+                Long("detailed-exitcode") => g.detailed_exitcode = true,
+                Short('h') | Long("help") => g.help = true,
+                Short('V') | Long("version") => g.version = true,
+                Short(c) => return Err(format!("unknown option -{c}")),
+                Long(name) => return Err(format!("unknown option --{name}")),
+                Value(word) => g.words.push(word),
+            }
+        }
+        Ok(g)
+    }
+
+    /// The command the first word names, with its operands; each option given checked to be
+    /// one it takes.
+    fn command(&mut self) -> Result<Command, String> {
+        let mut words = std::mem::take(&mut self.words).into_iter();
         let verb = words.next().ok_or("no command given")?;
         let name = verb.to_string_lossy();
-        let mut file = || -> Result<PathBuf, String> {
-            words
-                .next()
-                .map(PathBuf::from)
-                .ok_or_else(|| format!("{name} needs a declaration FILE"))
-        };
-        let command = match verb.to_str() {
-            Some("check") => Command::Check(file()?),
-            Some("plan") => Command::Plan(words.next().map(PathBuf::from)),
-            Some("show") => Command::Show,
-            Some("apply") => Command::Apply(file()?, confirm.take()),
-            Some("confirm") => Command::Confirm,
-            Some("rollback") => Command::Rollback {
-                to: to.take(),
-                force,
-            },
-            Some("reconcile") => Command::Reconcile,
-            Some("owned") => Command::Owned,
-            Some("status") => Command::Status,
-            Some("run") => Command::Run,
-            Some("reload") => Command::Reload(None),
-            Some("join") => Command::Join(join(
-                control_plane.take(),
-                token.take(),
-                token_file.take(),
-                ca_hash.take(),
-                force,
-                std::mem::take(&mut trust_keys),
-            )?),
-            Some("keygen") => Command::Keygen {
-                out: out
-                    .take()
-                    .ok_or("keygen needs --out FILE (where the private key goes)")?,
-            },
-            Some("sign") => Command::Sign {
-                key: key
-                    .take()
-                    .ok_or("sign needs --key FILE (the private key keygen wrote)")?,
-                file: file()?,
-            },
-            Some("help") => {
-                let topic = words.next();
-                Command::Help(
-                    topic
-                        .as_deref()
-                        .and_then(|t| t.to_str())
-                        .and_then(command_doc)
-                        .map(|c| c.name),
-                )
-            }
-            _ => return Err(format!("unknown command {verb:?}")),
-        };
-        let command = match command {
+        let command = match self.verb(&verb, &mut words)? {
             Command::Reload(None) => Command::Reload(match words.next() {
                 Some(pid) => Some(
                     pid.to_str()
@@ -693,32 +250,76 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         if let Some(extra) = words.next() {
             return Err(format!("unexpected argument {extra:?}"));
         }
-        check_scope(&given, &name)?;
+        check_scope(&self.longs, &name)?;
         // Checked here, where it was given, so that the error names the flag: the config only
         // checks its own `state_dir`.
-        if let Some(dir) = state_dir.as_deref().filter(|d| !d.is_absolute()) {
+        if let Some(dir) = self.state_dir.as_deref().filter(|d| !d.is_absolute()) {
             return Err(format!(
                 "--state-dir: {} is not an absolute path",
                 dir.display()
             ));
         }
-        command
-    };
-    if quiet && verbose {
-        return Err("--quiet and --verbose cannot be given together".into());
+        Ok(command)
     }
-    Ok(Args {
-        command,
-        state_dir,
-        config,
-        root,
-        wait,
-        json,
-        trace_commands,
-        quiet,
-        verbose,
-        detailed_exitcode,
-    })
+
+    /// The command `verb` names, with the operands and options it needs.
+    fn verb(
+        &mut self,
+        verb: &OsString,
+        words: &mut impl Iterator<Item = OsString>,
+    ) -> Result<Command, String> {
+        let name = verb.to_string_lossy();
+        let mut file = || -> Result<PathBuf, String> {
+            words
+                .next()
+                .map(PathBuf::from)
+                .ok_or_else(|| format!("{name} needs a declaration FILE"))
+        };
+        Ok(match verb.to_str() {
+            Some("check") => Command::Check(file()?),
+            Some("plan") => Command::Plan(words.next().map(PathBuf::from)),
+            Some("show") => Command::Show,
+            Some("apply") => Command::Apply(file()?, self.confirm.take()),
+            Some("confirm") => Command::Confirm,
+            Some("rollback") => Command::Rollback {
+                to: self.to.take(),
+                force: self.force,
+            },
+            Some("reconcile") => Command::Reconcile,
+            Some("owned") => Command::Owned,
+            Some("status") => Command::Status,
+            Some("run") => Command::Run,
+            Some("reload") => Command::Reload(None),
+            Some("join") => Command::Join(join(
+                self.control_plane.take(),
+                self.token.take(),
+                self.token_file.take(),
+                self.ca_hash.take(),
+                self.force,
+                std::mem::take(&mut self.trust_keys),
+            )?),
+            Some("keygen") => Command::Keygen {
+                out: (self.out.take())
+                    .ok_or("keygen needs --out FILE (where the private key goes)")?,
+            },
+            Some("sign") => Command::Sign {
+                key: (self.key.take())
+                    .ok_or("sign needs --key FILE (the private key keygen wrote)")?,
+                file: file()?,
+            },
+            Some("help") => {
+                let topic = words.next();
+                Command::Help(
+                    topic
+                        .as_deref()
+                        .and_then(|t| t.to_str())
+                        .and_then(command_doc)
+                        .map(|c| c.name),
+                )
+            }
+            _ => return Err(format!("unknown command {verb:?}")),
+        })
+    }
 }
 
 /// Each option given is one `OPTIONS` gives to `verb` (or to every command).

@@ -13,7 +13,7 @@ use crate::engine::{
 };
 use crate::model::declaration::Declaration;
 use crate::model::envelope;
-use crate::store::{self, InForce, Ledger, Source, Store, Trigger, Triggers};
+use crate::store::{InForce, Ledger, Source, Store, Trigger, Triggers};
 use crate::util::words::{duration_words, utc};
 
 /// The engine, as one command line asked for it.
@@ -108,9 +108,14 @@ impl Commands<'_> {
             refusal: refusal.clone(),
             expires: d.expires,
         };
-        render::check(self.out, self.json, &checked, store::unix_now());
+        render::check(
+            self.out,
+            self.json,
+            &checked,
+            self.host.options.clock.unix(),
+        );
         match refusal {
-            Some(refusal) => Err(Fatal::Invalid(format!(
+            Some(refusal) => Err(Fatal::invalid(format!(
                 "{}: refused: {refusal}",
                 file.display()
             ))),
@@ -160,11 +165,11 @@ impl Commands<'_> {
         let path = self.host.config.state_dir.join("declaration.json");
         self.host
             .validate(in_force.text.as_bytes())
-            .map_err(|p| invalid(&path, &p))
+            .map_err(|p| invalid(&path, p))
     }
 
     fn nothing_in_force(&self) -> Fatal {
-        Fatal::Invalid(format!(
+        Fatal::invalid(format!(
             "store {}: no declaration in force (nothing was applied here yet); \
              `mesh-host plan FILE` plans a file",
             self.host.config.state_dir.display()
@@ -196,13 +201,13 @@ impl Commands<'_> {
             verification,
         } = self.host.read_declaration(file)?;
         if let Some(refusal) = envelope::refusal(verification.as_ref(), None) {
-            return Err(Fatal::Invalid(format!(
+            return Err(Fatal::invalid(format!(
                 "{}: refused: {refusal}; nothing was applied",
                 file.display()
             )));
         }
         let text = String::from_utf8(bytes)
-            .map_err(|_| Fatal::Invalid(format!("{}: not UTF-8", file.display())))?;
+            .map_err(|_| Fatal::invalid(format!("{}: not UTF-8", file.display())))?;
         let path = std::fs::canonicalize(file).unwrap_or_else(|_| PathBuf::from(file));
         let in_force = InForce {
             source: Source::Local {
@@ -210,7 +215,7 @@ impl Commands<'_> {
             },
             revision: d.revision,
             digest: d.digest.clone(),
-            since: store::unix_now(),
+            since: self.host.options.clock.unix(),
             text,
             control_plane_revision: None,
             signed_by: verification
@@ -233,7 +238,7 @@ impl Commands<'_> {
         if let Some(secs) = confirm_secs {
             // The running service keeps the deadline too (it may outlive this command).
             crate::service::signal_pending(self.host);
-            let now = store::unix_now();
+            let now = self.host.options.clock.unix();
             errln!(
                 "mesh-host: pending: reverted {} (in {}) unless `mesh-host confirm` runs first",
                 utc(now.saturating_add(secs)),
@@ -242,7 +247,7 @@ impl Commands<'_> {
         }
         match converged {
             Some(result) => Ok(self.print_converged(&result)),
-            None => Err(Fatal::Error("the declaration was not put in force".into())),
+            None => Err(Fatal::error("the declaration was not put in force".into())),
         }
     }
 
@@ -280,13 +285,13 @@ impl Commands<'_> {
         errln!("mesh-host: {said}");
         match converged {
             Some(result) => Ok(self.print_converged(&result)),
-            None => Err(Fatal::Error("the generation was not put in force".into())),
+            None => Err(Fatal::error("the generation was not put in force".into())),
         }
     }
 
     pub fn reconcile(&self) -> Result<i32, Fatal> {
         if Store::open(&self.host.config.state_dir, false)?.is_none() {
-            return Err(Fatal::Invalid(format!(
+            return Err(Fatal::invalid(format!(
                 "no store at {}: nothing was ever applied here",
                 self.host.config.state_dir.display()
             )));
@@ -299,7 +304,7 @@ impl Commands<'_> {
             &never,
         )? {
             Some(result) => Ok(self.print_converged(&result)),
-            None => Err(Fatal::Invalid(format!(
+            None => Err(Fatal::invalid(format!(
                 "store {}: no declaration in force",
                 self.host.config.state_dir.display()
             ))),
@@ -312,7 +317,7 @@ impl Commands<'_> {
                 self.out,
                 self.json,
                 &render::Owned { owned: &[] },
-                store::unix_now(),
+                self.host.options.clock.unix(),
             );
             return Ok(EXIT_OK);
         };
@@ -321,11 +326,11 @@ impl Commands<'_> {
             Some(in_force) => self
                 .host
                 .validate(in_force.text.as_bytes())
-                .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?,
+                .map_err(|p| invalid(&store.path().join("declaration.json"), p))?,
             None => self
                 .host
                 .validate(br#"{"schema": 1}"#)
-                .map_err(|_| Fatal::Error("the empty declaration was refused".into()))?,
+                .map_err(|_| Fatal::error("the empty declaration was refused".into()))?,
         };
         let ledger = store.ledger()?;
         let runner = self.host.runner();
@@ -342,7 +347,7 @@ impl Commands<'_> {
             self.out,
             self.json,
             &render::Owned { owned: &rows },
-            store::unix_now(),
+            self.host.options.clock.unix(),
         );
         let any = |states: &[OwnedState]| rows.iter().any(|r| states.contains(&r.state));
         Ok(match self.detailed_exitcode {
@@ -392,7 +397,7 @@ impl Commands<'_> {
                 problems.push(e.to_string());
             }
         }
-        let now = store::unix_now();
+        let now = self.host.options.clock.unix();
         let mut status = render::Status {
             health: render::Health {
                 state: render::HealthState::Healthy,

@@ -53,8 +53,8 @@ struct RawError {
 }
 
 pub fn run(out: &Out, args: &Args, join: &Join) -> Result<i32, Fatal> {
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(Fatal::Invalid(
+    if !crate::os::host::is_root() {
+        return Err(Fatal::invalid(
             "join must run as root: it writes the node's secret (mode 0600, owned by root) \
              beside the config and signals the service; run it again with sudo"
                 .into(),
@@ -70,7 +70,7 @@ pub fn run(out: &Out, args: &Args, join: &Join) -> Result<i32, Fatal> {
     let url = format!("https://{}", join.authority);
 
     let ca = fetch_ca(&url, &join.ca_hash)?;
-    let identity = exchange(&url, &ca, &token, &hostname())?;
+    let identity = exchange(&url, &ca, &token, &crate::os::host::hostname())?;
 
     let (joined, config_text) = target.texts_with(&identity)?;
     target.write(&identity, &ca, &joined, config_text.as_deref())?;
@@ -135,7 +135,7 @@ struct Target {
 fn object(text: &str, shown: &dyn std::fmt::Display) -> Result<Map<String, Value>, Fatal> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(map),
-        _ => Err(Fatal::Invalid(format!(
+        _ => Err(Fatal::invalid(format!(
             "config {shown}: not a JSON object; fix it before joining (nothing was changed)"
         ))),
     }
@@ -146,7 +146,7 @@ fn read_if_there(path: &Path) -> Result<Option<String>, Fatal> {
     match crate::os::input::read_text(path, config::MAX_CONFIG_BYTES) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Fatal::Error(format!("config {}: {e}", path.display()))),
+        Err(e) => Err(Fatal::error(format!("config {}: {e}", path.display()))),
     }
 }
 
@@ -155,24 +155,27 @@ impl Target {
         let shown = config_path.display();
         let name = config_path
             .file_name()
-            .ok_or_else(|| Fatal::Invalid(format!("--config {shown}: names no file")))?;
+            .ok_or_else(|| Fatal::invalid(format!("--config {shown}: names no file")))?;
         let parent = match config_path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
         // The directory first: a join that cannot write should fail before it spends the token.
         crate::os::fsutil::create_dir_all(parent, 0o755)
-            .map_err(|e| Fatal::Error(format!("cannot create {}: {e}", parent.display())))?;
+            .map_err(|e| Fatal::error(format!("cannot create {}: {e}", parent.display())))?;
         let dir = std::fs::canonicalize(parent)
-            .map_err(|e| Fatal::Error(format!("{}: {e}", parent.display())))?;
-        let c_dir = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
-            .map_err(|_| Fatal::Invalid(format!("{}: NUL in path", dir.display())))?;
-        if unsafe { libc::access(c_dir.as_ptr(), libc::W_OK) } != 0 {
-            return Err(Fatal::Error(format!(
-                "{} is not writable ({}); nothing was changed",
-                dir.display(),
-                io::Error::last_os_error()
-            )));
+            .map_err(|e| Fatal::error(format!("{}: {e}", parent.display())))?;
+        match crate::os::host::writable(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                return Err(Fatal::invalid(format!("{}: NUL in path", dir.display())))
+            }
+            Err(e) => {
+                return Err(Fatal::error(format!(
+                    "{} is not writable ({e}); nothing was changed",
+                    dir.display()
+                )))
+            }
         }
         let join_path = config::join_path(config_path);
         let existing = read_if_there(config_path)?;
@@ -183,7 +186,7 @@ impl Target {
             joined.as_deref(),
             state_dir,
         )
-        .map_err(|e| Fatal::Invalid(format!("{e}; fix it before joining (nothing was changed)")))?;
+        .map_err(|e| Fatal::invalid(format!("{e}; fix it before joining (nothing was changed)")))?;
         let existing = match existing {
             None => None,
             Some(text) => {
@@ -199,7 +202,7 @@ impl Target {
         };
         if let Some(cp) = &config.control_plane {
             if !force {
-                return Err(Fatal::Invalid(format!(
+                return Err(Fatal::invalid(format!(
                     "this node already joined: {} has a control_plane section (node {:?} at \
                      {}); to join again, with a new token, add --force (the new identity \
                      replaces the old one)",
@@ -275,7 +278,7 @@ impl Target {
         }
         self.set("trusted_keys", json!(keys));
         self.texts().map(drop).map_err(|e| {
-            Fatal::Invalid(format!(
+            Fatal::invalid(format!(
                 "--trust-key: the config would be invalid ({e}); nothing was changed"
             ))
         })
@@ -299,7 +302,7 @@ impl Target {
                    "ca_file": ca_file, "node": identity.node, "secret_file": secret_file}),
         );
         self.texts().map_err(|e| {
-            Fatal::Error(format!(
+            Fatal::error(format!(
                 "the control plane's answer does not make a valid config ({e}); nothing was \
                  written: tell the control plane's operator"
             ))
@@ -316,7 +319,7 @@ impl Target {
         config: Option<&str>,
     ) -> Result<(), Fatal> {
         let cannot = |path: PathBuf, e: io::Error| {
-            Fatal::Error(format!(
+            Fatal::error(format!(
                 "cannot write {}: {e}; the token is spent: ask for a new one, then join again \
                  with --force",
                 path.display()
@@ -370,18 +373,18 @@ fn fetch_ca(url: &str, ca_hash: &str) -> Result<Ca, Fatal> {
         "fetching the control plane's CA",
     )?;
     let raw: RawCa = serde_json::from_str(&body).map_err(|e| {
-        Fatal::Error(format!(
+        Fatal::error(format!(
             "{url}/v1/ca: not the CA answer ({e}); is {url} a mesh control plane?"
         ))
     })?;
     let der = parse_ca(&raw.ca_pem).map_err(|e| {
-        Fatal::Error(format!(
+        Fatal::error(format!(
             "{url}/v1/ca: the CA is unusable ({e}); tell the control plane's operator"
         ))
     })?;
     let actual = codec::sha256_hex(der.as_ref());
     if actual != ca_hash {
-        return Err(Fatal::Invalid(format!(
+        return Err(Fatal::invalid(format!(
             "the control plane's CA has sha256:{actual}, not the sha256:{ca_hash} you gave: \
              check --ca-hash with the control plane's operator (someone may be impersonating \
              the control plane); nothing was sent and nothing was changed"
@@ -389,7 +392,7 @@ fn fetch_ca(url: &str, ca_hash: &str) -> Result<Ca, Fatal> {
     }
     let mut roots = rustls::RootCertStore::empty();
     roots.add(der.clone()).map_err(|e| {
-        Fatal::Error(format!(
+        Fatal::error(format!(
             "{url}/v1/ca: the CA matches the hash but cannot be a root ({e}); tell the control \
              plane's operator"
         ))
@@ -414,7 +417,7 @@ fn exchange(url: &str, ca: &Ca, token: &str, hostname: &str) -> Result<Identity,
     let request = json!({"token": token, "hostname": hostname}).to_string();
     let body = send(&endpoint, Some(&request), Some(&ca.der), "joining")?;
     let bad = |why: String| {
-        Fatal::Error(format!(
+        Fatal::error(format!(
             "{endpoint}: {why}; nothing was written: tell the control plane's operator (the \
              token may be spent)"
         ))
@@ -468,7 +471,7 @@ fn send(
 fn read_body(response: client::Response, endpoint: &str) -> Result<String, Fatal> {
     let status = response.status;
     let body = String::from_utf8(response.body).map_err(|_| {
-        Fatal::Error(format!(
+        Fatal::error(format!(
             "{endpoint}: reading the answer: HTTP {status} with a body that is not UTF-8 text"
         ))
     })?;
@@ -479,15 +482,15 @@ fn read_body(response: client::Response, endpoint: &str) -> Result<String, Fatal
         .map(|e| e.error)
         .unwrap_or_else(|_| body.chars().take(200).collect());
     Err(match status {
-        401 | 403 => Fatal::Invalid(format!(
+        401 | 403 => Fatal::invalid(format!(
             "the control plane refused the token (HTTP {status}: {why}): tokens are good for one \
              join and expire; ask the control plane's operator for a new one; nothing was changed"
         )),
-        400..=499 => Fatal::Invalid(format!(
+        400..=499 => Fatal::invalid(format!(
             "{endpoint}: HTTP {status}: {why}; nothing was changed (is the URL the control \
              plane's join address?)"
         )),
-        _ => Fatal::Error(format!(
+        _ => Fatal::error(format!(
             "{endpoint}: HTTP {status}: {why}; nothing was changed: try again later or tell the \
              control plane's operator"
         )),
@@ -497,10 +500,10 @@ fn read_body(response: client::Response, endpoint: &str) -> Result<String, Fatal
 fn unreachable(endpoint: &str, doing: &str, e: client::Error) -> Fatal {
     match &e {
         client::Error::Url(why) => {
-            return Fatal::Invalid(format!("{endpoint}: {why}; give https://HOST:PORT"))
+            return Fatal::invalid(format!("{endpoint}: {why}; give https://HOST:PORT"))
         }
         client::Error::Response(why) => {
-            return Fatal::Error(format!(
+            return Fatal::error(format!(
                 "{endpoint}: reading the answer: {why}; nothing was changed: is this a mesh \
                  control plane? (tell its operator)"
             ))
@@ -508,7 +511,7 @@ fn unreachable(endpoint: &str, doing: &str, e: client::Error) -> Fatal {
         _ => {}
     }
     if let client::Error::Tls(_) = e {
-        return Fatal::Error(format!(
+        return Fatal::error(format!(
             "TLS with the control plane failed ({doing}, {endpoint}): {e}: the TLS handshake \
              failed; if the CA's hash matched, the server's certificate does not chain to that \
              CA for this host name: use the exact address the control plane's operator gave \
@@ -528,7 +531,7 @@ fn unreachable(endpoint: &str, doing: &str, e: client::Error) -> Fatal {
               that this host can reach it"
         }
     };
-    Fatal::Error(format!(
+    Fatal::error(format!(
         "could not reach the control plane ({doing}, {endpoint}): {e}: {hint}; nothing was changed"
     ))
 }
@@ -556,26 +559,17 @@ fn read_token(source: &Token) -> Result<String, Fatal> {
                 .and_then(|f| f.take(MAX_TOKEN + 1).read_to_end(&mut bytes)),
         ),
     };
-    read.map_err(|e| Fatal::Invalid(format!("{what}: cannot be read: {e}")))?;
+    read.map_err(|e| Fatal::invalid(format!("{what}: cannot be read: {e}")))?;
     if bytes.len() as u64 > MAX_TOKEN {
-        return Err(Fatal::Invalid(format!(
+        return Err(Fatal::invalid(format!(
             "{what}: more than {MAX_TOKEN} bytes; it must hold only the token"
         )));
     }
     let text = String::from_utf8(bytes)
-        .map_err(|_| Fatal::Invalid(format!("{what}: the token is not text")))?;
+        .map_err(|_| Fatal::invalid(format!("{what}: the token is not text")))?;
     let token = text.trim();
-    args::check_token(token).map_err(|e| Fatal::Invalid(format!("{what}: {e}")))?;
+    args::check_token(token).map_err(|e| Fatal::invalid(format!("{what}: {e}")))?;
     Ok(token.to_string())
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// Sends SIGHUP to the running service, if the store names one that is alive and is mesh-host;
@@ -589,14 +583,12 @@ fn signal_service(state_dir: &Path) -> Option<u32> {
     {
         return None;
     }
-    let pid = libc::pid_t::try_from(state.pid).ok()?;
-    if unsafe { libc::kill(pid, libc::SIGHUP) } == 0 {
-        Some(state.pid)
-    } else {
-        log::warn!(
-            "could not signal the service (pid {pid}): {}; restart it to connect",
-            io::Error::last_os_error()
-        );
-        None
+    let pid = state.pid;
+    match crate::os::process::signal(pid, crate::os::process::SIGHUP) {
+        Ok(()) => Some(pid),
+        Err(e) => {
+            log::warn!("could not signal the service (pid {pid}): {e}; restart it to connect");
+            None
+        }
     }
 }

@@ -23,10 +23,10 @@ use crate::util::codec;
 /// public key, the text `trusted_keys` and `join --trust-key` take.
 pub fn keygen(stdout: &Out, args: &Args, out: &Path) -> Result<i32, Fatal> {
     let pkcs8 = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).map_err(|_| {
-        Fatal::Error("cannot generate a key: the system's randomness failed".into())
+        Fatal::error("cannot generate a key: the system's randomness failed".into())
     })?;
     let key_pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref())
-        .map_err(|e| Fatal::Error(format!("the generated key is unusable: {e}")))?;
+        .map_err(|e| Fatal::error(format!("the generated key is unusable: {e}")))?;
     let public = envelope::public_key(&key_pair);
     let mut pem = String::from("-----BEGIN PRIVATE KEY-----\n");
     for line in codec::base64_encode(pkcs8.as_ref()).as_bytes().chunks(64) {
@@ -34,14 +34,14 @@ pub fn keygen(stdout: &Out, args: &Args, out: &Path) -> Result<i32, Fatal> {
         pem.push('\n');
     }
     pem.push_str("-----END PRIVATE KEY-----\n");
-    let cannot = |e: std::io::Error| Fatal::Error(format!("{}: {e}", out.display()));
+    let cannot = |e: std::io::Error| Fatal::error(format!("{}: {e}", out.display()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(out)
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => Fatal::Invalid(format!(
+            std::io::ErrorKind::AlreadyExists => Fatal::invalid(format!(
                 "{} exists: keygen never overwrites a key (choose another --out, or remove it \
                  yourself if it is no longer needed)",
                 out.display()
@@ -66,19 +66,19 @@ pub fn keygen(stdout: &Out, args: &Args, out: &Path) -> Result<i32, Fatal> {
 pub fn sign(out: &Out, host: &Host, key: &Path, file: &Path) -> Result<i32, Fatal> {
     let key_pair = read_key(key)?;
     let cannot =
-        |e: std::io::Error| Fatal::Invalid(format!("{}: cannot be read: {e}", file.display()));
+        |e: std::io::Error| Fatal::invalid(format!("{}: cannot be read: {e}", file.display()));
     let max = host.config.limits.max_declaration_bytes;
     let bytes = crate::os::input::read_bounded(file, max).map_err(cannot)?;
-    let mut envelope = match envelope::open(&bytes).map_err(|p| invalid(file, &p))? {
+    let mut envelope = match envelope::open(&bytes).map_err(|p| invalid(file, p))? {
         Some(envelope) => envelope,
         None => Envelope::new(
             String::from_utf8(bytes)
-                .map_err(|_| Fatal::Invalid(format!("{}: not UTF-8", file.display())))?,
+                .map_err(|_| Fatal::invalid(format!("{}: not UTF-8", file.display())))?,
         ),
     };
     let declaration = host
         .validate(envelope.declaration.as_bytes())
-        .map_err(|p| invalid(file, &p))?;
+        .map_err(|p| invalid(file, p))?;
     let signer = envelope::public_key(&key_pair);
     let verification = envelope.verify(&[]);
     for (i, (key, state)) in verification.signatures.iter().enumerate() {
@@ -106,7 +106,7 @@ pub fn sign(out: &Out, host: &Host, key: &Path, file: &Path) -> Result<i32, Fata
 
 /// Reads a PKCS#8 PEM ed25519 private key.
 fn read_key(path: &Path) -> Result<Ed25519KeyPair, Fatal> {
-    let bad = |why: String| Fatal::Invalid(format!("--key {}: {why}", path.display()));
+    let bad = |why: String| Fatal::invalid(format!("--key {}: {why}", path.display()));
     let pem = crate::os::input::read_bounded(path, crate::os::input::MAX_SMALL_INPUT)
         .map_err(|e| bad(format!("cannot be read: {e}")))?;
     let der = PrivatePkcs8KeyDer::from_pem_slice(&pem)

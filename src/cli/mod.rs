@@ -51,7 +51,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
             Err(fatal) => {
                 errln!("mesh-host: {}", fatal.message());
                 if args.json && !out.written() {
-                    error_json(&out, fatal.kind(), fatal.message(), fatal.exit_code());
+                    error_json(&out, fatal.kind(), &fatal.message(), fatal.exit_code());
                 }
                 fatal.exit_code()
             }

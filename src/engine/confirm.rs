@@ -4,9 +4,7 @@
 
 use super::{Fatal, Host, RunResult};
 use crate::engine::reconcile::Scope;
-use crate::store::{
-    self, words_revision, Confirmer, Lock, LockError, Revert, Store, Trigger, Triggers,
-};
+use crate::store::{self, words_revision, Confirmer, Lock, Revert, Store, Trigger, Triggers};
 use crate::util::words::expiry;
 
 /// What a revert did: said for people and the log, and the run that converged to it.
@@ -33,10 +31,7 @@ impl Host {
         } else {
             store.lock(false, &holder)
         };
-        locked.map_err(|e| match e {
-            LockError::Held(_) => Fatal::Locked(e.to_string()),
-            LockError::Io(..) | LockError::Stopped(_) => Fatal::Error(e.to_string()),
-        })
+        locked.map_err(Fatal::from)
     }
 
     /// The deadline (Unix seconds) of the declaration in force, when it is pending.
@@ -111,7 +106,7 @@ impl Host {
         interrupted: &dyn Fn() -> bool,
     ) -> Result<(String, Option<RunResult>), Fatal> {
         let Some(store) = Store::open(&self.config.state_dir, false)? else {
-            return Err(Fatal::Invalid(format!(
+            return Err(Fatal::invalid(format!(
                 "nothing to roll back to: no store at {}",
                 self.config.state_dir.display()
             )));
@@ -120,10 +115,10 @@ impl Host {
         let now = store::unix_now();
         let generations = store.generations()?;
         let target = (generations.rollback_target(to))
-            .map_err(|e| Fatal::Invalid(format!("rollback: {e}")))?
+            .map_err(|e| Fatal::invalid(format!("rollback: {e}")))?
             .clone();
         if target.expired(now) && !force {
-            return Err(Fatal::Invalid(format!(
+            return Err(Fatal::invalid(format!(
                 "rollback: revision {} is signed and its signature {}; `--force` rolls back to \
                  it anyway; nothing was changed",
                 words_revision(target.revision),
@@ -148,7 +143,7 @@ impl Host {
 
     /// `mesh-host confirm`: the pending declaration in force is confirmed.
     pub fn confirm(&self, wait: bool) -> Result<String, Fatal> {
-        let nothing = || Fatal::Invalid("nothing to confirm: no declaration is pending".into());
+        let nothing = || Fatal::invalid("nothing to confirm: no declaration is pending".into());
         let Some(store) = Store::open(&self.config.state_dir, false)? else {
             return Err(nothing());
         };

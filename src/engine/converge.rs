@@ -14,9 +14,9 @@ use crate::link;
 use crate::model::declaration::Declaration;
 use crate::os::exec::Runner;
 use crate::store::{
-    self, Confirmer, Failing, InForce, LastRun, Ledger, LinkStatus, LockError, Notice,
-    ResourceResult, RunOutcome, RunRecord, ServicePhase, Source, State, Store, StoreError, Trigger,
-    Triggers, LISTED,
+    self, Confirmer, Failing, InForce, LastRun, Ledger, LinkStatus, Notice, ResourceResult,
+    RunOutcome, RunRecord, ServicePhase, Source, State, Store, StoreError, Trigger, Triggers,
+    LISTED,
 };
 use crate::util::progress::Event;
 use crate::util::words::expiry;
@@ -97,7 +97,7 @@ impl Host {
         };
         let d = self
             .validate(in_force.text.as_bytes())
-            .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+            .map_err(|p| invalid(&store.path().join("declaration.json"), p))?;
         drop(in_force); // its text, before the ledger is read
         let mut ledger = store.ledger()?;
         let runner = Runner::new(false);
@@ -131,10 +131,7 @@ impl Host {
         } else {
             store.lock(false, &holder)
         };
-        let _lock = locked.map_err(|e| match e {
-            LockError::Held(_) => Fatal::Locked(e.to_string()),
-            LockError::Io(..) | LockError::Stopped(_) => Fatal::Error(e.to_string()),
-        })?;
+        let _lock = locked?;
         // What a crash left half written: removed (an outbox report recovered), under the lock.
         if let Err(e) = store.clean_after_crash() {
             log::warn!("{e}");
@@ -163,7 +160,7 @@ impl Host {
                     RunOutcome::Error,
                 )
             };
-            let message = join_lines(&runs_note, e.message());
+            let message = join_lines(&runs_note, &e.message());
             if let Some(why) = self.keep_run(&store, &record, None, &[], &message, false) {
                 log::error!("{why}");
             }
@@ -186,7 +183,7 @@ impl Host {
                 }
             };
             let d = self.validate(in_force.text.as_bytes()).map_err(|p| {
-                let e = invalid(&store.path().join(store::IN_FORCE), &p);
+                let e = invalid(&store.path().join(store::IN_FORCE), p);
                 refuse(e, in_force.revision, Some(in_force.digest.clone()))
             })?;
             Ok(Some(InForceParsed {
@@ -221,7 +218,7 @@ impl Host {
                     let state = match confirm_secs {
                         Some(secs) => State::Pending {
                             deadline: store::confirm_deadline(store::unix_now(), secs, "--confirm")
-                                .map_err(Fatal::Invalid)?,
+                                .map_err(Fatal::invalid)?,
                             by: Confirmer::Person,
                             report: None,
                         },

@@ -18,7 +18,7 @@ pub fn collect(root: &Path, local_db: &Path) -> Facts {
         .find_map(|p| input::read_text(&root.join(p), input::MAX_SMALL_INPUT).ok())
         .unwrap_or_default();
     let field = |key: &str| os_release_field(&os, key);
-    let (kernel_running, arch) = uname();
+    let (kernel_running, arch) = crate::os::host::uname();
     let db = read_local_db(local_db);
     Facts {
         os_id: field("ID"),
@@ -31,7 +31,7 @@ pub fn collect(root: &Path, local_db: &Path) -> Facts {
         uptime_secs: read_proc("uptime")
             .and_then(|u| uptime_secs(&u))
             .unwrap_or(0),
-        cpus: cpus_online(),
+        cpus: crate::os::host::cpus_online(),
         memory_bytes: read_proc("meminfo").and_then(|m| mem_total_bytes(&m)),
         packages: db.as_ref().map(|d| d.packages),
         pacman_version: db.and_then(|d| d.pacman_version),
@@ -64,31 +64,6 @@ pub fn pacman_db_stamp(db: &Path) -> Option<u64> {
 
 fn read_proc(path: &str) -> Option<String> {
     std::fs::read_to_string(Path::new("/proc").join(path)).ok()
-}
-
-/// The running kernel's release and the machine (`uname -r`, `uname -m`).
-fn uname() -> (String, String) {
-    // SAFETY: utsname is plain bytes; uname fills it or fails.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return (String::new(), String::new());
-    }
-    let text = |field: &[libc::c_char]| {
-        let bytes: Vec<u8> = field
-            .iter()
-            .take_while(|c| **c != 0)
-            .map(|c| *c as u8)
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
-    (text(&u.release), text(&u.machine))
-}
-
-/// CPUs online (what `getconf _NPROCESSORS_ONLN` says): the machine's, not this process's share.
-fn cpus_online() -> u32 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    u32::try_from(n).unwrap_or(0)
 }
 
 /// One field of an os-release file (os-release(5): `KEY=value`, the value maybe quoted with

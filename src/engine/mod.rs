@@ -11,6 +11,7 @@ pub mod reconcile;
 mod unwritten;
 
 use std::cell::{OnceCell, RefCell};
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::kinds::Env;
@@ -20,7 +21,7 @@ use crate::model::envelope::{self, Verification};
 use crate::model::fields::Problems;
 use crate::model::trust::PublicKey;
 use crate::os::exec::Runner;
-use crate::store::{PacmanPaths, Store, StoreError};
+use crate::store::{LockError, PacmanPaths, Store, StoreError};
 use crate::util::progress::Sink;
 use unwritten::Backlog;
 
@@ -58,51 +59,121 @@ pub const EXIT_CHANGES: i32 = 5;
 /// too long, a pending declaration past its deadline, the service gone).
 pub const EXIT_DEGRADED: i32 = 6;
 
-/// Why a command could not do its job at all; each maps to an exit code.
+/// Why a command could not do its job at all; each maps to an exit code, and each carries its
+/// cause typed, for a caller to match (the service reports `Invalid` as a rejection, waits out
+/// `Locked`); its `Display` is the message people read.
 #[derive(Debug)]
 pub enum Fatal {
     /// Bad usage, config or declaration: nothing changed.
-    Invalid(String),
-    Locked(String),
-    Error(String),
+    Invalid(Invalid),
+    /// Another run holds the store's lock: who, as its lock file says.
+    Locked { holder: String },
+    /// What stopped the command once it had begun.
+    Error(Failed),
+}
+
+/// What was invalid.
+#[derive(Debug)]
+pub enum Invalid {
+    /// A declaration file's problems, every one with its place.
+    Declaration { file: PathBuf, problems: Problems },
+    /// Anything else (usage, the config, a key, a declaration refused on arrival), as said.
+    Said(String),
+}
+
+/// What failed.
+#[derive(Debug)]
+pub enum Failed {
+    /// The store could not be read or written.
+    Store(StoreError),
+    /// The lock could not be taken though no other run holds it (I/O, or the host stopping).
+    Lock(LockError),
+    /// A system call or file: what was being done, and the error.
+    Io {
+        context: String,
+        error: std::io::Error,
+    },
+    /// Anything else, as said.
+    Said(String),
 }
 
 impl Fatal {
+    /// `Fatal::Invalid` of a message.
+    pub fn invalid(message: String) -> Fatal {
+        Fatal::Invalid(Invalid::Said(message))
+    }
+
+    /// `Fatal::Error` of a message.
+    pub fn error(message: String) -> Fatal {
+        Fatal::Error(Failed::Said(message))
+    }
+
     pub fn exit_code(&self) -> i32 {
         match self {
             Fatal::Invalid(_) => EXIT_INVALID,
-            Fatal::Locked(_) => EXIT_LOCKED,
+            Fatal::Locked { .. } => EXIT_LOCKED,
             Fatal::Error(_) => EXIT_ERROR,
         }
     }
+
     /// The kind's name, as `--json` errors carry it.
     pub fn kind(&self) -> &'static str {
         match self {
             Fatal::Invalid(_) => "invalid",
-            Fatal::Locked(_) => "locked",
+            Fatal::Locked { .. } => "locked",
             Fatal::Error(_) => "error",
         }
     }
-    pub fn message(&self) -> &str {
+
+    /// What people read: the `Display`.
+    pub fn message(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for Fatal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Fatal::Invalid(m) | Fatal::Locked(m) | Fatal::Error(m) => m,
+            Fatal::Invalid(Invalid::Declaration { file, problems }) => {
+                let count = problems.0.len();
+                write!(
+                    f,
+                    "{}: {count} problem{}; nothing was applied:\n{problems}",
+                    file.display(),
+                    if count == 1 { "" } else { "s" }
+                )
+            }
+            Fatal::Invalid(Invalid::Said(message)) | Fatal::Error(Failed::Said(message)) => {
+                f.write_str(message)
+            }
+            Fatal::Locked { holder } => write!(f, "{}", LockError::Held(holder.clone())),
+            Fatal::Error(Failed::Store(e)) => write!(f, "{e}"),
+            Fatal::Error(Failed::Lock(e)) => write!(f, "{e}"),
+            Fatal::Error(Failed::Io { context, error }) => write!(f, "{context}: {error}"),
         }
     }
 }
 
 impl From<StoreError> for Fatal {
     fn from(e: StoreError) -> Fatal {
-        Fatal::Error(e.to_string())
+        Fatal::Error(Failed::Store(e))
     }
 }
 
-pub fn invalid(file: &Path, problems: &Problems) -> Fatal {
-    let count = problems.0.len();
-    Fatal::Invalid(format!(
-        "{}: {count} problem{}; nothing was applied:\n{problems}",
-        file.display(),
-        if count == 1 { "" } else { "s" }
-    ))
+impl From<LockError> for Fatal {
+    fn from(e: LockError) -> Fatal {
+        match e {
+            LockError::Held(holder) => Fatal::Locked { holder },
+            e => Fatal::Error(Failed::Lock(e)),
+        }
+    }
+}
+
+pub fn invalid(file: &Path, problems: Problems) -> Fatal {
+    Fatal::Invalid(Invalid::Declaration {
+        file: file.to_path_buf(),
+        problems,
+    })
 }
 
 /// Whether `bytes` are the store's `declaration.json` (its `InForce`: the text with its
@@ -145,13 +216,13 @@ impl Host {
             match std::fs::metadata(root) {
                 Ok(m) if m.is_dir() => {}
                 Ok(_) => {
-                    return Err(Fatal::Invalid(format!(
+                    return Err(Fatal::invalid(format!(
                         "--root {}: not a directory; nothing was done",
                         root.display()
                     )))
                 }
                 Err(e) => {
-                    return Err(Fatal::Invalid(format!(
+                    return Err(Fatal::invalid(format!(
                         "--root {}: {e} (mount the target root there first); nothing was done",
                         root.display()
                     )))
@@ -159,7 +230,7 @@ impl Host {
             }
         }
         let config = Config::load(options.config.as_deref(), options.state_dir.as_deref())
-            .map_err(Fatal::Invalid)?;
+            .map_err(Fatal::invalid)?;
         Ok(Host {
             options,
             config,
@@ -174,7 +245,7 @@ impl Host {
             self.options.config.as_deref(),
             self.options.state_dir.as_deref(),
         )
-        .map_err(Fatal::Invalid)?;
+        .map_err(Fatal::invalid)?;
         self.upkeep = OnceCell::new();
         Ok(())
     }
@@ -275,18 +346,18 @@ impl Host {
     /// trusted keys): only a regular file, no more of it read than the size limit (`os::input`).
     pub fn read_declaration(&self, file: &Path) -> Result<ReadDeclaration, Fatal> {
         let cannot =
-            |e: std::io::Error| Fatal::Invalid(format!("{}: cannot be read: {e}", file.display()));
+            |e: std::io::Error| Fatal::invalid(format!("{}: cannot be read: {e}", file.display()));
         let max = self.config.limits.max_declaration_bytes;
         let raw = crate::os::input::read_bounded(file, max).map_err(|e| {
             if e.kind() == std::io::ErrorKind::InvalidData {
-                Fatal::Invalid(format!("{}: {e}; nothing was applied", file.display()))
+                Fatal::invalid(format!("{}: {e}; nothing was applied", file.display()))
             } else {
                 cannot(e)
             }
         })?;
         let (bytes, verification) = if envelope::is_envelope(&raw) {
             // The file's bytes become the declaration's text (unescaped in place).
-            let envelope = envelope::open_in_place(raw).map_err(|p| invalid(file, &p))?;
+            let envelope = envelope::open_in_place(raw).map_err(|p| invalid(file, p))?;
             let verification = envelope.verify(self.trusted_keys());
             (envelope.declaration.into_bytes(), Some(verification))
         } else {
@@ -295,13 +366,13 @@ impl Host {
         let declaration = self
             .validate(&bytes)
             .map_err(|p| match is_store_record(&bytes) {
-                true => Fatal::Invalid(format!(
+                true => Fatal::invalid(format!(
                     "{}: this is the store's record of the declaration in force (the declaration \
                  is its \"text\"), not a declaration: `mesh-host plan` with no FILE plans it, \
                  `mesh-host show` prints it as declared",
                     file.display()
                 )),
-                false => invalid(file, &p),
+                false => invalid(file, p),
             })?;
         Ok(ReadDeclaration {
             bytes,
@@ -322,7 +393,7 @@ impl Host {
     /// The store, created if missing (mode 0700).
     pub fn store(&self) -> Result<Store, Fatal> {
         Store::open(&self.config.state_dir, true)?
-            .ok_or_else(|| Fatal::Error("the store vanished".into()))
+            .ok_or_else(|| Fatal::error("the store vanished".into()))
     }
 
     /// pacman's local database directory as a run of this process already asked pacman for it,

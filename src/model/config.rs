@@ -5,11 +5,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::{Map, Value};
-
-use crate::model::fields::{FieldDoc, FieldType};
 use crate::model::trust::{PublicKey, Trust};
 use crate::os::exec::{Stop, Tool};
+
+mod keys;
+mod read;
+
+pub use keys::KEYS;
+use read::{RawConfig, RawControlPlane, RawTool};
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/mesh-host/config.json";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/mesh-host";
@@ -46,6 +49,40 @@ pub struct Identity {
     /// The unit search path under /etc (systemd.unit(5)) and the configured `unit_dir`: where
     /// systemd reads the host's unit file, its drop-ins and links to it.
     pub unit_dirs: Vec<PathBuf>,
+}
+
+impl Identity {
+    /// The host's own names and directories, with those the config adds (`unit_name`, the
+    /// unit and state directories); the credentials the control plane's section names are added
+    /// once it is read.
+    fn new(
+        unit_name: Option<String>,
+        unit_dir: &Path,
+        state_dir: &Path,
+    ) -> Result<Identity, String> {
+        let mut unit_names = vec![OWN_UNIT.to_string()];
+        if let Some(name) = unit_name {
+            crate::model::unitfile::UnitName::parse(&name)
+                .map_err(|e| format!("unit_name: {e}"))?;
+            unit_names.push(name);
+        }
+        let mut unit_dirs: Vec<PathBuf> = ETC_UNIT_DIRS.iter().map(PathBuf::from).collect();
+        if !unit_dirs.iter().any(|d| d == unit_dir) {
+            unit_dirs.push(unit_dir.to_path_buf());
+        }
+        let mut state_dirs = vec![PathBuf::from(DEFAULT_STATE_DIR)];
+        if !state_dirs.iter().any(|d| d == state_dir) {
+            state_dirs.push(state_dir.to_path_buf());
+        }
+        Ok(Identity {
+            unit_names,
+            package_names: vec![OWN_PACKAGE.to_string()],
+            config_dir: PathBuf::from(OWN_CONFIG_DIR),
+            config_files: vec![PathBuf::from(DEFAULT_CONFIG_PATH)],
+            state_dirs,
+            unit_dirs,
+        })
+    }
 }
 
 /// The system unit search path under /etc, highest priority first.
@@ -147,532 +184,11 @@ pub struct ControlPlane {
     pub secret_file: PathBuf,
 }
 
-/// A tool's section (`pacman`, `systemctl`, `podman`), for the manual and the JSON Schema.
-const TOOL: FieldType = FieldType::Object(&[
-    FieldDoc {
-        name: "command",
-        ty: FieldType::Strings,
-        default: Some("the tool's name, found in PATH"),
-        about: "The program and the arguments put before the host's own, such as [\"pacman\", \
-                \"--config\", \"/sandbox/pacman.conf\"].",
-    },
-    FieldDoc {
-        name: "timeout_secs",
-        ty: FieldType::Integer(1),
-        default: Some("pacman 900, systemctl 120, podman 300"),
-        about: "How long one run of the tool may take before it is stopped (pacman with SIGINT, \
-                the others with SIGTERM).",
-    },
-    FieldDoc {
-        name: "grace_secs",
-        ty: FieldType::Integer(0),
-        default: Some("pacman 300, systemctl 10, podman 30"),
-        about: "How long a stopped tool has to exit before SIGKILL.",
-    },
-]);
-
-/// Every key of the config, for the manual (`mesh-host-config(5)`) and the JSON Schema;
-/// `RawConfig` is the authority, and the manual's tests check the two name the same keys.
-pub const KEYS: &[FieldDoc] = &[
-    FieldDoc {
-        name: "$schema",
-        ty: FieldType::String,
-        default: Some("none"),
-        about: "Ignored: the JSON Schema an editor checks the file with \
-                (/usr/share/mesh-host/config.schema.json).",
-    },
-    FieldDoc {
-        name: "state_dir",
-        ty: FieldType::String,
-        default: Some(DEFAULT_STATE_DIR),
-        about: "The store, an absolute path (--state-dir overrides it).",
-    },
-    FieldDoc {
-        name: "unit_name",
-        ty: FieldType::String,
-        default: Some("none"),
-        about: "Another name the host's own unit goes by, refused to declarations as \
-                mesh-host.service is.",
-    },
-    FieldDoc {
-        name: "unit_dir",
-        ty: FieldType::String,
-        default: Some("/etc/systemd/system"),
-        about: "Where declared unit files are written, an absolute path.",
-    },
-    FieldDoc {
-        name: "max_file_bytes",
-        ty: FieldType::Integer(0),
-        default: Some("8388608 (8 MiB)"),
-        about: "The largest content of a file or unit.",
-    },
-    FieldDoc {
-        name: "max_declaration_bytes",
-        ty: FieldType::Integer(0),
-        default: Some("67108864 (64 MiB)"),
-        about: "The largest declaration (or signed envelope).",
-    },
-    FieldDoc {
-        name: "pacman",
-        ty: TOOL,
-        default: Some("pacman"),
-        about: "How pacman is run.",
-    },
-    FieldDoc {
-        name: "systemctl",
-        ty: TOOL,
-        default: Some("systemctl"),
-        about: "How systemctl is run.",
-    },
-    FieldDoc {
-        name: "podman",
-        ty: TOOL,
-        default: Some("podman"),
-        about: "How podman is run.",
-    },
-    FieldDoc {
-        name: "pacman_lock_wait_secs",
-        ty: FieldType::Integer(0),
-        default: Some("120"),
-        about: "How long to wait for someone else's pacman lock (db.lck) before failing the \
-                packages.",
-    },
-    FieldDoc {
-        name: "pacman_remove_stale_lock",
-        ty: FieldType::Bool,
-        default: Some("false"),
-        about: "Remove a db.lck no process holds and older than this boot, instead of failing \
-                the packages as stale.",
-    },
-    FieldDoc {
-        name: "disk_margin_mib",
-        ty: FieldType::Integer(0),
-        default: Some("256"),
-        about: "Free space kept beyond what a transaction needs on pacman's cache and root: a \
-                transaction that would eat into it is not started.",
-    },
-    FieldDoc {
-        name: "cache_keep",
-        ty: FieldType::Integer(1),
-        default: Some("the cache is left to pacman"),
-        about: "After a transaction, keep this many versions of each package in pacman's \
-                cache (as paccache -rk N).",
-    },
-    FieldDoc {
-        name: "interval_secs",
-        ty: FieldType::Integer(1),
-        default: Some("600"),
-        about: "The service's drift timer (each wait randomised within 10%).",
-    },
-    FieldDoc {
-        name: "watch",
-        ty: FieldType::Bool,
-        default: Some("true"),
-        about: "Watch what the host owns with inotify and repair drift within about a second; \
-                off, drift waits for the timer.",
-    },
-    FieldDoc {
-        name: "heartbeat_secs",
-        ty: FieldType::Integer(1),
-        default: Some("30"),
-        about: "The link sends a ping after this long without sending, and is dead after three \
-                of these without a byte.",
-    },
-    FieldDoc {
-        name: "link_down_degraded_secs",
-        ty: FieldType::Integer(1),
-        default: Some("900"),
-        about: "How long the link may be down before `mesh-host status` says the host is \
-                degraded (exit 6).",
-    },
-    FieldDoc {
-        name: "reconnect_base_secs",
-        ty: FieldType::Integer(1),
-        default: Some("1"),
-        about: "The first reconnect ceiling (full jitter, doubling to 5 minutes).",
-    },
-    FieldDoc {
-        name: "max_frame_bytes",
-        ty: FieldType::Integer(0),
-        default: Some("2 x max_declaration_bytes + 64 KiB"),
-        about: "The largest frame the link reads.",
-    },
-    FieldDoc {
-        name: "outbox_max",
-        ty: FieldType::Integer(0),
-        default: Some("500"),
-        about: "Reports kept while the link is down; the oldest are dropped past this.",
-    },
-    FieldDoc {
-        name: "outbox_max_bytes",
-        ty: FieldType::Integer(0),
-        default: Some("67108864 (64 MiB)"),
-        about: "The outbox's bound in bytes, beside its count.",
-    },
-    FieldDoc {
-        name: "control_plane",
-        ty: FieldType::Object(&[
-            FieldDoc {
-                name: "address",
-                ty: FieldType::String,
-                default: None,
-                about: "host:port of the link.",
-            },
-            FieldDoc {
-                name: "server_name",
-                ty: FieldType::String,
-                default: Some("the host part of address"),
-                about: "The name the control plane's certificate must carry.",
-            },
-            FieldDoc {
-                name: "ca_file",
-                ty: FieldType::String,
-                default: None,
-                about: "The pinned CA (PEM), an absolute path; never the system's roots.",
-            },
-            FieldDoc {
-                name: "node",
-                ty: FieldType::String,
-                default: None,
-                about: "This node's name at the control plane.",
-            },
-            FieldDoc {
-                name: "secret_file",
-                ty: FieldType::String,
-                default: None,
-                about: "The file holding the node's secret, an absolute path.",
-            },
-        ]),
-        default: Some("no control plane: the declaration in force is held on the timer alone"),
-        about: "Where the control plane is and how the host proves itself; what mesh-host join \
-                writes.",
-    },
-    FieldDoc {
-        name: "metrics_file",
-        ty: FieldType::String,
-        default: Some("no metrics"),
-        about: "Where to write Prometheus metrics (node_exporter's textfile collector), an \
-                absolute file path.",
-    },
-    FieldDoc {
-        name: "trusted_keys",
-        ty: FieldType::Strings,
-        default: Some("unsigned declarations are accepted"),
-        about: "ed25519:BASE64 public keys: a declaration from the control plane is applied \
-                only when signed by enough of them.",
-    },
-    FieldDoc {
-        name: "signatures_required",
-        ty: FieldType::Integer(1),
-        default: Some("1 when trusted_keys are set"),
-        about: "How many of trusted_keys must sign; never more than there are keys.",
-    },
-    FieldDoc {
-        name: "generations",
-        ty: FieldType::Integer(2),
-        default: Some("5"),
-        about: "How many declarations once in force the store keeps, for rollback and for \
-                reverting one not confirmed in time.",
-    },
-    FieldDoc {
-        name: "confirm_secs",
-        ty: FieldType::Integer(0),
-        default: Some("300"),
-        about: "How long a declaration from the control plane stays pending: unless the \
-                control plane acks the report of the run that applied it within this, the host \
-                reverts it (0: never).",
-    },
-];
-
-/// The config's fields as found, each checked for its type and range by `RawConfig::read`.
-#[derive(Default)]
-struct RawConfig {
-    state_dir: Option<PathBuf>,
-    unit_name: Option<String>,
-    unit_dir: Option<PathBuf>,
-    max_file_bytes: Option<u64>,
-    max_declaration_bytes: Option<u64>,
-    pacman: Option<RawTool>,
-    systemctl: Option<RawTool>,
-    podman: Option<RawTool>,
-    pacman_lock_wait_secs: Option<u64>,
-    pacman_remove_stale_lock: Option<bool>,
-    disk_margin_mib: Option<u64>,
-    cache_keep: Option<usize>,
-    interval_secs: Option<u64>,
-    watch: Option<bool>,
-    heartbeat_secs: Option<u64>,
-    link_down_degraded_secs: Option<u64>,
-    reconnect_base_secs: Option<u64>,
-    max_frame_bytes: Option<usize>,
-    outbox_max: Option<usize>,
-    outbox_max_bytes: Option<u64>,
-    control_plane: Option<RawControlPlane>,
-    metrics_file: Option<PathBuf>,
-    trusted_keys: Option<Vec<String>>,
-    signatures_required: Option<usize>,
-    generations: Option<usize>,
-    confirm_secs: Option<u64>,
-}
-
-struct RawControlPlane {
-    address: String,
-    server_name: Option<String>,
-    ca_file: PathBuf,
-    node: String,
-    secret_file: PathBuf,
-}
-
-struct RawTool {
-    command: Option<Vec<String>>,
-    timeout_secs: Option<u64>,
-    grace_secs: Option<u64>,
-}
-
 /// The longest duration the config or the link may give (a year): a time computed from one is
 /// far from wrapping, and no real interval, timeout or confirmation window comes near it.
 pub const MAX_SECS: u64 = 365 * 24 * 3600;
 /// The longest `confirm_secs`, from the config, the link or `apply --confirm`.
 pub const MAX_CONFIRM_SECS: u64 = MAX_SECS;
-/// The largest size in bytes the config may give (1 TiB).
-const MAX_BYTES: u64 = 1 << 40;
-/// The largest count the config may give (reports kept).
-const MAX_COUNT: u64 = 1_000_000;
-/// The most generations or cached package versions kept.
-const MAX_KEPT: u64 = 1000;
-
-/// The config's keys, as the reader knows them (`KEYS` describes each for the manual; a test
-/// checks the two agree).
-const KEY_NAMES: &[&str] = &[
-    "state_dir",
-    "unit_name",
-    "unit_dir",
-    "max_file_bytes",
-    "max_declaration_bytes",
-    "pacman",
-    "systemctl",
-    "podman",
-    "pacman_lock_wait_secs",
-    "pacman_remove_stale_lock",
-    "disk_margin_mib",
-    "cache_keep",
-    "interval_secs",
-    "watch",
-    "heartbeat_secs",
-    "link_down_degraded_secs",
-    "reconnect_base_secs",
-    "max_frame_bytes",
-    "outbox_max",
-    "outbox_max_bytes",
-    "control_plane",
-    "metrics_file",
-    "trusted_keys",
-    "signatures_required",
-    "generations",
-    "confirm_secs",
-    "$schema",
-];
-const CONTROL_PLANE_KEYS: &[&str] = &["address", "server_name", "ca_file", "node", "secret_file"];
-const TOOL_KEYS: &[&str] = &["command", "timeout_secs", "grace_secs"];
-
-impl RawConfig {
-    /// Every field of `value` checked for its type and range, the first wrong one named by its
-    /// key (`pacman.timeout_secs: expected a whole number from 1 to 31536000, found -1`).
-    fn read(value: &Value) -> Result<RawConfig, String> {
-        let c = Section::new(String::new(), value, KEY_NAMES)?;
-        // An editor's JSON Schema, ignored once it is a string.
-        c.text("$schema")?;
-        Ok(RawConfig {
-            state_dir: c.path("state_dir")?,
-            unit_name: c.text("unit_name")?,
-            unit_dir: c.path("unit_dir")?,
-            max_file_bytes: c.whole("max_file_bytes", 0, MAX_BYTES)?,
-            max_declaration_bytes: c.whole("max_declaration_bytes", 0, MAX_BYTES)?,
-            pacman: c
-                .section("pacman", TOOL_KEYS)?
-                .map(RawTool::read)
-                .transpose()?,
-            systemctl: c
-                .section("systemctl", TOOL_KEYS)?
-                .map(RawTool::read)
-                .transpose()?,
-            podman: c
-                .section("podman", TOOL_KEYS)?
-                .map(RawTool::read)
-                .transpose()?,
-            pacman_lock_wait_secs: c.whole("pacman_lock_wait_secs", 0, MAX_SECS)?,
-            pacman_remove_stale_lock: c.flag("pacman_remove_stale_lock")?,
-            disk_margin_mib: c.whole("disk_margin_mib", 0, MAX_BYTES >> 20)?,
-            cache_keep: c.count("cache_keep", 1, MAX_KEPT)?,
-            interval_secs: c.whole("interval_secs", 1, MAX_SECS)?,
-            watch: c.flag("watch")?,
-            heartbeat_secs: c.whole("heartbeat_secs", 1, MAX_SECS)?,
-            link_down_degraded_secs: c.whole("link_down_degraded_secs", 1, MAX_SECS)?,
-            // The backoff's cap is 5 minutes (service/backoff.rs): a larger base would be cut.
-            reconnect_base_secs: c.whole("reconnect_base_secs", 1, 300)?,
-            max_frame_bytes: c.count("max_frame_bytes", 1, MAX_BYTES)?,
-            outbox_max: c.count("outbox_max", 1, MAX_COUNT)?,
-            outbox_max_bytes: c.whole("outbox_max_bytes", 1, MAX_BYTES)?,
-            control_plane: (c.section("control_plane", CONTROL_PLANE_KEYS)?)
-                .map(RawControlPlane::read)
-                .transpose()?,
-            metrics_file: c.path("metrics_file")?,
-            trusted_keys: c.texts("trusted_keys")?,
-            signatures_required: c.count("signatures_required", 0, MAX_KEPT)?,
-            generations: c.count("generations", 2, MAX_KEPT)?,
-            confirm_secs: c.whole("confirm_secs", 0, MAX_CONFIRM_SECS)?,
-        })
-    }
-}
-
-impl RawControlPlane {
-    fn read(c: Section) -> Result<RawControlPlane, String> {
-        Ok(RawControlPlane {
-            address: c.required(c.text("address")?, "address")?,
-            server_name: c.text("server_name")?,
-            ca_file: c.required(c.path("ca_file")?, "ca_file")?,
-            node: c.required(c.text("node")?, "node")?,
-            secret_file: c.required(c.path("secret_file")?, "secret_file")?,
-        })
-    }
-}
-
-impl RawTool {
-    fn read(c: Section) -> Result<RawTool, String> {
-        Ok(RawTool {
-            command: c.texts("command")?,
-            timeout_secs: c.whole("timeout_secs", 1, MAX_SECS)?,
-            grace_secs: c.whole("grace_secs", 0, MAX_SECS)?,
-        })
-    }
-}
-
-/// One JSON object of the config: its members read by key, each error naming the key as the
-/// config spells it (`control_plane.node`), as a declaration's problems name their location.
-struct Section<'a> {
-    /// `""`, or the section's key and a dot.
-    at: String,
-    map: &'a Map<String, Value>,
-}
-
-impl<'a> Section<'a> {
-    /// `value` as an object whose every key is one of `known`.
-    fn new(at: String, value: &'a Value, known: &[&str]) -> Result<Section<'a>, String> {
-        let Value::Object(map) = value else {
-            let whole = at.trim_end_matches('.');
-            let what = if whole.is_empty() {
-                "the config"
-            } else {
-                whole
-            };
-            return Err(format!(
-                "{what}: expected an object, found {}",
-                shown(value)
-            ));
-        };
-        if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
-            let within = at.trim_end_matches('.');
-            let within = if within.is_empty() {
-                String::new()
-            } else {
-                format!("{within}: ")
-            };
-            return Err(format!(
-                "{within}unknown field {unknown:?} (known fields: {})",
-                known.join(", ")
-            ));
-        }
-        Ok(Section { at, map })
-    }
-
-    /// The member `key`; `null` is as if it were left out.
-    fn get(&self, key: &str) -> Option<&'a Value> {
-        self.map.get(key).filter(|v| !v.is_null())
-    }
-
-    fn wrong(&self, key: &str, expected: &str, found: &Value) -> String {
-        format!(
-            "{}{key}: expected {expected}, found {}",
-            self.at,
-            shown(found)
-        )
-    }
-
-    fn required<T>(&self, value: Option<T>, key: &str) -> Result<T, String> {
-        value.ok_or_else(|| format!("{}{key}: missing", self.at))
-    }
-
-    fn whole(&self, key: &str, min: u64, max: u64) -> Result<Option<u64>, String> {
-        let Some(v) = self.get(key) else {
-            return Ok(None);
-        };
-        match v.as_u64() {
-            Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
-            _ => Err(self.wrong(key, &format!("a whole number from {min} to {max}"), v)),
-        }
-    }
-
-    fn count(&self, key: &str, min: u64, max: u64) -> Result<Option<usize>, String> {
-        let max = max.min(usize::MAX as u64);
-        Ok(self.whole(key, min, max)?.map(|n| n as usize))
-    }
-
-    fn flag(&self, key: &str) -> Result<Option<bool>, String> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(v) => Err(self.wrong(key, "true or false", v)),
-        }
-    }
-
-    fn text(&self, key: &str) -> Result<Option<String>, String> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(v) => Err(self.wrong(key, "a string", v)),
-        }
-    }
-
-    fn path(&self, key: &str) -> Result<Option<PathBuf>, String> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(PathBuf::from(s))),
-            Some(v) => Err(self.wrong(key, "a path (a string)", v)),
-        }
-    }
-
-    fn texts(&self, key: &str) -> Result<Option<Vec<String>>, String> {
-        let Some(v) = self.get(key) else {
-            return Ok(None);
-        };
-        let Value::Array(items) = v else {
-            return Err(self.wrong(key, "an array of strings", v));
-        };
-        let mut texts = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            match item {
-                Value::String(s) => texts.push(s.clone()),
-                other => return Err(self.wrong(&format!("{key}[{i}]"), "a string", other)),
-            }
-        }
-        Ok(Some(texts))
-    }
-
-    fn section(&self, key: &str, known: &[&str]) -> Result<Option<Section<'a>>, String> {
-        self.get(key)
-            .map(|v| Section::new(format!("{}{key}.", self.at), v, known))
-            .transpose()
-    }
-}
-
-/// A value as the config has it, cut short when long.
-fn shown(value: &Value) -> String {
-    let text = value.to_string();
-    match text.char_indices().nth(60) {
-        Some((at, _)) => format!("{}...", &text[..at]),
-        None => text,
-    }
-}
 
 impl Config {
     /// Loads the config. A missing file at the default path means defaults; a missing file the
@@ -787,20 +303,7 @@ impl Config {
                 ));
             }
         }
-        let mut unit_names = vec![OWN_UNIT.to_string()];
-        if let Some(name) = raw.unit_name {
-            crate::model::unitfile::UnitName::parse(&name)
-                .map_err(|e| format!("unit_name: {e}"))?;
-            unit_names.push(name);
-        }
-        let mut unit_dirs: Vec<PathBuf> = ETC_UNIT_DIRS.iter().map(PathBuf::from).collect();
-        if !unit_dirs.contains(&unit_dir) {
-            unit_dirs.push(unit_dir.clone());
-        }
-        let mut state_dirs = vec![PathBuf::from(DEFAULT_STATE_DIR)];
-        if !state_dirs.contains(&state_dir) {
-            state_dirs.push(state_dir.clone());
-        }
+        let mut identity = Identity::new(raw.unit_name, &unit_dir, &state_dir)?;
         let limits = Limits {
             max_file_bytes: raw
                 .max_file_bytes
@@ -810,19 +313,11 @@ impl Config {
                 .unwrap_or(Limits::default().max_declaration_bytes),
         };
         let control_plane = raw.control_plane.map(control_plane).transpose()?;
-        let mut config_files = vec![PathBuf::from(DEFAULT_CONFIG_PATH)];
         if let Some(cp) = &control_plane {
-            config_files.extend([cp.ca_file.clone(), cp.secret_file.clone()]);
+            (identity.config_files).extend([cp.ca_file.clone(), cp.secret_file.clone()]);
         }
         Ok(Config {
-            identity: Identity {
-                unit_names,
-                package_names: vec![OWN_PACKAGE.to_string()],
-                config_dir: PathBuf::from(OWN_CONFIG_DIR),
-                config_files,
-                state_dirs,
-                unit_dirs,
-            },
+            identity,
             state_dir,
             unit_dir,
             limits,
@@ -971,7 +466,9 @@ fn tool(
 
 #[cfg(test)]
 mod tests {
+    use super::read::{CONTROL_PLANE_KEYS, KEY_NAMES, TOOL_KEYS};
     use super::*;
+    use serde_json::Value;
 
     fn parse(json: &str) -> Result<Config, String> {
         Config::parse(json, None)

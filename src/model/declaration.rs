@@ -4,22 +4,20 @@
 //! is, so a person sees them all at once; one problem means nothing is applied.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::marker::PhantomData;
 
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Value};
+use serde::de::DeserializeSeed;
+use serde_json::Value;
 
 use crate::model::config::{Identity, Limits};
-use crate::model::fields::{
-    content_secrets, resource_location, secret_piece, type_name, FieldDoc, FieldType, Fields,
-    Problems, StrictValue, StrictVisitor,
-};
+use crate::model::fields::{content_secrets, secret_piece, FieldDoc, FieldType, Fields, Problems};
 use crate::model::spec::files::{self};
 use crate::model::spec::units::{self};
 use crate::model::spec::{self, KindSpec};
 use crate::util::codec;
-use crate::util::sorted;
+
+mod stream;
+
+use stream::TopSeed;
 
 pub const SCHEMA: u64 = 1;
 
@@ -131,7 +129,6 @@ pub struct Context<'a> {
     pub identity: &'a Identity,
 }
 
-/// Parses and validates a declaration. Either the whole thing is valid, or every problem is listed.
 /// The declaration's own top-level fields, for the manual and the JSON Schema (the kinds'
 /// sections follow from `spec::DOCS`); `parse` is the authority.
 pub const FIELDS: &[FieldDoc] = &[
@@ -171,6 +168,7 @@ pub const FIELDS: &[FieldDoc] = &[
     },
 ];
 
+/// Parses and validates a declaration. Either the whole thing is valid, or every problem is listed.
 pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
     let mut problems = Problems::default();
     if bytes.len() as u64 > cx.limits.max_declaration_bytes {
@@ -240,216 +238,6 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
         Ok(declaration)
     } else {
         Err(problems)
-    }
-}
-
-/// Validates one resource: its spec if it has no problem.
-fn parse_resource<K: Declared>(
-    key: &str,
-    value: &Value,
-    cx: &Context,
-    problems: &mut Problems,
-) -> Option<K::Spec> {
-    let before = problems.0.len();
-    if let Err(message) = K::check_key(key) {
-        problems.push(resource_location(K::NAME, key), message);
-    }
-    let Value::Object(object) = value else {
-        problems.push(
-            resource_location(K::NAME, key),
-            format!("must be an object, not {}", type_name(value)),
-        );
-        return None;
-    };
-    let mut fields = Fields::for_resource(object, K::NAME, key, problems);
-    let spec = K::parse(key, &mut fields, cx.limits);
-    fields.finish();
-    let spec = spec?;
-    if let Some(refusal) = K::refuse_self(key, &spec, cx.identity) {
-        problems.push(
-            resource_location(K::NAME, key),
-            format!("refused: {refusal}; mesh-host never manages itself"),
-        );
-    }
-    (problems.0.len() == before).then_some(spec)
-}
-
-/// The top level as it streams in: the kinds' sections are validated resource by resource
-/// (`SectionSeed`), so only one resource's JSON tree exists at a time and a large declaration
-/// costs about its typed model, not a whole document tree besides. Everything else at the top
-/// (schema, revision, unknown fields) is kept as values for `Fields`.
-struct Top {
-    fields: Map<String, Value>,
-    /// The valid resources of each kind's section (the other fields are set after).
-    resources: Declaration,
-    /// Each kind's problems, by kind name.
-    problems: BTreeMap<&'static str, Problems>,
-}
-
-/// One kind's section: its valid resources and the problems of the others.
-struct Section<S>(BTreeMap<String, S>, Problems);
-
-/// `None` when the document is not an object.
-struct TopSeed<'c, 'x> {
-    cx: &'c Context<'x>,
-}
-
-impl<'de> DeserializeSeed<'de> for TopSeed<'_, '_> {
-    type Value = Option<Top>;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for TopSeed<'_, '_> {
-    type Value = Option<Top>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a declaration")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut top = Top {
-            fields: Map::new(),
-            resources: Declaration::default(),
-            problems: BTreeMap::new(),
-        };
-        while let Some(key) = map.next_key::<String>()? {
-            if top.fields.contains_key(&key) {
-                return Err(de::Error::custom(format!("duplicate key {key:?}")));
-            }
-            let mut reader = SectionReader {
-                map: &mut map,
-                cx: self.cx,
-                top: &mut top,
-                de: PhantomData,
-            };
-            let value = match by_name(&key, &mut reader) {
-                Some(read) => read?,
-                None => map.next_value::<StrictValue>()?.0,
-            };
-            top.fields.insert(key, value);
-        }
-        Ok(Some(top))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        StrictVisitor.visit_seq(seq).map(|_| None)
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-}
-
-/// Reads the section of the kind it is visited with into `top`; returns what `Fields` should see
-/// in its place (an empty object when it was one, else the value itself, so its type is reported).
-struct SectionReader<'m, 'c, 'x, 't, 'de, A> {
-    map: &'m mut A,
-    cx: &'c Context<'x>,
-    top: &'t mut Top,
-    de: PhantomData<&'de ()>,
-}
-
-impl<'de, A: MapAccess<'de>> VisitDeclared for SectionReader<'_, '_, '_, '_, 'de, A> {
-    type Out = Result<Value, A::Error>;
-    fn visit<K: Declared>(&mut self) -> Self::Out {
-        let seed = SectionSeed::<K> {
-            cx: self.cx,
-            kind: PhantomData,
-        };
-        match self.map.next_value_seed(seed)? {
-            Ok(Section(resources, problems)) => {
-                *K::desired_mut(&mut self.top.resources) = resources;
-                self.top.problems.insert(K::NAME, problems);
-                Ok(Value::Object(Map::new()))
-            }
-            Err(other) => Ok(other),
-        }
-    }
-}
-
-/// One kind's section, validated resource by resource; `Err` holds a value that is not an object.
-struct SectionSeed<'c, 'x, K> {
-    cx: &'c Context<'x>,
-    kind: PhantomData<K>,
-}
-
-impl<'de, K: Declared> DeserializeSeed<'de> for SectionSeed<'_, '_, K> {
-    type Value = Result<Section<K::Spec>, Value>;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de, K: Declared> Visitor<'de> for SectionSeed<'_, '_, K> {
-    type Value = Result<Section<K::Spec>, Value>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "the {} of a declaration", K::NAME)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        // Gathered in a list and built into the map at once: a map filled by insertions in key
-        // order (as sections usually come) leaves its nodes about half empty; built from the
-        // whole sorted list, they are full.
-        let mut resources = Vec::new();
-        let mut rejected = BTreeSet::new();
-        let mut problems = Problems::default();
-        let duplicate = |key: &str| de::Error::custom(format!("duplicate key {key:?}"));
-        while let Some(key) = map.next_key::<String>()? {
-            let StrictValue(value) = map.next_value()?;
-            match parse_resource::<K>(&key, &value, self.cx, &mut problems) {
-                Some(spec) => resources.push((key, spec)),
-                None => {
-                    if let Some(key) = rejected.replace(key) {
-                        return Err(duplicate(&key));
-                    }
-                }
-            }
-        }
-        // Duplicates are found once all are read (the error discards the section).
-        resources.sort_by(|a, b| sorted::compare(&a.0, &b.0));
-        let same = |pair: &&[(String, K::Spec)]| sorted::compare(&pair[0].0, &pair[1].0).is_eq();
-        if let Some(pair) = resources.windows(2).find(same) {
-            return Err(duplicate(&pair[0].0));
-        }
-        let sorted = |key: &String| resources.binary_search_by(|(k, _)| k.cmp(key)).is_ok();
-        if let Some(key) = rejected.iter().find(|key| sorted(key)) {
-            return Err(duplicate(key));
-        }
-        let resources: BTreeMap<String, K::Spec> = resources.into_iter().collect();
-        Ok(Ok(Section(resources, problems)))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        StrictVisitor.visit_seq(seq).map(|v| Err(v.0))
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(Err(Value::Bool(v)))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(Err(Value::from(v)))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(Err(Value::from(v)))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(Err(Value::from(v)))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Err(Value::String(v.to_string())))
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(Err(Value::Null))
     }
 }
 

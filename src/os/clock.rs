@@ -98,7 +98,10 @@ mod tests {
         let mono = clock.mono_ms();
         assert_eq!(clock.unix(), 1_700_000_000);
         copy.advance(1_500);
-        assert_eq!((clock.unix_ms(), clock.mono_ms()), (1_700_000_001_500, mono + 1_500));
+        assert_eq!(
+            (clock.unix_ms(), clock.mono_ms()),
+            (1_700_000_001_500, mono + 1_500)
+        );
         clock.set_unix(10);
         assert_eq!((clock.unix(), clock.mono_ms()), (10, mono + 1_500));
     }

@@ -25,16 +25,20 @@ pub struct Inotify(OwnedFd);
 
 impl Inotify {
     pub fn new() -> io::Result<Inotify> {
+        // SAFETY: inotify_init1 takes no pointer.
         let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
+        // SAFETY: `fd` is the descriptor inotify_init1 just returned (not negative), owned by
+        // nothing else.
         Ok(Inotify(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
     pub fn add(&self, dir: &Path) -> Result<i32, AddError> {
         let path = CString::new(dir.as_os_str().as_bytes())
             .map_err(|_| AddError::Other(format!("{} contains a NUL byte", dir.display())))?;
+        // SAFETY: `path` is NUL-terminated and outlives the call.
         let wd = unsafe { libc::inotify_add_watch(self.0.as_raw_fd(), path.as_ptr(), MASK) };
         if wd >= 0 {
             return Ok(wd);
@@ -49,6 +53,7 @@ impl Inotify {
 
     /// Drops a watch; one the kernel dropped already (its directory deleted) is no error.
     pub fn remove(&self, wd: i32) {
+        // SAFETY: inotify_rm_watch takes no pointer; an unknown watch is an error, not UB.
         unsafe { libc::inotify_rm_watch(self.0.as_raw_fd(), wd) };
     }
 
@@ -57,6 +62,7 @@ impl Inotify {
         // Aligned for `inotify_event`; room for many events per read.
         let mut buf = vec![0u64; 8192];
         loop {
+            // SAFETY: read(2) writes at most the buffer's length in bytes into `buf`.
             let n = unsafe {
                 libc::read(
                     self.0.as_raw_fd(),
@@ -75,6 +81,8 @@ impl Inotify {
             if n == 0 {
                 return Ok(());
             }
+            // SAFETY: read returned `n` > 0, within the buffer, and wrote those bytes; any byte
+            // pattern is a valid u8, and `buf` is not touched while the slice lives.
             let bytes =
                 unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
             parse(bytes, out);
@@ -144,12 +152,7 @@ mod tests {
     use crate::util::testutil::TempDir;
 
     fn wait_readable(fd: RawFd) -> bool {
-        let mut fds = [libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        unsafe { libc::poll(fds.as_mut_ptr(), 1, 2000) == 1 }
+        crate::os::sys::wait_until(fd, crate::os::sys::Ready::Readable, 2000).unwrap_or(false)
     }
 
     #[test]

@@ -37,8 +37,10 @@ pub fn open_regular(path: &Path) -> io::Result<std::fs::File> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "has a NUL byte"))?;
     let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
     let fd = loop {
+        // SAFETY: `c` is NUL-terminated and outlives the call; without O_CREAT no mode is read.
         let fd = unsafe { libc::open(c.as_ptr(), flags) };
         if fd >= 0 {
+            // SAFETY: `fd` is the descriptor open just returned, owned by nothing else.
             break unsafe { OwnedFd::from_raw_fd(fd) };
         }
         let e = io::Error::last_os_error();
@@ -46,7 +48,9 @@ pub fn open_regular(path: &Path) -> io::Result<std::fs::File> {
             return Err(e);
         }
     };
+    // SAFETY: libc::stat is plain integers, for which all zeroes is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes no more than the libc::stat it is given.
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -57,6 +61,7 @@ pub fn open_regular(path: &Path) -> io::Result<std::fs::File> {
             format!("is {}, not a regular file", describe(kind)),
         ));
     }
+    // SAFETY: F_SETFL takes an int argument, given; no pointer.
     if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_RDONLY) } != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -116,6 +121,7 @@ mod tests {
         let tmp = TempDir::new("input");
         let fifo = tmp.path().join("fifo");
         let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: `c` is NUL-terminated and outlives the call.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         for (path, what) in [
             (fifo.as_path(), "is a FIFO"),

@@ -19,6 +19,7 @@ pub fn now_ms() -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
+    // SAFETY: `ts` is a valid, writable timespec; the call cannot fail for this clock id.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
@@ -26,6 +27,7 @@ pub fn now_ms() -> u64 {
 /// A uniform number in [0, 1) from the kernel's generator, for jitter.
 pub fn random() -> f64 {
     let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into `bytes`.
     let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
     if n != 8 {
         // Jitter only spreads load; the clock's low bits are an acceptable fallback.
@@ -39,12 +41,15 @@ pub struct TimerFd(OwnedFd);
 
 impl TimerFd {
     pub fn new() -> io::Result<TimerFd> {
+        // SAFETY: timerfd_create takes no pointer.
         let fd = check(unsafe {
             libc::timerfd_create(
                 libc::CLOCK_MONOTONIC,
                 libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
             )
         })?;
+        // SAFETY: `fd` is the descriptor timerfd_create just returned (`check` let only a valid
+        // one through), owned by nothing else.
         Ok(TimerFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
@@ -63,6 +68,7 @@ impl TimerFd {
                 tv_nsec: ((delay_ms % 1000) * 1_000_000) as libc::c_long,
             },
         };
+        // SAFETY: `spec` is a valid itimerspec alive for the call; the old value is not asked.
         check(unsafe { libc::timerfd_settime(self.0.as_raw_fd(), 0, &spec, std::ptr::null_mut()) })
             .map(drop)
     }
@@ -70,6 +76,7 @@ impl TimerFd {
     /// Clears the expiry so the fd stops being readable.
     pub fn drain(&self) {
         let mut expirations = 0u64;
+        // SAFETY: read(2) writes at most 8 bytes into `expirations`, a u64.
         unsafe { libc::read(self.0.as_raw_fd(), (&mut expirations as *mut u64).cast(), 8) };
     }
 
@@ -91,23 +98,32 @@ pub const HANDLED: [libc::c_int; 5] = [
 
 impl SignalFd {
     /// Blocks the handled signals for this (single-threaded) process and opens the fd. The mask
-    /// survives fork and exec (std's `Command` keeps it): `exec.rs` empties it in every tool.
+    /// survives fork and exec (std's `Command` keeps it): `exec/start.rs` empties it in every
+    /// tool.
     pub fn new() -> io::Result<SignalFd> {
+        // SAFETY: sigset_t is plain data, for which all zeroes is a valid value.
         let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid sigset_t on this stack.
         unsafe { libc::sigemptyset(&mut set) };
         for signal in HANDLED {
+            // SAFETY: as above; every handled signal is a valid signal number.
             unsafe { libc::sigaddset(&mut set, signal) };
         }
+        // SAFETY: `set` is valid for the call; the old mask is not asked.
         check(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) })?;
-        let fd =
-            check(unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) })?;
+        let flags = libc::SFD_NONBLOCK | libc::SFD_CLOEXEC;
+        // SAFETY: `set` is valid for the call; -1 asks for a new descriptor.
+        let fd = check(unsafe { libc::signalfd(-1, &set, flags) })?;
+        // SAFETY: `fd` is the descriptor signalfd just returned, owned by nothing else.
         Ok(SignalFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
     /// The next pending signal, if any.
     pub fn read(&self) -> Option<libc::c_int> {
+        // SAFETY: signalfd_siginfo is plain integers, for which all zeroes is a valid value.
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: read(2) writes at most `size` bytes into `info`, which is that size.
         let n = unsafe {
             libc::read(
                 self.0.as_raw_fd(),
@@ -120,6 +136,38 @@ impl SignalFd {
 
     pub fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
+    }
+}
+
+/// What `wait_until` waits for on a descriptor.
+#[derive(Debug, Clone, Copy)]
+pub enum Ready {
+    /// Only tests wait to read (the loop has mio for that).
+    #[cfg(test)]
+    Readable,
+    Writable,
+}
+
+/// Whether `fd` becomes `ready` within `timeout_ms`; an interrupted wait is `Ok(false)`, as a
+/// timeout is.
+pub fn wait_until(fd: RawFd, ready: Ready, timeout_ms: libc::c_int) -> io::Result<bool> {
+    let events = match ready {
+        #[cfg(test)]
+        Ready::Readable => libc::POLLIN,
+        Ready::Writable => libc::POLLOUT,
+    };
+    let mut fds = [libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }];
+    // SAFETY: `fds` is an array of one pollfd, as the count says, alive for the call.
+    match unsafe { libc::poll(fds.as_mut_ptr(), 1, timeout_ms) } {
+        n if n >= 0 => Ok(n == 1),
+        _ => match io::Error::last_os_error() {
+            e if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+            e => Err(e),
+        },
     }
 }
 
@@ -154,14 +202,9 @@ mod tests {
     fn timer_fires_and_drains() {
         let timer = TimerFd::new().unwrap();
         timer.arm(1).unwrap();
-        let mut fds = [libc::pollfd {
-            fd: timer.raw(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        assert_eq!(unsafe { libc::poll(fds.as_mut_ptr(), 1, 2000) }, 1);
+        assert!(wait_until(timer.raw(), Ready::Readable, 2000).unwrap());
         timer.drain();
-        assert_eq!(unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) }, 0);
+        assert!(!wait_until(timer.raw(), Ready::Readable, 0).unwrap());
     }
 
     #[test]

@@ -207,13 +207,9 @@ impl Connection {
             if left.is_zero() {
                 return;
             }
-            let mut fd = libc::pollfd {
-                fd: self.stream.as_raw_fd(),
-                events: libc::POLLOUT,
-                revents: 0,
-            };
-            let millis = left.as_millis().clamp(1, 1000) as libc::c_int;
-            unsafe { libc::poll(&mut fd, 1, millis) };
+            let millis = left.as_millis().clamp(1, 1000) as i32;
+            let writable = crate::os::sys::Ready::Writable;
+            let _ = crate::os::sys::wait_until(self.stream.as_raw_fd(), writable, millis);
         }
     }
 }

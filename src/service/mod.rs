@@ -121,7 +121,12 @@ struct Service<'h> {
 }
 
 pub fn run(host: &mut Host) -> Result<i32, Fatal> {
-    let io = |what: &str, e: std::io::Error| Fatal::Error(format!("{what}: {e}"));
+    let io = |what: &str, error: std::io::Error| {
+        Fatal::Error(crate::engine::Failed::Io {
+            context: what.to_string(),
+            error,
+        })
+    };
     let signals = sys::SignalFd::new().map_err(|e| io("signalfd", e))?;
     let timer = sys::TimerFd::new().map_err(|e| io("timerfd", e))?;
     let mut poll = Poll::new().map_err(|e| io("epoll", e))?;
@@ -516,7 +521,7 @@ impl Service<'_> {
                     self.load_pending();
                 }
             }
-            Err(Fatal::Locked(_)) => {}
+            Err(Fatal::Locked { .. }) => {}
             Err(e) => {
                 self.acked = None;
                 log::error!("the pending declaration was not confirmed: {}", e.message());
@@ -856,7 +861,7 @@ impl Service<'_> {
             );
             let _lock = store
                 .lock_pulsing(&holder, &beat)
-                .map_err(|e| Fatal::Error(e.to_string()))?;
+                .map_err(|e| Fatal::error(e.to_string()))?;
             let current = store.in_force_head()?;
             let arrival = envelope::Arrival {
                 revision,
@@ -867,14 +872,14 @@ impl Service<'_> {
             let accepted = match envelope::accept(text, &arrival, |b| host.validate(b)) {
                 Ok(accepted) => accepted,
                 Err(envelope::Refused::Stale(message)) => return Ok(Some(message)),
-                Err(envelope::Refused::Rejected(message)) => return Err(Fatal::Invalid(message)),
+                Err(envelope::Refused::Rejected(message)) => return Err(Fatal::invalid(message)),
             };
             let now = store::unix_now();
             let state = match confirm_secs.unwrap_or(host.config.confirm_secs) {
                 0 => State::Confirmed { at: now },
                 secs => State::Pending {
                     deadline: store::confirm_deadline(now, secs, "confirm_secs")
-                        .map_err(Fatal::Invalid)?,
+                        .map_err(Fatal::invalid)?,
                     by: Confirmer::ControlPlane,
                     report: None,
                 },
@@ -905,8 +910,8 @@ impl Service<'_> {
                 return;
             }
             Ok(Some(message)) => (ReportOutcome::Ignored, message),
-            Err(Fatal::Invalid(message)) => (ReportOutcome::Rejected, message),
-            Err(e) => (ReportOutcome::Error, e.message().to_string()),
+            Err(e @ Fatal::Invalid(_)) => (ReportOutcome::Rejected, e.message()),
+            Err(e) => (ReportOutcome::Error, e.message()),
         };
         // A huge bad declaration has as many problems: its count and the first ones say enough.
         let message = messages::abridge_text(&message, messages::MAX_MESSAGE_BYTES);

@@ -8,17 +8,20 @@ use crate::store::Store;
 /// Sends SIGHUP to `pid` (systemd's `$MAINPID`), which must be a mesh-host process.
 pub fn signal_reload(pid: u32) -> Result<i32, Fatal> {
     if !crate::os::process::is_mesh_host(pid) {
-        return Err(Fatal::Error(format!(
+        return Err(Fatal::error(format!(
             "reload: process {pid} is not mesh-host (or is gone); nothing was signalled"
         )));
     }
-    let target = libc::pid_t::try_from(pid)
-        .map_err(|_| Fatal::Error(format!("reload: {pid} is not a process id")))?;
-    if unsafe { libc::kill(target, libc::SIGHUP) } != 0 {
-        return Err(Fatal::Error(format!(
-            "reload: SIGHUP to process {pid}: {}",
-            std::io::Error::last_os_error()
-        )));
+    match crate::os::process::signal(pid, crate::os::process::SIGHUP) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            return Err(Fatal::error(format!("reload: {pid} is not a process id")))
+        }
+        Err(e) => {
+            return Err(Fatal::error(format!(
+                "reload: SIGHUP to process {pid}: {e}"
+            )))
+        }
     }
     Ok(EXIT_OK)
 }
@@ -37,7 +40,7 @@ pub fn reload(host: &Host, pid: Option<u32>) -> Result<i32, Fatal> {
         Some(state) if state.state == crate::store::ServicePhase::Running && state.pid != 0 => {
             signal_reload(state.pid)
         }
-        _ => Err(Fatal::Error(
+        _ => Err(Fatal::error(
             "reload: the store names no running service; nothing was signalled".into(),
         )),
     }
@@ -57,14 +60,11 @@ pub fn signal_pending(host: &Host) {
     if !crate::os::process::is_mesh_host(state.pid) {
         return;
     }
-    let Ok(pid) = libc::pid_t::try_from(state.pid) else {
-        return;
-    };
-    if unsafe { libc::kill(pid, libc::SIGUSR2) } != 0 {
+    let pid = state.pid;
+    if let Err(e) = crate::os::process::signal(pid, crate::os::process::SIGUSR2) {
         log::warn!(
-            "the service (pid {pid}) was not told of the pending declaration: {}; it reverts \
-             it on its next wake",
-            std::io::Error::last_os_error()
+            "the service (pid {pid}) was not told of the pending declaration: {e}; it reverts \
+             it on its next wake"
         );
     }
 }

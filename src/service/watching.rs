@@ -255,7 +255,7 @@ impl Service<'_> {
         let d = self
             .host
             .validate(in_force.text.as_bytes())
-            .map_err(|p| invalid(&store.path().join("declaration.json"), &p))?;
+            .map_err(|p| invalid(&store.path().join("declaration.json"), p))?;
         // Read again once the text is dropped: the ledger, the text and the declaration
         // parsed from it are never held at once (each grows with the declaration). One
         // changed between the two reads is seen by the next refresh, its source differing.

@@ -2,10 +2,8 @@
 //! dies, so it can never go stale. The holder writes who it is, so a refused caller can say.
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Seek, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Held while it lives.
@@ -38,15 +36,7 @@ impl fmt::Display for LockError {
 impl Lock {
     pub fn acquire(path: &Path, wait: bool, holder: &str) -> Result<Lock, LockError> {
         let io_error = |e| LockError::Io(path.to_path_buf(), e);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(io_error)?;
+        let mut file = crate::os::host::open_no_follow(path, 0o600).map_err(io_error)?;
         // A FIFO or device in its place would block or never end the holder's read below.
         if !file.metadata().map_err(io_error)?.is_file() {
             return Err(io_error(io::Error::new(
@@ -54,31 +44,16 @@ impl Lock {
                 "is not a regular file",
             )));
         }
-        let operation = if wait {
-            libc::LOCK_EX
-        } else {
-            libc::LOCK_EX | libc::LOCK_NB
-        };
-        loop {
-            if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
-                break;
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => {
-                    let mut text = String::new();
-                    let _ = (&mut file).take(4096).read_to_string(&mut text);
-                    let text = text.trim();
-                    let who = if text.is_empty() {
-                        "holder unknown".to_string()
-                    } else {
-                        text.to_string()
-                    };
-                    return Err(LockError::Held(who));
-                }
-                _ => return Err(io_error(e)),
-            }
+        if !crate::os::host::lock_exclusive(&file, wait).map_err(io_error)? {
+            let mut text = String::new();
+            let _ = (&mut file).take(4096).read_to_string(&mut text);
+            let text = text.trim();
+            let who = if text.is_empty() {
+                "holder unknown".to_string()
+            } else {
+                text.to_string()
+            };
+            return Err(LockError::Held(who));
         }
         file.set_len(0).map_err(io_error)?;
         file.rewind().map_err(io_error)?;

@@ -265,7 +265,7 @@ impl Store {
         }
         // Its owner too: a store another user owns is one that user can rewrite (a ledger that
         // claims files, originals put back as /etc files).
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (uid, gid) = crate::os::host::effective_ids();
         match dir.enforce_owner(uid, gid) {
             Ok(changed) if changed.is_empty() => {}
             Ok(changed) => {

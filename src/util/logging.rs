@@ -31,11 +31,15 @@ fn stderr_is_journal() -> bool {
     let Some(value) = std::env::var_os("JOURNAL_STREAM") else {
         return false;
     };
-    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(2, &mut stat) } != 0 {
+    // Through a duplicate of fd 2 (std's stderr), so the check is safe code.
+    let Ok(stderr) = std::os::fd::AsFd::as_fd(&std::io::stderr()).try_clone_to_owned() else {
         return false;
-    }
-    value.to_str() == Some(&format!("{}:{}", stat.st_dev, stat.st_ino))
+    };
+    let Ok(stat) = std::fs::File::from(stderr).metadata() else {
+        return false;
+    };
+    use std::os::unix::fs::MetadataExt;
+    value.to_str() == Some(&format!("{}:{}", stat.dev(), stat.ino()))
 }
 
 /// One journal line: the sd-daemon prefix (`<3>` err, `<4>` warning, `<6>` info, `<7>` debug)

@@ -8,6 +8,9 @@
 //! `tests/run.sh` runs them all with `--include-ignored`. Every mesh-host command line is built by
 //! `Scratch::command` (or `mesh_host()`); `--json` reports are read with `apply_json`/`failure`.
 //! `ways::Driver` runs one scenario through `apply` and through the service (`Way::BOTH`).
+
+// System calls the test needs (Cargo.toml, [lints]): each block says why it holds.
+#![allow(unsafe_code)]
 #![allow(dead_code)] // each test binary uses part of this module
 
 mod pacman_root;
@@ -167,7 +170,8 @@ impl Scratch {
         let mut command = self.command(args);
         if let Some(mask) = umask {
             use std::os::unix::process::CommandExt;
-            // Async-signal-safe: umask only.
+            // SAFETY: the closure runs in the child between fork and exec and calls umask
+            // alone, which is async-signal-safe and allocates nothing.
             unsafe {
                 command.pre_exec(move || {
                     libc::umask(mask as libc::mode_t);
@@ -330,6 +334,7 @@ pub fn sandbox() -> Sandbox {
 
 /// For the tests marked `#[ignore = "needs root: ..."]`: panics, naming `why`, unless root.
 pub fn require_root(why: &str) {
+    // SAFETY: geteuid takes nothing and cannot fail.
     let uid = unsafe { libc::geteuid() };
     assert_eq!(
         uid, 0,

@@ -102,6 +102,7 @@ impl Service {
     }
 
     pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) takes no pointer; the child is ours and not yet reaped.
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
     }
 
@@ -148,7 +149,8 @@ fn spawn(host: &Scratch, env: &[(&str, &std::path::Path)], umask: Option<u32>) -
     }
     if let Some(mask) = umask {
         use std::os::unix::process::CommandExt;
-        // Async-signal-safe: umask only.
+        // SAFETY: the closure runs in the child between fork and exec and calls umask
+        // alone, which is async-signal-safe and allocates nothing.
         unsafe {
             command.pre_exec(move || {
                 libc::umask(mask as libc::mode_t);

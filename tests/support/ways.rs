@@ -174,7 +174,8 @@ impl Driver {
                 }
                 if let Some(mask) = self.launch.umask {
                     use std::os::unix::process::CommandExt;
-                    // Async-signal-safe: umask only.
+                    // SAFETY: the closure runs in the child between fork and exec and calls umask
+                    // alone, which is async-signal-safe and allocates nothing.
                     unsafe {
                         command.pre_exec(move || {
                             libc::umask(mask as libc::mode_t);

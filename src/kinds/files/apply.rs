@@ -322,8 +322,8 @@ pub fn remove_unneeded_directories(root: &Dir, cx: &RunContext, ledger: &mut Led
             Ok(Some(parent)) => match parent.dir.rmdir(&parent.name) {
                 Ok(_) => true,
                 Err(e)
-                    if e.raw_os_error() == Some(libc::ENOTEMPTY)
-                        || e.raw_os_error() == Some(libc::EEXIST) =>
+                    if e.kind() == std::io::ErrorKind::DirectoryNotEmpty
+                        || e.kind() == std::io::ErrorKind::AlreadyExists =>
                 {
                     false
                 }

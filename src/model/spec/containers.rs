@@ -140,58 +140,8 @@ impl KindSpec for Containers {
             }
             None => {}
         }
-        for (name, value) in &env {
-            // What podman's --env-file carries unchanged, in every version.
-            let problem = if value.contains(['\n', '\r', '\0']) {
-                Some("contains a line break or NUL, which podman's --env-file cannot carry")
-            } else if value.starts_with(['"', '\'']) {
-                Some("starts with a quote, which newer podman strips from an --env-file value")
-            } else if value.len() > MAX_ENV_VALUE {
-                Some("is longer than podman's --env-file line limit of 60000 bytes")
-            } else {
-                None
-            };
-            if let Some(problem) = problem {
-                let at = format!("{}[{}]", fields.at("env"), Value::String(name.clone()));
-                fields.problems.push(at, format!("its value {problem}"));
-            }
-        }
-        for name in env.keys() {
-            let valid = name
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
-                let at = format!("{}[{}]", fields.at("env"), Value::String(name.clone()));
-                fields
-                    .problems
-                    .push(at, "is not a valid environment variable name");
-            }
-        }
-        let mut list = |name: &'static str, items: &[&str], valid: fn(&str) -> bool, what: &str| {
-            for (i, item) in items.iter().enumerate() {
-                if !valid(item) {
-                    let at = format!("{}[{i}]", fields.at(name));
-                    fields.problems.push(at, format!("{item:?} is not {what}"));
-                }
-            }
-        };
-        list(
-            "ports",
-            &ports,
-            valid_port,
-            "a port mapping such as \"8080:80\" or \"127.0.0.1:8080:80/tcp\"",
-        );
-        for (i, volume) in volumes.iter().enumerate() {
-            if let Err(e) = parse_volume(volume) {
-                let at = format!("{}[{i}]", fields.at("volumes"));
-                fields.problems.push(
-                    at,
-                    format!("{volume:?} is not a volume such as \"/srv/data:/data:ro\" or \"name:/data\": {e}"),
-                );
-            }
-        }
+        check_env(fields, &env);
+        check_ports_and_volumes(fields, &ports, &volumes);
         if let Some(n) = network {
             if let Err(e) = check_argument("network", n) {
                 fields.problem("network", e);
@@ -244,6 +194,61 @@ impl KindSpec for Containers {
 
     fn digest(spec: &Spec) -> Digest {
         digest(spec)
+    }
+}
+
+/// Each env variable's name and value, as podman's `--env-file` carries them.
+fn check_env(fields: &mut Fields, env: &BTreeMap<String, String>) {
+    for (name, value) in env {
+        // What podman's --env-file carries unchanged, in every version.
+        let problem = if value.contains(['\n', '\r', '\0']) {
+            Some("contains a line break or NUL, which podman's --env-file cannot carry")
+        } else if value.starts_with(['"', '\'']) {
+            Some("starts with a quote, which newer podman strips from an --env-file value")
+        } else if value.len() > MAX_ENV_VALUE {
+            Some("is longer than podman's --env-file line limit of 60000 bytes")
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            let at = format!("{}[{}]", fields.at("env"), Value::String(name.clone()));
+            fields.problems.push(at, format!("its value {problem}"));
+        }
+    }
+    for name in env.keys() {
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            let at = format!("{}[{}]", fields.at("env"), Value::String(name.clone()));
+            fields
+                .problems
+                .push(at, "is not a valid environment variable name");
+        }
+    }
+}
+
+/// Each port mapping and volume of a container's lists, each problem at its index.
+fn check_ports_and_volumes(fields: &mut Fields, ports: &[&str], volumes: &[&str]) {
+    for (i, port) in ports.iter().enumerate() {
+        if !valid_port(port) {
+            let at = format!("{}[{i}]", fields.at("ports"));
+            fields.problems.push(
+                at,
+                format!("{port:?} is not a port mapping such as \"8080:80\" or \"127.0.0.1:8080:80/tcp\""),
+            );
+        }
+    }
+    for (i, volume) in volumes.iter().enumerate() {
+        if let Err(e) = parse_volume(volume) {
+            let at = format!("{}[{i}]", fields.at("volumes"));
+            fields.problems.push(
+                at,
+                format!("{volume:?} is not a volume such as \"/srv/data:/data:ro\" or \"name:/data\": {e}"),
+            );
+        }
     }
 }
 

@@ -150,43 +150,7 @@ impl KindSpec for Files {
             }
             return Some(Spec::Absent);
         }
-        let bytes = match (text, base64) {
-            (Some(t), None) => Some(t.as_bytes().to_vec()),
-            (None, Some(b)) => match codec::base64_decode(b) {
-                Ok(bytes) => Some(bytes),
-                Err(e) => {
-                    fields.problem("content_base64", format!("is not valid base64: {e}"));
-                    None
-                }
-            },
-            (Some(_), Some(_)) => {
-                fields.problem("content", "give either content or content_base64, not both");
-                None
-            }
-            (None, None) => {
-                if !fields.has("content") && !fields.has("content_base64") {
-                    fields.problem("content", "missing (give content or content_base64)");
-                }
-                None
-            }
-        };
-        if let Some(b) = &bytes {
-            if b.len() as u64 > limits.max_file_bytes {
-                let name = if text.is_some() {
-                    "content"
-                } else {
-                    "content_base64"
-                };
-                fields.problem(
-                    name,
-                    format!(
-                        "is {} bytes, more than the limit of {} bytes",
-                        b.len(),
-                        limits.max_file_bytes
-                    ),
-                );
-            }
-        }
+        let bytes = content(fields, text, base64, limits);
         let mode = mode.and_then(|m| match parse_mode(m) {
             Some(mode) => Some(mode),
             None => {
@@ -233,6 +197,54 @@ impl KindSpec for Files {
     fn digest(spec: &Spec) -> Digest {
         digest(spec)
     }
+}
+
+/// A present file's content from `content` or `content_base64` (one of the two), within the
+/// size limit; `None` after saying what is wrong.
+fn content(
+    fields: &mut Fields,
+    text: Option<&str>,
+    base64: Option<&str>,
+    limits: &Limits,
+) -> Option<Vec<u8>> {
+    let bytes = match (text, base64) {
+        (Some(t), None) => Some(t.as_bytes().to_vec()),
+        (None, Some(b)) => match codec::base64_decode(b) {
+            Ok(bytes) => Some(bytes),
+            Err(e) => {
+                fields.problem("content_base64", format!("is not valid base64: {e}"));
+                None
+            }
+        },
+        (Some(_), Some(_)) => {
+            fields.problem("content", "give either content or content_base64, not both");
+            None
+        }
+        (None, None) => {
+            if !fields.has("content") && !fields.has("content_base64") {
+                fields.problem("content", "missing (give content or content_base64)");
+            }
+            None
+        }
+    };
+    if let Some(b) = &bytes {
+        if b.len() as u64 > limits.max_file_bytes {
+            let name = if text.is_some() {
+                "content"
+            } else {
+                "content_base64"
+            };
+            fields.problem(
+                name,
+                format!(
+                    "is {} bytes, more than the limit of {} bytes",
+                    b.len(),
+                    limits.max_file_bytes
+                ),
+            );
+        }
+    }
+    bytes
 }
 
 /// The unit (or drop-in directory's name) a file configures, if systemd would read it as a unit

@@ -177,18 +177,7 @@ mod tests {
         let lib = root.join("usr/lib/libmesh.so");
         std::fs::write(&lib, vec![7u8; 4096]).unwrap();
         let file = std::fs::File::open(&lib).unwrap();
-        use std::os::fd::AsRawFd;
-        let mapped_at = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(mapped_at, libc::MAP_FAILED);
+        let mapping = crate::os::process::Mapping::of(&file).unwrap();
         let at = Where {
             root: root.to_path_buf(),
             db: root.join("var/lib/pacman"),
@@ -198,7 +187,7 @@ mod tests {
         let (after, mapped) = look(&at);
         let ours = placement(&read_to("/proc/self/cgroup"));
         let stale_while_mapped = still_stale(&at, &mapped);
-        unsafe { libc::munmap(mapped_at, 4096) };
+        drop(mapping);
         assert!(stale_while_mapped);
         assert!(!still_stale(&at, &mapped), "unmapped: the answer changed");
         assert_eq!(before.restart, Vec::<String>::new());

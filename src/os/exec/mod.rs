@@ -1,111 +1,25 @@
 //! The one place that spawns external commands. Every call has a timeout (the tool's, from the
 //! config), runs with `LC_ALL=C` so output parses the same everywhere and with nothing else of
 //! the host's process (`StartClean`), captures stderr into the error, and puts the names it acts
-//! on after `--` so no value from a declaration can become an option. Each call is counted, so a run can show that a no-op costs a fixed number of queries
-//! per tool, however many resources there are. A tool that reaches its timeout is stopped the
-//! way that tool is safely stopped (pacman by SIGINT, which never leaves a half-done commit),
-//! given a bounded grace, and only then killed; the error says which happened.
+//! on after `--` so no value from a declaration can become an option. Each call is counted, so a
+//! run can show that a no-op costs a fixed number of queries per tool, however many resources
+//! there are. A tool that reaches its timeout is stopped the way that tool is safely stopped
+//! (pacman by SIGINT, which never leaves a half-done commit), given a bounded grace, and only
+//! then killed; the error says which happened. How a tool's process starts is `start.rs`; its
+//! pipes are read by `pipes.rs`.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
-use std::io::{self, Read};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use crate::util::progress::{Event, Sink};
 
-/// Variables systemd gives the host's own process (its notify socket, its socket-activation and
-/// watchdog descriptors, its journal stream) that must not reach a tool: podman, for one, reads
-/// `NOTIFY_SOCKET` and would talk to systemd about the host's service.
-const HOST_ONLY_ENV: [&str; 7] = [
-    "NOTIFY_SOCKET",
-    "LISTEN_PID",
-    "LISTEN_FDS",
-    "LISTEN_FDNAMES",
-    "WATCHDOG_PID",
-    "WATCHDOG_USEC",
-    "JOURNAL_STREAM",
-];
+mod pipes;
+mod start;
 
-/// The umask every tool starts with (systemd's default for a service), whatever the host's.
-const TOOL_UMASK: libc::mode_t = 0o022;
-
-/// A tool starts with nothing of the host's process but what it is given (docs/systemd.md, "What a
-/// tool starts with"): the service blocks SIGHUP, SIGINT, SIGTERM and SIGUSR1 for its signalfd,
-/// and a blocked mask survives fork and exec (std resets neither the mask nor an ignored signal);
-/// pacman with SIGINT blocked cannot be stopped at its timeout and leaves db.lck behind.
-trait StartClean {
-    fn start_clean(&mut self) -> &mut Self;
-}
-
-impl StartClean for Command {
-    fn start_clean(&mut self) -> &mut Self {
-        for name in HOST_ONLY_ENV {
-            self.env_remove(name);
-        }
-        self.env("LC_ALL", "C").current_dir("/");
-        // SAFETY: the closure runs in the forked child before exec: it calls only
-        // async-signal-safe system calls (sigaction, sigprocmask, umask, close_range, getrlimit,
-        // fcntl) on values on its stack, and allocates nothing.
-        unsafe { self.pre_exec(clean_child) }
-    }
-}
-
-/// In the child between fork and exec: every signal at its default but SIGPIPE, ignored (a crash
-/// of the host closes the read ends of a tool's pipes; the tool must not then die of SIGPIPE at
-/// its next write, pacman between two packages of a transaction, leaving it half done and db.lck
-/// stale: the write fails with EPIPE and the tool goes on; children inherit it through exec); an
-/// empty signal mask (after the dispositions, so nothing pending reaches a handler of the host's);
-/// the tool umask; and every descriptor but 0, 1 and 2 closed at exec (std's own error pipe is
-/// already close-on-exec, so a failed exec is still reported).
-fn clean_child() -> io::Result<()> {
-    // SAFETY: async-signal-safe calls on stack values (see `start_clean`).
-    unsafe {
-        // The system call, not the C library's wrapper, which refuses the signals it keeps for
-        // itself (glibc's 32 and 33) and so would leave one ignored by whoever started the host.
-        // All zeros is SIG_DFL, no flags, an empty mask, whatever the architecture's layout.
-        let default = [0u64; 8];
-        for signal in 1..=64 {
-            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-                // Every argument a full word: `syscall` is variadic and reads words.
-                libc::syscall(
-                    libc::SYS_rt_sigaction,
-                    signal as libc::c_long,
-                    default.as_ptr(),
-                    std::ptr::null_mut::<u64>(),
-                    8 as libc::c_long,
-                );
-            }
-        }
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        libc::umask(TOOL_UMASK);
-        let done = libc::syscall(
-            libc::SYS_close_range,
-            3 as libc::c_long,
-            libc::c_uint::MAX as libc::c_long,
-            libc::CLOSE_RANGE_CLOEXEC as libc::c_long,
-        );
-        if done != 0 {
-            // Before Linux 5.11: one descriptor at a time, up to the limit on their number.
-            let mut limit: libc::rlimit = std::mem::zeroed();
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let last = limit.rlim_cur.min(libc::c_int::MAX as libc::rlim_t) as libc::c_int;
-            for fd in 3..last {
-                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-            }
-        }
-    }
-    Ok(())
-}
+use pipes::Pipes;
+use start::kill_group;
 
 /// The captured result of a command that ran to completion.
 #[derive(Debug, Default)]
@@ -136,6 +50,7 @@ impl Output {
 /// What the kernel allows one exec for arguments, less the environment and a margin: the
 /// names of one batch beyond it go to another invocation (`E2BIG` would fail them all).
 fn argv_budget() -> usize {
+    // SAFETY: sysconf(3) takes no pointer and only reads a limit.
     let max = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
     let max = usize::try_from(max).unwrap_or(0).max(128 * 1024);
     let environment: usize = std::env::vars_os()
@@ -554,19 +469,8 @@ impl<'p> Runner<'p> {
             command: command.clone(),
             failure,
         };
-        let mut child = Command::new(argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .start_clean()
-            // Its own process group, so a timeout kills whatever it started too.
-            .process_group(0)
-            .spawn()
-            .map_err(|e| error(Failure::Spawn(e.to_string())))?;
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(error(Failure::Spawn("no pipes".into())));
-        };
+        let (mut child, stdout, stderr) =
+            start::start(&argv).map_err(|e| error(Failure::Spawn(e)))?;
         let pass = |line: &[u8]| {
             let line = self.stderr_text(line);
             self.tell(|| Event::Line(&line));
@@ -660,146 +564,6 @@ fn stop(tool: &Tool, child: &mut Child, pipes: &mut Pipes, beat: &dyn Fn()) -> S
     // What it wrote on its way out (why it stopped) is still in the pipes.
     let _ = pipes.wait(child, Instant::now() + Duration::from_secs(1), false, beat);
     stopped
-}
-
-fn kill_group(child: &Child, signal: libc::c_int) {
-    unsafe { libc::kill(-(child.id() as libc::pid_t), signal) };
-}
-
-/// A child's stdout and stderr, read as they come so neither pipe fills and blocks it; the
-/// lines of those `passing` are handed to `pass` as they complete (a last line without its line
-/// break once its pipe closes), while still captured whole.
-struct Pipes<'l> {
-    stdout: ChildStdout,
-    stderr: ChildStderr,
-    open: [bool; 2],
-    out: Vec<u8>,
-    err: Vec<u8>,
-    passing: [bool; 2],
-    /// How much of `out` and `err` was handed to `pass`.
-    passed: [usize; 2],
-    pass: &'l dyn Fn(&[u8]),
-}
-
-impl Pipes<'_> {
-    /// Reads until both pipes close and the child exits, or `deadline`: `Ok(None)` then. With
-    /// `leader_only`, returns as soon as the child itself exits, pipes open or not (something it
-    /// left behind may hold them). `beat` gets a turn at least every `PULSE` (the service answers
-    /// its link meanwhile); it never cuts the wait short.
-    fn wait(
-        &mut self,
-        child: &mut Child,
-        deadline: Instant,
-        leader_only: bool,
-        beat: &dyn Fn(),
-    ) -> io::Result<Option<ExitStatus>> {
-        loop {
-            beat();
-            if leader_only || !(self.open[0] || self.open[1]) {
-                if let Some(status) = child.try_wait()? {
-                    return Ok(Some(status));
-                }
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            if self.open[0] || self.open[1] {
-                // Short polls while waiting for the child itself, so its exit is seen promptly.
-                let slice = if leader_only {
-                    left.min(Duration::from_millis(20))
-                } else {
-                    left.min(PULSE)
-                };
-                self.poll(slice)?;
-            } else {
-                // Pipes closed but the process lingers: wait a little without busy-looping.
-                std::thread::sleep(left.min(Duration::from_millis(2)));
-            }
-        }
-    }
-
-    /// One `poll` of the open pipes for at most `left`, reading what is ready.
-    fn poll(&mut self, left: Duration) -> io::Result<()> {
-        let mut fds = [
-            libc::pollfd {
-                fd: if self.open[0] {
-                    self.stdout.as_raw_fd()
-                } else {
-                    -1
-                },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: if self.open[1] {
-                    self.stderr.as_raw_fd()
-                } else {
-                    -1
-                },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let millis = left.as_millis().min(i32::MAX as u128) as libc::c_int;
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, millis.max(1)) };
-        if ready < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(())
-            } else {
-                Err(e)
-            };
-        }
-        for (i, fd) in fds.iter().enumerate() {
-            if fd.revents == 0 {
-                continue;
-            }
-            let mut buf = [0u8; 16384];
-            let n = if i == 0 {
-                self.stdout.read(&mut buf)
-            } else {
-                self.stderr.read(&mut buf)
-            };
-            match n {
-                Ok(0) | Err(_) => self.open[i] = false,
-                Ok(n) => {
-                    let sink = if i == 0 { &mut self.out } else { &mut self.err };
-                    sink.extend_from_slice(&buf[..n]);
-                }
-            }
-            if self.passing[i] {
-                self.pass_lines(i);
-            }
-        }
-        Ok(())
-    }
-
-    /// Hands pipe `i`'s lines completed since the last call to `pass`, and the rest once the
-    /// pipe is closed. Of a line redrawn with carriage returns (a progress bar), what a terminal
-    /// would show last; blank lines are skipped.
-    fn pass_lines(&mut self, i: usize) {
-        let text = if i == 0 { &self.out } else { &self.err };
-        let mut from = self.passed[i];
-        while from < text.len() {
-            let end = match text[from..].iter().position(|&b| b == b'\n') {
-                Some(at) => from + at,
-                None if self.open[i] => break,
-                None => text.len(),
-            };
-            let line = &text[from..end];
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let shown = match line.iter().rposition(|&b| b == b'\r') {
-                Some(at) => &line[at + 1..],
-                None => line,
-            };
-            if !shown.iter().all(u8::is_ascii_whitespace) {
-                (self.pass)(shown);
-            }
-            from = (end + 1).min(text.len());
-        }
-        self.passed[i] = from;
-    }
 }
 
 #[cfg(test)]
@@ -963,8 +727,10 @@ mod tests {
     #[test]
     fn a_tool_inherits_no_blocked_or_ignored_signal_nor_descriptor_of_the_host() {
         let blocked = [libc::SIGHUP, libc::SIGINT, libc::SIGTERM, libc::SIGUSR1];
+        // SAFETY: sigset_t is plain data, for which all zeroes is a valid (empty) value.
         let (mut set, mut before): (libc::sigset_t, libc::sigset_t) =
             unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: the sets are valid and live on this stack; signal and dup take no pointer.
         let leaked = unsafe {
             libc::sigemptyset(&mut set);
             for signal in blocked {
@@ -981,6 +747,8 @@ mod tests {
             &["ls /proc/$$/fd; grep -E '^Sig(Blk|Ign):' /proc/self/status; pwd"],
             &[],
         );
+        // SAFETY: `before` is the mask pthread_sigmask filled above; `leaked` is the descriptor
+        // dup returned, owned by this test alone and closed once.
         unsafe {
             libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
             libc::signal(libc::SIGQUIT, libc::SIG_DFL);
