@@ -286,7 +286,6 @@ def fig_noop():
         subprocess.run(["rm", "-rf", f"/etc/{tag}"])
         if out.returncode != 0:
             print(f"bench: releasing the no-op resources failed: {out.stdout[-2000:]}", file=sys.stderr)
-    commands = "\n".join(f"    {c}" for c in report["commands"])
     return (
         f"`mesh-host apply --json --trace-commands` of an unchanged declaration against the sandbox's "
         f"real pacman, `systemctl --user` and rootful podman (tests/sandbox/setup.sh), median of {runs} "
@@ -294,7 +293,8 @@ def fig_noop():
         f"`commands`); files go to /etc/{tag}/ and are released afterwards.\n\n"
         + table(["N", "packages / files / units / containers", "no-op", "bare queries", "ratio",
                  "processes spawned", "goal", "verdict"], rows)
-        + f"\n\nThe commands a no-op runs at N = {sizes[-1]}:\n\n{commands}\n"
+        + f"\n\nAt N = {sizes[-1]} the no-op runs {len(report['commands'])} commands, one batched query "
+        f"per tool (`--trace-commands` lists them).\n"
     )
 
 
@@ -306,7 +306,7 @@ def fig_confirm():
               "systemctl": {"command": ["systemctl", "--user"]}, "podman": {"command": ["podman"]},
               "unit_dir": os.environ["MESH_UNIT_DIR"]}
     d = host_dir("confirm", config)
-    rows, show = [], None
+    rows = []
     try:
         for n in [1, 20]:
             totals, confirms, counts = [], [], []
@@ -329,7 +329,6 @@ def fig_confirm():
                 for command in confirm:  # the confirmation's two `show`s, bare
                     subprocess.run(command.split(" "), capture_output=True, env={**os.environ, "LC_ALL": "C"})
                 confirms.append(time.perf_counter() - t)
-                show = confirm[0]
             share = median(confirms) / median(totals)
             rows.append([n, f"{1000 * median(totals):.0f} ms", "%d (%d of them confirming)" % counts[-1],
                          f"{1000 * median(confirms):.1f} ms", f"{100 * share:.0f} %"])
@@ -343,7 +342,6 @@ def fig_confirm():
         f"confirmation's own commands replayed bare from the run's `commands` (`systemctl show` of the "
         f"touched units and the host's, before the file is written and after the reload).\n\n"
         + table(["N units", "run", "processes spawned", "confirmation's spawns, bare", "share of the run"], rows)
-        + f"\n\nThe confirmation's command (the same before and after):\n\n    {show}\n"
     )
 
 
@@ -627,16 +625,17 @@ def main(args):
     for name in names:
         title, figure = figures[name]
         print(f"== {title}", file=sys.stderr, flush=True)
+        n = os.environ.get("FLEET_N", "300")
+        knob = f"FLEET_N={n} " if name == "fleet" and n != "300" else ""
         try:
             body = (figure() + f"\n\nMeasured on {machine()}{' (QUICK=1)' if QUICK else ''}."
-                    f"\nReproduce: `bench/run.sh {name}` (as root).")
+                    f"\nReproduce: `{knob}bench/run.sh {name}` (as root).")
         except Exception as e:  # a figure that cannot be measured says why; the others go on
             body, status = f"Not measured: {e}", 1
         print(f"## {title}\n\n{body}\n", flush=True)
         if write_to and not QUICK:
             # The fleet is recorded at 300 (`fleet`) and at other sizes beside it (`fleet-N`).
-            n = os.environ.get("FLEET_N", "300")
-            section = f"fleet-{n}" if name == "fleet" and n != "300" else name
+            section = f"fleet-{n}" if knob else name
             replace_section(write_to, section, title if section == name else f"{title} (n = {n})", body)
     return status
 
