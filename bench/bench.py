@@ -157,8 +157,9 @@ def fig_size():
     return table(["figure", "value", "goal", "verdict"], [
         ["stripped static binary (x86_64 musl, rustls inside)",
          f"{size} bytes = {mib(size / 1024):.2f} MiB", "≤ 3.5 MiB", verdict(size <= 7 << 19 and static)],
-    ]) + (f"\n\n`file`: {kind.split(',')[0]}, {'statically linked' if static else 'NOT static'}; built "
-          f"by ./build.sh from the work tree at `{source}` (the other figures run this same binary).")
+        [f"`file`: {kind.split(',')[0]}, {'statically linked' if static else 'NOT static'}",
+         f"./build.sh at `{source}` (the other figures run it)", "", ""],
+    ])
 
 
 # ------------------------------------------------------------------ 2, 3. idle and after pushes
@@ -437,62 +438,48 @@ def five_hundred(prefix):
 
 
 def fig_files():
-    """500 unchanged files in a scratch root: mesh-host's no-op under `--root` (tools stubbed, so
-    no look and nothing spawned) against `cf-agent -K` holding the same 500 files."""
+    """500 unchanged files: mesh-host's no-op against `cf-agent -K` holding the same files, under
+    `--root` (a scratch root, tools stubbed: nothing spawned, no look) and on the running system
+    as a node runs it (no `--root`, the machine's own pacman: the reboot-and-restart look is made
+    when its answer can have changed, model/upkeep, its last answer reported otherwise)."""
     runs = 5 if QUICK else 21
     agent, version = cf_agent()
+    declared = lambda files: {"schema": 1, "files": {p: {"content": c, "mode": "0644"} for p, c in files.items()}}
     d = host_dir("files", STUBS)
     files = five_hundred("/etc/bench")
-    write(d / "declaration.json", {"schema": 1, "files": {p: {"content": c, "mode": "0644"} for p, c in files.items()}})
+    write(d / "declaration.json", declared(files))
     apply = mesh(d, "apply", str(d / "declaration.json"))
     run_usage(apply)
     policy = cf_policy({str(d / "root") + p: c for p, c in files.items()}, d / "policy.cf")
-    cf = [agent, "-K", "-f", str(policy)]
-    run_usage(cf)
-    p = pairs(apply, cf, runs)
-    return (
-        f"`mesh-host --root R apply D` of 500 unchanged files under R/etc/bench/ (10 directories, 80 bytes "
-        f"each, mode 0644; tools stubbed: nothing spawned, no look) against `cf-agent -K -f policy.cf` "
-        f"({version}) promising the same 500 files (`content` and `perms`, no stdlib); {runs} interleaved "
-        f"pairs after a warm-up, the order alternating; wall around the spawn, cpu from wait4, peak RSS from `/usr/bin/time`. "
-        f"Load average (1 min) during the pairs: {p['load'][0]:.1f} to {p['load'][2]:.1f}, median "
-        f"{p['load'][1]:.1f}, on 2 cores.\n\n"
-        + table(PAIR_HEADER, pair_rows(p, 0.025))
-    )
+    under_root = pairs(apply, [agent, "-K", "-f", str(policy)], runs)
 
-
-def fig_upkeep():
-    """The same on the running system, as a node runs it: no `--root`, the machine's own pacman,
-    so the reboot-and-restart look is made when its answer can have changed (model/upkeep) and
-    its last answer reported otherwise, against cf-agent holding the same files in /etc."""
-    runs = 5 if QUICK else 21
-    agent, version = cf_agent()
     tag = f"mesh-bench-cf-{os.getpid()}"
     files = five_hundred(f"/etc/{tag}")
     d = host_dir("upkeep", {**STUBS, "pacman": {"command": ["pacman"]}})
-    write(d / "declaration.json", {"schema": 1, "files": {p: {"content": c, "mode": "0644"} for p, c in files.items()}})
+    write(d / "declaration.json", declared(files))
     looking = mesh(d, "apply", "--json", str(d / "declaration.json"), root=False)
     try:
-        first = run_usage(looking)[2]
-        needs = json.loads(first).get("needs")
+        needs = json.loads(run_usage(looking)[2]).get("needs")
         policy = cf_policy(files, d / "policy.cf")
-        cf = [agent, "-K", "-f", str(policy)]
-        run_usage(cf)
-        p = pairs(looking, cf, runs)
+        on_system = pairs(looking, [agent, "-K", "-f", str(policy)], runs)
     finally:
         write(d / "empty.json", {"schema": 1})
         subprocess.run(mesh(d, "apply", str(d / "empty.json"), root=False), capture_output=True)
         subprocess.run(["rm", "-rf", f"/etc/{tag}"])
-    processes = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
+    loads = under_root["load"] + on_system["load"]
+    rows = [[f"{where}: {r[0]}", *r[1:]] for where, p, goal in
+            (("under `--root`", under_root, 0.025), ("running system", on_system, 0.03))
+            for r in pair_rows(p, goal)]
     return (
-        f"`mesh-host apply D` of 500 unchanged files under /etc/{tag}/ on the running system (no `--root`: "
-        f"the machine's own pacman, {processes} processes; systemctl and podman stubbed) against "
-        f"`cf-agent -K` ({version}) promising the same files; {runs} interleaved pairs as in 4b. The "
-        f"reboot-and-restart look is made only when its answer can have changed (a run that changed "
-        f"something, a new boot, pacman's database or the kernel's modules moved, an hour passed), "
-        f"otherwise its last answer is reported; it found `{json.dumps(needs)}`. Load average (1 min) "
-        f"during the pairs: {p['load'][0]:.1f} to {p['load'][2]:.1f}, median {p['load'][1]:.1f}, on 2 cores.\n\n"
-        + table(PAIR_HEADER, pair_rows(p, 0.03))
+        f"`mesh-host apply D` of 500 unchanged files (10 directories, 80 bytes each, mode 0644) against "
+        f"`cf-agent -K -f policy.cf` ({version}) promising the same files (`content` and `perms`, no "
+        f"stdlib): under `--root R` (R/etc/bench/, tools stubbed: nothing spawned, no look), and on the "
+        f"running system (/etc/{tag}/, no `--root`, the machine's own pacman; the reboot-and-restart "
+        f"look is made only when its answer can have changed, otherwise its last answer, "
+        f"`{json.dumps(needs)}`, is reported). {runs} interleaved pairs each after a warm-up, the order "
+        f"alternating; wall around the spawn, cpu from wait4, peak RSS from `/usr/bin/time`. Load "
+        f"average (1 min) during the pairs: {min(loads):.1f} to {max(loads):.1f} on 2 cores.\n\n"
+        + table(PAIR_HEADER, rows)
     )
 
 
@@ -592,8 +579,7 @@ def fig_latency():
 
 FIGURES = {"size": ("1. Binary size", fig_size), "idle": ("2, 3. Idle RSS, growth, CPU and wake-ups", fig_idle),
            "noop": ("4. No-op reconcile, mixed kinds", fig_noop),
-           "files": ("4b. 500-file no-op under --root against CFEngine", fig_files),
-           "upkeep": ("4c. 500-file no-op on the running system against CFEngine", fig_upkeep),
+           "files": ("4b, 4c. 500-file no-op against CFEngine, under --root and on the running system", fig_files),
            "latency": ("5. Declaration-to-report latency", fig_latency),
            "confirm": ("12. systemd's confirmation of a unit change", fig_confirm)}
 
