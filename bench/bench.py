@@ -519,9 +519,11 @@ def fig_latency():
             return buf
         return json.loads(exact(struct.unpack(">I", exact(4))[0]))
 
+    def frame(body):
+        return struct.pack(">I", len(body)) + body
+
     def send(message):
-        body = json.dumps(message).encode()
-        conn.sendall(struct.pack(">I", len(body)) + body)
+        conn.sendall(frame(json.dumps(message).encode()))
 
     def until_report(revision):
         while True:
@@ -541,7 +543,9 @@ def fig_latency():
         files["/etc/bench/push.conf"] = {"content": f"push {revision}\n"}
         text = json.dumps({"schema": 1, "files": files})
         t = time.perf_counter()
-        send({"type": "declare", "revision": revision, "declaration": text})
+        # A declare's head, then the declaration's bytes as the next frame (protocol 2).
+        head = json.dumps({"type": "declare", "revision": revision}).encode()
+        conn.sendall(frame(head) + frame(text.encode()))
         report = until_report(revision)
         if revision > 5:  # the first runs create the files and directories
             latencies.append(time.perf_counter() - t)

@@ -3,9 +3,12 @@
 //! next revision, whenever the file changes) and prints every report as one JSON line on stdout.
 //! See `usage()`.
 
-#[path = "../tests/support/control_plane.rs"]
+// The integration tests' support, of which this example uses a part.
+#[path = "../tests/it/support/control_plane.rs"]
+#[allow(dead_code)]
 mod control_plane;
-#[path = "../tests/support/pki.rs"]
+#[path = "../tests/it/support/pki.rs"]
+#[allow(dead_code)]
 mod pki;
 
 use std::net::SocketAddr;

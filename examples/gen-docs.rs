@@ -1,5 +1,5 @@
 //! Writes the man pages, shell completions and JSON Schemas, generated from mesh-host's own
-//! tables, under a directory (the repository keeps them in `share/`, which `tests/manual.rs`
+//! tables, under a directory (the repository keeps them in `share/`, which `tests/it/manual.rs`
 //! checks is up to date): `cargo run --example gen-docs -- share`.
 
 use std::path::Path;

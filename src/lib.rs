@@ -21,7 +21,7 @@ mod util;
 pub use cli::{init_logging, main_with_args};
 
 /// The man pages, shell completions and JSON Schemas, generated from the program's own tables
-/// (`cargo run --example gen-docs -- share`; `tests/manual.rs` checks `share/` is up to date).
+/// (`cargo run --example gen-docs -- share`; `tests/it/manual.rs` checks `share/` is up to date).
 pub mod manual {
     pub use crate::cli::manual::files;
 }
@@ -41,7 +41,7 @@ pub mod fuzzing {
         }
     }
 
-    /// Takes bytes as the `declaration` of a `declare` frame on a host that trusts one key (RFC
+    /// Takes bytes as the declaration a `declare` brings on a host that trusts one key (RFC
     /// 8032's first test key, which signs the seed corpus): envelope, signatures, declaration,
     /// revision and expiry, as the service decides; then prints the envelope again.
     pub fn envelope(bytes: &[u8]) {
@@ -66,8 +66,7 @@ pub mod fuzzing {
             now: 1_800_000_000,
             trust: Some(&trust),
         };
-        let text = String::from_utf8_lossy(bytes).into_owned();
-        let _ = accept(text, &arrival, |b| {
+        let _ = accept(bytes.to_vec(), &arrival, |b| {
             crate::model::declaration::parse(
                 b,
                 &crate::model::declaration::Context {

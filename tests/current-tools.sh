@@ -10,8 +10,8 @@
 #     (tests/sandbox/setup.sh) is set up there with sid's tools and torn down after;
 #  2. the PID 1 tier on sid: MESH_PID1_SUITE=sid tests/pid1/run.sh.
 #
-# As root: tests/current-tools.sh [TEST...]   (TEST: a tests/*.rs name; none: all of TESTS and
-# the tier; `pid1` alone: the tier alone)
+# As root: tests/current-tools.sh [TEST...]   (TEST: a module of tests/it/, as `packages`; none: all
+# of TESTS and the tier; `pid1` alone: the tier alone)
 # Environment: MESH_SID_CACHE where the sid root is cached (default /var/tmp/mesh-host-sid);
 # MESH_PID1_* as tests/pid1/run.sh reads them.
 # Exit: 0 all passed, 1 a test failed, 2 it could not run.
@@ -66,13 +66,18 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 if [ ${#tests[@]} -gt 0 ]; then
-  log "building the test binaries here (${tests[*]})"
-  args=()
-  for t in "${tests[@]}"; do args+=(--test "$t"); done
+  log "building the test binary here (tests/it: ${tests[*]})"
   cargo build -q --bins
-  mapfile -t binaries < <(cargo test -q --no-run --message-format=json "${args[@]}" \
-    | jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test) | "\(.target.name) \(.executable)"')
-  [ ${#binaries[@]} = ${#tests[@]} ] || die "built ${#binaries[@]} test binaries for ${#tests[@]} tests"
+  exe=$(cargo test -q --no-run --message-format=json --test it \
+    | jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test) | .executable')
+  [ -x "$exe" ] || die "no test binary built for tests/it"
+  # Each module's tests by their full names (a filter `files::` would take `unitfiles::` too).
+  all=$("$exe" --list --format terse | sed -n 's/: test$//p')
+  modules=()
+  for t in "${tests[@]}"; do
+    grep -q "^$t::" <<<"$all" || die "tests/it has no module $t"
+    modules+=("$t $exe $(grep "^$t::" <<<"$all" | tr '\n' ' ')")
+  done
 
   sid=$(tests/debian-root.sh sid "$INCLUDE" "$CACHE") || die "no sid root"
   WORK=$(mktemp -d /var/tmp/mesh-current-tools.XXXXXX)
@@ -81,10 +86,10 @@ if [ ${#tests[@]} -gt 0 ]; then
   cp -a --reflink=auto "$sid/." "$R/"
   rm -f "$R/.complete"
   mkdir -p "$R$REPO"
-  printf '%s\n' "${binaries[@]}" > "$R/tmp/binaries"
+  printf '%s\n' "${modules[@]}" > "$R/tmp/modules"
 
-  # In the chroot: the versions, the sandbox, each test binary as `cargo test` runs it (from the
-  # checkout, --include-ignored), the teardown. Prints a summary line per binary.
+  # In the chroot: the versions, the sandbox, each module's tests as `cargo test` runs them (the
+  # test binary from the checkout, --include-ignored), the teardown. A summary line per module.
   cat > "$R/tmp/run-tests.sh" <<'EOF'
 set -uo pipefail
 cd "$REPO"
@@ -95,14 +100,15 @@ export MESH_SANDBOX=/var/tmp/mesh-sandbox-sid
 SKIP_APT=1 tests/sandbox/setup.sh || { MESH_SANDBOX=$MESH_SANDBOX tests/sandbox/teardown.sh; exit 2; }
 source "$MESH_SANDBOX/env"
 failed=()
-while read -r name exe; do
+while read -r -a line; do   # a module, the test binary, the module's tests
+  name=${line[0]} exe=${line[1]}
   printf '\n--- %s (%s)\n' "$name" "${exe##*/}"
   started=$(date +%s)
-  "$exe" --include-ignored || failed+=("$name")
+  "$exe" --include-ignored --exact "${line[@]:2}" </dev/null || failed+=("$name")
   printf -- '--- %s took %s s\n' "$name" "$(( $(date +%s) - started ))"
-done < /tmp/binaries
+done < /tmp/modules
 tests/sandbox/teardown.sh
-printf '\nsid sandbox tests: %d binaries, %d failed%s\n' "$(wc -l < /tmp/binaries)" "${#failed[@]}" \
+printf '\nsid sandbox tests: %d modules, %d failed%s\n' "$(wc -l < /tmp/modules)" "${#failed[@]}" \
   "$( [ ${#failed[@]} = 0 ] || printf ' (%s)' "${failed[*]}")"
 [ ${#failed[@]} = 0 ]
 EOF

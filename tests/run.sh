@@ -36,6 +36,6 @@ rm -rf "$golden"
 cargo test --all-targets --no-fail-fast "${args[@]}" || status=$?
 # systemd's confirmation of unit changes, shown alone: a build with the unit model switchable off
 # (the test-only feature test-no-unit-model; never in a shipped binary).
-cargo test --features test-no-unit-model --test unit_confirm --no-fail-fast -- --include-ignored \
+cargo test --features test-no-unit-model --test it --no-fail-fast -- --include-ignored unit_confirm:: \
   || status=$?
 exit "$status"

@@ -13,7 +13,8 @@ use crate::engine::{
 };
 use crate::model::declaration::Declaration;
 use crate::model::envelope;
-use crate::store::{InForce, Ledger, Source, Store, Trigger, Triggers};
+use crate::model::run::{Trigger, Triggers};
+use crate::store::{InForce, Ledger, Source, Store};
 use crate::util::words::{duration_words, utc};
 
 /// The engine, as one command line asked for it.
@@ -164,7 +165,7 @@ impl Commands<'_> {
         };
         let path = self.host.config.state_dir.join("declaration.json");
         self.host
-            .validate(in_force.text.as_bytes())
+            .validate(&in_force.text)
             .map_err(|p| invalid(&path, p))
     }
 
@@ -207,7 +208,8 @@ impl Commands<'_> {
             )));
         }
         let text = String::from_utf8(bytes)
-            .map_err(|_| Fatal::invalid(format!("{}: not UTF-8", file.display())))?;
+            .map_err(|_| Fatal::invalid(format!("{}: not UTF-8", file.display())))?
+            .into_bytes();
         let path = std::fs::canonicalize(file).unwrap_or_else(|_| PathBuf::from(file));
         let in_force = InForce {
             source: Source::Local {
@@ -325,7 +327,7 @@ impl Commands<'_> {
         let declaration = match store.in_force()? {
             Some(in_force) => self
                 .host
-                .validate(in_force.text.as_bytes())
+                .validate(&in_force.text)
                 .map_err(|p| invalid(&store.path().join("declaration.json"), p))?,
             None => self
                 .host

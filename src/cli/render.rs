@@ -10,8 +10,9 @@ use serde::Serialize;
 
 use crate::engine::reconcile::OwnedRow;
 use crate::model::pacnew::Pacnew;
+use crate::model::run::Failing;
 use crate::model::upkeep::Needs;
-use crate::store::{Failing, InForce, Source};
+use crate::store::{InForce, Source};
 use crate::util::words::{duration_words, expiry};
 
 use super::out::{out, outln, Out};
@@ -140,7 +141,7 @@ pub fn show(out: &Out, json: bool, in_force: &InForce) {
             out,
             &Shown {
                 // Validated on its way in, and checked against its digest since: JSON.
-                declaration: serde_json::from_str(&in_force.text).unwrap_or_default(),
+                declaration: serde_json::from_slice(&in_force.text).unwrap_or_default(),
                 digest: &in_force.digest,
                 revision: in_force.revision,
                 source: &in_force.source,
@@ -148,9 +149,10 @@ pub fn show(out: &Out, json: bool, in_force: &InForce) {
             },
         );
     }
-    out!(out, "{}", in_force.text);
+    // Validated on its way in (UTF-8), and checked against its digest since.
+    out!(out, "{}", String::from_utf8_lossy(&in_force.text));
     // A terminal gets its prompt on a line of its own; a file gets the text byte for byte.
-    if !in_force.text.ends_with('\n') && std::io::stdout().is_terminal() {
+    if !in_force.text.ends_with(b"\n") && std::io::stdout().is_terminal() {
         outln!(out);
     }
 }
@@ -211,9 +213,11 @@ mod tests {
     use super::*;
     use crate::engine::reconcile::Planned;
     use crate::kinds::Action;
+    use crate::model::run::{
+        ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers,
+    };
     use crate::store::{
-        InForceHead, LinkStatus, Origin, ResourceResult, ResultAction, RunOutcome, RunRecord,
-        ServicePhase, ServiceState, Trigger, Triggers, WatchMode, WatchState,
+        InForceHead, LinkStatus, Origin, ServicePhase, ServiceState, WatchMode, WatchState,
     };
     use crate::util::diff::ContentDiff;
     use status::Liveness;

@@ -4,7 +4,8 @@
 
 use super::{Fatal, Host, RunResult};
 use crate::engine::reconcile::Scope;
-use crate::store::{self, words_revision, Confirmer, Lock, Revert, Store, Trigger, Triggers};
+use crate::model::run::{Trigger, Triggers};
+use crate::store::{self, words_revision, Confirmer, Lock, Revert, Store};
 use crate::util::words::expiry;
 
 /// What a revert did: said for people and the log, and the run that converged to it.

@@ -12,11 +12,13 @@ use crate::engine::reconcile::{self, Mode, Planned, Report};
 use crate::kinds::Action;
 use crate::link;
 use crate::model::declaration::Declaration;
+use crate::model::run::{
+    Failing, ResourceResult, RunOutcome, RunRecord, Trigger, Triggers, LISTED,
+};
 use crate::os::exec::Runner;
 use crate::store::{
-    self, Confirmer, Failing, InForce, LastRun, Ledger, LinkStatus, Notice, ResourceResult,
-    RunOutcome, RunRecord, ServicePhase, Source, State, Store, StoreError, Trigger, Triggers,
-    LISTED,
+    self, Confirmer, InForce, LastRun, Ledger, LinkStatus, Notice, ServicePhase, Source, State,
+    Store, StoreError,
 };
 use crate::util::progress::Event;
 use crate::util::words::expiry;
@@ -96,7 +98,7 @@ impl Host {
             return Ok(Vec::new());
         };
         let d = self
-            .validate(in_force.text.as_bytes())
+            .validate(&in_force.text)
             .map_err(|p| invalid(&store.path().join("declaration.json"), p))?;
         drop(in_force); // its text, before the ledger is read
         let mut ledger = store.ledger()?;
@@ -138,7 +140,7 @@ impl Host {
         }
         // A run that changes the machine is always recorded: an unreadable history is set aside
         // now, before anything changes, and the run's report says so.
-        let runs_note = store.set_aside_unreadable_runs()?;
+        let runs_note = store.set_aside_unreadable_runs(started)?;
         if let Some(note) = &runs_note {
             log::warn!("{note}");
         }
@@ -182,7 +184,7 @@ impl Host {
                     return Err(refuse(e.into(), revision, digest));
                 }
             };
-            let d = self.validate(in_force.text.as_bytes()).map_err(|p| {
+            let d = self.validate(&in_force.text).map_err(|p| {
                 let e = invalid(&store.path().join(store::IN_FORCE), p);
                 refuse(e, in_force.revision, Some(in_force.digest.clone()))
             })?;
@@ -370,13 +372,17 @@ impl Host {
             let mut report = report_of(record, run.map_or(&[], |r| &r.changes), message);
             report.failing = failing.to_vec();
             if record.trigger.contains(Trigger::Revert) {
-                report.reverted = store.generations().ok().and_then(|g| g.reverted);
+                report.reverted = store
+                    .generations()
+                    .ok()
+                    .and_then(|g| g.reverted.map(Into::into));
             }
             if let Some(run) = run {
                 report.pacnew = run.pacnew.clone();
                 report.needs = run.needs.clone().map(Box::new);
             }
-            report
+            report.abridge();
+            report.into()
         });
         let mut backlog = self.unwritten.borrow_mut();
         backlog.push(Unwritten {
@@ -384,7 +390,12 @@ impl Host {
             record: (!quiet).then(|| record.clone()),
             lost_before: None,
         });
-        write_runs(store, &mut backlog, self.config.outbox_bounds())
+        write_runs(
+            store,
+            &mut backlog,
+            self.config.outbox_bounds(),
+            &self.options.clock,
+        )
     }
 
     /// Writes the runs kept in memory, if any, under the store's lock (not waiting for it: the
@@ -422,7 +433,12 @@ impl Host {
             return;
         }
         let kept = backlog.len();
-        match write_runs(store, &mut backlog, self.config.outbox_bounds()) {
+        match write_runs(
+            store,
+            &mut backlog,
+            self.config.outbox_bounds(),
+            &self.options.clock,
+        ) {
             None => log::warn!(
                 "{kept} run{} kept in memory while the store could not be written {} now recorded",
                 if kept == 1 { "" } else { "s" },
@@ -539,6 +555,7 @@ fn write_runs(
     store: &Store,
     backlog: &mut Backlog,
     bounds: crate::model::config::OutboxBounds,
+    clock: &crate::os::clock::Clock,
 ) -> Option<String> {
     let mut reports_held = None;
     let mut records_held = None;
@@ -549,7 +566,7 @@ fn write_runs(
             if let Some(lost) = &lost {
                 report.message = join_lines(lost, &message);
             }
-            match store.outbox_push(report, bounds) {
+            match store.outbox_push(report, bounds, clock.unix_ms()) {
                 Ok(_) => run.report = None,
                 Err(e) => {
                     report.message = message;
@@ -560,7 +577,7 @@ fn write_runs(
         if let (Some(record), None) = (&mut run.record, &records_held) {
             let notes = record.notes.len();
             record.notes.extend(lost);
-            match store.record_run(record) {
+            match store.record_run(record, clock.unix()) {
                 Ok(()) => run.record = None,
                 Err(e) => {
                     record.notes.truncate(notes);
@@ -794,7 +811,7 @@ mod tests {
                 revision: Some(1),
                 digest: digest(text),
                 since: 0,
-                text: text.to_string(),
+                text: text.as_bytes().to_vec(),
                 control_plane_revision: Some(1),
                 signed_by: Vec::new(),
                 expires: None,

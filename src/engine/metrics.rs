@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
+use crate::model::run::{Failing, RunOutcome};
 use crate::os::fsutil::Dir;
-use crate::store::{Failing, LastRun, RunOutcome, RunStats};
+use crate::store::{LastRun, RunStats};
 
 /// The run outcomes `mesh_host_last_run_outcome` lists, each 1 or 0.
 const OUTCOMES: [RunOutcome; 4] = [
@@ -379,7 +380,7 @@ mod tests {
     fn renders_every_series_with_its_help_and_type() {
         let mut stats = RunStats::default();
         stats.record(
-            Some(crate::store::Trigger::Timer),
+            Some(crate::model::run::Trigger::Timer),
             LastRun {
                 started: 100,
                 ended: 103,

@@ -3,12 +3,14 @@
 //! (`converge`: `apply`, `reconcile` and the service share it) through the reconciler; it
 //! prints nothing. Exit codes and `Fatal` are its answer to whoever called it.
 
+pub mod accept;
 pub mod confirm;
 pub mod converge;
-pub mod facts;
 pub mod metrics;
+pub mod node;
 pub mod reconcile;
 mod unwritten;
+mod wire;
 
 use std::cell::{OnceCell, RefCell};
 use std::fmt;
@@ -176,11 +178,11 @@ pub fn invalid(file: &Path, problems: Problems) -> Fatal {
     })
 }
 
-/// Whether `bytes` are the store's `declaration.json` (its `InForce`: the text with its
-/// digest, source and time), which people hand to `plan` for the declaration in force.
+/// Whether `bytes` are the store's `declaration.json` (its `InForce` record: the digest, source
+/// and time of the declaration in force), which people hand to `plan` for the declaration in force.
 fn is_store_record(bytes: &[u8]) -> bool {
     let value: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
-    ["text", "digest", "source", "since"]
+    ["digest", "source", "since"]
         .iter()
         .all(|k| value.get(k).is_some())
 }
@@ -331,7 +333,7 @@ impl Host {
     }
 
     pub fn validate(&self, bytes: &[u8]) -> Result<Declaration, Problems> {
-        // Counted by tests/service.rs: the service parses each declaration once.
+        // Counted by tests/it/service.rs: the service parses each declaration once.
         log::debug!("declaration parsed ({} bytes)", bytes.len());
         declaration::parse(
             bytes,
@@ -355,21 +357,20 @@ impl Host {
                 cannot(e)
             }
         })?;
-        let (bytes, verification) = if envelope::is_envelope(&raw) {
-            // The file's bytes become the declaration's text (unescaped in place).
-            let envelope = envelope::open_in_place(raw).map_err(|p| invalid(file, p))?;
-            let verification = envelope.verify(self.trusted_keys());
-            (envelope.declaration.into_bytes(), Some(verification))
-        } else {
-            (raw, None)
+        let (bytes, verification) = match envelope::open(&raw).map_err(|p| invalid(file, p))? {
+            Some(envelope) => {
+                let verification = envelope.verify(self.trusted_keys());
+                (envelope.declaration.into_bytes(), Some(verification))
+            }
+            None => (raw, None),
         };
         let declaration = self
             .validate(&bytes)
             .map_err(|p| match is_store_record(&bytes) {
                 true => Fatal::invalid(format!(
                     "{}: this is the store's record of the declaration in force (the declaration \
-                 is its \"text\"), not a declaration: `mesh-host plan` with no FILE plans it, \
-                 `mesh-host show` prints it as declared",
+                 is kept beside it, by its digest), not a declaration: `mesh-host plan` with \
+                 no FILE plans it, `mesh-host show` prints it as declared",
                     file.display()
                 )),
                 false => invalid(file, p),

@@ -7,19 +7,18 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::Serialize;
 
-use crate::engine::facts;
+use crate::engine::node;
 use crate::kinds::{
     self, backup_key, units, Action, Change, Details, Env, Kind, LedgerAfter, Outcome, RunContext,
     Step, Visit,
 };
 use crate::model::declaration::Declaration;
 use crate::model::pacnew::{self, Pacnew};
+use crate::model::run::{Failing, ResourceResult, ResultAction};
 use crate::model::spec::{self, files::Files, units::Units, Named as _};
 use crate::model::upkeep::{self, Needs};
 use crate::os::fsutil;
-use crate::store::{
-    Entry, Failing, Foreign, Ledger, Origin, ResourceResult, ResultAction, Store, StoreError,
-};
+use crate::store::{Entry, Foreign, Ledger, Origin, Store, StoreError};
 use crate::util::diff::ContentDiff;
 use crate::util::progress::{self, Event};
 use crate::util::sorted::{self, Walk};
@@ -271,7 +270,7 @@ fn needs_now(env: &Env, at: &upkeep::Where, changed: bool) -> Needs {
 /// The foreign packages (`pacman -Qmq`, through the run's runner), when pacman's databases
 /// changed since the store's count: a run that changed nothing spawns nothing for them.
 fn count_foreign(env: &Env, at: &upkeep::Where) -> Option<Foreign> {
-    let stamp = facts::pacman_db_stamp(&at.db)?;
+    let stamp = node::pacman_db_stamp(&at.db)?;
     let kept = env
         .store
         .and_then(|s| s.stats().ok())
@@ -308,7 +307,7 @@ const ORIGINAL_KEPT: &str = "the original kept in the store from an earlier adop
 /// How many resources of a kind are observed at once: a chunk's observations are planned and
 /// dropped before the next chunk is observed, so a large run holds one chunk's at a time, while
 /// a batched query (pacman, systemctl) still asks about thousands of names in one spawn (a
-/// handful of spawns however many packages: `tests/noop.rs`).
+/// handful of spawns however many packages: `tests/it/noop.rs`).
 const OBSERVED_AT_ONCE: usize = 4096;
 
 /// How many resources of a kind applied a chunk at a time (`Kind::APPLIED_IN_CHUNKS`) a chunk

@@ -5,8 +5,8 @@
 
 use std::collections::VecDeque;
 
-use crate::link;
-use crate::store::RunRecord;
+use crate::model::run::RunRecord;
+use crate::store::QueuedReport;
 
 /// Runs kept at most; a report may be up to a MiB (`link::MAX_REPORT_BYTES`).
 pub const KEPT: usize = 8;
@@ -14,7 +14,7 @@ pub const KEPT: usize = 8;
 /// One run not yet written whole: its report (when there is a control plane) and its record,
 /// each `None` once written.
 pub struct Unwritten {
-    pub report: Option<link::Report>,
+    pub report: Option<QueuedReport>,
     pub record: Option<RunRecord>,
     /// Runs before this one that were dropped unwritten, said when this one is written.
     pub lost_before: Option<Lost>,
@@ -97,7 +97,7 @@ impl Backlog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Trigger;
+    use crate::model::run::Trigger;
 
     fn run(started: u64) -> Unwritten {
         Unwritten {

@@ -1,6 +1,7 @@
-//! Frames on the link: a 4-byte big-endian length, then that many bytes of JSON. A length over
-//! the limit is rejected as soon as its 4 bytes are in, before any of the body is buffered; a
-//! body is read into a buffer of exactly its announced length, which the frame's message takes.
+//! Frames on the link: a 4-byte big-endian length, then that many bytes (a message's JSON, or the
+//! declaration after a `declare`). A length over the limit is rejected as soon as its 4 bytes are
+//! in, before any of the body is buffered; a body is read into a buffer of exactly its announced
+//! length, which the frame's message (or declaration) takes.
 
 use std::fmt;
 
@@ -26,7 +27,7 @@ impl fmt::Display for FrameError {
 
 /// The frame now arriving: its header, then its body. The body gets its own buffer, reserved
 /// once at the announced length (no growth by doubling, no bytes of the next frame in it), so a
-/// complete body is handed on as it is and a `declare` can become its text without a copy.
+/// complete body is handed on as it is and a declaration's frame becomes its text without a copy.
 #[derive(Debug, Default)]
 pub struct Reader {
     header: [u8; HEADER],

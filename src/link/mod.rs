@@ -1,7 +1,8 @@
 //! The link protocol as a state machine with no sockets in it: bytes and the time come in
 //! (`handle_input`, `handle_timeout`), events and bytes go out (`poll_event`, `pending_output`),
 //! and it says when it next needs the clock (`poll_timeout`). The event loop only moves bytes.
-//! Time is milliseconds on a monotonic clock the caller owns.
+//! Time is milliseconds on a monotonic clock the caller owns. A `declare` is two frames: its JSON
+//! head, then the declaration's bytes as they are, which become its text without a copy.
 
 pub mod frame;
 pub mod messages;
@@ -9,9 +10,7 @@ pub mod messages;
 use std::collections::VecDeque;
 use std::fmt;
 
-pub use messages::{
-    json_len, Facts, Message, ReconnectPolicy, Report, ReportOutcome, Reverted, MAX_REPORT_BYTES,
-};
+pub use messages::{json_len, Message, Node, ReconnectPolicy, Report, Reverted, MAX_REPORT_BYTES};
 
 /// What the link tells the host.
 #[derive(Debug, PartialEq)]
@@ -20,7 +19,8 @@ pub enum Event {
     Welcome,
     Declare {
         revision: u64,
-        text: String,
+        /// The declaration's bytes, as the frame after the `declare` carried them.
+        text: Vec<u8>,
         /// The `declare`'s own confirmation window, if it carries one.
         confirm_secs: Option<u64>,
     },
@@ -92,6 +92,8 @@ pub struct Link {
     ping_window_start: u64,
     /// When the first byte of the frame now buffered (incomplete) arrived.
     frame_started: Option<u64>,
+    /// A `declare` whose declaration is the next frame: its revision and `confirm_secs`.
+    declaring: Option<(u64, Option<u64>)>,
 }
 
 /// More pings than this within one heartbeat is a peer trying to make the host queue pongs.
@@ -115,6 +117,7 @@ impl Link {
             pings: 0,
             ping_window_start: now,
             frame_started: None,
+            declaring: None,
         };
         link.send(now, &hello);
         link
@@ -173,8 +176,12 @@ impl Link {
             };
             let Some(body) = body else { continue };
             completed = true;
-            // The frame's buffer goes with its message (a declaration's text is that buffer).
-            let message = messages::decode(body).map_err(LinkError::Protocol);
+            // The frame after a `declare` is its declaration: the frame's buffer becomes its text.
+            if let Some((revision, confirm_secs)) = self.declaring.take() {
+                self.queue_declaration(revision, body, confirm_secs);
+                continue;
+            }
+            let message = messages::decode(&body).map_err(LinkError::Protocol);
             if let Err(e) = message.and_then(|m| self.handle_message(now, m)) {
                 break Err(e);
             }
@@ -218,32 +225,10 @@ impl Link {
                 State::Up,
                 Message::Declare {
                     revision,
-                    declaration,
                     confirm_secs,
                 },
             ) => {
-                // Declarations that arrive while a run holds the loop collapse to the newest:
-                // only one is held however many come, and older ones would only be replaced.
-                let newest_queued = self.events.iter().find_map(|e| match e {
-                    Event::Declare { revision, .. } => Some(*revision),
-                    _ => None,
-                });
-                match newest_queued {
-                    Some(queued) if queued > revision => {
-                        log::info!("declare revision {revision} dropped: {queued} is queued");
-                    }
-                    _ => {
-                        if let Some(queued) = newest_queued {
-                            log::info!("declare revision {queued} superseded by {revision}");
-                        }
-                        self.events.retain(|e| !matches!(e, Event::Declare { .. }));
-                        self.events.push_back(Event::Declare {
-                            revision,
-                            text: declaration,
-                            confirm_secs,
-                        });
-                    }
-                }
+                self.declaring = Some((revision, confirm_secs));
                 Ok(())
             }
             (State::Up, Message::Ack { id }) => {
@@ -259,6 +244,31 @@ impl Link {
                     "waiting for welcome"
                 }
             ))),
+        }
+    }
+
+    /// Declarations that arrive while a run holds the loop collapse to the newest: only one is
+    /// held however many come, and older ones would only be replaced.
+    fn queue_declaration(&mut self, revision: u64, text: Vec<u8>, confirm_secs: Option<u64>) {
+        let newest_queued = self.events.iter().find_map(|e| match e {
+            Event::Declare { revision, .. } => Some(*revision),
+            _ => None,
+        });
+        match newest_queued {
+            Some(queued) if queued > revision => {
+                log::info!("declare revision {revision} dropped: {queued} is queued");
+            }
+            _ => {
+                if let Some(queued) = newest_queued {
+                    log::info!("declare revision {queued} superseded by {revision}");
+                }
+                self.events.retain(|e| !matches!(e, Event::Declare { .. }));
+                self.events.push_back(Event::Declare {
+                    revision,
+                    text,
+                    confirm_secs,
+                });
+            }
         }
     }
 
@@ -350,6 +360,15 @@ mod tests {
             frame::encode(&serde_json::to_vec(message).unwrap(), &mut out);
             out
         }
+        /// A `declare` of `text`: its head, then the text as a frame of its own.
+        fn declare(revision: u64, text: &str) -> Vec<u8> {
+            let mut out = Peer::frame(&Message::Declare {
+                revision,
+                confirm_secs: None,
+            });
+            frame::encode(text.as_bytes(), &mut out);
+            out
+        }
         /// Takes everything the link has to send and decodes it.
         fn receive(&mut self, link: &mut Link) -> Vec<Message> {
             let mut bytes = link.pending_output();
@@ -407,11 +426,7 @@ mod tests {
     #[test]
     fn hello_welcome_declare_ack() {
         let (mut link, mut peer) = up_link();
-        let declare = Peer::frame(&Message::Declare {
-            revision: 4,
-            declaration: "{\"schema\": 1}".into(),
-            confirm_secs: None,
-        });
+        let declare = Peer::declare(4, "{\"schema\": 1}");
         // Byte by byte: incomplete frames are a normal outcome.
         for (i, b) in declare.iter().enumerate() {
             link.handle_input(20 + i as u64, &[*b]).unwrap();
@@ -429,7 +444,7 @@ mod tests {
             revision: Some(4),
             digest: None,
             trigger: crate::model::run::Triggers::one(crate::model::run::Trigger::Declaration),
-            outcome: ReportOutcome::Converged,
+            outcome: crate::model::run::ReportOutcome::Converged,
             started: 1,
             ended: 2,
             changes: vec![],
@@ -487,11 +502,7 @@ mod tests {
             Err(LinkError::Frame(_))
         ));
         let mut fresh = Link::new(0, hello(), HEARTBEAT, 1 << 20);
-        let early = Peer::frame(&Message::Declare {
-            revision: 1,
-            declaration: String::new(),
-            confirm_secs: None,
-        });
+        let early = Peer::declare(1, "");
         assert!(
             matches!(fresh.handle_input(1, &early), Err(LinkError::Protocol(e)) if e.contains("waiting for welcome"))
         );
@@ -525,11 +536,14 @@ mod tests {
     #[test]
     fn a_trickled_frame_must_finish_within_its_deadline() {
         let (mut link, mut peer) = up_link();
-        let declare = Peer::frame(&Message::Declare {
+        // The declaration's frame (its head came whole).
+        let mut declare = Vec::new();
+        frame::encode("x".repeat(200).as_bytes(), &mut declare);
+        let head = Peer::frame(&Message::Declare {
             revision: 4,
-            declaration: "x".repeat(200),
             confirm_secs: None,
         });
+        link.handle_input(1_000, &head).unwrap();
         // One byte a second, answered pings keeping the link alive: the frame's deadline is three
         // heartbeats and its length at 64 KB/s (a few ms here) after its first byte.
         let length = declare.len() as u64 - 4;
@@ -560,7 +574,8 @@ mod tests {
         );
         // A frame that completes in time clears the deadline; the next one gets its own.
         let (mut link, _) = up_link();
-        link.handle_input(100, &declare[..10]).unwrap();
+        link.handle_input(100, &[&head[..], &declare[..10]].concat())
+            .unwrap();
         link.handle_input(100 + 3 * HEARTBEAT - 1, &declare[10..])
             .unwrap();
         assert!(link.poll_event().is_some());
@@ -572,13 +587,7 @@ mod tests {
     #[test]
     fn queued_declarations_collapse_to_the_newest() {
         let (mut link, _) = up_link();
-        let declare = |revision: u64| {
-            Peer::frame(&Message::Declare {
-                revision,
-                declaration: format!("r{revision}"),
-                confirm_secs: None,
-            })
-        };
+        let declare = |revision: u64| Peer::declare(revision, &format!("r{revision}"));
         let mut bytes = declare(4);
         bytes.extend(Peer::frame(&Message::Ack { id: 1 }));
         bytes.extend(declare(6));

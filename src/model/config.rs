@@ -392,9 +392,9 @@ impl Config {
     }
 }
 
-/// The frame a `declare` of a declaration of `max_declaration_bytes` needs: the declaration is
-/// carried as a JSON string, where escaping (`"`, `\\`, control characters) at most doubles it,
-/// plus room for the envelope.
+/// The frame a declaration of `max_declaration_bytes` needs: its bytes as they are, or in a signed
+/// envelope, where the declaration is a JSON string whose escaping (`"`, `\\`, control
+/// characters) at most doubles it, plus room for the envelope's signatures.
 pub fn frame_bytes_for(max_declaration_bytes: u64) -> usize {
     let bytes = max_declaration_bytes
         .saturating_mul(2)
@@ -517,14 +517,10 @@ mod tests {
             parse(r#"{"max_frame_bytes": 5}"#).unwrap().max_frame_bytes,
             5
         );
-        // The worst a declaration can be for escaping: all quotes, backslashes and newlines.
+        // The worst a declaration can be for escaping in a signed envelope: all quotes,
+        // backslashes and newlines.
         let text = "\"\\\n".repeat(1000);
-        let frame = serde_json::to_vec(&crate::link::Message::Declare {
-            revision: u64::MAX,
-            declaration: text.clone(),
-            confirm_secs: None,
-        })
-        .unwrap();
+        let frame = crate::model::envelope::Envelope::new(text.clone()).to_json();
         assert!(frame.len() <= frame_bytes_for(text.len() as u64));
         assert!(frame.len() > 2 * text.len());
     }

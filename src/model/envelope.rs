@@ -15,7 +15,6 @@ use crate::model::declaration::Declaration;
 use crate::model::fields::{type_name, Fields, Problems};
 use crate::model::trust::{PublicKey, Trust};
 use crate::util::codec;
-use crate::util::json_in_place;
 
 /// The envelope format's version, the value of its `envelope` member.
 pub const VERSION: u64 = 1;
@@ -327,30 +326,8 @@ fn may_name_envelope(bytes: &[u8]) -> bool {
     }
 }
 
-/// `open` for bytes `is_envelope` said are one, given up by the caller: the envelope is parsed
-/// with its declaration's characters left out, and the declaration unescaped in place in the
-/// bytes, which become it. A 64 MiB envelope is held once, not beside serde's buffer for the
-/// string and the string it copies from that. Every problem is `open`'s, located the same.
-pub fn open_in_place(bytes: Vec<u8>) -> Result<Envelope, Problems> {
-    let without_text = json_in_place::without_member(bytes.as_slice(), b"declaration");
-    let Ok(mut envelope) = parse(&without_text.unwrap_or_default()) else {
-        // The problems as located in the bytes given: a JSON error's column moves without the
-        // declaration's characters. (Only a bad envelope pays for the second reading.)
-        return parse(&bytes);
-    };
-    let span = json_in_place::member(&bytes, "declaration");
-    envelope.declaration = match span {
-        Some(span) => json_in_place::unescape_in_place(bytes, span),
-        None => Err("not found".into()),
-    }
-    .map_err(|e| {
-        let mut problems = Problems::default();
-        problems.push("declaration", e);
-        problems
-    })?;
-    Ok(envelope)
-}
-
+/// Parses an envelope through serde: the declaration is copied out of the bytes once, as any
+/// string member is.
 fn parse(bytes: &[u8]) -> Result<Envelope, Problems> {
     let mut problems = Problems::default();
     // Duplicate keys are refused: two `declaration` members could be read differently by two
@@ -374,7 +351,7 @@ fn parse(bytes: &[u8]) -> Result<Envelope, Problems> {
     };
     let mut fields = Fields::new(&top, String::new(), &mut problems);
     let version = fields.u64("envelope");
-    let text = fields.str("declaration");
+    let text = fields.str("declaration").is_some();
     let items = fields.array("signatures");
     fields.finish();
     match version {
@@ -384,7 +361,7 @@ fn parse(bytes: &[u8]) -> Result<Envelope, Problems> {
             format!("{other} is not a supported envelope version (this host reads {VERSION})"),
         ),
     }
-    if text.is_none() && !top.contains_key("declaration") {
+    if !text && !top.contains_key("declaration") {
         problems.push(
             "declaration",
             "missing (the declaration's text, as a string)",
@@ -396,55 +373,10 @@ fn parse(bytes: &[u8]) -> Result<Envelope, Problems> {
             "missing (an array of {\"key\", \"signature\"})",
         );
     }
-    let mut signatures = Vec::new();
-    for (i, item) in items.into_iter().flatten().enumerate() {
-        let location = format!("signatures[{i}]");
-        let Value::Object(object) = item else {
-            problems.push(
-                location,
-                format!("must be an object, not {}", type_name(item)),
-            );
-            continue;
-        };
-        let mut fields = Fields::new(object, location, &mut problems);
-        let key = fields.str("key");
-        let signature = fields.str("signature");
-        let key = key.and_then(|k| match PublicKey::parse(k) {
-            Ok(key) => Some(key),
-            Err(e) => {
-                fields.problem("key", e);
-                None
-            }
-        });
-        let signature = signature.and_then(|s| match codec::base64_decode(s) {
-            Ok(bytes) if bytes.len() == SIGNATURE_LEN => Some(bytes),
-            Ok(bytes) => {
-                let message = format!(
-                    "{} bytes, an ed25519 signature is {SIGNATURE_LEN}",
-                    bytes.len()
-                );
-                fields.problem("signature", message);
-                None
-            }
-            Err(e) => {
-                fields.problem("signature", format!("not base64: {e}"));
-                None
-            }
-        });
-        for (name, given) in [
-            ("key", object.contains_key("key")),
-            ("signature", object.contains_key("signature")),
-        ] {
-            if !given {
-                fields.problem(name, "missing");
-            }
-        }
-        fields.finish();
-        if let (Some(key), Some(bytes)) = (key, signature) {
-            signatures.push(Signature { key, bytes });
-        }
-    }
-    if text.is_none() || !problems.is_empty() {
+    let signatures = (items.into_iter().flatten().enumerate())
+        .filter_map(|(i, item)| signature(i, item, &mut problems))
+        .collect();
+    if !text || !problems.is_empty() {
         return Err(problems);
     }
     // Moved out rather than copied: a declaration may be tens of MiB.
@@ -455,6 +387,56 @@ fn parse(bytes: &[u8]) -> Result<Envelope, Problems> {
         }),
         _ => Err(problems),
     }
+}
+
+/// `signatures[i]`, or its problems.
+fn signature(i: usize, item: &Value, problems: &mut Problems) -> Option<Signature> {
+    let location = format!("signatures[{i}]");
+    let Value::Object(object) = item else {
+        problems.push(
+            location,
+            format!("must be an object, not {}", type_name(item)),
+        );
+        return None;
+    };
+    let mut fields = Fields::new(object, location, problems);
+    let key = fields.str("key");
+    let signature = fields.str("signature");
+    let key = key.and_then(|k| match PublicKey::parse(k) {
+        Ok(key) => Some(key),
+        Err(e) => {
+            fields.problem("key", e);
+            None
+        }
+    });
+    let signature = signature.and_then(|s| match codec::base64_decode(s) {
+        Ok(bytes) if bytes.len() == SIGNATURE_LEN => Some(bytes),
+        Ok(bytes) => {
+            let message = format!(
+                "{} bytes, an ed25519 signature is {SIGNATURE_LEN}",
+                bytes.len()
+            );
+            fields.problem("signature", message);
+            None
+        }
+        Err(e) => {
+            fields.problem("signature", format!("not base64: {e}"));
+            None
+        }
+    });
+    for (name, given) in [
+        ("key", object.contains_key("key")),
+        ("signature", object.contains_key("signature")),
+    ] {
+        if !given {
+            fields.problem(name, "missing");
+        }
+    }
+    fields.finish();
+    Some(Signature {
+        key: key?,
+        bytes: signature?,
+    })
 }
 
 /// What the host knows when a `declare` frame arrives.
@@ -473,8 +455,8 @@ pub struct Arrival<'a> {
 #[derive(Debug)]
 pub struct Accepted {
     pub declaration: Declaration,
-    /// The declaration's own text (inside the envelope, if it came in one): what is stored.
-    pub text: String,
+    /// The declaration's own bytes (inside the envelope, if it came in one): what is stored.
+    pub text: Vec<u8>,
     /// Who signed it (each signature valid; trusted or not).
     pub signed_by: Vec<PublicKey>,
 }
@@ -488,12 +470,12 @@ pub enum Refused {
     Rejected(String),
 }
 
-/// Decides on the `declaration` string of a `declare` frame: newer than the newest accepted; a
-/// well-formed envelope if it is one; with trusted keys set, signed by enough of them, carrying
-/// its own revision equal to the frame's; valid (`validate`, the declaration parser); and not
-/// expired.
+/// Decides on the declaration a `declare` brought (the bytes of the frame after it): newer than
+/// the newest accepted; a well-formed envelope if it is one; with trusted keys set, signed by
+/// enough of them, carrying its own revision equal to the frame's; valid (`validate`, the
+/// declaration parser); and not expired.
 pub fn accept(
-    text: String,
+    text: Vec<u8>,
     arrival: &Arrival,
     validate: impl FnOnce(&[u8]) -> Result<Declaration, Problems>,
 ) -> Result<Accepted, Refused> {
@@ -510,12 +492,12 @@ pub fn accept(
             if count == 1 { "" } else { "s" }
         ))
     };
-    let (text, verification) = if is_envelope(text.as_bytes()) {
-        // The frame's text becomes the declaration's (unescaped in place).
-        let envelope = open_in_place(text.into_bytes()).map_err(|p| located(&p))?;
+    let (text, verification) = if is_envelope(&text) {
+        let envelope = parse(&text).map_err(|p| located(&p))?;
+        drop(text);
         let trusted = arrival.trust.map_or(&[][..], |t| &t.keys);
         let verification = envelope.verify(trusted);
-        (envelope.declaration, Some(verification))
+        (envelope.declaration.into_bytes(), Some(verification))
     } else {
         (text, None)
     };
@@ -524,7 +506,7 @@ pub fn accept(
             "revision {revision} refused: {refusal}; the previous declaration stays in force"
         )));
     }
-    let declaration = validate(text.as_bytes()).map_err(|p| located(&p))?;
+    let declaration = validate(&text).map_err(|p| located(&p))?;
     if arrival.trust.is_some() && declaration.revision != Some(revision) {
         let inner = match declaration.revision {
             Some(r) => format!("the signed text carries revision {r}"),
@@ -597,7 +579,7 @@ mod tests {
             now: NOW,
             trust,
         };
-        accept(text.to_string(), &arrival, |bytes| {
+        accept(text.as_bytes().to_vec(), &arrival, |bytes| {
             parse_with_defaults(std::str::from_utf8(bytes).unwrap_or(""))
         })
     }
@@ -631,7 +613,7 @@ mod tests {
         let text = decl(7);
         let envelope = signed(&text, &[&a]);
         let accepted = arrive(&envelope.to_json(), 7, Some(6), Some(&t)).unwrap();
-        assert_eq!(accepted.text, text);
+        assert_eq!(accepted.text, text.as_bytes());
         assert_eq!(
             accepted.declaration.digest,
             codec::sha256_hex(text.as_bytes())
@@ -846,7 +828,7 @@ mod tests {
     }
 
     #[test]
-    fn an_envelope_opened_in_place_is_the_one_open_reads() {
+    fn an_envelope_reads_back_its_text_however_its_members_are_laid_out() {
         let texts = [
             decl(3),
             "{\"a\": \"quote \\\" backslash \\\\ é 🦀 \\u0000\"}".to_string(),
@@ -856,13 +838,12 @@ mod tests {
             let json = signed(&text, &[&key(1), &key(2)]).to_json();
             let opened = open(json.as_bytes()).unwrap().unwrap();
             assert_eq!(opened.declaration, text);
-            assert_eq!(open_in_place(json.into_bytes()).unwrap(), opened);
             // Members in another order, the declaration's name escaped.
             let json = format!(
                 r#" {{ "signatures": [], "decl\u0061ration": {}, "envelope": 1 }} "#,
                 serde_json::to_string(&text).unwrap()
             );
-            assert_eq!(open_in_place(json.into_bytes()).unwrap().declaration, text);
+            assert_eq!(open(json.as_bytes()).unwrap().unwrap().declaration, text);
         }
     }
 
@@ -920,9 +901,6 @@ mod tests {
                 .iter()
                 .map(ToString::to_string)
                 .collect();
-            let in_place = open_in_place(json.as_bytes().to_vec()).unwrap_err();
-            let in_place: Vec<String> = in_place.0.iter().map(ToString::to_string).collect();
-            assert_eq!(in_place, problems, "{json}: read in place");
             assert_eq!(problems.len(), wants.len(), "{json}: {problems:#?}");
             for (problem, want) in problems.iter().zip(wants.iter()) {
                 assert!(problem.contains(want), "{json}: {problem:?} lacks {want:?}");

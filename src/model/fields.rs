@@ -65,13 +65,6 @@ pub fn secret_piece(text: &str, texts: &mut BTreeSet<String>) {
         texts.insert(text.to_string());
     }
 }
-/// A refusal of secret `content` with what it quotes of it scrubbed (`exec::redact`): a
-/// refusal is shown and reported like any problem.
-pub fn redact_refusal(refusal: String, content: &[u8]) -> String {
-    let mut texts = BTreeSet::new();
-    content_secrets(content, &mut texts);
-    crate::os::exec::redact(&refusal, &texts.into_iter().collect::<Vec<_>>())
-}
 /// Where a resource is, for messages: `files["/etc/x"]`. Formatted only for a problem, never for
 /// each of thousands of valid resources.
 pub fn resource_location(kind: &str, key: &str) -> String {
@@ -322,7 +315,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
 }
 
 /// A field as the manual (`mesh-host.json(5)`, `mesh-host-config(5)`) and the JSON Schemas
-/// describe it. The parsers stay the authority: `tests/manual.rs` checks these tables name
+/// describe it. The parsers stay the authority: `tests/it/manual.rs` checks these tables name
 /// exactly the fields the parsers know.
 pub struct FieldDoc {
     pub name: &'static str,

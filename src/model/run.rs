@@ -179,6 +179,47 @@ impl fmt::Display for RunOutcome {
     }
 }
 
+/// How a reported run ended, or why a declaration did not lead to one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportOutcome {
+    Converged,
+    Failed,
+    Interrupted,
+    Error,
+    /// A declaration with a revision older than the one in force.
+    Ignored,
+    /// An invalid declaration, or one its signatures do not allow.
+    Rejected,
+    /// A resource another process keeps changing back.
+    Contested,
+}
+
+impl From<RunOutcome> for ReportOutcome {
+    fn from(outcome: RunOutcome) -> ReportOutcome {
+        match outcome {
+            RunOutcome::Converged => ReportOutcome::Converged,
+            RunOutcome::Failed => ReportOutcome::Failed,
+            RunOutcome::Interrupted => ReportOutcome::Interrupted,
+            RunOutcome::Error => ReportOutcome::Error,
+        }
+    }
+}
+
+impl fmt::Display for ReportOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            ReportOutcome::Converged => "converged",
+            ReportOutcome::Failed => "failed",
+            ReportOutcome::Interrupted => "interrupted",
+            ReportOutcome::Error => "error",
+            ReportOutcome::Ignored => "ignored",
+            ReportOutcome::Rejected => "rejected",
+            ReportOutcome::Contested => "contested",
+        })
+    }
+}
+
 /// One run as the store keeps it in runs.json (`status` shows them; the control plane's report
 /// of a run is its own type, `link::Report`, made from this one).
 #[derive(Debug, Clone, Serialize, Deserialize)]

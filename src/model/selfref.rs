@@ -12,7 +12,10 @@ use crate::model::unitfile::{self, Owner, UnitName};
 
 mod paths;
 mod pid1;
+mod refusal;
 mod tmpfiles;
+
+pub use refusal::{Acting, Mount, Reader, Reason, Refusal};
 
 /// Types whose unit of the host's name starts the host's service by default.
 const ACTIVATION_TYPES: [&str; 3] = ["socket", "timer", "path"];
@@ -98,20 +101,17 @@ fn unit_model_off() -> bool {
 }
 
 /// Why declaring the unit `key` (with `content`, its unit file) reaches the host, if it does.
-pub fn refuse_unit(key: &str, content: Option<&str>, identity: &Identity) -> Option<String> {
+pub fn refuse_unit(key: &str, content: Option<&str>, identity: &Identity) -> Option<Refusal> {
     if unit_model_off() {
         return None;
     }
     for (unit, service) in host_units(identity) {
         if key == unit && unit == service {
-            return Some(format!(
-                "{key} is the host's own unit; nothing may enable, start, stop or replace it"
-            ));
+            return Some(Refusal::OwnUnit { unit });
         }
         if key == unit {
-            return Some(format!(
-                "{key} is the host's own unit: by default it starts {service}"
-            ));
+            let service = service.to_string();
+            return Some(Refusal::Activates { unit, service });
         }
     }
     let name = UnitName::parse(key).ok()?;
@@ -120,15 +120,19 @@ pub fn refuse_unit(key: &str, content: Option<&str>, identity: &Identity) -> Opt
     } else {
         Owner::Unit(name)
     };
-    if let Some(why) = content.and_then(|text| refuse_content(text, owner, identity)) {
-        return Some(format!("content: {why}"));
+    if let Some(acting) = content.and_then(|text| refuse_content(text, owner, identity)) {
+        return Some(Refusal::Content(acting));
     }
     // A mount, automount or swap unit's name is its path, whatever file a package ships for it.
     if content.is_some() || ["mount", "automount", "swap"].contains(&name.unit_type) {
         let hosts = paths::host_paths(identity);
         let system = pid1::Manager::System;
-        return pid1::refuse_unit(content.unwrap_or(""), owner, system, &hosts)
-            .map(|why| format!("{key}: {why}"));
+        return pid1::refuse_unit(content.unwrap_or(""), owner, system, &hosts).map(|why| {
+            Refusal::UnitPath {
+                unit: key.to_string(),
+                why,
+            }
+        });
     }
     None
 }
@@ -136,9 +140,9 @@ pub fn refuse_unit(key: &str, content: Option<&str>, identity: &Identity) -> Opt
 /// Why a unit file or drop-in with `text` acts on a host unit, if it does: text systemd may read
 /// otherwise than it looks (`unitfile::unplain`), or a directive that ties the units it names to
 /// this one names one, or could (a specifier that cannot be resolved here could make it one).
-pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<String> {
+pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<Acting> {
     if let Some((line, odd)) = unitfile::unplain(text) {
-        return Some(format!("line {line} has {odd}"));
+        return Some(Acting::Unplain { line, odd });
     }
     let units = host_units(identity);
     for directive in unitfile::parse(text) {
@@ -165,22 +169,13 @@ pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<S
                     unitfile::Piece::Text(_) => None,
                 })
                 .collect();
+            let unit = unit.clone();
             if !unknown.is_empty() {
-                return Some(format!(
-                    "{at}: {} cannot be resolved safely here, and could make it name \
-                     {unit}, the host's own unit",
-                    unknown.join(" ")
-                ));
+                return Some(Acting::Unresolved { at, unknown, unit });
             }
             // Read through a backslash, a quote, an escape or a separator: say which name.
-            let read_as = if word == directive.value {
-                String::new()
-            } else {
-                format!(
-                    " (systemd may read {word:?} in it; write unit names plainly, one per word)"
-                )
-            };
-            return Some(format!("{at} names {unit}, the host's own unit{read_as}"));
+            let read_as = (word != directive.value).then_some(word);
+            return Some(Acting::Names { at, unit, read_as });
         }
     }
     None
@@ -188,9 +183,9 @@ pub fn refuse_content(text: &str, owner: Owner, identity: &Identity) -> Option<S
 
 /// Why writing (or removing) the file `path` with `content` reaches the host, if it does: its
 /// config, credentials or store, or what systemd reads for one of its units.
-pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
-    if let Some(why) = refuse_systemd_file(path, content, identity) {
-        return Some(why);
+pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<Refusal> {
+    if let Some(refusal) = refuse_systemd_file(path, content, identity) {
+        return Some(refusal);
     }
     let own = [&identity.config_dir]
         .into_iter()
@@ -202,26 +197,18 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
     }
     let path = Path::new(path);
     if path.starts_with(&identity.config_dir) {
-        return Some(format!(
-            "{} is the host's own configuration",
-            identity.config_dir.display()
-        ));
+        return Some(Refusal::OwnConfig(identity.config_dir.clone()));
     }
     if let Some(file) = identity.config_files.iter().find(|f| path == *f) {
-        return Some(format!(
-            "{} is the host's own configuration or credential file",
-            file.display()
-        ));
+        return Some(Refusal::OwnConfigFile(file.clone()));
     }
     if let Some(store) = identity.state_dirs.iter().find(|d| path.starts_with(d)) {
-        return Some(format!("{} is the host's own store", store.display()));
+        return Some(Refusal::OwnStore(store.clone()));
     }
-    let key = path.display();
     // (Switched off with the unit model in a test build: drop-ins and links are units to systemd.)
-    for dir in identity.unit_dirs.iter().filter(|_| !unit_model_off()) {
-        let Ok(rest) = path.strip_prefix(dir) else {
-            continue;
-        };
+    let mut dirs = identity.unit_dirs.iter().filter(|_| !unit_model_off());
+    let parts = dirs.find_map(|dir| {
+        let rest = path.strip_prefix(dir).ok()?;
         let parts: Vec<&str> = rest
             .components()
             .filter_map(|c| match c {
@@ -229,54 +216,63 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
                 _ => None,
             })
             .collect();
-        let Some(&first) = parts.first() else {
-            continue;
+        (!parts.is_empty()).then_some(parts)
+    })?;
+    refuse_in_unit_dir(&path.display().to_string(), &parts, content, identity)
+}
+
+/// Why file `key`, at `parts` below one of the unit directories, reaches the host's units: one
+/// of their unit files, drop-ins, dependency directories or links, or a unit file acting on them.
+fn refuse_in_unit_dir(
+    key: &str,
+    parts: &[&str],
+    content: Option<&[u8]>,
+    identity: &Identity,
+) -> Option<Refusal> {
+    let first = *parts.first()?;
+    let path = key.to_string();
+    for (unit, service) in host_units(identity) {
+        let own_dirs: Vec<String> = if unit == service {
+            lookup_names(service)
+        } else {
+            vec![unit.clone()]
         };
-        for (unit, service) in host_units(identity) {
-            let own_dirs: Vec<String> = if unit == service {
-                lookup_names(service)
-            } else {
-                vec![unit.clone()]
-            };
-            if first == unit {
-                return Some(format!(
-                    "{key} is the host's own unit {unit} (its unit file, read by systemd)"
-                ));
-            }
-            for name in &own_dirs {
-                if let Some(suffix) = UNIT_DIR_SUFFIXES
-                    .iter()
-                    .find(|s| first.strip_suffix(**s) == Some(name.as_str()))
-                {
-                    let what = if suffix == &".d" {
-                        "drop-ins"
-                    } else {
-                        "dependencies"
-                    };
-                    return Some(format!(
-                        "{key} is in {first}/, where systemd reads {what} of the host's own unit {unit}"
-                    ));
-                }
-            }
-            let in_dependency_dir = UNIT_DIR_SUFFIXES[1..].iter().any(|s| first.ends_with(s));
-            if in_dependency_dir && parts.get(1) == Some(&unit.as_str()) {
-                return Some(format!(
-                    "{key} is a link to the host's own unit {unit} in {first}/"
-                ));
+        if first == unit {
+            return Some(Refusal::OwnUnitFile { path, unit });
+        }
+        for name in &own_dirs {
+            if let Some(suffix) = UNIT_DIR_SUFFIXES
+                .iter()
+                .find(|s| first.strip_suffix(**s) == Some(name.as_str()))
+            {
+                let dir = first.to_string();
+                let drop_ins = suffix == &".d";
+                return Some(Refusal::UnitDir {
+                    path,
+                    dir,
+                    drop_ins,
+                    unit,
+                });
             }
         }
-        let text = String::from_utf8_lossy(content?);
-        let owner = match parts.as_slice() {
-            [file] => fragment_owner(file)?,
-            [dir, file] if file.ends_with(".conf") => {
-                dir.strip_suffix(".d").and_then(drop_in_owner)?
-            }
-            _ => return None,
-        };
-        return refuse_content(&text, owner, identity)
-            .map(|why| format!("{key} is read by systemd as a unit file: {why}"));
+        let in_dependency_dir = UNIT_DIR_SUFFIXES[1..].iter().any(|s| first.ends_with(s));
+        if in_dependency_dir && parts.get(1) == Some(&unit.as_str()) {
+            let dir = first.to_string();
+            return Some(Refusal::UnitLink { path, unit, dir });
+        }
     }
-    None
+    let text = String::from_utf8_lossy(content?);
+    let owner = match parts {
+        [file] => fragment_owner(file)?,
+        [dir, file] if file.ends_with(".conf") => dir.strip_suffix(".d").and_then(drop_in_owner)?,
+        _ => return None,
+    };
+    let acting = refuse_content(&text, owner, identity)?;
+    Some(Refusal::ReadBy {
+        path,
+        reader: Reader::UnitFile,
+        why: Reason::Acting(acting),
+    })
 }
 
 /// The user managers' unit directories outside homes (systemd.unit(5)).
@@ -287,14 +283,10 @@ const USER_UNIT_DIRS: [&str; 4] = [
     "/usr/lib/systemd/user",
 ];
 
-/// Why a file systemd itself acts on has it touch one of the host's paths, if it does: a
-/// tmpfiles.d file, `/etc/fstab`, or a unit file or drop-in anywhere on the unit search path
-/// (mounts by name, and directives whose path PID 1 writes, chowns or unlinks).
-fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<String> {
-    let content = content?;
-    // Most declared files are elsewhere under /etc: told by their first bytes, as
-    // `surely_outside` does for the host's own paths.
-    let near = [
+/// Whether `path` may be a file systemd itself reads: most declared files are elsewhere under
+/// /etc, told by their first bytes, as `surely_outside` does for the host's own paths.
+fn near_systemd(path: &str, identity: &Identity) -> bool {
+    [
         "/etc/systemd/",
         "/etc/tmpfiles.d/",
         "/etc/fstab",
@@ -306,8 +298,15 @@ fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) 
         || identity
             .unit_dirs
             .iter()
-            .any(|d| path.as_bytes().starts_with(d.as_os_str().as_bytes()));
-    if !near {
+            .any(|d| path.as_bytes().starts_with(d.as_os_str().as_bytes()))
+}
+
+/// Why a file systemd itself acts on has it touch one of the host's paths, if it does: a
+/// tmpfiles.d file, `/etc/fstab`, or a unit file or drop-in anywhere on the unit search path
+/// (mounts by name, and directives whose path PID 1 writes, chowns or unlinks).
+fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> Option<Refusal> {
+    let content = content?;
+    if !near_systemd(path, identity) {
         return None;
     }
     let (dir, name) = path.rsplit_once('/')?;
@@ -322,17 +321,22 @@ fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) 
     };
     let text = || String::from_utf8_lossy(content);
     let hosts = || paths::host_paths(identity);
+    let read_by = |reader, why| Refusal::ReadBy {
+        path: path.to_string(),
+        reader,
+        why,
+    };
     if name.ends_with(".conf") && tmpfiles::DIRS.contains(&dir) {
         return tmpfiles::refuse(&text(), &hosts())
-            .map(|why| format!("{path} is read by systemd-tmpfiles: {why}"));
+            .map(|why| read_by(Reader::Tmpfiles, Reason::Touches(why)));
     }
     if path == "/etc/fstab" {
         return pid1::refuse_fstab(&text(), &hosts())
-            .map(|why| format!("{path} is read by systemd-fstab-generator: {why}"));
+            .map(|why| read_by(Reader::FstabGenerator, Reason::Touches(why)));
     }
     if path == "/etc/crypttab" {
         return pid1::refuse_crypttab(&text(), &hosts())
-            .map(|why| format!("{path} is read by systemd-cryptsetup-generator: {why}"));
+            .map(|why| read_by(Reader::CryptsetupGenerator, Reason::Touches(why)));
     }
     if unit_model_off() {
         return None;
@@ -340,14 +344,17 @@ fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) 
     // What the system manager reads also acts on the host's units: that reason, more exact,
     // comes first (`refuse_file` would give it after this).
     let acting = |owner, manager| match manager {
-        pid1::Manager::System => refuse_content(&text(), owner, identity),
+        pid1::Manager::System => refuse_content(&text(), owner, identity).map(Reason::Acting),
         pid1::Manager::User => None,
     };
-    let as_unit = |why: String| format!("{path} is read by systemd as a unit file: {why}");
+    let touches = |text: &str, owner, manager| {
+        pid1::refuse_unit(text, owner, manager, &hosts()).map(Reason::Touches)
+    };
+    let as_unit = |why| read_by(Reader::UnitFile, why);
     if let Some(manager) = manager(dir) {
         let owner = fragment_owner(name)?;
         return acting(owner, manager)
-            .or_else(|| pid1::refuse_unit(&text(), owner, manager, &hosts()))
+            .or_else(|| touches(&text(), owner, manager))
             .map(as_unit);
     }
     let (parent, sub) = dir.rsplit_once('/')?;
@@ -355,18 +362,18 @@ fn refuse_systemd_file(path: &str, content: Option<&[u8]>, identity: &Identity) 
     if let Some(unit) = sub.strip_suffix(".d").filter(|_| name.ends_with(".conf")) {
         let owner = drop_in_owner(unit)?;
         // A mount unit's drop-in: the unit it is for is named, whatever the drop-in says.
-        let by_name =
-            || fragment_owner(unit).and_then(|o| pid1::refuse_unit("", o, manager, &hosts()));
+        let by_name = || fragment_owner(unit).and_then(|o| touches("", o, manager));
         return acting(owner, manager)
             .or_else(by_name)
-            .or_else(|| pid1::refuse_unit(&text(), owner, manager, &hosts()))
+            .or_else(|| touches(&text(), owner, manager))
             .map(as_unit);
     }
     // An entry of a `.wants/` (or `.requires/`, `.upholds/`) directory starts the unit it names,
     // whatever file a package ships for it.
     if UNIT_DIR_SUFFIXES[1..].iter().any(|s| sub.ends_with(s)) {
-        return pid1::refuse_unit("", fragment_owner(name)?, manager, &hosts())
-            .map(|why| format!("{path} has systemd start {name}: {why}"));
+        let why = pid1::refuse_unit("", fragment_owner(name)?, manager, &hosts())?;
+        let (path, unit) = (path.to_string(), name.to_string());
+        return Some(Refusal::Starts { path, unit, why });
     }
     None
 }
@@ -455,31 +462,35 @@ const WELL_KNOWN_LINKS: [(&str, &str); 8] = [
 /// Why a container mounting the host directory `source` (normalised) in this way reaches the
 /// host, if it does: writable (or relabelled, or chowned) and holding or inside something the
 /// host needs.
-pub fn refuse_mount(source: &str, writes: &str, identity: &Identity) -> Option<String> {
+pub fn refuse_mount(source: &str, writes: &str, identity: &Identity) -> Option<Mount> {
     let source = follow_links(source);
+    let writes = writes.to_string();
     if source.split('/').any(|part| part == "..") {
-        return Some(format!(
-            "it mounts {source} {writes}, and its '..' cannot be resolved without following \
-             symlinks (give the path without it)"
-        ));
+        let writes = Some(writes);
+        return Some(Mount::Unresolvable { source, writes });
     }
-    let source = Path::new(&source);
-    protected_paths(identity).into_iter().find_map(|(p, what)| {
-        let protected = Path::new(&p);
-        let relation = if protected == source {
-            "which is"
-        } else if protected.starts_with(source) {
-            "which holds"
-        } else if source.starts_with(protected) {
-            "inside"
-        } else {
-            return None;
-        };
-        Some(format!(
-            "it mounts {} {writes}, {relation} {p}, the host's own {what}",
-            source.display()
-        ))
-    })
+    let at = Path::new(&source);
+    protected_paths(identity)
+        .into_iter()
+        .find_map(|(path, what)| {
+            let protected = Path::new(&path);
+            let relation = if protected == at {
+                "which is"
+            } else if protected.starts_with(at) {
+                "which holds"
+            } else if at.starts_with(protected) {
+                "inside"
+            } else {
+                return None;
+            };
+            Some(Mount::Protected {
+                source: at.display().to_string(),
+                writes: writes.clone(),
+                relation,
+                path,
+                what,
+            })
+        })
 }
 
 /// `source` with the merged-/usr link it starts with, if any, followed.
@@ -517,7 +528,7 @@ const PROC_LINKS: [(&str, &str); 4] = [
 /// read-only, or through a writable kernel interface, if it does: `/proc/N` (a process's `root`,
 /// `cwd` and `fd/` lead into the host's filesystem, past the mount's read-only flag), a writable
 /// procfs, sysfs or cgroupfs, and PID 1's and the system bus's sockets with every directory above.
-pub fn refuse_mount_source(source: &str, writable: bool) -> Option<String> {
+pub fn refuse_mount_source(source: &str, writable: bool) -> Option<Mount> {
     let mut source = follow_links(source);
     for (link, target) in PROC_LINKS {
         if let Some(rest) = source.strip_prefix(link) {
@@ -529,25 +540,17 @@ pub fn refuse_mount_source(source: &str, writable: bool) -> Option<String> {
     }
     let parts: Vec<&str> = source.split('/').filter(|p| !p.is_empty()).collect();
     if parts.contains(&"..") {
-        return Some(format!(
-            "it mounts {source}, and its '..' cannot be resolved without following symlinks \
-             (give the path without it)"
-        ));
+        let writes = None;
+        return Some(Mount::Unresolvable { source, writes });
     }
     let process =
         |p: &str| matches!(p, "self" | "thread-self") || p.bytes().all(|b| b.is_ascii_digit());
     match parts.as_slice() {
         ["proc", rest @ ..] if rest.first().is_none_or(|p| process(p)) => {
-            return Some(format!(
-                "it mounts {source}: /proc/N/root, /proc/N/cwd and /proc/N/fd lead into the \
-                 host's filesystem, writable, whatever the mount's options"
-            ));
+            return Some(Mount::Processes { source });
         }
         ["proc", ..] | ["sys", ..] if writable => {
-            return Some(format!(
-                "it mounts {source} read-write: procfs, sysfs and cgroupfs act on the whole host \
-                 (/proc/sysrq-trigger, the host's own cgroup.kill)"
-            ));
+            return Some(Mount::KernelWritable { source });
         }
         _ => {}
     }
@@ -557,12 +560,14 @@ pub fn refuse_mount_source(source: &str, writable: bool) -> Option<String> {
         return None;
     }
     SOCKET_DIRS.iter().find_map(|(dir, what)| {
-        let relation = paths::Pattern::literal(&source).relation(dir)?;
-        Some(format!(
-            "it mounts {source}, {} {dir}, {what}: connect() to a socket ignores a read-only \
-             mount",
-            relation.phrase()
-        ))
+        let relation = paths::Pattern::literal(&source).relation(dir)?.phrase();
+        let source = source.clone();
+        Some(Mount::Sockets {
+            source,
+            relation,
+            dir,
+            what,
+        })
     })
 }
 

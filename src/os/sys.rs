@@ -139,6 +139,32 @@ impl SignalFd {
     }
 }
 
+/// A signal the service handles, by what it is (`SignalFd::next`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Signal {
+    /// SIGTERM or SIGINT, with its number for the log.
+    Terminate(i32),
+    Hangup,
+    User1,
+    User2,
+}
+
+impl SignalFd {
+    /// The next pending signal the service handles, if any (others are skipped).
+    pub fn next(&self) -> Option<Signal> {
+        while let Some(signal) = self.read() {
+            match signal {
+                libc::SIGTERM | libc::SIGINT => return Some(Signal::Terminate(signal)),
+                libc::SIGHUP => return Some(Signal::Hangup),
+                libc::SIGUSR1 => return Some(Signal::User1),
+                libc::SIGUSR2 => return Some(Signal::User2),
+                _ => {}
+            }
+        }
+        None
+    }
+}
+
 /// What `wait_until` waits for on a descriptor.
 #[derive(Debug, Clone, Copy)]
 pub enum Ready {

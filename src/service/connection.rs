@@ -5,7 +5,6 @@ use std::io::{self, Read, Write};
 use std::net::ToSocketAddrs;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::Interest;
@@ -15,6 +14,7 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
 use crate::link::{Link, LinkError};
 use crate::model::config::ControlPlane;
+use crate::os::clock::Clock;
 
 /// TLS settings trusting only the pinned CA (never the system's roots).
 pub fn tls_config(cp: &ControlPlane) -> Result<Arc<ClientConfig>, String> {
@@ -44,7 +44,7 @@ pub fn tls_config(cp: &ControlPlane) -> Result<Arc<ClientConfig>, String> {
 const WRITE_CHUNK: usize = 64 * 1024;
 /// How long a closing host waits for the socket to take its last words (the `error` frame, TLS
 /// close_notify or an alert). Bounded: the loop is blocked meanwhile.
-const GOODBYE: Duration = Duration::from_secs(1);
+const GOODBYE_MS: u64 = 1_000;
 
 pub struct Connection {
     pub stream: TcpStream,
@@ -52,6 +52,8 @@ pub struct Connection {
     pub link: Link,
     /// The goodbye was said; nothing more is sent.
     closed: bool,
+    /// Bounds the goodbye's wait.
+    clock: Clock,
 }
 
 impl Connection {
@@ -60,6 +62,7 @@ impl Connection {
         cp: &ControlPlane,
         tls: Arc<ClientConfig>,
         link: Link,
+        clock: Clock,
     ) -> Result<Connection, String> {
         let addr = cp
             .address
@@ -78,6 +81,7 @@ impl Connection {
             tls,
             link,
             closed: false,
+            clock,
         })
     }
 
@@ -95,7 +99,7 @@ impl Connection {
                 Ok(state) => state,
                 Err(e) => {
                     // rustls queued the alert that says why (a refused certificate: UnknownCA).
-                    self.flush(GOODBYE);
+                    self.flush(GOODBYE_MS);
                     return Err(format!("TLS: {e}"));
                 }
             };
@@ -166,7 +170,7 @@ impl Connection {
         why
     }
 
-    /// Says goodbye: an `error` frame, then TLS close_notify, written within `GOODBYE`. What the
+    /// Says goodbye: an `error` frame, then TLS close_notify, written within `GOODBYE_MS`. What the
     /// link still holds goes into TLS first: once close_notify is queued, TLS sends nothing more.
     pub fn close(&mut self, now: u64, why: &str) {
         if std::mem::replace(&mut self.closed, true) {
@@ -185,7 +189,7 @@ impl Connection {
             }
         }
         self.tls.send_close_notify();
-        self.flush(GOODBYE);
+        self.flush(GOODBYE_MS);
         // Unread input at close would make the kernel reset the connection, and a reset can
         // destroy the goodbye before the control plane reads it: FIN, then drain what is there.
         let _ = self.stream.shutdown(std::net::Shutdown::Write);
@@ -194,8 +198,8 @@ impl Connection {
     }
 
     /// Writes what TLS holds, waiting for the socket at most `within`.
-    fn flush(&mut self, within: Duration) {
-        let deadline = Instant::now() + within;
+    fn flush(&mut self, within_ms: u64) {
+        let deadline = self.clock.mono_ms() + within_ms;
         while self.tls.wants_write() {
             match self.tls.write_tls(&mut self.stream) {
                 Ok(_) => continue,
@@ -203,11 +207,11 @@ impl Connection {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => return,
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            let left = deadline.saturating_sub(self.clock.mono_ms());
+            if left == 0 {
                 return;
             }
-            let millis = left.as_millis().clamp(1, 1000) as i32;
+            let millis = left.clamp(1, 1000) as i32;
             let writable = crate::os::sys::Ready::Writable;
             let _ = crate::os::sys::wait_until(self.stream.as_raw_fd(), writable, millis);
         }

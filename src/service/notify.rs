@@ -2,7 +2,8 @@
 //! is doing now, how the last run ended and when, and when the next timer run is. Pure; the loop
 //! sends it with `sd_notify` when it changes.
 
-use crate::store::{LinkStatus, RunOutcome};
+use crate::model::run::RunOutcome;
+use crate::store::LinkStatus;
 
 /// How the service's last run ended.
 #[derive(Clone, Debug, PartialEq)]

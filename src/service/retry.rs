@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use super::watch::Resource;
+use super::drift::Resource;
 
 /// The waits before each retry of a failed watch repair; after the last, the timer's.
 pub const DELAYS_MS: [u64; 3] = [1_000, 2_000, 4_000];

@@ -1,7 +1,7 @@
 //! When to reconcile, as pure bookkeeping over times the event loop passes in (milliseconds on a
 //! monotonic clock). Triggers that come due while a reconcile runs collapse into one pending run.
 
-use crate::store::{Trigger, Triggers};
+use crate::model::run::{Trigger, Triggers};
 
 pub struct Schedule {
     interval_ms: u64,

@@ -8,8 +8,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ResourceResult, Store, StoreError};
+use super::{Store, StoreError};
 use crate::model::run::Failing;
+use crate::model::run::ResourceResult;
 use crate::util::words::duration_words;
 
 const FILE: &str = "failures.json";
@@ -214,7 +215,7 @@ mod tests {
         ResourceResult {
             kind: "files".into(),
             key: key.into(),
-            action: crate::store::ResultAction::Plan,
+            action: crate::model::run::ResultAction::Plan,
             detail: detail.into(),
         }
     }

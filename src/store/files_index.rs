@@ -57,6 +57,58 @@ struct Window {
 /// How much of the index file is read at once when lookups move forward.
 const WINDOW: usize = 64 * 1024;
 
+/// The records of an index file as its body streams in: where each starts, checked in key order.
+#[derive(Default)]
+struct Scan {
+    records: Vec<u32>,
+    /// Bytes read and not yet parsed: at most one record plus one chunk.
+    pending: Vec<u8>,
+    /// Where `pending` starts in the body (0 until the header is in).
+    pending_at: u32,
+    previous: Vec<u8>,
+    /// What is wrong with the records, told only once the checksum matched: a damaged file
+    /// is reported as damaged, whatever the damage looks like.
+    broken: Option<&'static str>,
+}
+
+impl Scan {
+    /// The next bytes of the body; `Err` for a file of another version.
+    fn feed(&mut self, body: &[u8]) -> Result<(), String> {
+        if self.broken.is_some() {
+            return Ok(());
+        }
+        self.pending.extend_from_slice(body);
+        if self.pending_at == 0 {
+            if self.pending.len() < HEADER.len() {
+                return Ok(());
+            }
+            if !self.pending.starts_with(HEADER) {
+                return Err("not a files index of this version".into());
+            }
+            self.pending.drain(..HEADER.len());
+            self.pending_at = HEADER.len() as u32;
+        }
+        let mut at = 0;
+        while let Some(key) = record_key(&self.pending, at) {
+            if std::str::from_utf8(key).is_err() {
+                self.broken = Some("a key is not UTF-8");
+                break;
+            }
+            if !self.previous.is_empty() && self.previous.as_slice() >= key {
+                self.broken = Some("its records are not in key order");
+                break;
+            }
+            self.previous.clear();
+            self.previous.extend_from_slice(key);
+            self.records.push(self.pending_at + at as u32);
+            at += 2 + key.len() + FIXED;
+        }
+        self.pending.drain(..at);
+        self.pending_at += at as u32;
+        Ok(())
+    }
+}
+
 impl FilesIndex {
     /// Checks an index file, reading it once as a stream; `Err` says what is wrong with it.
     pub fn open(mut file: std::fs::File) -> Result<FilesIndex, String> {
@@ -67,17 +119,13 @@ impl FilesIndex {
             .ok_or("too short")?;
         let body_len = u32::try_from(body_len).map_err(|_| "too large")?;
         let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
-        let mut records = Vec::new();
-        // Bytes read and not yet parsed: at most one record plus one chunk.
-        let mut pending: Vec<u8> = Vec::with_capacity(2 * WINDOW);
-        let mut pending_at: u32 = 0;
-        let mut previous: Vec<u8> = Vec::new();
+        let mut scan = Scan {
+            pending: Vec::with_capacity(2 * WINDOW),
+            ..Scan::default()
+        };
         let mut chunk = vec![0; WINDOW];
         let mut read: u64 = 0;
         let mut tail = Vec::with_capacity(CHECKSUM);
-        // What is wrong with the records, told only once the checksum matched: a damaged file
-        // is reported as damaged, whatever the damage looks like.
-        let mut broken: Option<&str> = None;
         loop {
             let n = match io::Read::read(&mut file, &mut chunk) {
                 Ok(0) => break,
@@ -90,53 +138,24 @@ impl FilesIndex {
             let (body, rest) = chunk[..n].split_at(body_in_chunk);
             digest.update(body);
             tail.extend_from_slice(rest);
-            if broken.is_some() {
-                continue;
-            }
-            pending.extend_from_slice(body);
-            if pending_at == 0 {
-                if pending.len() < HEADER.len() {
-                    continue;
-                }
-                if !pending.starts_with(HEADER) {
-                    return Err("not a files index of this version".into());
-                }
-                pending.drain(..HEADER.len());
-                pending_at = HEADER.len() as u32;
-            }
-            let mut at = 0;
-            while let Some(key) = record_key(&pending, at) {
-                if std::str::from_utf8(key).is_err() {
-                    broken = Some("a key is not UTF-8");
-                    break;
-                }
-                if !previous.is_empty() && previous.as_slice() >= key {
-                    broken = Some("its records are not in key order");
-                    break;
-                }
-                previous.clear();
-                previous.extend_from_slice(key);
-                records.push(pending_at + at as u32);
-                at += 2 + key.len() + FIXED;
-            }
-            pending.drain(..at);
-            pending_at += at as u32;
+            scan.feed(body)?;
         }
         if read != size || tail.len() != CHECKSUM {
             return Err("it changed while being read".into());
         }
-        if pending_at == 0 {
+        if scan.pending_at == 0 {
             return Err("not a files index of this version".into());
         }
         if digest.finish().as_ref() != tail.as_slice() {
             return Err("its checksum does not match".into());
         }
-        if let Some(broken) = broken {
+        if let Some(broken) = scan.broken {
             return Err(broken.into());
         }
-        if !pending.is_empty() {
+        if !scan.pending.is_empty() {
             return Err("a record is cut short".into());
         }
+        let records = scan.records;
         Ok(FilesIndex {
             file: Some(file),
             records,

@@ -12,8 +12,6 @@ use serde::{Deserialize, Serialize};
 use super::{InForce, Source, Store, StoreError, MAX_STORE_FILE};
 use crate::util::codec;
 
-pub use crate::link::Reverted;
-
 pub const GENERATIONS: &str = "generations.json";
 const TEXTS: &str = "generations";
 
@@ -88,6 +86,25 @@ pub enum Confirmer {
     Person,
     /// The control plane, by acking the report of the run that applied it.
     ControlPlane,
+}
+
+/// A pending declaration taken back, not confirmed in time, as the store keeps it until the next
+/// one is put in force (the link's `Reverted`, in the hello and the report, is made from it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reverted {
+    /// The revision taken back, and its digest.
+    pub revision: Option<u64>,
+    pub digest: String,
+    /// Unix seconds.
+    pub at: u64,
+    /// Why it was not confirmed, as the host knows it (the link's last error).
+    pub why: String,
+    /// The confirmed generation put back in force.
+    pub to_revision: Option<u64>,
+    pub to_digest: String,
+    /// It is signed and its signature has expired: held anyway, to get the machine back.
+    #[serde(default)]
+    pub signature_expired: bool,
 }
 
 impl Generations {
@@ -273,29 +290,34 @@ impl Store {
             .map_err(|e| self.error(TEXTS, format!("cannot be opened: {e}")))
     }
 
+    /// The text kept under `digest`, unchecked.
+    pub(super) fn text(&self, digest: &str) -> Result<Vec<u8>, StoreError> {
+        let file = text_file(digest);
+        match self.texts()?.read(OsStr::new(&file), MAX_STORE_FILE) {
+            Ok(Some((_, bytes))) => Ok(bytes),
+            Ok(None) => Err(self.error(&text_name(digest), "is missing")),
+            Err(e) => Err(self.error(&text_name(digest), format!("cannot be read: {e}"))),
+        }
+    }
+
     /// A generation's text, checked against its digest: a damaged one is refused, never applied.
-    pub fn generation_text(&self, generation: &Generation) -> Result<String, StoreError> {
-        let file = text_file(&generation.digest);
-        let name = format!("{TEXTS}/{file}");
-        let bytes = match self.texts()?.read(OsStr::new(&file), MAX_STORE_FILE) {
-            Ok(Some((_, bytes))) => bytes,
-            Ok(None) => return Err(self.error(&name, "is missing")),
-            Err(e) => return Err(self.error(&name, format!("cannot be read: {e}"))),
-        };
+    pub fn generation_text(&self, generation: &Generation) -> Result<Vec<u8>, StoreError> {
+        let bytes = self.text(&generation.digest)?;
         let found = codec::sha256_hex(&bytes);
         if found != generation.digest {
             return Err(self.error(
-                &name,
+                &text_name(&generation.digest),
                 format!(
                     "its text does not match its digest ({found} found): it is damaged, and \
                      nothing of it is applied; it was left as it is for you to inspect"
                 ),
             ));
         }
-        String::from_utf8(bytes).map_err(|_| self.error(&name, "is not UTF-8"))
+        Ok(bytes)
     }
 
-    fn save_text(&self, digest: &str, text: &str) -> Result<(), StoreError> {
+    /// Keeps `text` under `digest`, unless a file whose bytes match it is there already.
+    pub(super) fn save_text(&self, digest: &str, text: &[u8]) -> Result<(), StoreError> {
         let texts = self.texts()?;
         let file = text_file(digest);
         let name = OsStr::new(&file);
@@ -304,13 +326,8 @@ impl Store {
             return Ok(());
         }
         texts
-            .write_atomic(name, text.as_bytes(), 0o600, None)
-            .map_err(|e| {
-                self.error(
-                    &format!("{TEXTS}/{file}"),
-                    format!("cannot be written: {e}"),
-                )
-            })
+            .write_atomic(name, text, 0o600, None)
+            .map_err(|e| self.error(&text_name(digest), format!("cannot be written: {e}")))
     }
 
     /// Puts `in_force` in force as a new generation in `state`, keeping `keep`. The generation is
@@ -328,7 +345,7 @@ impl Store {
         let mut generations = match self.generations() {
             Ok(generations) => generations,
             Err(e) => {
-                self.set_aside_generations(&e);
+                self.set_aside_generations(&e, in_force.since);
                 Generations::default()
             }
         };
@@ -343,7 +360,7 @@ impl Store {
         self.save_text(&in_force.digest, &in_force.text)?;
         let unused = generations.push(generation_of(in_force, state), keep);
         self.save_generations(&generations)?;
-        self.set_in_force(in_force)?;
+        self.write_in_force_record(in_force)?;
         self.remove_texts(&unused);
         Ok(())
     }
@@ -368,8 +385,9 @@ impl Store {
         Ok(())
     }
 
-    fn set_aside_generations(&self, why: &StoreError) {
-        let aside = format!("{GENERATIONS}.unreadable-{}", super::unix_now());
+    /// Moves an unreadable `generations.json` aside, named after `now` (Unix seconds).
+    fn set_aside_generations(&self, why: &StoreError, now: u64) {
+        let aside = format!("{GENERATIONS}.unreadable-{now}");
         let moved = std::fs::rename(self.path.join(GENERATIONS), self.path.join(&aside))
             .and_then(|()| self.dir.sync());
         match moved {
@@ -435,7 +453,7 @@ impl Store {
         let unused = generations.push(generation_of(&in_force, state), keep);
         generations.reverted = reverted;
         self.save_generations(&generations)?;
-        self.set_in_force(&in_force)?;
+        self.write_in_force_record(&in_force)?;
         self.remove_texts(&unused);
         Ok(())
     }
@@ -482,6 +500,11 @@ impl Store {
 /// Where a generation's text is kept, in `generations/`: its digest, as a JSON file.
 fn text_file(digest: &str) -> String {
     format!("{digest}.json")
+}
+
+/// The text's file as the store's errors name it.
+pub(super) fn text_name(digest: &str) -> String {
+    format!("{TEXTS}/{}", text_file(digest))
 }
 
 /// The deadline of a declaration pending `secs` (from `what`: the link's `confirm_secs`,
@@ -651,7 +674,7 @@ mod tests {
             revision: Some(r),
             digest: codec::sha256_hex(text.as_bytes()),
             since: r,
-            text: text.into(),
+            text: text.as_bytes().to_vec(),
             control_plane_revision: Some(r),
             signed_by: Vec::new(),
             expires: None,

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::model::digest::Digest;
 use crate::model::spec::{self, KindSpec};
-use crate::util::json_in_place;
 
 const VERSION: u32 = 1;
 
@@ -369,14 +368,9 @@ fn entry_line<O: DeserializeOwned>(line: &[u8]) -> Option<(String, Entry<O>, &[u
     if line.first() != Some(&b'"') {
         return None;
     }
-    let end = json_in_place::string_end(line, 0)?;
-    let quoted = &line[1..end - 1];
-    let key = if quoted.iter().any(|&b| b == b'\\' || b < 0x20) {
-        serde_json::from_slice(&line[..end]).ok()?
-    } else {
-        std::str::from_utf8(quoted).ok()?.to_string()
-    };
-    let rest = line[end..].strip_prefix(b":")?;
+    let mut keys = serde_json::Deserializer::from_slice(line).into_iter::<String>();
+    let key = keys.next()?.ok()?;
+    let rest = line[keys.byte_offset()..].strip_prefix(b":")?;
     let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<Entry<O>>();
     let entry = values.next()?.ok()?;
     Some((key, entry, &rest[values.byte_offset()..]))

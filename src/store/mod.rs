@@ -8,6 +8,7 @@ mod backups;
 mod failures;
 mod files_index;
 mod generations;
+mod in_force;
 mod ledger;
 mod lock;
 mod outbox;
@@ -22,30 +23,27 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::model::pacnew::QuietDirs;
+use crate::model::run::RunRecord;
 use crate::os::fsutil::{self, Dir};
-use crate::util::codec;
-use crate::util::json_in_place;
 
-pub use crate::model::run::{
-    Failing, ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers, LISTED,
-};
 pub use backups::OriginalAttrs;
 pub use failures::Notice;
 pub use files_index::{Cached, FilesIndex};
 pub use generations::{
-    confirm_deadline, words_revision, Confirmer, Generations, Revert, State, GENERATIONS,
+    confirm_deadline, words_revision, Confirmer, Generations, Revert, Reverted, State, GENERATIONS,
 };
+pub use in_force::{InForce, InForceHead, Source, IN_FORCE};
 pub use ledger::{Digest, Entry, Ledger, Origin, Owned};
 pub use lock::{Lock, LockError};
+pub use outbox::QueuedReport;
 pub use owed::Owed;
 pub use stats::{Foreign, LastRun, RunStats};
 pub use upkeep::PacmanPaths;
 
-pub const IN_FORCE: &str = "declaration.json";
 const SERVICE: &str = "service.json";
 pub const LEDGER: &str = "ledger.json";
 const RUNS: &str = "runs.json";
@@ -65,57 +63,6 @@ impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "store {}: {}", self.path.display(), self.message)
     }
-}
-
-/// Where the declaration in force came from.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum Source {
-    /// Given by a person with `mesh-host apply FILE`.
-    Local { path: String },
-    /// Pushed by the control plane.
-    ControlPlane,
-}
-
-/// The declaration the host holds the machine to, kept verbatim so its digest stays meaningful.
-/// (`Text` is only ever `String` outside this file; the file is checked as `InForce<IgnoredAny>`,
-/// its text skipped, before the text is read where it lies.)
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InForce<Text = String> {
-    pub source: Source,
-    pub revision: Option<u64>,
-    pub digest: String,
-    /// Unix seconds when it became the declaration in force.
-    pub since: u64,
-    pub text: Text,
-    /// The newest revision accepted from the control plane, kept across local overrides: a
-    /// `declare` must be newer than this to be applied.
-    #[serde(default)]
-    pub control_plane_revision: Option<u64>,
-    /// The keys (`ed25519:...`) whose signatures over `text` verified when it was put in force,
-    /// trusted or not; empty for a plain declaration. `status` says which are trusted now.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub signed_by: Vec<String>,
-    /// The declaration's `expires` (Unix seconds): past it, it is still held, and said so.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires: Option<u64>,
-}
-
-/// `InForce` without its text: what status, metrics and the choice to replace it need. Reading
-/// it skips the text (which, JSON-escaped, is the bulk of the file) instead of building it.
-#[derive(Debug, Clone, Deserialize)]
-pub struct InForceHead {
-    pub source: Source,
-    pub revision: Option<u64>,
-    pub digest: String,
-    pub since: u64,
-    #[serde(default)]
-    pub control_plane_revision: Option<u64>,
-    #[serde(default)]
-    pub signed_by: Vec<String>,
-    #[serde(default)]
-    pub expires: Option<u64>,
 }
 
 /// What the running service last said about itself, for `mesh-host status`.
@@ -287,10 +234,12 @@ impl Store {
             dir.mkdir_durable(OsStr::new(backups::BACKUPS), 0o700)
                 .map_err(|e| error(format!("cannot create {}/: {e}", backups::BACKUPS)))?;
         }
-        Ok(Some(Store {
+        let store = Store {
             path: path.to_path_buf(),
             dir,
-        }))
+        };
+        store.upgrade_in_force();
+        Ok(Some(store))
     }
 
     pub fn path(&self) -> &Path {
@@ -359,78 +308,6 @@ impl Store {
     /// Waits for the lock, giving `pulse` a turn between tries (see `Lock::acquire_pulsing`).
     pub fn lock_pulsing(&self, holder: &str, pulse: &dyn Fn() -> bool) -> Result<Lock, LockError> {
         Lock::acquire_pulsing(&self.path.join("lock"), holder, pulse)
-    }
-
-    /// Read whole, then checked as JSON with its text skipped; the text is unescaped in place in
-    /// the file's bytes, which become it: the file is held once (serde would hold its scratch
-    /// buffer for the text and a copy of that as well). The text is then checked against its
-    /// digest: a damaged declaration is refused here, before anyone can apply it.
-    pub fn in_force(&self) -> Result<Option<InForce>, StoreError> {
-        let cannot = |e: &dyn fmt::Display| {
-            self.error(
-                IN_FORCE,
-                format!("cannot be read ({e}); it was left as it is for you to inspect"),
-            )
-        };
-        let bytes = match self.dir.read(OsStr::new(IN_FORCE), MAX_STORE_FILE) {
-            Ok(None) => return Ok(None),
-            Ok(Some((_, bytes))) => bytes,
-            Err(e) => return Err(self.error(IN_FORCE, format!("cannot be read: {e}"))),
-        };
-        let checked: InForce<IgnoredAny> =
-            serde_json::from_slice(&bytes).map_err(|e| cannot(&e))?;
-        let span = json_in_place::member(&bytes, "text")
-            .filter(|r| bytes[r.start] == b'"')
-            .ok_or_else(|| cannot(&"its text is not a string"))?;
-        let text = json_in_place::unescape_in_place(bytes, span).map_err(|e| cannot(&e))?;
-        let found = codec::sha256_hex(text.as_bytes());
-        if found != checked.digest {
-            return Err(self.error(
-                IN_FORCE,
-                format!(
-                    "its text does not match its digest (sha256 {} stored, {found} found): it \
-                     is damaged, and nothing of it is applied; it was left as it is for you to \
-                     inspect (`mesh-host apply` or the control plane puts a declaration in force \
-                     again)",
-                    checked.digest
-                ),
-            ));
-        }
-        Ok(Some(InForce {
-            source: checked.source,
-            revision: checked.revision,
-            digest: checked.digest,
-            since: checked.since,
-            text,
-            control_plane_revision: checked.control_plane_revision,
-            signed_by: checked.signed_by,
-            expires: checked.expires,
-        }))
-    }
-
-    /// Read without the text, which is never in memory for it: a 64 MiB declaration in force
-    /// is not read whole to be skipped while a new one and its parse are held.
-    pub fn in_force_head(&self) -> Result<Option<InForceHead>, StoreError> {
-        let cannot = |e: &dyn fmt::Display| {
-            self.error(
-                IN_FORCE,
-                format!("cannot be read ({e}); it was left as it is for you to inspect"),
-            )
-        };
-        match self.dir.open_reader(OsStr::new(IN_FORCE), MAX_STORE_FILE) {
-            Ok(None) => Ok(None),
-            Ok(Some(file)) => {
-                let head = json_in_place::without_member(file, b"text").map_err(|e| cannot(&e))?;
-                serde_json::from_slice(&head)
-                    .map(Some)
-                    .map_err(|e| cannot(&e))
-            }
-            Err(e) => Err(self.error(IN_FORCE, format!("cannot be read: {e}"))),
-        }
-    }
-
-    pub fn set_in_force(&self, in_force: &InForce) -> Result<(), StoreError> {
-        self.write_json(IN_FORCE, in_force)
     }
 
     pub fn service_state(&self) -> Result<Option<ServiceState>, StoreError> {
@@ -513,13 +390,14 @@ impl Store {
 
     /// Moves an unreadable `runs.json` aside (to `runs.json.unreadable-UNIXTIME`), so the next
     /// run is recorded in a fresh history; says where it went. Any other store file that cannot
-    /// be read stops the run instead: only the history is safe to start again.
-    pub fn set_aside_unreadable_runs(&self) -> Result<Option<String>, StoreError> {
+    /// be read stops the run instead: only the history is safe to start again. `now`: Unix
+    /// seconds.
+    pub fn set_aside_unreadable_runs(&self, now: u64) -> Result<Option<String>, StoreError> {
         let why = match self.runs() {
             Ok(_) => return Ok(None),
             Err(e) => e.message,
         };
-        let aside = format!("{RUNS}.unreadable-{}", unix_now());
+        let aside = format!("{RUNS}.unreadable-{now}");
         std::fs::rename(self.path.join(RUNS), self.path.join(&aside))
             .and_then(|()| self.dir.sync())
             .map_err(|e| self.error(RUNS, format!("{why}; and it cannot be set aside: {e}")))?;
@@ -530,9 +408,10 @@ impl Store {
         )))
     }
 
-    /// Appends a run (abridged), keeping the most recent `crate::model::run::KEEP`.
-    pub fn record_run(&self, run: &RunRecord) -> Result<(), StoreError> {
-        if let Some(note) = self.set_aside_unreadable_runs()? {
+    /// Appends a run (abridged), keeping the most recent `crate::model::run::KEEP`; an
+    /// unreadable history is set aside at `now` first.
+    pub fn record_run(&self, run: &RunRecord, now: u64) -> Result<(), StoreError> {
+        if let Some(note) = self.set_aside_unreadable_runs(now)? {
             log::warn!("{note}");
         }
         let mut runs = self.runs()?;
@@ -609,7 +488,7 @@ mod tests {
         let tmp = TempDir::new("store-runs");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         std::fs::write(tmp.path().join(RUNS), "[{ torn").unwrap();
-        let note = store.set_aside_unreadable_runs().unwrap().unwrap();
+        let note = store.set_aside_unreadable_runs(7).unwrap().unwrap();
         assert!(note.contains("runs.json was unreadable"), "{note}");
         let aside: Vec<_> = std::fs::read_dir(tmp.path())
             .unwrap()
@@ -623,11 +502,11 @@ mod tests {
             std::fs::read(tmp.path().join(&aside[0])).unwrap(),
             b"[{ torn"
         );
-        assert!(store.set_aside_unreadable_runs().unwrap().is_none());
+        assert!(store.set_aside_unreadable_runs(8).unwrap().is_none());
         // Corrupted again after the run started: record_run sets it aside itself.
         std::fs::write(tmp.path().join(RUNS), "nope").unwrap();
-        let run = RunRecord::empty(Trigger::Apply);
-        store.record_run(&run).unwrap();
+        let run = RunRecord::empty(crate::model::run::Trigger::Apply);
+        store.record_run(&run, 7).unwrap();
         assert_eq!(store.runs().unwrap().len(), 1);
     }
 
@@ -720,9 +599,9 @@ mod tests {
             .set_in_force(&InForce {
                 source: Source::ControlPlane,
                 revision: Some(1),
-                digest: codec::sha256_hex(b"{}"),
+                digest: crate::util::codec::sha256_hex(b"{}"),
                 since: 0,
-                text: "{}".into(),
+                text: b"{}".to_vec(),
                 control_plane_revision: Some(1),
                 signed_by: Vec::new(),
                 expires: None,
@@ -748,116 +627,5 @@ mod tests {
         assert!(!crashed.exists());
         assert!(live.exists() && live_other.exists());
         assert_eq!(store.in_force().unwrap().unwrap().revision, Some(1));
-    }
-
-    #[test]
-    fn the_head_of_the_declaration_in_force_is_read_without_its_text() {
-        let tmp = TempDir::new("store-head");
-        let store = Store::open(tmp.path(), true).unwrap().unwrap();
-        assert!(store.in_force_head().unwrap().is_none());
-        // A text that holds what the head's own members look like, escapes of every kind.
-        let text = r#"{"text": "x", "digest": "forged", "revision": 99, "a": "\"\\/"}"#;
-        store
-            .set_in_force(&InForce {
-                source: Source::Local {
-                    path: "/srv/d.json".into(),
-                },
-                revision: Some(4),
-                digest: codec::sha256_hex(text.repeat(1000).as_bytes()),
-                since: 17,
-                text: text.repeat(1000),
-                control_plane_revision: Some(3),
-                signed_by: vec!["ed25519:k".into()],
-                expires: Some(99),
-            })
-            .unwrap();
-        let head = store.in_force_head().unwrap().unwrap();
-        assert_eq!(
-            (head.revision, head.digest, head.since),
-            (Some(4), codec::sha256_hex(text.repeat(1000).as_bytes()), 17)
-        );
-        assert_eq!(
-            (head.control_plane_revision, head.signed_by, head.expires),
-            (Some(3), vec!["ed25519:k".to_string()], Some(99))
-        );
-        assert_eq!(store.in_force().unwrap().unwrap().text, text.repeat(1000));
-        // What is not JSON, or not a declaration in force, is refused by name, as any store
-        // file is; neither read changes the file.
-        let file = store.path().join(IN_FORCE);
-        let json = std::fs::read_to_string(&file).unwrap();
-        for (changed, why) in [
-            (
-                json.replacen("\"since\"", "\"sinse\"", 1),
-                "unknown field `sinse`",
-            ),
-            (
-                json.replacen("\"text\": \"", "\"text\": 5, \"x\": \"", 1),
-                "unknown field `x`",
-            ),
-            (
-                json.replacen("\"source\"", "\"text\": 5, \"source\"", 1),
-                "duplicate field `text`",
-            ),
-        ] {
-            std::fs::write(&file, &changed).unwrap();
-            let e = store.in_force().unwrap_err().to_string();
-            assert!(
-                e.contains(&format!("declaration.json: cannot be read ({why}")),
-                "{e}"
-            );
-        }
-        let not_a_string = r#"{"source": {"kind": "control-plane"}, "revision": 1, "digest": "d", "since": 0, "text": 5}"#;
-        std::fs::write(&file, not_a_string).unwrap();
-        let e = store.in_force().unwrap_err().to_string();
-        assert!(
-            e.contains("cannot be read (its text is not a string)"),
-            "{e}"
-        );
-        std::fs::write(&file, &json).unwrap();
-        std::fs::write(&file, &json[..json.len() / 2]).unwrap();
-        let e = store.in_force_head().unwrap_err().to_string();
-        assert!(e.contains("declaration.json: cannot be read (EOF"), "{e}");
-    }
-
-    /// One byte of the text changed, the file still valid JSON: refused by name, whichever way
-    /// the byte was changed (a letter, an escape), and the file left as it is.
-    #[test]
-    fn a_declaration_in_force_whose_text_is_not_its_digest_is_refused() {
-        let tmp = TempDir::new("store-digest");
-        let store = Store::open(tmp.path(), true).unwrap().unwrap();
-        let text = "{\"schema\": 1, \"files\": {\"/etc/motd\": {\"content\": \"held\\n\"}}}";
-        let digest = codec::sha256_hex(text.as_bytes());
-        store
-            .set_in_force(&InForce {
-                source: Source::ControlPlane,
-                revision: Some(1),
-                digest: digest.clone(),
-                since: 0,
-                text: text.into(),
-                control_plane_revision: Some(1),
-                signed_by: Vec::new(),
-                expires: None,
-            })
-            .unwrap();
-        assert_eq!(store.in_force().unwrap().unwrap().text, text);
-        let file = store.path().join(IN_FORCE);
-        let json = std::fs::read_to_string(&file).unwrap();
-        for damaged in [
-            json.replacen("held", "helD", 1),
-            json.replacen("\\\\n", "\\\\t", 1),
-        ] {
-            assert_ne!(damaged, json);
-            serde_json::from_str::<serde_json::Value>(&damaged).unwrap();
-            std::fs::write(&file, &damaged).unwrap();
-            let e = store.in_force().unwrap_err().to_string();
-            assert!(
-                e.contains("declaration.json: its text does not match its digest"),
-                "{e}"
-            );
-            assert!(e.contains(&format!("sha256 {digest} stored")), "{e}");
-            assert_eq!(std::fs::read_to_string(&file).unwrap(), damaged);
-            // The head alone (status, the hello) still reads: it names the digest expected.
-            assert_eq!(store.in_force_head().unwrap().unwrap().digest, digest);
-        }
     }
 }

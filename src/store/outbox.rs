@@ -7,16 +7,50 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use super::{Lock, Store, StoreError, MAX_STORE_FILE};
-use crate::link::messages::Counted;
-use crate::link::Report;
+use serde::{Deserialize, Serialize};
+
+use super::{Lock, Reverted, Store, StoreError, MAX_STORE_FILE};
 use crate::model::config::OutboxBounds;
+use crate::model::pacnew::Pacnew;
+use crate::model::run::{Failing, ReportOutcome, ResourceResult, Triggers};
+use crate::model::upkeep::Needs;
 use crate::os::fsutil::Dir;
+use crate::util::counted::Counted;
 
 const DIR: &str = "outbox";
 const LAST_ID: &str = "last-report-id";
 /// What `Dir::write_atomic` calls the file it writes before renaming it into place.
 const TEMP_SUFFIX: &str = ".json.mesh-host.tmp";
+
+/// A report as the outbox keeps it, one file each: the store's own record, which the link's
+/// `Report` is made from when it is sent (and made into when it is queued: `engine/wire.rs`).
+/// Its JSON is the report's as the control plane reads it (docs/protocol.md, "Report"), so the
+/// files earlier versions queued read back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuedReport {
+    /// Given by `outbox_push`; increasing per host.
+    pub id: u64,
+    pub revision: Option<u64>,
+    pub digest: Option<String>,
+    pub trigger: Triggers,
+    pub outcome: ReportOutcome,
+    pub started: u64,
+    pub ended: u64,
+    pub changes: Vec<ResourceResult>,
+    pub failures: Vec<ResourceResult>,
+    pub deferred: Vec<ResourceResult>,
+    pub drift: Vec<ResourceResult>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failing: Vec<Failing>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pacnew: Vec<Pacnew>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needs: Option<Box<Needs>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverted: Option<Reverted>,
+}
 
 impl Store {
     fn outbox_dir(&self) -> Result<PathBuf, StoreError> {
@@ -32,19 +66,20 @@ impl Store {
             .map_err(|e| self.error(DIR, format!("cannot be locked: {e}")))
     }
 
-    /// Gives `report` the next id (abridged to what a control plane must accept) and keeps it
-    /// until acknowledged; returns the id. The report's file is written (durably) before the id
-    /// floor: a crash between the two leaves the report, whose file name keeps its id taken.
+    /// Gives `report` the next id and keeps it until acknowledged; returns the id. The report's
+    /// file is written (durably) before the id floor: a crash between the two leaves the report,
+    /// whose file name keeps its id taken. `unix_ms`: Unix milliseconds, for a lost floor.
     pub fn outbox_push(
         &self,
-        report: &mut Report,
+        report: &mut QueuedReport,
         bounds: OutboxBounds,
+        unix_ms: u64,
     ) -> Result<u64, StoreError> {
         let dir = self.outbox_dir()?;
         let _lock = self.outbox_lock(&dir)?;
         let fd = self.open_outbox(&dir)?;
         let entries = self.outbox_entries(&dir, &fd)?;
-        let floor = self.id_floor(&dir, &entries)?;
+        let floor = self.id_floor(&dir, &entries, unix_ms)?;
         let newest = entries.last().map_or(0, |(id, _)| *id);
         report.id = floor.max(newest).checked_add(1).ok_or_else(|| {
             self.error(
@@ -52,7 +87,6 @@ impl Store {
                 "has reached the largest id; no report can be given one",
             )
         })?;
-        report.abridge();
         let name = entry_name(report.id);
         // Streamed to its file, measured as it goes: a report of up to a MiB is not built whole
         // in memory beside it.
@@ -101,7 +135,7 @@ impl Store {
     }
 
     /// Unacknowledged reports with ids after `after`, oldest first.
-    pub fn outbox_pending(&self, after: u64) -> Result<Vec<Report>, StoreError> {
+    pub fn outbox_pending(&self, after: u64) -> Result<Vec<QueuedReport>, StoreError> {
         let dir = self.outbox_dir()?;
         let fd = self.open_outbox(&dir)?;
         let entries = {
@@ -166,9 +200,14 @@ impl Store {
     /// one rebuilt so that no id is given twice (a control plane drops an id it already stored,
     /// and the outbox may have been emptied by acks): the newest report kept or set aside and,
     /// for a store that recorded runs (so ids were given before), the unix time in
-    /// milliseconds, which ids given at fewer than a thousand a second never reach. Called
-    /// under the outbox lock.
-    fn id_floor(&self, dir: &Path, entries: &[(u64, u64)]) -> Result<u64, StoreError> {
+    /// milliseconds (`unix_ms`), which ids given at fewer than a thousand a second never reach.
+    /// Called under the outbox lock.
+    fn id_floor(
+        &self,
+        dir: &Path,
+        entries: &[(u64, u64)],
+        unix_ms: u64,
+    ) -> Result<u64, StoreError> {
         let why = match self.read_json::<u64>(LAST_ID) {
             Ok(Some(floor)) => return Ok(floor),
             Ok(None) if !self.path().join(super::RUNS).exists() => return Ok(0),
@@ -180,12 +219,9 @@ impl Store {
             let name = e.file_name().into_string().ok()?;
             name.strip_suffix(".json.unreadable")?.parse::<u64>().ok()
         });
-        let millis = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         let floor = (entries.iter().map(|(id, _)| *id))
             .chain(set_aside)
-            .fold(millis, u64::max);
+            .fold(unix_ms, u64::max);
         log::warn!(
             "{}: {why}; report ids go on after {floor} (the newest report kept, or the time in \
              milliseconds), so none is given twice",
@@ -243,7 +279,7 @@ impl Store {
                 .ok()
                 .flatten()
                 .filter(|(_, bytes)| {
-                    serde_json::from_slice::<Report>(bytes).is_ok_and(|r| r.id == id)
+                    serde_json::from_slice::<QueuedReport>(bytes).is_ok_and(|r| r.id == id)
                 });
             let present = entries.iter().any(|(i, _)| *i == id);
             match whole {
@@ -296,13 +332,18 @@ mod tests {
     use super::*;
     use crate::util::testutil::TempDir;
 
-    fn report() -> Report {
-        Report {
+    use crate::model::run::{RunOutcome, RunRecord, Trigger};
+
+    /// A millisecond past every id the tests give.
+    const UNIX_MS: u64 = 1_800_000_000_000;
+
+    fn report() -> QueuedReport {
+        QueuedReport {
             id: 0,
             revision: None,
             digest: None,
-            trigger: crate::store::Triggers::one(crate::store::Trigger::Timer),
-            outcome: crate::link::ReportOutcome::Converged,
+            trigger: Triggers::one(Trigger::Timer),
+            outcome: ReportOutcome::Converged,
             started: 0,
             ended: 0,
             changes: vec![],
@@ -311,7 +352,6 @@ mod tests {
             drift: vec![],
             message: String::new(),
             failing: vec![],
-            facts: None,
             pacnew: vec![],
             needs: None,
             reverted: None,
@@ -340,7 +380,9 @@ mod tests {
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         for expected in 1..=5 {
             assert_eq!(
-                store.outbox_push(&mut report(), bounds(3)).unwrap(),
+                store
+                    .outbox_push(&mut report(), bounds(3), UNIX_MS)
+                    .unwrap(),
                 expected
             );
         }
@@ -353,7 +395,9 @@ mod tests {
         assert_eq!(pending_ids(&store), vec![5]);
         store.outbox_ack(5).unwrap();
         assert_eq!(
-            store.outbox_push(&mut report(), bounds(3)).unwrap(),
+            store
+                .outbox_push(&mut report(), bounds(3), UNIX_MS)
+                .unwrap(),
             6,
             "ids keep increasing"
         );
@@ -366,16 +410,13 @@ mod tests {
         let tmp = TempDir::new("outbox-floor");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         for _ in 0..3 {
-            store.outbox_push(&mut report(), bounds(10)).unwrap();
+            store
+                .outbox_push(&mut report(), bounds(10), UNIX_MS)
+                .unwrap();
         }
         store.outbox_ack(3).unwrap();
-        let bare = crate::store::RunRecord::bare(
-            crate::store::Triggers::one(crate::store::Trigger::Timer),
-            0,
-            0,
-            crate::store::RunOutcome::Converged,
-        );
-        store.record_run(&bare).unwrap();
+        let bare = RunRecord::bare(Triggers::one(Trigger::Timer), 0, 0, RunOutcome::Converged);
+        store.record_run(&bare, 0).unwrap();
         let floor = tmp.path().join(LAST_ID);
         let mut given = 3;
         for damage in [None, Some("{ torn"), Some("-1")] {
@@ -383,9 +424,13 @@ mod tests {
                 None => std::fs::remove_file(&floor).unwrap(),
                 Some(text) => std::fs::write(&floor, text).unwrap(),
             }
-            let id = store.outbox_push(&mut report(), bounds(10)).unwrap();
+            let id = store
+                .outbox_push(&mut report(), bounds(10), UNIX_MS)
+                .unwrap();
             assert!(id > given, "{damage:?}: {id} after {given}");
-            let next = store.outbox_push(&mut report(), bounds(10)).unwrap();
+            let next = store
+                .outbox_push(&mut report(), bounds(10), UNIX_MS)
+                .unwrap();
             assert_eq!(next, id + 1, "the floor was written back");
             given = next;
         }
@@ -400,7 +445,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            store.outbox_push(&mut report(), bounds(10)).unwrap(),
+            store
+                .outbox_push(&mut report(), bounds(10), UNIX_MS)
+                .unwrap(),
             u64::MAX / 2 + 1
         );
     }
@@ -410,7 +457,9 @@ mod tests {
         let tmp = TempDir::new("outbox-max");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
         std::fs::write(tmp.path().join(LAST_ID), u64::MAX.to_string()).unwrap();
-        let err = store.outbox_push(&mut report(), bounds(3)).unwrap_err();
+        let err = store
+            .outbox_push(&mut report(), bounds(3), UNIX_MS)
+            .unwrap_err();
         assert!(
             err.to_string().contains("has reached the largest id"),
             "{err}"
@@ -421,7 +470,12 @@ mod tests {
     fn a_new_store_gives_ids_from_one() {
         let tmp = TempDir::new("outbox-new");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
-        assert_eq!(store.outbox_push(&mut report(), bounds(3)).unwrap(), 1);
+        assert_eq!(
+            store
+                .outbox_push(&mut report(), bounds(3), UNIX_MS)
+                .unwrap(),
+            1
+        );
     }
 
     #[test]
@@ -434,14 +488,14 @@ mod tests {
             bytes: 3 * size + size / 2,
         };
         for _ in 0..5 {
-            store.outbox_push(&mut report(), bytes).unwrap();
+            store.outbox_push(&mut report(), bytes, UNIX_MS).unwrap();
         }
         assert_eq!(pending_ids(&store), vec![3, 4, 5]);
         let tiny = OutboxBounds {
             reports: 100,
             bytes: 1,
         };
-        store.outbox_push(&mut report(), tiny).unwrap();
+        store.outbox_push(&mut report(), tiny, UNIX_MS).unwrap();
         assert_eq!(
             pending_ids(&store),
             vec![6],
@@ -454,7 +508,9 @@ mod tests {
     fn a_crash_mid_push_burns_no_id_and_loses_no_whole_report() {
         let tmp = TempDir::new("outbox-crash");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
-        store.outbox_push(&mut report(), bounds(10)).unwrap();
+        store
+            .outbox_push(&mut report(), bounds(10), UNIX_MS)
+            .unwrap();
         let dir = tmp.path().join(DIR);
         // Killed after the report's file, before the id floor: the file keeps its id taken.
         let mut second = report();
@@ -471,11 +527,21 @@ mod tests {
         std::fs::write(temp(3), serde_json::to_vec(&third).unwrap()).unwrap();
         // Killed mid-write: a torn temp file is removed.
         std::fs::write(temp(4), b"{\"id\": 4, \"revis").unwrap();
-        assert_eq!(store.outbox_push(&mut report(), bounds(10)).unwrap(), 4);
+        assert_eq!(
+            store
+                .outbox_push(&mut report(), bounds(10), UNIX_MS)
+                .unwrap(),
+            4
+        );
         assert_eq!(pending_ids(&store), vec![1, 2, 3, 4]);
         assert!(!temp(3).exists() && !temp(4).exists());
         // Everything acknowledged, the floor says 4 even though no file does.
         store.outbox_ack(4).unwrap();
-        assert_eq!(store.outbox_push(&mut report(), bounds(10)).unwrap(), 5);
+        assert_eq!(
+            store
+                .outbox_push(&mut report(), bounds(10), UNIX_MS)
+                .unwrap(),
+            5
+        );
     }
 }

@@ -145,7 +145,7 @@ mod tests {
     fn no_op_runs_are_seen_then_folded_into_the_next_durable_write() {
         let tmp = TempDir::new("store-quiet");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
-        store.record_run(&run(1)).unwrap();
+        store.record_run(&run(1), 1).unwrap();
         let mut stats = store.stats().unwrap();
         counted(&mut stats, &run(1));
         store.save_stats(&stats).unwrap();
@@ -163,7 +163,7 @@ mod tests {
         assert_eq!(durable(stats::FILE), stats_before, "stats.json untouched");
 
         // A run that changed something: both durable files start from what is seen.
-        store.record_run(&run(4)).unwrap();
+        store.record_run(&run(4), 4).unwrap();
         let mut stats = store.stats().unwrap();
         counted(&mut stats, &run(4));
         store.save_stats(&stats).unwrap();

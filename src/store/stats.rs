@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{RunOutcome, Store, StoreError, Trigger};
+use super::{Store, StoreError};
 use crate::model::pacnew::Pacnew;
+use crate::model::run::{RunOutcome, Trigger};
 use crate::model::upkeep::Needs;
 
 pub(super) const FILE: &str = "stats.json";
@@ -60,7 +61,7 @@ pub struct RunStats {
 }
 
 /// A count of the foreign packages (`pacman -Qmq`), with the stamp of pacman's databases it was
-/// made at (`facts::pacman_db_stamp`): a run counts again only when that stamp moved.
+/// made at (`engine::node::pacman_db_stamp`): a run counts again only when that stamp moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Foreign {

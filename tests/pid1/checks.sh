@@ -102,7 +102,7 @@ check_verify() {
   [ -z "$kill" ] || why "no kill binary in the container (found $kill)"
   local said
   # --man=no: the container has no man(1) to look Documentation=man:mesh-host(8) up with;
-  # tests/packaging.rs verifies the unit where the pages are installed.
+  # tests/it/packaging.rs verifies the unit where the pages are installed.
   said=$(in_ct systemd-analyze verify --man=no mesh-host.service) || why "systemd-analyze verify exits 0"
   [ -z "$said" ] || why "systemd-analyze verify says nothing (it said: $said)"
   security=$(in_ct systemd-analyze security --no-pager mesh-host.service) || true

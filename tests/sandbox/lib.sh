@@ -3,7 +3,7 @@
 # Owns: the sandbox location and its state files, logging, and building tiny pacman packages
 # with bsdtar + zstd (no makepkg, which refuses to run as root).
 
-MESH_SANDBOX=${MESH_SANDBOX:-/var/tmp/mesh-sandbox}  # not /tmp: see SCRATCH_BASE in tests/support/mod.rs
+MESH_SANDBOX=${MESH_SANDBOX:-/var/tmp/mesh-sandbox}  # not /tmp: see SCRATCH_BASE in tests/it/support/mod.rs
 MESH_SANDBOX=${MESH_SANDBOX%/}
 MESH_SANDBOX_MARKER=.mesh-sandbox     # written first by setup.sh; teardown.sh deletes nothing without it
 MESH_REPO_NAME=meshtest

@@ -91,7 +91,7 @@ mkpkg meshtest-keyring 1.0-1 # a `*-keyring`: a full upgrade takes a newer one f
 repo-add -q "$REPO/$MESH_REPO_NAME.db.tar.gz" "$REPO"/*.pkg.tar.zst
 # pacman 7 (Arch's, sid's) gets the options of Arch's pacman.conf that change how it runs:
 # downloads as the user alpm in pacman's sandbox, in parallel, and the disk space checked. The
-# tests' own roots get them too (MESH_PACMAN_OPTIONS, read by tests/support/pacman_root.rs).
+# tests' own roots get them too (MESH_PACMAN_OPTIONS, read by tests/it/support/pacman_root.rs).
 PACMAN_OPTIONS=
 if [ "$(pacman -V | sed -n 's/.*Pacman v\([0-9]*\)\..*/\1/p')" -ge 7 ]; then
   getent passwd alpm >/dev/null || useradd --system --no-create-home --shell /usr/sbin/nologin alpm

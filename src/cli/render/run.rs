@@ -7,8 +7,8 @@ use serde::Serialize;
 
 use crate::engine::reconcile::Planned;
 use crate::model::pacnew::Pacnew;
+use crate::model::run::ResourceResult;
 use crate::model::upkeep::Needs;
-use crate::store::ResourceResult;
 use crate::util::diff::{Body, ContentDiff, Tag};
 
 use super::{needs_lines, pacnew_advice, print_json};

@@ -7,10 +7,11 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::model::pacnew::Pacnew;
+use crate::model::run::{Failing, RunOutcome, RunRecord};
 use crate::model::upkeep::Needs;
 use crate::store::{
-    words_revision, Confirmer, Failing, Generations, InForceHead, LinkStatus, RunOutcome,
-    RunRecord, ServicePhase, ServiceState, Source, State as GenerationState, WatchMode, WatchState,
+    words_revision, Confirmer, Generations, InForceHead, LinkStatus, ServicePhase, ServiceState,
+    Source, State as GenerationState, WatchMode, WatchState,
 };
 use crate::util::words::{age, duration_words, expiry};
 

@@ -210,12 +210,14 @@ pub fn refuse_unit(
     }
     None
 }
-/// Whether `d` is `key` in one of `sections`, in any letter case.
-/// Whether `d` is `key` in one of `sections`, in any letter case, as the model reads every directive.
+
+/// Whether `d` is `key` in one of `sections`, in any letter case, as the model reads every
+/// directive.
 fn is_key(d: &unitfile::Directive, sections: &[&str], key: &str) -> bool {
     sections.iter().any(|s| d.section.eq_ignore_ascii_case(s)) && d.key.eq_ignore_ascii_case(key)
 }
 
+/// Why directive `d` of a unit of `owner` has PID 1 touch one of `hosts`, if it does.
 fn refuse_directive(
     d: &unitfile::Directive,
     owner: Owner,
@@ -223,7 +225,22 @@ fn refuse_directive(
     hosts: &HostPaths,
     make_directory: bool,
 ) -> Option<String> {
-    let touches = |value: &str, relations| value_pattern(value, owner).touches(hosts, relations);
+    let touches =
+        |value: &str, relations: &[Relation]| value_pattern(value, owner).touches(hosts, relations);
+    refuse_mount_directive(d, &touches, hosts)
+        .or_else(|| refuse_exec_directive(d, &touches, manager))
+        .or_else(|| refuse_listener(d, &touches, make_directory))
+}
+
+/// What a directive's value touches among the host's paths, in one of the relations.
+type Touches<'a> = dyn Fn(&str, &[Relation]) -> Option<String> + 'a;
+
+/// `[Mount]` and `[Automount]` `Where=`, `What=` and `Options=`, and `[Swap]` `What=`.
+fn refuse_mount_directive(
+    d: &unitfile::Directive,
+    touches: &Touches,
+    hosts: &HostPaths,
+) -> Option<String> {
     if is_key(d, &["Mount", "Automount"], "Where") {
         let hit = touches(&d.value, &ANY)?;
         return Some(format!("it mounts over {}, {hit}", d.value));
@@ -242,6 +259,15 @@ fn refuse_directive(
         let hit = touches(&d.value, &AT_OR_INSIDE)?;
         return Some(format!("it activates {} as swap, {hit}", d.value));
     }
+    None
+}
+
+/// The execution settings whose path PID 1 removes, opens or creates and chowns.
+fn refuse_exec_directive(
+    d: &unitfile::Directive,
+    touches: &Touches,
+    manager: Manager,
+) -> Option<String> {
     if is_key(d, &["Service"], "PIDFile") {
         // A relative PID file is under /run; PID 1 removes it when the service has stopped.
         let value = if d.value.starts_with('/') || d.value.starts_with('%') {
@@ -293,6 +319,15 @@ fn refuse_directive(
             }
         }
     }
+    None
+}
+
+/// `[Socket]` listeners and links, and `[Path]` directories made with `MakeDirectory=yes`.
+fn refuse_listener(
+    d: &unitfile::Directive,
+    touches: &Touches,
+    make_directory: bool,
+) -> Option<String> {
     for key in SOCKET_PATHS {
         if !is_key(d, &["Socket"], key) {
             continue;

@@ -9,6 +9,7 @@ use super::kind::{check_argument, KindSpec, NoOriginal};
 use crate::model::config::{Identity, Limits};
 use crate::model::digest::Digest;
 use crate::model::fields::{FieldDoc, FieldType, Fields, STATE};
+use crate::model::selfref::Refusal;
 use crate::util::codec;
 
 pub struct Containers;
@@ -160,15 +161,19 @@ impl KindSpec for Containers {
         })
     }
 
-    fn refuse_self(_key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
+    fn refuse_self(_key: &str, spec: &Spec, identity: &Identity) -> Option<Refusal> {
         spec.volumes.iter().find_map(|text| {
             let volume = parse_volume(text).ok()?;
             let source = volume.host_path.as_deref();
+            let refused = |why| Refusal::Volume {
+                volume: text.clone(),
+                why,
+            };
             if let Some(why) = source.and_then(|s| {
                 let writes = !volume.read_only || volume.changes_source.is_some();
                 crate::model::selfref::refuse_mount_source(s, writes)
             }) {
-                return Some(format!("volume {text:?}: {why}"));
+                return Some(refused(why));
             }
             let mut writes: Vec<(&str, String)> = Vec::new();
             if let Some(source) = source {
@@ -186,8 +191,7 @@ impl KindSpec for Containers {
                 writes.push((dir, "as an overlay's upper or work directory".into()));
             }
             writes.iter().find_map(|(path, how)| {
-                crate::model::selfref::refuse_mount(path, how, identity)
-                    .map(|why| format!("volume {text:?}: {why}"))
+                crate::model::selfref::refuse_mount(path, how, identity).map(refused)
             })
         })
     }

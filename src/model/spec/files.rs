@@ -5,6 +5,7 @@ use super::kind::KindSpec;
 use crate::model::config::{Identity, Limits};
 use crate::model::digest::Digest;
 use crate::model::fields::{FieldDoc, FieldType, Fields, STATE};
+use crate::model::selfref::Refusal;
 use crate::os::accounts::Account;
 use crate::os::fsutil::TEMP_SUFFIX;
 use crate::util::codec;
@@ -182,14 +183,14 @@ impl KindSpec for Files {
         }))
     }
 
-    fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
+    fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<Refusal> {
         let content = match spec {
             Spec::Present(c) => Some(&c.bytes[..]),
             Spec::Absent => None,
         };
         let refusal = crate::model::selfref::refuse_file(key, content, identity)?;
         Some(match (is_secret(spec), content) {
-            (true, Some(content)) => crate::model::fields::redact_refusal(refusal, content),
+            (true, Some(content)) => refusal.of_secret(content),
             _ => refusal,
         })
     }

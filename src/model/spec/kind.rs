@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::config::{Identity, Limits};
 use crate::model::digest::Digest;
 use crate::model::fields::{FieldDoc, Fields};
+use crate::model::selfref::Refusal;
 
 /// The kind's name, given by the registry (`model::spec::registry!`): the declaration's key for
 /// the kind and its section of the ledger.
@@ -36,7 +37,7 @@ pub trait KindSpec: Named {
     /// Validates one resource's fields; problems go to `fields`.
     fn parse(key: &str, fields: &mut Fields, limits: &Limits) -> Option<Self::Spec>;
     /// Why this resource is the host itself, if it is.
-    fn refuse_self(key: &str, spec: &Self::Spec, identity: &Identity) -> Option<String>;
+    fn refuse_self(key: &str, spec: &Self::Spec, identity: &Identity) -> Option<Refusal>;
     /// The digest the ledger keeps of an applied spec.
     fn digest(spec: &Self::Spec) -> Digest;
 }

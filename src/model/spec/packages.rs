@@ -5,6 +5,7 @@ use super::kind::{check_argument, KindSpec};
 use crate::model::config::{Identity, Limits};
 use crate::model::digest::Digest;
 use crate::model::fields::{FieldDoc, Fields, STATE};
+use crate::model::selfref::Refusal;
 use crate::tools::pacman::InstallReason;
 
 pub struct Packages;
@@ -49,12 +50,10 @@ impl KindSpec for Packages {
         })
     }
 
-    fn refuse_self(key: &str, _spec: &Spec, identity: &Identity) -> Option<String> {
-        identity.package_names.iter().any(|p| p == key).then(|| {
-            format!(
-                "{key} is the host's own package; the package manager upgrades it, not the mesh"
-            )
-        })
+    fn refuse_self(key: &str, _spec: &Spec, identity: &Identity) -> Option<Refusal> {
+        let package = key.to_string();
+        let own = identity.package_names.contains(&package);
+        own.then_some(Refusal::OwnPackage { package })
     }
 
     fn digest(spec: &Spec) -> Digest {

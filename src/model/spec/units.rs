@@ -9,6 +9,7 @@ use super::kind::{check_argument, KindSpec};
 use crate::model::config::{Identity, Limits};
 use crate::model::digest::Digest;
 use crate::model::fields::{FieldDoc, FieldType, Fields, STATE};
+use crate::model::selfref::Refusal;
 use crate::model::unitfile::UnitName;
 
 pub struct Units;
@@ -188,12 +189,10 @@ impl KindSpec for Units {
         })
     }
 
-    fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<String> {
+    fn refuse_self(key: &str, spec: &Spec, identity: &Identity) -> Option<Refusal> {
         let refusal = crate::model::selfref::refuse_unit(key, spec.content.as_deref(), identity)?;
         Some(match (is_secret(spec), &spec.content) {
-            (true, Some(content)) => {
-                crate::model::fields::redact_refusal(refusal, content.as_bytes())
-            }
+            (true, Some(content)) => refusal.of_secret(content.as_bytes()),
             _ => refusal,
         })
     }

@@ -470,7 +470,7 @@ impl<'p> Runner<'p> {
             failure,
         };
         let (mut child, stdout, stderr) =
-            start::start(&argv).map_err(|e| error(Failure::Spawn(e)))?;
+            start::start(&argv).map_err(|e| error(Failure::Spawn(e.to_string())))?;
         let pass = |line: &[u8]| {
             let line = self.stderr_text(line);
             self.tell(|| Event::Line(&line));

@@ -98,10 +98,10 @@ fn clean_child() -> io::Result<()> {
 }
 
 /// `argv` started clean (`StartClean`) in its own process group, so a timeout stops whatever it
-/// started too, with stdout and stderr piped; why not when it could not be.
-pub(super) fn start(argv: &[&str]) -> Result<(Child, ChildStdout, ChildStderr), String> {
+/// started too, with stdout and stderr piped.
+pub(super) fn start(argv: &[&str]) -> io::Result<(Child, ChildStdout, ChildStderr)> {
     let Some((program, args)) = argv.split_first() else {
-        return Err("no command".into());
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
     };
     let mut child = Command::new(program)
         .args(args)
@@ -110,11 +110,10 @@ pub(super) fn start(argv: &[&str]) -> Result<(Child, ChildStdout, ChildStderr), 
         .stderr(Stdio::piped())
         .start_clean()
         .process_group(0)
-        .spawn()
-        .map_err(|e| e.to_string())?;
+        .spawn()?;
     match (child.stdout.take(), child.stderr.take()) {
         (Some(stdout), Some(stderr)) => Ok((child, stdout, stderr)),
-        _ => Err("no pipes".into()),
+        _ => Err(io::Error::other("no pipes")),
     }
 }
 

@@ -8,6 +8,28 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 impl Dir {
+    /// `write_atomic_unsynced` of a declared file with its extended attributes (an original put
+    /// back): through its own temp name (`target_temp_name`), which fits whatever the name's
+    /// length. The attributes this process may not set are named in what it returns.
+    pub fn replace_unsynced(
+        &self,
+        name: &OsStr,
+        bytes: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        xattrs: &[Xattr],
+    ) -> io::Result<Vec<String>> {
+        let mut refused = Vec::new();
+        let tmp = target_temp_name(name);
+        let pending = self.write_temp(tmp, name, mode, owner, true, |mut file| {
+            io::Write::write_all(&mut file, bytes)?;
+            refused = set_xattrs(file, xattrs);
+            Ok(())
+        })?;
+        self.rename_pending(pending)?;
+        Ok(refused)
+    }
+
     /// Sets mode and owner of an existing regular file, without following a symlink: in place
     /// when `name` is its only link; otherwise on a copy renamed over `name` (synced; durable
     /// once the caller syncs this directory), so its other links, which may be anywhere on the
@@ -177,7 +199,7 @@ pub struct Xattr {
 /// Sets `xattrs` on an open file; the names of those this process may not set (a
 /// `security.*` one without the privilege, any on a filesystem without them), for the caller to
 /// say. File capabilities go last: a change of owner, or a write, clears them.
-pub(super) fn set_xattrs(file: &std::fs::File, xattrs: &[Xattr]) -> Vec<String> {
+fn set_xattrs(file: &std::fs::File, xattrs: &[Xattr]) -> Vec<String> {
     let mut refused = Vec::new();
     let capability = |x: &&Xattr| x.name == b"security.capability";
     let ordered = xattrs.iter().filter(|x| !capability(x));

@@ -1,7 +1,7 @@
 //! Writing: atomic, durable replacement through a temp file beside the target (created with no
 //! permission, given its owner and mode, filled, fsynced, renamed), the temps' names, removal.
 
-use super::{attrs::set_xattrs, calls, cstring, Dir, Xattr};
+use super::{calls, cstring, Dir};
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::AsFd;
@@ -261,28 +261,6 @@ impl Dir {
             false,
             |mut file| io::Write::write_all(&mut file, bytes),
         )
-    }
-
-    /// `write_atomic_unsynced` of a declared file with its extended attributes (an original put
-    /// back): through its own temp name (`target_temp_name`), which fits whatever the name's
-    /// length. The attributes this process may not set are named in what it returns.
-    pub fn replace_unsynced(
-        &self,
-        name: &OsStr,
-        bytes: &[u8],
-        mode: u32,
-        owner: Option<(u32, u32)>,
-        xattrs: &[Xattr],
-    ) -> io::Result<Vec<String>> {
-        let mut refused = Vec::new();
-        let tmp = target_temp_name(name);
-        let pending = self.write_temp(tmp, name, mode, owner, true, |mut file| {
-            io::Write::write_all(&mut file, bytes)?;
-            refused = set_xattrs(file, xattrs);
-            Ok(())
-        })?;
-        self.rename_pending(pending)?;
-        Ok(refused)
     }
 
     /// Renames a written temp file over its target (removing it if that fails); durable once the
