@@ -61,10 +61,6 @@ fn shared() -> Vec<(String, String)> {
     files
 }
 
-/// The sandbox's one pacman root: the tests that install the package in it take turns (pacman
-/// refuses a second transaction on its lock, and each removes what the other installed).
-static SANDBOX_PACMAN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// `pacman --noconfirm ARGS` on the sandbox's root (each call asserted to exit 0), once a
 /// previous run's package is removed from it.
 fn sandbox_pacman(sandbox: &support::Sandbox) -> impl Fn(&[&str]) -> String + '_ {
@@ -523,8 +519,8 @@ fn the_packages_binary_behaves_as_build_shs() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn pacman_installs_upgrades_and_removes_the_package_in_the_sandbox() {
-    let _turn = SANDBOX_PACMAN.lock().unwrap_or_else(|e| e.into_inner());
-    let sandbox = support::sandbox();
+    // Alone: pacman refuses a second transaction on its lock, and the package is foreign there.
+    let sandbox = support::sandbox_alone();
     let packages = packages();
     let pacman = sandbox_pacman(&sandbox);
     // The sandbox root has no /bin/sh, so pacman skips the scriptlets here, as it does in any root
@@ -675,8 +671,8 @@ fn the_debug_info_is_in_the_debug_package_and_no_builders_path_in_the_binary() {
 #[test]
 #[ignore = "needs the sandbox: run ./tests/run.sh as root"]
 fn a_reinstall_keeps_the_join() {
-    let _turn = SANDBOX_PACMAN.lock().unwrap_or_else(|e| e.into_inner());
-    let sandbox = support::sandbox();
+    // Alone: pacman refuses a second transaction on its lock, and the package is foreign there.
+    let sandbox = support::sandbox_alone();
     let packages = packages();
     let pacman = sandbox_pacman(&sandbox);
     let root = &sandbox.pacman_root;

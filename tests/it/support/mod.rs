@@ -15,9 +15,11 @@
 mod pacman_root;
 pub use pacman_root::{pacman_conf, sysroot_with_repo, PacmanRoot};
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub struct Output {
     pub code: i32,
@@ -305,6 +307,59 @@ pub const SETUP: &str = "run ./tests/run.sh as root (it sets up the sandbox, run
 /// The sandbox, for the tests marked `#[ignore = "needs the sandbox: ..."]`. Panics with the
 /// command that sets it up when its environment is missing: a test that did not run must not pass.
 pub fn sandbox() -> Sandbox {
+    let sandbox = sandbox_env();
+    take_turn(false);
+    sandbox
+}
+
+/// `sandbox()` for a test that needs the sandbox's pacman root to itself: a transaction of its
+/// own outside mesh-host, or a count of every package installed. It waits for the sandbox tests
+/// running and holds the others off until it ends. Called first in its test.
+pub fn sandbox_alone() -> Sandbox {
+    let sandbox = sandbox_env();
+    take_turn(true);
+    sandbox
+}
+
+/// The integration tests are one binary, so the sandbox tests of every module run side by side;
+/// a test's turn (shared or alone) lasts as long as its thread, which libtest ends with the test.
+static SANDBOX_TURN: RwLock<()> = RwLock::new(());
+
+enum Turn {
+    Shared {
+        _guard: RwLockReadGuard<'static, ()>,
+    },
+    Alone {
+        _guard: RwLockWriteGuard<'static, ()>,
+    },
+}
+
+thread_local! {
+    static TURN: RefCell<Option<Turn>> = const { RefCell::new(None) };
+}
+
+fn take_turn(alone: bool) {
+    TURN.with(|turn| {
+        let mut turn = turn.borrow_mut();
+        match (turn.as_ref(), alone) {
+            (Some(Turn::Alone { .. }), _) | (Some(Turn::Shared { .. }), false) => {}
+            (Some(Turn::Shared { .. }), true) => {
+                panic!("sandbox_alone() after sandbox() in one test: call it first")
+            }
+            (None, false) => {
+                let guard = SANDBOX_TURN.read().unwrap_or_else(PoisonError::into_inner);
+                *turn = Some(Turn::Shared { _guard: guard });
+            }
+            (None, true) => {
+                let guard = SANDBOX_TURN.write().unwrap_or_else(PoisonError::into_inner);
+                *turn = Some(Turn::Alone { _guard: guard });
+            }
+        }
+    });
+}
+
+/// The sandbox's environment, or a panic naming the setup.
+fn sandbox_env() -> Sandbox {
     let var = |name: &str| std::env::var(name).ok();
     match (
         var("MESH_SANDBOX"),
