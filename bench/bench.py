@@ -46,11 +46,12 @@ def free_port():
 
 
 def proc(pid):
-    """RSS (KiB), CPU ticks (utime+stime) and context switches (voluntary+nonvoluntary) of pid."""
+    """RSS and its anonymous part (KiB), CPU ticks (utime+stime) and context switches
+    (voluntary+nonvoluntary) of pid."""
     status = Path(f"/proc/{pid}/status").read_text()
     field = lambda name: int(re.search(rf"^{name}:\s+(\d+)", status, re.M).group(1))
     stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return {"rss": field("VmRSS"), "ticks": int(stat[11]) + int(stat[12]),
+    return {"rss": field("VmRSS"), "anon": field("RssAnon"), "ticks": int(stat[11]) + int(stat[12]),
             "csw": field("voluntary_ctxt_switches") + field("nonvoluntary_ctxt_switches")}
 
 
@@ -156,8 +157,9 @@ def fig_size():
     return table(["figure", "value", "goal", "verdict"], [
         ["stripped static binary (x86_64 musl, rustls inside)",
          f"{size} bytes = {mib(size / 1024):.2f} MiB", "≤ 3.5 MiB", verdict(size <= 7 << 19 and static)],
-    ]) + (f"\n\n`file`: {kind.split(',')[0]}, {'statically linked' if static else 'NOT static'}; built "
-          f"by ./build.sh from the work tree at `{source}` (the other figures run this same binary).")
+        [f"`file`: {kind.split(',')[0]}, {'statically linked' if static else 'NOT static'}",
+         f"./build.sh at `{source}` (the other figures run it)", "", ""],
+    ])
 
 
 # ------------------------------------------------------------------ 2, 3. idle and after pushes
@@ -285,7 +287,6 @@ def fig_noop():
         subprocess.run(["rm", "-rf", f"/etc/{tag}"])
         if out.returncode != 0:
             print(f"bench: releasing the no-op resources failed: {out.stdout[-2000:]}", file=sys.stderr)
-    commands = "\n".join(f"    {c}" for c in report["commands"])
     return (
         f"`mesh-host apply --json --trace-commands` of an unchanged declaration against the sandbox's "
         f"real pacman, `systemctl --user` and rootful podman (tests/sandbox/setup.sh), median of {runs} "
@@ -293,7 +294,8 @@ def fig_noop():
         f"`commands`); files go to /etc/{tag}/ and are released afterwards.\n\n"
         + table(["N", "packages / files / units / containers", "no-op", "bare queries", "ratio",
                  "processes spawned", "goal", "verdict"], rows)
-        + f"\n\nThe commands a no-op runs at N = {sizes[-1]}:\n\n{commands}\n"
+        + f"\n\nAt N = {sizes[-1]} the no-op runs {len(report['commands'])} commands, one batched query "
+        f"per tool (`--trace-commands` lists them).\n"
     )
 
 
@@ -305,7 +307,7 @@ def fig_confirm():
               "systemctl": {"command": ["systemctl", "--user"]}, "podman": {"command": ["podman"]},
               "unit_dir": os.environ["MESH_UNIT_DIR"]}
     d = host_dir("confirm", config)
-    rows, show = [], None
+    rows = []
     try:
         for n in [1, 20]:
             totals, confirms, counts = [], [], []
@@ -328,7 +330,6 @@ def fig_confirm():
                 for command in confirm:  # the confirmation's two `show`s, bare
                     subprocess.run(command.split(" "), capture_output=True, env={**os.environ, "LC_ALL": "C"})
                 confirms.append(time.perf_counter() - t)
-                show = confirm[0]
             share = median(confirms) / median(totals)
             rows.append([n, f"{1000 * median(totals):.0f} ms", "%d (%d of them confirming)" % counts[-1],
                          f"{1000 * median(confirms):.1f} ms", f"{100 * share:.0f} %"])
@@ -342,7 +343,6 @@ def fig_confirm():
         f"confirmation's own commands replayed bare from the run's `commands` (`systemctl show` of the "
         f"touched units and the host's, before the file is written and after the reload).\n\n"
         + table(["N units", "run", "processes spawned", "confirmation's spawns, bare", "share of the run"], rows)
-        + f"\n\nThe confirmation's command (the same before and after):\n\n    {show}\n"
     )
 
 
@@ -351,88 +351,135 @@ def write(path, value):
     return path
 
 
-# ------------------------------------------------------------------ 4b. 500 files under /etc
+# ------------------------------------------------------------------ 4b, 4c. against CFEngine
+
+def run_usage(argv):
+    """(wall s, cpu s, stdout bytes) of one run of argv, which must exit 0: the cpu from wait4
+    (user + system), the wall taken around the spawn."""
+    t = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = child.stdout.read(), child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - t
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[-3:])}: exit {child.returncode}: {out[-1000:]!r} {err[-1000:]!r}")
+    return wall, usage.ru_utime + usage.ru_stime, out
+
+
+def peak_rss(argv):
+    """Peak RSS (KiB) of argv under /usr/bin/time: a child of Python would count Python's own
+    (the high-water mark survives exec)."""
+    out = subprocess.run(["/usr/bin/time", "-f", "TIME %M", *argv], capture_output=True, text=True)
+    return int(re.search(r"TIME (\d+)", out.stderr).group(1))
+
+
+def cf_policy(files, path):
+    """A CFEngine policy holding `files` ({path: content}, mode 0644) as mesh-host's declaration
+    does: content and mode, nothing else (no stdlib, so cf-agent reads one file)."""
+    quote = lambda text: text.replace("\\", "\\\\").replace('"', '\\"')
+    promises = "".join(f'    "{p}"\n      content => "{quote(c)}",\n      perms => mode644;\n'
+                       for p, c in sorted(files.items()))
+    path.write_text('body common control\n{\n  bundlesequence => { "mesh_bench" };\n}\n\n'
+                    'body perms mode644\n{\n  mode => "0644";\n}\n\n'
+                    f'bundle agent mesh_bench\n{{\n  files:\n{promises}}}\n')
+    return path
+
+
+def cf_agent():
+    agent = subprocess.run(["sh", "-c", "command -v cf-agent"], capture_output=True, text=True).stdout.strip()
+    if not agent:
+        raise RuntimeError("cf-agent is missing: bench/run.sh installs cfengine3 (apt-get) unless SKIP_APT=1")
+    version = subprocess.run([agent, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+    return agent, version.strip()
+
+
+def load():
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+def pairs(a, b, runs):
+    """`runs` interleaved pairs of a and b (their order alternating), after one warm-up of each:
+    per side the medians of wall and cpu and the median of the pairs' ratios; the peak RSS of
+    each, the median of 3 more runs."""
+    for argv in (a, b):
+        run_usage(argv)
+    sides, ratios, loads = ([], []), ([], []), []
+    for i in range(runs):
+        order = (0, 1) if i % 2 == 0 else (1, 0)
+        got = {}
+        for side in order:
+            got[side] = run_usage((a, b)[side])[:2]
+            sides[side].append(got[side])
+        ratios[0].append(got[0][0] / got[1][0])
+        ratios[1].append(got[0][1] / got[1][1] if got[1][1] else float("nan"))
+        loads.append(float(load()))
+    med = lambda side, k: median([r[k] for r in sides[side]])
+    return {"wall": (med(0, 0), med(1, 0), median(ratios[0])), "cpu": (med(0, 1), med(1, 1), median(ratios[1])),
+            "rss": (median([peak_rss(a) for _ in range(3)]), median([peak_rss(b) for _ in range(3)])),
+            "load": (min(loads), median(loads), max(loads))}
+
+
+def pair_rows(p, goal):
+    wall, cpu, rss = p["wall"], p["cpu"], p["rss"]
+    return [
+        ["wall", f"{1000 * wall[0]:.1f} ms", f"{1000 * wall[1]:.0f} ms", f"{wall[2]:.3f}", f"≤ {goal}",
+         verdict(wall[2] <= goal)],
+        ["cpu (user + system)", f"{1000 * cpu[0]:.1f} ms", f"{1000 * cpu[1]:.0f} ms", f"{cpu[2]:.3f}", "", ""],
+        ["peak RSS", f"{mib(rss[0]):.1f} MiB", f"{mib(rss[1]):.1f} MiB", f"{rss[0] / rss[1]:.3f}", "", ""],
+    ]
+
+
+PAIR_HEADER = ["figure (median)", "mesh-host", "cf-agent -K", "ratio (median of the pairs)", "goal", "verdict"]
+
+
+def five_hundred(prefix):
+    return {f"{prefix}/d{i // 50}/f{i}.conf": f"# managed\nsetting_{i} = {'x' * 64}\n" for i in range(500)}
+
 
 def fig_files():
-    runs = 3 if QUICK else 9
-    declaration = {"schema": 1, "files": {
-        f"/etc/bench/d{i // 50}/f{i}.conf": {"content": f"# managed\nsetting_{i} = {'x' * 64}\n", "mode": "0644"}
-        for i in range(500)}}
-    d = host_dir("files", STUBS, declaration)
-    apply = mesh(d, "apply", "--json", str(d / "declaration.json"))
-    first = subprocess.run(apply, capture_output=True, text=True)
-    if first.returncode != 0:
-        raise RuntimeError(f"first apply: {first.stdout[-2000:]} {first.stderr[-2000:]}")
-    secs, rss, count = [], [], None
-    for _ in range(runs):
-        out = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M", *apply], capture_output=True, text=True)
-        e, m = re.search(r"TIME (\S+) (\d+)", out.stderr).groups()
-        secs.append(float(e))
-        rss.append(int(m))
-        count = json.loads(out.stdout)["command_count"]
-    s, r = median(secs), mib(median(rss))
-    return (
-        f"`mesh-host apply` of 500 unchanged files under /etc (in a scratch `--root`, 10 directories, "
-        f"mode 0644, 80 bytes each), tools stubbed; `/usr/bin/time`, median of {runs} runs; "
-        f"{count} processes spawned.\n\n"
-        + table(["figure", "mesh-host", "CFEngine (the bar)", "verdict"], [
-            ["wall time", f"{s:.3f} s", "0.28 s", verdict(s <= 0.28)],
-            ["max RSS", f"{r:.1f} MiB", "23 MiB", verdict(r <= 23)],
-        ])
-    )
+    """500 unchanged files: mesh-host's no-op against `cf-agent -K` holding the same files, under
+    `--root` (a scratch root, tools stubbed: nothing spawned, no look) and on the running system
+    as a node runs it (no `--root`, the machine's own pacman: the reboot-and-restart look is made
+    when its answer can have changed, model/upkeep, its last answer reported otherwise)."""
+    runs = 5 if QUICK else 21
+    agent, version = cf_agent()
+    declared = lambda files: {"schema": 1, "files": {p: {"content": c, "mode": "0644"} for p, c in files.items()}}
+    d = host_dir("files", STUBS)
+    files = five_hundred("/etc/bench")
+    write(d / "declaration.json", declared(files))
+    apply = mesh(d, "apply", str(d / "declaration.json"))
+    run_usage(apply)
+    policy = cf_policy({str(d / "root") + p: c for p, c in files.items()}, d / "policy.cf")
+    under_root = pairs(apply, [agent, "-K", "-f", str(policy)], runs)
 
-
-# ------------------------------------------------------------------ 4c. the reboot and restart look
-
-def fig_upkeep():
-    """The same 500-file no-op twice, both on this machine's /etc: under `--root /` (offline: no
-    look) and on the running system, which looks through /proc and the root's modules after the
-    run only when its answer can have changed, and asks pacman for its root once per config change
-    (`pacman -v -T`, timed bare beside it; both kept in the store): a no-op after a no-op pays
-    neither, only the look's stamps."""
-    runs = 5 if QUICK else 15
-    tag = f"mesh-bench-upkeep-{os.getpid()}"
-    declaration = {"schema": 1, "files": {
-        f"/etc/{tag}/d{i // 50}/f{i}.conf": {"content": f"# managed\nsetting_{i} = {'x' * 64}\n", "mode": "0644"}
-        for i in range(500)}}
-    d = host_dir("upkeep", {**STUBS, "pacman": {"command": ["pacman"]}}, declaration)
-    path = str(d / "declaration.json")
-    looking = mesh(d, "apply", "--json", path, root=False)
-    offline = mesh(d, "--root", "/", "apply", "--json", path, root=False)
+    tag = f"mesh-bench-cf-{os.getpid()}"
+    files = five_hundred(f"/etc/{tag}")
+    d = host_dir("upkeep", {**STUBS, "pacman": {"command": ["pacman"]}})
+    write(d / "declaration.json", declared(files))
+    looking = mesh(d, "apply", "--json", str(d / "declaration.json"), root=False)
     try:
-        first = subprocess.run(looking, capture_output=True, text=True)
-        if first.returncode != 0:
-            raise RuntimeError(f"first apply: {first.stdout[-2000:]} {first.stderr[-2000:]}")
-        without, withlook, spawn, needs = [], [], [], None
-        for _ in range(runs):
-            t, out = timed(offline)
-            if out.returncode != 0 or json.loads(out.stdout)["changes"]:
-                raise RuntimeError(f"offline no-op: {out.stdout[-2000:]} {out.stderr[-2000:]}")
-            without.append(t)
-            t, out = timed(looking)
-            report = json.loads(out.stdout)
-            if out.returncode != 0 or report["changes"] or "needs" not in report:
-                raise RuntimeError(f"no-op with the look: {out.stdout[-2000:]} {out.stderr[-2000:]}")
-            withlook.append(t)
-            needs = report["needs"]
-            spawn.append(timed(["pacman", "-v", "-T"], env={**os.environ, "LC_ALL": "C"})[0])
+        needs = json.loads(run_usage(looking)[2]).get("needs")
+        policy = cf_policy(files, d / "policy.cf")
+        on_system = pairs(looking, [agent, "-K", "-f", str(policy)], runs)
     finally:
+        write(d / "empty.json", {"schema": 1})
+        subprocess.run(mesh(d, "apply", str(d / "empty.json"), root=False), capture_output=True)
         subprocess.run(["rm", "-rf", f"/etc/{tag}"])
-    processes = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
-    a, b, c = median(without), median(withlook), median(spawn)
+    loads = under_root["load"] + on_system["load"]
+    rows = [[f"{where}: {r[0]}", *r[1:]] for where, p, goal in
+            (("under `--root`", under_root, 0.025), ("running system", on_system, 0.03))
+            for r in pair_rows(p, goal)]
     return (
-        f"`mesh-host apply --json` of 500 unchanged files under /etc/{tag}/ (10 directories), other "
-        f"tools stubbed, the machine's own pacman (root /), median of {runs} runs each, alternated: "
-        f"under `--root /` (no look) and on the running system (the look through /proc, "
-        f"{processes} processes here, and one `pacman -v -T`, timed bare too). The look found "
-        f"`{json.dumps(needs)}`.\n\n"
-        + table(["figure", "time"], [
-            ["500-file no-op, `--root /` (no look)", f"{1000 * a:.1f} ms"],
-            ["500-file no-op on the running system", f"{1000 * b:.1f} ms"],
-            ["`pacman -v -T` bare (once per config change: its answer is kept in the store)",
-             f"{1000 * c:.1f} ms"],
-            ["the look (the difference less the spawn)", f"{1000 * (b - a - c):.1f} ms"],
-        ])
+        f"`mesh-host apply D` of 500 unchanged files (10 directories, 80 bytes each, mode 0644) against "
+        f"`cf-agent -K -f policy.cf` ({version}) promising the same files (`content` and `perms`, no "
+        f"stdlib): under `--root R` (R/etc/bench/, tools stubbed: nothing spawned, no look), and on the "
+        f"running system (/etc/{tag}/, no `--root`, the machine's own pacman; the reboot-and-restart "
+        f"look is made only when its answer can have changed, otherwise its last answer, "
+        f"`{json.dumps(needs)}`, is reported). {runs} interleaved pairs each after a warm-up, the order "
+        f"alternating; wall around the spawn, cpu from wait4, peak RSS from `/usr/bin/time`. Load "
+        f"average (1 min) during the pairs: {min(loads):.1f} to {max(loads):.1f} on 2 cores.\n\n"
+        + table(PAIR_HEADER, rows)
     )
 
 
@@ -536,8 +583,7 @@ def fig_latency():
 
 FIGURES = {"size": ("1. Binary size", fig_size), "idle": ("2, 3. Idle RSS, growth, CPU and wake-ups", fig_idle),
            "noop": ("4. No-op reconcile, mixed kinds", fig_noop),
-           "files": ("4b. No-op over 500 files under /etc", fig_files),
-           "upkeep": ("4c. The reboot and restart look in a no-op run", fig_upkeep),
+           "files": ("4b, 4c. 500-file no-op against CFEngine, under --root and on the running system", fig_files),
            "latency": ("5. Declaration-to-report latency", fig_latency),
            "confirm": ("12. systemd's confirmation of a unit change", fig_confirm)}
 
@@ -569,14 +615,18 @@ def main(args):
     for name in names:
         title, figure = figures[name]
         print(f"== {title}", file=sys.stderr, flush=True)
+        n = os.environ.get("FLEET_N", "300")
+        knob = f"FLEET_N={n} " if name == "fleet" and n != "300" else ""
         try:
             body = (figure() + f"\n\nMeasured on {machine()}{' (QUICK=1)' if QUICK else ''}."
-                    f"\nReproduce: `bench/run.sh {name}` (as root).")
+                    f"\nReproduce: `{knob}bench/run.sh {name}` (as root).")
         except Exception as e:  # a figure that cannot be measured says why; the others go on
             body, status = f"Not measured: {e}", 1
         print(f"## {title}\n\n{body}\n", flush=True)
         if write_to and not QUICK:
-            replace_section(write_to, name, title, body)
+            # The fleet is recorded at 300 (`fleet`) and at other sizes beside it (`fleet-N`).
+            section = f"fleet-{n}" if knob else name
+            replace_section(write_to, section, title if section == name else f"{title} (n = {n})", body)
     return status
 
 

@@ -239,10 +239,8 @@ fn reconnects_back_off_with_full_jitter_and_reset_after_a_good_link() {
         let ceiling = (1_000u64 << i).min(300_000);
         assert!(*wait < ceiling, "attempt {i}: {wait} within {ceiling}");
     }
-    assert!(
-        waits[8..].iter().any(|w| *w > 16_000),
-        "it grows: {waits:?}"
-    );
+    // It grows, doubling once a ceiling has been waited through (backoff.rs), not per attempt.
+    assert!(waits[8..].iter().any(|w| *w > 4_000), "it grows: {waits:?}");
     // A link up for a minute resets it; a shorter one does not.
     p.handle(Input::Link(Event::Welcome));
     p.advance(59_999);
