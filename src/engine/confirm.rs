@@ -219,3 +219,79 @@ impl Host {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{never, Options, Target};
+    use super::*;
+    use crate::os::clock::Clock;
+    use crate::store::{InForce, Source};
+
+    /// The deadline of `apply --confirm` is wall time on the host's clock: in virtual time, a
+    /// second before it nothing is reverted; a second after, the confirmed generation is back in
+    /// force and converged.
+    #[test]
+    fn a_pending_declaration_is_reverted_at_its_deadline_in_virtual_time() {
+        let tmp = crate::util::testutil::TempDir::new("revert-clock");
+        let config = tmp.path().join("config.json");
+        let stub = r#"{"command": ["true"]}"#;
+        let text = format!(r#"{{"pacman": {stub}, "systemctl": {stub}, "podman": {stub}}}"#);
+        std::fs::write(&config, text).expect("config");
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(root.join("etc")).expect("root");
+        let clock = Clock::manual(1_800_000_000);
+        let host = Host::new(Options {
+            config: Some(config),
+            state_dir: Some(tmp.path().join("state")),
+            root: Some(root.clone()),
+            clock: clock.clone(),
+            ..Default::default()
+        })
+        .expect("host");
+        let apply = |name: &str, confirm_secs: Option<u64>| {
+            let text =
+                format!(r#"{{"schema": 1, "files": {{"/etc/{name}": {{"content": "x"}}}}}}"#);
+            let declaration = host.validate(text.as_bytes()).expect("valid");
+            let in_force = InForce {
+                source: Source::Local { path: name.into() },
+                revision: None,
+                digest: declaration.digest.clone(),
+                since: clock.unix(),
+                text: text.into_bytes(),
+                control_plane_revision: None,
+                signed_by: Vec::new(),
+                expires: None,
+            };
+            let target = Target::New {
+                declaration: &declaration,
+                in_force,
+                confirm_secs,
+            };
+            let triggers = Triggers::one(Trigger::Apply);
+            host.converge(&triggers, target, &Scope::All, false, &never)
+                .expect("converged");
+        };
+        let present = |name: &str| root.join("etc").join(name).exists();
+
+        apply("a", None);
+        apply("b", Some(60));
+        assert_eq!(host.pending_deadline().expect("read"), Some(1_800_000_060));
+        clock.advance(59_000);
+        let early = host.revert_if_due(None, false, &never).expect("checked");
+        assert!(early.is_none(), "reverted a second before its deadline");
+        assert!(present("b") && !present("a"));
+
+        clock.advance(2_000);
+        let reverted = host.revert_if_due(None, false, &never).expect("reverted");
+        let said = reverted.map(|r| r.said).unwrap_or_default();
+        assert!(
+            said.contains("not confirmed by `mesh-host confirm` in time"),
+            "{said}"
+        );
+        assert!(
+            present("a") && !present("b"),
+            "the confirmed generation converged"
+        );
+        assert_eq!(host.pending_deadline().expect("read"), None);
+    }
+}

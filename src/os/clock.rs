@@ -6,10 +6,13 @@
 //! read; deadlines a person sets) and monotonic milliseconds (timeouts, the link, the
 //! service's timers: never jumps when the wall clock is set).
 
+#[cfg(test)]
 use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(test)]
 use std::sync::Arc;
 
-/// A source of time: the system's, or a manual one a test moves.
+/// A source of time: the system's, or (in unit tests) a manual one the test moves. The
+/// service's core takes its time as arguments and is driven by made-up times in its own tests.
 #[derive(Clone, Debug, Default)]
 pub struct Clock(Source);
 
@@ -17,10 +20,12 @@ pub struct Clock(Source);
 enum Source {
     #[default]
     System,
+    #[cfg(test)]
     Manual(Arc<Manual>),
 }
 
 /// A manual clock's two readings, moved together by `advance`.
+#[cfg(test)]
 #[derive(Debug)]
 struct Manual {
     unix_ms: AtomicU64,
@@ -33,6 +38,7 @@ impl Clock {
         Clock(Source::System)
     }
 
+    #[cfg(test)]
     /// A clock that stands still until `advance` moves it: wall time starts at `unix_secs`, the
     /// monotonic reading at one hour (not 0, so "never" and "at the start" stay apart).
     pub fn manual(unix_secs: u64) -> Clock {
@@ -42,6 +48,7 @@ impl Clock {
         })))
     }
 
+    #[cfg(test)]
     /// Moves a manual clock (both readings) forward; the system clock is not moved.
     pub fn advance(&self, ms: u64) {
         if let Source::Manual(m) = &self.0 {
@@ -50,6 +57,7 @@ impl Clock {
         }
     }
 
+    #[cfg(test)]
     /// Sets a manual clock's wall time alone (a person setting the clock); monotonic time goes on.
     pub fn set_unix(&self, unix_secs: u64) {
         if let Source::Manual(m) = &self.0 {
@@ -66,6 +74,7 @@ impl Clock {
     pub fn unix_ms(&self) -> u64 {
         match &self.0 {
             Source::System => system_unix_ms(),
+            #[cfg(test)]
             Source::Manual(m) => m.unix_ms.load(Ordering::SeqCst),
         }
     }
@@ -74,6 +83,7 @@ impl Clock {
     pub fn mono_ms(&self) -> u64 {
         match &self.0 {
             Source::System => super::sys::now_ms(),
+            #[cfg(test)]
             Source::Manual(m) => m.mono_ms.load(Ordering::SeqCst),
         }
     }
