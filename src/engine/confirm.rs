@@ -222,7 +222,7 @@ impl Host {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{never, Options, Target};
+    use super::super::{never, Target};
     use super::*;
     use crate::os::clock::Clock;
     use crate::store::{InForce, Source};
@@ -233,21 +233,8 @@ mod tests {
     #[test]
     fn a_pending_declaration_is_reverted_at_its_deadline_in_virtual_time() {
         let tmp = crate::util::testutil::TempDir::new("revert-clock");
-        let config = tmp.path().join("config.json");
-        let stub = r#"{"command": ["true"]}"#;
-        let text = format!(r#"{{"pacman": {stub}, "systemctl": {stub}, "podman": {stub}}}"#);
-        std::fs::write(&config, text).expect("config");
-        let root = tmp.path().join("root");
-        std::fs::create_dir_all(root.join("etc")).expect("root");
         let clock = Clock::manual(1_800_000_000);
-        let host = Host::new(Options {
-            config: Some(config),
-            state_dir: Some(tmp.path().join("state")),
-            root: Some(root.clone()),
-            clock: clock.clone(),
-            ..Default::default()
-        })
-        .expect("host");
+        let (host, root) = super::super::scratch_host(&tmp, clock.clone());
         let apply = |name: &str, confirm_secs: Option<u64>| {
             let text =
                 format!(r#"{{"schema": 1, "files": {{"/etc/{name}": {{"content": "x"}}}}}}"#);

@@ -647,19 +647,7 @@ mod tests {
     #[test]
     fn the_service_converges_what_it_accepted_only_while_it_is_in_force() {
         let tmp = crate::util::testutil::TempDir::new("accepted");
-        let config = tmp.path().join("config.json");
-        let stub = r#"{"command": ["true"]}"#;
-        let text = format!(r#"{{"pacman": {stub}, "systemctl": {stub}, "podman": {stub}}}"#);
-        std::fs::write(&config, text).expect("config");
-        let root = tmp.path().join("root");
-        std::fs::create_dir_all(root.join("etc")).expect("root");
-        let host = Host::new(super::super::Options {
-            config: Some(config),
-            state_dir: Some(tmp.path().join("state")),
-            root: Some(root.clone()),
-            ..Default::default()
-        })
-        .expect("host");
+        let (host, root) = super::super::scratch_host(&tmp, Default::default());
         let file = |name: &str| {
             format!(
                 r#"{{"schema": 1, "files": {{"/etc/{name}": {{"content": "{name}\n", "mode": "0644"}}}}}}"#

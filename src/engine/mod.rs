@@ -416,3 +416,27 @@ impl Host {
         }
     }
 }
+
+/// A host for the engine's unit tests: a scratch store and target root, tools that do nothing
+/// (`true`), time from `clock`. Returns it with the target root.
+#[cfg(test)]
+pub(crate) fn scratch_host(
+    tmp: &crate::util::testutil::TempDir,
+    clock: crate::os::clock::Clock,
+) -> (Host, PathBuf) {
+    let config = tmp.path().join("config.json");
+    let stub = r#"{"command": ["true"]}"#;
+    let text = format!(r#"{{"pacman": {stub}, "systemctl": {stub}, "podman": {stub}}}"#);
+    std::fs::write(&config, text).expect("config");
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(root.join("etc")).expect("root");
+    let host = Host::new(Options {
+        config: Some(config),
+        state_dir: Some(tmp.path().join("state")),
+        root: Some(root.clone()),
+        clock,
+        ..Default::default()
+    })
+    .expect("host");
+    (host, root)
+}

@@ -312,8 +312,9 @@ pub fn sandbox() -> Sandbox {
     sandbox
 }
 
-/// `sandbox()` for a test that needs the sandbox's pacman root to itself: a transaction of its
-/// own outside mesh-host, or a count of every package installed. It waits for the sandbox tests
+/// `sandbox()` for a test that needs the sandbox's pacman root to itself (a transaction of its
+/// own outside mesh-host, or a count of every package installed) or writes the host's own units
+/// where the sandbox's systemd manager reads them (which a units test beside it would see). It waits for the sandbox tests
 /// running and holds the others off until it ends. Called first in its test.
 pub fn sandbox_alone() -> Sandbox {
     let sandbox = sandbox_env();
