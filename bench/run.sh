@@ -40,4 +40,13 @@ if [ "$needs_sandbox" = 1 ]; then
   source "$MESH_SANDBOX/env"
 fi
 ulimit -n 20000 2>/dev/null || true
+# Each host of the fleet holds an inotify instance (the watcher, on by default): the kernel's
+# default of 128 per user would leave hosts without one and starve everything else on the machine
+# of them (other tests' watchers), so a run that may start the fleet raises it, saying so.
+instances=$(sysctl -n fs.inotify.max_user_instances 2>/dev/null || echo 0)
+want=$(( ${FLEET_N:-300} + 256 ))
+if [ "$instances" -lt "$want" ]; then
+  echo "bench/run.sh: fs.inotify.max_user_instances $instances -> $want (one per host of the fleet)"
+  sysctl -qw fs.inotify.max_user_instances="$want"
+fi
 PYTHONDONTWRITEBYTECODE=1 python3 bench/bench.py --write docs/performance.md "$@"
