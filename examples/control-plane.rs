@@ -180,7 +180,11 @@ fn run(args: Args) -> Result<(), String> {
             ..CpConfig::new("", "")
         },
     );
-    eprintln!("listening on {}", cp.addr());
+    // One write for the whole line: the scripts that wait for it (tests/pid1) read the log while
+    // it is written, and stderr is unbuffered (eprintln! writes piece by piece: a reader once
+    // took "127.0.0." for the address).
+    let line = format!("listening on {}\n", cp.addr());
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     cp.set_confirm_secs(args.confirm_secs);
     cp.hold_acks(args.no_ack);
     let token = control_plane::random_hex(16);

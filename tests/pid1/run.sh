@@ -212,8 +212,11 @@ start_control_plane() {
     > "$WORK/reports.jsonl" 2> "$WORK/cp.log" &
   CP_PID=$!
   local addr=
+  # A whole line only (ended by its newline), never one still being written.
+  local whole=$'listening on ([^\n]+)\n' log
   for _ in $(seq 100); do
-    addr=$(sed -n 's/^listening on //p' "$WORK/cp.log")
+    log=$(cat "$WORK/cp.log"; echo .)
+    [[ $log =~ $whole ]] && addr=${BASH_REMATCH[1]}
     [ -n "$addr" ] && break
     sleep 0.1
   done
