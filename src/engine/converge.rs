@@ -584,8 +584,9 @@ fn record(
 /// caused repair drift.
 pub fn report_of(record: &RunRecord, changes: &Changes, message: &str) -> link::Report {
     let changes_len = changes.len();
-    // No more entries than a report can carry are made (a large converge would make many times
-    // what `abridge` then cuts to `MAX_REPORT_BYTES`); the rest are counted as left out.
+    // No more entries than a report lists (`REPORTED_CHANGES`) or can carry are made (a large
+    // converge would make many times what `abridge` then cuts to `MAX_REPORT_BYTES`); the rest
+    // are counted as left out.
     let mut room = link::MAX_REPORT_BYTES;
     let fits = |entry: &ResourceResult| {
         let len = link::json_len(entry) + 1;
@@ -594,6 +595,7 @@ pub fn report_of(record: &RunRecord, changes: &Changes, message: &str) -> link::
     };
     let changes: Vec<ResourceResult> = changes
         .iter()
+        .take(link::REPORTED_CHANGES)
         .map(|c| c.as_result())
         .take_while(fits)
         .collect();
@@ -694,35 +696,40 @@ mod tests {
         assert!(present("d") && !present("c") && !present("b"));
     }
 
-    /// A run of 30,000 changes makes a report of only the entries that fit, and says how many
-    /// it left out, drift counted too; a small one is whole.
+    /// A run of 30,000 changes makes a report of its first `REPORTED_CHANGES`, and of fewer when
+    /// those would not fit, and says how many it left out, drift counted too; a small one is whole.
     #[test]
-    fn a_report_makes_no_more_entries_than_fit() {
-        let changes_of = |n: usize| {
+    fn a_report_makes_no_more_entries_than_it_lists_and_fit() {
+        let changes_of = |n: usize, key_len: usize| {
             let mut changes = Changes::default();
             for i in 0..n {
                 let key = format!("/etc/scale/d{}/f{i}.conf", i / 500);
+                let key = format!("{key:x<key_len$}");
                 let details = vec!["80 bytes, mode 0644".to_string()].into();
                 changes.push("files", &key, Action::Create, details);
             }
             changes
         };
-        let changes = changes_of(30_000);
-        for (trigger, lists) in [(Trigger::Declaration, 1), (Trigger::Timer, 2)] {
-            let report = report_of(&record(trigger), &changes, "");
-            assert!(link::json_len(&report) <= link::MAX_REPORT_BYTES);
-            let kept = report.changes.len() + report.drift.len();
-            assert!(kept > 1000, "{kept}");
-            let left_out = 30_000 * lists - kept;
-            assert!(
-                report
-                    .message
-                    .starts_with(&format!("{left_out} resource entries left out")),
-                "{}",
-                report.message
-            );
+        // Keys of 30 bytes: the first thousand fit; of 4,000 bytes, only some 260.
+        for (key_len, listed) in [(30, link::REPORTED_CHANGES), (4000, 1)] {
+            let changes = changes_of(30_000, key_len);
+            for (trigger, lists) in [(Trigger::Declaration, 1), (Trigger::Timer, 2)] {
+                let report = report_of(&record(trigger), &changes, "");
+                assert!(link::json_len(&report) <= link::MAX_REPORT_BYTES);
+                let kept = report.changes.len() + report.drift.len();
+                match listed {
+                    1 => assert!((100..link::REPORTED_CHANGES).contains(&kept), "{kept}"),
+                    _ => assert_eq!(kept, listed * lists),
+                }
+                let left_out = 30_000 * lists - kept;
+                assert!(
+                    (report.message).starts_with(&format!("{left_out} resource entries left out")),
+                    "{}",
+                    report.message
+                );
+            }
         }
-        let small = report_of(&record(Trigger::Timer), &changes_of(3), "note");
+        let small = report_of(&record(Trigger::Timer), &changes_of(3, 30), "note");
         assert_eq!((small.changes.len(), small.drift.len()), (3, 3));
         assert_eq!(small.message, "note");
     }
