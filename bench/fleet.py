@@ -70,7 +70,7 @@ def figure():
         f"{bench.mib(rss[len(rss) // 2]):.2f} MiB, max {bench.mib(rss[-1]):.2f} MiB) against one "
         f"reference control plane on loopback. Once all had held their link for {held} s, it was "
         f"killed (SIGKILL), and restarted on the same port {down} s later; the base it sent them "
-        f"was {min(max(n / 15, 1), 60):.0f} s (n / 15, from 1 to 60 s). Connections it accepted in each ten "
+        f"was {min(max(n / 6, 1), 50):.0f} s (n / 6, from 1 to 50 s). Connections it accepted in each ten "
         f"seconds after the restart: {bins}. Load average {load} on 2 cores at the end.{note}\n\n"
         + bench.table(["figure", "value", "goal", "verdict"], [
             ["peak connections accepted per second", f"{peak} ({100 * peak / n:.1f} % of the fleet)",

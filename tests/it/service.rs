@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support;
-use crate::support::control_plane::{Behaviour, ControlPlane, CpConfig};
+use crate::support::control_plane::{reconnect_policy, Behaviour, ControlPlane, CpConfig};
 use crate::support::pki::Pki;
 use crate::support::service::Service;
 use crate::support::{wait_until, Scratch};
@@ -206,7 +206,7 @@ fn the_control_planes_reconnect_policy_spreads_a_large_fleets_return() {
     let mut cp = ControlPlane::start(&pki, config);
     let node = node("policy", &pki, Some(&cp), "");
     let taken =
-        "reconnect policy from the control plane: first retry within 60000 ms, at most 300 s";
+        "reconnect policy from the control plane: first retry within 50000 ms, at most 300 s";
     assert!(
         wait_until(WAIT, || node.log().contains(taken)),
         "{}",
@@ -218,9 +218,20 @@ fn the_control_planes_reconnect_policy_spreads_a_large_fleets_return() {
     let (at, now) = (service["link_at"].as_u64(), node_now());
     let wait = at.map(|at| at.saturating_sub(now));
     assert!(
-        wait.is_some_and(|w| w <= 61),
+        wait.is_some_and(|w| w <= 51),
         "the first retry comes within the policy's base: {service:#}"
     );
+}
+
+/// The base grows with the fleet, a lone host's a second, up to 50 s from 300 hosts on.
+#[test]
+fn the_reference_reconnect_base_grows_with_the_fleet_to_50_s() {
+    let bases: Vec<u64> = [0, 1, 6, 150, 300, 1_000, 100_000]
+        .iter()
+        .map(|&hosts| reconnect_policy(hosts).0)
+        .collect();
+    assert_eq!(bases, [1_000, 1_000, 1_000, 25_000, 50_000, 50_000, 50_000]);
+    assert_eq!(reconnect_policy(1_000).1, 300_000);
 }
 
 fn node_now() -> u64 {

@@ -677,16 +677,23 @@ impl Conn {
     }
 }
 
-/// How many hosts a second this control plane takes back after a restart.
-pub const RECONNECTS_PER_SECOND: u64 = 15;
+/// How many hosts a second a small fleet comes back at after a restart (its base is
+/// `hosts / RECONNECTS_PER_SECOND`): from 300 hosts up the base stays at `MAX_BASE_MS`.
+pub const RECONNECTS_PER_SECOND: u64 = 6;
+
+/// The largest base sent: a fleet is back within its base of the control plane's return (the
+/// ceiling doubles only once a host waited through it), so this keeps every host back within a
+/// minute with 10 s to spare; it is large enough that no second takes more than 5 % of a fleet
+/// of 1,000 (docs/performance.md, figure 6, has the simulation).
+pub const MAX_BASE_MS: u64 = 50_000;
 
 /// The first backoff ceiling (ms) and the cap for a fleet of `hosts`: with full jitter, hosts
-/// come back at about `hosts / base` a second, so the base grows with the fleet to keep that
-/// near `RECONNECTS_PER_SECOND`, from 1 s (a lone host is back within a second of a blip) to a
-/// minute; the cap stays the host's default 5 minutes.
+/// come back at about `hosts / base` a second, so the base grows with the fleet, from 1 s (a
+/// lone host is back within a second of a blip) to `MAX_BASE_MS`, past which each second takes
+/// a smaller share of the fleet; the cap stays the host's default 5 minutes.
 pub fn reconnect_policy(hosts: usize) -> (u64, u64) {
     let base = (hosts as u64).saturating_mul(1000) / RECONNECTS_PER_SECOND;
-    (base.clamp(1_000, 60_000), 300_000)
+    (base.clamp(1_000, MAX_BASE_MS), 300_000)
 }
 
 fn is_timeout(e: &std::io::Error) -> bool {
