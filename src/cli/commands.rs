@@ -336,33 +336,37 @@ impl Commands<'_> {
         };
         let ledger = store.ledger()?;
         let runner = self.host.runner();
-        let mut rows = reconcile::owned(
+        let history = store.failures()?;
+        let now = self.host.options.clock.unix();
+        let colour = render::Colour::for_stdout();
+        // Text is printed row by row as observed; JSON is one document, so its rows are kept.
+        let mut rows = Vec::new();
+        let (mut any_row, mut errors, mut changes) = (false, false, false);
+        reconcile::owned(
             &self.host.env(Some(&store), &runner, &never),
             declaration,
             &ledger,
+            &mut |mut row| {
+                row.failing = history.find(row.kind, row.key).map(Box::new);
+                any_row = true;
+                errors |= row.state == OwnedState::Error;
+                changes |= matches!(
+                    row.state,
+                    OwnedState::Drifted | OwnedState::Missing | OwnedState::PendingRelease
+                );
+                match self.json {
+                    true => rows.push(row),
+                    false => render::owned_row(self.out, &row, colour, now),
+                }
+            },
         );
-        let history = store.failures()?;
-        for row in &mut rows {
-            row.failing = history.find(row.kind, row.key).map(Box::new);
+        if self.json || !any_row {
+            render::owned(self.out, self.json, &render::Owned { owned: &rows }, now);
         }
-        render::owned(
-            self.out,
-            self.json,
-            &render::Owned { owned: &rows },
-            self.host.options.clock.unix(),
-        );
-        let any = |states: &[OwnedState]| rows.iter().any(|r| states.contains(&r.state));
         Ok(match self.detailed_exitcode {
             false => EXIT_OK,
-            true if any(&[OwnedState::Error]) => EXIT_FAILED,
-            true if any(&[
-                OwnedState::Drifted,
-                OwnedState::Missing,
-                OwnedState::PendingRelease,
-            ]) =>
-            {
-                EXIT_CHANGES
-            }
+            true if errors => EXIT_FAILED,
+            true if changes => EXIT_CHANGES,
             true => EXIT_OK,
         })
     }

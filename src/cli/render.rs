@@ -98,29 +98,34 @@ pub fn owned(out: &Out, json: bool, owned: &Owned, now: u64) {
     }
     let colour = Colour::for_stdout();
     for r in owned.owned {
-        let origin = format!("{:?}", r.origin).to_lowercase();
-        let detail = if r.detail.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", r.detail)
-        };
-        outln!(
-            out,
-            "{:<10} {:<40} {:<8} {}{detail}",
-            r.kind,
-            r.key,
-            origin,
-            r.state
-        );
-        if let Some(diff) = &r.diff {
-            out!(out, "{}", diff_text(r.kind, r.key, diff, colour));
-        }
-        if let Some(f) = &r.failing {
-            outln!(out, "    ! {}", failing_words(f, now));
-        }
-        for p in &r.pacnew {
-            outln!(out, "    ? {}", pacnew_advice(p));
-        }
+        owned_row(out, r, colour, now);
+    }
+}
+
+/// One row of `owned`'s text, printed as `owned` observes it.
+pub fn owned_row(out: &Out, r: &OwnedRow, colour: Colour, now: u64) {
+    let origin = format!("{:?}", r.origin).to_lowercase();
+    let detail = if r.detail.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", r.detail)
+    };
+    outln!(
+        out,
+        "{:<10} {:<40} {:<8} {}{detail}",
+        r.kind,
+        r.key,
+        origin,
+        r.state
+    );
+    if let Some(diff) = &r.diff {
+        out!(out, "{}", diff_text(r.kind, r.key, diff, colour));
+    }
+    if let Some(f) = &r.failing {
+        outln!(out, "    ! {}", failing_words(f, now));
+    }
+    for p in &r.pacnew {
+        outln!(out, "    ? {}", pacnew_advice(p));
     }
 }
 

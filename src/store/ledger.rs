@@ -185,7 +185,8 @@ impl Ledger {
     }
 
     /// How many resources the ledger lists, of every kind.
-    pub fn owned_count(&self) -> usize {
+    #[cfg(test)]
+    fn owned_count(&self) -> usize {
         struct Count<'l>(&'l Ledger);
         impl VisitOwned for Count<'_> {
             type Out = usize;

@@ -158,7 +158,7 @@ pub enum Colour {
 }
 
 impl Colour {
-    pub(super) fn for_stdout() -> Colour {
+    pub(crate) fn for_stdout() -> Colour {
         let asked_not = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
         match std::io::stdout().is_terminal() && !asked_not {
             true => Colour::On,

@@ -69,32 +69,49 @@ impl std::fmt::Display for OwnedState {
     }
 }
 
-/// Observes every owned resource and compares it with the declaration in force.
-pub fn owned<'l>(env: &Env, declaration: Declaration, ledger: &'l Ledger) -> Vec<OwnedRow<'l>> {
+/// Observes every owned resource and compares it with the declaration in force, handing each
+/// row to `emit` as it is made, with the `.pacnew` files beside it (looked for first): `owned`
+/// prints thousands of rows without holding them all.
+pub fn owned<'l>(
+    env: &Env,
+    declaration: Declaration,
+    ledger: &'l Ledger,
+    emit: &mut dyn FnMut(OwnedRow<'l>),
+) {
+    let mut quiet = env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default();
+    let pacnew = pacnew_found(env, &declaration, ledger, &mut quiet);
     let mut cx = secret_context(env, &declaration);
     cx.diffs = env.diffs;
     let mut inspecting = Inspecting {
         env,
         cx: &cx,
         ledger,
-        rows: Vec::with_capacity(ledger.owned_count()),
-        diffs: 0,
+        rows: Rows {
+            pacnew: &pacnew,
+            emit,
+            diffs: 0,
+        },
     };
     kinds::each(&mut inspecting);
-    let mut rows = inspecting.rows;
-    drop(cx);
-    let mut quiet = env.store.map(Store::pacnew_quiet_dirs).unwrap_or_default();
-    for (kind, found) in pacnew_found(env, &declaration, ledger, &mut quiet) {
-        for row in rows.iter_mut().filter(|r| r.kind == kind) {
-            row.pacnew = found
-                .iter()
-                .filter(|p| p.path == row.key)
-                .cloned()
-                .collect::<Vec<_>>()
-                .into_boxed_slice();
-        }
+}
+
+/// Where `owned`'s rows go: each given its `.pacnew` files and handed on.
+struct Rows<'r, 'l> {
+    pacnew: &'r [(&'static str, Vec<Pacnew>)],
+    emit: &'r mut dyn FnMut(OwnedRow<'l>),
+    /// The bytes of diffs the rows held, at most about `DIFFS_KEPT`.
+    diffs: usize,
+}
+
+impl<'l> Rows<'_, 'l> {
+    fn push(&mut self, mut row: OwnedRow<'l>) {
+        let found = (self.pacnew.iter())
+            .filter(|(kind, _)| *kind == row.kind)
+            .flat_map(|(_, found)| found);
+        let beside: Vec<Pacnew> = found.filter(|p| p.path == row.key).cloned().collect();
+        row.pacnew = beside.into_boxed_slice();
+        (self.emit)(row);
     }
-    rows
 }
 
 /// `owned`'s walk over the kinds, in the registry's order.
@@ -102,35 +119,21 @@ struct Inspecting<'r, 'a, 'l> {
     env: &'r Env<'a>,
     cx: &'r RunContext<'r>,
     ledger: &'l Ledger,
-    rows: Vec<OwnedRow<'l>>,
-    /// The bytes of diffs the rows hold, at most about `DIFFS_KEPT`.
-    diffs: usize,
+    rows: Rows<'r, 'l>,
 }
 
 impl Visit for Inspecting<'_, '_, '_> {
     type Out = ();
     fn visit<K: Kind>(&mut self) {
-        inspect::<K>(
-            self.env,
-            self.cx,
-            self.ledger,
-            &mut self.rows,
-            &mut self.diffs,
-        );
+        inspect::<K>(self.env, self.cx, self.ledger, &mut self.rows);
     }
 }
 
-fn inspect<'l, K: Kind>(
-    env: &Env,
-    cx: &RunContext,
-    ledger: &'l Ledger,
-    rows: &mut Vec<OwnedRow<'l>>,
-    kept: &mut usize,
-) {
+fn inspect<'l, K: Kind>(env: &Env, cx: &RunContext, ledger: &'l Ledger, rows: &mut Rows<'_, 'l>) {
     let mut keys = ledger.owned_keys::<K>().peekable();
     while keys.peek().is_some() {
         let chunk = keys.by_ref().take(OBSERVED_AT_ONCE);
-        inspect_chunk::<K>(env, cx, ledger, chunk.collect(), rows, kept);
+        inspect_chunk::<K>(env, cx, ledger, chunk.collect(), rows);
     }
 }
 
@@ -140,8 +143,7 @@ fn inspect_chunk<'l, K: Kind>(
     cx: &RunContext,
     ledger: &'l Ledger,
     keys: Vec<&'l str>,
-    rows: &mut Vec<OwnedRow<'l>>,
-    kept: &mut usize,
+    rows: &mut Rows<'_, 'l>,
 ) {
     let Some(&first) = keys.first() else {
         return;
@@ -176,7 +178,7 @@ fn inspect_chunk<'l, K: Kind>(
                     (OwnedState::Missing, c.details.join(", "))
                 }
                 Step::Change(c) => {
-                    diff = within_bound(kept, c.diff);
+                    diff = within_bound(&mut rows.diffs, c.diff);
                     (OwnedState::Drifted, c.details.join(", "))
                 }
                 Step::Fail(e) | Step::Skip(e) => (OwnedState::Error, e),

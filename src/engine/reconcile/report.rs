@@ -63,7 +63,8 @@ pub(super) fn within_bound(
 
 /// A run's changes, one compact row each: a 20,000-file converge holds 20,000 of them until
 /// they are printed and reported, so the keys share one buffer, end to end, and a row is where
-/// its key ends, its kind (by its place in the registry), its action and its details.
+/// its key ends, its kind (by its place in the registry), its action and its details, in 32
+/// bytes.
 #[derive(Debug, Clone, Default)]
 pub struct Changes {
     rows: Vec<Row>,
@@ -72,10 +73,39 @@ pub struct Changes {
 
 #[derive(Debug, Clone)]
 struct Row {
-    key_end: usize,
+    /// Where its key ends in `keys`, in the low `END_BITS` (no address space is larger), its
+    /// action's place in `ACTIONS` in the next 8 and its kind's in the registry in the top 8.
+    packed: u64,
     details: Details,
-    kind: u8,
-    action: Action,
+}
+
+const END_BITS: u32 = 48;
+const ACTIONS: [Action; 3] = [Action::Create, Action::Update, Action::Remove];
+
+impl Row {
+    fn new(key_end: usize, kind: u8, action: Action, details: Details) -> Row {
+        let action = ACTIONS
+            .iter()
+            .position(|a| *a == action)
+            .unwrap_or_default() as u64;
+        Row {
+            packed: key_end as u64 | action << END_BITS | u64::from(kind) << (END_BITS + 8),
+            details,
+        }
+    }
+
+    fn key_end(&self) -> usize {
+        (self.packed & ((1 << END_BITS) - 1)) as usize
+    }
+
+    fn action(&self) -> Action {
+        ACTIONS[((self.packed >> END_BITS) & 0xff) as usize % ACTIONS.len()]
+    }
+
+    fn kind(&self) -> &'static str {
+        let at = (self.packed >> (END_BITS + 8)) as usize;
+        NAMES.get(at).copied().unwrap_or_default()
+    }
 }
 
 /// A kind's place in the registry's list of names, which holds every kind's `NAME`.
@@ -88,12 +118,8 @@ fn kind_index(kind: &'static str) -> u8 {
 impl Changes {
     pub fn push(&mut self, kind: &'static str, key: &str, action: Action, details: Details) {
         self.keys.push_str(key);
-        self.rows.push(Row {
-            key_end: self.keys.len(),
-            details,
-            kind: kind_index(kind),
-            action,
-        });
+        let row = Row::new(self.keys.len(), kind_index(kind), action, details);
+        self.rows.push(row);
     }
 
     pub fn len(&self) -> usize {
@@ -106,15 +132,12 @@ impl Changes {
 
     /// Each change, in the order made.
     pub fn iter(&self) -> impl Iterator<Item = Planned<'_>> + Clone {
-        let starts = std::iter::once(0).chain(self.rows.iter().map(|r| r.key_end));
+        let starts = std::iter::once(0).chain(self.rows.iter().map(Row::key_end));
         self.rows.iter().zip(starts).map(|(row, start)| Planned {
-            kind: NAMES
-                .get(usize::from(row.kind))
-                .copied()
-                .unwrap_or_default(),
-            key: self.keys.get(start..row.key_end).unwrap_or_default(),
-            symbol: row.action.symbol(),
-            action: row.action,
+            kind: row.kind(),
+            key: self.keys.get(start..row.key_end()).unwrap_or_default(),
+            symbol: row.action().symbol(),
+            action: row.action(),
             details: &row.details,
         })
     }
@@ -123,15 +146,16 @@ impl Changes {
     fn remove(&mut self, at: usize) -> Action {
         let start = match at {
             0 => 0,
-            at => self.rows[at - 1].key_end,
+            at => self.rows[at - 1].key_end(),
         };
         let row = self.rows.remove(at);
-        self.keys.replace_range(start..row.key_end, "");
-        let len = row.key_end - start;
+        self.keys.replace_range(start..row.key_end(), "");
+        // The key's end is the packed number's low bits, and stays above its start.
+        let len = (row.key_end() - start) as u64;
         for later in &mut self.rows[at..] {
-            later.key_end -= len;
+            later.packed -= len;
         }
-        row.action
+        row.action()
     }
 }
 
@@ -213,5 +237,43 @@ impl Report {
             }
         }
         Some(self.changes.remove(at))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows give back each change as pushed, and one taken out leaves the others whole.
+    #[test]
+    fn changes_keep_each_row_in_32_bytes_and_give_it_back_as_pushed() {
+        assert_eq!(std::mem::size_of::<Row>(), 32);
+        let rows = [
+            ("packages", "vim", Action::Create, "install"),
+            ("files", "/etc/a.conf", Action::Update, "mode 0600 -> 0644"),
+            ("containers", "web", Action::Remove, ""),
+            ("units", "x.service", Action::Update, "restart"),
+        ];
+        let mut changes = Changes::default();
+        for (kind, key, action, detail) in rows {
+            changes.push(kind, key, action, vec![detail.to_string()].into());
+        }
+        let listed = |changes: &Changes| -> Vec<(&str, String, Action, String)> {
+            let each = changes.iter();
+            each.map(|c| (c.kind, c.key.to_string(), c.action, c.details.join(", ")))
+                .collect()
+        };
+        let expected = |rows: &[(&'static str, &str, Action, &str)]| -> Vec<_> {
+            let each = rows.iter();
+            each.map(|(kind, key, action, detail)| {
+                (*kind, key.to_string(), *action, detail.to_string())
+            })
+            .collect()
+        };
+        assert_eq!(listed(&changes), expected(&rows));
+        assert_eq!(changes.remove(1), Action::Update);
+        assert_eq!(listed(&changes), expected(&[rows[0], rows[2], rows[3]]));
+        assert_eq!(changes.remove(0), Action::Create);
+        assert_eq!(listed(&changes), expected(&[rows[2], rows[3]]));
     }
 }
