@@ -28,17 +28,17 @@ pub(super) fn converge<K: Kind>(
     report.checked.push(K::NAME);
     let desired = K::desired(cx.declaration);
     let released = released::<K>(desired, ledger);
-    let keys: Vec<&str> = sorted::union(
+    // Taken a chunk at a time: a list of all of them would be held through the whole turn.
+    let mut keys = sorted::union(
         desired.keys().map(String::as_str),
         released.iter().map(String::as_str),
     )
-    .into_iter()
     .filter(|key| scope.includes(K::NAME, key))
-    .collect();
+    .peekable();
     // A kind with no resource in the run is still applied when earlier kinds call on it (units
     // reload the manager for the unit files the files kind wrote, and systemd confirms them).
     let called = mode == Mode::Apply && K::called_by_facts(&cx.facts);
-    if keys.is_empty() && !called {
+    if keys.peek().is_none() && !called {
         return Ok(());
     }
     let mut changes = Vec::new();
@@ -49,14 +49,17 @@ pub(super) fn converge<K: Kind>(
         false => OBSERVED_AT_ONCE,
     };
     let mut wanted = Walk::new(desired);
-    for (at, chunk) in keys.chunks(at_once).enumerate() {
+    let mut at = 0;
+    while keys.peek().is_some() {
         // Applied a chunk at a time, the kind stops between chunks as the run does between
         // kinds: what the chunks before did is recorded, the rest is left for the next run.
         if in_chunks && at > 0 && (report.interrupted || (env.interrupted)()) {
             report.interrupted = true;
             return save(env, ledger, ledger_dirty);
         }
-        let Some(observed) = observe::<K>(env, cx, chunk, &keys[at * at_once..], report) else {
+        let chunk: Vec<&str> = keys.by_ref().take(at_once).collect();
+        let chunk = chunk.as_slice();
+        let Some(observed) = observe::<K>(env, cx, chunk, &mut keys, report) else {
             // Nothing observed, nothing to do: the kind is left as it is, as it always was.
             if at == 0 {
                 return Ok(());
@@ -69,6 +72,7 @@ pub(super) fn converge<K: Kind>(
             let dirty = std::mem::take(&mut ledger_dirty);
             apply_planned::<K>(env, cx, ledger, std::mem::take(&mut changes), dirty, report)?;
         }
+        at += 1;
     }
     if mode == Mode::Plan {
         for change in &changes {
@@ -105,12 +109,12 @@ fn released<K: Kind>(desired: &BTreeMap<String, K::Spec>, ledger: &Ledger) -> Ve
 }
 
 /// One chunk's observation; `None` when the kind's tool failed: these keys and the ones after
-/// them (`rest`) fail, unasked, and what the chunks before planned is still converged.
-fn observe<K: Kind>(
+/// them (`rest`, taken) fail, unasked, and what the chunks before planned is still converged.
+fn observe<'k, K: Kind>(
     env: &Env,
     cx: &RunContext,
-    chunk: &[&str],
-    rest: &[&str],
+    chunk: &[&'k str],
+    rest: &mut dyn Iterator<Item = &'k str>,
     report: &mut Report,
 ) -> Option<kinds::Observations<K::Observed>> {
     env.runner.tell(|| Event::Step {
@@ -122,7 +126,7 @@ fn observe<K: Kind>(
     match K::observe(env, cx, chunk) {
         Ok(observed) => Some(observed),
         Err(e) => {
-            for key in rest {
+            for key in chunk.iter().copied().chain(rest) {
                 (report.failures).push(result(K::NAME, key, ResultAction::Observe, e.to_string()));
             }
             None
