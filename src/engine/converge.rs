@@ -19,7 +19,7 @@ use crate::model::run::{
 };
 use crate::os::exec::Runner;
 use crate::store::{
-    LastRun, Ledger, LinkStatus, Notice, ServicePhase, Source, State, Store, StoreError,
+    LastRun, Ledger, LinkStatus, Notice, RunStats, ServicePhase, Source, State, Store, StoreError,
 };
 use crate::util::progress::Event;
 use crate::util::words::expiry;
@@ -335,7 +335,7 @@ impl Host {
             outcome: record.outcome,
             took_ms: Some(self.options.clock.mono_ms().saturating_sub(clock)),
         };
-        let counted = store.stats().and_then(|mut stats| {
+        let count = |stats: &mut RunStats| {
             stats.record(
                 record.trigger.first(),
                 run,
@@ -346,11 +346,14 @@ impl Host {
             if let Some(foreign) = report.and_then(|r| r.foreign) {
                 stats.foreign = Some(foreign);
             }
-            match quiet {
-                true => store.record_quiet(record, &stats),
-                false => store.save_stats(&stats),
-            }
-        });
+        };
+        let counted = match quiet {
+            true => store.record_quiet(record, count),
+            false => store.stats().and_then(|mut stats| {
+                count(&mut stats);
+                store.save_stats(&stats)
+            }),
+        };
         match (counted, quiet) {
             (Ok(()), _) => {}
             (Err(e), true) => log::error!("the run (a no-op) was not recorded: {e}"),

@@ -4,6 +4,7 @@
 //! `unsafe` of the crate is here, each block with a `// SAFETY:` comment saying why it holds.
 
 pub mod accounts;
+pub mod alloc;
 pub mod clock;
 pub mod exec;
 pub mod fsutil;

@@ -393,7 +393,7 @@ impl Store {
     /// be read stops the run instead: only the history is safe to start again. `now`: Unix
     /// seconds.
     pub fn set_aside_unreadable_runs(&self, now: u64) -> Result<Option<String>, StoreError> {
-        let why = match self.runs() {
+        let why = match self.durable_runs() {
             Ok(_) => return Ok(None),
             Err(e) => e.message,
         };

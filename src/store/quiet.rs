@@ -33,17 +33,29 @@ struct Quiet {
 const ABSENT: &str = "absent";
 
 impl Store {
+    /// A durable history file's bytes, `None` when absent.
+    fn durable_bytes(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.dir.read(OsStr::new(name), MAX_STORE_FILE) {
+            Ok(found) => Ok(found.map(|(_, bytes)| bytes)),
+            Err(e) => Err(self.error(name, format!("cannot be read: {e}"))),
+        }
+    }
+
     /// A durable history file's bytes (`None` when absent) and the digest a quiet record names
     /// it by.
     fn durable(&self, name: &str) -> Result<(Option<Vec<u8>>, String), StoreError> {
-        match self.dir.read(OsStr::new(name), MAX_STORE_FILE) {
-            Ok(None) => Ok((None, ABSENT.to_string())),
-            Ok(Some((_, bytes))) => {
-                let base = codec::sha256_hex(&bytes);
-                Ok((Some(bytes), base))
-            }
-            Err(e) => Err(self.error(name, format!("cannot be read: {e}"))),
-        }
+        let bytes = self.durable_bytes(name)?;
+        let base = match &bytes {
+            Some(bytes) => codec::sha256_hex(bytes),
+            None => ABSENT.to_string(),
+        };
+        Ok((bytes, base))
+    }
+
+    /// Whether runs.json reads as a history (absent is an empty one), its no-op runs aside.
+    pub(super) fn durable_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let bytes = self.durable_bytes(RUNS)?;
+        self.parse_durable(RUNS, bytes)
     }
 
     fn parse_durable<T: DeserializeOwned + Default>(
@@ -89,22 +101,37 @@ impl Store {
         }
     }
 
-    /// Keeps a run that changed nothing and the statistics that count it (`stats()` and the
-    /// run), written without fsync: what a crash may lose is only no-op runs.
-    pub fn record_quiet(&self, run: &RunRecord, stats: &RunStats) -> Result<(), StoreError> {
+    /// Keeps a run that changed nothing, with the statistics `count` makes of it (on top of
+    /// `stats()`), written without fsync: what a crash may lose is only no-op runs. Each file
+    /// is read once.
+    pub fn record_quiet(
+        &self,
+        run: &RunRecord,
+        count: impl FnOnce(&mut RunStats),
+    ) -> Result<(), StoreError> {
         let (_, runs_base) = self.durable(RUNS)?;
-        let (_, stats_base) = self.durable(stats::FILE)?;
-        let mut runs = (self.quiet())
-            .filter(|q| q.runs_base == runs_base)
-            .map(|q| q.runs)
-            .unwrap_or_default();
+        let (stats_bytes, stats_base) = self.durable(stats::FILE)?;
+        let (mut runs, kept_stats) = match self.quiet() {
+            Some(q) => (
+                Some(q.runs)
+                    .filter(|_| q.runs_base == runs_base)
+                    .unwrap_or_default(),
+                Some(q.stats).filter(|_| q.stats_base == stats_base),
+            ),
+            None => (Vec::new(), None),
+        };
+        let mut stats = match kept_stats {
+            Some(stats) => stats,
+            None => self.parse_durable(stats::FILE, stats_bytes)?,
+        };
+        count(&mut stats);
         runs.push(run.abridged());
         runs.drain(..runs.len().saturating_sub(KEEP));
         let quiet = Quiet {
             runs_base,
             runs,
             stats_base,
-            stats: stats.clone(),
+            stats,
         };
         self.write_cache(QUIET, &quiet)
     }
@@ -153,9 +180,9 @@ mod tests {
         let (runs_before, stats_before) = (durable(RUNS), durable(stats::FILE));
 
         for t in [2, 3] {
-            let mut stats = store.stats().unwrap();
-            counted(&mut stats, &run(t));
-            store.record_quiet(&run(t), &stats).unwrap();
+            store
+                .record_quiet(&run(t), |s| counted(s, &run(t)))
+                .unwrap();
         }
         assert_eq!(started(&store), [1, 2, 3]);
         assert_eq!(store.stats().unwrap().runs_total["timer"]["converged"], 3);
@@ -169,9 +196,9 @@ mod tests {
         store.save_stats(&stats).unwrap();
         assert_eq!(started(&store), [1, 2, 3, 4]);
         assert_eq!(store.stats().unwrap().runs_total["timer"]["converged"], 4);
-        let mut stats = store.stats().unwrap();
-        counted(&mut stats, &run(5));
-        store.record_quiet(&run(5), &stats).unwrap();
+        store
+            .record_quiet(&run(5), |s| counted(s, &run(5)))
+            .unwrap();
         assert_eq!(started(&store), [1, 2, 3, 4, 5], "each once");
         assert_eq!(store.stats().unwrap().runs_total["timer"]["converged"], 5);
     }
@@ -182,9 +209,9 @@ mod tests {
     fn a_lost_or_stale_quiet_file_is_no_runs() {
         let tmp = TempDir::new("store-quiet-lost");
         let store = Store::open(tmp.path(), true).unwrap().unwrap();
-        let mut stats = RunStats::default();
-        counted(&mut stats, &run(1));
-        store.record_quiet(&run(1), &stats).unwrap();
+        store
+            .record_quiet(&run(1), |s| counted(s, &run(1)))
+            .unwrap();
         assert_eq!(started(&store), [1]);
         let quiet = std::fs::read(tmp.path().join(QUIET)).unwrap();
         for cut in [&b""[..], &quiet[..quiet.len() / 2]] {

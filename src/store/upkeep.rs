@@ -63,7 +63,8 @@ impl Store {
             .ok()
     }
 
-    /// Replaces a cache file atomically, without fsync.
+    /// Replaces a cache file, without fsync (`Dir::write_volatile_cache`: a reader may find it
+    /// missing for a moment, which reads as no cache).
     pub(super) fn write_cache<T: Serialize>(
         &self,
         name: &str,
@@ -71,7 +72,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(value).map_err(|e| self.error(name, e))?;
         self.dir
-            .write_atomic_volatile(OsStr::new(name), &bytes, 0o600)
+            .write_volatile_cache(OsStr::new(name), &bytes, 0o600)
             .map_err(|e| self.error(name, format!("cannot be written: {e}")))
     }
 }

@@ -180,6 +180,23 @@ impl Dir {
         self.rename_pending(pending)
     }
 
+    /// `write_atomic_volatile` for a cache, which a reader may find missing: the old file is
+    /// removed before the new one takes its name, because ext4 (`auto_da_alloc`) writes a file
+    /// back to disk at once when a rename replaces another, and a no-op run that only rewrites
+    /// its cache must not write to disk every time. A reader in between finds no file.
+    pub fn write_volatile_cache(&self, name: &OsStr, bytes: &[u8], mode: u32) -> io::Result<()> {
+        let pending = self.write_temp(temp_name(name)?, name, mode, None, false, |mut file| {
+            io::Write::write_all(&mut file, bytes)
+        })?;
+        if let Err(e) = calls::unlinkat(self.fd(), &pending.target, 0) {
+            if e.kind() != io::ErrorKind::NotFound {
+                self.discard_pending(pending);
+                return Err(e);
+            }
+        }
+        self.rename_pending(pending)
+    }
+
     /// The temp file beside `name`, filled by `fill`, given its attributes, synced and renamed
     /// over `name`; removed again on any failure.
     fn write_temp_then_rename(
