@@ -343,7 +343,7 @@ impl Commands<'_> {
         );
         let history = store.failures()?;
         for row in &mut rows {
-            row.failing = history.find(row.kind, &row.key).map(Box::new);
+            row.failing = history.find(row.kind, row.key).map(Box::new);
         }
         render::owned(
             self.out,

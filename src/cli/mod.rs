@@ -76,6 +76,10 @@ fn error_json(out: &Out, kind: &str, message: &str, exit_code: i32) {
 }
 
 fn run(out: &Out, args: &args::Args) -> Result<i32, Fatal> {
+    // A command ends soon: its small blocks come from an arena never given back (os/alloc.rs).
+    if args.command != Command::Run {
+        crate::os::alloc::use_arena();
+    }
     match &args.command {
         Command::Help(topic) => {
             match topic.and_then(args::command_doc) {

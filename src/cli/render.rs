@@ -86,7 +86,7 @@ pub fn check(out: &Out, json: bool, checked: &Checked, now: u64) {
 /// `owned`'s answer.
 #[derive(Debug, Serialize)]
 pub struct Owned<'a> {
-    pub owned: &'a [OwnedRow],
+    pub owned: &'a [OwnedRow<'a>],
 }
 
 pub fn owned(out: &Out, json: bool, owned: &Owned, now: u64) {
@@ -113,7 +113,7 @@ pub fn owned(out: &Out, json: bool, owned: &Owned, now: u64) {
             r.state
         );
         if let Some(diff) = &r.diff {
-            out!(out, "{}", diff_text(r.kind, &r.key, diff, colour));
+            out!(out, "{}", diff_text(r.kind, r.key, diff, colour));
         }
         if let Some(f) = &r.failing {
             outln!(out, "    ! {}", failing_words(f, now));
@@ -211,7 +211,7 @@ fn failing_words(f: &Failing, now: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::reconcile::Planned;
+    use crate::engine::reconcile;
     use crate::kinds::Action;
     use crate::model::run::{
         ResourceResult, ResultAction, RunOutcome, RunRecord, Trigger, Triggers,
@@ -265,13 +265,9 @@ mod tests {
 
     #[test]
     fn a_run_keeps_its_json_shape_with_and_without_the_commands() {
-        let changes = [Planned {
-            kind: "files",
-            key: "/etc/x".into(),
-            symbol: '+',
-            action: Action::Create,
-            details: vec!["content".into(), "mode 0644".into()].into(),
-        }];
+        let mut changes = reconcile::Changes::default();
+        let details = vec!["content".into(), "mode 0644".into()].into();
+        changes.push("files", "/etc/x", Action::Create, details);
         let failures = [result(ResultAction::Plan)];
         let deferred = [result(ResultAction::Remove)];
         let adopted = [result(ResultAction::Adopt)];
@@ -324,22 +320,13 @@ mod tests {
 
     #[test]
     fn a_change_carries_its_diff_in_json_and_text() {
-        let changes = [
-            Planned {
-                kind: "files",
-                key: "/etc/a".into(),
-                symbol: '~',
-                action: Action::Update,
-                details: vec!["content (2 -> 2 bytes)".into()].into(),
-            },
-            Planned {
-                kind: "files",
-                key: "/etc/b".into(),
-                symbol: '~',
-                action: Action::Update,
-                details: vec!["mode 0600 -> 0644".into()].into(),
-            },
-        ];
+        let mut changes = reconcile::Changes::default();
+        for (key, detail) in [
+            ("/etc/a", "content (2 -> 2 bytes)"),
+            ("/etc/b", "mode 0600 -> 0644"),
+        ] {
+            changes.push("files", key, Action::Update, vec![detail.into()].into());
+        }
         let diff = ContentDiff::new(
             "on the machine",
             "declared",
@@ -380,13 +367,13 @@ mod tests {
     fn owned_keeps_its_json_shape() {
         let rows = [OwnedRow {
             kind: "files",
-            key: "/etc/x".into(),
+            key: "/etc/x",
             origin: Origin::Adopted,
             state: crate::engine::reconcile::OwnedState::Drifted,
             detail: "content".into(),
             diff: None,
             failing: None,
-            pacnew: Vec::new(),
+            pacnew: Box::default(),
         }];
         assert_eq!(
             json(&Owned { owned: &rows }),

@@ -10,7 +10,7 @@ use super::target::{join_lines, Aim, Started};
 use super::unwritten::{Backlog, Unwritten};
 use super::{invalid, never, Fatal, Host, EXIT_FAILED, EXIT_OK};
 use crate::engine::metrics;
-use crate::engine::reconcile::{self, Mode, Planned, Report};
+use crate::engine::reconcile::{self, Changes, Mode, Report};
 use crate::kinds::Action;
 use crate::link;
 use crate::model::declaration::Declaration;
@@ -66,12 +66,12 @@ impl Host {
 
     /// What converging `scope` to the declaration in force would change, observed now without
     /// the lock and changing nothing: the service's watcher asks before it runs.
-    pub fn drifted(&self, scope: &reconcile::Scope) -> Result<Vec<reconcile::Planned>, Fatal> {
+    pub fn drifted(&self, scope: &reconcile::Scope) -> Result<Changes, Fatal> {
         let Some(store) = Store::open(&self.config.state_dir, false)? else {
-            return Ok(Vec::new());
+            return Ok(Changes::default());
         };
         let Some(in_force) = store.in_force()? else {
-            return Ok(Vec::new());
+            return Ok(Changes::default());
         };
         let d = self
             .validate(&in_force.text)
@@ -238,7 +238,8 @@ impl Host {
         quiet: bool,
     ) -> Option<String> {
         let report = self.config.control_plane.as_ref().map(|_| {
-            let mut report = report_of(record, run.map_or(&[], |r| &r.changes), message);
+            let none = Changes::default();
+            let mut report = report_of(record, run.map_or(&none, |r| &r.changes), message);
             report.failing = failing.to_vec();
             if record.trigger.contains(Trigger::Revert) {
                 report.reverted = store
@@ -570,7 +571,7 @@ fn record(
         // As many as the store keeps: a large run's changes are not listed twice in memory (the
         // wire report lists them all, from `report`).
         changes: (report.changes.iter().take(LISTED))
-            .map(Planned::as_result)
+            .map(|c| c.as_result())
             .collect(),
         failures: report.failures.clone(),
         deferred: report.deferred.clone(),
@@ -584,10 +585,11 @@ fn record(
 
 /// The control plane's view of a run, with its `changes`. Changes in a run no new declaration
 /// caused repair drift.
-pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link::Report {
+pub fn report_of(record: &RunRecord, changes: &Changes, message: &str) -> link::Report {
     let changes_len = changes.len();
-    // No more entries than a report can carry are made (a large converge would make many times
-    // what `abridge` then cuts to `MAX_REPORT_BYTES`); the rest are counted as left out.
+    // No more entries than a report lists (`REPORTED_CHANGES`) or can carry are made (a large
+    // converge would make many times what `abridge` then cuts to `MAX_REPORT_BYTES`); the rest
+    // are counted as left out.
     let mut room = link::MAX_REPORT_BYTES;
     let fits = |entry: &ResourceResult| {
         let len = link::json_len(entry) + 1;
@@ -596,7 +598,8 @@ pub fn report_of(record: &RunRecord, changes: &[Planned], message: &str) -> link
     };
     let changes: Vec<ResourceResult> = changes
         .iter()
-        .map(Planned::as_result)
+        .take(link::REPORTED_CHANGES)
+        .map(|c| c.as_result())
         .take_while(fits)
         .collect();
     let new_declaration =
@@ -696,34 +699,40 @@ mod tests {
         assert!(present("d") && !present("c") && !present("b"));
     }
 
-    /// A run of 30,000 changes makes a report of only the entries that fit, and says how many
-    /// it left out, drift counted too; a small one is whole.
+    /// A run of 30,000 changes makes a report of its first `REPORTED_CHANGES`, and of fewer when
+    /// those would not fit, and says how many it left out, drift counted too; a small one is whole.
     #[test]
-    fn a_report_makes_no_more_entries_than_fit() {
-        let changes: Vec<Planned> = (0..30_000)
-            .map(|i| Planned {
-                kind: "files",
-                key: format!("/etc/scale/d{}/f{i}.conf", i / 500),
-                symbol: '+',
-                action: Action::Create,
-                details: vec!["80 bytes, mode 0644".to_string()].into(),
-            })
-            .collect();
-        for (trigger, lists) in [(Trigger::Declaration, 1), (Trigger::Timer, 2)] {
-            let report = report_of(&record(trigger), &changes, "");
-            assert!(link::json_len(&report) <= link::MAX_REPORT_BYTES);
-            let kept = report.changes.len() + report.drift.len();
-            assert!(kept > 1000, "{kept}");
-            let left_out = 30_000 * lists - kept;
-            assert!(
-                report
-                    .message
-                    .starts_with(&format!("{left_out} resource entries left out")),
-                "{}",
-                report.message
-            );
+    fn a_report_makes_no_more_entries_than_it_lists_and_fit() {
+        let changes_of = |n: usize, key_len: usize| {
+            let mut changes = Changes::default();
+            for i in 0..n {
+                let key = format!("/etc/scale/d{}/f{i}.conf", i / 500);
+                let key = format!("{key:x<key_len$}");
+                let details = vec!["80 bytes, mode 0644".to_string()].into();
+                changes.push("files", &key, Action::Create, details);
+            }
+            changes
+        };
+        // Keys of 30 bytes: the first thousand fit; of 4,000 bytes, only some 260.
+        for (key_len, listed) in [(30, link::REPORTED_CHANGES), (4000, 1)] {
+            let changes = changes_of(30_000, key_len);
+            for (trigger, lists) in [(Trigger::Declaration, 1), (Trigger::Timer, 2)] {
+                let report = report_of(&record(trigger), &changes, "");
+                assert!(link::json_len(&report) <= link::MAX_REPORT_BYTES);
+                let kept = report.changes.len() + report.drift.len();
+                match listed {
+                    1 => assert!((100..link::REPORTED_CHANGES).contains(&kept), "{kept}"),
+                    _ => assert_eq!(kept, listed * lists),
+                }
+                let left_out = 30_000 * lists - kept;
+                assert!(
+                    (report.message).starts_with(&format!("{left_out} resource entries left out")),
+                    "{}",
+                    report.message
+                );
+            }
         }
-        let small = report_of(&record(Trigger::Timer), &changes[..3], "note");
+        let small = report_of(&record(Trigger::Timer), &changes_of(3, 30), "note");
         assert_eq!((small.changes.len(), small.drift.len()), (3, 3));
         assert_eq!(small.message, "note");
     }

@@ -192,6 +192,11 @@ pub fn decode(body: &[u8]) -> Result<Message, String> {
 /// (docs/protocol.md). A report over it is abridged, so one huge run or one huge rejected
 /// declaration cannot exceed the control plane's limit and block every later report.
 pub const MAX_REPORT_BYTES: usize = 1 << 20;
+/// The most of a run's changes a report lists (its drift, the same changes, as many): the rest
+/// are counted in its `message`. A 20,000-file converge would otherwise fill the report's MiB
+/// with some 14,000 entries, held in memory beside the run's own (docs/performance.md, figure 11);
+/// a thousand tell a person what happened, as the run record's hundred do.
+pub const REPORTED_CHANGES: usize = 1000;
 /// How many bytes `value` is as JSON, counted as it is written (a large report is not built
 /// whole in memory just to be measured).
 pub fn json_len<T: Serialize>(value: &T) -> usize {

@@ -10,7 +10,9 @@ pub mod messages;
 use std::collections::VecDeque;
 use std::fmt;
 
-pub use messages::{json_len, Message, Node, ReconnectPolicy, Report, Reverted, MAX_REPORT_BYTES};
+pub use messages::{
+    json_len, Message, Node, ReconnectPolicy, Report, Reverted, MAX_REPORT_BYTES, REPORTED_CHANGES,
+};
 
 /// What the link tells the host.
 #[derive(Debug, PartialEq)]

@@ -1,90 +1,258 @@
 //! The process's allocator. musl's own gives every group of small blocks back to the kernel as
-//! soon as it empties, so a run that builds and drops many small values pays an mmap, a munmap
-//! and fresh page faults for each (90 pairs in a 500-file no-op, the largest cost after the
-//! files' stats: docs/performance.md, H5). Small blocks therefore come from dlmalloc's arena,
-//! which keeps freed memory for the next allocation; large ones stay musl's, which maps each
-//! alone and unmaps it when freed, so a big run's buffers do not stay in the arena afterwards
-//! (dlmalloc alone raised the 20,000-file converge's peak by 1.8 MiB).
+//! soon as it empties, so a command that builds and drops many small values pays an mmap, a
+//! munmap and fresh page faults for each (90 pairs in a 500-file no-op, the largest cost after
+//! the files' stats: docs/performance.md, H5). The commands a person or a script runs, which end
+//! soon after, therefore take their small blocks from an arena (dlmalloc) that keeps freed
+//! memory for the next block and never gives it back (`use_arena`). The service does not: it
+//! lives on, and an arena keeps the high-water mark of its largest run (a 20,000-file run left
+//! it at 8.5 MiB idle instead of 2.7); musl's gives that back. Large blocks are always musl's,
+//! which maps each alone and unmaps it when freed.
+//!
+//! Which allocator made a block is told by its address: the arena's memory is one range of
+//! address space reserved at its first block, so a block made before `use_arena` (musl's) is
+//! freed to musl whatever the time, and one the arena could not make comes from musl too.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
-use dlmalloc::GlobalDlmalloc;
+use dlmalloc::Dlmalloc;
 
-/// From this size on, a block is musl's (its own threshold for mapping a block alone is 128 KiB).
+/// From this size on, a block is musl's (its own threshold for mapping a block alone).
 const LARGE: usize = 128 * 1024;
 
-/// Small blocks from dlmalloc, large ones from the system, chosen by the block's size: the
-/// layout given back when freeing or growing is the one the block was made with, so both sides
-/// agree which allocator holds it.
+/// Address space the arena may use: reserved without memory behind it, given memory as the arena
+/// grows (a 64 MiB declaration of small files needs some 200 MiB of small blocks).
+const RESERVED: usize = 16 << 30;
+
+/// How much the arena grows by at once: a system call per 256 KiB of small blocks.
+const GROWTH: usize = 256 * 1024;
+
+/// Whether small blocks come from the arena (`use_arena`); not before, and never in the service.
+static ARENA_ON: AtomicBool = AtomicBool::new(false);
+
+/// Where the reserved range starts (0 until the arena's first block).
+static BASE: AtomicUsize = AtomicUsize::new(0);
+
+static ARENA: Mutex<Dlmalloc<Region>> = Mutex::new({
+    let mut arena = Dlmalloc::new_with_allocator(Region {
+        used: AtomicUsize::new(0),
+        failed: AtomicBool::new(false),
+    });
+    arena.set_granularity(GROWTH);
+    arena
+});
+
+/// Small blocks come from the arena from now on (a command that ends soon after; never the
+/// service).
+pub fn use_arena() {
+    ARENA_ON.store(true, Ordering::Relaxed);
+}
+
+fn arena() -> MutexGuard<'static, Dlmalloc<Region>> {
+    // Nothing panics while holding it; a poisoned lock still guards a sound arena.
+    ARENA
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Whether `ptr` is in the arena's range (then the arena made it).
+fn in_arena(ptr: *mut u8) -> bool {
+    let base = BASE.load(Ordering::Acquire);
+    base != 0 && (ptr as usize).wrapping_sub(base) < RESERVED
+}
+
+fn is_small(size: usize) -> bool {
+    size < LARGE && ARENA_ON.load(Ordering::Relaxed)
+}
+
+/// The arena's memory: the reserved range, given out from its start and never taken back.
+/// Used only under `ARENA`'s lock.
+struct Region {
+    /// Bytes of the range given to the arena so far.
+    used: AtomicUsize,
+    /// The range could not be reserved: the arena makes nothing.
+    failed: AtomicBool,
+}
+
+impl Region {
+    /// The range's start, reserved at the first call.
+    fn base(&self) -> Option<usize> {
+        match BASE.load(Ordering::Acquire) {
+            0 if self.failed.load(Ordering::Relaxed) => None,
+            0 => {
+                let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+                // SAFETY: a fresh anonymous mapping with no access, placed by the kernel: it
+                // overlaps nothing of the process.
+                let at = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        RESERVED,
+                        libc::PROT_NONE,
+                        flags,
+                        -1,
+                        0,
+                    )
+                };
+                if at == libc::MAP_FAILED {
+                    self.failed.store(true, Ordering::Relaxed);
+                    return None;
+                }
+                BASE.store(at as usize, Ordering::Release);
+                Some(at as usize)
+            }
+            base => Some(base),
+        }
+    }
+}
+
+// SAFETY: `alloc` gives out each part of the reserved range once, readable and writable, never
+// overlapping another; nothing is ever unmapped or moved (`remap`, `free_part`, `free` refuse).
+unsafe impl dlmalloc::Allocator for Region {
+    fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
+        let none = (std::ptr::null_mut(), 0, 0);
+        let Some(base) = self.base() else {
+            return none;
+        };
+        let used = self.used.load(Ordering::Relaxed);
+        let size = size.next_multiple_of(GROWTH);
+        if size > RESERVED - used {
+            return none;
+        }
+        let at = (base + used) as *mut libc::c_void;
+        // SAFETY: [at, at + size) lies inside the reserved range and was never given out.
+        if unsafe { libc::mprotect(at, size, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
+            return none;
+        }
+        self.used.store(used + size, Ordering::Relaxed);
+        (at.cast(), size, 0)
+    }
+
+    fn remap(&self, _ptr: *mut u8, _old: usize, _new: usize, _can_move: bool) -> *mut u8 {
+        std::ptr::null_mut()
+    }
+
+    fn free_part(&self, _ptr: *mut u8, _old: usize, _new: usize) -> bool {
+        false
+    }
+
+    fn free(&self, _ptr: *mut u8, _size: usize) -> bool {
+        false
+    }
+
+    fn can_release_part(&self, _flags: u32) -> bool {
+        false
+    }
+
+    fn allocates_zeros(&self) -> bool {
+        true
+    }
+
+    fn page_size(&self) -> usize {
+        4096
+    }
+}
+
+/// Small blocks from the arena once `use_arena` was called, everything else from musl.
 pub struct Allocator;
 
 // Not under the fuzzers: their address sanitizer checks blocks that the C library's allocator
-// hands out, which dlmalloc's arena would hide from it.
+// hands out, which the arena would hide from it.
 #[cfg(not(fuzzing))]
 #[global_allocator]
 static ALLOCATOR: Allocator = Allocator;
 
-fn is_large(size: usize) -> bool {
-    size >= LARGE
-}
-
-// SAFETY: every call is passed on to one of two allocators that uphold GlobalAlloc's contract,
-// always the same one for a given block: `is_large` of the size it was made with, which
-// GlobalAlloc's callers give back unchanged; a block that crosses `LARGE` when resized is moved.
+// SAFETY: each block is made by the arena or by musl and given back to the one that made it,
+// told by its address (`in_arena`); a block that leaves the arena's sizes is moved.
 unsafe impl GlobalAlloc for Allocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's layout has a non-zero size, as GlobalAlloc::alloc requires.
-        unsafe {
-            match is_large(layout.size()) {
-                true => System.alloc(layout),
-                false => GlobalDlmalloc.alloc(layout),
+        if is_small(layout.size()) {
+            // SAFETY: a non-zero size, as GlobalAlloc::alloc's caller guarantees.
+            let block = unsafe { arena().malloc(layout.size(), layout.align()) };
+            if !block.is_null() {
+                return block;
             }
         }
+        // SAFETY: as above.
+        unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as for `alloc`.
-        unsafe {
-            match is_large(layout.size()) {
-                true => System.alloc_zeroed(layout),
-                false => GlobalDlmalloc.alloc_zeroed(layout),
+        if is_small(layout.size()) {
+            // SAFETY: as for `alloc`.
+            let block = unsafe { arena().calloc(layout.size(), layout.align()) };
+            if !block.is_null() {
+                return block;
             }
         }
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was made by this allocator with `layout`, so by the side chosen here.
-        unsafe {
-            match is_large(layout.size()) {
-                true => System.dealloc(ptr, layout),
-                false => GlobalDlmalloc.dealloc(ptr, layout),
-            }
+        match in_arena(ptr) {
+            // SAFETY: the arena made `ptr` with `layout`'s size and alignment.
+            true => unsafe { arena().free(ptr, layout.size(), layout.align()) },
+            // SAFETY: musl made `ptr` with `layout`.
+            false => unsafe { System.dealloc(ptr, layout) },
         }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        match (is_large(layout.size()), is_large(new_size)) {
-            // SAFETY: `ptr` was made with `layout` by the side both sizes belong to.
-            (true, true) => unsafe { System.realloc(ptr, layout, new_size) },
-            // SAFETY: as above.
-            (false, false) => unsafe { GlobalDlmalloc.realloc(ptr, layout, new_size) },
-            _ => {
-                // SAFETY: GlobalAlloc::realloc's caller guarantees `new_size`, rounded up to
-                // `layout.align()`, does not overflow isize, and is non-zero.
-                let new_layout =
-                    unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-                // SAFETY: a non-zero size (above).
-                let new = unsafe { self.alloc(new_layout) };
-                if !new.is_null() {
-                    // SAFETY: both blocks are valid for the smaller of their sizes and distinct;
-                    // `ptr` was made with `layout` and is freed once, here.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
-                        self.dealloc(ptr, layout);
-                    }
+        let (align, old_size) = (layout.align(), layout.size());
+        match (in_arena(ptr), new_size < LARGE) {
+            (true, true) => {
+                // SAFETY: the arena made `ptr` with `layout`; `new_size` is non-zero.
+                let block = unsafe { arena().realloc(ptr, old_size, align, new_size) };
+                if !block.is_null() {
+                    return block;
                 }
-                new
+            }
+            // SAFETY: musl made `ptr` with `layout`; it stays musl's, whatever its size.
+            (false, _) => return unsafe { System.realloc(ptr, layout, new_size) },
+            (true, false) => {}
+        }
+        // SAFETY: GlobalAlloc::realloc's caller guarantees `new_size`, rounded up to `align`,
+        // does not overflow isize, and is non-zero.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, align) };
+        // SAFETY: a non-zero size (above).
+        let block = unsafe { self.alloc(new_layout) };
+        if !block.is_null() {
+            // SAFETY: both blocks are valid for the smaller of their sizes and distinct; `ptr`,
+            // made with `layout`, is freed once, here.
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, block, old_size.min(new_size));
+                self.dealloc(ptr, layout);
             }
         }
+        block
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks made before the arena was in use, in it, and moved across the size that divides
+    /// them, are each given back to their maker with their bytes kept.
+    #[test]
+    fn blocks_go_back_to_their_maker_across_the_switch_and_sizes() {
+        let before: Vec<u8> = (0..100u8).collect();
+        use_arena();
+        let mut small: Vec<u8> = (0..200u8).collect();
+        assert!(
+            in_arena(small.as_mut_ptr()),
+            "a small block after the switch"
+        );
+        let mut grown = small.clone();
+        grown.resize(LARGE + 1, 7);
+        assert!(!in_arena(grown.as_mut_ptr()), "grown past LARGE: musl's");
+        grown.truncate(10);
+        grown.shrink_to_fit();
+        assert_eq!(grown, (0..10u8).collect::<Vec<_>>());
+        assert_eq!(before, (0..100u8).collect::<Vec<_>>());
+        drop(before);
+        small.extend_from_slice(&[1, 2, 3]);
+        assert_eq!(small.len(), 203);
     }
 }

@@ -28,7 +28,7 @@ fn summary(
         Err(e) => return Err(e.message().to_string()),
     };
     let report = &result.report;
-    let resource = |kind: &str, key: &String| Some((drift::kind(kind)?, key.clone()));
+    let resource = |kind: &str, key: &str| Some((drift::kind(kind)?, key.to_string()));
     let failed: BTreeSet<Resource> = match watched {
         true => (report.failures.iter())
             .filter_map(|f| resource(&f.kind, &f.key))
@@ -37,8 +37,13 @@ fn summary(
     };
     // A repair that failed (changed back before it could be checked) was fought too.
     let repaired = match watched {
-        true => (report.changes.iter().map(|c| (c.kind, &c.key)))
-            .chain(report.failures.iter().map(|f| (f.kind.as_str(), &f.key)))
+        true => (report.changes.iter().map(|c| (c.kind, c.key)))
+            .chain(
+                report
+                    .failures
+                    .iter()
+                    .map(|f| (f.kind.as_str(), f.key.as_str())),
+            )
             .filter_map(|(kind, key)| resource(kind, key))
             .collect(),
         false => Vec::new(),

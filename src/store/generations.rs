@@ -316,12 +316,17 @@ impl Store {
         Ok(bytes)
     }
 
-    /// Keeps `text` under `digest`, unless a file whose bytes match it is there already.
+    /// Keeps `text` under `digest`, unless a file whose bytes match it is there already (hashed
+    /// as it is read: a large declaration's text is not held twice).
     pub(super) fn save_text(&self, digest: &str, text: &[u8]) -> Result<(), StoreError> {
         let texts = self.texts()?;
         let file = text_file(digest);
         let name = OsStr::new(&file);
-        let kept = matches!(texts.read(name, MAX_STORE_FILE), Ok(Some((_, b))) if codec::sha256_hex(&b) == digest);
+        let kept = match texts.open_reader(name, MAX_STORE_FILE) {
+            Ok(Some(stored)) => codec::sha256_of_reader(stored)
+                .is_ok_and(|sha| codec::hex32(&sha).as_slice() == digest.as_bytes()),
+            _ => false,
+        };
         if kept {
             return Ok(());
         }

@@ -10,6 +10,24 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
     out
 }
 
+/// SHA-256 of what `input` reads to its end, a buffer at a time: a stored text checked against
+/// its digest without being held whole beside the copy the caller has.
+pub fn sha256_of_reader(mut input: impl std::io::Read) -> std::io::Result<[u8; 32]> {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buffer = vec![0u8; 64 << 10];
+    loop {
+        match input.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => context.update(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut out = [0u8; 32];
+    out.copy_from_slice(context.finish().as_ref());
+    Ok(out)
+}
+
 /// HMAC-SHA256 (RFC 2104) of `data` under `key`: the keyed digest shown of secret content, which
 /// tells "changed" from "same" to whoever sees two of them, but lets no one without the host's
 /// key test a guess of the content against it, as a plain SHA-256 would.
@@ -294,6 +312,15 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_hashed_as_read_is_the_hash_of_the_text() {
+        for len in [0, 1, 64 << 10, (64 << 10) + 1, 200_000] {
+            let text: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let read = sha256_of_reader(text.as_slice()).expect("read");
+            assert_eq!(read, sha256(&text), "{len} bytes");
+        }
+    }
 
     #[test]
     fn text_hashed_as_formatted_is_the_hash_of_the_formatted_text() {

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use serde::Serialize;
 
-use crate::engine::reconcile::Planned;
+use crate::engine::reconcile::{self, Planned};
 use crate::model::pacnew::Pacnew;
 use crate::model::run::ResourceResult;
 use crate::model::upkeep::Needs;
@@ -47,13 +47,13 @@ pub struct RunOutput<'a> {
 /// each change with its `diff`.
 #[derive(Debug, Clone, Copy)]
 pub struct Changes<'a> {
-    pub planned: &'a [Planned],
+    pub planned: &'a reconcile::Changes,
     pub diffs: &'a [(usize, Box<ContentDiff>)],
 }
 
 impl<'a> Changes<'a> {
     /// Each change with its diff, in order.
-    fn each(self) -> impl Iterator<Item = (&'a Planned, Option<&'a ContentDiff>)> {
+    fn each(self) -> impl Iterator<Item = (Planned<'a>, Option<&'a ContentDiff>)> {
         let mut diffs = self.diffs.iter().peekable();
         self.planned.iter().enumerate().map(move |(i, c)| {
             let diff = diffs.next_if(|(at, _)| *at == i).map(|(_, d)| &**d);
@@ -66,7 +66,7 @@ impl<'a> Changes<'a> {
 #[derive(Serialize)]
 struct ChangeShown<'a> {
     #[serde(flatten)]
-    change: &'a Planned,
+    change: Planned<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     diff: Option<&'a ContentDiff>,
 }
@@ -95,7 +95,7 @@ pub fn run(out: &Out, json: bool, run: &RunOutput, traced: &[String]) {
             c.details.join(", ")
         );
         if let Some(diff) = diff {
-            out!(out, "{}", diff_text(c.kind, &c.key, diff, colour));
+            out!(out, "{}", diff_text(c.kind, c.key, diff, colour));
         }
     }
     for a in run.adopted {

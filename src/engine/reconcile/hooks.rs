@@ -23,9 +23,8 @@ pub(super) fn fail_refused(
     for (kind, refused) in kinds::each(&mut Refused(facts)) {
         for (key, why) in refused {
             any = true;
-            let at = (report.changes.iter()).position(|c| c.kind == kind && c.key == key);
-            let action = match at.map(|at| report.remove_change(at)) {
-                Some(change) => change.action.into(),
+            let action = match report.take_change(kind, &key) {
+                Some(action) => action.into(),
                 None => ResultAction::Update,
             };
             report.failures.push(result(kind, &key, action, why));

@@ -79,9 +79,10 @@ pub(super) fn converge<K: Kind>(
                 &Outcome::Done,
             );
         }
-        // Each change becomes its row (its key, details and diff moved, not copied).
+        // Each change becomes its row (its details and diff moved, its key copied into the
+        // report's one buffer of keys).
         for c in changes {
-            report.push_change(K::NAME, c.key, c.action, c.details, c.diff);
+            report.push_change(K::NAME, &c.key, c.action, c.details, c.diff);
         }
         return Ok(());
     }
@@ -344,7 +345,7 @@ fn record<K: Kind>(
                 }
                 report.push_change(
                     K::NAME,
-                    change.key,
+                    &change.key,
                     change.action,
                     change.details,
                     change.diff,

@@ -17,7 +17,7 @@ mod scope;
 use after::{count_foreign, needs_now, remove_unreferenced_backups};
 use hooks::{fail_refused, pacnew_found};
 pub use owned::{owned, OwnedRow, OwnedState};
-pub use report::{Planned, Report, DIFFS_KEPT};
+pub use report::{Changes, Planned, Report, DIFFS_KEPT};
 use scope::secret_context;
 pub use scope::{Mode, Scope};
 
@@ -178,19 +178,13 @@ mod tests {
         };
         let mut report = Report::default();
         for key in ["/etc/a.conf", d, "/etc/b.conf"] {
-            report.push_change(
-                Files::NAME,
-                key.into(),
-                Action::Create,
-                vec![].into(),
-                diff(key),
-            );
+            report.push_change(Files::NAME, key, Action::Create, vec![].into(), diff(key));
         }
         fail_refused(&env, &mut cx.facts, &Ledger::default(), &mut report).unwrap();
         assert_eq!(report.changes.len(), 3);
         kinds::files::refused(&cx, d, "systemd says the host's units changed");
         fail_refused(&env, &mut cx.facts, &Ledger::default(), &mut report).unwrap();
-        let keys: Vec<&str> = report.changes.iter().map(|c| c.key.as_str()).collect();
+        let keys: Vec<&str> = report.changes.iter().map(|c| c.key).collect();
         assert_eq!(keys, ["/etc/a.conf", "/etc/b.conf"]);
         // Each remaining change keeps its own diff.
         assert_eq!(

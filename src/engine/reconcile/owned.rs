@@ -13,14 +13,15 @@ use crate::store::{Ledger, Origin, Store};
 use crate::util::diff::ContentDiff;
 use crate::util::sorted::Walk;
 
-/// One owned resource as observed now.
+/// One owned resource as observed now. `owned` lists thousands: its key is borrowed from the
+/// ledger, its detail (empty when in sync) and `.pacnew` files are boxed, not grown.
 #[derive(Debug, Serialize)]
-pub struct OwnedRow {
+pub struct OwnedRow<'l> {
     pub kind: &'static str,
-    pub key: String,
+    pub key: &'l str,
     pub origin: Origin,
     pub state: OwnedState,
-    pub detail: String,
+    pub detail: Box<str>,
     /// What differs in a drifted file's or unit file's content.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<Box<ContentDiff>>,
@@ -29,8 +30,8 @@ pub struct OwnedRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failing: Option<Box<Failing>>,
     /// A `.pacnew` or `.pacsave` beside an owned file.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub pacnew: Vec<Pacnew>,
+    #[serde(skip_serializing_if = "<[Pacnew]>::is_empty")]
+    pub pacnew: Box<[Pacnew]>,
 }
 
 /// How an owned resource is now, against the declaration in force.
@@ -69,7 +70,7 @@ impl std::fmt::Display for OwnedState {
 }
 
 /// Observes every owned resource and compares it with the declaration in force.
-pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedRow> {
+pub fn owned<'l>(env: &Env, declaration: Declaration, ledger: &'l Ledger) -> Vec<OwnedRow<'l>> {
     let mut cx = secret_context(env, &declaration);
     cx.diffs = env.diffs;
     let mut inspecting = Inspecting {
@@ -89,23 +90,24 @@ pub fn owned(env: &Env, declaration: Declaration, ledger: &Ledger) -> Vec<OwnedR
                 .iter()
                 .filter(|p| p.path == row.key)
                 .cloned()
-                .collect();
+                .collect::<Vec<_>>()
+                .into_boxed_slice();
         }
     }
     rows
 }
 
 /// `owned`'s walk over the kinds, in the registry's order.
-struct Inspecting<'r, 'a> {
+struct Inspecting<'r, 'a, 'l> {
     env: &'r Env<'a>,
     cx: &'r RunContext<'r>,
-    ledger: &'r Ledger,
-    rows: Vec<OwnedRow>,
+    ledger: &'l Ledger,
+    rows: Vec<OwnedRow<'l>>,
     /// The bytes of diffs the rows hold, at most about `DIFFS_KEPT`.
     diffs: usize,
 }
 
-impl Visit for Inspecting<'_, '_> {
+impl Visit for Inspecting<'_, '_, '_> {
     type Out = ();
     fn visit<K: Kind>(&mut self) {
         inspect::<K>(
@@ -118,11 +120,11 @@ impl Visit for Inspecting<'_, '_> {
     }
 }
 
-fn inspect<K: Kind>(
+fn inspect<'l, K: Kind>(
     env: &Env,
     cx: &RunContext,
-    ledger: &Ledger,
-    rows: &mut Vec<OwnedRow>,
+    ledger: &'l Ledger,
+    rows: &mut Vec<OwnedRow<'l>>,
     kept: &mut usize,
 ) {
     let mut keys = ledger.owned_keys::<K>().peekable();
@@ -133,12 +135,12 @@ fn inspect<K: Kind>(
 }
 
 /// `inspect` of some of the owned keys, observed at once (see `OBSERVED_AT_ONCE`).
-fn inspect_chunk<K: Kind>(
+fn inspect_chunk<'l, K: Kind>(
     env: &Env,
     cx: &RunContext,
-    ledger: &Ledger,
-    keys: Vec<&str>,
-    rows: &mut Vec<OwnedRow>,
+    ledger: &'l Ledger,
+    keys: Vec<&'l str>,
+    rows: &mut Vec<OwnedRow<'l>>,
     kept: &mut usize,
 ) {
     let Some(&first) = keys.first() else {
@@ -182,13 +184,13 @@ fn inspect_chunk<K: Kind>(
         };
         rows.push(OwnedRow {
             kind: K::NAME,
-            key: key.to_string(),
+            key,
             origin: entry.origin,
             state,
-            detail,
+            detail: detail.into_boxed_str(),
             diff,
             failing: None,
-            pacnew: Vec::new(),
+            pacnew: Box::default(),
         });
     }
 }

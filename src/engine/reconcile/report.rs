@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::kinds::{Action, Details};
 use crate::model::pacnew::Pacnew;
 use crate::model::run::{ResourceResult, ResultAction};
+use crate::model::spec::NAMES;
 use crate::model::upkeep::Needs;
 use crate::store::Foreign;
 use crate::util::diff::ContentDiff;
@@ -16,7 +17,7 @@ use crate::util::diff::ContentDiff;
 /// (the run record, the wire report and the commands' output are made from it).
 #[derive(Debug, Default)]
 pub struct Report {
-    pub changes: Vec<Planned>,
+    pub changes: Changes,
     pub failures: Vec<ResourceResult>,
     pub deferred: Vec<ResourceResult>,
     /// Resources found as declared and taken over (originals kept).
@@ -60,28 +61,101 @@ pub(super) fn within_bound(
     Some(diff)
 }
 
-/// One change a run made or (planning) would make: a run's report holds one for each of
-/// thousands of changes, so its kind is the registry's name and its details one string.
-#[derive(Debug, Clone, Serialize)]
-pub struct Planned {
+/// A run's changes, one compact row each: a 20,000-file converge holds 20,000 of them until
+/// they are printed and reported, so the keys share one buffer, end to end, and a row is where
+/// its key ends, its kind (by its place in the registry), its action and its details.
+#[derive(Debug, Clone, Default)]
+pub struct Changes {
+    rows: Vec<Row>,
+    keys: String,
+}
+
+#[derive(Debug, Clone)]
+struct Row {
+    key_end: usize,
+    details: Details,
+    kind: u8,
+    action: Action,
+}
+
+/// A kind's place in the registry's list of names, which holds every kind's `NAME`.
+fn kind_index(kind: &'static str) -> u8 {
+    let at = NAMES.iter().position(|name| *name == kind);
+    at.and_then(|at| u8::try_from(at).ok())
+        .expect("a kind's name is in the registry")
+}
+
+impl Changes {
+    pub fn push(&mut self, kind: &'static str, key: &str, action: Action, details: Details) {
+        self.keys.push_str(key);
+        self.rows.push(Row {
+            key_end: self.keys.len(),
+            details,
+            kind: kind_index(kind),
+            action,
+        });
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Each change, in the order made.
+    pub fn iter(&self) -> impl Iterator<Item = Planned<'_>> + Clone {
+        let starts = std::iter::once(0).chain(self.rows.iter().map(|r| r.key_end));
+        self.rows.iter().zip(starts).map(|(row, start)| Planned {
+            kind: NAMES
+                .get(usize::from(row.kind))
+                .copied()
+                .unwrap_or_default(),
+            key: self.keys.get(start..row.key_end).unwrap_or_default(),
+            symbol: row.action.symbol(),
+            action: row.action,
+            details: &row.details,
+        })
+    }
+
+    /// Takes the change at `at` out, returning its action.
+    fn remove(&mut self, at: usize) -> Action {
+        let start = match at {
+            0 => 0,
+            at => self.rows[at - 1].key_end,
+        };
+        let row = self.rows.remove(at);
+        self.keys.replace_range(start..row.key_end, "");
+        let len = row.key_end - start;
+        for later in &mut self.rows[at..] {
+            later.key_end -= len;
+        }
+        row.action
+    }
+}
+
+/// One change a run made or (planning) would make, as `Changes` gives it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Planned<'c> {
     pub kind: &'static str,
-    pub key: String,
+    pub key: &'c str,
     /// `+`, `~` or `-`: the action's sign, kept for the JSON of `plan` and `apply`.
     pub symbol: char,
     #[serde(serialize_with = "action_word")]
     pub action: Action,
-    pub details: Details,
+    pub details: &'c Details,
 }
 
 fn action_word<S: serde::Serializer>(action: &Action, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(action.word())
 }
 
-impl Planned {
+impl Planned<'_> {
     pub fn as_result(&self) -> ResourceResult {
         ResourceResult {
             kind: self.kind.to_string(),
-            key: self.key.clone(),
+            key: self.key.to_string(),
             action: self.action.into(),
             detail: self.details.join(", "),
         }
@@ -117,7 +191,7 @@ impl Report {
     pub(super) fn push_change(
         &mut self,
         kind: &'static str,
-        key: String,
+        key: &str,
         action: Action,
         details: Details,
         diff: Option<Box<ContentDiff>>,
@@ -125,24 +199,19 @@ impl Report {
         if let Some(diff) = diff {
             self.diffs.push((self.changes.len(), diff));
         }
-        self.changes.push(Planned {
-            kind,
-            key,
-            symbol: action.symbol(),
-            action,
-            details,
-        });
+        self.changes.push(kind, key, action, details);
     }
 
-    /// Takes the change at `at` out of the run's changes, with its diff; the other diffs keep
-    /// pointing at their changes.
-    pub(super) fn remove_change(&mut self, at: usize) -> Planned {
+    /// Takes the change of `kind` and `key` out of the run's changes, with its diff (the other
+    /// diffs keep pointing at their changes); returns its action, if it was there.
+    pub(super) fn take_change(&mut self, kind: &str, key: &str) -> Option<Action> {
+        let at = (self.changes.iter()).position(|c| c.kind == kind && c.key == key)?;
         self.diffs.retain(|(i, _)| *i != at);
         for (i, _) in &mut self.diffs {
             if *i > at {
                 *i -= 1;
             }
         }
-        self.changes.remove(at)
+        Some(self.changes.remove(at))
     }
 }

@@ -2,7 +2,8 @@
 //! directories it needs made and fsynced, an adopted file's original put back on release, the
 //! directories the host made removed once empty.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 use super::state::Op;
@@ -406,19 +407,11 @@ pub fn refuse_non_file(parent: &ParentRef, key: &str) -> Result<(), String> {
 
 /// Removes directories the host created that are empty and hold no declared file, deepest first.
 pub fn remove_unneeded_directories(root: &Dir, cx: &RunContext, ledger: &mut Ledger) {
-    // Every directory above a declared file, once: one pass over the files, not one per directory.
-    // Keys are normalised absolute paths, so their ancestors are their prefixes before each '/'.
-    let needed: HashSet<&str> = cx
-        .declaration
-        .files
-        .iter()
-        .filter(|(_, spec)| matches!(spec, Spec::Present(_)))
-        .flat_map(|(path, _)| path.rmatch_indices('/').map(|(at, _)| &path[..at]))
-        .collect();
+    let files = &cx.declaration.files;
     let mut dirs: Vec<PathBuf> = ledger
         .directories
         .iter()
-        .filter(|d| !d.to_str().is_some_and(|d| needed.contains(d)))
+        .filter(|d| !d.to_str().is_some_and(|d| holds_declared(files, d)))
         .cloned()
         .collect();
     dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
@@ -448,4 +441,14 @@ pub fn remove_unneeded_directories(root: &Dir, cx: &RunContext, ledger: &mut Led
             ledger.directories.remove(&dir);
         }
     }
+}
+
+/// Whether a file is declared present below the directory `dir`. Keys are normalised absolute
+/// paths, kept sorted: those below `dir` follow `dir/` at once, so this is one search, whatever
+/// the number of declared files (each chunk of a large converge asks it of every directory).
+fn holds_declared(files: &BTreeMap<String, Spec>, dir: &str) -> bool {
+    let below = format!("{dir}/");
+    (files.range::<str, _>((Bound::Included(below.as_str()), Bound::Unbounded)))
+        .take_while(|(path, _)| path.starts_with(&below))
+        .any(|(_, spec)| matches!(spec, Spec::Present(_)))
 }

@@ -30,7 +30,7 @@ pub trait KindSpec: Named {
     type Spec: std::fmt::Debug + Clone;
     /// What the ledger keeps of an adopted resource, to put it back on release (`NoOriginal` for
     /// a kind that adopts nothing). Serialised in the ledger as the `original` of its entry.
-    type Original: std::fmt::Debug + Clone + PartialEq + Serialize + DeserializeOwned;
+    type Original: std::fmt::Debug + Clone + PartialEq + Serialize + DeserializeOwned + 'static;
 
     /// Validates a resource's identity (a path, a package or unit name).
     fn check_key(key: &str) -> Result<(), String>;
