@@ -7,6 +7,7 @@
 #   dist/mesh-host-VERSION.tar.gz (`git archive` of the tree, uncommitted changes to tracked files
 #   included), dist/PKGBUILD with its sha256 filled in, and dist/nox-mesh-host.install.
 # The PKGBUILD's pkgver must be Cargo.toml's version (checked here).
+# Links through build/linker.sh (lld: the functions a host runs first).
 # Installs musl-tools (apt-get) and the rustup target when missing, and says so.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -57,6 +58,8 @@ locked=(); if [ -f Cargo.lock ]; then locked=(--locked); fi
 # No builder's paths in the binary (the crates under CARGO_HOME, this tree): the same bytes
 # whoever builds it. The PKGBUILD does the same.
 export RUSTFLAGS="${RUSTFLAGS:-} --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo --remap-path-prefix=$PWD=/build/mesh-host"
+# The functions a host runs laid out together, so it maps less of the binary (build/linker.sh).
+export CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER=$PWD/build/linker.sh
 cargo build --release --target "$target" "${locked[@]}"
 bin=target/$target/release/mesh-host
 strip "$bin"

@@ -210,11 +210,20 @@ impl Store {
     /// Removes what releases set aside and a crash left (`release_backup`), unless `referenced`
     /// names it still. A backup not set aside is an original, whether the ledger names it or
     /// not (a lost ledger), and stays.
-    pub fn remove_released_backups(&self, referenced: &BTreeSet<String>) -> Result<(), StoreError> {
+    /// `referenced` is asked for only when there is something set aside (a listing is all a
+    /// run without leftovers costs, not a digest per adopted resource).
+    pub fn remove_released_backups(
+        &self,
+        referenced: impl FnOnce() -> BTreeSet<String>,
+    ) -> Result<(), StoreError> {
         let backups = self.backups()?;
         let released = (backups
             .names_where(|n| n.as_encoded_bytes().ends_with(RELEASED.as_bytes())))
         .map_err(|e| self.error(BACKUPS, format!("cannot be listed: {e}")))?;
+        if released.is_empty() {
+            return Ok(());
+        }
+        let referenced = referenced();
         for at in released {
             let text = at.to_string_lossy();
             let base = text.trim_end_matches(RELEASED).trim_end_matches(ATTRS);
@@ -275,10 +284,10 @@ mod tests {
         assert_eq!(store.read_backup("a").unwrap(), b"first");
         assert_eq!(store.backup_attrs("a").unwrap(), Some(attrs));
         store
-            .remove_released_backups(&["a".to_string()].into())
+            .remove_released_backups(|| ["a".to_string()].into())
             .unwrap();
         assert_eq!(store.read_backup("a").unwrap(), b"first");
-        store.remove_released_backups(&BTreeSet::new()).unwrap();
+        store.remove_released_backups(BTreeSet::new).unwrap();
         assert!(store.read_backup("a").is_err());
         assert!(store.backup_attrs("a").unwrap().is_none());
         assert_eq!(store.read_backup("b").unwrap(), b"b's", "an original stays");

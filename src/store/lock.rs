@@ -55,9 +55,11 @@ impl Lock {
             };
             return Err(LockError::Held(who));
         }
-        file.set_len(0).map_err(io_error)?;
+        // Written over the last holder, then cut to its length: emptying the file first made
+        // ext4 free its block and journal that on every run (116 µs of a 500-file no-op).
         file.rewind().map_err(io_error)?;
         file.write_all(holder.as_bytes()).map_err(io_error)?;
+        file.set_len(holder.len() as u64).map_err(io_error)?;
         Ok(Lock { _file: file })
     }
 }

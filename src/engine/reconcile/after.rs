@@ -1,7 +1,6 @@
 //! What a run looks for after the kinds: what the machine needs (the reboot-and-restart look,
 //! or its last answer while it stands), the foreign packages, the backups no ledger entry names.
 
-use std::collections::BTreeSet;
 
 use crate::engine::node;
 use crate::kinds::{self, backup_key, Env};
@@ -70,10 +69,9 @@ pub(super) fn remove_unreferenced_backups(
     store: &Store,
     ledger: &Ledger,
 ) -> Result<(), StoreError> {
-    let referenced: BTreeSet<String> = ledger
-        .adopted()
-        .into_iter()
-        .map(|(kind, key)| backup_key(kind, &key))
-        .collect();
-    store.remove_released_backups(&referenced)
+    store.remove_released_backups(|| {
+        (ledger.adopted().into_iter())
+            .map(|(kind, key)| backup_key(kind, &key))
+            .collect()
+    })
 }

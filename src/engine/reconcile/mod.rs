@@ -74,10 +74,7 @@ pub fn run_scoped_reporting(
     if let Some(e) = failed {
         return (report, Some(e));
     }
-    // Only a run that acted can have set a backup aside (`remove_unreferenced_backups`); a
-    // crash's leftover waits for the next such run.
-    let acted = !report.changes.is_empty() || !report.failures.is_empty();
-    if let (Mode::Apply, Some(store), true) = (mode, env.store, acted) {
+    if let (Mode::Apply, Some(store)) = (mode, env.store) {
         if let Err(e) = remove_unreferenced_backups(store, ledger) {
             return (report, Some(e));
         }

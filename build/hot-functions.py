@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Writes build/hot-functions.txt, the functions build/linker.sh lays out first: those a host runs
+from its start through its link to the reference control plane, the start run of a one-file
+declaration and its report (figure 6's fleet host), as valgrind's lackey sees them run; mangled,
+in the order first run. Builds the release binary as build.sh does but with its symbols
+(target/hot/), and the example control plane. Run it again when much of what a host runs moves:
+a function it misses is laid out among the rest and maps 64 KiB more into every host."""
+
+import bisect
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+import bench  # noqa: E402  (its scratch hosts and control plane)
+
+TARGET = "x86_64-unknown-linux-musl"
+LIST = REPO / "build/hot-functions.txt"
+
+
+def build():
+    """The release binary with its symbols, and the reference control plane."""
+    env = dict(os.environ, CARGO_TARGET_DIR=str(REPO / "target/hot"), LINKER_KEEPS_SYMBOLS="1",
+               CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER=str(REPO / "build/linker.sh"))
+    cargo = ["cargo", "build", "--release", "--locked"]
+    subprocess.run(cargo + ["--target", TARGET], cwd=REPO, env=env, check=True)
+    subprocess.run(cargo + ["--example", "control-plane"], cwd=REPO, check=True)
+    return REPO / f"target/hot/{TARGET}/release/mesh-host", REPO / "target/release/examples/control-plane"
+
+
+def trace(binary):
+    """Where the binary is loaded, and the address of each instruction the host ran, once, in the
+    order first run (lackey prints every one; awk keeps the first of each)."""
+    declaration = '{"schema": 1, "files": {"/etc/fleet.conf": {"content": "fleet\\n"}}}'
+    cp = bench.ControlPlane("hot-cp", declaration)
+    d = bench.host_dir("hot", cp.link(bench.STUBS))
+    lackey = bench.spawn(["valgrind", "--tool=lackey", "--trace-mem=yes", "--log-fd=1", *bench.mesh(d, "run")],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    seen = bench.TMP / "instructions"
+    with open(seen, "w") as out:
+        first = subprocess.Popen(["awk", '$1 == "I" { sub(/,.*/, "", $2); if (!($2 in seen)) { seen[$2]; print $2 } }'],
+                                 stdin=lackey.stdout, stdout=out)
+    lackey.stdout.close()  # awk's alone: it ends when lackey does
+    try:
+        bench.wait_until("the link", lambda: bench.link_up(d), 120)
+        time.sleep(10)  # the start run, its report, a heartbeat
+        maps = Path(f"/proc/{lackey.pid}/maps").read_text()
+        load = min(int(m.group(1), 16) for m in re.finditer(r"^([0-9a-f]+)-.* (/\S+)$", maps, re.M)
+                   if m.group(2) == str(binary))
+    finally:
+        bench.kill(lackey, subprocess.signal.SIGINT)
+        first.wait()
+        bench.kill(cp.child)
+    return load, [int(a, 16) for a in seen.read_text().split()]
+
+
+def functions(binary):
+    """(address, end, name) of each function of binary, by address."""
+    nm = subprocess.run(["nm", "-S", "--defined-only", str(binary)], capture_output=True, text=True, check=True)
+    rows = [line.split() for line in nm.stdout.splitlines()]
+    return sorted((int(r[0], 16), int(r[0], 16) + int(r[1], 16), r[3])
+                  for r in rows if len(r) == 4 and r[2] in ("t", "T", "w", "W"))
+
+
+def main():
+    binary, bench.CP = build()
+    bench.BIN = binary
+    try:
+        load, ran = trace(binary)
+    finally:
+        bench.cleanup()
+    table = functions(binary)
+    starts = [start for start, _, _ in table]
+    hot = {}  # name -> bytes, in the order first run
+    for address in ran:
+        i = bisect.bisect_right(starts, address - load) - 1
+        if i >= 0 and address - load < table[i][1]:
+            start, end, name = table[i]
+            hot.setdefault(name, end - start)
+    LIST.write_text("".join(f"{name}\n" for name in hot))
+    print(f"{LIST.relative_to(REPO)}: {len(hot)} functions, {sum(hot.values()) // 1024} KiB")
+
+
+if __name__ == "__main__":
+    main()
