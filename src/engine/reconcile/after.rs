@@ -1,7 +1,6 @@
 //! What a run looks for after the kinds: what the machine needs (the reboot-and-restart look,
 //! or its last answer while it stands), the foreign packages, the backups no ledger entry names.
 
-
 use crate::engine::node;
 use crate::kinds::{self, backup_key, Env};
 use crate::model::upkeep::{self, Needs};
