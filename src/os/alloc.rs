@@ -12,6 +12,9 @@
 //! address space reserved at its first block, so a block made before `use_arena` (musl's) is
 //! freed to musl whatever the time, and one the arena could not make comes from musl too.
 
+// Under cargo fuzz the allocator is not installed (below), so nothing here is used.
+#![cfg_attr(fuzzing, allow(dead_code))]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
