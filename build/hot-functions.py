@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Writes build/hot-functions.txt, the functions build/linker.sh lays out first: those a host runs
 from its start through its link to the reference control plane, the start run of a one-file
-declaration and its report (figure 6's fleet host), as valgrind's lackey sees them run; mangled,
+declaration and its report (figure 6's fleet host), then declarations pushed and applied (figure
+2's, and one of 1,200 files and its removal), as valgrind's lackey sees them run; mangled,
 in the order first run. Builds the release binary as build.sh does but with its symbols
 (target/hot/), and the example control plane. Run it again when much of what a host runs moves:
 a function it misses is laid out among the rest and maps 64 KiB more into every host."""
 
 import bisect
+import json
 import os
 import re
 import subprocess
@@ -48,6 +50,20 @@ def trace(binary):
     try:
         bench.wait_until("the link", lambda: bench.link_up(d), 120)
         time.sleep(10)  # the start run, its report, a heartbeat
+        # Declarations arriving, as figure 2 pushes them: a file changed, one created, one
+        # removed, each run and reported, so the code a node runs on every push is hot too
+        # (laid out cold, a host mapped it on its first push: figure 2's growth).
+        # Then a large one, applied a chunk at a time (1,200 files in 3 directories), and its
+        # removal: the code a big run maps (figure 11's service after a 20,000-file run).
+        big = {f"/etc/fleet-big/d{n % 3}/f{n}.conf": {"content": f"{n}\n"} for n in range(1200)}
+        for i in range(5):
+            runs = len(status(d).get("runs", []))
+            files = {"/etc/fleet.conf": {"content": f"fleet {i}\n"}, f"/etc/fleet-{i}.conf": {"content": "x\n"}}
+            if i == 3:
+                files.update(big)
+            (cp.dir / "declaration.json").write_text(json.dumps({"schema": 1, "files": files}))
+            bench.wait_until(f"push {i}'s run", lambda: len(status(d).get("runs", [])) > runs, 600)
+        time.sleep(5)  # its report and ack
         maps = Path(f"/proc/{lackey.pid}/maps").read_text()
         load = min(int(m.group(1), 16) for m in re.finditer(r"^([0-9a-f]+)-.* (/\S+)$", maps, re.M)
                    if m.group(2) == str(binary))
@@ -56,6 +72,14 @@ def trace(binary):
         first.wait()
         bench.kill(cp.child)
     return load, [int(a, 16) for a in seen.read_text().split()]
+
+
+def status(d):
+    out = subprocess.run(bench.mesh(d, "status", "--json"), capture_output=True, text=True)
+    try:
+        return json.loads(out.stdout)
+    except ValueError:
+        return {}
 
 
 def functions(binary):
