@@ -5,6 +5,10 @@
 # touches, so scattered, these ~1 MiB of functions map nearly all of the text into every host
 # (docs/performance.md, figure 6). The list names functions without Rust's hashes, which change
 # with the compiler and the crate's version; the first link (symbols kept) finds today's names.
+# Two cuts in size (docs/performance.md, figure 1): the relocations packed (RELR, which the static
+# start-up code of musl >= 1.2.4 applies; 84 KB -> 1 KB) and the unwind tables left out
+# (build/no-unwind-tables.ld; 324 KiB) unless MESH_HOST_KEEP_UNWIND_TABLES=1, which the PKGBUILD
+# sets: its -debug package is there for reading a crash's stack (systemd-coredump, gdb).
 # (rustc reads a linker's kind from its name: `link` or `*-ld` would get ld's arguments, not cc's.)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,5 +43,7 @@ nm --defined-only "$out" | awk '$2 ~ /^[tTwW]$/ { print $3 }' | sed -E "h; $hash
 # LINKER_KEEPS_SYMBOLS=1: build/hot-functions.py's build, which maps addresses to names (the
 # profile is build.sh's, whose strip is part of every name's hash).
 final=("$@"); [ -z "${LINKER_KEEPS_SYMBOLS:-}" ] || final=("${symbols[@]}")
-cc "${lld[@]}" -Wl,--symbol-ordering-file="$out.order" -Wl,--no-warn-symbol-ordering "${final[@]}"
+size=(-Wl,-z,pack-relative-relocs)
+[ "${MESH_HOST_KEEP_UNWIND_TABLES:-}" = 1 ] || size+=(-Wl,--no-eh-frame-hdr -Wl,-T,"$here/no-unwind-tables.ld")
+cc "${lld[@]}" -Wl,--symbol-ordering-file="$out.order" -Wl,--no-warn-symbol-ordering "${final[@]}" "${size[@]}"
 rm -f "$out.order"
