@@ -9,10 +9,9 @@ use std::fmt;
 use ring::signature::{Ed25519KeyPair, KeyPair};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::model::declaration::Declaration;
-use crate::model::fields::{type_name, Fields, Problems};
+use crate::model::fields::{type_name, Fields, Json, Problems};
 use crate::model::trust::{PublicKey, Trust};
 use crate::util::codec;
 
@@ -332,8 +331,8 @@ fn parse(bytes: &[u8]) -> Result<Envelope, Problems> {
     let mut problems = Problems::default();
     // Duplicate keys are refused: two `declaration` members could be read differently by two
     // parsers, and the bytes verified must be the bytes applied.
-    let mut top = match crate::model::fields::strict_json(bytes) {
-        Ok(Value::Object(top)) => top,
+    let mut top = match crate::model::fields::json::parse(bytes) {
+        Ok(Json::Object(top)) => top,
         Ok(other) => {
             problems.push(
                 "",
@@ -381,8 +380,8 @@ fn parse(bytes: &[u8]) -> Result<Envelope, Problems> {
     }
     // Moved out rather than copied: a declaration may be tens of MiB.
     match top.remove("declaration") {
-        Some(Value::String(declaration)) => Ok(Envelope {
-            declaration,
+        Some(Json::String(declaration)) => Ok(Envelope {
+            declaration: declaration.into_owned(),
             signatures,
         }),
         _ => Err(problems),
@@ -390,9 +389,9 @@ fn parse(bytes: &[u8]) -> Result<Envelope, Problems> {
 }
 
 /// `signatures[i]`, or its problems.
-fn signature(i: usize, item: &Value, problems: &mut Problems) -> Option<Signature> {
+fn signature(i: usize, item: &Json, problems: &mut Problems) -> Option<Signature> {
     let location = format!("signatures[{i}]");
-    let Value::Object(object) = item else {
+    let Json::Object(object) = item else {
         problems.push(
             location,
             format!("must be an object, not {}", type_name(item)),

@@ -10,6 +10,10 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+pub mod json;
+
+pub use json::{Json, Object};
+
 /// One thing wrong with a declaration, and where (`files["/etc/x"].mode`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -70,20 +74,20 @@ pub fn secret_piece(text: &str, texts: &mut BTreeSet<String>) {
 pub fn resource_location(kind: &str, key: &str) -> String {
     format!("{kind}[{}]", Value::String(key.to_string()))
 }
-pub fn type_name(v: &Value) -> &'static str {
+pub fn type_name(v: &Json) -> &'static str {
     match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "an array",
+        Json::Object(_) => "an object",
     }
 }
 /// Reads the fields of one JSON object, reporting wrong types and, at `finish`, unknown fields
 /// (a typo such as `"enabeld"` must never be silently ignored).
 pub struct Fields<'a, 'p> {
-    object: &'a Map<String, Value>,
+    object: &'a Object<'a>,
     location: Location<'a>,
     known: Vec<&'static str>,
     pub problems: &'p mut Problems,
@@ -94,11 +98,7 @@ enum Location<'a> {
     Resource { kind: &'static str, key: &'a str },
 }
 impl<'a, 'p> Fields<'a, 'p> {
-    pub fn new(
-        object: &'a Map<String, Value>,
-        location: String,
-        problems: &'p mut Problems,
-    ) -> Self {
+    pub fn new(object: &'a Object<'a>, location: String, problems: &'p mut Problems) -> Self {
         Fields {
             object,
             location: Location::Text(location),
@@ -110,7 +110,7 @@ impl<'a, 'p> Fields<'a, 'p> {
 
     /// The fields of resource `key` of `kind`.
     pub fn for_resource(
-        object: &'a Map<String, Value>,
+        object: &'a Object<'a>,
         kind: &'static str,
         key: &'a str,
         problems: &'p mut Problems,
@@ -148,7 +148,7 @@ impl<'a, 'p> Fields<'a, 'p> {
         self.object.contains_key(name)
     }
 
-    fn get(&mut self, name: &'static str) -> Option<&'a Value> {
+    fn get(&mut self, name: &'static str) -> Option<&'a Json<'a>> {
         self.known.push(name);
         self.object.get(name)
     }
@@ -157,7 +157,7 @@ impl<'a, 'p> Fields<'a, 'p> {
         &mut self,
         name: &'static str,
         want: &str,
-        pick: impl Fn(&'a Value) -> Option<T>,
+        pick: impl Fn(&'a Json<'a>) -> Option<T>,
     ) -> Option<T> {
         let value = self.get(name)?;
         let picked = pick(value);
@@ -169,28 +169,28 @@ impl<'a, 'p> Fields<'a, 'p> {
     }
 
     pub fn str(&mut self, name: &'static str) -> Option<&'a str> {
-        self.typed(name, "a string", Value::as_str)
+        self.typed(name, "a string", Json::as_str)
     }
 
     pub fn bool(&mut self, name: &'static str) -> Option<bool> {
-        self.typed(name, "true or false", Value::as_bool)
+        self.typed(name, "true or false", Json::as_bool)
     }
 
     pub fn u64(&mut self, name: &'static str) -> Option<u64> {
-        self.typed(name, "a non-negative integer", Value::as_u64)
+        self.typed(name, "a non-negative integer", Json::as_u64)
     }
 
-    pub fn object(&mut self, name: &'static str) -> Option<&'a Map<String, Value>> {
-        self.typed(name, "an object", Value::as_object)
+    pub fn object(&mut self, name: &'static str) -> Option<&'a Object<'a>> {
+        self.typed(name, "an object", Json::as_object)
     }
 
-    pub fn array(&mut self, name: &'static str) -> Option<&'a Vec<Value>> {
-        self.typed(name, "an array", Value::as_array)
+    pub fn array(&mut self, name: &'static str) -> Option<&'a [Json<'a>]> {
+        self.typed(name, "an array", Json::as_array)
     }
 
     /// An array of strings; each wrong element is reported with its index.
     pub fn strings(&mut self, name: &'static str) -> Option<Vec<&'a str>> {
-        let items = self.typed(name, "an array of strings", Value::as_array)?;
+        let items = self.typed(name, "an array of strings", Json::as_array)?;
         let mut out = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             match item.as_str() {
@@ -209,13 +209,13 @@ impl<'a, 'p> Fields<'a, 'p> {
     pub fn string_map(&mut self, name: &'static str) -> Option<BTreeMap<String, String>> {
         let map = self.object(name)?;
         let mut out = BTreeMap::new();
-        for (k, v) in map {
+        for (k, v) in map.sorted() {
             match v.as_str() {
                 Some(s) => {
-                    out.insert(k.clone(), s.to_string());
+                    out.insert(k.to_string(), s.to_string());
                 }
                 None => {
-                    let at = format!("{}[{}]", self.at(name), Value::String(k.clone()));
+                    let at = format!("{}[{}]", self.at(name), Value::String(k.to_string()));
                     self.problems
                         .push(at, format!("must be a string, not {}", type_name(v)));
                 }
@@ -241,8 +241,11 @@ impl<'a, 'p> Fields<'a, 'p> {
 
     /// Reports every field that was never asked for.
     pub fn finish(self) {
-        for key in self.object.keys() {
-            if !self.known.contains(&key.as_str()) {
+        if self.object.keys().all(|key| self.known.contains(&key)) {
+            return;
+        }
+        for (key, _) in self.object.sorted() {
+            if !self.known.contains(&key) {
                 let at = self.location();
                 let mut known = self.known.clone();
                 known.sort_unstable();

@@ -7,18 +7,16 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Value};
 
 use super::{by_name, Context, Declaration, Declared, VisitDeclared};
-use crate::model::fields::{
-    resource_location, type_name, Fields, Problems, StrictValue, StrictVisitor,
-};
+use crate::model::fields::json::{JsonVisitor, Key};
+use crate::model::fields::{resource_location, type_name, Fields, Json, Object, Problems};
 use crate::util::sorted;
 
 /// Validates one resource: its spec if it has no problem.
 fn parse_resource<K: Declared>(
     key: &str,
-    value: &Value,
+    value: &Json,
     cx: &Context,
     problems: &mut Problems,
 ) -> Option<K::Spec> {
@@ -26,7 +24,7 @@ fn parse_resource<K: Declared>(
     if let Err(message) = K::check_key(key) {
         problems.push(resource_location(K::NAME, key), message);
     }
-    let Value::Object(object) = value else {
+    let Json::Object(object) = value else {
         problems.push(
             resource_location(K::NAME, key),
             format!("must be an object, not {}", type_name(value)),
@@ -47,11 +45,11 @@ fn parse_resource<K: Declared>(
 }
 
 /// The top level as it streams in: the kinds' sections are validated resource by resource
-/// (`SectionSeed`), so only one resource's JSON tree exists at a time and a large declaration
+/// (`SectionSeed`), so only one resource's JSON value exists at a time and a large declaration
 /// costs about its typed model, not a whole document tree besides. Everything else at the top
 /// (schema, revision, unknown fields) is kept as values for `Fields`.
-pub(super) struct Top {
-    pub(super) fields: Map<String, Value>,
+pub(super) struct Top<'de> {
+    pub(super) fields: Object<'de>,
     /// The valid resources of each kind's section (the other fields are set after).
     pub(super) resources: Declaration,
     /// Each kind's problems, by kind name.
@@ -67,24 +65,24 @@ pub(super) struct TopSeed<'c, 'x> {
 }
 
 impl<'de> DeserializeSeed<'de> for TopSeed<'_, '_> {
-    type Value = Option<Top>;
+    type Value = Option<Top<'de>>;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for TopSeed<'_, '_> {
-    type Value = Option<Top>;
+    type Value = Option<Top<'de>>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a declaration")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut top = Top {
-            fields: Map::new(),
+            fields: Object::default(),
             resources: Declaration::default(),
             problems: BTreeMap::new(),
         };
-        while let Some(key) = map.next_key::<String>()? {
+        while let Some(key) = map.next_key_seed(Key)? {
             if top.fields.contains_key(&key) {
                 return Err(de::Error::custom(format!("duplicate key {key:?}")));
             }
@@ -92,18 +90,18 @@ impl<'de> Visitor<'de> for TopSeed<'_, '_> {
                 map: &mut map,
                 cx: self.cx,
                 top: &mut top,
-                de: PhantomData,
             };
             let value = match by_name(&key, &mut reader) {
                 Some(read) => read?,
-                None => map.next_value::<StrictValue>()?.0,
+                None => map.next_value::<Json>()?,
             };
-            top.fields.insert(key, value);
+            // Refused above when it was there already.
+            let _ = top.fields.insert(key, value);
         }
         Ok(Some(top))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        StrictVisitor.visit_seq(seq).map(|_| None)
+        JsonVisitor.visit_seq(seq).map(|_| None)
     }
     fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
         Ok(None)
@@ -130,12 +128,11 @@ impl<'de> Visitor<'de> for TopSeed<'_, '_> {
 struct SectionReader<'m, 'c, 'x, 't, 'de, A> {
     map: &'m mut A,
     cx: &'c Context<'x>,
-    top: &'t mut Top,
-    de: PhantomData<&'de ()>,
+    top: &'t mut Top<'de>,
 }
 
 impl<'de, A: MapAccess<'de>> VisitDeclared for SectionReader<'_, '_, '_, '_, 'de, A> {
-    type Out = Result<Value, A::Error>;
+    type Out = Result<Json<'de>, A::Error>;
     fn visit<K: Declared>(&mut self) -> Self::Out {
         let seed = SectionSeed::<K> {
             cx: self.cx,
@@ -145,7 +142,7 @@ impl<'de, A: MapAccess<'de>> VisitDeclared for SectionReader<'_, '_, '_, '_, 'de
             Ok(Section(resources, problems)) => {
                 *K::desired_mut(&mut self.top.resources) = resources;
                 self.top.problems.insert(K::NAME, problems);
-                Ok(Value::Object(Map::new()))
+                Ok(Json::Object(Object::default()))
             }
             Err(other) => Ok(other),
         }
@@ -159,14 +156,14 @@ struct SectionSeed<'c, 'x, K> {
 }
 
 impl<'de, K: Declared> DeserializeSeed<'de> for SectionSeed<'_, '_, K> {
-    type Value = Result<Section<K::Spec>, Value>;
+    type Value = Result<Section<K::Spec>, Json<'de>>;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
 impl<'de, K: Declared> Visitor<'de> for SectionSeed<'_, '_, K> {
-    type Value = Result<Section<K::Spec>, Value>;
+    type Value = Result<Section<K::Spec>, Json<'de>>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "the {} of a declaration", K::NAME)
     }
@@ -179,7 +176,7 @@ impl<'de, K: Declared> Visitor<'de> for SectionSeed<'_, '_, K> {
         let mut problems = Problems::default();
         let duplicate = |key: &str| de::Error::custom(format!("duplicate key {key:?}"));
         while let Some(key) = map.next_key::<String>()? {
-            let StrictValue(value) = map.next_value()?;
+            let value: Json = map.next_value()?;
             match parse_resource::<K>(&key, &value, self.cx, &mut problems) {
                 Some(spec) => resources.push((key, spec)),
                 None => {
@@ -203,24 +200,24 @@ impl<'de, K: Declared> Visitor<'de> for SectionSeed<'_, '_, K> {
         Ok(Ok(Section(resources, problems)))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        StrictVisitor.visit_seq(seq).map(|v| Err(v.0))
+        JsonVisitor.visit_seq(seq).map(Err)
     }
-    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(Err(Value::Bool(v)))
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        JsonVisitor.visit_bool(v).map(Err)
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(Err(Value::from(v)))
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        JsonVisitor.visit_i64(v).map(Err)
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(Err(Value::from(v)))
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        JsonVisitor.visit_u64(v).map(Err)
     }
-    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(Err(Value::from(v)))
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        JsonVisitor.visit_f64(v).map(Err)
     }
-    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Err(Value::String(v.to_string())))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        JsonVisitor.visit_str(v).map(Err)
     }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(Err(Value::Null))
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        JsonVisitor.visit_unit().map(Err)
     }
 }
