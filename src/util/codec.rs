@@ -234,23 +234,29 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// The 32 bytes that 64 lower-case hex digits spell (the form `hex` writes), if `text` is that.
 pub fn hex_decode_32(text: &str) -> Option<[u8; 32]> {
-    fn value(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        }
-    }
-    let digits = text.as_bytes();
-    if digits.len() != 64 {
-        return None;
-    }
+    let digits: &[u8; 64] = text.as_bytes().try_into().ok()?;
     let mut out = [0u8; 32];
+    // Any byte not a digit makes its value 0x10 or more: checked once, after the loop, which
+    // then has no branch (a ledger holds a digest per owned resource, read every run).
+    let mut invalid = 0;
     for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = value(pair[0])? << 4 | value(pair[1])?;
+        let (high, low) = (HEX_VALUES[pair[0] as usize], HEX_VALUES[pair[1] as usize]);
+        invalid |= high | low;
+        *byte = high << 4 | (low & 15);
     }
-    Some(out)
+    (invalid < 16).then_some(out)
 }
+
+/// Each byte's value as a lower-case hex digit, 0x10 for the others.
+const HEX_VALUES: [u8; 256] = {
+    let mut values = [0x10; 256];
+    let mut i = 0;
+    while i < 16 {
+        values[HEX_DIGITS[i] as usize] = i as u8;
+        i += 1;
+    }
+    values
+};
 
 /// Decodes standard base64 (RFC 4648, with padding; ASCII whitespace is ignored, as in PEM).
 pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
@@ -312,6 +318,25 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_decode_32_takes_only_what_hex_writes() {
+        let bytes: [u8; 32] = std::array::from_fn(|i| (i * 37 + 5) as u8);
+        let text = hex(&bytes);
+        assert_eq!(hex_decode_32(&text), Some(bytes));
+        assert_eq!(hex_decode_32(&"0f".repeat(32)), Some([15; 32]));
+        for other in [
+            text.to_uppercase(),
+            text[1..].to_string(),
+            format!("{text}0"),
+            text.replacen('0', "g", 1),
+            text.replacen('a', "\u{e9}", 1)[..64].to_string(),
+            "/".repeat(64),
+            ":".repeat(64),
+        ] {
+            assert_eq!(hex_decode_32(&other), None, "{other}");
+        }
+    }
 
     #[test]
     fn text_hashed_as_read_is_the_hash_of_the_text() {
