@@ -215,6 +215,8 @@ def figure():
         + limit_table
         + "\n\n"
         + bench.table(["figure", "value", "goal", "verdict"], services)
-        + "\n\nWith `watch` on, what stays is the watcher's own tables (a few buffers for all "
-        "directories; figure 10 gives their size)."
+        + "\n\nWhat the run leaves (massif of the debug build's service idle after it, 20,000 "
+        "files): with `watch: false`, 8 KB live, the rest musl's; with `watch` on, the watcher's "
+        "tables, which name every owned file: 204 KiB of names, 78 KiB of where each ends, 20 KiB "
+        "of flags, 2.5 KiB of marks (a byte each before, 20 KiB)."
     )

@@ -18,11 +18,13 @@ use crate::os::inotify::{AddError, Event};
 use crate::store::{self, Ledger};
 
 mod contest;
+mod marks;
 mod packed;
 
 use contest::Contest;
 #[cfg(test)]
 use contest::Contested;
+use marks::Marks;
 use packed::Packed;
 
 /// A resource as the ledger names it: (kind, key).
@@ -478,8 +480,8 @@ pub struct Watch {
     /// Touched since the last check: entries and groups (whose `any` was touched) by their
     /// index in `targets`, so that a storm over 20,000 files makes no key per event; and
     /// resources touched under targets since replaced, or while some are contested.
-    pending_entries: Vec<bool>,
-    pending_groups: Vec<bool>,
+    pending_entries: Marks,
+    pending_groups: Marks,
     pending: BTreeSet<Resource>,
     full: bool,
     first_at: Option<u64>,
@@ -503,8 +505,8 @@ impl Watch {
             // What is pending was named by the old targets' indices: kept by name.
             let pending = self.take_pending();
             self.pending = pending;
-            self.pending_entries = vec![false; targets.flags.len()];
-            self.pending_groups = vec![false; targets.groups.len()];
+            self.pending_entries = Marks::new(targets.flags.len());
+            self.pending_groups = Marks::new(targets.groups.len());
             self.targets = targets;
             self.resync = true;
         }
@@ -648,8 +650,8 @@ impl Watch {
                     self.touch(now, resource);
                 }
             } else if self.targets.touches(g, entries.clone()) {
-                self.pending_entries[entries].fill(true);
-                self.pending_groups[g] = true;
+                self.pending_entries.mark(entries);
+                self.pending_groups.mark(g..g + 1);
                 self.note(now);
             }
         }
@@ -662,15 +664,15 @@ impl Watch {
         for g in 0..self.targets.groups.len() {
             let group = &self.targets.groups[g];
             let all = group.start as usize..group.end as usize;
-            for i in all.filter(|i| self.pending_entries[*i]) {
+            for i in all.filter(|i| self.pending_entries.is_marked(*i)) {
                 self.targets.resources(g, i..i + 1, &mut resources);
             }
-            if self.pending_groups[g] {
+            if self.pending_groups.is_marked(g) {
                 resources.extend(group.any.iter().cloned());
             }
         }
-        self.pending_entries.fill(false);
-        self.pending_groups.fill(false);
+        self.pending_entries.clear();
+        self.pending_groups.clear();
         pending.extend(resources);
         pending
     }
@@ -740,8 +742,8 @@ impl Watch {
     /// A full run is about to converge everything: nothing pending is owed any more.
     pub fn covered(&mut self) {
         self.pending.clear();
-        self.pending_entries.fill(false);
-        self.pending_groups.fill(false);
+        self.pending_entries.clear();
+        self.pending_groups.clear();
         self.full = false;
         self.first_at = None;
     }
