@@ -169,16 +169,21 @@ impl<'r, 'k> Looking<'r, 'k> {
             return State::Blocked(format!("{key}: not a file path"));
         };
         let name = std::ffi::OsStr::new(name);
-        if !parents.dirs.contains_key(parent_path) {
-            let found =
-                match fsutil::walk_to_parent_fenced(root, Path::new(key), false, fence.as_ref()) {
+        // Looked up once (one hash of the path) when the directory was walked to already.
+        let parent = match parents.dirs.get(parent_path) {
+            Some(parent) => parent,
+            None => {
+                let found = match fsutil::walk_to_parent_fenced(
+                    root,
+                    Path::new(key),
+                    false,
+                    fence.as_ref(),
+                ) {
                     Ok(found) => Ok(found.map(|p| p.dir)),
                     Err(e) => Err(e.to_string()),
                 };
-            parents.dirs.insert(parent_path.to_string(), found);
-        }
-        let Some(parent) = parents.dirs.get(parent_path) else {
-            return State::Blocked(format!("{key}: its directory was not looked at"));
+                parents.dirs.entry(parent_path.to_string()).or_insert(found)
+            }
         };
         let dir = match parent {
             Ok(Some(dir)) => dir,
