@@ -60,8 +60,12 @@ locked=(); if [ -f Cargo.lock ]; then locked=(--locked); fi
 export RUSTFLAGS="${RUSTFLAGS:-} --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo --remap-path-prefix=$PWD=/build/mesh-host"
 # The functions a host runs laid out together, so it maps less of the binary (build/linker.sh).
 export CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER=$PWD/build/linker.sh
-cargo build --release --target "$target" "${locked[@]}"
+# Cargo does not know that build/linker.sh reads the hot list: a binary linked with another
+# list (its copy kept beside it) is linked again.
 bin=target/$target/release/mesh-host
+if ! cmp -s build/hot-functions.txt "$bin.hot-functions"; then rm -f "$bin" "target/$target/release/deps/mesh_host-"*; fi
+cargo build --release --target "$target" "${locked[@]}"
+cp build/hot-functions.txt "$bin.hot-functions"
 strip "$bin"
 size=$(stat -c %s "$bin")
 echo "mesh-host: $size bytes ($(awk -v s="$size" 'BEGIN {printf "%.2f", s / 1048576}') MiB)"
