@@ -6,9 +6,9 @@
 # (docs/performance.md, figure 6). The list names functions without Rust's hashes, which change
 # with the compiler and the crate's version; the first link (symbols kept) finds today's names.
 # Two cuts in size (docs/performance.md, figure 1): the relocations packed (RELR, which the static
-# start-up code of musl >= 1.2.4 applies; 84 KB -> 1 KB) and the unwind tables left out
-# (build/no-unwind-tables.ld; 324 KiB) unless MESH_HOST_KEEP_UNWIND_TABLES=1, which the PKGBUILD
-# sets: its -debug package is there for reading a crash's stack (systemd-coredump, gdb).
+# start-up code of musl >= 1.2.4 applies; 84 KB -> 1 KB; not with an older musl) and the unwind
+# tables left out (build/no-unwind-tables.ld; 324 KiB) unless MESH_HOST_KEEP_UNWIND_TABLES=1,
+# which the PKGBUILD sets: its -debug package is there for reading a crash's stack (coredumpctl).
 # (rustc reads a linker's kind from its name: `link` or `*-ld` would get ld's arguments, not cc's.)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,7 +43,13 @@ nm --defined-only "$out" | awk '$2 ~ /^[tTwW]$/ { print $3 }' | sed -E "h; $hash
 # LINKER_KEEPS_SYMBOLS=1: build/hot-functions.py's build, which maps addresses to names (the
 # profile is build.sh's, whose strip is part of every name's hash).
 final=("$@"); [ -z "${LINKER_KEEPS_SYMBOLS:-}" ] || final=("${symbols[@]}")
-size=(-Wl,-z,pack-relative-relocs)
+# Packed relocations need the static start-up code of musl 1.2.4 or later, which applies them
+# (Rust's self-contained musl was 1.2.3 for years): the libc.a Rust links in names its version.
+libc=$sysroot/lib/rustlib/x86_64-unknown-linux-musl/lib/self-contained/libc.a
+member=$(ar t "$libc" 2>/dev/null | grep -Em1 '^version\.l?o$' || true)
+musl=$([ -z "$member" ] || ar p "$libc" "$member" | strings | grep -Em1 '^[0-9]+\.[0-9]+\.[0-9]+$' || true)
+size=()
+if [ -n "$musl" ] && printf '1.2.4\n%s\n' "$musl" | sort -VC; then size+=(-Wl,-z,pack-relative-relocs); fi
 [ "${MESH_HOST_KEEP_UNWIND_TABLES:-}" = 1 ] || size+=(-Wl,--no-eh-frame-hdr -Wl,-T,"$here/no-unwind-tables.ld")
 cc "${lld[@]}" -Wl,--symbol-ordering-file="$out.order" -Wl,--no-warn-symbol-ordering "${final[@]}" "${size[@]}"
 rm -f "$out.order"
