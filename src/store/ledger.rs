@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::model::digest::Digest;
 use crate::model::spec::{self, KindSpec};
-use crate::util::codec;
 
 const VERSION: u32 = 1;
 
@@ -370,37 +369,12 @@ fn entry_line<O: DeserializeOwned>(line: &[u8]) -> Option<(String, Entry<O>, &[u
     if line.first() != Some(&b'"') {
         return None;
     }
-    if let Some(created) = created_line(line) {
-        return Some(created);
-    }
     let mut keys = serde_json::Deserializer::from_slice(line).into_iter::<String>();
     let key = keys.next()?.ok()?;
     let rest = line[keys.byte_offset()..].strip_prefix(b":")?;
     let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<Entry<O>>();
     let entry = values.next()?.ok()?;
     Some((key, entry, &rest[values.byte_offset()..]))
-}
-
-/// `entry_line` of the line most owned resources have, a created one applied, read without serde:
-/// `"KEY":{"origin":"created","applied":"HEX"}` with a key of no escapes and 64 lower-case hex
-/// digits, exactly as `write` puts it. Any other line is left to serde (`None`).
-fn created_line<O>(line: &[u8]) -> Option<(String, Entry<O>, &[u8])> {
-    const MIDDLE: &[u8] = b"\":{\"origin\":\"created\",\"applied\":\"";
-    let rest = &line[1..];
-    let end = rest
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
-    let (key, rest) = rest.split_at(end);
-    let rest = rest.strip_prefix(MIDDLE)?;
-    let digits = rest.get(..64)?;
-    let after = rest[64..].strip_prefix(b"\"}")?;
-    let digest = codec::hex_decode_32(std::str::from_utf8(digits).ok()?)?;
-    let entry = Entry {
-        origin: Origin::Created,
-        applied: Some(Digest::Sha256(digest)),
-        original: None,
-    };
-    Some((std::str::from_utf8(key).ok()?.to_string(), entry, after))
 }
 
 /// Compact JSON with a line break before each key of the outer three levels of objects: the
@@ -440,51 +414,10 @@ impl serde_json::ser::Formatter for EntryPerLine {
 mod tests {
     use super::*;
     use crate::model::spec::containers::Containers;
-    use crate::model::spec::files::{self, Files};
+    use crate::model::spec::files::Files;
     use crate::model::spec::packages::Packages;
     use crate::model::spec::units::Units;
     use crate::tools::pacman::InstallReason;
-
-    /// The line read without serde gives what serde gives; any other line is left to serde.
-    #[test]
-    fn a_created_line_reads_as_serde_reads_it() {
-        let hex = "ab".repeat(32);
-        let serde_reads = |line: &str| {
-            let (key, rest) = line.split_once(':').unwrap();
-            let key: String = serde_json::from_str(key).unwrap();
-            let entry: Entry<files::Original> =
-                serde_json::from_str(&rest[..rest.find("\"}").unwrap() + 2]).unwrap();
-            (key, entry)
-        };
-        for after in [",", "},", "}},"] {
-            let line = format!(r#""/etc/é x":{{"origin":"created","applied":"{hex}"}}{after}"#);
-            let (key, entry, rest) = created_line::<files::Original>(line.as_bytes()).unwrap();
-            assert_eq!((key, entry), serde_reads(&line));
-            assert_eq!(rest, after.as_bytes());
-        }
-        for other in [
-            format!(r#""/etc/a\"b":{{"origin":"created","applied":"{hex}"}},"#),
-            format!(r#""/etc/a":{{"origin":"adopted","applied":"{hex}"}},"#),
-            format!(
-                r#""/etc/a":{{"origin":"created","applied":"{}"}},"#,
-                hex.to_uppercase()
-            ),
-            format!(
-                r#""/etc/a":{{"origin":"created","applied":"{}"}},"#,
-                &hex[1..]
-            ),
-            r#""/etc/a":{"origin":"created","applied":null},"#.to_string(),
-        ] {
-            assert!(
-                created_line::<files::Original>(other.as_bytes()).is_none(),
-                "{other}"
-            );
-            assert!(
-                entry_line::<files::Original>(other.as_bytes()).is_some(),
-                "{other}"
-            );
-        }
-    }
 
     /// A ledger as the previous version wrote it (originals as untyped JSON values), with one
     /// entry of each kind and each shape of original: a node upgraded in place must keep it.
