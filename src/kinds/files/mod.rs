@@ -770,7 +770,7 @@ mod tests {
         );
         assert_eq!(observe("/etc/app/gone", Some(b"declared")), "Missing");
         // The directory was walked to once for all four.
-        assert_eq!(looking.parents.dirs.len(), 1);
+        assert_eq!(looking.parents.len(), 1);
     }
 
     #[test]
