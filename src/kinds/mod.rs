@@ -373,7 +373,6 @@ pub trait Kind: KindSpec + Declared + Owned + Noted {
     fn watch<'d>(declaration: &'d Declaration, ledger: &'d Ledger, hints: &mut dyn Hints<'d>);
 }
 
-
 /// Runs `batch` over all `names` at once; if that fails because of the names, over each name
 /// alone, so one bad name fails only its own resource. Returns one result per name, in order,
 /// except when the host starts stopping during the calls one name at a time: they end there, and

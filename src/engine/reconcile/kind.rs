@@ -101,8 +101,13 @@ fn released<K: Kind>(desired: &BTreeMap<String, K::Spec>, ledger: &Ledger) -> Ve
     ledger
         .owned_keys::<K>()
         .filter(|key| {
-            while declared.next_if(|d| sorted::compare(d, key).is_lt()).is_some() {}
-            declared.peek().is_none_or(|d| sorted::compare(d, key).is_ne())
+            while declared
+                .next_if(|d| sorted::compare(d, key).is_lt())
+                .is_some()
+            {}
+            declared
+                .peek()
+                .is_none_or(|d| sorted::compare(d, key).is_ne())
         })
         .map(str::to_string)
         .collect()

@@ -1,7 +1,6 @@
 //! Observing packages: one `pacman -Qi` for them all, asked again by halves when a name fails
 //! the batch.
 
-
 use super::state::Observed;
 use crate::kinds::pacman::{pacman_failed, target};
 use crate::kinds::{query_by_halves, Env, KindError, Observations};
