@@ -67,16 +67,19 @@ pub fn union<'k>(
     })
 }
 
-/// Lookups in a sorted map by keys asked in ascending order: the map is walked forward once.
-pub struct Walk<'m, V> {
-    rest: Peekable<btree_map::Range<'m, String, V>>,
+/// Lookups in a sorted map (or any ascending list of entries, `I`) by keys asked in ascending
+/// order: the map is walked forward once.
+pub struct Walk<'m, V, I = btree_map::Range<'m, String, V>>
+where
+    I: Iterator<Item = (&'m String, &'m V)>,
+    V: 'm,
+{
+    rest: Peekable<I>,
 }
 
 impl<'m, V> Walk<'m, V> {
     pub fn new(map: &'m BTreeMap<String, V>) -> Walk<'m, V> {
-        Walk {
-            rest: map.range::<str, _>(..).peekable(),
-        }
+        Walk::along(map.range::<str, _>(..))
     }
 
     /// A walk of `map` from `first` on (found by one search): for keys asked from `first` up.
@@ -85,6 +88,15 @@ impl<'m, V> Walk<'m, V> {
             rest: map
                 .range::<str, _>((Bound::Included(first), Bound::Unbounded))
                 .peekable(),
+        }
+    }
+}
+
+impl<'m, V, I: Iterator<Item = (&'m String, &'m V)>> Walk<'m, V, I> {
+    /// A walk along `entries`, which must be in ascending key order.
+    pub fn along(entries: I) -> Walk<'m, V, I> {
+        Walk {
+            rest: entries.peekable(),
         }
     }
 

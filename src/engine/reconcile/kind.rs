@@ -101,8 +101,13 @@ fn released<K: Kind>(desired: &BTreeMap<String, K::Spec>, ledger: &Ledger) -> Ve
     ledger
         .owned_keys::<K>()
         .filter(|key| {
-            while declared.next_if(|d| d.as_str() < *key).is_some() {}
-            declared.peek().map(|d| d.as_str()) != Some(*key)
+            while declared
+                .next_if(|d| sorted::compare(d, key).is_lt())
+                .is_some()
+            {}
+            declared
+                .peek()
+                .is_none_or(|d| sorted::compare(d, key).is_ne())
         })
         .map(str::to_string)
         .collect()
@@ -153,7 +158,7 @@ fn plan_chunk<K: Kind>(
     let mut adopted = Vec::new();
     let mut in_sync = 0;
     let mut owned = Walk::from(ledger.section::<K>(), chunk[0]);
-    let mut seen = Walk::new(&observed);
+    let mut seen = observed.walk();
     for key in chunk {
         let (spec, entry) = (wanted.at(key), owned.at(key));
         let observed = match seen.at(key) {

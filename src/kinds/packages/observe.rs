@@ -1,8 +1,6 @@
 //! Observing packages: one `pacman -Qi` for them all, asked again by halves when a name fails
 //! the batch.
 
-use std::collections::BTreeMap;
-
 use super::state::Observed;
 use crate::kinds::pacman::{pacman_failed, target};
 use crate::kinds::{query_by_halves, Env, KindError, Observations};
@@ -12,7 +10,7 @@ use crate::tools::pacman::{self, InstallReason, Pacman};
 /// Each of `keys` installed (with its version, install reason and dependents) or missing.
 pub(super) fn observe(env: &Env, keys: &[&str]) -> Result<Observations<Observed>, KindError> {
     if keys.is_empty() {
-        return Ok(BTreeMap::new());
+        return Ok(Observations::default());
     }
     let args = target(env)?.query_info();
     let results = query_by_halves(env.runner, "`pacman -Qi`", keys, |batch| {

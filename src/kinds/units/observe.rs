@@ -22,7 +22,7 @@ pub(super) fn observe(
     keys: &[&str],
 ) -> Result<Observations<Observed>, KindError> {
     if keys.is_empty() {
-        return Ok(BTreeMap::new());
+        return Ok(Observations::default());
     }
     let states = query_states(env, keys);
     let dir = open_unit_dir(env, false)?;
