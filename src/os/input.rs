@@ -39,7 +39,13 @@ fn populate(bytes: &mut Vec<u8>) {
     let length = (end - first) / PAGE * PAGE;
     // SAFETY: [first, first + length) lies inside `bytes`'s allocation, owned here and holding
     // nothing yet; MADV_POPULATE_WRITE only maps its pages as a write would, changing no byte.
-    unsafe { libc::madvise(first as *mut libc::c_void, length, libc::MADV_POPULATE_WRITE) };
+    unsafe {
+        libc::madvise(
+            first as *mut libc::c_void,
+            length,
+            libc::MADV_POPULATE_WRITE,
+        )
+    };
 }
 
 /// `read_bounded` of text.
