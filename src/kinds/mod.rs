@@ -313,11 +313,11 @@ pub trait Kind: KindSpec + Declared + Owned + Noted {
     /// Observes `keys` (declared and owned) in one batched query: a result per key, so one odd
     /// resource fails only itself; `Err` only when the kind as a whole could not be observed
     /// (its tool hung or could not start, the root cannot be opened).
-    fn observe(
+    fn observe<'k>(
         env: &Env,
         cx: &RunContext,
-        keys: &[&str],
-    ) -> Result<Observations<Self::Observed>, KindError>;
+        keys: &[&'k str],
+    ) -> Result<Observations<'k, Self::Observed>, KindError>;
     /// Pure: what to do about one resource.
     fn plan(
         cx: &RunContext,

@@ -69,11 +69,12 @@ pub fn union<'k>(
     })
 }
 
-/// Lookups in a sorted map (or any ascending list of entries, `I`) by keys asked in ascending
-/// order: the map is walked forward once.
-pub struct Walk<'m, V, I = btree_map::Range<'m, String, V>>
+/// Lookups in a sorted map (or any ascending list of entries, `I`, keyed by `K`) by keys asked
+/// in ascending order: the map is walked forward once.
+pub struct Walk<'m, V, K = String, I = btree_map::Range<'m, K, V>>
 where
-    I: Iterator<Item = (&'m String, &'m V)>,
+    I: Iterator<Item = (&'m K, &'m V)>,
+    K: AsRef<str> + 'm,
     V: 'm,
 {
     rest: Peekable<I>,
@@ -94,9 +95,9 @@ impl<'m, V> Walk<'m, V> {
     }
 }
 
-impl<'m, V, I: Iterator<Item = (&'m String, &'m V)>> Walk<'m, V, I> {
+impl<'m, V, K: AsRef<str>, I: Iterator<Item = (&'m K, &'m V)>> Walk<'m, V, K, I> {
     /// A walk along `entries`, which must be in ascending key order.
-    pub fn along(entries: I) -> Walk<'m, V, I> {
+    pub fn along(entries: I) -> Walk<'m, V, K, I> {
         Walk {
             rest: entries.peekable(),
         }
@@ -106,7 +107,7 @@ impl<'m, V, I: Iterator<Item = (&'m String, &'m V)>> Walk<'m, V, I> {
     /// asked out of order is not found.
     pub fn at(&mut self, key: &str) -> Option<&'m V> {
         while let Some((at, value)) = self.rest.peek() {
-            match compare(at, key) {
+            match compare(at.as_ref(), key) {
                 Ordering::Less => {
                     self.rest.next();
                 }

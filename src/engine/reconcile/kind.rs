@@ -121,7 +121,7 @@ fn observe<'k, K: Kind>(
     chunk: &[&'k str],
     rest: &mut dyn Iterator<Item = &'k str>,
     report: &mut Report,
-) -> Option<kinds::Observations<K::Observed>> {
+) -> Option<kinds::Observations<'k, K::Observed>> {
     env.runner.tell(|| Event::Step {
         kind: K::NAME,
         step: progress::Step::Observe,
@@ -252,7 +252,7 @@ fn adopt<K: Kind>(
 type Owning<K> = (String, Entry<<K as crate::model::spec::KindSpec>::Original>);
 
 /// One chunk's observations of a kind.
-type Observations<K> = kinds::Observations<<K as Kind>::Observed>;
+type Observations<'k, K> = kinds::Observations<'k, <K as Kind>::Observed>;
 
 /// Applies planned changes of a kind (all of them, or one chunk's: `Kind::APPLIED_IN_CHUNKS`):
 /// written ahead, applied, verified, recorded. `ledger_dirty` says planning changed the ledger

@@ -49,11 +49,11 @@ impl Kind for Files {
         }
     }
 
-    fn observe(
+    fn observe<'k>(
         env: &Env,
         cx: &RunContext,
-        keys: &[&str],
-    ) -> Result<Observations<Observed>, KindError> {
+        keys: &[&'k str],
+    ) -> Result<Observations<'k, Observed>, KindError> {
         let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
         let mut accounts: Option<Accounts> = None;
         let index = IndexUse::load(env.store, cx.facts.files.index.take());
@@ -111,7 +111,7 @@ impl Kind for Files {
                 gid,
                 original,
             };
-            out.push((key.to_string(), Ok(observed)));
+            out.push((key, Ok(observed)));
         }
         *cx.facts.files.index.borrow_mut() = looking.index.save(env.store);
         Ok(out.into_iter().collect())

@@ -8,7 +8,10 @@ use crate::os::exec::{CommandError, Failure};
 use crate::tools::pacman::{self, InstallReason, Pacman};
 
 /// Each of `keys` installed (with its version, install reason and dependents) or missing.
-pub(super) fn observe(env: &Env, keys: &[&str]) -> Result<Observations<Observed>, KindError> {
+pub(super) fn observe<'k>(
+    env: &Env,
+    keys: &[&'k str],
+) -> Result<Observations<'k, Observed>, KindError> {
     if keys.is_empty() {
         return Ok(Observations::default());
     }
@@ -46,5 +49,5 @@ pub(super) fn observe(env: &Env, keys: &[&str]) -> Result<Observations<Observed>
             })
             .collect())
     });
-    Ok(keys.iter().map(|k| k.to_string()).zip(results).collect())
+    Ok(keys.iter().copied().zip(results).collect())
 }
