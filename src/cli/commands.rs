@@ -247,6 +247,7 @@ impl Commands<'_> {
                 duration_words(secs)
             );
         }
+        crate::os::alloc::drop_or_leave(d);
         match converged {
             Some(result) => Ok(self.print_converged(&result)),
             None => Err(Fatal::error("the declaration was not put in force".into())),

@@ -141,7 +141,10 @@ impl Host {
                 declaration,
                 ledger,
             }),
-            _ => None,
+            (_, owned) => {
+                crate::os::alloc::drop_or_leave((owned, ledger));
+                None
+            }
         };
         Ok(Some(RunResult {
             report,

@@ -8,11 +8,11 @@ pub mod containers;
 pub mod error;
 pub mod files;
 pub mod hints;
+mod observations;
 pub mod packages;
 pub mod pacman;
 pub mod units;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::model::config::Config;
@@ -63,6 +63,7 @@ macro_rules! kinds {
 crate::model::spec::registry!(kinds);
 pub use error::{BatchFailure, KindError};
 pub use hints::{Hints, Place};
+pub use observations::Observations;
 
 /// The world a kind acts on.
 pub struct Env<'a> {
@@ -312,11 +313,11 @@ pub trait Kind: KindSpec + Declared + Owned + Noted {
     /// Observes `keys` (declared and owned) in one batched query: a result per key, so one odd
     /// resource fails only itself; `Err` only when the kind as a whole could not be observed
     /// (its tool hung or could not start, the root cannot be opened).
-    fn observe(
+    fn observe<'k>(
         env: &Env,
         cx: &RunContext,
-        keys: &[&str],
-    ) -> Result<Observations<Self::Observed>, KindError>;
+        keys: &[&'k str],
+    ) -> Result<Observations<'k, Self::Observed>, KindError>;
     /// Pure: what to do about one resource.
     fn plan(
         cx: &RunContext,
@@ -371,9 +372,6 @@ pub trait Kind: KindSpec + Declared + Owned + Noted {
     /// with no cheap hint gives none and is left to the drift timer.
     fn watch<'d>(declaration: &'d Declaration, ledger: &'d Ledger, hints: &mut dyn Hints<'d>);
 }
-
-/// What observation found of each key: its state, or why that one key could not be observed.
-pub type Observations<O> = BTreeMap<String, Result<O, KindError>>;
 
 /// Runs `batch` over all `names` at once; if that fails because of the names, over each name
 /// alone, so one bad name fails only its own resource. Returns one result per name, in order,

@@ -89,8 +89,39 @@ pub fn type_name(v: &Json) -> &'static str {
 pub struct Fields<'a, 'p> {
     object: &'a Object<'a>,
     location: Location<'a>,
-    known: Vec<&'static str>,
+    /// The names asked for, for the message of an unknown field.
+    known: Asked,
+    /// Which of the object's first 64 members were asked for, by index: `finish` finds all of a
+    /// resource's members known without comparing a name again.
+    found: u64,
     pub problems: &'p mut Problems,
+}
+/// The names `Fields` was asked for: a kind asks a handful for each of thousands of resources,
+/// so the first few are kept in place rather than in a list of their own.
+#[derive(Default)]
+struct Asked {
+    first: [&'static str; 16],
+    count: usize,
+    more: Vec<&'static str>,
+}
+impl Asked {
+    fn push(&mut self, name: &'static str) {
+        match self.first.get_mut(self.count) {
+            Some(slot) => {
+                *slot = name;
+                self.count += 1;
+            }
+            None => self.more.push(name),
+        }
+    }
+
+    fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.first[..self.count].iter().chain(&self.more).copied()
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.names().any(|known| known == name)
+    }
 }
 /// Where the object `Fields` reads is, kept unformatted until a problem needs it.
 enum Location<'a> {
@@ -102,8 +133,8 @@ impl<'a, 'p> Fields<'a, 'p> {
         Fields {
             object,
             location: Location::Text(location),
-            // A resource's kind asks for a handful of fields: room for them at once.
-            known: Vec::with_capacity(8),
+            known: Asked::default(),
+            found: 0,
             problems,
         }
     }
@@ -118,8 +149,8 @@ impl<'a, 'p> Fields<'a, 'p> {
         Fields {
             object,
             location: Location::Resource { kind, key },
-            // A resource's kind asks for a handful of fields: room for them at once.
-            known: Vec::with_capacity(8),
+            known: Asked::default(),
+            found: 0,
             problems,
         }
     }
@@ -150,7 +181,11 @@ impl<'a, 'p> Fields<'a, 'p> {
 
     fn get(&mut self, name: &'static str) -> Option<&'a Json<'a>> {
         self.known.push(name);
-        self.object.get(name)
+        let (at, value) = self.object.find(name)?;
+        if let Some(bit) = 1u64.checked_shl(at as u32) {
+            self.found |= bit;
+        }
+        Some(value)
     }
 
     fn typed<T>(
@@ -241,13 +276,17 @@ impl<'a, 'p> Fields<'a, 'p> {
 
     /// Reports every field that was never asked for.
     pub fn finish(self) {
-        if self.object.keys().all(|key| self.known.contains(&key)) {
+        let members = self.object.count();
+        if members < 64 && self.found == (1 << members) - 1 {
+            return;
+        }
+        if self.object.keys().all(|key| self.known.contains(key)) {
             return;
         }
         for (key, _) in self.object.sorted() {
-            if !self.known.contains(&key) {
+            if !self.known.contains(key) {
                 let at = self.location();
-                let mut known = self.known.clone();
+                let mut known: Vec<_> = self.known.names().collect();
                 known.sort_unstable();
                 known.dedup();
                 self.problems.push(

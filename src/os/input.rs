@@ -21,7 +21,31 @@ pub fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     // The size said is only room made ahead (one allocation for a 64 MiB declaration rather
     // than doublings); what is read is bounded by `max` alone.
     let said = file.metadata().map_or(0, |m| m.len()).min(max);
-    read_limited_into(file, max, Vec::with_capacity(said as usize + 1))
+    let mut bytes = Vec::with_capacity(said as usize + 1);
+    populate(&mut bytes);
+    read_limited_into(file, max, bytes)
+}
+
+/// Gives the room of `bytes` its memory in one system call, where a read into fresh pages would
+/// fault on each (hundreds for a large declaration). Only an optimisation: older kernels refuse
+/// it, and the read faults them in as before.
+fn populate(bytes: &mut Vec<u8>) {
+    const PAGE: usize = 4096;
+    let start = bytes.as_mut_ptr() as usize;
+    let (first, end) = (start.next_multiple_of(PAGE), start + bytes.capacity());
+    if end < first + 64 * PAGE {
+        return;
+    }
+    let length = (end - first) / PAGE * PAGE;
+    // SAFETY: [first, first + length) lies inside `bytes`'s allocation, owned here and holding
+    // nothing yet; MADV_POPULATE_WRITE only maps its pages as a write would, changing no byte.
+    unsafe {
+        libc::madvise(
+            first as *mut libc::c_void,
+            length,
+            libc::MADV_POPULATE_WRITE,
+        )
+    };
 }
 
 /// `read_bounded` of text.

@@ -29,6 +29,22 @@ pub fn compare_bytes(a: &[u8], b: &[u8]) -> Ordering {
     a[at..].cmp(&b[at..])
 }
 
+/// How many bytes `a` and `b` begin with in common, eight at a time (as `compare_bytes`).
+pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let mut same = 0;
+    for (p, q) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or_default());
+        let differ = word(p) ^ word(q);
+        if differ != 0 {
+            // Little-endian: the first byte that differs is the lowest that does.
+            return same + (differ.trailing_zeros() / 8) as usize;
+        }
+        same += 8;
+    }
+    let rest = a[same..].iter().zip(&b[same..]);
+    same + rest.take_while(|(p, q)| p == q).count()
+}
+
 /// The keys of two ascending lists, ascending and each once, in one pass (no sort), as they are
 /// asked for: a kind's turn takes them a chunk at a time rather than holding all at once.
 pub fn union<'k>(
@@ -51,16 +67,20 @@ pub fn union<'k>(
     })
 }
 
-/// Lookups in a sorted map by keys asked in ascending order: the map is walked forward once.
-pub struct Walk<'m, V> {
-    rest: Peekable<btree_map::Range<'m, String, V>>,
+/// Lookups in a sorted map (or any ascending list of entries, `I`, keyed by `K`) by keys asked
+/// in ascending order: the map is walked forward once.
+pub struct Walk<'m, V, K = String, I = btree_map::Range<'m, K, V>>
+where
+    I: Iterator<Item = (&'m K, &'m V)>,
+    K: AsRef<str> + 'm,
+    V: 'm,
+{
+    rest: Peekable<I>,
 }
 
 impl<'m, V> Walk<'m, V> {
     pub fn new(map: &'m BTreeMap<String, V>) -> Walk<'m, V> {
-        Walk {
-            rest: map.range::<str, _>(..).peekable(),
-        }
+        Walk::along(map.range::<str, _>(..))
     }
 
     /// A walk of `map` from `first` on (found by one search): for keys asked from `first` up.
@@ -71,12 +91,21 @@ impl<'m, V> Walk<'m, V> {
                 .peekable(),
         }
     }
+}
+
+impl<'m, V, K: AsRef<str>, I: Iterator<Item = (&'m K, &'m V)>> Walk<'m, V, K, I> {
+    /// A walk along `entries`, which must be in ascending key order.
+    pub fn along(entries: I) -> Walk<'m, V, K, I> {
+        Walk {
+            rest: entries.peekable(),
+        }
+    }
 
     /// The value at `key`. Each key asked must be greater than the one asked before; a key
     /// asked out of order is not found.
     pub fn at(&mut self, key: &str) -> Option<&'m V> {
         while let Some((at, value)) = self.rest.peek() {
-            match compare(at, key) {
+            match compare(at.as_ref(), key) {
                 Ordering::Less => {
                     self.rest.next();
                 }
@@ -117,6 +146,30 @@ mod tests {
         for a in keys {
             for b in keys {
                 assert_eq!(compare(a, b), a.cmp(b), "{a:?} {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn common_prefix_counts_what_a_byte_walk_counts() {
+        let keys = [
+            "",
+            "a",
+            "/etc/app/a",
+            "/etc/app/b",
+            "/etc/app/abcdefghijklmnop",
+        ];
+        for a in keys
+            .iter()
+            .chain(&["/etc/app/abcdefghijklmnoq", "/etc/ap", "/etc/app/"])
+        {
+            for b in keys {
+                let walked = a.bytes().zip(b.bytes()).take_while(|(p, q)| p == q).count();
+                assert_eq!(
+                    common_prefix(a.as_bytes(), b.as_bytes()),
+                    walked,
+                    "{a:?} {b:?}"
+                );
             }
         }
     }

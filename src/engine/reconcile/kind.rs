@@ -101,8 +101,13 @@ fn released<K: Kind>(desired: &BTreeMap<String, K::Spec>, ledger: &Ledger) -> Ve
     ledger
         .owned_keys::<K>()
         .filter(|key| {
-            while declared.next_if(|d| d.as_str() < *key).is_some() {}
-            declared.peek().map(|d| d.as_str()) != Some(*key)
+            while declared
+                .next_if(|d| sorted::compare(d, key).is_lt())
+                .is_some()
+            {}
+            declared
+                .peek()
+                .is_none_or(|d| sorted::compare(d, key).is_ne())
         })
         .map(str::to_string)
         .collect()
@@ -116,7 +121,7 @@ fn observe<'k, K: Kind>(
     chunk: &[&'k str],
     rest: &mut dyn Iterator<Item = &'k str>,
     report: &mut Report,
-) -> Option<kinds::Observations<K::Observed>> {
+) -> Option<kinds::Observations<'k, K::Observed>> {
     env.runner.tell(|| Event::Step {
         kind: K::NAME,
         step: progress::Step::Observe,
@@ -153,7 +158,7 @@ fn plan_chunk<K: Kind>(
     let mut adopted = Vec::new();
     let mut in_sync = 0;
     let mut owned = Walk::from(ledger.section::<K>(), chunk[0]);
-    let mut seen = Walk::new(&observed);
+    let mut seen = observed.walk();
     for key in chunk {
         let (spec, entry) = (wanted.at(key), owned.at(key));
         let observed = match seen.at(key) {
@@ -247,7 +252,7 @@ fn adopt<K: Kind>(
 type Owning<K> = (String, Entry<<K as crate::model::spec::KindSpec>::Original>);
 
 /// One chunk's observations of a kind.
-type Observations<K> = kinds::Observations<<K as Kind>::Observed>;
+type Observations<'k, K> = kinds::Observations<'k, <K as Kind>::Observed>;
 
 /// Applies planned changes of a kind (all of them, or one chunk's: `Kind::APPLIED_IN_CHUNKS`):
 /// written ahead, applied, verified, recorded. `ledger_dirty` says planning changed the ledger

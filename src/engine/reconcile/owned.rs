@@ -149,7 +149,7 @@ fn inspect_chunk<'l, K: Kind>(
         return;
     };
     let observed = K::observe(env, cx, &keys);
-    let mut seen = observed.as_ref().map(Walk::new);
+    let mut seen = observed.as_ref().map(|o| o.walk());
     let (mut wanted, mut owned) = (
         Walk::from(K::desired(cx.declaration), first),
         Walk::from(ledger.section::<K>(), first),

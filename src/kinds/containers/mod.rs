@@ -30,11 +30,11 @@ impl Kind for Containers {
         Self::digest(spec)
     }
 
-    fn observe(
+    fn observe<'k>(
         env: &Env,
         _cx: &RunContext,
-        keys: &[&str],
-    ) -> Result<Observations<Observed>, KindError> {
+        keys: &[&'k str],
+    ) -> Result<Observations<'k, Observed>, KindError> {
         observe::observe(env, keys)
     }
 

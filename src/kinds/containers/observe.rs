@@ -7,10 +7,13 @@ use crate::kinds::{Env, KindError, Observations};
 use crate::tools::podman::{self, State};
 
 /// Each of `keys` as podman has it; under `--root`, absent (podman's store is not ours to read).
-pub(super) fn observe(env: &Env, keys: &[&str]) -> Result<Observations<Observed>, KindError> {
+pub(super) fn observe<'k>(
+    env: &Env,
+    keys: &[&'k str],
+) -> Result<Observations<'k, Observed>, KindError> {
     if keys.is_empty() || env.offline {
         // Offline, podman's store is not ours to read: every container change is deferred.
-        return Ok(keys.iter().map(|k| (k.to_string(), Ok(absent()))).collect());
+        return Ok(keys.iter().map(|&k| (k, Ok(absent()))).collect());
     }
     // `podman ps` names no container, so no container can make it fail: when it does, it
     // fails as a whole.
@@ -22,12 +25,7 @@ pub(super) fn observe(env: &Env, keys: &[&str]) -> Result<Observations<Observed>
         .map_err(|e| format!("`podman ps` printed something unexpected: {e}"))?;
     Ok(keys
         .iter()
-        .map(|&k| {
-            (
-                k.to_string(),
-                Ok(all.get(k).cloned().unwrap_or_else(absent)),
-            )
-        })
+        .map(|&k| (k, Ok(all.get(k).cloned().unwrap_or_else(absent))))
         .collect())
 }
 

@@ -49,11 +49,11 @@ impl Kind for Files {
         }
     }
 
-    fn observe(
+    fn observe<'k>(
         env: &Env,
         cx: &RunContext,
-        keys: &[&str],
-    ) -> Result<Observations<Observed>, KindError> {
+        keys: &[&'k str],
+    ) -> Result<Observations<'k, Observed>, KindError> {
         let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
         let mut accounts: Option<Accounts> = None;
         let index = IndexUse::load(env.store, cx.facts.files.index.take());
@@ -62,17 +62,16 @@ impl Kind for Files {
         looking.fence = env.store.and_then(Store::fence);
         // Listed, then made a map at once: full B-tree nodes (see `declaration`'s sections).
         let mut out = Vec::with_capacity(keys.len());
-        // Keys come in order: the declared files are walked beside them, not searched for each.
-        let mut declared_files = cx.declaration.files.iter().peekable();
+        // Keys come in order: the declared files are walked beside them from the chunk's first
+        // (one search), not searched for each, nor walked from the first declared; a key not
+        // met on the walk (undeclared, or asked out of order) is searched for.
+        let mut declared_files = keys
+            .first()
+            .map(|first| sorted::Walk::from(&cx.declaration.files, first));
         for &key in keys {
-            while declared_files
-                .next_if(|(k, _)| sorted::compare(k, key).is_lt())
-                .is_some()
-            {}
-            let spec = match declared_files.peek() {
-                Some((k, spec)) if sorted::compare(k, key).is_eq() => Some(*spec),
-                _ => cx.declaration.files.get(key),
-            };
+            let spec = (declared_files.as_mut())
+                .and_then(|walk| walk.at(key))
+                .or_else(|| cx.declaration.files.get(key));
             let content = match spec {
                 Some(Spec::Present(c)) => Some(c),
                 _ => None,
@@ -112,7 +111,7 @@ impl Kind for Files {
                 gid,
                 original,
             };
-            out.push((key.to_string(), Ok(observed)));
+            out.push((key, Ok(observed)));
         }
         *cx.facts.files.index.borrow_mut() = looking.index.save(env.store);
         Ok(out.into_iter().collect())
@@ -771,7 +770,7 @@ mod tests {
         );
         assert_eq!(observe("/etc/app/gone", Some(b"declared")), "Missing");
         // The directory was walked to once for all four.
-        assert_eq!(looking.parents.dirs.len(), 1);
+        assert_eq!(looking.parents.len(), 1);
     }
 
     #[test]

@@ -14,7 +14,35 @@ use crate::util::codec;
 #[derive(Default)]
 pub struct ParentCache {
     /// By the directory's path (keys are normalised, so its text is its identity).
-    pub(super) dirs: HashMap<String, Result<Option<Dir>, String>>,
+    dirs: HashMap<String, Result<Option<Dir>, String>>,
+    /// The directory looked up last: keys come sorted, so a directory's files mostly follow
+    /// each other and are found without hashing its path again.
+    last: Option<(String, Result<Option<Dir>, String>)>,
+}
+
+impl ParentCache {
+    /// The directory at `path`, opened by `open` the first time it is asked for.
+    fn get_or_open(
+        &mut self,
+        path: &str,
+        open: impl FnOnce() -> Result<Option<Dir>, String>,
+    ) -> &Result<Option<Dir>, String> {
+        match self.last.take() {
+            Some((last, dir)) if last == path => return &self.last.insert((last, dir)).1,
+            Some((last, dir)) => {
+                self.dirs.insert(last, dir);
+            }
+            None => {}
+        }
+        let found = self.dirs.remove(path).unwrap_or_else(open);
+        &self.last.insert((path.to_string(), found)).1
+    }
+
+    /// How many directories it holds.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.dirs.len() + usize::from(self.last.is_some())
+    }
 }
 
 /// The files index during one observation (see `store::FilesIndex`): the index as read, when
@@ -169,22 +197,12 @@ impl<'r, 'k> Looking<'r, 'k> {
             return State::Blocked(format!("{key}: not a file path"));
         };
         let name = std::ffi::OsStr::new(name);
-        // Looked up once (one hash of the path) when the directory was walked to already.
-        let parent = match parents.dirs.get(parent_path) {
-            Some(parent) => parent,
-            None => {
-                let found = match fsutil::walk_to_parent_fenced(
-                    root,
-                    Path::new(key),
-                    false,
-                    fence.as_ref(),
-                ) {
-                    Ok(found) => Ok(found.map(|p| p.dir)),
-                    Err(e) => Err(e.to_string()),
-                };
-                parents.dirs.entry(parent_path.to_string()).or_insert(found)
+        let parent = parents.get_or_open(parent_path, || {
+            match fsutil::walk_to_parent_fenced(root, Path::new(key), false, fence.as_ref()) {
+                Ok(found) => Ok(found.map(|p| p.dir)),
+                Err(e) => Err(e.to_string()),
             }
-        };
+        });
         let dir = match parent {
             Ok(Some(dir)) => dir,
             Ok(None) => return State::Missing,

@@ -36,11 +36,11 @@ impl Kind for Packages {
         Self::digest(spec)
     }
 
-    fn observe(
+    fn observe<'k>(
         env: &Env,
         _cx: &RunContext,
-        keys: &[&str],
-    ) -> Result<Observations<Observed>, KindError> {
+        keys: &[&'k str],
+    ) -> Result<Observations<'k, Observed>, KindError> {
         observe::observe(env, keys)
     }
 

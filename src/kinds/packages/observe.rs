@@ -1,8 +1,6 @@
 //! Observing packages: one `pacman -Qi` for them all, asked again by halves when a name fails
 //! the batch.
 
-use std::collections::BTreeMap;
-
 use super::state::Observed;
 use crate::kinds::pacman::{pacman_failed, target};
 use crate::kinds::{query_by_halves, Env, KindError, Observations};
@@ -10,9 +8,12 @@ use crate::os::exec::{CommandError, Failure};
 use crate::tools::pacman::{self, InstallReason, Pacman};
 
 /// Each of `keys` installed (with its version, install reason and dependents) or missing.
-pub(super) fn observe(env: &Env, keys: &[&str]) -> Result<Observations<Observed>, KindError> {
+pub(super) fn observe<'k>(
+    env: &Env,
+    keys: &[&'k str],
+) -> Result<Observations<'k, Observed>, KindError> {
     if keys.is_empty() {
-        return Ok(BTreeMap::new());
+        return Ok(Observations::default());
     }
     let args = target(env)?.query_info();
     let results = query_by_halves(env.runner, "`pacman -Qi`", keys, |batch| {
@@ -48,5 +49,5 @@ pub(super) fn observe(env: &Env, keys: &[&str]) -> Result<Observations<Observed>
             })
             .collect())
     });
-    Ok(keys.iter().map(|k| k.to_string()).zip(results).collect())
+    Ok(keys.iter().copied().zip(results).collect())
 }

@@ -40,11 +40,11 @@ impl Kind for Units {
         Self::digest(spec)
     }
 
-    fn observe(
+    fn observe<'k>(
         env: &Env,
         cx: &RunContext,
-        keys: &[&str],
-    ) -> Result<Observations<Observed>, KindError> {
+        keys: &[&'k str],
+    ) -> Result<Observations<'k, Observed>, KindError> {
         observe::observe(env, cx, keys)
     }
 

@@ -16,13 +16,13 @@ use crate::store::Owed;
 use crate::tools::systemctl::{self, LoadState, UnitFileState};
 
 /// Each of `keys` as systemd, its unit directory and the store see it.
-pub(super) fn observe(
+pub(super) fn observe<'k>(
     env: &Env,
     cx: &RunContext,
-    keys: &[&str],
-) -> Result<Observations<Observed>, KindError> {
+    keys: &[&'k str],
+) -> Result<Observations<'k, Observed>, KindError> {
     if keys.is_empty() {
-        return Ok(BTreeMap::new());
+        return Ok(Observations::default());
     }
     let states = query_states(env, keys);
     let dir = open_unit_dir(env, false)?;
@@ -59,7 +59,7 @@ pub(super) fn observe(
                 }
                 Ok(obs)
             });
-            (name.to_string(), observed)
+            (*name, observed)
         })
         .collect())
 }

@@ -9,14 +9,15 @@ use std::marker::PhantomData;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::{by_name, Context, Declaration, Declared, VisitDeclared};
-use crate::model::fields::json::{JsonVisitor, Key};
+use crate::model::fields::json::{read_members, JsonVisitor, Key};
 use crate::model::fields::{resource_location, type_name, Fields, Json, Object, Problems};
 use crate::util::sorted;
 
-/// Validates one resource: its spec if it has no problem.
+/// Validates one resource, its value an object's members or (`Err`) another value: its spec if
+/// it has no problem.
 fn parse_resource<K: Declared>(
     key: &str,
-    value: &Json,
+    value: Result<&Object, &Json>,
     cx: &Context,
     problems: &mut Problems,
 ) -> Option<K::Spec> {
@@ -24,12 +25,15 @@ fn parse_resource<K: Declared>(
     if let Err(message) = K::check_key(key) {
         problems.push(resource_location(K::NAME, key), message);
     }
-    let Json::Object(object) = value else {
-        problems.push(
-            resource_location(K::NAME, key),
-            format!("must be an object, not {}", type_name(value)),
-        );
-        return None;
+    let object = match value {
+        Ok(object) => object,
+        Err(other) => {
+            problems.push(
+                resource_location(K::NAME, key),
+                format!("must be an object, not {}", type_name(other)),
+            );
+            return None;
+        }
     };
     let mut fields = Fields::for_resource(object, K::NAME, key, problems);
     let spec = K::parse(key, &mut fields, cx.limits);
@@ -175,9 +179,15 @@ impl<'de, K: Declared> Visitor<'de> for SectionSeed<'_, '_, K> {
         let mut rejected = BTreeSet::new();
         let mut problems = Problems::default();
         let duplicate = |key: &str| de::Error::custom(format!("duplicate key {key:?}"));
+        let mut members = Object::default();
         while let Some(key) = map.next_key::<String>()? {
-            let value: Json = map.next_value()?;
-            match parse_resource::<K>(&key, &value, self.cx, &mut problems) {
+            members.clear();
+            let other = map.next_value_seed(ResourceValue(&mut members))?;
+            let value = match &other {
+                None => Ok(&members),
+                Some(other) => Err(other),
+            };
+            match parse_resource::<K>(&key, value, self.cx, &mut problems) {
                 Some(spec) => resources.push((key, spec)),
                 None => {
                     if let Some(key) = rejected.replace(key) {
@@ -219,5 +229,47 @@ impl<'de, K: Declared> Visitor<'de> for SectionSeed<'_, '_, K> {
     }
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
         JsonVisitor.visit_unit().map(Err)
+    }
+}
+
+/// A resource's value: an object's members read into the list it holds (one list for every
+/// resource of a section, not one each), or (`Some`) any other value as it is.
+struct ResourceValue<'o, 'de>(&'o mut Object<'de>);
+
+impl<'de> DeserializeSeed<'de> for ResourceValue<'_, 'de> {
+    type Value = Option<Json<'de>>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ResourceValue<'_, 'de> {
+    type Value = Option<Json<'de>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        JsonVisitor.expecting(f)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        read_members(map, self.0).map(|()| None)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        JsonVisitor.visit_seq(seq).map(Some)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        JsonVisitor.visit_bool(v).map(Some)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        JsonVisitor.visit_i64(v).map(Some)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        JsonVisitor.visit_u64(v).map(Some)
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        JsonVisitor.visit_f64(v).map(Some)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        JsonVisitor.visit_str(v).map(Some)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        JsonVisitor.visit_unit().map(Some)
     }
 }

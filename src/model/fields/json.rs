@@ -65,7 +65,18 @@ impl<'a> Json<'a> {
 
 impl<'a> Object<'a> {
     pub fn get(&self, name: &str) -> Option<&Json<'a>> {
-        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+        self.find(name).map(|(_, v)| v)
+    }
+
+    /// Member `name` and its place among the members.
+    pub fn find(&self, name: &str) -> Option<(usize, &Json<'a>)> {
+        let at = self.0.iter().position(|(k, _)| k == name)?;
+        Some((at, &self.0[at].1))
+    }
+
+    /// How many members it has.
+    pub fn count(&self) -> usize {
+        self.0.len()
     }
 
     pub fn contains_key(&self, name: &str) -> bool {
@@ -74,6 +85,11 @@ impl<'a> Object<'a> {
 
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(|(k, _)| k.as_ref())
+    }
+
+    /// Drops every member, keeping the room they took.
+    pub fn clear(&mut self) {
+        self.0.clear();
     }
 
     /// Takes member `name` out.
@@ -154,27 +170,37 @@ impl<'de> Visitor<'de> for JsonVisitor {
         }
         Ok(Json::Array(items))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json<'de>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Json<'de>, A::Error> {
         let mut object = Object::default();
-        let mut keys = BTreeSet::new();
-        while let Some(key) = map.next_key_seed(Key)? {
-            let twice = match object.0.len() < SCANNED {
-                true => object.contains_key(&key),
-                false => {
-                    if keys.is_empty() {
-                        keys.extend(object.0.iter().map(|(k, _)| k.to_string()));
-                    }
-                    !keys.insert(key.to_string())
-                }
-            };
-            if twice {
-                return Err(de::Error::custom(format!("duplicate key {key:?}")));
-            }
-            let value = map.next_value()?;
-            object.0.push((key, value));
-        }
+        read_members(map, &mut object)?;
         Ok(Json::Object(object))
     }
+}
+
+/// Reads an object's members into `object`, which holds none: a caller reading thousands of
+/// resources reuses one list for them all.
+pub fn read_members<'de, A: MapAccess<'de>>(
+    mut map: A,
+    object: &mut Object<'de>,
+) -> Result<(), A::Error> {
+    let mut keys = BTreeSet::new();
+    while let Some(key) = map.next_key_seed(Key)? {
+        let twice = match object.0.len() < SCANNED {
+            true => object.contains_key(&key),
+            false => {
+                if keys.is_empty() {
+                    keys.extend(object.0.iter().map(|(k, _)| k.to_string()));
+                }
+                !keys.insert(key.to_string())
+            }
+        };
+        if twice {
+            return Err(de::Error::custom(format!("duplicate key {key:?}")));
+        }
+        let value = map.next_value()?;
+        object.0.push((key, value));
+    }
+    Ok(())
 }
 
 /// An object's key, borrowed from the text when it has no escapes.

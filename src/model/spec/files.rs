@@ -311,10 +311,13 @@ pub fn check_path(key: &str) -> Result<(), String> {
     if key.len() > 1 && key.ends_with('/') {
         return Err("path ends with '/'".into());
     }
-    for part in key[1..].split('/') {
+    // Split as bytes: `str`'s split looks for each '/' through a search of its own, a cost
+    // every declared file pays.
+    for part in key.as_bytes()[1..].split(|b| *b == b'/') {
         match part {
-            "" => return Err("path has an empty component ('//')".into()),
-            "." | ".." => return Err(format!("path has a {part:?} component; give it normalised")),
+            b"" => return Err("path has an empty component ('//')".into()),
+            b"." => return Err(r#"path has a "." component; give it normalised"#.into()),
+            b".." => return Err(r#"path has a ".." component; give it normalised"#.into()),
             p if p.len() > 255 => return Err("path has a component longer than 255 bytes".into()),
             _ => {}
         }
