@@ -57,14 +57,12 @@ struct Window {
 /// How much of the index file is read at once when lookups move forward.
 const WINDOW: usize = 64 * 1024;
 
-/// The records of an index file as its body streams in: where each starts, checked in key order.
+/// The records of an index file as its body is read: where each starts, checked in key order.
 #[derive(Default)]
 struct Scan {
     records: Vec<u32>,
-    /// Bytes read and not yet parsed: at most one record plus one chunk.
-    pending: Vec<u8>,
-    /// Where `pending` starts in the body (0 until the header is in).
-    pending_at: u32,
+    /// Where the bytes fed next start in the body (0 until the header is in).
+    at: u32,
     previous: Vec<u8>,
     /// What is wrong with the records, told only once the checksum matched: a damaged file
     /// is reported as damaged, whatever the damage looks like.
@@ -72,40 +70,40 @@ struct Scan {
 }
 
 impl Scan {
-    /// The next bytes of the body; `Err` for a file of another version.
-    fn feed(&mut self, body: &[u8]) -> Result<(), String> {
-        if self.broken.is_some() {
-            return Ok(());
-        }
-        self.pending.extend_from_slice(body);
-        if self.pending_at == 0 {
-            if self.pending.len() < HEADER.len() {
-                return Ok(());
+    /// Scans the whole records `body` starts with (the body from `at` on) and says how many
+    /// bytes they take: the rest, part of a record, is fed again with the bytes that follow it.
+    /// `Err` for a file of another version.
+    fn feed(&mut self, body: &[u8]) -> Result<usize, String> {
+        if self.at == 0 {
+            if body.len() < HEADER.len() {
+                return Ok(0);
             }
-            if !self.pending.starts_with(HEADER) {
+            if !body.starts_with(HEADER) {
                 return Err("not a files index of this version".into());
             }
-            self.pending.drain(..HEADER.len());
-            self.pending_at = HEADER.len() as u32;
+            self.at = HEADER.len() as u32;
+            return Ok(HEADER.len() + self.feed(&body[HEADER.len()..])?);
+        }
+        if self.broken.is_some() {
+            return Ok(body.len());
         }
         let mut at = 0;
-        while let Some(key) = record_key(&self.pending, at) {
+        while let Some(key) = record_key(body, at) {
             if std::str::from_utf8(key).is_err() {
                 self.broken = Some("a key is not UTF-8");
                 break;
             }
-            if !self.previous.is_empty() && self.previous.as_slice() >= key {
+            if !self.previous.is_empty() && sorted::compare_bytes(&self.previous, key).is_ge() {
                 self.broken = Some("its records are not in key order");
                 break;
             }
             self.previous.clear();
             self.previous.extend_from_slice(key);
-            self.records.push(self.pending_at + at as u32);
+            self.records.push(self.at + at as u32);
             at += 2 + key.len() + FIXED;
         }
-        self.pending.drain(..at);
-        self.pending_at += at as u32;
-        Ok(())
+        self.at += at as u32;
+        Ok(at)
     }
 }
 
@@ -119,31 +117,36 @@ impl FilesIndex {
             .ok_or("too short")?;
         let body_len = u32::try_from(body_len).map_err(|_| "too large")?;
         let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
-        let mut scan = Scan {
-            pending: Vec::with_capacity(2 * WINDOW),
-            ..Scan::default()
-        };
-        let mut chunk = vec![0; WINDOW];
+        let mut scan = Scan::default();
+        // Read into the room after the bytes not yet scanned (`kept`, part of a record), so each
+        // byte is copied once, from the file; later the window of lookups.
+        let mut buffer = vec![0; WINDOW];
+        let mut kept = 0;
         let mut read: u64 = 0;
         let mut tail = Vec::with_capacity(CHECKSUM);
         loop {
-            let n = match io::Read::read(&mut file, &mut chunk) {
+            if buffer.len() - kept < WINDOW / 2 {
+                // A record longer than half the window (a key of tens of KiB).
+                buffer.resize(kept + WINDOW, 0);
+            }
+            let n = match io::Read::read(&mut file, &mut buffer[kept..]) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e.to_string()),
             };
-            let body_in_chunk = (u64::from(body_len).saturating_sub(read) as usize).min(n);
+            let body_end = kept + (u64::from(body_len).saturating_sub(read) as usize).min(n);
             read += n as u64;
-            let (body, rest) = chunk[..n].split_at(body_in_chunk);
-            digest.update(body);
-            tail.extend_from_slice(rest);
-            scan.feed(body)?;
+            tail.extend_from_slice(&buffer[body_end..kept + n]);
+            digest.update(&buffer[kept..body_end]);
+            let scanned = scan.feed(&buffer[..body_end])?;
+            buffer.copy_within(scanned..body_end, 0);
+            kept = body_end - scanned;
         }
         if read != size || tail.len() != CHECKSUM {
             return Err("it changed while being read".into());
         }
-        if scan.pending_at == 0 {
+        if scan.at == 0 {
             return Err("not a files index of this version".into());
         }
         if digest.finish().as_ref() != tail.as_slice() {
@@ -152,15 +155,18 @@ impl FilesIndex {
         if let Some(broken) = scan.broken {
             return Err(broken.into());
         }
-        if !scan.pending.is_empty() {
+        if kept != 0 {
             return Err("a record is cut short".into());
         }
-        let records = scan.records;
+        buffer.clear();
         Ok(FilesIndex {
             file: Some(file),
-            records,
+            records: scan.records,
             body_len,
-            window: RefCell::default(),
+            window: RefCell::new(Window {
+                bytes: buffer,
+                ..Window::default()
+            }),
         })
     }
 
@@ -500,6 +506,27 @@ mod tests {
         let index = FilesIndex::decode(updated).expect("valid");
         assert_eq!(index.get(&keys[1500]), None);
         assert_eq!(index.get(&keys[2999]), Some(cached(2999, 2999_u32 as u8)));
+    }
+
+    /// A record longer than half the window that reads it (a key of 60,000 bytes, read from
+    /// well into the first window) is read whole, and those around it too.
+    #[test]
+    fn a_record_longer_than_half_the_window_is_read() {
+        let mut keys: Vec<String> = (0..200).map(|i| format!("/etc/a/f{i:03}")).collect();
+        keys.push(format!("/etc/b/{}", "x".repeat(60_000)));
+        keys.push("/etc/c".into());
+        let entries = keys.iter().enumerate();
+        let index = FilesIndex::decode(
+            FilesIndex::default().updated(
+                entries
+                    .map(|(i, k)| (k.as_str(), Some(cached(i as i64, i as u8))))
+                    .collect(),
+            ),
+        )
+        .expect("valid");
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(index.get(key), Some(cached(i as i64, i as u8)));
+        }
     }
 
     #[test]
