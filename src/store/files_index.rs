@@ -18,7 +18,10 @@ use crate::os::fsutil::Stamp;
 use crate::util::sorted;
 
 const FILE: &str = "files-index";
-const HEADER: &[u8] = b"mesh-host files-index 1\n";
+const HEADER: &[u8] = b"mesh-host files-index 2\n";
+/// After the header: the digest of the declaration every record of a file it declares agrees
+/// with (`FilesIndex::agrees_with`), zeros for none.
+const AGREES: usize = 32;
 /// A record after its key: device, inode, size (u64), mode, uid, gid (u32), mtime, ctime (i64),
 /// digest.
 const FIXED: usize = 8 * 3 + 4 * 3 + 8 * 2 + 32;
@@ -38,6 +41,10 @@ pub struct Cached {
 /// only ever replaced by a rename, so the open file keeps the content its checksum was checked on.
 #[derive(Debug, Default)]
 pub struct FilesIndex {
+    /// The declaration (the SHA-256 of its bytes) whose content every record of a file it
+    /// declares holds the digest of: under it, a record's digest is the declared content's,
+    /// unhashed. `None`: not known (see `kinds/files/observe.rs`, `IndexUse`).
+    pub agrees_with: Option<[u8; 32]>,
     file: Option<std::fs::File>,
     records: Vec<u32>,
     /// Where the records end (the checksum follows).
@@ -63,6 +70,7 @@ struct Scan {
     records: Vec<u32>,
     /// Where the bytes fed next start in the body (0 until the header is in).
     at: u32,
+    agrees_with: [u8; AGREES],
     previous: Vec<u8>,
     /// What is wrong with the records, told only once the checksum matched: a damaged file
     /// is reported as damaged, whatever the damage looks like.
@@ -75,14 +83,16 @@ impl Scan {
     /// `Err` for a file of another version.
     fn feed(&mut self, body: &[u8]) -> Result<usize, String> {
         if self.at == 0 {
-            if body.len() < HEADER.len() {
+            let start = HEADER.len() + AGREES;
+            if body.len() < start {
                 return Ok(0);
             }
             if !body.starts_with(HEADER) {
                 return Err("not a files index of this version".into());
             }
-            self.at = HEADER.len() as u32;
-            return Ok(HEADER.len() + self.feed(&body[HEADER.len()..])?);
+            self.agrees_with.copy_from_slice(&body[HEADER.len()..start]);
+            self.at = start as u32;
+            return Ok(start + self.feed(&body[start..])?);
         }
         if self.broken.is_some() {
             return Ok(body.len());
@@ -113,7 +123,7 @@ impl FilesIndex {
         let size = file.metadata().map_err(|e| e.to_string())?.len();
         let body_len = size
             .checked_sub(CHECKSUM as u64)
-            .filter(|&n| n >= HEADER.len() as u64)
+            .filter(|&n| n >= (HEADER.len() + AGREES) as u64)
             .ok_or("too short")?;
         let body_len = u32::try_from(body_len).map_err(|_| "too large")?;
         let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
@@ -160,6 +170,7 @@ impl FilesIndex {
         }
         buffer.clear();
         Ok(FilesIndex {
+            agrees_with: Some(scan.agrees_with).filter(|d| *d != [0; AGREES]),
             file: Some(file),
             records: scan.records,
             body_len,
@@ -226,10 +237,11 @@ impl FilesIndex {
     /// Writes this index with `updates` (an entry set, or dropped with `None`) to `out`, merged
     /// as both are in key order: the old records are read from the file as they are copied, and
     /// no copy of the whole index is built in memory (the first run after a large converge
-    /// records every file).
+    /// records every file). `agrees_with`: what the written index says it agrees with.
     pub fn write_updated(
         &self,
         mut updates: Vec<(&str, Option<Cached>)>,
+        agrees_with: Option<[u8; 32]>,
         out: &mut dyn io::Write,
     ) -> io::Result<()> {
         // Stable: of two updates of one key, the later is written.
@@ -239,6 +251,7 @@ impl FilesIndex {
             digest: ring::digest::Context::new(&ring::digest::SHA256),
         };
         out.write(HEADER)?;
+        out.write(&agrees_with.unwrap_or([0; AGREES]))?;
         let mut old = 0;
         let mut updates = updates.into_iter().peekable();
         loop {
@@ -283,11 +296,11 @@ impl FilesIndex {
         FilesIndex::open(std::fs::File::open(&path).map_err(|e| e.to_string())?)
     }
 
-    /// This index with `updates`, as its file's bytes.
+    /// This index with `updates`, as its file's bytes, agreeing with what it agreed with.
     #[cfg(test)]
     pub fn updated(&self, updates: Vec<(&str, Option<Cached>)>) -> Vec<u8> {
         let mut bytes = Vec::new();
-        if let Err(e) = self.write_updated(updates, &mut bytes) {
+        if let Err(e) = self.write_updated(updates, self.agrees_with, &mut bytes) {
             panic!("writing to memory: {e}");
         }
         bytes
@@ -410,17 +423,19 @@ impl Store {
         }
     }
 
-    /// Replaces the files index with `old` and `updates` (see `FilesIndex::write_updated`).
+    /// Replaces the files index with `old` and `updates`, saying it agrees with `agrees_with`
+    /// (see `FilesIndex::write_updated`).
     pub fn save_files_index(
         &self,
         old: &FilesIndex,
         updates: Vec<(&str, Option<Cached>)>,
+        agrees_with: Option<[u8; 32]>,
     ) -> Result<(), StoreError> {
         // Checks write it without the store's lock, beside a run writing it under the lock: each
         // writer its own temp, so neither removes nor renames the other's half-written file.
         self.dir
             .write_atomic_streamed_own(OsStr::new(FILE), 0o600, |out| {
-                old.write_updated(updates, out)
+                old.write_updated(updates, agrees_with, out)
             })
             .map_err(|e| self.error(FILE, format!("cannot be written: {e}")))
     }
@@ -464,6 +479,22 @@ mod tests {
             ("/etc/a", Some(cached(9, 9))),
             ("/etc/a", Some(cached(10, 1))),
         ])
+    }
+
+    #[test]
+    fn the_declaration_an_index_agrees_with_round_trips_none_as_zeros() {
+        let index = FilesIndex::decode(two_entries()).expect("valid");
+        assert_eq!(index.agrees_with, None);
+        let mut bytes = Vec::new();
+        index
+            .write_updated(Vec::new(), Some([7; 32]), &mut bytes)
+            .unwrap();
+        assert_eq!(bytes[HEADER.len()..HEADER.len() + AGREES], [7; 32]);
+        let agreeing = FilesIndex::decode(bytes).expect("valid");
+        assert_eq!(agreeing.agrees_with, Some([7; 32]));
+        assert_eq!(agreeing.get("/etc/b"), Some(cached(20, 2)));
+        let none = FilesIndex::decode(agreeing.updated(Vec::new())).expect("valid");
+        assert_eq!(none.agrees_with, Some([7; 32]), "kept by `updated`");
     }
 
     #[test]

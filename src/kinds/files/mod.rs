@@ -56,12 +56,13 @@ impl Kind for Files {
     ) -> Result<Observations<'k, Observed>, KindError> {
         let root = Dir::open(env.root).map_err(|e| format!("root {}: {e}", env.root.display()))?;
         let mut accounts: Option<Accounts> = None;
-        let index = IndexUse::load(env.store, cx.facts.files.index.take());
+        let kept = cx.facts.files.index.take();
+        let index = IndexUse::load(env.store, kept, &cx.declaration.digest);
         let max = env.config.limits.max_file_bytes;
         let mut looking = Looking::new(&root, index, max, env.diffs);
         looking.fence = env.store.and_then(Store::fence);
-        // Listed, then made a map at once: full B-tree nodes (see `declaration`'s sections).
         let mut out = Vec::with_capacity(keys.len());
+        let mut with_content = 0;
         // Keys come in order: the declared files are walked beside them from the chunk's first
         // (one search), not searched for each, nor walked from the first declared; a key not
         // met on the walk (undeclared, or asked out of order) is searched for.
@@ -95,6 +96,7 @@ impl Kind for Files {
                 };
             let uid = resolve(owner, true);
             let gid = resolve(group, false);
+            with_content += usize::from(content.is_some());
             let declared = content.map(|c| Declared::of(&c.bytes));
             let state = looking.at(key, declared.as_ref());
             // Released (not declared at all): an adopted file's original is put back.
@@ -113,7 +115,12 @@ impl Kind for Files {
             };
             out.push((key, Ok(observed)));
         }
-        *cx.facts.files.index.borrow_mut() = looking.index.save(env.store);
+        let complete = {
+            let mut coverage = cx.facts.files.coverage.borrow_mut();
+            coverage.look(keys, with_content);
+            coverage.complete(cx.declaration)
+        };
+        *cx.facts.files.index.borrow_mut() = looking.index.save(env.store, complete);
         Ok(out.into_iter().collect())
     }
 
@@ -241,6 +248,7 @@ impl Kind for Files {
 mod tests {
     use super::apply::missing_directories;
     use super::plan::adopted_entry;
+    use super::state::Coverage;
     use super::*;
     use crate::kinds::Details;
     use crate::kinds::{Action, LedgerAfter};
@@ -754,7 +762,7 @@ mod tests {
         std::fs::write(tmp.path().join("etc/app/same"), "declared").unwrap();
         std::fs::write(tmp.path().join("etc/app/other"), "edited").unwrap();
         let root = Dir::open(tmp.path()).unwrap();
-        let mut looking = Looking::new(&root, IndexUse::load(None, None), 100, true);
+        let mut looking = Looking::new(&root, IndexUse::load(None, None, ""), 100, true);
         let mut observe = |key: &'static str, declared: Option<&[u8]>| {
             held(looking.at(key, declared.map(Declared::of).as_ref()))
         };
@@ -810,11 +818,11 @@ mod tests {
         declared: &[u8],
         observed_from_ns: i64,
     ) -> String {
-        let mut index = IndexUse::load(Some(store), None);
+        let mut index = IndexUse::load(Some(store), None, "");
         index.observed_from_ns = observed_from_ns;
         let mut looking = Looking::new(root, index, 100, false);
         let state = looking.at("/etc/app/conf", Some(&Declared::of(declared)));
-        looking.index.save(Some(store));
+        looking.index.save(Some(store), false);
         held(state)
     }
 
@@ -853,17 +861,19 @@ mod tests {
             looking.index
         };
         // The first observation records the file: the index changed, so it is read again.
-        let index = observe(IndexUse::load(Some(&store), None));
-        assert!(index.save(Some(&store)).is_none());
+        let index = observe(IndexUse::load(Some(&store), None, ""));
+        assert!(index.save(Some(&store), false).is_none());
         // The next finds it as recorded: the index as read is handed on, and vouches again.
-        let index = observe(IndexUse::load(Some(&store), None));
-        let kept = index.save(Some(&store)).expect("unchanged, kept");
-        let index = IndexUse::load(None, Some(kept));
-        assert!(index.vouches(
-            "/etc/app/conf",
-            &stamp_of_conf(&root),
-            &Declared::of(b"declared")
-        ));
+        let index = observe(IndexUse::load(Some(&store), None, ""));
+        let kept = index.save(Some(&store), false).expect("unchanged, kept");
+        let index = IndexUse::load(None, Some(kept), "");
+        assert!(index
+            .vouches(
+                "/etc/app/conf",
+                &stamp_of_conf(&root),
+                &Declared::of(b"declared")
+            )
+            .is_some());
     }
 
     /// `/etc/app/conf` observed as declared, and the entry the index then keeps of it.
@@ -888,6 +898,7 @@ mod tests {
             .save_files_index(
                 &FilesIndex::default(),
                 vec![("/etc/app/conf", Some(forged))],
+                None,
             )
             .unwrap();
         assert_eq!(
@@ -904,6 +915,93 @@ mod tests {
             store.files_index().get("/etc/app/conf").map(|c| c.digest),
             Some(crate::util::codec::sha256(b"declared"))
         );
+    }
+
+    /// `/etc/app/conf` observed against `declared` under the declaration whose digest is
+    /// `declaration`, the index saved after as by an observation `complete` or not.
+    fn observe_under(
+        root: &Dir,
+        store: &Store,
+        declared: &[u8],
+        declaration: [u8; 32],
+        complete: bool,
+    ) -> State {
+        let hex = crate::util::codec::hex(&declaration);
+        let mut index = IndexUse::load(Some(store), None, &hex);
+        index.observed_from_ns = LATER;
+        let mut looking = Looking::new(root, index, 100, false);
+        let state = looking.at("/etc/app/conf", Some(&Declared::of(declared)));
+        looking.index.save(Some(store), complete);
+        state
+    }
+
+    #[test]
+    fn an_index_agreeing_with_the_declaration_gives_the_declared_contents_digest() {
+        let (_tmp, root, store) = root_with_one_file("index-agrees");
+        let cached = recorded(&root, &store);
+        let (under, other) = ([1; 32], [2; 32]);
+        // An entry of the file's very stamp saying it holds other content (of the same size),
+        // in an index agreeing with declaration `under`: its digest is taken as the declared
+        // content's, unhashed (which a forged entry shows).
+        let forged = Cached {
+            digest: crate::util::codec::sha256(b"12345678"),
+            ..cached
+        };
+        let entry = vec![("/etc/app/conf", Some(forged))];
+        store
+            .save_files_index(&FilesIndex::default(), entry, Some(under))
+            .unwrap();
+        let sha_of = |state: State| match state {
+            State::Regular {
+                held: Held::Declared { sha },
+                ..
+            } => Some(sha),
+            _ => None,
+        };
+        let state = observe_under(&root, &store, b"declared", under, false);
+        assert_eq!(sha_of(state), Some(forged.digest));
+        // Under another declaration the content is hashed, the entry does not match and the
+        // file is read: it holds the declared content, recorded so; part of the declared files
+        // looked at, the index no longer says it agrees with any.
+        let state = observe_under(&root, &store, b"declared", other, false);
+        assert_eq!(sha_of(state), Some(crate::util::codec::sha256(b"declared")));
+        let index = store.files_index();
+        assert_eq!(index.agrees_with, None);
+        assert_eq!(
+            index.get("/etc/app/conf").map(|c| c.digest),
+            Some(cached.digest)
+        );
+        // Every declared file looked at: the index says it agrees, written even unchanged.
+        observe_under(&root, &store, b"declared", other, true);
+        assert_eq!(store.files_index().agrees_with, Some(other));
+        // Other content is another declaration (its digest is of its bytes): hashed, found to
+        // differ, read, and the file dropped from an index that agrees with none.
+        let state = observe_under(&root, &store, b"DECLARED", [3; 32], false);
+        assert_eq!(sha_of(state), None);
+        assert_eq!(store.files_index().get("/etc/app/conf"), None);
+        assert_eq!(store.files_index().agrees_with, None);
+    }
+
+    #[test]
+    fn the_declared_files_are_covered_only_in_ascending_order_each_once() {
+        let declaration = parse_with_defaults(
+            r#"{"schema": 1, "files": {"/etc/a": {"content": "a"}, "/etc/b": {"content": "b"},
+                "/etc/c": {"state": "absent"}, "/etc/d": {"content": "d"}}}"#,
+        )
+        .unwrap();
+        let mut coverage = Coverage::default();
+        coverage.look(&["/etc/a", "/etc/b", "/etc/c"], 2);
+        assert!(!coverage.complete(&declaration));
+        coverage.look(&["/etc/d", "/etc/e"], 1);
+        assert!(coverage.complete(&declaration));
+        // A key again, or out of order: the count proves nothing from then on.
+        let mut again = Coverage::default();
+        again.look(&["/etc/a", "/etc/b"], 2);
+        again.look(&["/etc/b", "/etc/d"], 1);
+        assert!(!again.complete(&declaration));
+        let mut unordered = Coverage::default();
+        unordered.look(&["/etc/d", "/etc/a", "/etc/b"], 3);
+        assert!(!unordered.complete(&declaration));
     }
 
     #[test]
@@ -929,17 +1027,23 @@ mod tests {
                 stamp,
                 digest: crate::util::codec::sha256(b"12345678"),
             };
-            let mut index = IndexUse::load(None, None);
+            let mut index = IndexUse::load(None, None, "");
             index.old = FilesIndex::decode(
                 FilesIndex::default().updated(vec![("/etc/app/conf", Some(other))]),
             )
             .unwrap();
-            assert!(!index.vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"12345678")));
+            assert!(index
+                .vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"12345678"))
+                .is_none());
         }
-        let mut index = IndexUse::load(Some(&store), None);
-        assert!(index.vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"declared")));
+        let mut index = IndexUse::load(Some(&store), None, "");
+        assert!(index
+            .vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"declared"))
+            .is_some());
         index.old = FilesIndex::default();
-        assert!(!index.vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"declared")));
+        assert!(index
+            .vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"declared"))
+            .is_none());
     }
 
     #[test]
@@ -1087,7 +1191,7 @@ mod tests {
             let obs = observed(State::Regular {
                 stat: stat(c.bytes.len(), 0o644),
                 held: Held::Declared {
-                    sha: Declared::of(&c.bytes).sha,
+                    sha: Declared::of(&c.bytes).sha(),
                 },
             });
             let spec = Spec::Present(c.clone());

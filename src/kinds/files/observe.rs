@@ -47,37 +47,58 @@ impl ParentCache {
 
 /// The files index during one observation (see `store::FilesIndex`): the index as read, when
 /// the observation began on the file clock, and the entries it changes.
+///
+/// Which declaration the index agrees with (`FilesIndex::agrees_with`): each observation
+/// leaves every record of a file it looked at agreeing with the declaration it observed under
+/// (the record holds the declared content's digest, or is dropped), so an index that agreed with
+/// it still does, and one that did not does once an observation has looked at every file the
+/// declaration holds content for (`complete`). Under that declaration (the same bytes, so the
+/// same content) a record's digest is the declared content's, which is then not hashed.
 pub struct IndexUse<'k> {
     pub(super) old: FilesIndex,
     pub(super) observed_from_ns: i64,
     pub(super) updates: Vec<(&'k str, Option<Cached>)>,
+    /// The declaration observed under, by its digest (`None` when it has none).
+    declaration: Option<[u8; 32]>,
+    /// The index agrees with it.
+    agrees: bool,
 }
 
 impl<'k> IndexUse<'k> {
     /// Without a store (planning before the first apply) every file is read. `kept`: the index
     /// an earlier observation in this run read and left unchanged, used instead of reading it.
-    pub(super) fn load(store: Option<&Store>, kept: Option<FilesIndex>) -> IndexUse<'k> {
+    /// `declaration`: the digest of the declaration observed under (`Declaration::digest`).
+    pub(super) fn load(
+        store: Option<&Store>,
+        kept: Option<FilesIndex>,
+        declaration: &str,
+    ) -> IndexUse<'k> {
+        let old = kept
+            .or_else(|| store.map(Store::files_index))
+            .unwrap_or_default();
+        let declaration = codec::hex_decode_32(declaration);
         IndexUse {
             // Taken before any file is looked at: only files changed before it can be trusted.
             observed_from_ns: fsutil::file_clock_now_ns(),
-            old: kept
-                .or_else(|| store.map(Store::files_index))
-                .unwrap_or_default(),
+            agrees: declaration.is_some() && old.agrees_with == declaration,
+            old,
             updates: Vec::new(),
+            declaration,
         }
     }
 
     /// Whether the index says the file `key`, now stamped `stamp`, holds `declared`: it had that
-    /// stamp when the host last saw it hold content with the declared digest.
-    pub(super) fn vouches(&self, key: &str, stamp: &Stamp, declared: &Declared) -> bool {
-        match self.old.get(key) {
-            Some(cached) => {
-                cached.stamp == *stamp
-                    && stamp.size == declared.bytes.len() as u64
-                    && cached.digest == declared.sha
-            }
-            None => false,
-        }
+    /// stamp when the host last saw it hold content with the declared digest. Then the declared
+    /// content's digest, taken from the index when it agrees with the declaration.
+    pub(super) fn vouches(
+        &self,
+        key: &str,
+        stamp: &Stamp,
+        declared: &Declared,
+    ) -> Option<[u8; 32]> {
+        let cached = self.old.get(key)?;
+        let same = cached.stamp == *stamp && stamp.size == declared.bytes.len() as u64;
+        (same && (self.agrees || cached.digest == declared.sha())).then_some(cached.digest)
     }
 
     /// The file `key` was read with `stamp` and holds `declared`: kept, unless it changed too
@@ -88,7 +109,7 @@ impl<'k> IndexUse<'k> {
         }
         let cached = Cached {
             stamp,
-            digest: declared.sha,
+            digest: declared.sha(),
         };
         if self.old.get(key) != Some(cached) {
             self.updates.push((key, Some(cached)));
@@ -102,34 +123,45 @@ impl<'k> IndexUse<'k> {
         }
     }
 
-    /// Writes the index back if any entry changed. A cache: failing to save it costs the next
-    /// run reading files again, so it is only logged. The index as read when nothing changed
-    /// (it is still the file's), to be used by the next observation.
-    pub(super) fn save(self, store: Option<&Store>) -> Option<FilesIndex> {
+    /// Writes the index back if any entry changed, or to say it now agrees with the declaration
+    /// (`complete`: this run's observations have looked at every file it holds content for).
+    /// A cache: failing to save it costs the next run reading files again, so it is only logged.
+    /// The index as read when nothing changed (it is still the file's), to be used by the next
+    /// observation.
+    pub(super) fn save(self, store: Option<&Store>, complete: bool) -> Option<FilesIndex> {
         let store = store?;
-        if self.updates.is_empty() {
+        let agrees_with = match self.agrees || complete {
+            true => self.declaration,
+            false => None,
+        };
+        if self.updates.is_empty() && (self.agrees || !complete || agrees_with.is_none()) {
             return Some(self.old);
         }
-        if let Err(e) = store.save_files_index(&self.old, self.updates) {
+        if let Err(e) = store.save_files_index(&self.old, self.updates, agrees_with) {
             log::warn!("{e}; the next run reads the files again");
         }
         None
     }
 }
 
-/// Declared content, with its SHA-256 (what the files index keeps of it).
-#[derive(Debug, Clone, Copy)]
+/// Declared content, with its SHA-256 (what the files index keeps of it), hashed when first
+/// asked for: not when the index vouches for the file and agrees with the declaration.
+#[derive(Debug, Clone)]
 pub struct Declared<'c> {
     pub(super) bytes: &'c [u8],
-    pub(super) sha: [u8; 32],
+    sha: std::cell::OnceCell<[u8; 32]>,
 }
 
 impl<'c> Declared<'c> {
     pub(super) fn of(bytes: &'c [u8]) -> Declared<'c> {
         Declared {
             bytes,
-            sha: codec::sha256(bytes),
+            sha: std::cell::OnceCell::new(),
         }
+    }
+
+    pub(super) fn sha(&self) -> [u8; 32] {
+        *self.sha.get_or_init(|| codec::sha256(self.bytes))
     }
 }
 
@@ -224,17 +256,19 @@ impl<'r, 'k> Looking<'r, 'k> {
                     };
                     return State::Regular { stat, held };
                 };
-                if index.vouches(key, &stamp, declared) {
+                if let Some(sha) = index.vouches(key, &stamp, declared) {
                     return State::Regular {
                         stat,
-                        held: Held::Declared { sha: declared.sha },
+                        held: Held::Declared { sha },
                     };
                 }
                 match dir.read_after_stat(name, &stat, max, buffer) {
                     Ok(true) => {
                         let held = if buffer.as_slice() == declared.bytes {
                             index.confirm(key, stamp, declared);
-                            Held::Declared { sha: declared.sha }
+                            Held::Declared {
+                                sha: declared.sha(),
+                            }
                         } else {
                             Held::Other(std::mem::take(buffer))
                         };

@@ -3,9 +3,11 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use crate::model::spec::files::Original;
+use crate::model::declaration::Declaration;
+use crate::model::spec::files::{Original, Spec};
 use crate::os::fsutil::{FileType, Stat};
 use crate::store::FilesIndex;
+use crate::util::sorted;
 
 #[derive(Debug)]
 pub struct Observed {
@@ -57,6 +59,9 @@ pub struct Facts {
     /// The files index as the run's last observation left it unchanged: kept for the next
     /// chunk of files, so a run reads and checks the index once, not once per chunk.
     pub(super) index: std::cell::RefCell<Option<FilesIndex>>,
+    /// Which declared files the run's observations have looked at (when the index may say it
+    /// agrees with the declaration).
+    pub(super) coverage: std::cell::RefCell<Coverage>,
 }
 
 impl Facts {
@@ -98,4 +103,45 @@ pub enum Op {
     Restore(Original),
     /// Already as wanted; only the ledger changes.
     Forget,
+}
+
+/// How far a run's observations have looked at the declared files (`IndexUse`): the files with
+/// declared content they looked at, counted while the keys come in ascending order across the
+/// run's observations (each key once); a key out of order means the count proves nothing.
+#[derive(Debug, Default)]
+pub struct Coverage {
+    /// The last key looked at.
+    after: Option<String>,
+    with_content: usize,
+    out_of_order: bool,
+    /// How many files the declaration holds content for, counted when first needed.
+    declared: Option<usize>,
+}
+
+impl Coverage {
+    /// One observation's keys, in the order looked at, `with_content` of them declared with
+    /// content.
+    pub(super) fn look(&mut self, keys: &[&str], with_content: usize) {
+        let mut before = self.after.as_deref();
+        for key in keys {
+            if before.is_some_and(|before| sorted::compare(before, key).is_ge()) {
+                self.out_of_order = true;
+            }
+            before = Some(key);
+        }
+        self.with_content += with_content;
+        if let Some(last) = keys.last() {
+            self.after = Some(last.to_string());
+        }
+    }
+
+    /// Whether the observations looked at every file `declaration` holds content for.
+    pub(super) fn complete(&mut self, declaration: &Declaration) -> bool {
+        let declared = *self.declared.get_or_insert_with(|| {
+            (declaration.files.values())
+                .filter(|spec| matches!(spec, Spec::Present(_)))
+                .count()
+        });
+        !self.out_of_order && self.with_content == declared
+    }
 }
