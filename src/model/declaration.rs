@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::de::DeserializeSeed;
 use serde_json::Value;
 
 use crate::model::config::{Identity, Limits};
@@ -16,8 +15,6 @@ use crate::model::spec::{self, KindSpec};
 use crate::util::codec;
 
 mod stream;
-
-use stream::TopSeed;
 
 pub const SCHEMA: u64 = 1;
 
@@ -182,11 +179,7 @@ pub fn parse(bytes: &[u8], cx: &Context) -> Result<Declaration, Problems> {
         );
         return Err(problems);
     }
-    let mut json = serde_json::Deserializer::from_slice(bytes);
-    let parsed = TopSeed { cx }
-        .deserialize(&mut json)
-        .and_then(|top| json.end().map(|()| top));
-    let top = match parsed {
+    let top = match stream::read(bytes, cx) {
         Ok(Some(top)) => top,
         Ok(None) => {
             problems.push("", "a declaration must be a JSON object");
@@ -438,6 +431,32 @@ pub mod tests {
             all.contains(r#"units["nginx"]: unknown field "enabeld""#),
             "{all}"
         );
+    }
+
+    #[test]
+    fn bytes_that_are_not_text_are_refused_where_they_are() {
+        let cases: [(&[u8], &str); 3] = [
+            (
+                b"{\"schema\": 1, \"files\": {\"/etc/a\": {\"content\": \"\xff\"}}}",
+                "not valid JSON: invalid unicode code point at line 1 column 48",
+            ),
+            (
+                b"{\"schema\": 1, \xff}",
+                "not valid JSON: key must be a string at line 1 column 15",
+            ),
+            (
+                b"{\"schema\": 1, \"schema\": 2, \"x\": \"\xff\"}",
+                "not valid JSON: duplicate key \"schema\" at line 1 column 22",
+            ),
+        ];
+        let config = test_config();
+        let cx = Context {
+            limits: &config.limits,
+            identity: &config.identity,
+        };
+        for (bytes, want) in cases {
+            assert_eq!(parse(bytes, &cx).unwrap_err().to_string(), want);
+        }
     }
 
     #[test]

@@ -179,6 +179,9 @@ impl<'a, 'p> Fields<'a, 'p> {
         self.object.contains_key(name)
     }
 
+    // Inlined (the release build is made for size, and keeps calls) as `typed` and
+    // `Object::find` are: each kind asks for its fields, for each of thousands of resources.
+    #[inline]
     fn get(&mut self, name: &'static str) -> Option<&'a Json<'a>> {
         self.known.push(name);
         let (at, value) = self.object.find(name)?;
@@ -188,6 +191,7 @@ impl<'a, 'p> Fields<'a, 'p> {
         Some(value)
     }
 
+    #[inline]
     fn typed<T>(
         &mut self,
         name: &'static str,

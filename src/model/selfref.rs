@@ -294,8 +294,8 @@ fn near_systemd(path: &str, identity: &Identity) -> bool {
         "/etc/crypttab",
     ]
     .iter()
-    .any(|p| path.starts_with(p))
-        || !path.starts_with("/etc/")
+    .any(|p| is_prefix(p.as_bytes(), path.as_bytes()))
+        || !is_prefix(b"/etc/", path.as_bytes())
         || identity
             .unit_dirs
             .iter()

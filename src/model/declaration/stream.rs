@@ -48,6 +48,28 @@ fn parse_resource<K: Declared>(
     (problems.0.len() == before).then_some(spec)
 }
 
+/// Reads a declaration's top level from `bytes`. Text, as nearly every declaration is, is read as
+/// `str`, whose strings serde_json takes as they are, where from bytes it checks each string
+/// again (thousands); bytes that are not text are read as bytes, whose error says where.
+pub(super) fn read<'de>(
+    bytes: &'de [u8],
+    cx: &Context,
+) -> Result<Option<Top<'de>>, serde_json::Error> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => read_from(serde_json::Deserializer::from_str(text), cx),
+        Err(_) => read_from(serde_json::Deserializer::from_slice(bytes), cx),
+    }
+}
+
+fn read_from<'de, R: serde_json::de::Read<'de>>(
+    mut json: serde_json::Deserializer<R>,
+    cx: &Context,
+) -> Result<Option<Top<'de>>, serde_json::Error> {
+    let top = TopSeed { cx }.deserialize(&mut json)?;
+    json.end()?;
+    Ok(top)
+}
+
 /// The top level as it streams in: the kinds' sections are validated resource by resource
 /// (`SectionSeed`), so only one resource's JSON value exists at a time and a large declaration
 /// costs about its typed model, not a whole document tree besides. Everything else at the top
@@ -64,8 +86,8 @@ pub(super) struct Top<'de> {
 struct Section<S>(BTreeMap<String, S>, Problems);
 
 /// `None` when the document is not an object.
-pub(super) struct TopSeed<'c, 'x> {
-    pub(super) cx: &'c Context<'x>,
+struct TopSeed<'c, 'x> {
+    cx: &'c Context<'x>,
 }
 
 impl<'de> DeserializeSeed<'de> for TopSeed<'_, '_> {

@@ -69,6 +69,7 @@ impl<'a> Object<'a> {
     }
 
     /// Member `name` and its place among the members.
+    #[inline]
     pub fn find(&self, name: &str) -> Option<(usize, &Json<'a>)> {
         let at = self.0.iter().position(|(k, _)| k == name)?;
         Some((at, &self.0[at].1))
