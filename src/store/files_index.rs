@@ -74,6 +74,7 @@ impl Scan {
     /// bytes they take: the rest, part of a record, is fed again with the bytes that follow it.
     /// `Err` for a file of another version.
     fn feed(&mut self, body: &[u8]) -> Result<usize, String> {
+        let mut at = 0;
         if self.at == 0 {
             if body.len() < HEADER.len() {
                 return Ok(0);
@@ -81,13 +82,11 @@ impl Scan {
             if !body.starts_with(HEADER) {
                 return Err("not a files index of this version".into());
             }
-            self.at = HEADER.len() as u32;
-            return Ok(HEADER.len() + self.feed(&body[HEADER.len()..])?);
+            at = HEADER.len();
         }
         if self.broken.is_some() {
             return Ok(body.len());
         }
-        let mut at = 0;
         while let Some(key) = record_key(body, at) {
             if std::str::from_utf8(key).is_err() {
                 self.broken = Some("a key is not UTF-8");
@@ -119,7 +118,7 @@ impl FilesIndex {
         let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
         let mut scan = Scan::default();
         // Read into the room after the bytes not yet scanned (`kept`, part of a record), so each
-        // byte is copied once, from the file; later the window of lookups.
+        // byte is copied once, from the file.
         let mut buffer = vec![0; WINDOW];
         let mut kept = 0;
         let mut read: u64 = 0;
@@ -158,15 +157,11 @@ impl FilesIndex {
         if kept != 0 {
             return Err("a record is cut short".into());
         }
-        buffer.clear();
         Ok(FilesIndex {
             file: Some(file),
             records: scan.records,
             body_len,
-            window: RefCell::new(Window {
-                bytes: buffer,
-                ..Window::default()
-            }),
+            window: RefCell::default(),
         })
     }
 

@@ -362,36 +362,48 @@ impl<I: io::BufRead> VisitOwned for SectionLines<'_, I> {
 }
 
 /// The next resource's line and what ends it: another resource (`None`) or its kind. Parsed
-/// where `input` holds it when it is there whole (most lines), else copied into `line` first.
+/// where `input` holds it when it is there whole (most lines), else copied into `line` first
+/// (one call of `entry_line` for both: inlined, it stays among the functions a large run uses,
+/// which `build/linker.sh` lays out first).
 fn next_entry<O: DeserializeOwned>(
     input: &mut impl io::BufRead,
     line: &mut Vec<u8>,
 ) -> Option<(String, Entry<O>, Option<SectionEnd>)> {
-    let buffered = input.fill_buf().ok()?;
-    let in_place = entry_line::<O>(buffered).and_then(|(key, entry, after)| {
-        // What follows the entry up to the line break, which is there.
-        let ending = after.iter().take(4).position(|&b| b == b'\n')?;
-        let end = section_end(&after[..ending])?;
-        Some((key, entry, end, buffered.len() - after.len() + ending + 1))
-    });
-    if let Some((key, entry, end, used)) = in_place {
-        input.consume(used);
-        return Some((key, entry, end));
+    for copied in [false, true] {
+        let bytes = match copied {
+            false => input.fill_buf().ok()?,
+            true => {
+                next_line(input, line)?;
+                line.as_slice()
+            }
+        };
+        let parsed = entry_line::<O>(bytes).and_then(|(key, entry, after)| {
+            // In place, what follows the entry must reach the line break (not in a copied line).
+            let ending = match copied {
+                false => after.iter().take(4).position(|&b| b == b'\n')?,
+                true => after.len(),
+            };
+            // Another resource, another kind, or the end of the resources.
+            let end = match &after[..ending] {
+                b"," => None,
+                b"}," => Some(SectionEnd::MoreKinds),
+                b"}}," => Some(SectionEnd::LastKind),
+                _ => return None,
+            };
+            Some((key, entry, end, bytes.len() - after.len() + ending + 1))
+        });
+        match parsed {
+            Some((key, entry, end, used)) => {
+                if !copied {
+                    input.consume(used);
+                }
+                return Some((key, entry, end));
+            }
+            None if copied => return None,
+            None => {}
+        }
     }
-    next_line(input, line)?;
-    let (key, entry, after) = entry_line::<O>(line)?;
-    Some((key, entry, section_end(after)?))
-}
-
-/// What the rest of a resource's line says follows it: another resource (`None`), another kind,
-/// or the end of the resources; `None` for anything `write` does not write there.
-fn section_end(after: &[u8]) -> Option<Option<SectionEnd>> {
-    match after {
-        b"," => Some(None),
-        b"}," => Some(Some(SectionEnd::MoreKinds)),
-        b"}}," => Some(Some(SectionEnd::LastKind)),
-        _ => None,
-    }
+    None
 }
 
 /// One resource's line, `"key":{entry}` and what follows it on the line.
