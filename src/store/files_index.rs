@@ -82,6 +82,7 @@ impl Scan {
     /// bytes they take: the rest, part of a record, is fed again with the bytes that follow it.
     /// `Err` for a file of another version.
     fn feed(&mut self, body: &[u8]) -> Result<usize, String> {
+        let mut at = 0;
         if self.at == 0 {
             let start = HEADER.len() + AGREES;
             if body.len() < start {
@@ -91,13 +92,11 @@ impl Scan {
                 return Err("not a files index of this version".into());
             }
             self.agrees_with.copy_from_slice(&body[HEADER.len()..start]);
-            self.at = start as u32;
-            return Ok(start + self.feed(&body[start..])?);
+            at = start;
         }
         if self.broken.is_some() {
             return Ok(body.len());
         }
-        let mut at = 0;
         while let Some(key) = record_key(body, at) {
             if std::str::from_utf8(key).is_err() {
                 self.broken = Some("a key is not UTF-8");
@@ -129,7 +128,7 @@ impl FilesIndex {
         let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
         let mut scan = Scan::default();
         // Read into the room after the bytes not yet scanned (`kept`, part of a record), so each
-        // byte is copied once, from the file; later the window of lookups.
+        // byte is copied once, from the file.
         let mut buffer = vec![0; WINDOW];
         let mut kept = 0;
         let mut read: u64 = 0;
@@ -168,16 +167,12 @@ impl FilesIndex {
         if kept != 0 {
             return Err("a record is cut short".into());
         }
-        buffer.clear();
         Ok(FilesIndex {
             agrees_with: Some(scan.agrees_with).filter(|d| *d != [0; AGREES]),
             file: Some(file),
             records: scan.records,
             body_len,
-            window: RefCell::new(Window {
-                bytes: buffer,
-                ..Window::default()
-            }),
+            window: RefCell::default(),
         })
     }
 

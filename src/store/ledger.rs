@@ -270,8 +270,9 @@ impl Ledger {
     }
 
     /// Reads a ledger laid out exactly as `write` lays it out, a line at a time, each resource
-    /// parsed from its own line's bytes: faster than JSON parsed from a stream (which goes a
-    /// byte at a time), without the whole file in memory. `None` for any other layout or
+    /// parsed from its own line's bytes (where the reader holds them, not copied, unless the
+    /// line runs past its buffer): faster than JSON parsed from a stream (which goes a byte at a
+    /// time), without the whole file in memory. `None` for any other layout or
     /// anything not valid: the caller then parses it as JSON, which says what is wrong.
     pub fn read_lines(mut input: impl io::BufRead) -> Option<Ledger> {
         let mut line = Vec::new();
@@ -348,20 +349,61 @@ impl<I: io::BufRead> VisitOwned for SectionLines<'_, I> {
     fn visit<K: Owned>(&mut self) -> Option<SectionEnd> {
         let mut entries = Vec::new();
         loop {
-            next_line(self.input, self.line)?;
-            let (key, entry, after) = entry_line::<K::Original>(self.line)?;
+            let (key, entry, end) = next_entry::<K::Original>(self.input, self.line)?;
             entries.push((key, entry));
-            let end = match after {
-                b"," => continue,
-                b"}," => SectionEnd::MoreKinds,
-                b"}}," => SectionEnd::LastKind,
-                _ => return None,
+            let Some(end) = end else {
+                continue;
             };
             // Full B-tree nodes, a key given twice keeping its last entry, as `dense` does.
             *K::owned_mut(self.sections) = entries.into_iter().collect();
             return Some(end);
         }
     }
+}
+
+/// The next resource's line and what ends it: another resource (`None`) or its kind. Parsed
+/// where `input` holds it when it is there whole (most lines), else copied into `line` first
+/// (one call of `entry_line` for both: inlined, it stays among the functions a large run uses,
+/// which `build/linker.sh` lays out first).
+fn next_entry<O: DeserializeOwned>(
+    input: &mut impl io::BufRead,
+    line: &mut Vec<u8>,
+) -> Option<(String, Entry<O>, Option<SectionEnd>)> {
+    for copied in [false, true] {
+        let bytes = match copied {
+            false => input.fill_buf().ok()?,
+            true => {
+                next_line(input, line)?;
+                line.as_slice()
+            }
+        };
+        let parsed = entry_line::<O>(bytes).and_then(|(key, entry, after)| {
+            // In place, what follows the entry must reach the line break (not in a copied line).
+            let ending = match copied {
+                false => after.iter().take(4).position(|&b| b == b'\n')?,
+                true => after.len(),
+            };
+            // Another resource, another kind, or the end of the resources.
+            let end = match &after[..ending] {
+                b"," => None,
+                b"}," => Some(SectionEnd::MoreKinds),
+                b"}}," => Some(SectionEnd::LastKind),
+                _ => return None,
+            };
+            Some((key, entry, end, bytes.len() - after.len() + ending + 1))
+        });
+        match parsed {
+            Some((key, entry, end, used)) => {
+                if !copied {
+                    input.consume(used);
+                }
+                return Some((key, entry, end));
+            }
+            None if copied => return None,
+            None => {}
+        }
+    }
+    None
 }
 
 /// One resource's line, `"key":{entry}` and what follows it on the line.
@@ -613,6 +655,12 @@ mod tests {
             let text = String::from_utf8_lossy(&bytes);
             let back = Ledger::read_lines(&bytes[..]).unwrap_or_else(|| panic!("{text}"));
             assert_eq!(written(&back), bytes, "{text}");
+            // Lines cut by the reader's buffer, down to a byte at a time.
+            for capacity in [1, 7, 64, 200] {
+                let reader = io::BufReader::with_capacity(capacity, &bytes[..]);
+                let back = Ledger::read_lines(reader).unwrap_or_else(|| panic!("{text}"));
+                assert_eq!(written(&back), bytes, "{capacity}: {text}");
+            }
             let parsed: Ledger = serde_json::from_slice(&bytes).unwrap();
             assert_eq!(written(&parsed), bytes, "{text}");
         }
@@ -637,6 +685,8 @@ mod tests {
             text.replace(",\n\"/etc/new.conf\"", ",\n\"/etc/new.conf"),
         ] {
             assert!(Ledger::read_lines(other.as_bytes()).is_none(), "{other}");
+            let reader = io::BufReader::with_capacity(64, other.as_bytes());
+            assert!(Ledger::read_lines(reader).is_none(), "{other}");
         }
     }
 
