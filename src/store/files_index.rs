@@ -509,21 +509,20 @@ mod tests {
         assert_eq!(index.get("/etc/c"), Some(cached(30, 3)));
     }
 
+    /// An index of `keys`, the i-th with the entry `cached(i, i)`.
+    fn numbered(keys: &[String]) -> FilesIndex {
+        let entries = keys.iter().enumerate();
+        let updates = entries.map(|(i, k)| (k.as_str(), Some(cached(i as i64, i as u8))));
+        FilesIndex::decode(FilesIndex::default().updated(updates.collect())).expect("valid")
+    }
+
     #[test]
     fn a_large_index_is_read_across_its_windows_in_any_order() {
         // 3,000 records of ~120 bytes: several windows, records cut by a window's end.
         let keys: Vec<String> = (0..3000)
             .map(|i| format!("/etc/scale/f{i:05}.conf"))
             .collect();
-        let entries = keys.iter().enumerate();
-        let index = FilesIndex::decode(
-            FilesIndex::default().updated(
-                entries
-                    .map(|(i, k)| (k.as_str(), Some(cached(i as i64, i as u8))))
-                    .collect(),
-            ),
-        )
-        .expect("valid");
+        let index = numbered(&keys);
         for (i, key) in keys.iter().enumerate().chain(keys.iter().enumerate().rev()) {
             assert_eq!(index.get(key), Some(cached(i as i64, i as u8)), "{key}");
         }
@@ -541,15 +540,7 @@ mod tests {
         let mut keys: Vec<String> = (0..200).map(|i| format!("/etc/a/f{i:03}")).collect();
         keys.push(format!("/etc/b/{}", "x".repeat(60_000)));
         keys.push("/etc/c".into());
-        let entries = keys.iter().enumerate();
-        let index = FilesIndex::decode(
-            FilesIndex::default().updated(
-                entries
-                    .map(|(i, k)| (k.as_str(), Some(cached(i as i64, i as u8))))
-                    .collect(),
-            ),
-        )
-        .expect("valid");
+        let index = numbered(&keys);
         for (i, key) in keys.iter().enumerate() {
             assert_eq!(index.get(key), Some(cached(i as i64, i as u8)));
         }
