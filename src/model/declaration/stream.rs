@@ -175,6 +175,34 @@ impl<'de, A: MapAccess<'de>> VisitDeclared for SectionReader<'_, '_, '_, '_, 'de
     }
 }
 
+/// A visitor's methods for every value but an object: the value as `JsonVisitor` reads it,
+/// wrapped by `$wrap` (what a section, or a resource, that is not an object is taken as).
+macro_rules! other_values_as_json {
+    ($wrap:expr) => {
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            JsonVisitor.visit_seq(seq).map($wrap)
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+            JsonVisitor.visit_bool(v).map($wrap)
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            JsonVisitor.visit_i64(v).map($wrap)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            JsonVisitor.visit_u64(v).map($wrap)
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            JsonVisitor.visit_f64(v).map($wrap)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            JsonVisitor.visit_str(v).map($wrap)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            JsonVisitor.visit_unit().map($wrap)
+        }
+    };
+}
+
 /// One kind's section, validated resource by resource; `Err` holds a value that is not an object.
 struct SectionSeed<'c, 'x, K> {
     cx: &'c Context<'x>,
@@ -231,27 +259,7 @@ impl<'de, K: Declared> Visitor<'de> for SectionSeed<'_, '_, K> {
         let resources: BTreeMap<String, K::Spec> = resources.into_iter().collect();
         Ok(Ok(Section(resources, problems)))
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        JsonVisitor.visit_seq(seq).map(Err)
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-        JsonVisitor.visit_bool(v).map(Err)
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        JsonVisitor.visit_i64(v).map(Err)
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        JsonVisitor.visit_u64(v).map(Err)
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        JsonVisitor.visit_f64(v).map(Err)
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        JsonVisitor.visit_str(v).map(Err)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        JsonVisitor.visit_unit().map(Err)
-    }
+    other_values_as_json!(Err);
 }
 
 /// A resource's value: an object's members read into the list it holds (one list for every
@@ -273,25 +281,5 @@ impl<'de> Visitor<'de> for ResourceValue<'_, 'de> {
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
         read_members(map, self.0).map(|()| None)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        JsonVisitor.visit_seq(seq).map(Some)
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-        JsonVisitor.visit_bool(v).map(Some)
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        JsonVisitor.visit_i64(v).map(Some)
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        JsonVisitor.visit_u64(v).map(Some)
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        JsonVisitor.visit_f64(v).map(Some)
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        JsonVisitor.visit_str(v).map(Some)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        JsonVisitor.visit_unit().map(Some)
-    }
+    other_values_as_json!(Some);
 }
