@@ -1,6 +1,6 @@
 //! Sorted key lists and maps walked in step. A run visits a kind's keys in ascending order, and
-//! the maps it looks them up in (the declaration's section, the observation, the ledger's
-//! section) are sorted the same way: walking each once costs about one string comparison a key,
+//! what it looks them up in (the declaration's section, the observations' list, the ledger's
+//! section) is sorted the same way: walking each once costs about one string comparison a key,
 //! where a search costs one per level of the tree (and musl's `memcmp` goes a byte at a time
 //! over the long prefix such keys share).
 
