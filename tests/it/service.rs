@@ -117,6 +117,10 @@ fn a_pushed_declaration_is_applied_and_reported() {
     assert_eq!(status["in_force"]["source"]["kind"], "control-plane");
     cp.declare(2, &motd("two"));
     assert_motd(&node, "two");
+    // Back to the first declaration's bytes, whose content has the same size as the second's:
+    // the files index agrees with the second, so the first's content is hashed and written.
+    cp.declare(3, &motd("one"));
+    assert_motd(&node, "one");
 }
 
 #[test]
