@@ -1,11 +1,11 @@
 //! The files index (`files-index`): for each owned file, its stat when the host last knew its
-//! content to be the declared one, and the digest of that content, so a no-op run looks at each
-//! file once (`fstatat`) instead of reading it. The step git's index takes; a cache only: a
+//! content to be the declared one, and the digest of the spec declaring it (the ledger's, which
+//! hashes the content), so a no-op run looks at each file once (`fstatat`) instead of reading it. The step git's index takes; a cache only: a
 //! missing, corrupt or older-version index reads as empty and is rebuilt by reading the files.
 //!
 //! The format is compact binary, written whole (atomically, durably) only when it changed: a
 //! header line, records sorted by key (`u16` key length, the key, the stamp's fields and the
-//! 32-byte SHA-256 of the content, little-endian), then the SHA-256 of all that, so a torn or
+//! spec's 32-byte digest, little-endian), then the SHA-256 of all that, so a torn or
 //! mixed write (two commands saving at once) reads as corrupt, never as a wrong entry. It is
 //! read as a stream and kept as its open file (`FilesIndex`), not as its bytes.
 
@@ -18,7 +18,8 @@ use crate::os::fsutil::Stamp;
 use crate::util::sorted;
 
 const FILE: &str = "files-index";
-const HEADER: &[u8] = b"mesh-host files-index 2\n";
+/// Version 3: a record's digest is its spec's (version 2 held the content's SHA-256).
+const HEADER: &[u8] = b"mesh-host files-index 3\n";
 /// After the header: the digest of the declaration every record of a file it declares agrees
 /// with (`FilesIndex::agrees_with`), zeros for none.
 const AGREES: usize = 32;
@@ -31,7 +32,8 @@ const CHECKSUM: usize = 32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cached {
     pub stamp: Stamp,
-    /// SHA-256 of the content the file held with that stamp.
+    /// The digest of the spec whose content the file held with that stamp (`content_digest`:
+    /// the content's SHA-256 with the declared mode, owner and group, as the ledger keeps it).
     pub digest: [u8; 32],
 }
 
@@ -41,9 +43,9 @@ pub struct Cached {
 /// only ever replaced by a rename, so the open file keeps the content its checksum was checked on.
 #[derive(Debug, Default)]
 pub struct FilesIndex {
-    /// The declaration (the SHA-256 of its bytes) whose content every record of a file it
-    /// declares holds the digest of: under it, a record's digest is the declared content's,
-    /// unhashed. `None`: not known (see `kinds/files/observe.rs`, `IndexUse`).
+    /// The declaration (the SHA-256 of its bytes) whose spec every record of a file it
+    /// declares holds the digest of: under it, a record's digest is the declared spec's,
+    /// unmade. `None`: not known (see `kinds/files/observe.rs`, `IndexUse`).
     pub agrees_with: Option<[u8; 32]>,
     file: Option<std::fs::File>,
     records: Vec<u32>,

@@ -7,9 +7,7 @@ use std::path::Path;
 use super::{Change, Env, Hints, Kind, KindError, Observations, Outcome, RunContext, Step};
 use crate::model::declaration::Declaration;
 use crate::model::pacnew::{self, Pacnew, QuietDirs};
-use crate::model::spec::files::{
-    configures_unit, content_digest_of, digest, is_secret, Files, Original, Spec,
-};
+use crate::model::spec::files::{configures_unit, digest, is_secret, Files, Original, Spec};
 use crate::model::spec::Named as _;
 use crate::os::accounts::{Account, Accounts};
 use crate::os::fsutil::{self, Dir};
@@ -39,12 +37,12 @@ impl Kind for Files {
     fn digest_observed(spec: &Spec, observed: Option<&Observed>) -> Digest {
         match (spec, observed.map(|o| &o.state)) {
             (
-                Spec::Present(c),
+                Spec::Present(_),
                 Some(State::Regular {
-                    held: Held::Declared { sha },
+                    held: Held::Declared { digest: of_spec },
                     ..
                 }),
-            ) => content_digest_of(c, sha),
+            ) => Digest::Sha256(*of_spec),
             _ => digest(spec),
         }
     }
@@ -97,7 +95,7 @@ impl Kind for Files {
             let uid = resolve(owner, true);
             let gid = resolve(group, false);
             with_content += usize::from(content.is_some());
-            let declared = content.map(|c| Declared::of(&c.bytes));
+            let declared = content.map(Declared::of);
             let state = looking.at(key, declared.as_ref());
             // Released (not declared at all): an adopted file's original is put back.
             let original = match (spec, env.store) {
@@ -253,11 +251,28 @@ mod tests {
     use crate::kinds::Details;
     use crate::kinds::{Action, LedgerAfter};
     use crate::model::declaration::tests::{check_refused, parse_with_defaults, problems};
-    use crate::model::spec::files::{content_digest, is_secret, Content};
+    use crate::model::spec::files::{
+        content_digest, content_digest_of, is_secret, Content, Ownership,
+    };
     use crate::os::fsutil::{self, FileType, Stamp, Stat};
     use crate::store::{Cached, FilesIndex, Store};
     use crate::util::codec;
     use std::path::PathBuf;
+
+    /// Content of `bytes`, with nothing else declared.
+    fn content(bytes: &[u8]) -> Content {
+        Content {
+            bytes: bytes.into(),
+            mode: None,
+            ownership: None,
+            secret: None,
+        }
+    }
+
+    /// What the files index keeps of a file found holding `bytes`, declared as `content`'s.
+    fn spec_digest(bytes: &[u8]) -> [u8; 32] {
+        content_digest_of(&content(bytes), &codec::sha256(bytes))
+    }
 
     #[test]
     fn path_rules() {
@@ -443,7 +458,7 @@ mod tests {
     fn as_declared(size: usize, mode: u32) -> State {
         State::Regular {
             stat: stat(size, mode),
-            held: Held::Declared { sha: [0; 32] },
+            held: Held::Declared { digest: [0; 32] },
         }
     }
 
@@ -764,7 +779,8 @@ mod tests {
         let root = Dir::open(tmp.path()).unwrap();
         let mut looking = Looking::new(&root, IndexUse::load(None, None, ""), 100, true);
         let mut observe = |key: &'static str, declared: Option<&[u8]>| {
-            held(looking.at(key, declared.map(Declared::of).as_ref()))
+            let declared = declared.map(content);
+            held(looking.at(key, declared.as_ref().map(Declared::of).as_ref()))
         };
         assert_eq!(observe("/etc/app/same", Some(b"declared")), "Declared");
         assert_eq!(
@@ -821,7 +837,7 @@ mod tests {
         let mut index = IndexUse::load(Some(store), None, "");
         index.observed_from_ns = observed_from_ns;
         let mut looking = Looking::new(root, index, 100, false);
-        let state = looking.at("/etc/app/conf", Some(&Declared::of(declared)));
+        let state = looking.at("/etc/app/conf", Some(&Declared::of(&content(declared))));
         looking.index.save(Some(store), false);
         held(state)
     }
@@ -857,7 +873,7 @@ mod tests {
         let observe = |mut index: IndexUse<'static>| {
             index.observed_from_ns = LATER;
             let mut looking = Looking::new(&root, index, 100, false);
-            looking.at("/etc/app/conf", Some(&Declared::of(b"declared")));
+            looking.at("/etc/app/conf", Some(&Declared::of(&content(b"declared"))));
             looking.index
         };
         // The first observation records the file: the index changed, so it is read again.
@@ -871,7 +887,7 @@ mod tests {
             .vouches(
                 "/etc/app/conf",
                 &stamp_of_conf(&root),
-                &Declared::of(b"declared")
+                &Declared::of(&content(b"declared"))
             )
             .is_some());
     }
@@ -887,11 +903,11 @@ mod tests {
         let (_tmp, root, store) = root_with_one_file("index-hit");
         let cached = recorded(&root, &store);
         assert_eq!(cached.stamp, stamp_of_conf(&root));
-        assert_eq!(cached.digest, crate::util::codec::sha256(b"declared"));
+        assert_eq!(cached.digest, spec_digest(b"declared"));
         // An index claiming the file holds other content of the same size, with the file's very
         // stamp: believed, which shows the file was not read.
         let forged = Cached {
-            digest: crate::util::codec::sha256(b"12345678"),
+            digest: spec_digest(b"12345678"),
             ..cached
         };
         store
@@ -913,7 +929,7 @@ mod tests {
         );
         assert_eq!(
             store.files_index().get("/etc/app/conf").map(|c| c.digest),
-            Some(crate::util::codec::sha256(b"declared"))
+            Some(spec_digest(b"declared"))
         );
     }
 
@@ -930,41 +946,41 @@ mod tests {
         let mut index = IndexUse::load(Some(store), None, &hex);
         index.observed_from_ns = LATER;
         let mut looking = Looking::new(root, index, 100, false);
-        let state = looking.at("/etc/app/conf", Some(&Declared::of(declared)));
+        let state = looking.at("/etc/app/conf", Some(&Declared::of(&content(declared))));
         looking.index.save(Some(store), complete);
         state
     }
 
     #[test]
-    fn an_index_agreeing_with_the_declaration_gives_the_declared_contents_digest() {
+    fn an_index_agreeing_with_the_declaration_gives_the_declared_specs_digest() {
         let (_tmp, root, store) = root_with_one_file("index-agrees");
         let cached = recorded(&root, &store);
         let (under, other) = ([1; 32], [2; 32]);
         // An entry of the file's very stamp saying it holds other content (of the same size),
         // in an index agreeing with declaration `under`: its digest is taken as the declared
-        // content's, unhashed (which a forged entry shows).
+        // spec's, neither hashed nor made (which a forged entry shows).
         let forged = Cached {
-            digest: crate::util::codec::sha256(b"12345678"),
+            digest: spec_digest(b"12345678"),
             ..cached
         };
         let entry = vec![("/etc/app/conf", Some(forged))];
         store
             .save_files_index(&FilesIndex::default(), entry, Some(under))
             .unwrap();
-        let sha_of = |state: State| match state {
+        let digest_of = |state: State| match state {
             State::Regular {
-                held: Held::Declared { sha },
+                held: Held::Declared { digest },
                 ..
-            } => Some(sha),
+            } => Some(digest),
             _ => None,
         };
         let state = observe_under(&root, &store, b"declared", under, false);
-        assert_eq!(sha_of(state), Some(forged.digest));
-        // Under another declaration the content is hashed, the entry does not match and the
+        assert_eq!(digest_of(state), Some(forged.digest));
+        // Under another declaration the spec's digest is made, the entry does not match and the
         // file is read: it holds the declared content, recorded so; part of the declared files
         // looked at, the index no longer says it agrees with any.
         let state = observe_under(&root, &store, b"declared", other, false);
-        assert_eq!(sha_of(state), Some(crate::util::codec::sha256(b"declared")));
+        assert_eq!(digest_of(state), Some(spec_digest(b"declared")));
         let index = store.files_index();
         assert_eq!(index.agrees_with, None);
         assert_eq!(
@@ -977,7 +993,7 @@ mod tests {
         // Other content is another declaration (its digest is of its bytes): hashed, found to
         // differ, read, and the file dropped from an index that agrees with none.
         let state = observe_under(&root, &store, b"DECLARED", [3; 32], false);
-        assert_eq!(sha_of(state), None);
+        assert_eq!(digest_of(state), None);
         assert_eq!(store.files_index().get("/etc/app/conf"), None);
         assert_eq!(store.files_index().agrees_with, None);
     }
@@ -1005,6 +1021,54 @@ mod tests {
     }
 
     #[test]
+    fn a_spec_declaring_another_mode_or_owner_of_the_same_content_is_not_vouched_for() {
+        let (_tmp, root, store) = root_with_one_file("index-spec");
+        let cached = recorded(&root, &store);
+        let index = IndexUse::load(Some(&store), None, "");
+        let stamp = stamp_of_conf(&root);
+        assert!(index
+            .vouches(
+                "/etc/app/conf",
+                &stamp,
+                &Declared::of(&content(b"declared"))
+            )
+            .is_some());
+        let owner = Some(Box::new(Ownership {
+            owner: Some(Account::Name("root".into())),
+            group: None,
+        }));
+        for other in [
+            Content {
+                mode: Some(0o600),
+                ..content(b"declared")
+            },
+            Content {
+                ownership: owner,
+                ..content(b"declared")
+            },
+        ] {
+            // The entry's digest is the spec's, not only the content's: the file is read, and
+            // its digest for the ledger is the new spec's.
+            assert!(index
+                .vouches("/etc/app/conf", &stamp, &Declared::of(&other))
+                .is_none());
+            assert_ne!(Declared::of(&other).digest(), cached.digest);
+            assert_eq!(
+                Files::digest_observed(
+                    &Spec::Present(other.clone()),
+                    Some(&observed(State::Regular {
+                        stat: stat(8, 0o644),
+                        held: Held::Declared {
+                            digest: Declared::of(&other).digest()
+                        },
+                    }))
+                ),
+                content_digest(&other)
+            );
+        }
+    }
+
+    #[test]
     fn every_stamp_field_that_differs_means_the_file_is_read() {
         let (_tmp, root, store) = root_with_one_file("index-fields");
         let cached = recorded(&root, &store);
@@ -1025,7 +1089,7 @@ mod tests {
             change(&mut stamp);
             let other = Cached {
                 stamp,
-                digest: crate::util::codec::sha256(b"12345678"),
+                digest: spec_digest(b"12345678"),
             };
             let mut index = IndexUse::load(None, None, "");
             index.old = FilesIndex::decode(
@@ -1033,16 +1097,28 @@ mod tests {
             )
             .unwrap();
             assert!(index
-                .vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"12345678"))
+                .vouches(
+                    "/etc/app/conf",
+                    &cached.stamp,
+                    &Declared::of(&content(b"12345678"))
+                )
                 .is_none());
         }
         let mut index = IndexUse::load(Some(&store), None, "");
         assert!(index
-            .vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"declared"))
+            .vouches(
+                "/etc/app/conf",
+                &cached.stamp,
+                &Declared::of(&content(b"declared"))
+            )
             .is_some());
         index.old = FilesIndex::default();
         assert!(index
-            .vouches("/etc/app/conf", &cached.stamp, &Declared::of(b"declared"))
+            .vouches(
+                "/etc/app/conf",
+                &cached.stamp,
+                &Declared::of(&content(b"declared"))
+            )
             .is_none());
     }
 
@@ -1191,7 +1267,7 @@ mod tests {
             let obs = observed(State::Regular {
                 stat: stat(c.bytes.len(), 0o644),
                 held: Held::Declared {
-                    sha: Declared::of(&c.bytes).sha(),
+                    digest: Declared::of(c).digest(),
                 },
             });
             let spec = Spec::Present(c.clone());

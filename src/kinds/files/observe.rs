@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::state::{Held, State};
+use crate::model::spec::files::{content_digest_of, Content};
 use crate::os::fsutil::{self, Dir, Fence, FileType, Stamp};
 use crate::store::{Cached, FilesIndex, Store};
 use crate::util::codec;
@@ -50,10 +51,10 @@ impl ParentCache {
 ///
 /// Which declaration the index agrees with (`FilesIndex::agrees_with`): each observation
 /// leaves every record of a file it looked at agreeing with the declaration it observed under
-/// (the record holds the declared content's digest, or is dropped), so an index that agreed with
+/// (the record holds the declared spec's digest, or is dropped), so an index that agreed with
 /// it still does, and one that did not does once an observation has looked at every file the
 /// declaration holds content for (`complete`). Under that declaration (the same bytes, so the
-/// same content) a record's digest is the declared content's, which is then not hashed.
+/// same specs) a record's digest is the declared spec's, which is then neither hashed nor made.
 pub struct IndexUse<'k> {
     pub(super) old: FilesIndex,
     pub(super) observed_from_ns: i64,
@@ -88,8 +89,9 @@ impl<'k> IndexUse<'k> {
     }
 
     /// Whether the index says the file `key`, now stamped `stamp`, holds `declared`: it had that
-    /// stamp when the host last saw it hold content with the declared digest. Then the declared
-    /// content's digest, taken from the index when it agrees with the declaration.
+    /// stamp when the host last saw it hold the content of a spec with the declared spec's digest
+    /// (which hashes the content). Then that digest, taken from the index, unmade, when it agrees
+    /// with the declaration.
     pub(super) fn vouches(
         &self,
         key: &str,
@@ -98,7 +100,7 @@ impl<'k> IndexUse<'k> {
     ) -> Option<[u8; 32]> {
         let cached = self.old.get(key)?;
         let same = cached.stamp == *stamp && stamp.size == declared.bytes.len() as u64;
-        (same && (self.agrees || cached.digest == declared.sha())).then_some(cached.digest)
+        (same && (self.agrees || cached.digest == declared.digest())).then_some(cached.digest)
     }
 
     /// The file `key` was read with `stamp` and holds `declared`: kept, unless it changed too
@@ -109,7 +111,7 @@ impl<'k> IndexUse<'k> {
         }
         let cached = Cached {
             stamp,
-            digest: declared.sha(),
+            digest: declared.digest(),
         };
         if self.old.get(key) != Some(cached) {
             self.updates.push((key, Some(cached)));
@@ -144,24 +146,28 @@ impl<'k> IndexUse<'k> {
     }
 }
 
-/// Declared content, with its SHA-256 (what the files index keeps of it), hashed when first
-/// asked for: not when the index vouches for the file and agrees with the declaration.
+/// Declared content, with its spec's digest (`content_digest`: the ledger's, which the files
+/// index keeps), made when first asked for: not when the index vouches for the file and agrees
+/// with the declaration.
 #[derive(Debug, Clone)]
 pub struct Declared<'c> {
     pub(super) bytes: &'c [u8],
-    sha: std::cell::OnceCell<[u8; 32]>,
+    content: &'c Content,
+    digest: std::cell::OnceCell<[u8; 32]>,
 }
 
 impl<'c> Declared<'c> {
-    pub(super) fn of(bytes: &'c [u8]) -> Declared<'c> {
+    pub(super) fn of(content: &'c Content) -> Declared<'c> {
         Declared {
-            bytes,
-            sha: std::cell::OnceCell::new(),
+            bytes: &content.bytes,
+            content,
+            digest: std::cell::OnceCell::new(),
         }
     }
 
-    pub(super) fn sha(&self) -> [u8; 32] {
-        *self.sha.get_or_init(|| codec::sha256(self.bytes))
+    pub(super) fn digest(&self) -> [u8; 32] {
+        *(self.digest)
+            .get_or_init(|| content_digest_of(self.content, &codec::sha256(&self.content.bytes)))
     }
 }
 
@@ -256,10 +262,10 @@ impl<'r, 'k> Looking<'r, 'k> {
                     };
                     return State::Regular { stat, held };
                 };
-                if let Some(sha) = index.vouches(key, &stamp, declared) {
+                if let Some(digest) = index.vouches(key, &stamp, declared) {
                     return State::Regular {
                         stat,
-                        held: Held::Declared { sha },
+                        held: Held::Declared { digest },
                     };
                 }
                 match dir.read_after_stat(name, &stat, max, buffer) {
@@ -267,7 +273,7 @@ impl<'r, 'k> Looking<'r, 'k> {
                         let held = if buffer.as_slice() == declared.bytes {
                             index.confirm(key, stamp, declared);
                             Held::Declared {
-                                sha: declared.sha(),
+                                digest: declared.digest(),
                             }
                         } else {
                             Held::Other(std::mem::take(buffer))

@@ -76,10 +76,10 @@ impl Facts {
 /// the host adopts the file), so a no-op over many files holds none of them.
 #[derive(Debug)]
 pub enum Held {
-    /// As declared; the content's SHA-256 (hashed once to compare it with the files index, or the
-    /// index's own under the declaration it agrees with), kept for the ledger's digest of a file
-    /// found in sync (`Kind::digest_observed`).
-    Declared { sha: [u8; 32] },
+    /// As declared; the declared spec's digest (the ledger's, `content_digest`: made once to
+    /// compare it with the files index, or the index's own under the declaration it agrees
+    /// with), for the ledger's digest of a file found in sync (`Kind::digest_observed`).
+    Declared { digest: [u8; 32] },
     /// Other than declared; or, with no content declared (declared absent, or being released),
     /// what removing or replacing it loses, for the plan's diff.
     Other(Vec<u8>),

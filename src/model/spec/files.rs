@@ -279,11 +279,11 @@ pub fn digest(spec: &Spec) -> Digest {
 }
 
 pub fn content_digest(c: &Content) -> Digest {
-    content_digest_of(c, &codec::sha256(&c.bytes))
+    Digest::Sha256(content_digest_of(c, &codec::sha256(&c.bytes)))
 }
 
-/// `content_digest`, given the SHA-256 of the content.
-pub fn content_digest_of(c: &Content, sha: &[u8; 32]) -> Digest {
+/// `content_digest`'s bytes, given the SHA-256 of the content.
+pub fn content_digest_of(c: &Content, sha: &[u8; 32]) -> [u8; 32] {
     fn account<'e>(e: &'e mut codec::Canonical, a: &Account) -> &'e mut codec::Canonical {
         e.str(&a.display())
     }
@@ -294,7 +294,7 @@ pub fn content_digest_of(c: &Content, sha: &[u8; 32]) -> Digest {
         .option(c.mode, codec::Canonical::u32)
         .option(c.owner(), account)
         .option(c.group(), account);
-    Digest::Sha256(encoding.digest())
+    encoding.digest()
 }
 
 /// Absolute, normalised, under /etc, and not /etc itself.
