@@ -27,6 +27,7 @@ impl Digest {
     }
 
     /// The digest a ledger's text names: 64 lower-case hex digits are a SHA-256.
+    #[inline]
     pub fn parse(text: &str) -> Digest {
         match codec::hex_decode_32(text) {
             Some(bytes) => Digest::Sha256(bytes),

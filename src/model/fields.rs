@@ -207,6 +207,7 @@ impl<'a, 'p> Fields<'a, 'p> {
         picked
     }
 
+    #[inline]
     pub fn str(&mut self, name: &'static str) -> Option<&'a str> {
         self.typed(name, "a string", Json::as_str)
     }

@@ -233,6 +233,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// The 32 bytes that 64 lower-case hex digits spell (the form `hex` writes), if `text` is that.
+#[inline]
 pub fn hex_decode_32(text: &str) -> Option<[u8; 32]> {
     let digits: &[u8; 64] = text.as_bytes().try_into().ok()?;
     let mut out = [0u8; 32];

@@ -12,11 +12,13 @@ use std::ops::Bound;
 
 /// `a.cmp(b)` for keys, eight bytes at a time: musl's `memcmp`, which `str`'s order calls, goes a
 /// byte at a time, and a run's keys share long prefixes (`/etc/app/conf.d/...`).
+#[inline]
 pub fn compare(a: &str, b: &str) -> Ordering {
     compare_bytes(a.as_bytes(), b.as_bytes())
 }
 
 /// `compare` of byte strings.
+#[inline]
 pub fn compare_bytes(a: &[u8], b: &[u8]) -> Ordering {
     let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
     for (p, q) in x.by_ref().zip(y.by_ref()) {
