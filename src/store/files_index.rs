@@ -1,13 +1,14 @@
 //! The files index (`files-index`): for each owned file, its stat when the host last knew its
 //! content to be the declared one, and the digest of the spec declaring it (the ledger's, which
-//! hashes the content), so a no-op run looks at each file once (`fstatat`) instead of reading it. The step git's index takes; a cache only: a
-//! missing, corrupt or older-version index reads as empty and is rebuilt by reading the files.
+//! hashes the content), so a no-op run looks at each file once (`fstatat`) instead of reading it.
+//! The step git's index takes; a cache only: a missing, corrupt or older-version index reads as
+//! empty and is rebuilt by reading the files.
 //!
 //! The format is compact binary, written whole (atomically, durably) only when it changed: a
 //! header line, records sorted by key (`u16` key length, the key, the stamp's fields and the
-//! spec's 32-byte digest, little-endian), then the SHA-256 of all that, so a torn or
-//! mixed write (two commands saving at once) reads as corrupt, never as a wrong entry. It is
-//! read as a stream and kept as its open file (`FilesIndex`), not as its bytes.
+//! spec's 32-byte digest, little-endian), then a checksum of all that (`codec::Checksum`), so a
+//! torn or mixed write (two commands saving at once) reads as corrupt, never as a wrong entry.
+//! It is read as a stream and kept as its open file (`FilesIndex`), not as its bytes.
 
 use std::cell::RefCell;
 use std::ffi::OsStr;
@@ -15,6 +16,7 @@ use std::io;
 
 use super::{Store, StoreError};
 use crate::os::fsutil::Stamp;
+use crate::util::codec::Checksum;
 use crate::util::sorted;
 
 const FILE: &str = "files-index";
@@ -26,7 +28,7 @@ const AGREES: usize = 32;
 /// A record after its key: device, inode, size (u64), mode, uid, gid (u32), mtime, ctime (i64),
 /// digest.
 const FIXED: usize = 8 * 3 + 4 * 3 + 8 * 2 + 32;
-const CHECKSUM: usize = 32;
+const CHECKSUM: usize = 8;
 
 /// What the index keeps of one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,11 +101,9 @@ impl Scan {
         if self.broken.is_some() {
             return Ok(body.len());
         }
+        // Keys are compared as bytes: one that is not UTF-8 (the checksum matched, so written
+        // so) is no file's path, never found, and harmless.
         while let Some(key) = record_key(body, at) {
-            if std::str::from_utf8(key).is_err() {
-                self.broken = Some("a key is not UTF-8");
-                break;
-            }
             if !self.previous.is_empty() && sorted::compare_bytes(&self.previous, key).is_ge() {
                 self.broken = Some("its records are not in key order");
                 break;
@@ -127,7 +127,7 @@ impl FilesIndex {
             .filter(|&n| n >= (HEADER.len() + AGREES) as u64)
             .ok_or("too short")?;
         let body_len = u32::try_from(body_len).map_err(|_| "too large")?;
-        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut checksum = Checksum::default();
         let mut scan = Scan::default();
         // Read into the room after the bytes not yet scanned (`kept`, part of a record), so each
         // byte is copied once, from the file.
@@ -149,7 +149,7 @@ impl FilesIndex {
             let body_end = kept + (u64::from(body_len).saturating_sub(read) as usize).min(n);
             read += n as u64;
             tail.extend_from_slice(&buffer[body_end..kept + n]);
-            digest.update(&buffer[kept..body_end]);
+            checksum.update(&buffer[kept..body_end]);
             let scanned = scan.feed(&buffer[..body_end])?;
             buffer.copy_within(scanned..body_end, 0);
             kept = body_end - scanned;
@@ -160,7 +160,7 @@ impl FilesIndex {
         if scan.at == 0 {
             return Err("not a files index of this version".into());
         }
-        if digest.finish().as_ref() != tail.as_slice() {
+        if checksum.finish().as_slice() != tail.as_slice() {
             return Err("its checksum does not match".into());
         }
         if let Some(broken) = scan.broken {
@@ -245,7 +245,7 @@ impl FilesIndex {
         updates.sort_by(|a, b| a.0.cmp(b.0));
         let mut out = Checksummed {
             out,
-            digest: ring::digest::Context::new(&ring::digest::SHA256),
+            checksum: Checksum::default(),
         };
         out.write(HEADER)?;
         out.write(&agrees_with.unwrap_or([0; AGREES]))?;
@@ -279,8 +279,8 @@ impl FilesIndex {
                 write_record(&mut out, key, &cached)?;
             }
         }
-        let checksum = out.digest.finish();
-        out.out.write_all(checksum.as_ref())
+        let checksum = out.checksum.finish();
+        out.out.write_all(&checksum)
     }
 
     /// An index file holding `bytes`, opened.
@@ -365,12 +365,12 @@ impl Fields<'_> {
 /// What is written to the index file, hashed on the way for its trailing checksum.
 struct Checksummed<'a> {
     out: &'a mut dyn io::Write,
-    digest: ring::digest::Context,
+    checksum: Checksum,
 }
 
 impl Checksummed<'_> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.digest.update(bytes);
+        self.checksum.update(bytes);
         self.out.write_all(bytes)
     }
 }

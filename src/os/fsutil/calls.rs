@@ -66,6 +66,7 @@ pub(super) fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
 }
 
 /// `fstatat(2)` of `name` in `dir`, never following a symlink; retried on EINTR.
+#[inline]
 pub(super) fn lstatat(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<libc::stat> {
     let mut st = MaybeUninit::<libc::stat>::uninit();
     let flags = libc::AT_SYMLINK_NOFOLLOW;
