@@ -96,7 +96,11 @@ pub fn find<'p>(
     let mut parents: HashSet<&str> = HashSet::new();
     let mut last = None;
     for path in paths.clone() {
-        let parent = path.rfind('/').map(|at| &path[..at.max(1)]);
+        // A byte loop: the name after the last '/' is short, shorter than `rfind`'s setup.
+        let parent = path
+            .bytes()
+            .rposition(|b| b == b'/')
+            .map(|at| &path[..at.max(1)]);
         if parent != last {
             parents.extend(parent);
             last = parent;

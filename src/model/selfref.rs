@@ -285,27 +285,38 @@ const USER_UNIT_DIRS: [&str; 4] = [
 ];
 
 /// Whether `path` may be a file systemd itself reads: most declared files are elsewhere under
-/// /etc, told by their first bytes, as `surely_outside` does for the host's own paths.
+/// /etc, told by their first bytes, as `surely_outside` does for the host's own paths (systemd's
+/// own files under /etc by the letter after "/etc/" first).
 fn near_systemd(path: &str, identity: &Identity) -> bool {
-    [
-        "/etc/systemd/",
-        "/etc/tmpfiles.d/",
-        "/etc/fstab",
-        "/etc/crypttab",
-    ]
-    .iter()
-    .any(|p| is_prefix(p.as_bytes(), path.as_bytes()))
-        || !is_prefix(b"/etc/", path.as_bytes())
+    let path = path.as_bytes();
+    if !is_prefix(b"/etc/", path) {
+        return true;
+    }
+    let systemds = matches!(path.get(5), Some(b's' | b't' | b'f' | b'c'))
+        && [
+            "/etc/systemd/",
+            "/etc/tmpfiles.d/",
+            "/etc/fstab",
+            "/etc/crypttab",
+        ]
+        .iter()
+        .any(|p| is_prefix(p.as_bytes(), path));
+    systemds
         || identity
             .unit_dirs
             .iter()
-            .any(|d| is_prefix(d.as_os_str().as_bytes(), path.as_bytes()))
+            .any(|d| is_prefix(d.as_os_str().as_bytes(), path))
 }
 
 /// Whether `path` begins with `prefix`, compared eight bytes at a time (musl's `memcmp`, which
-/// `starts_with` calls, goes a byte at a time, for every declared file).
+/// `starts_with` calls, goes a byte at a time, for every declared file), once the prefix's last
+/// byte is where it would be: most prefixes (the unit directories) are told apart by it alone.
 fn is_prefix(prefix: &[u8], path: &[u8]) -> bool {
-    sorted::common_prefix(prefix, path) == prefix.len()
+    let last_in_place = match prefix.split_last() {
+        Some((last, _)) => path.get(prefix.len() - 1) == Some(last),
+        None => true,
+    };
+    last_in_place && sorted::common_prefix(prefix, path) == prefix.len()
 }
 
 /// Why a file systemd itself acts on has it touch one of the host's paths, if it does: a
