@@ -348,73 +348,87 @@ impl<I: io::BufRead> VisitOwned for SectionLines<'_, I> {
     type Out = Option<SectionEnd>;
     fn visit<K: Owned>(&mut self) -> Option<SectionEnd> {
         let mut entries = Vec::new();
-        loop {
-            let (key, entry, end) = next_entry::<K::Original>(self.input, self.line)?;
+        let end = loop {
+            match whole_lines::<K::Original>(self.input, &mut entries)? {
+                Lines::End(end) => break end,
+                Lines::More => continue,
+                Lines::NoneWhole => {}
+            }
+            // The buffer holds no whole line: the next one copied, across buffers.
+            next_line(self.input, self.line)?;
+            let line = std::str::from_utf8(self.line).ok()?;
+            let (key, entry, after) = entry_line(line)?;
             entries.push((key, entry));
-            let Some(end) = end else {
-                continue;
-            };
-            // Full B-tree nodes, a key given twice keeping its last entry, as `dense` does.
-            *K::owned_mut(self.sections) = entries.into_iter().collect();
-            return Some(end);
-        }
-    }
-}
-
-/// The next resource's line and what ends it: another resource (`None`) or its kind. Parsed
-/// where `input` holds it when it is there whole (most lines), else copied into `line` first
-/// (one call of `entry_line` for both: inlined, it stays among the functions a large run uses,
-/// which `build/linker.sh` lays out first).
-fn next_entry<O: DeserializeOwned>(
-    input: &mut impl io::BufRead,
-    line: &mut Vec<u8>,
-) -> Option<(String, Entry<O>, Option<SectionEnd>)> {
-    for copied in [false, true] {
-        let bytes = match copied {
-            false => input.fill_buf().ok()?,
-            true => {
-                next_line(input, line)?;
-                line.as_slice()
+            if let Some(end) = line_end(after)? {
+                break end;
             }
         };
-        let parsed = entry_line::<O>(bytes).and_then(|(key, entry, after)| {
-            // In place, what follows the entry must reach the line break (not in a copied line).
-            let ending = match copied {
-                false => after.iter().take(4).position(|&b| b == b'\n')?,
-                true => after.len(),
-            };
-            // Another resource, another kind, or the end of the resources.
-            let end = match &after[..ending] {
-                b"," => None,
-                b"}," => Some(SectionEnd::MoreKinds),
-                b"}}," => Some(SectionEnd::LastKind),
-                _ => return None,
-            };
-            Some((key, entry, end, bytes.len() - after.len() + ending + 1))
-        });
-        match parsed {
-            Some((key, entry, end, used)) => {
-                if !copied {
-                    input.consume(used);
-                }
-                return Some((key, entry, end));
-            }
-            None if copied => return None,
-            None => {}
-        }
+        // Full B-tree nodes, a key given twice keeping its last entry, as `dense` does.
+        *K::owned_mut(self.sections) = entries.into_iter().collect();
+        Some(end)
     }
-    None
 }
 
-/// One resource's line, `"key":{entry}` and what follows it on the line.
-fn entry_line<O: DeserializeOwned>(line: &[u8]) -> Option<(String, Entry<O>, &[u8])> {
-    if line.first() != Some(&b'"') {
+/// What `whole_lines` found in the reader's buffer.
+enum Lines {
+    /// The kind's last resource, and what follows it.
+    End(SectionEnd),
+    /// Resources, the kind's next one beyond the buffer's whole lines.
+    More,
+    /// Not one whole line (a line longer than the buffer, or the end of one the buffer cut).
+    NoneWhole,
+}
+
+/// Parses the resources on the whole lines `input`'s buffer holds, where it holds them, into
+/// `entries`, up to the kind's last. The lines are checked as UTF-8 once, all together (fast on
+/// long ASCII), and each parsed from that `str`: serde_json then takes each string as it is,
+/// where from bytes it checks every one again. `None` for anything `write` would not write.
+fn whole_lines<O: DeserializeOwned>(
+    input: &mut impl io::BufRead,
+    entries: &mut Vec<(String, Entry<O>)>,
+) -> Option<Lines> {
+    let buffer = input.fill_buf().ok()?;
+    let Some(last_break) = buffer.iter().rposition(|&b| b == b'\n') else {
+        return Some(Lines::NoneWhole);
+    };
+    let text = std::str::from_utf8(&buffer[..=last_break]).ok()?;
+    let mut rest = text;
+    let found = loop {
+        let (key, entry, after) = entry_line(rest)?;
+        entries.push((key, entry));
+        let (end, next) = after.split_once('\n')?;
+        rest = next;
+        if let Some(end) = line_end(end)? {
+            break Lines::End(end);
+        }
+        if rest.is_empty() {
+            break Lines::More;
+        }
+    };
+    let used = text.len() - rest.len();
+    input.consume(used);
+    Some(found)
+}
+
+/// What follows a resource on its line: another resource (`None`) or the end of its kind.
+fn line_end(after: &str) -> Option<Option<SectionEnd>> {
+    match after {
+        "," => Some(None),
+        "}," => Some(Some(SectionEnd::MoreKinds)),
+        "}}," => Some(Some(SectionEnd::LastKind)),
+        _ => None,
+    }
+}
+
+/// One resource's line, `"key":{entry}` and what follows it on the line (and past it).
+fn entry_line<O: DeserializeOwned>(line: &str) -> Option<(String, Entry<O>, &str)> {
+    if !line.starts_with('"') {
         return None;
     }
-    let mut keys = serde_json::Deserializer::from_slice(line).into_iter::<String>();
+    let mut keys = serde_json::Deserializer::from_str(line).into_iter::<String>();
     let key = keys.next()?.ok()?;
-    let rest = line[keys.byte_offset()..].strip_prefix(b":")?;
-    let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<Entry<O>>();
+    let rest = line[keys.byte_offset()..].strip_prefix(':')?;
+    let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Entry<O>>();
     let entry = values.next()?.ok()?;
     Some((key, entry, &rest[values.byte_offset()..]))
 }
