@@ -4,6 +4,9 @@
 //! at once; and a link whose CA is missing after a reload. Each is refused or kept, recorded,
 //! reported and shown by `status`, never applied unseen or lost.
 
+// System calls the test needs (Cargo.toml, [lints]): each block says why it holds.
+#![allow(unsafe_code)]
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -415,12 +418,13 @@ fn an_outbox_that_refuses_reports_holds_back_no_record_and_loses_no_report() {
     let cp = control_plane(&pki);
     let node = converged(host("outbox", &pki, &cp, ""), &cp);
     watching(&node);
-    // Moved aside and put back below as it was, with whatever it holds. (A damaged id floor no
-    // longer refuses reports: it is rebuilt, tests/it/inputs.rs.)
+    // Swapped with a file, and back below as it was, with whatever it holds: in one step each
+    // way, as the running service may make its outbox again at any moment. (A damaged id floor
+    // no longer refuses reports: it is rebuilt, tests/it/inputs.rs.)
     let outbox = node.host.state().join("outbox");
     let aside = node.host.state().join("outbox.aside");
-    std::fs::rename(&outbox, &aside).expect("move the outbox aside");
-    std::fs::write(&outbox, "").expect("a file in its place");
+    std::fs::write(&aside, "").expect("the file to put in its place");
+    exchange(&outbox, &aside);
     std::fs::write(node.host.target("/etc/motd"), "edited\n").expect("drift");
     let run = run_where(&node, repaired_motd);
     assert_eq!(run["outcome"], "converged", "{run:#}");
@@ -430,7 +434,25 @@ fn an_outbox_that_refuses_reports_holds_back_no_record_and_loses_no_report() {
         cp.reports()
     );
 
-    std::fs::remove_file(&outbox).expect("put right");
-    std::fs::rename(&aside, &outbox).expect("put right");
+    exchange(&outbox, &aside);
+    std::fs::remove_file(&aside).expect("put right");
     report_where(&node, &cp, reported_motd);
+}
+
+/// Swaps what two paths name, in one step (`renameat2` with `RENAME_EXCHANGE`).
+fn exchange(a: &Path, b: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).expect("no NUL");
+    let (a, b) = (c(a), c(b));
+    // SAFETY: both paths are NUL-terminated and outlive the call, which reads them only.
+    let done = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(done, 0, "{}", std::io::Error::last_os_error());
 }
