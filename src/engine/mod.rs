@@ -359,24 +359,31 @@ impl Host {
                 cannot(e)
             }
         })?;
-        let (bytes, verification) = match envelope::open(&raw).map_err(|p| invalid(file, p))? {
-            Some(envelope) => {
-                let verification = envelope.verify(self.trusted_keys());
-                (envelope.declaration.into_bytes(), Some(verification))
-            }
-            None => (raw, None),
-        };
-        let declaration = self
-            .validate(&bytes)
-            .map_err(|p| match is_store_record(&bytes) {
-                true => Fatal::invalid(format!(
-                    "{}: this is the store's record of the declaration in force (the declaration \
+        let refused = |bytes: &[u8], problems| match is_store_record(bytes) {
+            true => Fatal::invalid(format!(
+                "{}: this is the store's record of the declaration in force (the declaration \
                  is kept beside it, by its digest), not a declaration: `mesh-host plan` with \
                  no FILE plans it, `mesh-host show` prints it as declared",
-                    file.display()
-                )),
-                false => invalid(file, p),
-            })?;
+                file.display()
+            )),
+            false => invalid(file, problems),
+        };
+        // Validated as a plain declaration first, as nearly every file is one: then it is not
+        // searched for an envelope's member too (a scan of the whole file). An envelope is never
+        // a valid declaration (`envelope` is no field of one): only a file refused is opened as
+        // one, and refused for what the declaration has wrong when it is not one.
+        let (bytes, declaration, verification) = match self.validate(&raw) {
+            Ok(declaration) => (raw, declaration, None),
+            Err(problems) => match envelope::open(&raw).map_err(|p| invalid(file, p))? {
+                Some(envelope) => {
+                    let verification = envelope.verify(self.trusted_keys());
+                    let bytes = envelope.declaration.into_bytes();
+                    let declaration = self.validate(&bytes).map_err(|p| refused(&bytes, p))?;
+                    (bytes, declaration, Some(verification))
+                }
+                None => return Err(refused(&raw, problems)),
+            },
+        };
         Ok(ReadDeclaration {
             bytes,
             declaration,
