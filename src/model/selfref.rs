@@ -188,12 +188,14 @@ pub fn refuse_file(path: &str, content: Option<&[u8]>, identity: &Identity) -> O
     if let Some(refusal) = refuse_systemd_file(path, content, identity) {
         return Some(refusal);
     }
-    let own = [&identity.config_dir]
-        .into_iter()
-        .chain(&identity.config_files)
-        .chain(&identity.state_dirs)
-        .chain(&identity.unit_dirs);
-    if own.clone().all(|own| surely_outside(path, own)) {
+    // Each list of the host's own paths on its own, not chained: a chain's state is asked at
+    // every step, for every declared file.
+    let outside = |own: &std::path::PathBuf| surely_outside(path, own);
+    if outside(&identity.config_dir)
+        && identity.config_files.iter().all(outside)
+        && identity.state_dirs.iter().all(outside)
+        && identity.unit_dirs.iter().all(outside)
+    {
         return None;
     }
     let path = Path::new(path);
