@@ -793,8 +793,37 @@ mod tests {
             format!("{:?}", Held::Other(b"edited".to_vec()))
         );
         assert_eq!(observe("/etc/app/gone", Some(b"declared")), "Missing");
-        // The directory was walked to once for all four.
-        assert_eq!(looking.parents.len(), 1);
+        // The directory was walked to once for all four: it, /etc and the root are held.
+        assert_eq!(looking.parents.len(), 3);
+    }
+
+    #[test]
+    fn an_observation_holds_few_directories_open_and_never_walks_a_symlink() {
+        let tmp = crate::util::testutil::TempDir::new("observe-dirs");
+        for i in 0..150 {
+            let dir = tmp.path().join(format!("etc/many/d{i:03}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("f"), "declared").unwrap();
+        }
+        std::os::unix::fs::symlink("many/d000", tmp.path().join("etc/link")).unwrap();
+        let root = Dir::open(tmp.path()).unwrap();
+        let keys: Vec<String> = (0..150).map(|i| format!("/etc/many/d{i:03}/f")).collect();
+        let mut looking = Looking::new(&root, IndexUse::load(None, None, ""), 100, false);
+        let declared = content(b"declared");
+        for key in &keys {
+            let state = looking.at(key, Some(&Declared::of(&declared)));
+            assert_eq!(held(state), "Declared", "{key}");
+            assert!(looking.parents.len() <= observe::KEPT + 1);
+        }
+        // Below a symlink, as deep as it goes, and beside a missing directory.
+        for key in ["/etc/link/f", "/etc/link/sub/f"] {
+            match looking.at(key, Some(&Declared::of(&declared))) {
+                State::Blocked(e) => assert!(e.contains("/etc/link is a symlink"), "{e}"),
+                other => panic!("{key}: {other:?}"),
+            }
+        }
+        let missing = looking.at("/etc/gone/sub/f", Some(&Declared::of(&declared)));
+        assert_eq!(held(missing), "Missing");
     }
 
     #[test]

@@ -132,53 +132,19 @@ pub fn walk_to_parent_fenced(
     };
     let mut current = PathBuf::from("/");
     let mut created = Vec::new();
-    let mut dir = root.child(OsStr::new(".")).map_err(|error| WalkError::Io {
-        path: current.clone(),
-        error,
-    });
+    let mut dir = open_walk_root(root, fence)?;
     for name in dirs {
-        let parent = dir?;
-        if let Some(fence) = fence {
-            fence.check(&parent, &current)?;
-        }
         current.push(name);
-        let io_error = |error| WalkError::Io {
-            path: current.clone(),
-            error,
+        let Some((next, made)) = enter(&dir, &current, name, create)? else {
+            return Ok(None);
         };
-        match parent.stat(name).map_err(io_error)? {
-            Some(st) if st.file_type == FileType::Directory => {}
-            Some(st) => {
-                return Err(WalkError::NotADirectory {
-                    path: current,
-                    found: st.file_type,
-                })
-            }
-            None if !create => return Ok(None),
-            None => {
-                if parent.mkdir(name, 0o755).map_err(io_error)? {
-                    parent.sync().map_err(io_error)?;
-                    created.push(current.clone());
-                }
-            }
+        if made {
+            created.push(current.clone());
         }
-        dir = parent
-            .child(name)
-            .map_err(|error| match error.raw_os_error() {
-                // Replaced by a symlink between the stat and the open: still never followed.
-                Some(libc::ELOOP) | Some(libc::ENOTDIR) => WalkError::NotADirectory {
-                    path: current.clone(),
-                    found: FileType::Symlink,
-                },
-                _ => WalkError::Io {
-                    path: current.clone(),
-                    error,
-                },
-            });
-    }
-    let dir = dir?;
-    if let Some(fence) = fence {
-        fence.check(&dir, &current)?;
+        if let Some(fence) = fence {
+            fence.check(&next, &current)?;
+        }
+        dir = next;
     }
     Ok(Some(Parent {
         dir,
@@ -204,12 +170,64 @@ fn walk_to_dir_fenced(
     let Some(parent) = walk_to_parent_fenced(root, path, create, fence)? else {
         return Ok(None);
     };
+    let Some((dir, _)) = enter(&parent.dir, path, &parent.name, create)? else {
+        return Ok(None);
+    };
+    if let Some(fence) = fence {
+        fence.check(&dir, path)?;
+    }
+    Ok(Some(dir))
+}
+
+/// Where a fenced walk starts: `root` opened again, checked against the fence (the root may be
+/// the store itself).
+pub fn open_walk_root(root: &Dir, fence: Option<&Fence>) -> Result<Dir, WalkError> {
+    let top = Path::new("/");
+    let dir = (root.child(OsStr::new("."))).map_err(|error| WalkError::Io {
+        path: top.to_path_buf(),
+        error,
+    })?;
+    if let Some(fence) = fence {
+        fence.check(&dir, top)?;
+    }
+    Ok(dir)
+}
+
+/// One more step of a fenced walk (`walk_to_parent_fenced`, `open_walk_root`): directory `name`
+/// in `parent`, which a walk reached at `path`, opened never through a symlink and checked
+/// against the fence. `Ok(None)` when it is missing. For callers that keep the directories they
+/// walked to and go on from them.
+pub fn walk_into_fenced(
+    parent: &Dir,
+    path: &Path,
+    name: &OsStr,
+    fence: Option<&Fence>,
+) -> Result<Option<Dir>, WalkError> {
+    let path = path.join(name);
+    let Some((dir, _)) = enter(parent, &path, name, false)? else {
+        return Ok(None);
+    };
+    if let Some(fence) = fence {
+        fence.check(&dir, &path)?;
+    }
+    Ok(Some(dir))
+}
+
+/// Directory `name` in `parent` (`path` is its own path), opened never through a symlink; with
+/// `create`, made (mode 0755, `parent` then synced) when missing, which the second value says.
+/// `Ok(None)` when it is missing and not to be made.
+fn enter(
+    parent: &Dir,
+    path: &Path,
+    name: &OsStr,
+    create: bool,
+) -> Result<Option<(Dir, bool)>, WalkError> {
     let io_error = |error| WalkError::Io {
         path: path.to_path_buf(),
         error,
     };
-    match parent.dir.stat(&parent.name).map_err(io_error)? {
-        Some(st) if st.file_type == FileType::Directory => {}
+    let made = match parent.stat(name).map_err(io_error)? {
+        Some(st) if st.file_type == FileType::Directory => false,
         Some(st) => {
             return Err(WalkError::NotADirectory {
                 path: path.to_path_buf(),
@@ -218,22 +236,24 @@ fn walk_to_dir_fenced(
         }
         None if !create => return Ok(None),
         None => {
-            if parent.dir.mkdir(&parent.name, 0o755).map_err(io_error)? {
-                parent.dir.sync().map_err(io_error)?;
+            let made = parent.mkdir(name, 0o755).map_err(io_error)?;
+            if made {
+                parent.sync().map_err(io_error)?;
             }
+            made
         }
-    }
-    let dir = (parent.dir.child(&parent.name)).map_err(|error| match error.raw_os_error() {
-        Some(libc::ELOOP) | Some(libc::ENOTDIR) => WalkError::NotADirectory {
-            path: path.to_path_buf(),
-            found: FileType::Symlink,
-        },
-        _ => io_error(error),
-    })?;
-    if let Some(fence) = fence {
-        fence.check(&dir, path)?;
-    }
-    Ok(Some(dir))
+    };
+    let dir = parent
+        .child(name)
+        .map_err(|error| match error.raw_os_error() {
+            // Replaced by a symlink between the stat and the open: still never followed.
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) => WalkError::NotADirectory {
+                path: path.to_path_buf(),
+                found: FileType::Symlink,
+            },
+            _ => io_error(error),
+        })?;
+    Ok(Some((dir, made)))
 }
 
 /// Opens the target root `root`, as the walks below start from it.
