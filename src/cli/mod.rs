@@ -76,6 +76,8 @@ fn error_json(out: &Out, kind: &str, message: &str, exit_code: i32) {
 }
 
 fn run(out: &Out, args: &args::Args) -> Result<i32, Fatal> {
+    // A run may hold a directory open for each file of a chunk it writes.
+    crate::os::sys::raise_open_files();
     // A command ends soon: its small blocks come from an arena never given back (os/alloc.rs).
     if args.command != Command::Run {
         crate::os::alloc::use_arena();

@@ -974,3 +974,44 @@ fn a_ledger_written_by_21d51db_is_in_sync_and_no_file_is_rewritten() {
     assert_eq!(std::fs::read(&ledger).unwrap(), written);
     assert_eq!(stamps(), before, "a file was rewritten");
 }
+
+/// Files in more directories than the limit on open files a service starts with (1,024 under
+/// systemd; 256 here) are written, then found in sync: a run holds a directory open for each
+/// file of a chunk it writes, so the host raises its own limit (its tools get it back), and it
+/// holds few open while it looks.
+#[test]
+fn files_in_more_directories_than_the_limit_on_open_files_converge_and_stay_so() {
+    use std::os::unix::process::CommandExt;
+    let host = Scratch::new("many-dirs");
+    let files: Vec<String> = (0..600)
+        .map(|i| format!(r#""/etc/many/d{i}/f.conf": {{"content": "{i}\n"}}"#))
+        .collect();
+    let file = host.declaration(
+        "d.json",
+        &format!(r#"{{"schema": 1, "files": {{{}}}}}"#, files.join(", ")),
+    );
+    let apply = || {
+        let mut command = host.command(&["apply", file.to_str().expect("utf-8 path")]);
+        // SAFETY: between fork and exec, getrlimit and setrlimit on a value on the stack:
+        // async-signal-safe, nothing allocated.
+        unsafe {
+            command.pre_exec(|| {
+                let mut limit = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+                limit.rlim_cur = 256;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+                Ok(())
+            });
+        }
+        support::Output::from(command.output().expect("run mesh-host"))
+    };
+    let out = apply();
+    assert_eq!(out.code, 0, "{out:?}");
+    out.assert_stdout("600 changed, 0 in sync");
+    let again = apply();
+    assert_eq!(again.code, 0, "{again:?}");
+    again.assert_stdout("0 changed, 600 in sync");
+}

@@ -813,7 +813,7 @@ mod tests {
         for key in &keys {
             let state = looking.at(key, Some(&Declared::of(&declared)));
             assert_eq!(held(state), "Declared", "{key}");
-            assert!(looking.parents.len() <= observe::KEPT + 1);
+            assert!(looking.parents.len() <= fsutil::Dirs::KEPT + 1);
         }
         // Below a symlink, as deep as it goes, and beside a missing directory.
         for key in ["/etc/link/f", "/etc/link/sub/f"] {

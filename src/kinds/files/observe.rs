@@ -1,89 +1,11 @@
 //! Observing declared and owned files: one walk per parent directory, each file's stat checked
 //! against the files index (a file unchanged since it was last found as declared is not read again).
 
-use std::collections::HashMap;
-use std::path::Path;
-
 use super::state::{Held, State};
 use crate::model::spec::files::{content_digest_of, Content};
 use crate::os::fsutil::{self, Dir, Fence, FileType, Stamp};
 use crate::store::{Cached, FilesIndex, Store};
 use crate::util::codec;
-
-/// Directories opened during one observation, so many files in one directory cost one walk
-/// from the root, and a directory beside one already open costs one step from their common
-/// parent (each still opened one component at a time, never through a symlink, fenced off the
-/// store). At most `KEPT` are held open, so a declaration of files in thousands of directories
-/// stays far within the process's limit of open files (1,024 under systemd by default).
-#[derive(Default)]
-pub struct ParentCache {
-    /// By the directory's path (keys are normalised, so its text is its identity); `""` is the
-    /// root.
-    dirs: HashMap<String, Result<Option<Dir>, String>>,
-    /// The directory looked up last: keys come sorted, so a directory's files mostly follow
-    /// each other and are found without hashing its path again.
-    last: Option<(String, Result<Option<Dir>, String>)>,
-}
-
-/// How many directories an observation holds open at most (`ParentCache`).
-pub(super) const KEPT: usize = 64;
-
-impl ParentCache {
-    /// The directory at `path` below `root` (`""`: the root itself), opened the first time it is
-    /// asked for.
-    fn get_or_open(
-        &mut self,
-        path: &str,
-        root: &Dir,
-        fence: Option<&Fence>,
-    ) -> &Result<Option<Dir>, String> {
-        match self.last.take() {
-            Some((last, dir)) if last == path => return &self.last.insert((last, dir)).1,
-            Some((last, dir)) => self.keep(last, dir),
-            None => {}
-        }
-        self.open(path, root, fence);
-        let found = self.dirs.remove(path).unwrap_or(Ok(None));
-        &self.last.insert((path.to_string(), found)).1
-    }
-
-    /// Puts the directory at `path` among those held, opening its parent first (and so on up to
-    /// the root), then walking one step from it.
-    fn open(&mut self, path: &str, root: &Dir, fence: Option<&Fence>) {
-        if self.dirs.contains_key(path) {
-            return;
-        }
-        let found = match path.rsplit_once('/') {
-            None => fsutil::open_walk_root(root, fence).map(Some),
-            Some((up, name)) => {
-                self.open(up, root, fence);
-                let at = Path::new(if up.is_empty() { "/" } else { up });
-                match self.dirs.get(up) {
-                    Some(Ok(Some(dir))) => {
-                        fsutil::walk_into_fenced(dir, at, std::ffi::OsStr::new(name), fence)
-                    }
-                    Some(Err(e)) => return self.keep(path.to_string(), Err(e.clone())),
-                    Some(Ok(None)) | None => Ok(None),
-                }
-            }
-        };
-        self.keep(path.to_string(), found.map_err(|e| e.to_string()));
-    }
-
-    /// Holds `dir`, letting all others go first when `KEPT` are held.
-    fn keep(&mut self, path: String, dir: Result<Option<Dir>, String>) {
-        if self.dirs.len() >= KEPT {
-            self.dirs.clear();
-        }
-        self.dirs.insert(path, dir);
-    }
-
-    /// How many directories it holds.
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
-        self.dirs.len() + usize::from(self.last.is_some())
-    }
-}
 
 /// The files index during one observation (see `store::FilesIndex`): the index as read, when
 /// the observation began on the file clock, and the entries it changes.
@@ -214,7 +136,7 @@ impl<'c> Declared<'c> {
 /// buffer each file is read into in turn, the files index, and the size limit.
 pub struct Looking<'r, 'k> {
     pub(super) root: &'r Dir,
-    pub(super) parents: ParentCache,
+    pub(super) parents: fsutil::Dirs,
     pub(super) buffer: Vec<u8>,
     pub(super) index: IndexUse<'k>,
     pub(super) max: u64,
@@ -233,7 +155,7 @@ impl<'r, 'k> Looking<'r, 'k> {
     ) -> Looking<'r, 'k> {
         Looking {
             root,
-            parents: ParentCache::default(),
+            parents: fsutil::Dirs::default(),
             buffer: Vec::new(),
             index,
             max,

@@ -582,6 +582,32 @@ mod tests {
     }
 
     #[test]
+    fn tools_get_back_the_limit_on_open_files_the_host_raised() {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `limit` is writable memory of the struct's size; setrlimit reads it.
+        let lowered = unsafe {
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_max >= 1024 && {
+                let low = libc::rlimit {
+                    rlim_cur: 300,
+                    rlim_max: limit.rlim_max,
+                };
+                libc::setrlimit(libc::RLIMIT_NOFILE, &low) == 0
+            }
+        };
+        if !lowered {
+            return;
+        }
+        crate::os::sys::raise_open_files();
+        let out = Runner::new(false).run(&sh(5000), &["ulimit -Sn"], &[]);
+        // SAFETY: as above.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+        assert_eq!(out.unwrap().stdout_text(), "300\n");
+    }
+
+    #[test]
     fn captures_output_and_locale() {
         let runner = Runner::new(true);
         let out = runner

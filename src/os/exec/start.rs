@@ -38,7 +38,7 @@ impl StartClean for Command {
         self.env("LC_ALL", "C").current_dir("/");
         // SAFETY: the closure runs in the forked child before exec: it calls only
         // async-signal-safe system calls (sigaction, sigprocmask, umask, close_range, getrlimit,
-        // fcntl) on values on its stack, and allocates nothing.
+        // fcntl, setrlimit) on values on its stack, and allocates nothing.
         unsafe { self.pre_exec(clean_child) }
     }
 }
@@ -48,8 +48,9 @@ impl StartClean for Command {
 /// its next write, pacman between two packages of a transaction, leaving it half done and db.lck
 /// stale: the write fails with EPIPE and the tool goes on; children inherit it through exec); an
 /// empty signal mask (after the dispositions, so nothing pending reaches a handler of the host's);
-/// the tool umask; and every descriptor but 0, 1 and 2 closed at exec (std's own error pipe is
-/// already close-on-exec, so a failed exec is still reported).
+/// the tool umask; every descriptor but 0, 1 and 2 closed at exec (std's own error pipe is
+/// already close-on-exec, so a failed exec is still reported); and the limit on open files the
+/// host started with (`sys::raise_open_files`).
 fn clean_child() -> io::Result<()> {
     // SAFETY: async-signal-safe calls on stack values (see `start_clean`).
     unsafe {
@@ -94,6 +95,7 @@ fn clean_child() -> io::Result<()> {
             }
         }
     }
+    crate::os::sys::restore_open_files();
     Ok(())
 }
 

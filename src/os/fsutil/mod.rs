@@ -5,11 +5,13 @@
 
 //!
 //! Split by what is done: `read.rs`, `write.rs` (atomic replacement, temps, removal),
-//! `attrs.rs` (mode, owner, extended attributes), `walk.rs` (paths from a root, the `Fence`);
+//! `attrs.rs` (mode, owner, extended attributes), `walk.rs` (paths from a root, the `Fence`),
+//! `dirs.rs` (directories kept open while paths in them are looked at);
 //! `calls.rs` holds each system call as a safe function, fsutil's only `unsafe`.
 
 mod attrs;
 mod calls;
+mod dirs;
 mod read;
 #[cfg(test)]
 pub mod tests;
@@ -17,6 +19,7 @@ mod walk;
 mod write;
 
 pub use attrs::Xattr;
+pub use dirs::Dirs;
 pub use walk::{
     create_dir_all, open_dir_below, open_walk_root, read_below, walk_into_fenced, walk_to_dir,
     walk_to_parent, walk_to_parent_fenced, Fence, Parent, WalkError,
