@@ -110,8 +110,10 @@ pub fn find<'p>(
     let mut owned: Option<HashSet<&str>> = None;
     let mut found = Vec::new();
     let mut still_quiet = BTreeMap::new();
+    // Opened one step from a parent held (the walks from the root shared).
+    let mut dirs = fsutil::Dirs::default();
     for parent in parents {
-        let Ok(Some(dir)) = fsutil::walk_to_dir(&root, Path::new(parent), false) else {
+        let Ok(Some(dir)) = dirs.get_or_open(parent, &root, None) else {
             continue;
         };
         let stamp = dir.stamp().ok();
@@ -142,7 +144,7 @@ pub fn find<'p>(
             };
             let owned = owned.get_or_insert_with(|| paths.clone().into_iter().collect());
             if owned.contains(path.as_str()) {
-                if let Some(p) = compare(&dir, OsStr::new(name), beside, &path, suffix, max_bytes) {
+                if let Some(p) = compare(dir, OsStr::new(name), beside, &path, suffix, max_bytes) {
                     found.push(p);
                 }
             }

@@ -20,9 +20,11 @@ mod write;
 
 pub use attrs::Xattr;
 pub use dirs::Dirs;
+#[cfg(test)]
+pub use walk::walk_to_dir;
 pub use walk::{
-    create_dir_all, open_dir_below, open_walk_root, read_below, walk_into_fenced, walk_to_dir,
-    walk_to_parent, walk_to_parent_fenced, Fence, Parent, WalkError,
+    create_dir_all, open_dir_below, open_walk_root, read_below, walk_into_fenced, walk_to_parent,
+    walk_to_parent_fenced, Fence, Parent, WalkError,
 };
 pub use write::{PendingWrite, TEMP_SUFFIX};
 

@@ -155,7 +155,9 @@ pub fn walk_to_parent_fenced(
 
 /// Opens directory `path` below `root` the same way as `walk_to_parent`, never through a
 /// symlink; with `create`, missing directories are made (mode 0755). `Ok(None)` when it is
-/// missing and not to be created.
+/// missing and not to be created. (The host's own walks keep their directories, `Dirs`, or
+/// reach them through `open_dir_below`.)
+#[cfg(test)]
 pub fn walk_to_dir(root: &Dir, path: &Path, create: bool) -> Result<Option<Dir>, WalkError> {
     walk_to_dir_fenced(root, path, create, None)
 }
