@@ -912,13 +912,14 @@ mod tests {
         let index = observe(IndexUse::load(Some(&store), None, ""));
         let kept = index.save(Some(&store), false).expect("unchanged, kept");
         let index = IndexUse::load(None, Some(kept), "");
-        assert!(index
-            .vouches(
-                "/etc/app/conf",
-                &stamp_of_conf(&root),
-                &Declared::of(&content(b"declared"))
-            )
-            .is_some());
+        assert!(vouched(&index, &stamp_of_conf(&root), b"declared"));
+    }
+
+    /// Whether `index` vouches for `/etc/app/conf`, stamped `stamp`, holding `bytes` (declared
+    /// with nothing else).
+    fn vouched(index: &IndexUse, stamp: &Stamp, bytes: &[u8]) -> bool {
+        let declared = content(bytes);
+        (index.vouches("/etc/app/conf", stamp, &Declared::of(&declared))).is_some()
     }
 
     /// `/etc/app/conf` observed as declared, and the entry the index then keeps of it.
@@ -1055,13 +1056,7 @@ mod tests {
         let cached = recorded(&root, &store);
         let index = IndexUse::load(Some(&store), None, "");
         let stamp = stamp_of_conf(&root);
-        assert!(index
-            .vouches(
-                "/etc/app/conf",
-                &stamp,
-                &Declared::of(&content(b"declared"))
-            )
-            .is_some());
+        assert!(vouched(&index, &stamp, b"declared"));
         let owner = Some(Box::new(Ownership {
             owner: Some(Account::Name("root".into())),
             group: None,
@@ -1125,30 +1120,12 @@ mod tests {
                 FilesIndex::default().updated(vec![("/etc/app/conf", Some(other))]),
             )
             .unwrap();
-            assert!(index
-                .vouches(
-                    "/etc/app/conf",
-                    &cached.stamp,
-                    &Declared::of(&content(b"12345678"))
-                )
-                .is_none());
+            assert!(!vouched(&index, &cached.stamp, b"12345678"));
         }
         let mut index = IndexUse::load(Some(&store), None, "");
-        assert!(index
-            .vouches(
-                "/etc/app/conf",
-                &cached.stamp,
-                &Declared::of(&content(b"declared"))
-            )
-            .is_some());
+        assert!(vouched(&index, &cached.stamp, b"declared"));
         index.old = FilesIndex::default();
-        assert!(index
-            .vouches(
-                "/etc/app/conf",
-                &cached.stamp,
-                &Declared::of(&content(b"declared"))
-            )
-            .is_none());
+        assert!(!vouched(&index, &cached.stamp, b"declared"));
     }
 
     #[test]
